@@ -1,0 +1,28 @@
+"""The one place that writes to the terminal (rich)."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def error(message: str, hint: str | None = None) -> None:
+    """One line naming what is wrong; the hint on a second line when there is one."""
+    err.print(f"[bold red]error:[/] {escape(message)}")
+    if hint:
+        err.print(f"[dim]hint:[/] {escape(hint)}")
+
+
+def info(message: str) -> None:
+    out.print(message)
+
+
+def plain(text: str) -> None:
+    """Unstyled output for machine-readable text (JSON)."""
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,104 @@
+"""Carry out planned changes through the adapters, journaling each before it is made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from netbench import journal as jr
+from netbench.emulation import changes as ch
+from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs, QdiscAdapter, probe_netem
+from netbench.errors import BackendUnavailable, UsageError
+from netbench.testbed.topology import Topology
+
+BACKENDS = ("netem", "userspace")
+
+
+@dataclass
+class Executor:
+    """Runs a change list; `qdiscs`, `iptables` and `engines` are real adapters or fakes."""
+
+    journal: jr.Journal
+    qdiscs: QdiscAdapter
+    iptables: Any
+    engines: Any
+    on_change: Callable[[ch.Change], None] | None = None
+    done: list[ch.Change] = field(default_factory=list)
+
+    def apply(self, plan: list[ch.Change]) -> None:
+        for change in plan:
+            if self.on_change:
+                self.on_change(change)
+            self._dispatch(change)
+            self.done.append(change)
+
+    def _dispatch(self, change: ch.Change) -> None:
+        j = self.journal
+        if isinstance(change, ch.StopEngine):
+            self.engines.stop(change.netns, j)
+        elif isinstance(change, ch.ClearRules):
+            self.iptables.clear(change.netns)
+            jr.resolve(j, "iptables", netns=change.netns)
+        elif isinstance(change, ch.ClearQdisc):
+            self.qdiscs.clear(change.netns, change.ifname)
+            jr.resolve(j, "qdisc", netns=change.netns, ifname=change.ifname)
+        elif isinstance(change, ch.SetTbf):
+            j.record("qdisc", netns=change.netns, ifname=change.ifname, handle=ch.QDISC_HANDLE)
+            self.qdiscs.replace_tbf(change.netns, change.ifname, change.rate_bps,
+                                    change.burst_bytes, change.limit_bytes)
+        elif isinstance(change, ch.SetNetem):
+            j.record("qdisc", netns=change.netns, ifname=change.ifname, handle=ch.QDISC_HANDLE)
+            self.qdiscs.replace_netem(change.netns, change.ifname, change.delay_us, change.jitter_us,
+                                      change.loss, change.rate_bps, change.limit_packets)
+        elif isinstance(change, ch.StartEngine):
+            self.engines.start(change.netns, change.queue_num, change.delay_us, change.jitter_us,
+                               change.loss, change.seed, j)
+        elif isinstance(change, ch.AddNfqueueRule):
+            j.record("iptables", netns=change.netns, chain=ch.IPT_CHAIN)
+            self.iptables.add_rule(change.netns, change.iptables_args())
+        else:  # pragma: no cover - a new change type without a handler is a bug
+            raise TypeError(f"no handler for {type(change).__name__}")
+
+
+def real_executor(journal: jr.Journal, detach_engines: bool = False, on_change=None) -> Executor:
+    return Executor(journal=journal, qdiscs=NetlinkQdiscs(), iptables=Iptables(),
+                    engines=Engines(journal.dir, detach=detach_engines), on_change=on_change)
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    name: str
+    reason: str
+
+
+def choose_backend(requested: str | None, probe: Callable[[], tuple[bool, str]] = probe_netem) -> BackendChoice:
+    """netem where the kernel has it, else userspace; `requested` overrides after a check."""
+    if requested not in (None, "auto", *BACKENDS):
+        raise UsageError(f"flag --backend: unknown backend {requested!r}",
+                         hint=f"use one of: auto, {', '.join(BACKENDS)}")
+    if requested == "userspace":
+        return BackendChoice("userspace", "requested with --backend")
+    has_netem, why = probe()
+    if requested == "netem":
+        if not has_netem:
+            raise BackendUnavailable(f"--backend netem: {why}",
+                                     hint="install your distribution's kernel modules (sch_netem) or use --backend userspace")
+        return BackendChoice("netem", "requested with --backend")
+    if has_netem:
+        return BackendChoice("netem", why)
+    return BackendChoice("userspace", why + "; using NFQUEUE + delay engines")
+
+
+def read_emulation(topology: Topology, qdiscs: QdiscAdapter, iptables: Any, engines: Any) -> list[dict[str, Any]]:
+    """What each node's egress holds right now, read from the kernel and the engines."""
+    rows = []
+    for node in topology.nodes:
+        qdisc = qdiscs.read(node.netns, node.ifname)
+        rules = iptables.rules(node.netns)
+        engine = engines.read(node.netns) if rules or engines is not None else None
+        row: dict[str, Any] = {"node": node.name, "ifname": node.ifname, "qdisc": qdisc,
+                               "nfqueue_rules": rules, "engine": engine if rules else None}
+        row["backend"] = ("netem" if qdisc and qdisc.get("kind") == "netem"
+                          else "userspace" if (rules or (qdisc and qdisc.get("kind") == "tbf")) else None)
+        rows.append(row)
+    return rows

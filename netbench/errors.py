@@ -1,0 +1,59 @@
+"""One error tree for netbench.
+
+Library code raises these; only the CLI turns them into messages and exit codes.
+Every error carries a one-line message and, where we know one, a hint saying how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class NetbenchError(Exception):
+    """Base of every error netbench reports to a user."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(NetbenchError):
+    """Bad input: a profile file, a flag, a value with an unknown unit."""
+
+    exit_code = 2
+
+
+class ProfileError(UsageError):
+    """A profile that cannot be loaded or fails validation."""
+
+
+class PrivilegeError(NetbenchError):
+    """The operation needs root (CAP_NET_ADMIN)."""
+
+    exit_code = 3
+
+
+class TestbedError(NetbenchError):
+    """Creating, finding or removing testbed nodes failed."""
+
+    __test__ = False  # not a pytest test class
+
+
+class EmulationError(NetbenchError):
+    """Applying, reading or removing an emulation failed."""
+
+
+class BackendUnavailable(EmulationError):
+    """The requested emulation backend cannot run on this host."""
+
+
+class JobError(NetbenchError):
+    """A training job could not be started or failed."""
+
+
+class StateError(NetbenchError):
+    """The on-disk journal or lock is unusable, or another run holds the lock."""

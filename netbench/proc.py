@@ -1,0 +1,193 @@
+"""All process execution goes through here (as Mininet's node.py does).
+
+Processes can be started inside a named network namespace, in their own session, and
+optionally tied to the controller's life (PR_SET_PDEATHSIG) so a SIGKILLed controller
+leaves no orphan behind. Stopping always escalates: SIGTERM, a grace period, SIGKILL.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from netbench.errors import NetbenchError
+
+NETNS_RUN_DIR = Path("/run/netns")
+CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG = 1
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _enter_netns(name: str) -> None:
+    """setns(2) into /run/netns/NAME; runs in the child between fork and exec."""
+    fd = os.open(NETNS_RUN_DIR / name, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if _libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({name}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def _child_setup(netns: str | None, die_with_parent: bool, parent_pid: int):
+    def setup() -> None:
+        if die_with_parent:
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent_pid:  # parent already gone before prctl took effect
+                os._exit(1)
+        if netns:
+            _enter_netns(netns)
+
+    return setup
+
+
+def spawn(argv: Sequence[str], *, netns: str | None = None, env: Mapping[str, str] | None = None,
+          stdin=subprocess.DEVNULL, stdout=None, stderr=None, die_with_parent: bool = True,
+          cwd: str | None = None) -> subprocess.Popen:
+    """Start `argv` (optionally inside network namespace `netns`) in a new session.
+
+    die_with_parent: the child gets SIGKILL when the controller dies (sweeps). Long-lived
+    daemons started by `netbench apply` pass False and are tracked by the journal instead.
+    """
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    try:
+        return subprocess.Popen(
+            list(argv), stdin=stdin, stdout=stdout, stderr=stderr, env=full_env, cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_child_setup(netns, die_with_parent, os.getpid()),
+        )
+    except OSError as exc:
+        where = f" in {netns}" if netns else ""
+        raise NetbenchError(f"cannot start {argv[0]}{where}: {exc.strerror or exc}") from None
+
+
+def run(argv: Sequence[str], *, netns: str | None = None, timeout: float = 30.0,
+        check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+    """Run a short command to completion, capturing output; raise NetbenchError on failure."""
+    try:
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, input=input,
+            preexec_fn=_child_setup(netns, True, os.getpid()),
+        )
+    except FileNotFoundError:
+        raise NetbenchError(f"{argv[0]} is not installed", hint="run 'make install'") from None
+    except subprocess.TimeoutExpired:
+        raise NetbenchError(f"{' '.join(argv)} did not finish within {timeout:g}s") from None
+    if check and proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise NetbenchError(f"{' '.join(argv)} failed: {detail[-1] if detail else proc.returncode}")
+    return proc
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat).
+
+    Recorded with each pid so that a reset never kills an unrelated process that reused it.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # comm (field 2) may contain spaces and parentheses: split after the last ')'
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[19])
+
+
+def is_same_process(pid: int, started: int | None) -> bool:
+    """True if `pid` is alive and is the process that started at `started`."""
+    now = start_time(pid)
+    return now is not None and (started is None or now == started)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie is dead for our purposes
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop_pids(pids: Iterable[int], grace: float = 5.0) -> list[int]:
+    """SIGTERM every pid, wait up to `grace` seconds, then SIGKILL the rest.
+
+    Returns the pids that were alive and have been stopped.
+    """
+    live = [pid for pid in pids if _alive(pid)]
+    for pid in live:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_alive(pid) for pid in live):
+        _reap(live)
+        time.sleep(0.05)
+    for pid in live:
+        if _alive(pid):
+            _signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(_alive(pid) for pid in live):
+        _reap(live)
+        time.sleep(0.02)
+    _reap(live)
+    return live
+
+
+def stop(popen: subprocess.Popen, grace: float = 5.0) -> None:
+    """Stop a child we started, with escalation, and reap it."""
+    if popen.poll() is None:
+        stop_pids([popen.pid], grace=grace)
+    try:
+        popen.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(pids: Iterable[int]) -> None:
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def netns_inode(name: str) -> int | None:
+    try:
+        return os.stat(NETNS_RUN_DIR / name).st_ino
+    except OSError:
+        return None
+
+
+def pids_in_netns(name: str) -> list[int]:
+    """Every process whose network namespace is /run/netns/NAME (by inode)."""
+    inode = netns_inode(name)
+    if inode is None:
+        return []
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.stat(entry / "ns" / "net").st_ino == inode:
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids

@@ -1,0 +1,144 @@
+"""The embedded testbed: network namespaces, veths and a bridge on this machine, via pyroute2.
+
+Every namespace is journaled before it is created, so `netbench reset` can remove it after
+any crash. Removing a namespace removes its veths, qdiscs and iptables rules with it.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from pyroute2 import IPRoute, NetNS, netns
+from pyroute2.netlink.exceptions import NetlinkError
+
+from netbench import proc
+from netbench.errors import PrivilegeError, TestbedError
+from netbench.journal import Journal
+from netbench.testbed import topology as topo
+
+
+def _netlink_error(action: str, exc: NetlinkError) -> TestbedError:
+    if exc.code == errno.EPERM:
+        return PrivilegeError(f"{action}: permission denied", hint="run netbench as root")
+    return TestbedError(f"{action}: {exc.args[1] if len(exc.args) > 1 else exc}")
+
+
+def host_networks() -> list[str]:
+    """CIDRs of every IPv4 route in the host's namespace (to avoid colliding with them)."""
+    with IPRoute() as ipr:
+        nets = []
+        for route in ipr.get_routes(family=2):
+            dst = route.get_attr("RTA_DST")
+            if dst:
+                nets.append(f"{dst}/{route['dst_len']}")
+        for addr in ipr.get_addr(family=2):
+            nets.append(f"{addr.get_attr('IFA_ADDRESS')}/{addr['prefixlen']}")
+    return nets
+
+
+def list_netbench_netns() -> list[str]:
+    return sorted(name for name in netns.listnetns() if topo.is_netbench_netns(name))
+
+
+def _create_netns(name: str, journal: Journal) -> None:
+    journal.record("netns", name=name)
+    try:
+        netns.create(name)
+    except OSError as exc:
+        if exc.errno == errno.EPERM:
+            raise PrivilegeError(f"cannot create namespace {name}: permission denied",
+                                 hint="run netbench as root") from None
+        raise TestbedError(f"cannot create namespace {name}: {exc}") from None
+
+
+def up(nodes: int, journal: Journal) -> topo.Topology:
+    """Create the switch namespace with its bridge and `nodes` node namespaces."""
+    if list_netbench_netns():
+        raise TestbedError("a testbed is already up",
+                           hint="use it, or take it down with 'netbench testbed down'")
+    subnet = topo.choose_subnet(host_networks())
+    plan = topo.plan_topology(nodes, subnet)
+    try:
+        _create_netns(plan.switch_netns, journal)
+        with NetNS(plan.switch_netns) as sw:
+            _set_up(sw, "lo")
+            sw.link("add", ifname=plan.bridge, kind="bridge")
+            bridge = _set_up(sw, plan.bridge)
+            for node in plan.nodes:
+                _create_netns(node.netns, journal)
+                sw.link("add", ifname=node.port, kind="veth",
+                        peer={"ifname": node.ifname, "net_ns_fd": node.netns})
+                port = sw.link_lookup(ifname=node.port)[0]
+                sw.link("set", index=port, master=bridge, state="up")
+        for node in plan.nodes:
+            with NetNS(node.netns) as ns:
+                _set_up(ns, "lo")
+                index = ns.link_lookup(ifname=node.ifname)[0]
+                ns.addr("add", index=index, address=node.address, prefixlen=node.prefixlen)
+                ns.link("set", index=index, state="up")
+    except NetlinkError as exc:
+        raise _netlink_error("creating the testbed", exc) from None
+    return plan
+
+
+def _set_up(ipr: NetNS, ifname: str) -> int:
+    index = ipr.link_lookup(ifname=ifname)[0]
+    ipr.link("set", index=index, state="up")
+    return index
+
+
+def discover() -> topo.Topology | None:
+    """Read the testbed back from the kernel: None when no netbench namespace exists."""
+    names = list_netbench_netns()
+    if not names:
+        return None
+    nodes = []
+    subnet = ""
+    node_names = sorted((n for n in names if n != topo.SWITCH_NETNS),
+                        key=lambda n: (len(n), n))
+    for name in node_names:
+        short = name[len(topo.PREFIX):]
+        address, prefixlen = "", 0
+        try:
+            with NetNS(name) as ns:
+                found = ns.link_lookup(ifname=topo.NODE_IFNAME)
+                if found:
+                    for addr in ns.get_addr(index=found[0], family=2):
+                        address, prefixlen = addr.get_attr("IFA_ADDRESS"), addr["prefixlen"]
+        except (NetlinkError, OSError):
+            pass
+        if address and not subnet:
+            import ipaddress
+            subnet = str(ipaddress.ip_interface(f"{address}/{prefixlen}").network)
+        nodes.append(topo.Node(name=short, netns=name, ifname=topo.NODE_IFNAME, address=address,
+                               prefixlen=prefixlen, port=f"nb-{short}"))
+    return topo.Topology(nodes=tuple(nodes), subnet=subnet)
+
+
+def remove_netns(name: str) -> bool:
+    """Stop every process inside namespace `name`, then delete it. False if it was not there."""
+    if name not in netns.listnetns():
+        return False
+    proc.stop_pids(proc.pids_in_netns(name), grace=3.0)
+    try:
+        netns.remove(name)
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise TestbedError(f"cannot remove namespace {name}: {exc}") from None
+        return False
+    return True
+
+
+def down(journal: Journal) -> list[str]:
+    """Remove every netbench namespace (nodes first, then the switch)."""
+    removed = []
+    for name in sorted(list_netbench_netns(), key=lambda n: n == topo.SWITCH_NETNS):
+        if remove_netns(name):
+            removed.append(name)
+    left = set(list_netbench_netns())
+    for entry in journal.pending():
+        # everything inside a removed namespace (its qdiscs, rules, processes) went with it
+        where = entry.data.get("name") if entry.kind == "netns" else entry.data.get("netns")
+        if where is not None and where.startswith(topo.PREFIX) and where not in left:
+            journal.done(entry)
+    return removed

@@ -1,0 +1,76 @@
+"""The sweep's live view and final table (rich); implements runner.Observer."""
+
+from __future__ import annotations
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from netbench import console, units
+
+
+class SweepView:
+    """Progress bar over runs, with the current point, step and images/sec beside it."""
+
+    def __init__(self, config) -> None:
+        self.config = config
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
+            console=console.out, transient=False,
+        )
+        self.task = None
+        self.global_batch = config.job.batch_size * config.workers
+
+    def __enter__(self) -> "SweepView":
+        self.progress.start()
+        self.task = self.progress.add_task("starting", total=len(self.config.runs), info="")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+    def sweep_started(self, config, backend, topology) -> None:
+        self.progress.console.print(f"sweep [bold]{config.sweep_id}[/]: {len(config.runs)} runs on "
+                                    f"{len(topology.nodes)} nodes ({topology.subnet}), backend "
+                                    f"[bold]{backend.name}[/] ({backend.reason}); results -> {config.output}")
+
+    def run_started(self, run) -> None:
+        self.progress.update(self.task, description=f"{run.run_id} {run.profile.name}", info="starting workers")
+
+    def step(self, run, event) -> None:
+        if event.get("event") != "step" or event.get("worker") != 0:
+            return
+        duration = float(event.get("duration", 0)) or 1e-9
+        phase = "warm-up" if event.get("phase") == "warmup" else "measured"
+        self.progress.update(self.task, info=f"step {event.get('step')} ({phase}) "
+                             f"{duration * 1000:.0f} ms, {self.global_batch / duration:,.0f} img/s")
+
+    def run_finished(self, run, result) -> None:
+        self.progress.advance(self.task)
+        stats = result.stats or {}
+        if result.status == "ok":
+            text = f"{stats.get('images_per_sec', 0):,.1f} img/s"
+        else:
+            text = f"[red]{result.status}[/]: {result.error}"
+        self.progress.console.print(f"  {run.run_id} {run.profile.name} (repeat {run.repeat}): {text}")
+
+    def note(self, text: str) -> None:
+        self.progress.console.print(f"[dim]{text}[/]")
+
+    def summary(self, results) -> None:
+        table = Table(title=f"sweep {self.config.sweep_id}")
+        for col, justify in (("run", "left"), ("profile", "left"), ("delay", "right"), ("rate", "right"),
+                             ("loss", "right"), ("rep", "right"), ("images/s", "right"), ("± se", "right"),
+                             ("step mean", "right"), ("step p90", "right"), ("status", "left")):
+            table.add_column(col, justify=justify)
+        for result in results:
+            p, s = result.profile, result.stats or {}
+            table.add_row(result.run_id, p["name"], units.format_duration_us(p["delay_us"]),
+                          units.format_rate_bps(p["rate_bps"]), units.format_ratio(p["loss"]), str(result.repeat),
+                          f"{s['images_per_sec']:,.1f}" if s else "-",
+                          f"{s['images_per_sec_stderr']:,.1f}" if s else "-",
+                          f"{s['mean_s'] * 1000:.1f} ms" if s else "-",
+                          f"{s['p90_s'] * 1000:.1f} ms" if s else "-",
+                          "ok" if result.status == "ok" else f"[red]{result.status}[/]")
+        console.out.print(table)
+        console.info(f"results: {self.config.output}/results.csv, manifest.json, runs/, logs/")

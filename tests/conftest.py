@@ -1,0 +1,75 @@
+"""Shared fixtures. Tests are split by tier: pure (default), `root` (real namespaces),
+`tf` (real TensorFlow processes). Every root test resets what it made, also on failure."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _netbench_netns() -> list[str]:
+    from netbench.testbed import local
+
+    return local.list_netbench_netns()
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch) -> Path:
+    """A private NETBENCH_STATE_DIR (journal, lock, engine stats) for one test."""
+    path = tmp_path / "state"
+    path.mkdir()
+    monkeypatch.setenv("NETBENCH_STATE_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def clean_machine(state_dir):
+    """For root tests: wait until no netbench namespace exists, then reset after the test.
+
+    The teardown runs netbench's own reset on this test's journal and then checks that no
+    netbench namespace is left, so a leak fails the test that caused it.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("needs root (creates network namespaces)")
+    from netbench.journal import Journal
+    from netbench.reset import reset
+
+    deadline = time.monotonic() + 180
+    while _netbench_netns():
+        if time.monotonic() > deadline:
+            pytest.fail(f"netbench namespaces already exist and stayed: {_netbench_netns()}")
+        time.sleep(2)
+    journal = Journal(state_dir)
+    yield journal
+    reset(journal)
+    left = _netbench_netns()
+    assert not left, f"namespaces left behind: {left}"
+
+
+def netbench_processes(state: Path | None = None) -> list[tuple[int, str]]:
+    """(pid, cmdline) of every engine or worker process started under this test's state dir.
+
+    Processes inherit NETBENCH_STATE_DIR from the controller, which tells this test's
+    processes apart from any other netbench run on the machine.
+    """
+    state = state or Path(os.environ["NETBENCH_STATE_DIR"])
+    marker = f"NETBENCH_STATE_DIR={state}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if "netbench.emulation.engine" not in cmd and "netbench.jobs.worker" not in cmd:
+                continue
+            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+        except OSError:
+            continue
+        found.append((int(entry.name), cmd))
+    return found

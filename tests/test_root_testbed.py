@@ -1,0 +1,141 @@
+"""Root tier: the local testbed, emulation apply/show/reset on real namespaces."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from netbench import proc
+from netbench.emulation import changes as ch
+from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs
+from netbench.emulation.apply import read_emulation, real_executor
+from netbench.profile import Profile
+from netbench.reset import reset
+from netbench.testbed import local
+from tests.conftest import netbench_processes
+
+pytestmark = pytest.mark.root
+
+NETBENCH = [sys.executable, "-m", "netbench.cli"]
+
+
+def _rtt_ms(netns: str, address: str, count: int = 10, interval: float = 0.05) -> float:
+    out = proc.run(["ping", "-c", str(count), "-i", str(interval), "-q", address], netns=netns, timeout=60).stdout
+    match = re.search(r"= [\d.]+/([\d.]+)/", out)
+    assert match, out
+    return float(match.group(1))
+
+
+def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([*NETBENCH, *args], capture_output=True, text=True, timeout=120)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_testbed_up_show_exec_down(clean_machine):
+    out = _cli("testbed", "up", "--nodes", "3").stdout
+    assert "3 nodes" in out
+    shown = json.loads(_cli("testbed", "show", "--json").stdout)
+    names = [node["name"] for node in shown["nodes"]]
+    assert names == ["n1", "n2", "n3"]
+    assert all(node["netns"].startswith("netbench-") and node["address"] for node in shown["nodes"])
+    # node names in the command are replaced by addresses, and the exit code is passed on
+    assert _cli("exec", "n1", "--", "ping", "-c", "1", "-W", "2", "n3").returncode == 0
+    assert _cli("exec", "n1", "--", "false", check=False).returncode == 1
+    _cli("testbed", "down")
+    assert local.list_netbench_netns() == []
+
+
+def test_testbed_subnet_avoids_host_routes(clean_machine):
+    topo = local.up(2, clean_machine)
+    import ipaddress
+
+    subnet = ipaddress.ip_network(topo.subnet)
+    for net in local.host_networks():
+        assert not subnet.overlaps(ipaddress.ip_network(net, strict=False)), net
+
+
+def test_userspace_apply_show_and_reset(clean_machine):
+    topo = local.up(2, clean_machine)
+    n1, n2 = topo.nodes
+    base = _rtt_ms(n1.netns, n2.address)
+    profile = Profile(name="t", delay_us=20_000, rate_bps=50_000_000)
+    executor = real_executor(clean_machine, detach_engines=True)
+    executor.apply(ch.plan_apply(profile, topo, "userspace"))
+    rtt = _rtt_ms(n1.netns, n2.address)
+    # 20 ms one-way at each egress: RTT near 40 ms over the unshaped base
+    assert 39.0 <= rtt - base <= 44.0, (rtt, base)
+    rows = read_emulation(topo, NetlinkQdiscs(), Iptables(), Engines(clean_machine.dir))
+    for row in rows:
+        assert row["backend"] == "userspace"
+        assert row["qdisc"]["kind"] == "tbf" and row["qdisc"]["rate_bps"] == 50_000_000
+        assert row["engine"]["alive"] and row["engine"]["params"]["delay_us"] == 20_000
+        assert len(row["nfqueue_rules"]) == 1
+    engine_pids = [pid for pid, cmd in netbench_processes() if "engine" in cmd]
+    assert len(engine_pids) == 2
+    removed = reset(clean_machine)
+    assert any("namespace netbench-n1" in line for line in removed)
+    assert local.list_netbench_netns() == []
+    assert not [pid for pid in engine_pids if proc.start_time(pid) is not None]
+
+
+def test_apply_twice_is_idempotent_and_change_replaces(clean_machine):
+    topo = local.up(2, clean_machine)
+    executor = real_executor(clean_machine, detach_engines=True)
+    executor.apply(ch.plan_apply(Profile(delay_us=5_000, loss=0.0), topo, "userspace"))
+    executor.apply(ch.plan_apply(Profile(delay_us=15_000, rate_bps=100_000_000), topo, "userspace"))
+    rows = read_emulation(topo, NetlinkQdiscs(), Iptables(), Engines(clean_machine.dir))
+    assert [len(r["nfqueue_rules"]) for r in rows] == [1, 1]
+    assert [r["engine"]["params"]["delay_us"] for r in rows] == [15_000, 15_000]
+    assert len([1 for _, cmd in netbench_processes() if "engine" in cmd]) == 2
+    # a null profile clears everything but leaves the testbed
+    executor.apply(ch.plan_apply(Profile(), topo, "userspace"))
+    rows = read_emulation(topo, NetlinkQdiscs(), Iptables(), Engines(clean_machine.dir))
+    assert all(r["qdisc"] is None and r["nfqueue_rules"] == [] for r in rows)
+    assert not [1 for _, cmd in netbench_processes() if "engine" in cmd]
+
+
+def test_cli_apply_show_reset(clean_machine):
+    _cli("testbed", "up")
+    dry = _cli("apply", "--latency", "5ms", "--dry-run").stdout
+    assert "NFQUEUE" in dry or "netem" in dry
+    assert Iptables().rules("netbench-n1") == []  # the dry run changed nothing
+    _cli("apply", "--latency", "5ms", "--loss", "1%", "--bandwidth", "200mbit")
+    shown = json.loads(_cli("show", "--json").stdout)
+    assert [n["qdisc"]["rate_bps"] for n in shown["nodes"]] == [200_000_000] * 2
+    bad = _cli("apply", "--loss", "101%", check=False)
+    assert bad.returncode == 2 and "--loss" in bad.stderr and "Traceback" not in bad.stderr
+    # the bad apply left the good one in place
+    assert json.loads(_cli("show", "--json").stdout)["nodes"][0]["engine"]["params"]["loss"] == pytest.approx(0.01)
+    out = _cli("reset").stdout
+    assert "removed" in out
+    assert "nothing to remove" in _cli("reset").stdout
+    assert local.list_netbench_netns() == []
+
+
+def test_reset_after_controller_sigkill(clean_machine):
+    """A controller killed with SIGKILL mid-apply: reset finds and removes everything."""
+    script = (
+        "import os, signal\n"
+        "from netbench.journal import Journal\n"
+        "from netbench.testbed import local\n"
+        "from netbench.emulation import changes as ch\n"
+        "from netbench.emulation.apply import real_executor\n"
+        "from netbench.profile import Profile\n"
+        "j = Journal(); topo = local.up(2, j)\n"
+        "real_executor(j).apply(ch.plan_apply(Profile(delay_us=3000, rate_bps=10**8), topo, 'userspace'))\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], timeout=120)
+    assert result.returncode == -9
+    assert local.list_netbench_netns()  # it left its testbed behind
+    removed = reset(clean_machine)
+    assert any(line.startswith("namespace netbench-") for line in removed)
+    assert local.list_netbench_netns() == []
+    assert netbench_processes() == []
+    assert reset(clean_machine) == []  # idempotent
