@@ -7,8 +7,8 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def error(message: str, hint: str | None = None) -> None:

@@ -49,8 +49,13 @@ class Journal:
     def _append(self, record: dict[str, Any]) -> None:
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(record, sort_keys=True) + "\n")
+            with open(self.path, "a+b") as fh:
+                fh.seek(0, os.SEEK_END)
+                if fh.tell() > 0:
+                    fh.seek(-1, os.SEEK_END)
+                    if fh.read(1) != b"\n":  # a torn last line: never glue a record onto it
+                        fh.write(b"\n")
+                fh.write((json.dumps(record, sort_keys=True) + "\n").encode("utf-8"))
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as exc:

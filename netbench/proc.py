@@ -67,6 +67,12 @@ def spawn(argv: Sequence[str], *, netns: str | None = None, env: Mapping[str, st
     except OSError as exc:
         where = f" in {netns}" if netns else ""
         raise NetbenchError(f"cannot start {argv[0]}{where}: {exc.strerror or exc}") from None
+    except subprocess.SubprocessError:
+        # the child could not enter the namespace (it vanished) or set its death signal
+        gone = netns is not None and not (NETNS_RUN_DIR / netns).exists()
+        detail = f"namespace {netns} does not exist" if gone else "the child could not be set up"
+        raise NetbenchError(f"cannot start {argv[0]}: {detail}",
+                            hint="is the testbed up? 'netbench testbed show'") from None
 
 
 def run(argv: Sequence[str], *, netns: str | None = None, timeout: float = 30.0,
@@ -77,10 +83,13 @@ def run(argv: Sequence[str], *, netns: str | None = None, timeout: float = 30.0,
             list(argv), capture_output=True, text=True, timeout=timeout, input=input,
             preexec_fn=_child_setup(netns, True, os.getpid()),
         )
+    except subprocess.SubprocessError as exc:
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise NetbenchError(f"{' '.join(argv)} did not finish within {timeout:g}s") from None
+        raise NetbenchError(f"cannot run {argv[0]} in namespace {netns}: it does not exist or cannot be entered",
+                            hint="is the testbed up? 'netbench testbed show'") from None
     except FileNotFoundError:
         raise NetbenchError(f"{argv[0]} is not installed", hint="run 'make install'") from None
-    except subprocess.TimeoutExpired:
-        raise NetbenchError(f"{' '.join(argv)} did not finish within {timeout:g}s") from None
     if check and proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()
         raise NetbenchError(f"{' '.join(argv)} failed: {detail[-1] if detail else proc.returncode}")

@@ -10,10 +10,11 @@ the file/key or flag that the value came from.
 
 from __future__ import annotations
 
+import math
 import re
 
 _NUMBER = r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
-_VALUE_RE = re.compile(r"^\s*" + _NUMBER + r"\s*(?P<unit>[A-Za-z%]*)\s*$")
+_VALUE_RE = re.compile(r"^\s*" + _NUMBER + r"\s*(?P<unit>[A-Za-zµ%]*)\s*$")
 
 # microseconds per unit
 _DURATION_UNITS = {
@@ -33,13 +34,18 @@ def _split(text: str, what: str, example: str) -> tuple[float, str]:
     if isinstance(text, bool) or not isinstance(text, (str, int, float)):
         raise ValueError(f"expected a {what} such as {example}, got {text!r}")
     if isinstance(text, (int, float)):
+        if not math.isfinite(text) or abs(text) > 1e15:
+            raise ValueError(f"{text!r} is not a usable number")
         return float(text), ""
     if text.strip().startswith("-"):
         raise ValueError(f"{what} must not be negative, got {text!r}")
     match = _VALUE_RE.match(text)
     if not match:
         raise ValueError(f"expected a {what} such as {example}, got {text!r}")
-    return float(match.group("num")), match.group("unit").lower().replace("µ", "u")
+    value = float(match.group("num"))
+    if not math.isfinite(value) or value > 1e15:
+        raise ValueError(f"{text!r} is too large")
+    return value, match.group("unit").lower().replace("µ", "u")
 
 
 def parse_duration_us(text: str | int | float) -> int:
@@ -77,7 +83,7 @@ def parse_ratio(text: str | int | float) -> float:
         ratio = value / 100.0
     elif unit == "":
         ratio = value
-        if ratio > 1:
+        if ratio >= 1:  # "1" could mean 1% or 100%: make people say which
             raise ValueError(f"{text!r} is ambiguous: write a percentage such as {value:g}%")
     else:
         raise ValueError(f"unknown unit {unit!r} in {text!r}; write a percentage such as 1%")
@@ -86,27 +92,42 @@ def parse_ratio(text: str | int | float) -> float:
     return ratio
 
 
+def _exact(value: int, scale: int) -> str:
+    """value/scale written exactly, without trailing zeros: (1234567, 1000) -> "1234.567"."""
+    whole, frac = divmod(value, scale)
+    if not frac:
+        return str(whole)
+    digits = len(str(scale)) - 1
+    return f"{whole}.{frac:0{digits}d}".rstrip("0")
+
+
 def format_duration_us(us: int) -> str:
-    """Format microseconds the way people write them: 1500 -> "1.5ms", 0 -> "0ms"."""
+    """Format microseconds exactly, as people write them: 1500 -> "1.5ms", 0 -> "0ms"."""
     if us == 0:
         return "0ms"
     if us % 1_000_000 == 0:
         return f"{us // 1_000_000}s"
     if us >= 1000:
-        return f"{us / 1000:g}ms"
+        return f"{_exact(us, 1000)}ms"
     return f"{us}us"
 
 
 def format_rate_bps(bps: int | None) -> str:
-    """Format bits/s: 250_000_000 -> "250mbit"; None -> "unlimited"."""
+    """Format bits/s exactly: 250_000_000 -> "250mbit"; None -> "unlimited"."""
     if bps is None:
         return "unlimited"
     for unit, scale in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
         if bps >= scale:
-            return f"{bps / scale:g}{unit}"
+            return f"{_exact(bps, scale)}{unit}"
     return f"{bps}bit"
 
 
 def format_ratio(ratio: float) -> str:
-    """Format a ratio as a percentage: 0.01 -> "1%"."""
-    return f"{ratio * 100:g}%"
+    """Format a ratio as a percentage that parses back to the same float: 0.01 -> "1%"."""
+    pct = ratio * 100.0
+    text = f"{pct:g}"
+    if float(text) / 100.0 != ratio:
+        text = repr(pct)
+        if float(text) / 100.0 != ratio:
+            return repr(ratio)  # a bare fraction below 1 parses back exactly
+    return f"{text}%"

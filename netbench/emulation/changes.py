@@ -143,9 +143,9 @@ def plan_clear(topology: Topology, backend: str) -> list[Change]:
     """Remove whatever netbench set on every node (harmless where nothing is set)."""
     changes: list[Change] = []
     for node in topology.nodes:
-        if backend == "userspace":
-            changes += [ClearRules(node.name, node.netns), StopEngine(node.name, node.netns)]
-        changes.append(ClearQdisc(node.name, node.netns, node.ifname))
+        # whatever the backend: a userspace profile applied earlier must not stack on netem
+        changes += [ClearRules(node.name, node.netns), StopEngine(node.name, node.netns),
+                    ClearQdisc(node.name, node.netns, node.ifname)]
     return changes
 
 

@@ -1,0 +1,305 @@
+"""netbench.emulation.changes plans, and the Executor running them on fake adapters."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+from tests.fakes import FakeEngines, FakeIptables, FakeQdiscs, make_fakes
+
+from netbench.emulation import changes as ch
+from netbench.emulation.apply import BackendChoice, Executor, choose_backend, read_emulation
+from netbench.errors import BackendUnavailable, StateError, UsageError
+from netbench.journal import Journal
+from netbench.profile import Profile
+from netbench.testbed.topology import plan_topology
+
+TOPO = plan_topology(2, ipaddress.ip_network("10.213.0.0/24"))
+FULL = Profile(name="full", delay_us=10_000, jitter_us=1_000, loss=0.01, rate_bps=250_000_000)
+
+
+def kinds(plan):
+    return [(type(c).__name__, c.node) for c in plan]
+
+
+# ---------------------------------------------------------------- pure plans
+
+
+def test_netem_plan_clears_then_sets_each_node():
+    plan = ch.plan_apply(FULL, TOPO, "netem")
+    assert kinds(plan) == [
+        ("ClearRules", "n1"), ("StopEngine", "n1"), ("ClearQdisc", "n1"),
+        ("ClearRules", "n2"), ("StopEngine", "n2"), ("ClearQdisc", "n2"),
+        ("SetNetem", "n1"), ("SetNetem", "n2")]
+    netem = plan[6]
+    assert (netem.netns, netem.ifname) == ("netbench-n1", "eth0")
+    assert (netem.delay_us, netem.jitter_us, netem.loss, netem.rate_bps) == (10_000, 1_000, 0.01, 250_000_000)
+    assert netem.limit_packets == ch.netem_limit_packets(10_000, 1_000, 250_000_000)
+
+
+def test_userspace_plan_order():
+    plan = ch.plan_apply(FULL, TOPO, "userspace")
+    assert kinds(plan) == [
+        ("ClearRules", "n1"), ("StopEngine", "n1"), ("ClearQdisc", "n1"),
+        ("ClearRules", "n2"), ("StopEngine", "n2"), ("ClearQdisc", "n2"),
+        ("SetTbf", "n1"), ("StartEngine", "n1"), ("AddNfqueueRule", "n1"),
+        ("SetTbf", "n2"), ("StartEngine", "n2"), ("AddNfqueueRule", "n2"),
+    ]
+
+
+def test_userspace_engines_get_distinct_seeds():
+    plan = ch.plan_apply(FULL, TOPO, "userspace", seed=7)
+    seeds = [c.seed for c in plan if isinstance(c, ch.StartEngine)]
+    assert seeds == [7, 8]
+
+
+def test_userspace_rate_only_needs_no_engine():
+    plan = ch.plan_apply(Profile(rate_bps=10**8), TOPO, "userspace")
+    assert [type(c).__name__ for c in plan if not isinstance(c, (ch.ClearRules, ch.StopEngine, ch.ClearQdisc))] \
+        == ["SetTbf", "SetTbf"]
+
+
+def test_userspace_delay_only_needs_no_tbf():
+    plan = ch.plan_apply(Profile(delay_us=1_000), TOPO, "userspace")
+    assert not any(isinstance(c, ch.SetTbf) for c in plan)
+    assert sum(isinstance(c, ch.StartEngine) for c in plan) == 2
+
+
+@pytest.mark.parametrize("backend", ["netem", "userspace"])
+def test_null_profile_only_clears(backend):
+    plan = ch.plan_apply(Profile(), TOPO, backend)
+    assert plan == ch.plan_clear(TOPO, backend)
+    assert plan
+
+
+def test_unknown_backend():
+    with pytest.raises(ValueError):
+        ch.plan_apply(FULL, TOPO, "tc")
+
+
+def test_netem_limit_packets():
+    assert ch.netem_limit_packets(0, 0, 10**6) == 1000  # never below netem's default
+    # 1 gbit/s, 100 ms: BDP = 12.5 MB = 8256.3 frames; x1.5 = 12384.4 -> 12385
+    assert ch.netem_limit_packets(100_000, 0, 10**9) == 12385
+    assert ch.netem_limit_packets(100_000, 0, None) == ch.netem_limit_packets(100_000, 0, 10**10)
+    assert ch.netem_limit_packets(90_000, 10_000, 10**9) == ch.netem_limit_packets(100_000, 0, 10**9)
+
+
+def test_tbf_sizes():
+    assert ch.tbf_burst_bytes(10**6) == 4 * ch.MTU_FRAME_BYTES  # 125 bytes/ms is below four frames
+    assert ch.tbf_burst_bytes(10**10) == 1_250_000  # 1 ms of 10 gbit/s
+    assert ch.tbf_limit_bytes(10**9) == 6_250_000 + 125_000
+
+
+def test_describe_lines():
+    plan = {type(c).__name__: c for c in ch.plan_apply(FULL, TOPO, "netem") + ch.plan_apply(FULL, TOPO, "userspace")
+            if c.node == "n1"}
+    assert plan["SetNetem"].describe() == (
+        "n1: tc qdisc replace dev eth0 root handle 4e42: netem limit "
+        f"{ch.netem_limit_packets(10_000, 1_000, 250_000_000)} delay 10ms 1ms loss 1% rate 250mbit")
+    assert plan["SetTbf"].describe().startswith("n1: tc qdisc replace dev eth0 root handle 4e42: tbf rate 250mbit")
+    assert plan["AddNfqueueRule"].describe() == \
+        "n1: iptables -t mangle -A NETBENCH -o eth0 -j NFQUEUE --queue-num 0"
+    assert "delay 10ms jitter 1ms loss 1% seed 0" in plan["StartEngine"].describe()
+
+
+# ---------------------------------------------------------------- executor on fakes
+
+
+@pytest.fixture
+def journal(tmp_path):
+    return Journal(tmp_path / "state")
+
+
+def executor(journal, before=None):
+    qdiscs, iptables, engines, log = make_fakes(before)
+    return Executor(journal=journal, qdiscs=qdiscs, iptables=iptables, engines=engines), log
+
+
+def pending_summary(journal):
+    return sorted((e.kind, e.data.get("netns")) for e in journal.pending())
+
+
+def test_netem_apply_sets_qdiscs(journal):
+    ex, log = executor(journal)
+    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
+    for node in TOPO.nodes:
+        q = ex.qdiscs.read(node.netns, node.ifname)
+        assert q["kind"] == "netem"
+        assert (q["delay_us"], q["jitter_us"], q["loss"], q["rate_bps"]) == (10_000, 1_000, 0.01, 250_000_000)
+    assert pending_summary(journal) == [("qdisc", "netbench-n1"), ("qdisc", "netbench-n2")]
+    assert [e.data for e in journal.pending()][0] == {"netns": "netbench-n1", "ifname": "eth0",
+                                                      "handle": ch.QDISC_HANDLE}
+    assert ex.done == ch.plan_apply(FULL, TOPO, "netem")
+
+
+def test_userspace_apply_sets_tbf_engine_and_rule(journal):
+    ex, log = executor(journal)
+    ex.apply(ch.plan_apply(FULL, TOPO, "userspace", seed=3))
+    for position, node in enumerate(TOPO.nodes):
+        assert ex.qdiscs.read(node.netns, node.ifname)["kind"] == "tbf"
+        assert ex.qdiscs.read(node.netns, node.ifname)["rate_bps"] == 250_000_000
+        assert ex.iptables.rules(node.netns) == ["-A NETBENCH -o eth0 -j NFQUEUE --queue-num 0"]
+        params = ex.engines.read(node.netns)["params"]
+        assert (params["delay_us"], params["jitter_us"], params["loss"], params["seed"]) == \
+            (10_000, 1_000, 0.01, 3 + position)
+    assert pending_summary(journal) == [("iptables", "netbench-n1"), ("iptables", "netbench-n2"),
+                                        ("process", "netbench-n1"), ("process", "netbench-n2"),
+                                        ("qdisc", "netbench-n1"), ("qdisc", "netbench-n2")]
+    # the engine of a node is started before its rule sends packets to its queue
+    order = [(a, m, k["netns"]) for a, m, k in log if m in ("start", "add_rule")]
+    assert order.index(("engines", "start", "netbench-n1")) < order.index(("iptables", "add_rule", "netbench-n1"))
+
+
+def test_journal_entry_is_written_before_each_change(journal):
+    seen = []
+
+    def before(adapter, method, kwargs):
+        if method in ("replace_netem", "replace_tbf"):
+            seen.append(("qdisc", kwargs["netns"]) in pending_summary(journal))
+        elif method == "add_rule":
+            seen.append(("iptables", kwargs["netns"]) in pending_summary(journal))
+
+    ex, _ = executor(journal, before)
+    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
+    ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
+    assert seen == [True] * 6
+
+
+class FailingJournal(Journal):
+    def record(self, kind, **data):
+        raise StateError("cannot write journal: disk full")
+
+
+@pytest.mark.parametrize("backend, method", [("netem", "replace_netem"), ("userspace", "replace_tbf")])
+def test_change_is_not_made_when_the_journal_cannot_be_written(tmp_path, backend, method):
+    ex, _ = executor(FailingJournal(tmp_path))
+    with pytest.raises(StateError):
+        ex.apply(ch.plan_apply(FULL, TOPO, backend))
+    assert method not in ex.qdiscs.methods()
+    assert ex.qdiscs.state == {}
+
+
+def test_clear_resolves_journal_entries(journal):
+    ex, _ = executor(journal)
+    ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
+    assert journal.pending()
+    ex.apply(ch.plan_clear(TOPO, "userspace"))
+    assert journal.pending() == []
+    for node in TOPO.nodes:
+        assert ex.qdiscs.read(node.netns, node.ifname) is None
+        assert ex.iptables.rules(node.netns) == []
+        assert ex.engines.read(node.netns) is None
+
+
+def test_clear_resolves_only_matching_entries(journal):
+    other = journal.record("qdisc", netns="netbench-n9", ifname="eth0", handle=ch.QDISC_HANDLE)
+    ns = journal.record("netns", name="netbench-n1")
+    ex, _ = executor(journal)
+    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
+    ex.apply(ch.plan_clear(TOPO, "netem"))
+    assert [e.id for e in journal.pending()] == [other.id, ns.id]
+
+
+@pytest.mark.parametrize("backend", ["netem", "userspace"])
+def test_apply_twice_is_idempotent(journal, backend):
+    ex, _ = executor(journal)
+    plan = ch.plan_apply(FULL, TOPO, backend)
+    ex.apply(plan)
+    state_once = (dict(ex.qdiscs.state), {k: list(v) for k, v in ex.iptables.chains.items()},
+                  {k: v["params"] for k, v in ex.engines.running.items()})
+    pending_once = pending_summary(journal)
+    ex.apply(plan)  # the fake engines raise if an engine is started twice in a namespace
+    state_twice = (dict(ex.qdiscs.state), {k: list(v) for k, v in ex.iptables.chains.items()},
+                   {k: v["params"] for k, v in ex.engines.running.items()})
+    assert state_twice == state_once
+    assert pending_summary(journal) == pending_once
+
+
+def test_changing_profile_replaces_the_old_one(journal):
+    ex, _ = executor(journal)
+    ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
+    ex.apply(ch.plan_apply(Profile(delay_us=50_000), TOPO, "userspace"))
+    for node in TOPO.nodes:
+        assert ex.qdiscs.read(node.netns, node.ifname) is None  # the tbf went away with the rate
+        assert ex.engines.read(node.netns)["params"]["delay_us"] == 50_000
+        assert len(ex.iptables.rules(node.netns)) == 1
+
+
+def test_userspace_clears_a_previous_netem(journal):
+    ex, _ = executor(journal)
+    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
+    ex.apply(ch.plan_apply(Profile(delay_us=5_000), TOPO, "userspace"))
+    for node in TOPO.nodes:
+        assert ex.qdiscs.read(node.netns, node.ifname) is None
+    assert ("qdisc", "netbench-n1") not in pending_summary(journal)
+
+
+def test_netem_clears_a_previous_userspace(journal):
+    ex, _ = executor(journal)
+    ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
+    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
+    for node in TOPO.nodes:
+        assert ex.iptables.rules(node.netns) == []
+        assert ex.engines.read(node.netns) is None
+
+
+def test_on_change_sees_every_change_in_order(journal):
+    seen = []
+    qdiscs, iptables, engines = FakeQdiscs(), FakeIptables(), FakeEngines()
+    ex = Executor(journal=journal, qdiscs=qdiscs, iptables=iptables, engines=engines, on_change=seen.append)
+    plan = ch.plan_apply(FULL, TOPO, "userspace")
+    ex.apply(plan)
+    assert seen == plan
+
+
+# ---------------------------------------------------------------- read-back and backend choice
+
+
+def test_read_emulation_netem(journal):
+    ex, _ = executor(journal)
+    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
+    rows = read_emulation(TOPO, ex.qdiscs, ex.iptables, ex.engines)
+    assert [r["node"] for r in rows] == ["n1", "n2"]
+    assert {r["backend"] for r in rows} == {"netem"}
+    assert rows[0]["qdisc"]["delay_us"] == 10_000
+    assert rows[0]["engine"] is None and rows[0]["nfqueue_rules"] == []
+
+
+def test_read_emulation_userspace_and_empty(journal):
+    ex, _ = executor(journal)
+    rows = read_emulation(TOPO, ex.qdiscs, ex.iptables, ex.engines)
+    assert [r["backend"] for r in rows] == [None, None]
+    ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
+    rows = read_emulation(TOPO, ex.qdiscs, ex.iptables, ex.engines)
+    assert [r["backend"] for r in rows] == ["userspace", "userspace"]
+    assert rows[1]["engine"]["params"]["delay_us"] == 10_000
+
+
+def probe(result):
+    calls = []
+
+    def fn():
+        calls.append(1)
+        return result
+
+    fn.calls = calls
+    return fn
+
+
+def test_choose_backend_auto():
+    assert choose_backend(None, probe((True, "has netem"))) == BackendChoice("netem", "has netem")
+    assert choose_backend("auto", probe((True, "has netem"))).name == "netem"
+    choice = choose_backend(None, probe((False, "no sch_netem")))
+    assert choice.name == "userspace" and "no sch_netem" in choice.reason
+
+
+def test_choose_backend_requested():
+    p = probe((False, "no"))
+    assert choose_backend("userspace", p).name == "userspace"
+    assert p.calls == []  # no probe needed
+    assert choose_backend("netem", probe((True, "yes"))).name == "netem"
+    with pytest.raises(BackendUnavailable, match="no sch_netem"):
+        choose_backend("netem", probe((False, "no sch_netem")))
+    with pytest.raises(UsageError, match="--backend"):
+        choose_backend("tc", probe((True, "yes")))

@@ -1,0 +1,251 @@
+"""The click command line: help text, error messages and exit codes, dry runs.
+
+Nothing here needs root: os.geteuid is faked to a normal user, so a command that would
+change the network stops with exit code 3 instead of touching it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from netbench import cli
+from netbench.emulation import changes as ch
+from netbench.profile import Profile
+from netbench.testbed import topology
+
+
+def _touches_the_testbed(*args, **kwargs):
+    raise AssertionError("a CLI test reached the real testbed")
+
+
+@pytest.fixture(autouse=True)
+def not_root(monkeypatch, tmp_path):
+    from netbench.testbed import local
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    for name in ("discover", "up", "down"):  # belt and braces: never reach the real network
+        monkeypatch.setattr(local, name, _touches_the_testbed)
+    monkeypatch.setenv("NETBENCH_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli.main, list(args))
+
+
+def walk(command, path=("netbench",)):
+    yield path, command
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            yield from walk(sub, (*path, name))
+
+
+ALL = list(walk(cli.main))
+
+
+def test_tree_has_the_expected_commands():
+    names = {" ".join(path) for path, _ in ALL}
+    assert {"netbench profile check", "netbench testbed up", "netbench testbed down", "netbench testbed show",
+            "netbench apply", "netbench show", "netbench reset", "netbench sweep", "netbench exec"} <= names
+
+
+def test_every_command_and_group_has_help():
+    missing = [" ".join(path) for path, command in ALL if not (command.help or "").strip()]
+    assert missing == []
+
+
+def test_every_option_has_help():
+    missing = [f"{' '.join(path)} {param.opts[0]}" for path, command in ALL for param in command.params
+               if isinstance(param, click.Option) and not (param.help or "").strip()]
+    assert missing == []
+
+
+@pytest.mark.parametrize("path", [path for path, _ in ALL], ids=[" ".join(path) for path, _ in ALL])
+def test_help_runs(path):
+    command = dict(ALL)[path]
+    result = invoke(*path[1:], "--help")
+    assert result.exit_code == 0, result.output
+    assert command.help.strip().splitlines()[0].strip()[:30] in " ".join(result.output.split())
+
+
+# ---------------------------------------------------------------- profile check
+
+
+GOOD = "name: wan\ndelay: 10ms\njitter: 1ms\nrate: 250mbit\nloss: 0%\n"
+
+
+def test_profile_check_good(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "b.yaml").write_text("delay: 100us\n")
+    result = invoke("profile", "check", "a.yaml", "b.yaml")
+    assert result.exit_code == 0, result.output
+    assert "ok a.yaml: wan: delay 10ms, jitter 1ms, loss 0%, rate 250mbit" in result.stdout
+    assert "ok b.yaml: b: delay 100us" in result.stdout
+    assert result.stderr == ""
+
+
+def expected_error(path):
+    """The ProfileError that loading `path` raises, as the library words it."""
+    from netbench.errors import ProfileError
+    from netbench.profile import load_profile
+
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    return info.value
+
+
+@pytest.mark.parametrize("text, key", [
+    ("dealy: 10ms\n", "dealy"), ("delay: 10xs\n", "delay"), ("loss: 120%\n", "loss"),
+    ("rate: 0mbit\n", "rate"), ("delay: 20s\n", "delay"), ("loss: 2\n", "loss"),
+])
+def test_profile_check_bad_is_one_line(tmp_path, text, key):
+    (tmp_path / "bad.yaml").write_text(text)
+    result = invoke("profile", "check", "bad.yaml")
+    assert result.exit_code == 2
+    assert isinstance(result.exception, SystemExit)  # handled: no traceback
+    assert "Traceback" not in result.output
+    error = expected_error("bad.yaml")
+    assert error.message.startswith(f"bad.yaml: {key}: ")
+    assert result.stderr.splitlines() == [f"error: {error.message}", f"hint: {error.hint}"]
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("text", ["", "- 1\n", "delay: [1\n"])
+def test_profile_check_bad_document(tmp_path, text):
+    (tmp_path / "bad.yaml").write_text(text)
+    result = invoke("profile", "check", "bad.yaml")
+    assert result.exit_code == 2
+    assert isinstance(result.exception, SystemExit)
+    assert result.stderr.splitlines()[0].startswith("error: bad.yaml: ")
+
+
+def test_profile_check_stops_at_the_first_bad_file(tmp_path):
+    (tmp_path / "good.yaml").write_text(GOOD)
+    (tmp_path / "bad.yaml").write_text("dealy: 1ms\n")
+    result = invoke("profile", "check", "good.yaml", "bad.yaml")
+    assert result.exit_code == 2
+    assert "ok good.yaml" in result.stdout
+    assert "bad.yaml: dealy" in result.stderr
+
+
+def test_profile_check_missing_file():
+    result = invoke("profile", "check", "nope.yaml")
+    assert result.exit_code == 2
+    assert "nope.yaml: no such profile file" in result.stderr
+
+
+def long_path(tmp_path):
+    folder = tmp_path
+    for i in range(8):
+        folder = folder / f"a-long-directory-name-to-make-the-path-exceed-any-terminal-width-{i}"
+    folder.mkdir(parents=True)
+    return folder / "bad.yaml"
+
+
+def test_profile_check_error_is_not_wrapped(tmp_path):
+    path = long_path(tmp_path)  # longer than any terminal is wide
+    path.write_text("dealy: 10ms\n")
+    result = invoke("profile", "check", str(path))
+    assert result.exit_code == 2
+    error = expected_error(path)
+    assert result.stderr.splitlines() == [f"error: {error.message}", f"hint: {error.hint}"]
+
+
+# ---------------------------------------------------------------- flags
+
+
+@pytest.mark.parametrize("args, flag", [
+    (("apply", "--latency", "10xs"), "--latency"),
+    (("apply", "--bandwidth", "fast"), "--bandwidth"),
+    (("apply", "--loss", "2"), "--loss"),
+    (("sweep", "--dry-run", "--latency", "1,abc"), "--latency"),
+    (("sweep", "--dry-run", "--latency", "1ms,,2ms"), "--latency"),
+    (("sweep", "--dry-run", "--bandwidth", "0mbit"), "--bandwidth"),
+    (("sweep", "--dry-run", "--loss", "0,120%"), "--loss"),
+    (("sweep", "--dry-run", "--latency", "1,20s"), "--latency"),
+])
+def test_bad_flag_is_named(args, flag):
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert result.stderr.startswith(f"error: flag {flag}: "), result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_apply_without_anything_is_a_usage_error():
+    result = invoke("apply")
+    assert result.exit_code == 2
+    assert "nothing to apply" in result.stderr
+
+
+def test_apply_needs_root():
+    # parsing is fine, so it gets as far as the root check and stops there (geteuid is faked)
+    result = invoke("apply", "--latency", "10ms", "--dry-run")
+    assert result.exit_code == 3
+    assert "needs root" in result.stderr
+
+
+def test_overflowing_flag_is_a_usage_error():
+    result = invoke("sweep", "--dry-run", "--latency", "1e400ms")
+    assert result.exit_code == 2
+    assert "--latency" in result.stderr
+
+
+# ---------------------------------------------------------------- sweep --dry-run
+
+
+def run_lines(stdout):
+    return [line for line in stdout.splitlines() if line[:1] == "r" and line[1:4].isdigit()]
+
+
+def test_sweep_dry_run_lists_runs_and_changes():
+    result = invoke("sweep", "--dry-run", "--latency", "1,10,100ms")
+    assert result.exit_code == 0, result.output
+    assert [line.split() for line in run_lines(result.stdout)] == [
+        ["r000", "d1ms", "repeat", "0"], ["r001", "d10ms", "repeat", "0"], ["r002", "d100ms", "repeat", "0"]]
+    topo = topology.plan_topology(2, topology.choose_subnet([]))
+    for index, delay in enumerate((1_000, 10_000, 100_000)):
+        for change in ch.plan_apply(Profile(delay_us=delay), topo, "userspace", seed=100 * index):
+            assert "    " + change.describe() in result.stdout.splitlines()
+    assert "start delay engine on NFQUEUE 0: delay 100ms" in result.stdout
+    assert not (os.path.exists("results"))  # a dry run writes nothing
+
+
+def test_sweep_dry_run_grid_and_repeat():
+    result = invoke("sweep", "--dry-run", "--latency", "1,10ms", "--bandwidth", "250,500mbit", "--repeat", "2",
+                    "--backend", "netem", "--workers", "3")
+    assert result.exit_code == 0, result.output
+    runs = [line.split() for line in run_lines(result.stdout)]
+    assert [r[1] for r in runs] == ["d1ms-r250mbit"] * 2 + ["d1ms-r500mbit"] * 2 + \
+        ["d10ms-r250mbit"] * 2 + ["d10ms-r500mbit"] * 2
+    assert [r[3] for r in runs] == ["0", "1"] * 4
+    netem_lines = [line for line in result.stdout.splitlines() if "netem limit" in line]
+    assert len(netem_lines) == 8 * 3
+    assert "NFQUEUE" not in result.stdout
+
+
+def test_sweep_dry_run_with_profile(tmp_path):
+    (tmp_path / "wan.yaml").write_text(GOOD)
+    result = invoke("sweep", "--dry-run", "--profile", "wan.yaml", "--loss", "0,1%")
+    assert result.exit_code == 0, result.output
+    assert [line.split()[1] for line in run_lines(result.stdout)] == \
+        ["d10ms-j1ms-r250mbit", "d10ms-j1ms-r250mbit-l1%"]
+
+
+def test_sweep_with_bad_profile_names_the_file(tmp_path):
+    (tmp_path / "p.yaml").write_text("dealy: 1ms\n")
+    result = invoke("sweep", "--dry-run", "--profile", "p.yaml")
+    assert result.exit_code == 2
+    assert "p.yaml: dealy: unknown key" in result.stderr
+
+
+def test_version():
+    from netbench import __version__
+
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert __version__ in result.output

@@ -1,0 +1,160 @@
+"""netbench.journal: the write-ahead journal and the controller lock."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from netbench import journal as jr
+from netbench.errors import StateError
+from netbench.journal import Journal, Lock
+
+
+@pytest.fixture
+def journal(tmp_path):
+    return Journal(tmp_path / "state")
+
+
+def test_record_then_pending(journal):
+    a = journal.record("netns", name="netbench-n1")
+    b = journal.record("qdisc", netns="netbench-n1", ifname="eth0")
+    assert journal.pending() == [a, b]
+    assert (a.kind, a.data) == ("netns", {"name": "netbench-n1"})
+    assert a.id != b.id
+
+
+def test_record_is_on_disk_immediately(journal):
+    entry = journal.record("process", pid=123, netns="netbench-n1")
+    lines = [json.loads(line) for line in journal.path.read_text().splitlines()]
+    assert lines[-1]["op"] == "create" and lines[-1]["id"] == entry.id and lines[-1]["data"]["pid"] == 123
+    assert Journal(journal.dir).pending() == [entry]  # a second reader (reset after a crash) sees it
+
+
+def test_done_removes_from_pending(journal):
+    a = journal.record("netns", name="a")
+    b = journal.record("netns", name="b")
+    journal.done(a)
+    assert journal.pending() == [b]
+    journal.done(b.id)  # by id as well
+    assert journal.pending() == []
+
+
+def test_empty_or_missing_journal(journal):
+    assert not journal.path.exists()
+    assert journal.pending() == []
+    journal.compact()  # nothing to do, no error
+    assert not journal.path.exists()
+
+
+def test_compact_keeps_only_pending(journal):
+    a = journal.record("netns", name="a")
+    b = journal.record("qdisc", netns="a", ifname="eth0")
+    c = journal.record("netns", name="c")
+    journal.done(b)
+    journal.compact()
+    lines = journal.path.read_text().splitlines()
+    assert len(lines) == 2
+    assert journal.pending() == [a, c]
+    journal.done(a)
+    journal.done(c)
+    journal.compact()
+    assert not journal.path.exists()
+
+
+def test_torn_last_line_is_ignored(journal):
+    a = journal.record("netns", name="a")
+    with open(journal.path, "a") as fh:
+        fh.write('{"op": "create", "id": "torn", "kind": "net')  # power cut mid-write
+    assert journal.pending() == [a]
+
+
+def test_garbage_lines_are_ignored(journal):
+    a = journal.record("netns", name="a")
+    with open(journal.path, "a") as fh:
+        fh.write("[1, 2]\n\n\"text\"\n{\"no_id\": 1}\n")
+    assert journal.pending() == [a]
+
+
+def test_a_corrupt_line_does_not_hide_later_entries(journal):
+    a = journal.record("netns", name="a")
+    with open(journal.path, "a") as fh:
+        fh.write("{not json\n")
+    b = journal.record("netns", name="b")
+    assert journal.pending() == [a, b]
+
+
+def test_record_after_torn_line_is_kept(journal):
+    journal.record("netns", name="a")
+    with open(journal.path, "a") as fh:
+        fh.write('{"op": "create", "id": "torn", "kind": "net')
+    b = journal.record("qdisc", netns="a", ifname="eth0")
+    assert b in journal.pending()
+
+
+def test_resolve_matches_kind_and_data(journal):
+    q1 = journal.record("qdisc", netns="n1", ifname="eth0")
+    q2 = journal.record("qdisc", netns="n2", ifname="eth0")
+    ns = journal.record("netns", name="n1", netns="n1")
+    jr.resolve(journal, "qdisc", netns="n1")
+    assert journal.pending() == [q2, ns]
+    assert q1 not in journal.pending()
+    jr.resolve(journal, "qdisc")
+    assert journal.pending() == [ns]
+
+
+def test_unwritable_state_dir_is_a_state_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(StateError, match="cannot write journal"):
+        Journal(blocker / "state").record("netns", name="x")
+
+
+def test_state_dir_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("NETBENCH_STATE_DIR", str(tmp_path / "s"))
+    assert Journal().path == tmp_path / "s" / jr.JOURNAL_NAME
+    monkeypatch.delenv("NETBENCH_STATE_DIR")
+    assert jr.state_dir() == jr.Path("/run/netbench")
+
+
+# ---------------------------------------------------------------- lock
+
+
+def test_lock_is_exclusive(tmp_path):
+    with Lock(tmp_path):
+        with pytest.raises(StateError, match="another netbench command"):
+            with Lock(tmp_path):
+                pass
+
+
+def test_lock_is_released_on_exit(tmp_path):
+    with Lock(tmp_path):
+        pass
+    with Lock(tmp_path):
+        pass
+    with pytest.raises(RuntimeError):
+        with Lock(tmp_path):
+            raise RuntimeError("boom")
+    with Lock(tmp_path):  # released after an exception too
+        pass
+
+
+def test_locks_in_different_dirs_do_not_conflict(tmp_path):
+    with Lock(tmp_path / "a"), Lock(tmp_path / "b"):
+        pass
+
+
+def test_failed_lock_attempt_does_not_release_the_holder(tmp_path):
+    with Lock(tmp_path):
+        with pytest.raises(StateError):
+            Lock(tmp_path).__enter__()
+        with pytest.raises(StateError):  # still held
+            Lock(tmp_path).__enter__()
+
+
+def test_lock_in_unusable_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(StateError, match="cannot open lock"):
+        with Lock(blocker / "state"):
+            pass

@@ -1,0 +1,140 @@
+"""netbench.results (CSV rows, the results folder) and runner.make_result."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from netbench.jobs.cluster import JobSpec
+from netbench.jobs.launch import JobOutcome
+from netbench.plan import RunPlan
+from netbench.profile import Profile
+from netbench.results import CSV_COLUMNS, SCHEMA_VERSION, ResultStore, RunResult, write_json
+from netbench.runner import SweepConfig, make_result
+
+PROFILE = Profile(name="wan", delay_us=10_000, jitter_us=1_500, loss=0.01, rate_bps=250_000_000)
+STATS = {"steps": 30, "mean_s": 0.1234567891, "median_s": 0.12, "p90_s": 0.15, "stderr_s": 0.001,
+         "jitter_s": 0.002, "images_per_sec": 1037.1234567, "images_per_sec_stderr": 8.4444}
+
+
+def result(run_id="r000", **overrides) -> RunResult:
+    fields = dict(run_id=run_id, profile=PROFILE.to_record(), backend="netem", strategy="allreduce", model="mlp",
+                  batch_size=64, workers=2, repeat=1, warmup_steps=10, status="ok", stats=STATS)
+    fields.update(overrides)
+    return RunResult(**fields)
+
+
+def test_csv_row_has_exactly_the_columns():
+    assert list(result().csv_row()) == list(CSV_COLUMNS)
+
+
+def test_csv_row_values():
+    row = result().csv_row()
+    assert (row["run_id"], row["profile"], row["backend"], row["strategy"], row["model"]) == \
+        ("r000", "wan", "netem", "allreduce", "mlp")
+    assert (row["delay_ms"], row["jitter_ms"], row["rate_mbit"], row["loss_pct"]) == (10.0, 1.5, 250.0, 1.0)
+    assert (row["batch_size"], row["global_batch_size"], row["workers"], row["repeat"]) == (64, 128, 2, 1)
+    assert row["images_per_sec"] == 1037.123 and row["images_per_sec_stderr"] == 8.444
+    assert row["step_time_mean_s"] == 0.123457
+    assert (row["step_time_median_s"], row["step_time_p90_s"]) == (0.12, 0.15)
+    assert (row["warmup_steps"], row["steps"], row["status"], row["error"]) == (10, 30, "ok", "")
+
+
+def test_csv_row_of_a_failed_unlimited_run():
+    p = Profile(name="d1ms", delay_us=1_000).to_record()
+    row = result(profile=p, stats=None, status="timeout", error="no step for 60s").csv_row()
+    assert row["rate_mbit"] == ""
+    assert row["images_per_sec"] == "" and row["step_time_mean_s"] == ""
+    assert row["steps"] == 0
+    assert (row["status"], row["error"]) == ("timeout", "no step for 60s")
+
+
+def test_store_writes_header_then_rows(tmp_path):
+    store = ResultStore(tmp_path / "out")
+    store.create()
+    with open(store.csv_path, newline="") as fh:
+        assert next(csv.reader(fh)) == list(CSV_COLUMNS)
+    store.add(result("r000"))
+    store.add(result("r001", status="failed", stats=None, error="worker 1 exited with 1"))
+    store.create()  # a second create must not write a second header or truncate
+    rows = store.read_rows()
+    assert [r["run_id"] for r in rows] == ["r000", "r001"]
+    assert rows[0]["images_per_sec"] == "1037.123" and rows[0]["delay_ms"] == "10.0"
+    assert rows[1]["status"] == "failed" and rows[1]["error"] == "worker 1 exited with 1"
+    assert store.csv_path.read_text().count("run_id,") == 1
+    record = json.loads((store.runs_dir / "r001.json").read_text())
+    assert record["run_id"] == "r001" and record["schema_version"] == SCHEMA_VERSION
+    assert record["profile"]["delay_us"] == 10_000
+    assert store.logs_dir.is_dir()
+
+
+def test_store_manifest_and_atomic_json(tmp_path):
+    store = ResultStore(tmp_path)
+    store.create()
+    store.write_manifest({"sweep_id": "s1", "path": Path("/x")})
+    assert json.loads((tmp_path / "manifest.json").read_text()) == {"sweep_id": "s1", "path": "/x"}
+    write_json(tmp_path / "a.json", [1, 2])
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+# ---------------------------------------------------------------- make_result
+
+
+def config(workers=2, batch=32, warmup=2) -> SweepConfig:
+    return SweepConfig(sweep_id="s", runs=(), job=JobSpec(batch_size=batch, warmup=warmup, steps=3),
+                       workers=workers, output=Path("unused"))
+
+
+def steps(worker, warmup, measured):
+    events = [{"event": "step", "phase": "warmup", "step": i, "duration": d, "worker": worker}
+              for i, d in enumerate(warmup)]
+    events += [{"event": "step", "phase": "measured", "step": len(warmup) + i, "duration": d, "worker": worker}
+               for i, d in enumerate(measured)]
+    return events
+
+
+RUN = RunPlan(index=4, profile=PROFILE, repeat=1)
+
+
+def test_make_result_excludes_warmup_and_uses_global_batch():
+    events = steps(0, [5.0, 3.0], [0.1, 0.2, 0.3]) + steps(1, [5.0, 3.0], [0.2, 0.2, 0.2])
+    r = make_result(RUN, config(), "userspace", JobOutcome("ok", tuple(events)), 10.0, 20.0)
+    assert r.status == "ok" and r.error == ""
+    assert r.stats["steps"] == 3
+    assert r.stats["mean_s"] == pytest.approx(0.2)  # the 5 s and 3 s warm-up steps are excluded
+    assert r.stats["images_per_sec"] == pytest.approx(2 * 32 / 0.2)
+    assert r.per_worker_images_per_sec == pytest.approx((32 / 0.2, 32 / 0.2))
+    assert (r.run_id, r.repeat, r.backend, r.workers, r.batch_size, r.warmup_steps) == \
+        ("r004", 1, "userspace", 2, 32, 2)
+    assert r.profile == PROFILE.to_record()
+    assert len(r.events) == len(events) and (r.started, r.ended) == (10.0, 20.0)
+
+
+def test_make_result_per_worker_numbers_differ():
+    events = steps(0, [], [0.1, 0.1]) + steps(1, [], [0.4, 0.4]) + steps(2, [], [0.2, 0.2])
+    r = make_result(RUN, config(workers=3, batch=10), "netem", JobOutcome("ok", tuple(events)), 0, 1)
+    assert r.per_worker_images_per_sec == pytest.approx((100.0, 25.0, 50.0))
+    assert r.stats["images_per_sec"] == pytest.approx(30 / 0.1)  # the chief's steps, global batch
+
+
+def test_make_result_failed_when_no_measured_steps():
+    events = steps(0, [1.0, 1.0], []) + [{"event": "ready", "worker": 0}]
+    r = make_result(RUN, config(), "netem", JobOutcome("ok", tuple(events)), 0, 1)
+    assert r.status == "failed"
+    assert "no measured steps" in r.error
+    assert r.stats is None
+    assert r.csv_row()["images_per_sec"] == ""
+
+
+def test_make_result_keeps_an_earlier_failure():
+    r = make_result(RUN, config(), "netem", JobOutcome("timeout", (), "no step for 60s"), 0, 1)
+    assert (r.status, r.error, r.stats) == ("timeout", "no step for 60s", None)
+
+
+def test_make_result_uses_only_the_chief_for_stats():
+    events = steps(1, [], [0.5, 0.5]) + steps(0, [], [0.25, 0.25])
+    r = make_result(RUN, config(batch=8), "netem", JobOutcome("ok", tuple(events)), 0, 1)
+    assert r.stats["mean_s"] == pytest.approx(0.25)

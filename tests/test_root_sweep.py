@@ -1,0 +1,114 @@
+"""End-to-end tier: real sweeps with real TensorFlow on real namespaces (root, slow)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from netbench import proc
+from netbench.reset import reset
+from netbench.testbed import local
+from tests.conftest import netbench_processes
+
+pytestmark = [pytest.mark.root, pytest.mark.tf]
+
+NETBENCH = [sys.executable, "-m", "netbench.cli"]
+
+
+def test_sweep_latency_end_to_end(clean_machine, tmp_path):
+    out = tmp_path / "results"
+    result = subprocess.run(
+        [*NETBENCH, "sweep", "--latency", "1,40ms", "--warmup", "3", "--steps", "8",
+         "--batch-size", "32", "--output", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [r["delay_ms"] for r in rows] == ["1.0", "40.0"]
+    assert all(r["status"] == "ok" and r["steps"] == "8" for r in rows), rows
+    assert all(r["backend"] in ("netem", "userspace") for r in rows)
+    fast, slow = (float(r["images_per_sec"]) for r in rows)
+    # 40 ms one-way is an 80 ms round trip per all-reduce: far slower than 1 ms
+    assert slow < fast / 2, (fast, slow)
+    manifest = json.loads((out / "manifest.json").read_text())
+    for key in ("netbench", "tensorflow", "python", "kernel", "backend", "command_line", "started", "ended"):
+        assert manifest.get(key), key
+    record = json.loads((out / "runs" / "r000.json").read_text())
+    phases = [e["phase"] for e in record["events"] if e["event"] == "step" and e["worker"] == 0]
+    assert phases.count("warmup") == 3 and phases.count("measured") == 8
+    assert list((out / "logs" / "r000").glob("*.log"))
+    # the sweep brought the testbed up, so it took it down, and no process is left
+    assert local.list_netbench_netns() == []
+    assert netbench_processes() == []
+
+
+def test_sweep_step_timeout_is_recorded(clean_machine, tmp_path):
+    """A step slower than --step-timeout ends the run as `timeout`, and the sweep goes on."""
+    out = tmp_path / "results"
+    result = subprocess.run(
+        [*NETBENCH, "sweep", "--latency", "400ms", "--warmup", "1", "--steps", "3",
+         "--step-timeout", "1", "--output", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert rows[0]["status"] == "timeout" and "within 1s" in rows[0]["error"], rows
+    assert netbench_processes() == []
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("moment", ["testbed", "engines", "workers"])
+def test_sweep_sigkill_then_reset_leaves_nothing(clean_machine, tmp_path, moment):
+    controller = subprocess.Popen(
+        [*NETBENCH, "sweep", "--latency", "5,10ms", "--warmup", "2", "--steps", "50",
+         "--output", str(tmp_path / "results")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        if moment == "testbed":
+            _wait_for(lambda: "netbench-n2" in local.list_netbench_netns(), 60, "the testbed")
+        elif moment == "engines":
+            _wait_for(lambda: sum("engine" in c for _, c in netbench_processes()) >= 1, 60, "an engine")
+        else:
+            _wait_for(lambda: sum("worker" in c for _, c in netbench_processes()) >= 2, 120, "workers")
+        controller.send_signal(signal.SIGKILL)
+        controller.wait(timeout=10)
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+            controller.wait()
+    reset(clean_machine)
+    assert local.list_netbench_netns() == []
+    _wait_for(lambda: netbench_processes() == [], 10, "no engine or worker left")
+    assert reset(clean_machine) == []
+
+
+def test_sweep_sigterm_resets_before_exit(clean_machine, tmp_path):
+    controller = subprocess.Popen(
+        [*NETBENCH, "sweep", "--latency", "5ms", "--warmup", "2", "--steps", "500",
+         "--output", str(tmp_path / "results")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: sum("worker" in c for _, c in netbench_processes()) >= 2, 120, "workers")
+        controller.send_signal(signal.SIGTERM)
+        _, err = controller.communicate(timeout=60)
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+    assert controller.returncode == 130, err
+    assert local.list_netbench_netns() == []
+    assert netbench_processes() == []

@@ -1,0 +1,92 @@
+"""netbench.testbed.topology: subnet choice and naming."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from netbench.testbed import topology as topo
+
+
+def net(text):
+    return ipaddress.ip_network(text)
+
+
+def test_first_candidate_when_nothing_is_taken():
+    assert topo.choose_subnet([]) == net("10.213.0.0/24")
+
+
+@pytest.mark.parametrize("routes, expected", [
+    (["10.213.0.0/24"], "10.213.1.0/24"),
+    (["10.213.0.77/32"], "10.213.1.0/24"),
+    (["10.213.0.1"], "10.213.1.0/24"),
+    (["10.213.0.5/24"], "10.213.1.0/24"),  # host bits set, as `ip route` may show
+    (["10.213.0.0/23", "10.213.2.0/24"], "10.213.3.0/24"),
+    (["10.0.0.0/8"], "172.30.0.0/24"),
+    (["10.0.0.0/8", "172.16.0.0/12"], "192.168.213.0/24"),
+    (["0.0.0.0/0"], "10.213.0.0/24"),  # a default route overlaps everything and is ignored
+    (["fd00::/8", "::/0"], "10.213.0.0/24"),  # IPv6 is ignored
+    (["not a route", "10.213.0.0/24"], "10.213.1.0/24"),
+    (["192.168.1.0/24", "172.30.0.0/24"], "10.213.0.0/24"),
+])
+def test_choose_subnet_avoids_routes(routes, expected):
+    assert topo.choose_subnet(routes) == net(expected)
+
+
+def test_no_free_subnet():
+    with pytest.raises(ValueError, match="no free"):
+        topo.choose_subnet(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"])
+
+
+@given(st.lists(st.tuples(st.sampled_from(["10.213", "172.30"]), st.integers(0, 255), st.integers(16, 32)),
+                max_size=30))
+def test_chosen_subnet_overlaps_no_route(specs):
+    routes = [str(ipaddress.ip_network(f"{prefix}.{third}.0/{length}", strict=False)) for prefix, third, length in specs]
+    chosen = topo.choose_subnet(routes)  # 192.168.213.0/24 is never taken here
+    assert chosen.prefixlen == 24
+    assert not any(chosen.overlaps(ipaddress.ip_network(r)) for r in routes)
+
+
+def test_plan_topology_names_and_addresses():
+    t = topo.plan_topology(3, net("10.213.4.0/24"))
+    assert t.subnet == "10.213.4.0/24"
+    assert [n.name for n in t.nodes] == ["n1", "n2", "n3"]
+    assert [n.netns for n in t.nodes] == ["netbench-n1", "netbench-n2", "netbench-n3"]
+    assert [n.address for n in t.nodes] == ["10.213.4.1", "10.213.4.2", "10.213.4.3"]
+    assert {n.ifname for n in t.nodes} == {"eth0"}
+    assert {n.prefixlen for n in t.nodes} == {24}
+    assert [n.port for n in t.nodes] == ["nb-n1", "nb-n2", "nb-n3"]
+    assert all(topo.is_netbench_netns(n.netns) for n in t.nodes)
+    assert all(len(n.port) <= 15 for n in topo.plan_topology(64, net("10.213.4.0/24")).nodes)  # IFNAMSIZ
+
+
+@pytest.mark.parametrize("count", [0, -1, topo.MAX_NODES + 1])
+def test_plan_topology_bounds(count):
+    with pytest.raises(ValueError):
+        topo.plan_topology(count, net("10.213.0.0/24"))
+
+
+def test_max_nodes_have_distinct_addresses():
+    t = topo.plan_topology(topo.MAX_NODES, net("10.213.0.0/24"))
+    assert len({n.address for n in t.nodes}) == topo.MAX_NODES
+    assert t.nodes[-1].name == f"n{topo.MAX_NODES}"
+
+
+def test_node_lookup_and_json():
+    t = topo.plan_topology(2, net("10.213.0.0/24"))
+    assert t.node("n2").address == "10.213.0.2"
+    assert t.node("netbench-n1").name == "n1"
+    assert t.node("n3") is None
+    data = t.to_json()
+    assert data["subnet"] == "10.213.0.0/24" and data["switch"] == topo.SWITCH_NETNS
+    assert data["nodes"][1] == {"name": "n2", "netns": "netbench-n2", "ifname": "eth0",
+                                "address": "10.213.0.2", "prefixlen": 24}
+
+
+def test_is_netbench_netns():
+    assert topo.is_netbench_netns("netbench-sw")
+    assert not topo.is_netbench_netns("docker-1")
+    assert not topo.is_netbench_netns("my-netbench-n1")
