@@ -21,6 +21,7 @@ from netbench import proc
 from netbench.emulation.changes import IPT_CHAIN, QDISC_HANDLE
 from netbench.errors import EmulationError, NetbenchError, PrivilegeError
 
+ENGINE_RT_PRIORITY = 10
 _HANDLE_INT = int(QDISC_HANDLE.rstrip(":"), 16) << 16
 
 
@@ -180,7 +181,10 @@ class Engines:
             path.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "netbench.emulation.engine", "--queue-num", str(queue_num),
                 "--delay-us", str(delay_us), "--jitter-us", str(jitter_us), "--loss", repr(loss),
-                "--seed", str(seed), "--stats-file", str(stats)]
+                "--seed", str(seed), "--stats-file", str(stats),
+                # SCHED_FIFO: on a busy host the delay error comes from the engine waiting
+                # for a CPU, not from its own speed (see bench/engine_ceiling.py)
+                "--rt-priority", str(ENGINE_RT_PRIORITY)]
         with open(out, "wb") as out_fh, open(log, "ab") as log_fh:
             child = proc.spawn(argv, netns=netns, stdout=out_fh, stderr=log_fh,
                                die_with_parent=not self.detach,

@@ -1,0 +1,243 @@
+"""Root tier: the NFQUEUE delay engine on two real namespaces joined by a veth pair.
+
+Namespace A holds ``iptables -t mangle -A POSTROUTING -o veth-a -j NFQUEUE`` and the
+engine; pings go A -> B, so only the echo requests are queued (replies enter A on
+ingress) and the RTT rises by exactly one engine delay.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (creates network namespaces)"),
+]
+
+REPO = Path(__file__).resolve().parents[1]
+ADDR_A, ADDR_B = "10.254.91.1", "10.254.91.2"
+QUEUE = 4
+_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two namespaces joined by veth-a (in a) <-> veth-b (in b)."""
+
+    a: str
+    b: str
+
+
+def _in_ns(name: str):
+    from pyroute2 import netns
+
+    return lambda: netns.setns(name, flags=0)
+
+
+def _run_in(ns: str, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, preexec_fn=_in_ns(ns), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _addr_up(ipr, ifname: str, address: str) -> None:
+    idx = ipr.link_lookup(ifname=ifname)[0]
+    ipr.addr("add", index=idx, address=address, prefixlen=24)
+    ipr.link("set", index=idx, state="up")
+    ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+
+
+def _remove_ns(names: list[str]) -> None:
+    from pyroute2 import netns
+
+    existing = netns.listnetns()
+    for name in names:
+        if name in existing:
+            netns.remove(name)
+
+
+@pytest.fixture
+def pair():
+    from pyroute2 import NetNS, netns
+
+    base = f"nbtest-eng-{os.getpid()}-{next(_counter)}"
+    names = [f"{base}a", f"{base}b"]
+    try:
+        for name in names:
+            netns.create(name)
+        with NetNS(names[0], flags=0) as ns:
+            ns.link("add", ifname="veth-a", kind="veth",
+                    peer={"ifname": "veth-b", "net_ns_fd": names[1]})
+            _addr_up(ns, "veth-a", ADDR_A)
+        with NetNS(names[1], flags=0) as ns:
+            _addr_up(ns, "veth-b", ADDR_B)
+        rule = ["iptables", "-t", "mangle", "-A", "POSTROUTING", "-o", "veth-a",
+                "-j", "NFQUEUE", "--queue-num", str(QUEUE)]
+        res = _run_in(names[0], rule)
+        assert res.returncode == 0, res.stderr
+        yield Pair(*names)
+    finally:
+        _remove_ns(names)
+
+
+class Engine:
+    """An engine process inside a namespace; always killed by the fixture."""
+
+    def __init__(self, ns: str, stats: Path, *args: str) -> None:
+        argv = [sys.executable, "-m", "netbench.emulation.engine", "--queue-num", str(QUEUE),
+                "--stats-file", str(stats), *args]
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.stats_path = stats
+        self.proc = subprocess.Popen(argv, preexec_fn=_in_ns(ns), env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.ready = self._wait_ready(timeout=15)
+
+    def _wait_ready(self, timeout: float) -> dict:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.proc.kill()
+            raise AssertionError(f"engine not ready: {self.proc.stderr.read()}")
+        return json.loads(line)
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=10)
+
+    def stats(self) -> dict:
+        return json.loads(self.stats_path.read_text())
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def start_engine(pair, tmp_path):
+    engines: list[Engine] = []
+
+    def start(*args: str) -> Engine:
+        engine = Engine(pair.a, tmp_path / f"stats-{len(engines)}.json", *args)
+        engines.append(engine)
+        return engine
+
+    yield start
+    for engine in engines:
+        engine.kill()
+
+
+def _ping(ns: str, count: int, interval: float, wait_s: int = 2) -> tuple[float | None, int, int]:
+    """(avg rtt ms or None, transmitted, received) of a quiet ping A -> B."""
+    out = _run_in(ns, ["ping", "-c", str(count), "-i", str(interval), "-W", str(wait_s),
+                       "-q", ADDR_B]).stdout
+    sent, recv = map(int, re.search(r"(\d+) packets transmitted, (\d+) received", out).groups())
+    avg = re.search(r"= [\d.]+/([\d.]+)/", out)
+    return (float(avg.group(1)) if avg else None), sent, recv
+
+
+def _wait_held(engine: Engine, depth: int, timeout: float = 5.0) -> None:
+    """Wait until the engine's stats file (rewritten ~1/s) shows ``depth`` held packets."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if engine.stats()["queue_depth"] == depth:
+                return
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"engine never held {depth} packet(s)")
+
+
+def test_ready_line(start_engine):
+    engine = start_engine("--delay-us", "1000")
+    assert engine.ready["event"] == "ready"
+    assert engine.ready["pid"] == engine.proc.pid
+    assert engine.ready["queue_num"] == QUEUE
+    assert engine.ready["params"] == {"delay_us": 1000, "jitter_us": 0, "loss": 0.0, "seed": 0}
+    assert engine.terminate() == 0
+
+
+def test_without_engine_queued_packets_are_dropped(pair):
+    # The rule has no --queue-bypass: with nobody bound, the kernel drops.
+    _, sent, recv = _ping(pair.a, 2, 0.1, wait_s=1)
+    assert (sent, recv) == (2, 0)
+
+
+def test_delay_raises_rtt(pair, start_engine):
+    engine = start_engine("--delay-us", "20000")
+    avg, sent, recv = _ping(pair.a, 20, 0.05)
+    assert sent == recv == 20
+    assert 19.5 <= avg <= 25.0, avg
+    assert engine.terminate() == 0
+    stats = engine.stats()
+    assert stats["final"] is True
+    assert stats["received"] == stats["accepted"] == 20
+    assert stats["dropped"] == 0 and stats["queue_depth"] == 0
+    assert stats["lateness_us"]["count"] == 20
+    assert stats["kernel"]["queue_total"] == 0
+
+
+def test_loss_drops_packets(pair, start_engine):
+    engine = start_engine("--delay-us", "1000", "--loss", "0.3", "--seed", "11")
+    _, sent, recv = _ping(pair.a, 40, 0.02, wait_s=1)
+    lost = sent - recv
+    assert 0.1 * sent <= lost <= 0.55 * sent, (sent, recv)
+    assert engine.terminate() == 0
+    stats = engine.stats()
+    # only echo requests pass A's egress, so every engine drop is exactly one lost ping
+    assert stats["dropped"] == lost
+    assert stats["received"] == sent and stats["accepted"] == recv
+
+
+def test_jitter_keeps_order_and_mean(pair, start_engine):
+    engine = start_engine("--delay-us", "10000", "--jitter-us", "4000", "--seed", "2")
+    avg, sent, recv = _ping(pair.a, 30, 0.03)
+    assert sent == recv
+    assert 8.0 <= avg <= 14.0, avg
+    assert engine.terminate() == 0
+
+
+def test_sigterm_releases_held_packets(pair, start_engine):
+    engine = start_engine("--delay-us", "5000000")  # 5 s: the ping would wait
+    ping = subprocess.Popen(["ping", "-c", "1", "-W", "10", ADDR_B], preexec_fn=_in_ns(pair.a),
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        _wait_held(engine, 1)  # the echo request is now held by the engine
+        t0 = time.monotonic()
+        assert engine.terminate() == 0
+        out, _ = ping.communicate(timeout=10)
+        elapsed = time.monotonic() - t0
+    finally:
+        if ping.poll() is None:
+            ping.kill()
+    assert ping.returncode == 0, out
+    assert elapsed < 2.0
+    rtt = float(re.search(r"time=([\d.]+) ms", out).group(1))
+    assert 300 < rtt < 3000
+    stats = engine.stats()
+    assert stats["final"] is True and stats["accepted"] == 1 and stats["max_queue_depth"] == 1
+
+
+def test_second_engine_on_same_queue_fails(pair, start_engine):
+    start_engine("--delay-us", "1000")
+    with pytest.raises(AssertionError, match="already bound"):
+        start_engine("--delay-us", "1000")
+
+
+def test_engine_exit_without_traffic_unbinds(pair, start_engine):
+    first = start_engine("--delay-us", "1000")
+    assert first.terminate() == 0
+    second = start_engine("--delay-us", "1000")  # queue is free again
+    assert second.terminate() == 0
