@@ -51,7 +51,13 @@ def require_root() -> None:
 def _sigterm_as_interrupt() -> None:
     """SIGTERM takes the same path as Ctrl-C: reset, then exit."""
 
+    main_pid = os.getpid()
+
     def raise_interrupt(signum, frame):
+        # pyroute2 forks short-lived helpers that inherit this handler; they must just exit,
+        # never unwind into the controller's clean-up code
+        if os.getpid() != main_pid:
+            os._exit(0)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, raise_interrupt)
@@ -346,6 +352,7 @@ def reset_cmd() -> None:
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 65536), help="Per-worker batch size.")
 @click.option("--warmup", default=10, show_default=True, type=click.IntRange(0, 100000), help="Warm-up steps, excluded from statistics.")
 @click.option("--steps", default=30, show_default=True, type=click.IntRange(2, 1000000), help="Measured steps per run.")
+@click.option("--seconds", type=click.FloatRange(0.1, 86400), help="Measured window in seconds instead of --steps (all workers agree on the step count after warm-up).")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 1000), help="Repetitions of each point.")
 @click.option("--step-timeout", default=60.0, show_default=True, type=click.FloatRange(1, 86400), help="Seconds a step may take before the run ends as 'timeout'.")
 @click.option("--startup-timeout", default=240.0, show_default=True, type=click.FloatRange(1, 86400), help="Seconds until the first step.")
@@ -354,7 +361,7 @@ def reset_cmd() -> None:
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="Results folder [default: results/<sweep-id>].")
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
 @handle_errors
-def sweep(profile_file, latency, bandwidth, loss, jitter, workers, model, batch_size, warmup, steps, repeat,
+def sweep(profile_file, latency, bandwidth, loss, jitter, workers, model, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, dry_run) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
@@ -376,7 +383,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, workers, model, batch_
     )
     runs = _plan_runs(base, levels, repeat)
     sweep_id = time.strftime("sweep-%Y%m%d-%H%M%S")
-    config_job = JobSpec(model=model, batch_size=batch_size, warmup=warmup, steps=steps, seed=seed)
+    config_job = JobSpec(model=model, batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed)
     from netbench.runner import SweepConfig
 
     config = SweepConfig(sweep_id=sweep_id, runs=tuple(runs), job=config_job, workers=workers,
@@ -417,7 +424,9 @@ def _print_sweep_plan(config) -> None:
     topo = topology.plan_topology(config.workers, topology.choose_subnet([]))
     console.info(f"[yellow]dry run[/]: {len(config.runs)} runs, {config.workers} workers, "
                  f"model {config.job.model}, batch {config.job.batch_size}/worker, "
-                 f"{config.job.warmup} warm-up + {config.job.steps} measured steps; results -> {config.output}")
+                 f"{config.job.warmup} warm-up + "
+                 + (f"{config.job.seconds:g} s of" if config.job.seconds else f"{config.job.steps}")
+                 + f" measured steps; results -> {config.output}")
     for run in config.runs:
         console.plain(f"{run.run_id}  {run.profile.name}  repeat {run.repeat}")
         for change in ch.plan_apply(run.profile, topo, config.backend or "userspace",

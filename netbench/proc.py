@@ -200,3 +200,10 @@ def pids_in_netns(name: str) -> list[int]:
         except OSError:
             continue
     return pids
+
+
+def child_pythonpath() -> str:
+    """PYTHONPATH for children: the folder holding this netbench first, so they run this code."""
+    root = str(Path(__file__).resolve().parents[1])
+    existing = os.environ.get("PYTHONPATH")
+    return root if not existing else f"{root}{os.pathsep}{existing}"

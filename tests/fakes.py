@@ -104,32 +104,35 @@ class FakeEngines(_Recorder):
 
     def __init__(self, log: list | None = None, before: Hook | None = None) -> None:
         super().__init__(log, before)
-        self.running: dict[str, dict[str, Any]] = {}
+        self.running: dict[tuple[str, int], dict[str, Any]] = {}
         self._pids = itertools.count(40000)
 
     def start(self, netns: str, queue_num: int, delay_us: int, jitter_us: int, loss: float,
               seed: int, journal) -> int:
         self._call("start", netns=netns, queue_num=queue_num, delay_us=delay_us, jitter_us=jitter_us,
                    loss=loss, seed=seed)
-        if netns in self.running:
+        key = (netns, queue_num)
+        if key in self.running:
             raise EmulationError(f"{netns}: NFQUEUE {queue_num} is already bound by engine "
-                                 f"{self.running[netns]['pid']}")
+                                 f"{self.running[key]['pid']}")
         pid = next(self._pids)
-        journal.record("process", pid=pid, start=None, netns=netns, role="engine")
-        self.running[netns] = {"pid": pid, "params": {"queue_num": queue_num, "delay_us": delay_us,
-                                                      "jitter_us": jitter_us, "loss": loss, "seed": seed}}
+        journal.record("process", pid=pid, start=None, netns=netns, queue=queue_num, role="engine")
+        self.running[key] = {"pid": pid, "params": {"queue_num": queue_num, "delay_us": delay_us,
+                                                    "jitter_us": jitter_us, "loss": loss, "seed": seed}}
         return pid
 
-    def stop(self, netns: str, journal) -> bool:
-        self._call("stop", netns=netns)
-        stopped = self.running.pop(netns, None) is not None
+    def stop(self, netns: str, queue_num: int, journal) -> bool:
+        self._call("stop", netns=netns, queue_num=queue_num)
+        stopped = self.running.pop((netns, queue_num), None) is not None
         for entry in journal.pending():
-            if entry.kind == "process" and entry.data.get("role") == "engine" and entry.data.get("netns") == netns:
+            data = entry.data
+            if (entry.kind == "process" and data.get("role") == "engine" and data.get("netns") == netns
+                    and data.get("queue") == queue_num):
                 journal.done(entry)
         return stopped
 
-    def read(self, netns: str) -> dict[str, Any] | None:
-        engine = self.running.get(netns)
+    def read(self, netns: str, queue_num: int) -> dict[str, Any] | None:
+        engine = self.running.get((netns, queue_num))
         if engine is None:
             return None
         return {"pid": engine["pid"], "alive": True, "params": dict(engine["params"]),

@@ -28,10 +28,10 @@ def kinds(plan):
 def test_netem_plan_clears_then_sets_each_node():
     plan = ch.plan_apply(FULL, TOPO, "netem")
     assert kinds(plan) == [
-        ("ClearRules", "n1"), ("StopEngine", "n1"), ("ClearQdisc", "n1"),
-        ("ClearRules", "n2"), ("StopEngine", "n2"), ("ClearQdisc", "n2"),
+        ("ClearRules", "switch"), ("StopEngine", "n1"), ("StopEngine", "n2"),
+        ("ClearQdisc", "n1"), ("ClearQdisc", "n2"),
         ("SetNetem", "n1"), ("SetNetem", "n2")]
-    netem = plan[6]
+    netem = plan[5]
     assert (netem.netns, netem.ifname) == ("netbench-n1", "eth0")
     assert (netem.delay_us, netem.jitter_us, netem.loss, netem.rate_bps) == (10_000, 1_000, 0.01, 250_000_000)
     assert netem.limit_packets == ch.netem_limit_packets(10_000, 1_000, 250_000_000)
@@ -40,8 +40,8 @@ def test_netem_plan_clears_then_sets_each_node():
 def test_userspace_plan_order():
     plan = ch.plan_apply(FULL, TOPO, "userspace")
     assert kinds(plan) == [
-        ("ClearRules", "n1"), ("StopEngine", "n1"), ("ClearQdisc", "n1"),
-        ("ClearRules", "n2"), ("StopEngine", "n2"), ("ClearQdisc", "n2"),
+        ("ClearRules", "switch"), ("StopEngine", "n1"), ("StopEngine", "n2"),
+        ("ClearQdisc", "n1"), ("ClearQdisc", "n2"),
         ("SetTbf", "n1"), ("StartEngine", "n1"), ("AddNfqueueRule", "n1"),
         ("SetTbf", "n2"), ("StartEngine", "n2"), ("AddNfqueueRule", "n2"),
     ]
@@ -99,7 +99,7 @@ def test_describe_lines():
         f"{ch.netem_limit_packets(10_000, 1_000, 250_000_000)} delay 10ms 1ms loss 1% rate 250mbit")
     assert plan["SetTbf"].describe().startswith("n1: tc qdisc replace dev eth0 root handle 4e42: tbf rate 250mbit")
     assert plan["AddNfqueueRule"].describe() == \
-        "n1: iptables -t mangle -A NETBENCH -o eth0 -j NFQUEUE --queue-num 0"
+        "n1: in netbench-sw: iptables -t mangle -A NETBENCH -m physdev --physdev-in nb-n1 -j NFQUEUE --queue-num 1"
     assert "delay 10ms jitter 1ms loss 1% seed 0" in plan["StartEngine"].describe()
 
 
@@ -139,16 +139,17 @@ def test_userspace_apply_sets_tbf_engine_and_rule(journal):
     for position, node in enumerate(TOPO.nodes):
         assert ex.qdiscs.read(node.netns, node.ifname)["kind"] == "tbf"
         assert ex.qdiscs.read(node.netns, node.ifname)["rate_bps"] == 250_000_000
-        assert ex.iptables.rules(node.netns) == ["-A NETBENCH -o eth0 -j NFQUEUE --queue-num 0"]
-        params = ex.engines.read(node.netns)["params"]
+        assert f"-A NETBENCH -m physdev --physdev-in {node.port} -j NFQUEUE --queue-num {position + 1}" \
+            in ex.iptables.rules(TOPO.switch_netns)
+        params = ex.engines.read(TOPO.switch_netns, position + 1)["params"]
         assert (params["delay_us"], params["jitter_us"], params["loss"], params["seed"]) == \
             (10_000, 1_000, 0.01, 3 + position)
-    assert pending_summary(journal) == [("iptables", "netbench-n1"), ("iptables", "netbench-n2"),
-                                        ("process", "netbench-n1"), ("process", "netbench-n2"),
+    assert pending_summary(journal) == [("iptables", "netbench-sw"), ("iptables", "netbench-sw"),
+                                        ("process", "netbench-sw"), ("process", "netbench-sw"),
                                         ("qdisc", "netbench-n1"), ("qdisc", "netbench-n2")]
     # the engine of a node is started before its rule sends packets to its queue
-    order = [(a, m, k["netns"]) for a, m, k in log if m in ("start", "add_rule")]
-    assert order.index(("engines", "start", "netbench-n1")) < order.index(("iptables", "add_rule", "netbench-n1"))
+    order = [m for a, m, k in log if m in ("start", "add_rule")]
+    assert order == ["start", "add_rule", "start", "add_rule"]
 
 
 def test_journal_entry_is_written_before_each_change(journal):
@@ -186,10 +187,10 @@ def test_clear_resolves_journal_entries(journal):
     assert journal.pending()
     ex.apply(ch.plan_clear(TOPO, "userspace"))
     assert journal.pending() == []
-    for node in TOPO.nodes:
+    assert ex.iptables.rules(TOPO.switch_netns) == []
+    for position, node in enumerate(TOPO.nodes):
         assert ex.qdiscs.read(node.netns, node.ifname) is None
-        assert ex.iptables.rules(node.netns) == []
-        assert ex.engines.read(node.netns) is None
+        assert ex.engines.read(TOPO.switch_netns, position + 1) is None
 
 
 def test_clear_resolves_only_matching_entries(journal):
@@ -220,10 +221,10 @@ def test_changing_profile_replaces_the_old_one(journal):
     ex, _ = executor(journal)
     ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
     ex.apply(ch.plan_apply(Profile(delay_us=50_000), TOPO, "userspace"))
-    for node in TOPO.nodes:
+    assert len(ex.iptables.rules(TOPO.switch_netns)) == 2  # one per node, the old ones gone
+    for position, node in enumerate(TOPO.nodes):
         assert ex.qdiscs.read(node.netns, node.ifname) is None  # the tbf went away with the rate
-        assert ex.engines.read(node.netns)["params"]["delay_us"] == 50_000
-        assert len(ex.iptables.rules(node.netns)) == 1
+        assert ex.engines.read(TOPO.switch_netns, position + 1)["params"]["delay_us"] == 50_000
 
 
 def test_userspace_clears_a_previous_netem(journal):
@@ -239,9 +240,9 @@ def test_netem_clears_a_previous_userspace(journal):
     ex, _ = executor(journal)
     ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
     ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
-    for node in TOPO.nodes:
-        assert ex.iptables.rules(node.netns) == []
-        assert ex.engines.read(node.netns) is None
+    assert ex.iptables.rules(TOPO.switch_netns) == []
+    for position, node in enumerate(TOPO.nodes):
+        assert ex.engines.read(TOPO.switch_netns, position + 1) is None
 
 
 def test_on_change_sees_every_change_in_order(journal):

@@ -211,7 +211,7 @@ def test_sweep_dry_run_lists_runs_and_changes():
     for index, delay in enumerate((1_000, 10_000, 100_000)):
         for change in ch.plan_apply(Profile(delay_us=delay), topo, "userspace", seed=100 * index):
             assert "    " + change.describe() in result.stdout.splitlines()
-    assert "start delay engine on NFQUEUE 0: delay 100ms" in result.stdout
+    assert "start delay engine on NFQUEUE 1: delay 100ms" in result.stdout
     assert not (os.path.exists("results"))  # a dry run writes nothing
 
 
@@ -225,7 +225,7 @@ def test_sweep_dry_run_grid_and_repeat():
     assert [r[3] for r in runs] == ["0", "1"] * 4
     netem_lines = [line for line in result.stdout.splitlines() if "netem limit" in line]
     assert len(netem_lines) == 8 * 3
-    assert "NFQUEUE" not in result.stdout
+    assert "-j NFQUEUE" not in result.stdout and "start delay engine" not in result.stdout
 
 
 def test_sweep_dry_run_with_profile(tmp_path):

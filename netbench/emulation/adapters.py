@@ -133,23 +133,37 @@ def decode_qdisc(qdisc: Any) -> dict[str, Any]:
     return out
 
 
+IPT_HOOK = "FORWARD"  # bridged packets pass iptables FORWARD when bridge-nf-call-iptables is 1
+BRIDGE_NF_SYSCTL = "/proc/sys/net/bridge/bridge-nf-call-iptables"
+
+
+def _enable_bridge_netfilter(netns: str) -> None:
+    """Make bridged IPv4 traffic in `netns` traverse iptables (a per-namespace sysctl)."""
+    result = proc.run(["sh", "-c", f"test -e {BRIDGE_NF_SYSCTL} && echo 1 > {BRIDGE_NF_SYSCTL}"],
+                      netns=netns, check=False)
+    if result.returncode != 0:
+        raise EmulationError(f"{netns}: bridged traffic cannot reach iptables ({BRIDGE_NF_SYSCTL} is missing)",
+                             hint="load the bridge netfilter module: modprobe br_netfilter")
+
+
 class Iptables:
-    """The NFQUEUE rule in a node's namespace, in a netbench-owned chain of the mangle table."""
+    """NFQUEUE rules in the switch namespace, in a netbench-owned chain of the mangle table."""
 
     def _ipt(self, netns: str, *args: str, check: bool = True):
         return proc.run(["iptables", "-w", "5", "-t", "mangle", *args], netns=netns, check=check)
 
     def add_rule(self, netns: str, args: list[str]) -> None:
+        _enable_bridge_netfilter(netns)
         self._ipt(netns, "-N", IPT_CHAIN, check=False)  # exists already: fine
-        if self._ipt(netns, "-C", "POSTROUTING", "-j", IPT_CHAIN, check=False).returncode != 0:
-            self._ipt(netns, "-I", "POSTROUTING", "1", "-j", IPT_CHAIN)
+        if self._ipt(netns, "-C", IPT_HOOK, "-j", IPT_CHAIN, check=False).returncode != 0:
+            self._ipt(netns, "-I", IPT_HOOK, "1", "-j", IPT_CHAIN)
         self._ipt(netns, "-A", IPT_CHAIN, *args)
 
     def clear(self, netns: str) -> bool:
         """Flush and delete the netbench chain; False if there was none."""
         if self._ipt(netns, "-S", IPT_CHAIN, check=False).returncode != 0:
             return False
-        self._ipt(netns, "-D", "POSTROUTING", "-j", IPT_CHAIN, check=False)
+        self._ipt(netns, "-D", IPT_HOOK, "-j", IPT_CHAIN, check=False)
         self._ipt(netns, "-F", IPT_CHAIN, check=False)
         self._ipt(netns, "-X", IPT_CHAIN, check=False)
         return True
@@ -170,12 +184,13 @@ class Engines:
         self.dir = state_dir / "engines"
         self.detach = detach  # True: engines outlive this command (netbench apply)
 
-    def _paths(self, netns: str) -> tuple[Path, Path, Path]:
-        return self.dir / f"{netns}.json", self.dir / f"{netns}.out", self.dir / f"{netns}.log"
+    def _paths(self, netns: str, queue_num: int) -> tuple[Path, Path, Path]:
+        stem = f"{netns}-q{queue_num}"
+        return self.dir / f"{stem}.json", self.dir / f"{stem}.out", self.dir / f"{stem}.log"
 
     def start(self, netns: str, queue_num: int, delay_us: int, jitter_us: int, loss: float,
               seed: int, journal) -> int:
-        stats, out, log = self._paths(netns)
+        stats, out, log = self._paths(netns, queue_num)
         self.dir.mkdir(parents=True, exist_ok=True)
         for path in (stats, out):
             path.unlink(missing_ok=True)
@@ -188,8 +203,9 @@ class Engines:
         with open(out, "wb") as out_fh, open(log, "ab") as log_fh:
             child = proc.spawn(argv, netns=netns, stdout=out_fh, stderr=log_fh,
                                die_with_parent=not self.detach,
-                               env={"PYTHONPATH": _package_root()})
-        journal.record("process", pid=child.pid, start=proc.start_time(child.pid), netns=netns, role="engine")
+                               env={"PYTHONPATH": proc.child_pythonpath()})
+        journal.record("process", pid=child.pid, start=proc.start_time(child.pid), netns=netns,
+                       queue=queue_num, role="engine")
         self._wait_ready(child, out, log, netns)
         return child.pid
 
@@ -210,11 +226,13 @@ class Engines:
         proc.stop(child)
         raise EmulationError(f"{netns}: delay engine not ready after {self.READY_TIMEOUT_S:g}s", hint=f"see {log}")
 
-    def stop(self, netns: str, journal) -> bool:
-        """Stop the engine of `netns` (TERM releases held packets, then KILL)."""
+    def stop(self, netns: str, queue_num: int, journal) -> bool:
+        """Stop the engine serving `queue_num` in `netns` (TERM releases held packets, then KILL)."""
         stopped = False
         for entry in journal.pending():
-            if entry.kind == "process" and entry.data.get("role") == "engine" and entry.data.get("netns") == netns:
+            data = entry.data
+            if (entry.kind == "process" and data.get("role") == "engine" and data.get("netns") == netns
+                    and data.get("queue") == queue_num):
                 pid, started = entry.data["pid"], entry.data.get("start")
                 if proc.is_same_process(pid, started):
                     proc.stop_pids([pid], grace=3.0)
@@ -222,9 +240,9 @@ class Engines:
                 journal.done(entry)
         return stopped
 
-    def read(self, netns: str) -> dict[str, Any] | None:
+    def read(self, netns: str, queue_num: int) -> dict[str, Any] | None:
         """The engine's last stats (params, counters) if its process is alive."""
-        stats, out, _ = self._paths(netns)
+        stats, out, _ = self._paths(netns, queue_num)
         try:
             data = json.loads(stats.read_text())
         except (OSError, json.JSONDecodeError):
@@ -249,13 +267,6 @@ def _ready_line(path: Path) -> dict[str, Any] | None:
         if isinstance(event, dict) and event.get("event") == "ready":
             return event
     return None
-
-
-def _package_root() -> str:
-    """The folder holding the netbench package, so children import this same code."""
-    root = str(Path(__file__).resolve().parents[2])
-    existing = os.environ.get("PYTHONPATH")
-    return root if not existing else f"{root}{os.pathsep}{existing}"
 
 
 def probe_netem(scratch_netns: str = "netbench-probe") -> tuple[bool, str]:

@@ -35,7 +35,7 @@ class Executor:
     def _dispatch(self, change: ch.Change) -> None:
         j = self.journal
         if isinstance(change, ch.StopEngine):
-            self.engines.stop(change.netns, j)
+            self.engines.stop(change.netns, change.queue_num, j)
         elif isinstance(change, ch.ClearRules):
             self.iptables.clear(change.netns)
             jr.resolve(j, "iptables", netns=change.netns)
@@ -91,13 +91,14 @@ def choose_backend(requested: str | None, probe: Callable[[], tuple[bool, str]] 
 
 def read_emulation(topology: Topology, qdiscs: QdiscAdapter, iptables: Any, engines: Any) -> list[dict[str, Any]]:
     """What each node's egress holds right now, read from the kernel and the engines."""
+    switch_rules = iptables.rules(topology.switch_netns)
     rows = []
-    for node in topology.nodes:
+    for position, node in enumerate(topology.nodes):
         qdisc = qdiscs.read(node.netns, node.ifname)
-        rules = iptables.rules(node.netns)
-        engine = engines.read(node.netns) if rules or engines is not None else None
+        rules = [rule for rule in switch_rules if f"--physdev-in {node.port} " in rule + " "]
+        engine = engines.read(topology.switch_netns, ch.queue_num(position)) if rules else None
         row: dict[str, Any] = {"node": node.name, "ifname": node.ifname, "qdisc": qdisc,
-                               "nfqueue_rules": rules, "engine": engine if rules else None}
+                               "nfqueue_rules": rules, "engine": engine}
         row["backend"] = ("netem" if qdisc and qdisc.get("kind") == "netem"
                           else "userspace" if (rules or (qdisc and qdisc.get("kind") == "tbf")) else None)
         rows.append(row)

@@ -3,8 +3,13 @@
 Two backends produce different plans for the same profile:
 - netem: one netem qdisc at the root of each node's egress interface (delay, jitter,
   loss, rate, and a queue limit sized to the bandwidth-delay product).
-- userspace: rate through a tbf qdisc; delay, jitter and loss through an iptables
-  NFQUEUE rule and a netbench delay engine process per node.
+- userspace: rate through a tbf qdisc on each node's egress; delay, jitter and loss
+  through iptables NFQUEUE rules in the switch namespace (one queue per node port,
+  matched with physdev on the port the node's traffic enters the bridge by) and a
+  netbench delay engine process per node. Queueing in the switch, not in the sender's
+  own stack, matters: a packet held in the sender's POSTROUTING still counts against
+  its TCP socket (TCP small queues), which collapses TCP to a few Mbit/s under delay;
+  a forwarded packet has left its socket, as it has with netem.
 Every plan first removes what netbench set before, so applying is idempotent.
 """
 
@@ -18,7 +23,6 @@ from netbench.profile import Profile
 from netbench.testbed.topology import Node, Topology
 
 QDISC_HANDLE = "4e42:"  # "NB": a handle netbench owns; it never deletes a root it does not own
-QUEUE_NUM = 0  # NFQUEUE number; one queue per node namespace, so a constant suffices
 IPT_CHAIN = "NETBENCH"
 MTU_FRAME_BYTES = 1514
 TBF_QUEUE_S = 0.05  # tbf backlog in seconds of the rate: enough for TCP, not bufferbloat
@@ -35,14 +39,18 @@ class Change:
 
 @dataclass(frozen=True)
 class StopEngine(Change):
+    """Stop the engine serving `queue_num` in namespace `netns` (the switch)."""
+
+    queue_num: int
+
     def describe(self) -> str:
-        return f"{self.node}: stop delay engine (if running)"
+        return f"{self.node}: stop delay engine on NFQUEUE {self.queue_num} in {self.netns} (if running)"
 
 
 @dataclass(frozen=True)
 class ClearRules(Change):
     def describe(self) -> str:
-        return f"{self.node}: iptables -t mangle -F {IPT_CHAIN}; remove jump from POSTROUTING (if present)"
+        return f"{self.netns}: iptables -t mangle -F {IPT_CHAIN}; remove jump from FORWARD (if present)"
 
 
 @dataclass(frozen=True)
@@ -102,21 +110,23 @@ class StartEngine(Change):
     seed: int
 
     def describe(self) -> str:
-        return (f"{self.node}: start delay engine on NFQUEUE {self.queue_num}: delay "
+        return (f"{self.node}: in {self.netns}: start delay engine on NFQUEUE {self.queue_num}: delay "
                 f"{units.format_duration_us(self.delay_us)} jitter {units.format_duration_us(self.jitter_us)} "
                 f"loss {units.format_ratio(self.loss)} seed {self.seed}")
 
 
 @dataclass(frozen=True)
 class AddNfqueueRule(Change):
-    ifname: str
+    """Queue what node `node` sends (it enters the bridge by `port`) to `queue_num`."""
+
+    port: str
     queue_num: int
 
     def iptables_args(self) -> list[str]:
-        return ["-o", self.ifname, "-j", "NFQUEUE", "--queue-num", str(self.queue_num)]
+        return ["-m", "physdev", "--physdev-in", self.port, "-j", "NFQUEUE", "--queue-num", str(self.queue_num)]
 
     def describe(self) -> str:
-        return f"{self.node}: iptables -t mangle -A {IPT_CHAIN} {' '.join(self.iptables_args())}"
+        return f"{self.node}: in {self.netns}: iptables -t mangle -A {IPT_CHAIN} {' '.join(self.iptables_args())}"
 
 
 def tbf_burst_bytes(rate_bps: int) -> int:
@@ -139,17 +149,26 @@ def netem_limit_packets(delay_us: int, jitter_us: int, rate_bps: int | None) -> 
     return max(1000, math.ceil(1.5 * bdp_packets))
 
 
+def queue_num(position: int) -> int:
+    """The NFQUEUE number serving the node at `position` (0-based) in the topology."""
+    return position + 1
+
+
 def plan_clear(topology: Topology, backend: str) -> list[Change]:
-    """Remove whatever netbench set on every node (harmless where nothing is set)."""
-    changes: list[Change] = []
+    """Remove whatever netbench set (harmless where nothing is set).
+
+    Whatever the backend: a userspace profile applied earlier must not stack on netem.
+    """
+    switch = topology.switch_netns
+    changes: list[Change] = [ClearRules("switch", switch)]
+    for position, node in enumerate(topology.nodes):
+        changes.append(StopEngine(node.name, switch, queue_num(position)))
     for node in topology.nodes:
-        # whatever the backend: a userspace profile applied earlier must not stack on netem
-        changes += [ClearRules(node.name, node.netns), StopEngine(node.name, node.netns),
-                    ClearQdisc(node.name, node.netns, node.ifname)]
+        changes.append(ClearQdisc(node.name, node.netns, node.ifname))
     return changes
 
 
-def _plan_node(profile: Profile, node: Node, backend: str, seed: int) -> list[Change]:
+def _plan_node(profile: Profile, node: Node, position: int, switch: str, backend: str, seed: int) -> list[Change]:
     if backend == "netem":
         if profile.is_null:
             return []
@@ -163,9 +182,10 @@ def _plan_node(profile: Profile, node: Node, backend: str, seed: int) -> list[Ch
     if profile.delay_us or profile.jitter_us or profile.loss:
         # the engine binds its queue before the rule exists: without --queue-bypass, packets
         # queued to an unbound queue would be dropped
-        changes.append(StartEngine(node.name, node.netns, QUEUE_NUM, profile.delay_us,
+        queue = queue_num(position)
+        changes.append(StartEngine(node.name, switch, queue, profile.delay_us,
                                    profile.jitter_us, profile.loss, seed))
-        changes.append(AddNfqueueRule(node.name, node.netns, node.ifname, QUEUE_NUM))
+        changes.append(AddNfqueueRule(node.name, switch, node.port, queue))
     return changes
 
 
@@ -178,5 +198,5 @@ def plan_apply(profile: Profile, topology: Topology, backend: str, seed: int = 0
         raise ValueError(f"unknown backend {backend!r}")
     changes = plan_clear(topology, backend)
     for position, node in enumerate(topology.nodes):
-        changes += _plan_node(profile, node, backend, seed + position)
+        changes += _plan_node(profile, node, position, topology.switch_netns, backend, seed + position)
     return changes

@@ -18,6 +18,7 @@ class JobSpec:
     batch_size: int = 64  # per worker
     warmup: int = 10
     steps: int = 30
+    seconds: float | None = None  # a measured window in seconds instead of `steps`
     seed: int = 0
 
 
@@ -36,9 +37,10 @@ class Task:
 
 
 def worker_argv(job: JobSpec, python: str = sys.executable) -> tuple[str, ...]:
+    window = ("--seconds", f"{job.seconds:g}") if job.seconds else ("--steps", str(job.steps))
     return (python, "-m", "netbench.jobs.worker", "--model", job.model,
             "--batch-size", str(job.batch_size), "--warmup", str(job.warmup),
-            "--steps", str(job.steps), "--seed", str(job.seed))
+            *window, "--seed", str(job.seed))
 
 
 def plan_allreduce(job: JobSpec, nodes: tuple[Node, ...], workers: int, port: int,

@@ -9,7 +9,6 @@ stopped with escalation (TERM, then KILL) on the way out, whatever happened.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import threading
 import time
@@ -83,7 +82,7 @@ def run_job(tasks: list[Task], log_dir: Path, journal: Journal, timeouts: Timeou
             log = log_dir / f"{task.node}-{task.role}{task.index}.log"
             with open(log, "ab") as log_fh:
                 child_env = {"TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1",
-                             "PYTHONPATH": _pythonpath(), **(env or {})}
+                             "PYTHONPATH": proc.child_pythonpath(), **(env or {})}
                 popen = proc.spawn(task.argv, netns=task.netns, env=child_env, stdout=-1, stderr=log_fh)
             entry = journal.record("process", pid=popen.pid, start=proc.start_time(popen.pid),
                                    netns=task.netns, role=f"{task.role}{task.index}")
@@ -134,9 +133,3 @@ def _collect(live: list[_Live], sink: queue.Queue, events: list[dict], timeouts:
             item.error = f"{event.get('type', 'Error')}: {event.get('message', '')}"
             return "failed", f"{item.task.node} {item.task.role}{item.task.index}: {item.error}"
     return "ok", ""
-
-
-def _pythonpath() -> str:
-    root = str(Path(__file__).resolve().parents[2])
-    existing = os.environ.get("PYTHONPATH")
-    return root if not existing else f"{root}{os.pathsep}{existing}"
