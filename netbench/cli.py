@@ -374,6 +374,9 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, workers, model, batch_
     from netbench.jobs.cluster import JobSpec
     from netbench.jobs.launch import Timeouts
 
+    if seconds and warmup < 1:
+        raise UsageError("flag --seconds needs --warmup of at least 1: workers agree on the step count "
+                         "from the warm-up step times", hint="e.g. --seconds 30 --warmup 10")
     base = load_profile(profile_file) if profile_file else Profile(name="base")
     levels = sweep_plan.SweepLevels(
         delay_us=tuple(parse_levels(latency, "--latency", units.parse_duration_us)) if latency else (),

@@ -7,7 +7,9 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-out = Console(highlight=False, soft_wrap=True)
+# piped output (make, CI logs) would default to 80 columns and squash the result tables
+_WIDTH = None if sys.stdout.isatty() else 160
+out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

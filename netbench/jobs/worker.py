@@ -26,11 +26,25 @@ between processes on one Linux host)::
 
 TensorFlow is imported only inside functions that need it, so the controller
 can import the pure helpers below cheaply.
+
+Failure handling (TF 2.21 behaviour measured on loopback):
+
+* a peer that exits or is SIGKILLed: the survivors' collectives fail at once
+  (UnavailableError) -> error event, exit 1;
+* a peer that hangs (e.g. SIGSTOP): the coordination service's heartbeat or
+  the collective timeout (--collective-timeout) aborts the step -> error event;
+* a peer that never starts: strategy creation blocks forever in C++ holding
+  the GIL, so --startup-timeout uses faulthandler's C watchdog (traceback on
+  stderr, exit 1, no JSON event);
+* in multi-worker mode TF catches SIGTERM (preemption notifier), so SIGTERM
+  is ignored until the strategy exists; afterwards the default action is
+  restored.  Controllers should escalate to SIGKILL.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import math
 import os
@@ -38,7 +52,7 @@ import signal
 import sys
 import threading
 import time
-from typing import IO, Any, Mapping, Sequence
+from typing import IO, Any, Mapping, MutableMapping, Sequence
 
 MODELS = ("mlp", "cnn")
 # Per-example input shape of each synthetic model.
@@ -264,59 +278,24 @@ def emit(event: Mapping[str, Any], stream: IO[str]) -> None:
     stream.flush()
 
 
-class StartupTimeoutError(RuntimeError):
-    """The cluster or model was not up within --startup-timeout."""
-
-
-class StartupWatchdog:
-    """Ends the process if the start event is not sent within a deadline.
+def arm_startup_watchdog(timeout_s: float, stream: IO[str] | None = None) -> None:
+    """Exit the process with status 1 if not disarmed within ``timeout_s`` s.
 
     While the strategy connects to its peers, TF blocks in C++ with no timeout
-    when a peer never shows up, and in multi-worker mode it also swallows
-    SIGTERM (its preemption notifier installs a handler).  Only another thread
-    can get the process out: it emits an error event and exits with status 1.
+    when a peer never shows up, HOLDING THE GIL (so a Python thread or signal
+    handler cannot run), and in multi-worker mode it swallows SIGTERM.
+    faulthandler's watchdog is a C thread that needs no GIL: it dumps all
+    Python tracebacks to ``stream`` (default stderr) and calls _exit(1).
+    No JSON error event can be written on this path.  0 disables.
     """
+    if timeout_s > 0:
+        faulthandler.dump_traceback_later(
+            timeout_s, exit=True, file=stream if stream is not None else sys.stderr)
 
-    def __init__(self, timeout_s: float, events: IO[str],
-                 exit_fn: Any = os._exit) -> None:
-        """Arm for ``timeout_s`` seconds (0 = never expire)."""
-        self._events = events
-        self._exit_fn = exit_fn
-        self._lock = threading.Lock()
-        self._disarmed = False
-        self._timer: threading.Timer | None = None
-        if timeout_s > 0:
-            self._timer = threading.Timer(timeout_s, self._expire, args=(timeout_s,))
-            self._timer.daemon = True  # never keeps the process alive
-            self._timer.start()
 
-    def started(self, event: Mapping[str, Any]) -> None:
-        """Emit the start event and disarm, atomically w.r.t. expiry."""
-        with self._lock:
-            if self._disarmed:
-                return
-            emit(event, self._events)
-            self._disarm_locked()
-
-    def disarm(self) -> None:
-        """Stop the watchdog without emitting anything (e.g. on an error)."""
-        with self._lock:
-            self._disarm_locked()
-
-    def _disarm_locked(self) -> None:
-        self._disarmed = True
-        if self._timer is not None:
-            self._timer.cancel()
-
-    def _expire(self, timeout_s: float) -> None:
-        with self._lock:
-            if self._disarmed:
-                return
-            self._disarmed = True
-            emit(error_event(StartupTimeoutError(
-                f"cluster/model not up after {timeout_s:g} s "
-                "(peer missing or unreachable?)")), self._events)
-            self._exit_fn(1)
+def disarm_startup_watchdog() -> None:
+    """Cancel arm_startup_watchdog (no-op when not armed)."""
+    faulthandler.cancel_dump_traceback_later()
 
 
 # ---------------------------------------------------------------------------
@@ -324,7 +303,7 @@ class StartupWatchdog:
 # ---------------------------------------------------------------------------
 
 
-def _configure_environment(environ: dict[str, str] | os._Environ) -> None:
+def _configure_environment(environ: MutableMapping[str, str]) -> None:
     """Quiet TF's C++ logging unless the caller chose a level (before import)."""
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", DEFAULT_TF_CPP_MIN_LOG_LEVEL)
 
@@ -443,13 +422,14 @@ def _restore_default_sigterm() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def run(args: argparse.Namespace, events: IO[str],
-        watchdog: StartupWatchdog | None = None) -> int:
+def run(args: argparse.Namespace, events: IO[str]) -> int:
     """Build strategy and model, train, and emit events on ``events``.
 
-    ``watchdog`` (if given) emits the start event and is disarmed by it.
+    The startup watchdog (--startup-timeout) covers everything up to the start
+    event; after it, every collective has --collective-timeout.
     Returns the total number of steps run (warm-up + measured).
     """
+    arm_startup_watchdog(args.startup_timeout)
     _configure_environment(os.environ)
     import tensorflow as tf
     import keras
@@ -465,14 +445,13 @@ def run(args: argparse.Namespace, events: IO[str],
     task_index, num_workers = _cluster_position(strategy)
     global_batch_size = args.batch_size * strategy.num_replicas_in_sync
 
-    # Same seed on every worker: identical initial weights (MWMS broadcasts
-    # them from the chief anyway).
+    # Same seed on every worker: identical initial weights.
     keras.utils.set_random_seed(args.seed)
     with strategy.scope():
         model = _build_model(keras, args.model)
         optimizer = keras.optimizers.SGD(learning_rate=args.learning_rate)
-        # Create slot variables now: building lazily inside the replica fn of
-        # a tf.function fails under a distribution strategy.
+        # Create the optimizer's variables (iteration counter, slots) now,
+        # under the scope, rather than lazily inside the traced step.
         optimizer.build(model.trainable_variables)
     # Different data per worker (as with a sharded data set), reproducible.
     x, y = _synthetic_batch(tf, args.model, args.batch_size,
@@ -482,10 +461,8 @@ def run(args: argparse.Namespace, events: IO[str],
     event = start_event(task_index, num_workers, os.getpid(), time.monotonic(),
                         tf.__version__, args.model, model.count_params(),
                         args.batch_size)
-    if watchdog is None:
-        emit(event, events)
-    else:
-        watchdog.started(event)
+    disarm_startup_watchdog()
+    emit(event, events)
 
     def timed_step(step: int, phase: str) -> float:
         """Run one step, emit its event, return its duration in seconds."""
@@ -534,11 +511,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit status (0 ok, 1 error, 2 usage)."""
     args = parse_args(argv)
     events = _take_stdout_for_events()
-    watchdog = StartupWatchdog(args.startup_timeout, events)
     try:
-        run(args, events, watchdog)
+        run(args, events)
     except Exception as exc:  # report any failure to the controller, then fail
-        watchdog.disarm()  # exactly one error event
+        disarm_startup_watchdog()
         try:
             emit(error_event(exc), events)
         finally:

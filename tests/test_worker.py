@@ -1,0 +1,378 @@
+"""Tests for netbench.jobs.worker.
+
+Pure tests need no TensorFlow.  Tests marked ``tf`` start real worker
+processes (TensorFlow import ~5 s each) and talk only over 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from netbench.jobs import worker
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+START_KEYS = {"event", "task_index", "num_workers", "pid", "time", "tf_version",
+              "model", "params", "batch_size", "global_batch_size"}
+STEP_KEYS = {"event", "step", "phase", "start", "end", "duration", "images", "loss"}
+DONE_KEYS = {"event", "time", "steps"}
+ERROR_KEYS = {"event", "type", "message"}
+
+
+# ---------------------------------------------------------------------------
+# Argument parsing
+# ---------------------------------------------------------------------------
+
+
+def test_parse_args_defaults():
+    args = worker.parse_args([])
+    assert args.model == "mlp"
+    assert args.batch_size == 64
+    assert args.warmup == 10
+    assert args.steps == 30
+    assert args.seconds is None
+    assert args.seed == 0
+    assert args.learning_rate == pytest.approx(0.01)
+    assert args.collective_timeout == pytest.approx(120.0)
+    assert args.startup_timeout == pytest.approx(300.0)
+    assert args.threads == 0
+
+
+def test_parse_args_all_options():
+    args = worker.parse_args([
+        "--model", "cnn", "--batch-size", "16", "--warmup", "0", "--steps", "7",
+        "--seed", "3", "--learning-rate", "0.5", "--collective-timeout", "0",
+        "--startup-timeout", "9", "--threads", "2",
+    ])
+    assert (args.model, args.batch_size, args.warmup, args.steps) == ("cnn", 16, 0, 7)
+    assert (args.seed, args.learning_rate, args.collective_timeout) == (3, 0.5, 0.0)
+    assert (args.startup_timeout, args.threads) == (9.0, 2)
+    assert args.seconds is None
+
+
+def test_parse_args_seconds_replaces_steps():
+    args = worker.parse_args(["--seconds", "2.5", "--warmup", "3"])
+    assert args.seconds == pytest.approx(2.5)
+    assert args.steps is None
+
+
+@pytest.mark.parametrize("argv", [
+    ["--batch-size", "0"],
+    ["--batch-size", "-4"],
+    ["--batch-size", "x"],
+    ["--warmup", "-1"],
+    ["--steps", "0"],
+    ["--seconds", "0"],
+    ["--seconds", "-1"],
+    ["--seconds", "nan"],
+    ["--seconds", "inf"],
+    ["--steps", "5", "--seconds", "5"],      # mutually exclusive
+    ["--seconds", "5", "--warmup", "0"],     # no warm-up mean to size it
+    ["--model", "resnet"],
+    ["--learning-rate", "0"],
+    ["--collective-timeout", "-1"],
+    ["--startup-timeout", "-1"],
+    ["--threads", "-1"],
+    ["--unknown"],
+])
+def test_parse_args_rejects(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        worker.parse_args(argv)
+    assert info.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# Seconds -> steps
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seconds, mean, expected", [
+    (10.0, 0.033, 304),     # 303.03 -> rounds up
+    (1.0, 0.25, 4),         # exact division: no extra step
+    (0.001, 0.5, 1),        # shorter than one step: still one step
+    (60.0, 2.0, 30),
+])
+def test_measured_steps_from_mean(seconds, mean, expected):
+    assert worker.measured_steps_from_mean(seconds, mean) == expected
+
+
+def test_measured_steps_covers_window():
+    for seconds in (0.3, 1.0, 7.5, 30.0):
+        for mean in (0.0011, 0.033, 0.2, 1.7):
+            steps = worker.measured_steps_from_mean(seconds, mean)
+            assert steps >= 1
+            assert steps * mean >= seconds * (1 - 1e-12)
+            assert steps == 1 or (steps - 1) * mean < seconds
+
+
+@pytest.mark.parametrize("seconds, mean", [
+    (1.0, 0.0), (1.0, -0.1), (1.0, math.nan), (1.0, math.inf),
+    (0.0, 0.1), (-1.0, 0.1), (math.nan, 0.1),
+])
+def test_measured_steps_rejects_bad_input(seconds, mean):
+    with pytest.raises(ValueError):
+        worker.measured_steps_from_mean(seconds, mean)
+
+
+def test_warmup_mean_drops_traced_first_step():
+    assert worker.warmup_mean([5.0, 1.0, 3.0]) == pytest.approx(2.0)
+    assert worker.warmup_mean([0.7]) == pytest.approx(0.7)
+    with pytest.raises(ValueError):
+        worker.warmup_mean([])
+
+
+# ---------------------------------------------------------------------------
+# Events
+# ---------------------------------------------------------------------------
+
+
+def test_start_event_shape():
+    ev = worker.start_event(1, 4, 123, 10.5, "2.21.0", "mlp", 669706, 64)
+    assert set(ev) == START_KEYS
+    assert ev["event"] == "start"
+    assert (ev["task_index"], ev["num_workers"], ev["pid"]) == (1, 4, 123)
+    assert ev["params"] == 669706
+    assert ev["batch_size"] == 64
+    assert ev["global_batch_size"] == 256
+
+
+def test_step_event_shape():
+    ev = worker.step_event(3, "measured", 10.0, 10.25, 128, 1.5)
+    assert set(ev) == STEP_KEYS
+    assert ev["event"] == "step"
+    assert (ev["step"], ev["phase"], ev["images"]) == (3, "measured", 128)
+    assert ev["duration"] == pytest.approx(0.25)
+    assert ev["loss"] == pytest.approx(1.5)
+    assert worker.step_event(0, "warmup", 1.0, 2.0, 64, 0.1)["phase"] == "warmup"
+
+
+def test_step_event_rejects_unknown_phase():
+    with pytest.raises(ValueError):
+        worker.step_event(0, "train", 1.0, 2.0, 64, 0.1)
+
+
+@pytest.mark.parametrize("loss", [math.nan, math.inf, -math.inf])
+def test_step_event_non_finite_loss_is_null(loss):
+    ev = worker.step_event(0, "warmup", 1.0, 2.0, 64, loss)
+    assert ev["loss"] is None
+    out = io.StringIO()
+    worker.emit(ev, out)  # must still be strict JSON
+    assert json.loads(out.getvalue())["loss"] is None
+
+
+def test_done_and_error_events():
+    done = worker.done_event(99.5, 40)
+    assert done == {"event": "done", "time": 99.5, "steps": 40}
+    err = worker.error_event(RuntimeError("peer gone"))
+    assert set(err) == ERROR_KEYS
+    assert err == {"event": "error", "type": "RuntimeError", "message": "peer gone"}
+
+
+def test_emit_writes_one_json_line():
+    out = io.StringIO()
+    worker.emit(worker.done_event(1.0, 2), out)
+    worker.emit(worker.step_event(0, "warmup", 1.0, 2.0, 64, 0.5), out)
+    lines = out.getvalue().split("\n")
+    assert lines[-1] == ""  # every event ends with a newline
+    assert [json.loads(line)["event"] for line in lines[:-1]] == ["done", "step"]
+
+
+def test_make_tf_config():
+    addrs = ["127.0.0.1:1111", "127.0.0.1:2222"]
+    cfg = json.loads(worker.make_tf_config(addrs, 1))
+    assert cfg == {"cluster": {"worker": addrs}, "task": {"type": "worker", "index": 1}}
+    with pytest.raises(ValueError):
+        worker.make_tf_config(addrs, 2)
+    with pytest.raises(ValueError):
+        worker.make_tf_config([], 0)
+
+
+# ---------------------------------------------------------------------------
+# Process-level checks that need no TensorFlow
+# ---------------------------------------------------------------------------
+
+
+def _env(tf_config: str | None = None) -> dict[str, str]:
+    """Child environment: repo importable, TF_CONFIG set or removed."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    env.pop("TF_CONFIG", None)
+    if tf_config is not None:
+        env["TF_CONFIG"] = tf_config
+    return env
+
+
+def test_import_does_not_import_tensorflow():
+    code = ("import sys, netbench.jobs.worker; "
+            "sys.exit(1 if 'tensorflow' in sys.modules or 'keras' in sys.modules else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], env=_env(), timeout=60,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_cli_usage_error_exits_2_with_clean_stdout():
+    proc = subprocess.run([sys.executable, "-m", "netbench.jobs.worker", "--batch-size", "0"],
+                          env=_env(), timeout=60, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "--batch-size" in proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# Real TensorFlow runs (loopback only)
+# ---------------------------------------------------------------------------
+
+
+def _free_ports(count: int) -> list[int]:
+    """Distinct free TCP ports on 127.0.0.1 (all held open until all are chosen)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _parse_events(stdout: str) -> list[dict]:
+    """Every stdout line must be one JSON event."""
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
+def _run_cluster(num_workers: int, extra_args: list[str], tmp_path: Path,
+                 timeout_s: float) -> list[tuple[int, list[dict]]]:
+    """Run workers on loopback; return (returncode, events) per worker.
+
+    Every process is killed and reaped on any failure or timeout, so no
+    worker is ever left behind.
+    """
+    if num_workers == 1:
+        configs = [None]
+    else:
+        addrs = [f"127.0.0.1:{p}" for p in _free_ports(num_workers)]
+        configs = [worker.make_tf_config(addrs, i) for i in range(num_workers)]
+    procs: list[subprocess.Popen] = []
+    results = []
+    try:
+        for i, cfg in enumerate(configs):
+            # stderr to a file: TF logs could fill a pipe nobody reads yet.
+            with open(tmp_path / f"worker{i}.err", "w") as err:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "netbench.jobs.worker", *extra_args],
+                    stdout=subprocess.PIPE, stderr=err, env=_env(cfg), text=True))
+        deadline = time.monotonic() + timeout_s
+        for proc in procs:
+            out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            results.append((proc.returncode, _parse_events(out)))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+    return results
+
+
+def _stderr_tail(tmp_path: Path, index: int) -> str:
+    return (tmp_path / f"worker{index}.err").read_text()[-3000:]
+
+
+def _check_run(events: list[dict], warmup: int, measured: int, num_workers: int,
+               batch_size: int) -> None:
+    """Assert the event stream of one successful worker."""
+    assert events[0]["event"] == "start"
+    assert set(events[0]) == START_KEYS
+    start = events[0]
+    assert start["num_workers"] == num_workers
+    assert start["batch_size"] == batch_size
+    assert start["global_batch_size"] == batch_size * num_workers
+    assert start["model"] == "mlp"
+    assert start["params"] == 669706
+    assert start["tf_version"].startswith("2.")
+
+    steps = events[1:-1]
+    assert [e["event"] for e in steps] == ["step"] * (warmup + measured)
+    assert [e["step"] for e in steps] == list(range(warmup + measured))
+    assert [e["phase"] for e in steps] == ["warmup"] * warmup + ["measured"] * measured
+    previous_end = start["time"]
+    for e in steps:
+        assert set(e) == STEP_KEYS
+        assert e["duration"] > 0
+        assert e["duration"] == pytest.approx(e["end"] - e["start"])
+        assert e["start"] >= previous_end  # monotonic, non-overlapping
+        previous_end = e["end"]
+        assert e["images"] == batch_size * num_workers
+        assert isinstance(e["loss"], float) and math.isfinite(e["loss"])
+
+    assert events[-1]["event"] == "done"
+    assert set(events[-1]) == DONE_KEYS
+    assert events[-1]["steps"] == warmup + measured
+    assert events[-1]["time"] >= previous_end
+
+
+@pytest.mark.tf
+def test_single_worker_run(tmp_path):
+    (rc, events), = _run_cluster(
+        1, ["--warmup", "2", "--steps", "3", "--batch-size", "16"], tmp_path, timeout_s=180)
+    assert rc == 0, _stderr_tail(tmp_path, 0)
+    _check_run(events, warmup=2, measured=3, num_workers=1, batch_size=16)
+    assert events[0]["task_index"] == 0
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("length_args", [["--steps", "3"], ["--seconds", "0.5"]],
+                         ids=["steps", "seconds"])
+def test_two_workers_on_loopback(tmp_path, length_args):
+    results = _run_cluster(
+        2, ["--warmup", "3", "--batch-size", "16", "--collective-timeout", "60",
+            "--startup-timeout", "120", *length_args],
+        tmp_path, timeout_s=240)
+    for i, (rc, _) in enumerate(results):
+        assert rc == 0, _stderr_tail(tmp_path, i)
+    totals = [events[-1]["steps"] for _, events in results]
+    assert totals[0] == totals[1]  # same step count on all workers, or MWMS deadlocks
+    measured = totals[0] - 3
+    if length_args[0] == "--steps":
+        assert measured == 3
+    for _, events in results:
+        _check_run(events, warmup=3, measured=measured, num_workers=2, batch_size=16)
+    assert sorted(events[0]["task_index"] for _, events in results) == [0, 1]
+    assert results[0][1][0]["pid"] != results[1][1][0]["pid"]
+
+
+@pytest.mark.tf
+def test_missing_peer_hits_startup_timeout(tmp_path):
+    """Worker 0 of a 2-worker cluster whose peer never starts must exit."""
+    addrs = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    err = tmp_path / "alone.err"
+    with open(err, "w") as err_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "netbench.jobs.worker", "--startup-timeout", "10"],
+            stdout=subprocess.PIPE, stderr=err_file, env=_env(worker.make_tf_config(addrs, 0)),
+            text=True)
+    try:
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    assert proc.returncode == 1, err.read_text()[-3000:]
+    assert [e["event"] for e in _parse_events(out)] == []  # never started
+    assert "Timeout" in err.read_text()
