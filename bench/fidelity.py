@@ -313,15 +313,16 @@ class Bench:
         self.executor.apply(self.ch.plan_clear(self.topo, self.backend))
         self.emulation_s += time.monotonic() - t
         engines = {}
-        for node in self.topo.nodes:
-            data = self._safe(self.executor.engines.read, node.netns)
+        switch = self.topo.switch_netns
+        for position, node in enumerate(self.topo.nodes):
+            data = self._safe(self.executor.engines.read, switch, self.ch.queue_num(position))
             if data:
                 engines[node.name] = {k: data.get(k) for k in ("received", "accepted", "dropped", "enobufs",
                                                                 "max_queue_depth", "lateness_us", "kernel",
                                                                 "gso_packets", "final")}
         # the stats file survives the engine: remove it so the next clear does not re-read it
-        for node in self.topo.nodes:
-            (self.executor.engines.dir / f"{node.netns}.json").unlink(missing_ok=True)
+        for position, _ in enumerate(self.topo.nodes):
+            (self.executor.engines.dir / f"{switch}-q{self.ch.queue_num(position)}.json").unlink(missing_ok=True)
         return {"qdisc": {k: v for k, v in qdiscs.items() if v}, "engines": engines}
 
     @staticmethod
