@@ -51,6 +51,8 @@ STATS_INTERVAL_S = 1.0
 # recv() calls per readability event before we look at due releases again;
 # bounds how long a burst of arrivals can postpone a release.
 MAX_RECV_PER_WAKEUP = 128
+SO_TIMESTAMP_LINUX = 29  # asm-generic/socket.h; Python's socket module does not export it
+MAX_STAMP_LAG_S = 0.05  # trust a kernel receive timestamp at most this far in the past
 PR_SET_TIMERSLACK = 29
 DEFAULT_SPIN_US = 100  # see DelayEngine docstring: precision vs CPU
 
@@ -277,9 +279,17 @@ class DelayEngine:
             if packets is None:
                 return
             now = clock()
-            for packet_id, _length in packets:
+            stamps = getattr(q, "last_timestamps", None) or ()
+            wall = time.time() if stamps else 0.0
+            for index, (packet_id, _length) in enumerate(packets):
                 self.counters.received += 1
-                if sched.arrive(packet_id, now) is None:
+                arrival = now
+                stamp = stamps[index] if index < len(stamps) else None
+                if stamp is not None:
+                    # the kernel's receive time: our own wake-up latency must not add to the
+                    # delay. Clamped, so a wall-clock step can never push a packet far off.
+                    arrival = now - min(max(wall - stamp, 0.0), MAX_STAMP_LAG_S)
+                if sched.arrive(packet_id, arrival) is None:
                     q.verdict(packet_id, nfqueue.NF_DROP)
 
     def _release(self, now: float) -> None:
@@ -367,6 +377,20 @@ def _drain_wakeup(sock: socket.socket) -> None:
         pass
 
 
+def _enable_kernel_timestamps():
+    """Ask the kernel to timestamp received packets, so queued packets carry NFQA_TIMESTAMP.
+
+    Forwarded packets get a receive timestamp only while some socket on the host has asked
+    for timestamps; one UDP socket with SO_TIMESTAMP, held open, is enough. Returns it.
+    """
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMP", SO_TIMESTAMP_LINUX), 1)
+        return sock
+    except OSError:
+        return None  # best effort: without it arrival is when the engine reads the packet
+
+
 def _reduce_timer_slack() -> None:
     """Ask for 1 us timer slack (default 50 us) so select() wakes on time."""
     try:
@@ -440,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = DelayEngine(params, args.queue_num, args.maxlen, args.stats_file,
                          args.spin_us)
     _reduce_timer_slack()
+    stamp_switch = _enable_kernel_timestamps()  # noqa: F841 - held open: the kernel stamps while any socket asks
     try:
         _set_rt_priority(args.rt_priority)
     except OSError as exc:

@@ -22,7 +22,7 @@ import errno as errno_mod
 import os
 import socket
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # --- netlink generic ---------------------------------------------------------
 NETLINK_NETFILTER = 12
@@ -58,6 +58,7 @@ NFQNL_MSG_VERDICT_BATCH = (NFNL_SUBSYS_QUEUE << 8) | 3
 # enum nfqnl_attr_type
 NFQA_PACKET_HDR = 1
 NFQA_VERDICT_HDR = 2
+NFQA_TIMESTAMP = 4  # struct nfqnl_msg_packet_timestamp {be64 sec; be64 usec}, CLOCK_REALTIME
 NFQA_PAYLOAD = 10
 NFQA_CAP_LEN = 13
 NFQA_SKB_INFO = 14
@@ -89,6 +90,7 @@ NF_DROP = 0
 NF_ACCEPT = 1
 
 _BE32 = struct.Struct("!I")
+_BE64X2 = struct.Struct("!QQ")
 _VERDICT_HDR = struct.Struct("!II")  # verdict, id
 _CFG_CMD = struct.Struct("!BxH")  # command, pad, pf (be16)
 _CFG_PARAMS = struct.Struct("!IB")  # copy_range (be32), copy_mode; packed, 5 bytes
@@ -127,6 +129,8 @@ class ParsedBatch:
     packets: list
     errors: list
     gso_packets: int = 0
+    # kernel receive time of each packet (CLOCK_REALTIME seconds) or None, parallel to packets
+    timestamps: list = field(default_factory=list)
 
 
 # --- pure encoders -----------------------------------------------------------
@@ -217,6 +221,7 @@ def _parse_packet(buf, start: int, end: int) -> tuple:
     """
     packet_id = length = payload_len = -1
     gso = False
+    stamp = None
     off = start + NFGEN_HDRLEN
     unpack_attr, unpack_be32 = _NLATTR.unpack_from, _BE32.unpack_from
     while off + 4 <= end:
@@ -232,12 +237,15 @@ def _parse_packet(buf, start: int, end: int) -> tuple:
             payload_len = alen - 4
         elif atype == NFQA_SKB_INFO:
             gso = bool(unpack_be32(buf, off + 4)[0] & NFQA_SKB_GSO)
+        elif atype == NFQA_TIMESTAMP and alen >= 20:
+            sec, usec = _BE64X2.unpack_from(buf, off + 4)
+            stamp = sec + usec / 1e6
         off += (alen + 3) & ~3
     if packet_id < 0:
         raise ValueError("NFQNL_MSG_PACKET without NFQA_PACKET_HDR")
     # CAP_LEN is only sent when the copy was truncated; otherwise the
     # payload is the whole packet.
-    return packet_id, (length if length >= 0 else payload_len), gso
+    return packet_id, (length if length >= 0 else payload_len), gso, stamp
 
 
 def parse_messages(buf, nbytes: int | None = None) -> ParsedBatch:
@@ -248,7 +256,7 @@ def parse_messages(buf, nbytes: int | None = None) -> ParsedBatch:
     ValueError on a truncated/malformed buffer.
     """
     end = len(buf) if nbytes is None else nbytes
-    packets, errors, gso = [], [], 0
+    packets, errors, gso, stamps = [], [], 0, []
     off = 0
     while off + NLMSG_HDRLEN <= end:
         mlen, mtype, _flags, seq, _pid = _NLMSGHDR.unpack_from(buf, off)
@@ -256,15 +264,16 @@ def parse_messages(buf, nbytes: int | None = None) -> ParsedBatch:
             raise ValueError(f"malformed netlink message at offset {off}")
         body = off + NLMSG_HDRLEN
         if mtype == NFQNL_MSG_PACKET:
-            packet_id, length, is_gso = _parse_packet(buf, body, off + mlen)
+            packet_id, length, is_gso, stamp = _parse_packet(buf, body, off + mlen)
             packets.append((packet_id, length))
+            stamps.append(stamp)
             gso += is_gso
         elif mtype == NLMSG_ERROR:
             errors.append(_parse_error(buf, body, off + mlen, seq))
         elif mtype == NLMSG_DONE:
             break
         off += _align4(mlen)
-    return ParsedBatch(packets, errors, gso)
+    return ParsedBatch(packets, errors, gso, stamps)
 
 
 def _parse_error(buf, start: int, end: int, seq: int) -> NetlinkError:
@@ -445,6 +454,7 @@ class NfqueueSocket:
             self.gso_packets += batch.gso_packets
         if batch.errors:
             self._handle_async_errors(batch.errors)
+        self.last_timestamps = batch.timestamps
         return batch.packets
 
     def receive(self, max_messages: int = 1024) -> list:
