@@ -310,7 +310,7 @@ class Bench:
         """Clear every node; return what the qdiscs/engines counted (engines write final stats on stop)."""
         qdiscs = {n.name: self._safe(self.executor.qdiscs.read, n.netns, n.ifname) for n in self.topo.nodes}
         t = time.monotonic()
-        self.executor.apply(self.ch.plan_clear(self.topo, self.backend))
+        self.executor.apply(self.ch.plan_clear(self.topo))
         self.emulation_s += time.monotonic() - t
         engines = {}
         switch = self.topo.switch_netns

@@ -183,8 +183,6 @@ def exec_(node: str, command: tuple[str, ...]) -> None:
     Example: netbench exec n1 -- ping -c 3 n2
     Node names in COMMAND's arguments (n1, n2, ...) are replaced by their addresses.
     """
-    import subprocess
-
     from netbench import proc
     from netbench.testbed import local
 

@@ -83,9 +83,9 @@ def run(argv: Sequence[str], *, netns: str | None = None, timeout: float = 30.0,
             list(argv), capture_output=True, text=True, timeout=timeout, input=input,
             preexec_fn=_child_setup(netns, True, os.getpid()),
         )
-    except subprocess.SubprocessError as exc:
-        if isinstance(exc, subprocess.TimeoutExpired):
-            raise NetbenchError(f"{' '.join(argv)} did not finish within {timeout:g}s") from None
+    except subprocess.TimeoutExpired:
+        raise NetbenchError(f"{' '.join(argv)} did not finish within {timeout:g}s") from None
+    except subprocess.SubprocessError:  # preexec_fn failed: the namespace cannot be entered
         raise NetbenchError(f"cannot run {argv[0]} in namespace {netns}: it does not exist or cannot be entered",
                             hint="is the testbed up? 'netbench testbed show'") from None
     except FileNotFoundError:

@@ -122,7 +122,7 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
             previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop the clean-up
             try:
                 if executor is not None and topology is not None and not brought_up:
-                    executor.apply(ch.plan_clear(topology, backend.name))
+                    executor.apply(ch.plan_clear(topology))
                 if brought_up:
                     local.down(journal)
                     observer.note("took down the testbed this sweep brought up")

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+NETBENCH = [sys.executable, "-m", "netbench.cli"]  # the CLI, run as a separate process
 
 
 def _netbench_netns() -> list[str]:

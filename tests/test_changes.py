@@ -68,7 +68,7 @@ def test_userspace_delay_only_needs_no_tbf():
 @pytest.mark.parametrize("backend", ["netem", "userspace"])
 def test_null_profile_only_clears(backend):
     plan = ch.plan_apply(Profile(), TOPO, backend)
-    assert plan == ch.plan_clear(TOPO, backend)
+    assert plan == ch.plan_clear(TOPO)
     assert plan
 
 
@@ -185,7 +185,7 @@ def test_clear_resolves_journal_entries(journal):
     ex, _ = executor(journal)
     ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
     assert journal.pending()
-    ex.apply(ch.plan_clear(TOPO, "userspace"))
+    ex.apply(ch.plan_clear(TOPO))
     assert journal.pending() == []
     assert ex.iptables.rules(TOPO.switch_netns) == []
     for position, node in enumerate(TOPO.nodes):
@@ -198,7 +198,7 @@ def test_clear_resolves_only_matching_entries(journal):
     ns = journal.record("netns", name="netbench-n1")
     ex, _ = executor(journal)
     ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
-    ex.apply(ch.plan_clear(TOPO, "netem"))
+    ex.apply(ch.plan_clear(TOPO))
     assert [e.id for e in journal.pending()] == [other.id, ns.id]
 
 

@@ -87,16 +87,22 @@ BAD_VALUES = [
 ]
 
 
-@pytest.mark.parametrize("text, key, fragment", BAD_VALUES)
-def test_bad_value_names_source_and_key(tmp_path, text, key, fragment):
-    path = write(tmp_path, text)
+def assert_one_line_error(path, prefix: str, fragment: str) -> ProfileError:
+    """Loading `path` fails with a one-line ProfileError that starts with `prefix`."""
     with pytest.raises(ProfileError) as info:
         load_profile(path)
     message = str(info.value)
-    assert message.startswith(f"{path}: {key}: "), message
+    assert message.startswith(prefix), message
     assert fragment in message
     assert "\n" not in message
-    assert info.value.exit_code == 2
+    return info.value
+
+
+@pytest.mark.parametrize("text, key, fragment", BAD_VALUES)
+def test_bad_value_names_source_and_key(tmp_path, text, key, fragment):
+    path = write(tmp_path, text)
+    error = assert_one_line_error(path, f"{path}: {key}: ", fragment)
+    assert error.exit_code == 2
 
 
 def test_bad_value_has_hint(tmp_path):
@@ -131,12 +137,7 @@ def test_unrelated_unknown_key_lists_known_keys(tmp_path):
 ])
 def test_bad_document_names_source(tmp_path, text, fragment):
     path = write(tmp_path, text)
-    with pytest.raises(ProfileError) as info:
-        load_profile(path)
-    message = str(info.value)
-    assert message.startswith(f"{path}: "), message
-    assert fragment in message
-    assert "\n" not in message
+    assert_one_line_error(path, f"{path}: ", fragment)
 
 
 def test_broken_yaml_says_which_line(tmp_path):

@@ -4,33 +4,34 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from netbench import proc
 from netbench.reset import reset
 from netbench.testbed import local
-from tests.conftest import netbench_processes
+from tests.conftest import NETBENCH, netbench_processes
 
 pytestmark = [pytest.mark.root, pytest.mark.tf]
 
-NETBENCH = [sys.executable, "-m", "netbench.cli"]
+def sweep_argv(out: Path, *args: str) -> list[str]:
+    return [*NETBENCH, "sweep", *args, "--output", str(out)]
+
+
+def run_sweep(out: Path, *args: str) -> list[dict]:
+    """Run a sweep to completion; it must exit 0. Returns the rows of results.csv."""
+    result = subprocess.run(sweep_argv(out, *args), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    with open(out / "results.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
 
 
 def test_sweep_latency_end_to_end(clean_machine, tmp_path):
     out = tmp_path / "results"
-    result = subprocess.run(
-        [*NETBENCH, "sweep", "--latency", "1,40ms", "--warmup", "3", "--steps", "8",
-         "--batch-size", "32", "--output", str(out)],
-        capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    rows = list(csv.DictReader(open(out / "results.csv")))
+    rows = run_sweep(out, "--latency", "1,40ms", "--warmup", "3", "--steps", "8", "--batch-size", "32")
     assert [r["delay_ms"] for r in rows] == ["1.0", "40.0"]
     assert all(r["status"] == "ok" and r["steps"] == "8" for r in rows), rows
     assert all(r["backend"] in ("netem", "userspace") for r in rows)
@@ -51,13 +52,8 @@ def test_sweep_latency_end_to_end(clean_machine, tmp_path):
 
 def test_sweep_step_timeout_is_recorded(clean_machine, tmp_path):
     """A step slower than --step-timeout ends the run as `timeout`, and the sweep goes on."""
-    out = tmp_path / "results"
-    result = subprocess.run(
-        [*NETBENCH, "sweep", "--latency", "400ms", "--warmup", "1", "--steps", "3",
-         "--step-timeout", "1", "--output", str(out)],
-        capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    rows = list(csv.DictReader(open(out / "results.csv")))
+    rows = run_sweep(tmp_path / "results", "--latency", "400ms", "--warmup", "1", "--steps", "3",
+                     "--step-timeout", "1")
     assert rows[0]["status"] == "timeout" and "within 1s" in rows[0]["error"], rows
     assert netbench_processes() == []
 
@@ -75,8 +71,7 @@ def _wait_for(predicate, timeout: float, what: str):
 @pytest.mark.parametrize("moment", ["testbed", "engines", "workers"])
 def test_sweep_sigkill_then_reset_leaves_nothing(clean_machine, tmp_path, moment):
     controller = subprocess.Popen(
-        [*NETBENCH, "sweep", "--latency", "5,10ms", "--warmup", "2", "--steps", "50",
-         "--output", str(tmp_path / "results")],
+        sweep_argv(tmp_path / "results", "--latency", "5,10ms", "--warmup", "2", "--steps", "50"),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         if moment == "testbed":
@@ -99,8 +94,7 @@ def test_sweep_sigkill_then_reset_leaves_nothing(clean_machine, tmp_path, moment
 
 def test_sweep_sigterm_resets_before_exit(clean_machine, tmp_path):
     controller = subprocess.Popen(
-        [*NETBENCH, "sweep", "--latency", "5ms", "--warmup", "2", "--steps", "500",
-         "--output", str(tmp_path / "results")],
+        sweep_argv(tmp_path / "results", "--latency", "5ms", "--warmup", "2", "--steps", "500"),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(lambda: sum("worker" in c for _, c in netbench_processes()) >= 2, 120, "workers")

@@ -16,11 +16,9 @@ from netbench.emulation.apply import read_emulation, real_executor
 from netbench.profile import Profile
 from netbench.reset import reset
 from netbench.testbed import local
-from tests.conftest import netbench_processes
+from tests.conftest import NETBENCH, netbench_processes
 
 pytestmark = pytest.mark.root
-
-NETBENCH = [sys.executable, "-m", "netbench.cli"]
 
 
 def _rtt_ms(netns: str, address: str, count: int = 10, interval: float = 0.05) -> float:

@@ -149,11 +149,16 @@ def _enable_bridge_netfilter(netns: str) -> None:
 class Iptables:
     """NFQUEUE rules in the switch namespace, in a netbench-owned chain of the mangle table."""
 
+    def __init__(self) -> None:
+        self._bridged: set[str] = set()  # namespaces whose bridge netfilter is already on
+
     def _ipt(self, netns: str, *args: str, check: bool = True):
         return proc.run(["iptables", "-w", "5", "-t", "mangle", *args], netns=netns, check=check)
 
     def add_rule(self, netns: str, args: list[str]) -> None:
-        _enable_bridge_netfilter(netns)
+        if netns not in self._bridged:
+            _enable_bridge_netfilter(netns)
+            self._bridged.add(netns)
         self._ipt(netns, "-N", IPT_CHAIN, check=False)  # exists already: fine
         if self._ipt(netns, "-C", IPT_HOOK, "-j", IPT_CHAIN, check=False).returncode != 0:
             self._ipt(netns, "-I", IPT_HOOK, "1", "-j", IPT_CHAIN)
@@ -233,7 +238,7 @@ class Engines:
             data = entry.data
             if (entry.kind == "process" and data.get("role") == "engine" and data.get("netns") == netns
                     and data.get("queue") == queue_num):
-                pid, started = entry.data["pid"], entry.data.get("start")
+                pid, started = data["pid"], data.get("start")
                 if proc.is_same_process(pid, started):
                     proc.stop_pids([pid], grace=3.0)
                     stopped = True

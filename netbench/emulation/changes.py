@@ -154,10 +154,9 @@ def queue_num(position: int) -> int:
     return position + 1
 
 
-def plan_clear(topology: Topology, backend: str) -> list[Change]:
-    """Remove whatever netbench set (harmless where nothing is set).
-
-    Whatever the backend: a userspace profile applied earlier must not stack on netem.
+def plan_clear(topology: Topology) -> list[Change]:
+    """Remove whatever netbench set, for either backend (harmless where nothing is set):
+    a userspace profile applied earlier must not stack on a netem one, or the reverse.
     """
     switch = topology.switch_netns
     changes: list[Change] = [ClearRules("switch", switch)]
@@ -196,7 +195,7 @@ def plan_apply(profile: Profile, topology: Topology, backend: str, seed: int = 0
     """
     if backend not in ("netem", "userspace"):
         raise ValueError(f"unknown backend {backend!r}")
-    changes = plan_clear(topology, backend)
+    changes = plan_clear(topology)
     for position, node in enumerate(topology.nodes):
         changes += _plan_node(profile, node, position, topology.switch_netns, backend, seed + position)
     return changes
