@@ -32,6 +32,9 @@ def reset(journal: Journal) -> list[str]:
         elif entry.kind == "qdisc" and data.get("netns") in existing:
             if NetlinkQdiscs().clear(data["netns"], data["ifname"]):
                 removed.append(f"qdisc {data.get('handle')} on {data['netns']}/{data['ifname']}")
+        elif entry.kind == "ingress" and data.get("netns") in existing:
+            if NetlinkQdiscs().clear_ingress(data["netns"], data["dev"], data["ifb"]):
+                removed.append(f"ingress redirect {data['dev']} -> {data['ifb']} in {data['netns']}")
         elif entry.kind == "netns":
             if local.remove_netns(data["name"]):
                 removed.append(f"namespace {data['name']}")

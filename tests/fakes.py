@@ -10,10 +10,15 @@ changes state; tests use it to look at the journal at the moment a change is mad
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any, Callable
 
-from netbench.emulation.changes import IPT_CHAIN
+from pyroute2.netlink.rtnl.tcmsg import tcmsg
+
+from netbench.emulation import netem
+from netbench.emulation.changes import IPT_CHAIN, ShapeDevice
+from netbench.emulation.netem import NetemParams
 from netbench.errors import EmulationError
 
 Hook = Callable[[str, str, dict], None]
@@ -46,6 +51,7 @@ class FakeQdiscs(_Recorder):
     def __init__(self, log: list | None = None, before: Hook | None = None) -> None:
         super().__init__(log, before)
         self.state: dict[tuple[str, str], dict[str, Any]] = {}
+        self.ingress: dict[tuple[str, str], str] = {}
 
     def replace_tbf(self, netns: str, ifname: str, rate_bps: int, burst_bytes: int, limit_bytes: int) -> None:
         self._call("replace_tbf", netns=netns, ifname=ifname, rate_bps=rate_bps,
@@ -53,23 +59,49 @@ class FakeQdiscs(_Recorder):
         self.state[(netns, ifname)] = {"kind": "tbf", "rate_bps": rate_bps, "burst_bytes": burst_bytes,
                                        "limit_bytes": limit_bytes}
 
-    def replace_netem(self, netns: str, ifname: str, delay_us: int, jitter_us: int, loss: float,
-                      rate_bps: int | None, limit_packets: int) -> None:
-        self._call("replace_netem", netns=netns, ifname=ifname, delay_us=delay_us, jitter_us=jitter_us,
-                   loss=loss, rate_bps=rate_bps, limit_packets=limit_packets)
-        qdisc: dict[str, Any] = {"kind": "netem", "delay_us": delay_us, "jitter_us": jitter_us,
-                                 "loss": loss, "limit_packets": limit_packets}
-        if rate_bps:
-            qdisc["rate_bps"] = rate_bps
-        self.state[(netns, ifname)] = qdisc
+    def shape(self, change: ShapeDevice) -> None:
+        """Keeps what the kernel would: the netem options go through netlink encoding and
+        decoding (netem.options -> bytes -> pyroute2's tcmsg -> netem.decode)."""
+        self._call("shape", netns=change.netns, ifname=change.dev, change=change)
+        previous = self.state.get((change.netns, change.dev))
+        kind = "htb" if change.uses_htb else "netem"
+        live = previous is not None and previous["kind"] == kind
+        self.state[(change.netns, change.dev)] = {
+            "kind": kind, "netem": _through_netlink(change.netem), "live_change": live,
+            "rate_bps": change.htb_rate_bps if change.uses_htb else change.netem.rate_bps,
+            "peers": change.peers, "match": change.match}
+
+    def set_ingress(self, netns: str, dev: str, ifb: str) -> None:
+        self._call("set_ingress", netns=netns, dev=dev, ifb=ifb)
+        self.ingress[(netns, dev)] = ifb
+
+    def clear_ingress(self, netns: str, dev: str, ifb: str) -> bool:
+        self._call("clear_ingress", netns=netns, dev=dev, ifb=ifb)
+        self.state.pop((netns, ifb), None)
+        return self.ingress.pop((netns, dev), None) is not None
 
     def clear(self, netns: str, ifname: str) -> bool:
         self._call("clear", netns=netns, ifname=ifname)
         return self.state.pop((netns, ifname), None) is not None
 
-    def read(self, netns: str, ifname: str) -> dict[str, Any] | None:
+    def read(self, netns: str, ifname: str, distribution: str = "uniform") -> dict[str, Any] | None:
         qdisc = self.state.get((netns, ifname))
-        return None if qdisc is None else dict(qdisc)
+        if qdisc is None:
+            return None
+        qdisc = dict(qdisc)
+        if qdisc.get("netem") is not None:  # the kernel does not report the table: the caller says
+            qdisc["netem"] = dataclasses.replace(qdisc["netem"], distribution=distribution)
+        return qdisc
+
+
+def _through_netlink(params: NetemParams) -> NetemParams:
+    msg = netem.netem_tcmsg()
+    msg["family"], msg["index"], msg["handle"], msg["parent"] = 0, 1, 0x4E420000, 0xFFFFFFFF
+    msg["attrs"] = [["TCA_KIND", "netem"], ["TCA_OPTIONS", netem.options(params)]]
+    msg.encode()
+    parsed = tcmsg(bytes(msg.data))
+    parsed.decode()
+    return netem.decode(netem.reparse(parsed.get_attr("TCA_OPTIONS")), "unknown")
 
 
 class FakeIptables(_Recorder):

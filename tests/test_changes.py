@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 
 import pytest
 from tests.fakes import FakeEngines, FakeIptables, FakeQdiscs, make_fakes
 
 from netbench.emulation import changes as ch
-from netbench.emulation.apply import BackendChoice, Executor, choose_backend, read_emulation
+from netbench.emulation.apply import BackendChoice, Executor, choose_backend, read_emulation, recorded_distributions
+from netbench.emulation.netem import NETEM_RATE32_MAX_BPS
 from netbench.errors import BackendUnavailable, StateError, UsageError
 from netbench.journal import Journal
 from netbench.profile import Profile
@@ -25,25 +27,74 @@ def kinds(plan):
 # ---------------------------------------------------------------- pure plans
 
 
-def test_netem_plan_clears_then_sets_each_node():
+def test_netem_plan_shapes_each_node_in_place():
     plan = ch.plan_apply(FULL, TOPO, "netem")
     assert kinds(plan) == [
         ("ClearRules", "switch"), ("StopEngine", "n1"), ("StopEngine", "n2"),
-        ("ClearQdisc", "n1"), ("ClearQdisc", "n2"),
-        ("SetNetem", "n1"), ("SetNetem", "n2")]
-    netem = plan[5]
-    assert (netem.netns, netem.ifname) == ("netbench-n1", "eth0")
-    assert (netem.delay_us, netem.jitter_us, netem.loss, netem.rate_bps) == (10_000, 1_000, 0.01, 250_000_000)
-    assert netem.limit_packets == ch.netem_limit_packets(10_000, 1_000, 250_000_000)
+        ("ShapeDevice", "n1"), ("ClearIngress", "n1"), ("ShapeDevice", "n2"), ("ClearIngress", "n2")]
+    shape = plan[3]
+    assert (shape.netns, shape.dev, shape.uses_htb) == ("netbench-n1", "eth0", False)
+    n = shape.netem
+    assert (n.delay_us, n.jitter_us, n.loss, n.rate_bps) == (10_000, 1_000, 0.01, 250_000_000)
+    assert n.limit == ch.netem_limit_packets(10_000, 1_000, 250_000_000)
+
+
+def test_netem_limit_from_the_profile_wins():
+    plan = ch.plan_apply(dataclasses.replace(FULL, limit_packets=77), TOPO, "netem")
+    assert {c.netem.limit for c in plan if isinstance(c, ch.ShapeDevice)} == {77}
+
+
+def test_rate_beyond_netem_32_bits_goes_to_an_htb_parent():
+    fast = Profile(delay_us=1_000, rate_bps=40_000_000_000)
+    shape = next(c for c in ch.plan_apply(fast, TOPO, "netem") if isinstance(c, ch.ShapeDevice))
+    assert shape.uses_htb and shape.htb_rate_bps == 40_000_000_000 and shape.netem.rate_bps is None
+    assert ch.htb_burst_bytes(40_000_000_000) == 5_000_000  # 1 ms of the rate, not a fixed 15 KB
+    just_fits = Profile(delay_us=1_000, rate_bps=NETEM_RATE32_MAX_BPS)
+    shape = next(c for c in ch.plan_apply(just_fits, TOPO, "netem") if isinstance(c, ch.ShapeDevice))
+    assert not shape.uses_htb and shape.netem.rate_bps == NETEM_RATE32_MAX_BPS
+
+
+def test_peers_become_htb_classes_with_filters():
+    topo3 = plan_topology(3, ipaddress.ip_network("10.213.0.0/24"))
+    profile = Profile(delay_us=5_000, peers=("n2", "n1", "192.0.2.0/24"))
+    plan = [c for c in ch.plan_apply(profile, topo3, "netem") if isinstance(c, ch.ShapeDevice)]
+    n1, n2, n3 = plan
+    assert n1.peers == (f"{topo3.nodes[1].address}/32", "192.0.2.0/24")  # not itself
+    assert n3.peers == (f"{topo3.nodes[1].address}/32", f"{topo3.nodes[0].address}/32", "192.0.2.0/24")
+    assert n3.uses_htb and n3.class_count() == 3 and n3.match == "dst"
+    text = n3.describe()
+    assert "htb default 0" in text and text.count("u32 match ip dst") == 3
+
+
+def test_unknown_peer_node_is_a_usage_error():
+    with pytest.raises(UsageError, match="no node n7"):
+        ch.plan_apply(Profile(delay_us=1_000, peers=("n7",)), TOPO, "netem")
+
+
+@pytest.mark.parametrize("direction, devices", [
+    ("egress", ["eth0"]), ("ingress", ["nbifb-eth0"]), ("both", ["eth0", "nbifb-eth0"])])
+def test_direction_shapes_egress_ingress_or_both(direction, devices):
+    plan = [c for c in ch.plan_apply(dataclasses.replace(FULL, direction=direction), TOPO, "netem") if c.node == "n1"]
+    assert [c.dev for c in plan if isinstance(c, ch.ShapeDevice)] == devices
+    assert any(isinstance(c, ch.SetIngress) for c in plan) == (direction != "egress")
+    assert any(isinstance(c, ch.ClearQdisc) for c in plan) == (direction == "ingress")
+    for c in plan:
+        if isinstance(c, ch.ShapeDevice):
+            assert c.match == ("src" if c.dev.startswith("nbifb") else "dst")
+
+
+def test_userspace_refuses_what_only_netem_can_do():
+    with pytest.raises(BackendUnavailable, match="cannot emulate distribution, duplicate"):
+        ch.plan_apply(dataclasses.replace(FULL, distribution="normal", duplicate=0.01), TOPO, "userspace")
 
 
 def test_userspace_plan_order():
     plan = ch.plan_apply(FULL, TOPO, "userspace")
     assert kinds(plan) == [
         ("ClearRules", "switch"), ("StopEngine", "n1"), ("StopEngine", "n2"),
-        ("ClearQdisc", "n1"), ("ClearQdisc", "n2"),
-        ("SetTbf", "n1"), ("StartEngine", "n1"), ("AddNfqueueRule", "n1"),
-        ("SetTbf", "n2"), ("StartEngine", "n2"), ("AddNfqueueRule", "n2"),
+        ("ClearIngress", "n1"), ("ClearIngress", "n2"),
+        ("ClearQdisc", "n1"), ("SetTbf", "n1"), ("StartEngine", "n1"), ("AddNfqueueRule", "n1"),
+        ("ClearQdisc", "n2"), ("SetTbf", "n2"), ("StartEngine", "n2"), ("AddNfqueueRule", "n2"),
     ]
 
 
@@ -55,8 +106,8 @@ def test_userspace_engines_get_distinct_seeds():
 
 def test_userspace_rate_only_needs_no_engine():
     plan = ch.plan_apply(Profile(rate_bps=10**8), TOPO, "userspace")
-    assert [type(c).__name__ for c in plan if not isinstance(c, (ch.ClearRules, ch.StopEngine, ch.ClearQdisc))] \
-        == ["SetTbf", "SetTbf"]
+    assert [type(c).__name__ for c in plan if not isinstance(
+        c, (ch.ClearRules, ch.StopEngine, ch.ClearQdisc, ch.ClearIngress))] == ["SetTbf", "SetTbf"]
 
 
 def test_userspace_delay_only_needs_no_tbf():
@@ -68,7 +119,7 @@ def test_userspace_delay_only_needs_no_tbf():
 @pytest.mark.parametrize("backend", ["netem", "userspace"])
 def test_null_profile_only_clears(backend):
     plan = ch.plan_apply(Profile(), TOPO, backend)
-    assert plan == ch.plan_clear(TOPO)
+    assert sorted(map(repr, plan)) == sorted(map(repr, ch.plan_clear(TOPO)))
     assert plan
 
 
@@ -94,9 +145,10 @@ def test_tbf_sizes():
 def test_describe_lines():
     plan = {type(c).__name__: c for c in ch.plan_apply(FULL, TOPO, "netem") + ch.plan_apply(FULL, TOPO, "userspace")
             if c.node == "n1"}
-    assert plan["SetNetem"].describe() == (
+    assert plan["ShapeDevice"].describe() == (
         "n1: tc qdisc replace dev eth0 root handle 4e42: netem limit "
-        f"{ch.netem_limit_packets(10_000, 1_000, 250_000_000)} delay 10ms 1ms loss 1% rate 250mbit")
+        f"{ch.netem_limit_packets(10_000, 1_000, 250_000_000)} delay 10ms 1ms distribution uniform "
+        "loss random 1% rate 250mbit")
     assert plan["SetTbf"].describe().startswith("n1: tc qdisc replace dev eth0 root handle 4e42: tbf rate 250mbit")
     assert plan["AddNfqueueRule"].describe() == \
         "n1: in netbench-sw: iptables -t mangle -A NETBENCH -m physdev --physdev-in nb-n1 -j NFQUEUE --queue-num 1"
@@ -125,11 +177,13 @@ def test_netem_apply_sets_qdiscs(journal):
     ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
     for node in TOPO.nodes:
         q = ex.qdiscs.read(node.netns, node.ifname)
-        assert q["kind"] == "netem"
-        assert (q["delay_us"], q["jitter_us"], q["loss"], q["rate_bps"]) == (10_000, 1_000, 0.01, 250_000_000)
+        n = q["netem"]
+        assert q["kind"] == "netem" and not q["live_change"]
+        assert (n.delay_us, n.jitter_us, n.rate_bps) == (10_000, 1_000, 250_000_000)
+        assert n.loss == pytest.approx(0.01, abs=1e-9)
     assert pending_summary(journal) == [("qdisc", "netbench-n1"), ("qdisc", "netbench-n2")]
     assert [e.data for e in journal.pending()][0] == {"netns": "netbench-n1", "ifname": "eth0",
-                                                      "handle": ch.QDISC_HANDLE}
+                                                      "handle": ch.QDISC_HANDLE, "distribution": "uniform"}
     assert ex.done == ch.plan_apply(FULL, TOPO, "netem")
 
 
@@ -156,7 +210,7 @@ def test_journal_entry_is_written_before_each_change(journal):
     seen = []
 
     def before(adapter, method, kwargs):
-        if method in ("replace_netem", "replace_tbf"):
+        if method in ("shape", "replace_tbf"):
             seen.append(("qdisc", kwargs["netns"]) in pending_summary(journal))
         elif method == "add_rule":
             seen.append(("iptables", kwargs["netns"]) in pending_summary(journal))
@@ -172,7 +226,7 @@ class FailingJournal(Journal):
         raise StateError("cannot write journal: disk full")
 
 
-@pytest.mark.parametrize("backend, method", [("netem", "replace_netem"), ("userspace", "replace_tbf")])
+@pytest.mark.parametrize("backend, method", [("netem", "shape"), ("userspace", "replace_tbf")])
 def test_change_is_not_made_when_the_journal_cannot_be_written(tmp_path, backend, method):
     ex, _ = executor(FailingJournal(tmp_path))
     with pytest.raises(StateError):
@@ -207,12 +261,15 @@ def test_apply_twice_is_idempotent(journal, backend):
     ex, _ = executor(journal)
     plan = ch.plan_apply(FULL, TOPO, backend)
     ex.apply(plan)
-    state_once = (dict(ex.qdiscs.state), {k: list(v) for k, v in ex.iptables.chains.items()},
-                  {k: v["params"] for k, v in ex.engines.running.items()})
+    def state():
+        qdiscs = {k: {f: v for f, v in q.items() if f != "live_change"} for k, q in ex.qdiscs.state.items()}
+        return (qdiscs, {k: list(v) for k, v in ex.iptables.chains.items()},
+                {k: v["params"] for k, v in ex.engines.running.items()})
+
+    state_once = state()
     pending_once = pending_summary(journal)
     ex.apply(plan)  # the fake engines raise if an engine is started twice in a namespace
-    state_twice = (dict(ex.qdiscs.state), {k: list(v) for k, v in ex.iptables.chains.items()},
-                   {k: v["params"] for k, v in ex.engines.running.items()})
+    state_twice = state()
     assert state_twice == state_once
     assert pending_summary(journal) == pending_once
 
@@ -263,8 +320,19 @@ def test_read_emulation_netem(journal):
     rows = read_emulation(TOPO, ex.qdiscs, ex.iptables, ex.engines)
     assert [r["node"] for r in rows] == ["n1", "n2"]
     assert {r["backend"] for r in rows} == {"netem"}
-    assert rows[0]["qdisc"]["delay_us"] == 10_000
+    assert rows[0]["qdisc"]["netem"].delay_us == 10_000
+    assert rows[0]["profile"]["delay"] == "10ms" and rows[0]["profile"]["rate"] == "250mbit"
     assert rows[0]["engine"] is None and rows[0]["nfqueue_rules"] == []
+
+
+def test_a_second_profile_is_a_live_change_with_one_journal_entry(journal):
+    ex, _ = executor(journal)
+    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
+    ex.apply(ch.plan_apply(dataclasses.replace(FULL, delay_us=50_000, distribution="pareto"), TOPO, "netem"))
+    q = ex.qdiscs.read("netbench-n1", "eth0")
+    assert q["live_change"] and q["netem"].delay_us == 50_000
+    assert pending_summary(journal) == [("qdisc", "netbench-n1"), ("qdisc", "netbench-n2")]
+    assert recorded_distributions(journal)[("netbench-n1", "eth0")] == "pareto"
 
 
 def test_read_emulation_userspace_and_empty(journal):
@@ -275,6 +343,7 @@ def test_read_emulation_userspace_and_empty(journal):
     rows = read_emulation(TOPO, ex.qdiscs, ex.iptables, ex.engines)
     assert [r["backend"] for r in rows] == ["userspace", "userspace"]
     assert rows[1]["engine"]["params"]["delay_us"] == 10_000
+    assert rows[1]["profile"]["delay"] == "10ms" and rows[1]["profile"]["loss"] == "1%"
 
 
 def probe(result):

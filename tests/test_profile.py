@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from netbench import units
 from netbench.errors import ProfileError, UsageError
+from tests.strategies import valid_profiles
 from netbench.profile import (MAX_DELAY_US, Profile, load_profile, parse_levels, profile_from_flags,
                               profile_from_mapping)
 
@@ -58,8 +59,10 @@ def test_label_and_record():
     p = Profile(name="x", delay_us=10_000, jitter_us=2_000, loss=0.01, rate_bps=250_000_000)
     assert p.label() == "10ms±2ms/250mbit/1%"
     assert Profile(delay_us=1_000).label() == "1ms/unlimited/0%"
-    assert p.to_record() == {"name": "x", "delay_us": 10_000, "jitter_us": 2_000, "loss": 0.01,
-                             "rate_bps": 250_000_000, "description": ""}
+    record = p.to_record()
+    assert {k: record[k] for k in ("name", "delay_us", "jitter_us", "loss", "rate_bps", "description")} == {
+        "name": "x", "delay_us": 10_000, "jitter_us": 2_000, "loss": 0.01, "rate_bps": 250_000_000, "description": ""}
+    assert record["distribution"] == "uniform" and record["direction"] == "egress" and record["peers"] == ()
 
 
 # ---------------------------------------------------------------- bad files
@@ -247,23 +250,6 @@ def test_parse_levels_repeated_hint_mentions_repeat():
 
 
 # ---------------------------------------------------------------- round trip
-
-exact_durations = st.one_of(st.integers(0, 999_999), st.integers(0, MAX_DELAY_US // 10).map(lambda k: k * 10))
-exact_rates = st.builds(lambda m, e: m * 10**e, st.integers(8, 999_999), st.integers(3, 5)).filter(
-    lambda bps: bps <= 100 * 10**9)
-parsed_losses = st.integers(0, 100_000).map(lambda n: units.parse_ratio(f"{n / 1000:g}%"))
-names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_. ", min_size=1, max_size=20).filter(
-    lambda s: s.strip() == s and s)
-
-
-@st.composite
-def valid_profiles(draw):
-    delay = draw(exact_durations)
-    jitter = draw(exact_durations.filter(lambda j: j <= delay))
-    return Profile(name=draw(names), description=draw(st.sampled_from(["", "a link", "yes", "10ms"])),
-                   delay_us=delay, jitter_us=jitter, loss=draw(parsed_losses),
-                   rate_bps=draw(st.one_of(st.none(), exact_rates)))
-
 
 @given(valid_profiles())
 def test_yaml_dict_round_trip(profile):

@@ -7,18 +7,28 @@ turns planned changes into calls on these adapters, journaling each change first
 from __future__ import annotations
 
 import errno
+import ipaddress
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any, Protocol
 
 from pyroute2 import NetNS
+from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl import RTM_NEWQDISC
+
+ETH_P_IP = 0x0800
+ETH_P_ALL = 0x0003
 
 from netbench import proc
-from netbench.emulation.changes import IPT_CHAIN, QDISC_HANDLE
+from netbench.emulation import netem
+from netbench.emulation.changes import (CHILD_MAJOR, HANDLE_MAJOR, HTB_UNLIMITED_BPS, IPT_CHAIN, QDISC_HANDLE,
+                                        ShapeDevice, htb_burst_bytes, htb_quantum)
+from netbench.emulation.netem import NetemParams
 from netbench.errors import EmulationError, NetbenchError, PrivilegeError
 
 ENGINE_RT_PRIORITY = 10
@@ -36,14 +46,40 @@ def _nl_error(action: str, exc: NetlinkError) -> EmulationError:
 
 class QdiscAdapter(Protocol):
     def replace_tbf(self, netns: str, ifname: str, rate_bps: int, burst_bytes: int, limit_bytes: int) -> None: ...
-    def replace_netem(self, netns: str, ifname: str, delay_us: int, jitter_us: int, loss: float,
-                      rate_bps: int | None, limit_packets: int) -> None: ...
+    def shape(self, change: ShapeDevice) -> None: ...
+    def set_ingress(self, netns: str, dev: str, ifb: str) -> None: ...
+    def clear_ingress(self, netns: str, dev: str, ifb: str) -> bool: ...
     def clear(self, netns: str, ifname: str) -> bool: ...
-    def read(self, netns: str, ifname: str) -> dict[str, Any] | None: ...
+    def read(self, netns: str, ifname: str, distribution: str = "uniform") -> dict[str, Any] | None: ...
+
+
+def _handle(major: int, minor: int = 0) -> int:
+    return (major << 16) | minor
+
+
+ROOT_PARENT = 0xFFFFFFFF
+INGRESS_HANDLE = 0xFFFF0000
+FILTER_PRIO = 1
+
+
+def _send_netem(ns: NetNS, command: str, index: int, handle: int, parent: int, params: NetemParams) -> None:
+    """RTM_NEWQDISC for netem with netbench's full options (see netem.py): pyroute2's own
+    netem plugin has no distribution table, loss model or 64-bit fields."""
+    flags = {"add": NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+             "change": NLM_F_REQUEST | NLM_F_ACK}[command]
+    msg = netem.netem_tcmsg()
+    msg["family"], msg["index"], msg["handle"], msg["parent"] = 0, index, handle, parent
+    msg["attrs"] = [["TCA_KIND", "netem"], ["TCA_OPTIONS", netem.options(params)]]
+    ns.nlm_request(msg, msg_type=RTM_NEWQDISC, msg_flags=flags)
 
 
 class NetlinkQdiscs:
-    """Root qdiscs on a node's interface, through pyroute2 (netlink, not `tc`)."""
+    """netbench's qdisc trees on a node's interfaces, through pyroute2 (netlink, not `tc`).
+
+    Idempotent: everything lives under netbench-owned handles (4e42: at the root, 4e43:+
+    below it); a tree of the same shape is changed in place (netem `change` keeps the
+    queue), a different shape replaces only the netbench-owned root.
+    """
 
     def _index(self, ns: NetNS, netns: str, ifname: str) -> int:
         found = ns.link_lookup(ifname=ifname)
@@ -55,23 +91,118 @@ class NetlinkQdiscs:
         with NetNS(netns) as ns:
             index = self._index(ns, netns, ifname)
             try:
+                self._drop_root_unless(ns, index, "tbf")
                 # pyroute2 takes an integer rate in bytes/s; burst and limit in bytes
                 ns.tc("replace", "tbf", index, handle=QDISC_HANDLE, rate=rate_bps // 8,
                       burst=burst_bytes, limit=limit_bytes)
             except NetlinkError as exc:
                 raise _nl_error(f"{netns}: tbf on {ifname}", exc) from None
 
-    def replace_netem(self, netns, ifname, delay_us, jitter_us, loss, rate_bps, limit_packets):
-        kwargs: dict[str, Any] = {"delay": delay_us, "jitter": jitter_us, "loss": loss * 100.0,
-                                  "limit": limit_packets}
-        if rate_bps:
-            kwargs["rate"] = rate_bps // 8  # bytes/s
+    @staticmethod
+    def _root(ns: NetNS, index: int) -> Any | None:
+        for qdisc in ns.get_qdiscs(index=index):
+            if qdisc["parent"] == ROOT_PARENT:
+                return qdisc
+        return None
+
+    def _drop_root_unless(self, ns: NetNS, index: int, kind: str) -> bool:
+        """Delete the netbench-owned root if it is of another kind; True if one of `kind` stays."""
+        root = self._root(ns, index)
+        if root is None or root["handle"] != _HANDLE_INT:
+            return False
+        if root.get_attr("TCA_KIND") == kind:
+            return True
+        ns.tc("del", index=index, handle=QDISC_HANDLE, root=True)
+        return False
+
+    def shape(self, change: ShapeDevice) -> None:
+        netns, dev = change.netns, change.dev
         with NetNS(netns) as ns:
-            index = self._index(ns, netns, ifname)
+            index = self._index(ns, netns, dev)
             try:
-                ns.tc("replace", "netem", index, handle=QDISC_HANDLE, **kwargs)
+                if change.uses_htb:
+                    self._shape_htb(ns, index, change)
+                else:
+                    live = self._drop_root_unless(ns, index, "netem")
+                    _send_netem(ns, "change" if live else "add", index, _HANDLE_INT, ROOT_PARENT, change.netem)
             except NetlinkError as exc:
-                raise _nl_error(f"{netns}: netem on {ifname}", exc) from None
+                raise _nl_error(f"{netns}: netem on {dev}", exc) from None
+
+    def _shape_htb(self, ns: NetNS, index: int, change: ShapeDevice) -> None:
+        rate_bps = change.htb_rate_bps or HTB_UNLIMITED_BPS
+        live = self._drop_root_unless(ns, index, "htb")
+        # default 0: traffic no filter claims leaves unshaped (htb's direct queue)
+        ns.tc("replace", "htb", index, handle=_HANDLE_INT, root=True, default=0 if change.peers else 1)
+        children = {q["parent"]: q for q in ns.get_qdiscs(index=index) if live and q["parent"] != ROOT_PARENT}
+        for i in range(change.class_count()):
+            classid = _handle(HANDLE_MAJOR, i + 1)
+            ns.tc("replace-class", "htb", index, handle=classid, parent=_HANDLE_INT, rate=rate_bps // 8,
+                  ceil=rate_bps // 8, burst=htb_burst_bytes(rate_bps), cburst=htb_burst_bytes(rate_bps),
+                  quantum=htb_quantum(rate_bps))
+            child = children.get(classid)
+            same = (child is not None and child["handle"] == _handle(CHILD_MAJOR + i)
+                    and child.get_attr("TCA_KIND") == "netem")
+            _send_netem(ns, "change" if same else "add", index, _handle(CHILD_MAJOR + i), classid, change.netem)
+        for tclass in ns.get_classes(index=index):  # classes of a wider tree before
+            handle = tclass["handle"]
+            if handle >> 16 == HANDLE_MAJOR and (handle & 0xFFFF) > change.class_count():
+                ns.tc("del-class", "htb", index, handle=handle, parent=_HANDLE_INT)
+        self._replace_filters(ns, index, change)
+
+    @staticmethod
+    def _replace_filters(ns: NetNS, index: int, change: ShapeDevice) -> None:
+        try:
+            ns.tc("del-filter", index=index, parent=_HANDLE_INT, prio=FILTER_PRIO, protocol=ETH_P_IP)
+        except NetlinkError as exc:
+            if exc.code not in (errno.ENOENT, errno.EINVAL):
+                raise
+        offset = 16 if change.match == "dst" else 12  # IPv4 header: source at 12, destination at 16
+        for i, cidr in enumerate(change.peers):
+            network = ipaddress.IPv4Network(cidr)
+            key = f"0x{int(network.network_address):08x}/0x{int(network.netmask):08x}+{offset}"
+            ns.tc("add-filter", "u32", index, parent=_HANDLE_INT, prio=FILTER_PRIO, protocol=ETH_P_IP,
+                  target=_handle(HANDLE_MAJOR, i + 1), keys=[key])
+
+    def set_ingress(self, netns: str, dev: str, ifb: str) -> None:
+        with NetNS(netns) as ns:
+            try:
+                if not ns.link_lookup(ifname=ifb):
+                    ns.link("add", ifname=ifb, kind="ifb")
+                ifb_index = self._index(ns, netns, ifb)
+                ns.link("set", index=ifb_index, state="up")
+                index = self._index(ns, netns, dev)
+                if not any(q["handle"] == INGRESS_HANDLE for q in ns.get_qdiscs(index=index)):
+                    ns.tc("add", "ingress", index, handle=INGRESS_HANDLE)
+                try:
+                    ns.tc("del-filter", index=index, parent=INGRESS_HANDLE, prio=FILTER_PRIO, protocol=ETH_P_ALL)
+                except NetlinkError as exc:
+                    if exc.code not in (errno.ENOENT, errno.EINVAL):
+                        raise
+                ns.tc("add-filter", "u32", index, parent=INGRESS_HANDLE, prio=FILTER_PRIO, protocol=ETH_P_ALL,
+                      keys=["0x0/0x0+0"], target=_handle(1, 1),
+                      action={"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb_index})
+            except NetlinkError as exc:
+                raise _nl_error(f"{netns}: ingress redirect from {dev} to {ifb}", exc) from None
+
+    def clear_ingress(self, netns: str, dev: str, ifb: str) -> bool:
+        """Remove the ingress redirect and the ifb device if netbench made them (the ifb's name
+        says so); a missing one is not an error."""
+        try:
+            with NetNS(netns) as ns:
+                found_ifb = ns.link_lookup(ifname=ifb)
+                if not found_ifb:
+                    return False
+                found = ns.link_lookup(ifname=dev)
+                if found and any(q["handle"] == INGRESS_HANDLE for q in ns.get_qdiscs(index=found[0])):
+                    ns.tc("del", "ingress", found[0], handle=INGRESS_HANDLE)
+                ns.link("del", index=found_ifb[0])
+                return True
+        except FileNotFoundError:
+            return False
+        except NetlinkError as exc:
+            if exc.code in (errno.ENOENT, errno.EINVAL, errno.ENODEV):
+                return False
+            raise _nl_error(f"{netns}: removing ingress redirect on {dev}", exc) from None
 
     def clear(self, netns, ifname):
         """Delete the root qdisc if netbench owns it; a missing one is not an error."""
@@ -80,10 +211,10 @@ class NetlinkQdiscs:
                 found = ns.link_lookup(ifname=ifname)
                 if not found:
                     return False
-                for qdisc in ns.get_qdiscs(index=found[0]):
-                    if qdisc["parent"] == 0xFFFFFFFF and qdisc["handle"] == _HANDLE_INT:
-                        ns.tc("del", index=found[0], handle=QDISC_HANDLE, root=True)
-                        return True
+                root = self._root(ns, found[0])
+                if root is not None and root["handle"] == _HANDLE_INT:
+                    ns.tc("del", index=found[0], handle=QDISC_HANDLE, root=True)
+                    return True
         except FileNotFoundError:
             return False
         except NetlinkError as exc:
@@ -92,24 +223,23 @@ class NetlinkQdiscs:
             raise _nl_error(f"{netns}: removing qdisc on {ifname}", exc) from None
         return False
 
-    def read(self, netns, ifname):
-        """Decode the netbench-owned root qdisc into profile terms, or None."""
+    def read(self, netns, ifname, distribution="uniform"):
+        """The netbench-owned tree on `ifname` in canonical units, or None (see decode_tree)."""
         with NetNS(netns) as ns:
             found = ns.link_lookup(ifname=ifname)
             if not found:
                 return None
-            for qdisc in ns.get_qdiscs(index=found[0]):
-                if qdisc["parent"] != 0xFFFFFFFF or qdisc["handle"] != _HANDLE_INT:
-                    continue
-                return decode_qdisc(qdisc)
-        return None
+            qdiscs = list(ns.get_qdiscs(index=found[0]))
+            root = next((q for q in qdiscs if q["parent"] == ROOT_PARENT and q["handle"] == _HANDLE_INT), None)
+            if root is None:
+                return None
+            classes = list(ns.get_classes(index=found[0])) if root.get_attr("TCA_KIND") == "htb" else []
+            filters = list(ns.get_filters(index=found[0], parent=_HANDLE_INT)) if classes else []
+            return decode_tree(root, qdiscs, classes, filters, distribution)
 
 
-def decode_qdisc(qdisc: Any) -> dict[str, Any]:
-    """A pyroute2 tcmsg -> {"kind", "rate_bps", "delay_us", ...} in canonical units."""
-    kind = qdisc.get_attr("TCA_KIND")
-    options = qdisc.get_attr("TCA_OPTIONS")
-    out: dict[str, Any] = {"kind": kind}
+def _stats(qdisc: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     stats = qdisc.get_attr("TCA_STATS2")
     basic = stats.get_attr("TCA_STATS_BASIC") if stats else None
     queue = stats.get_attr("TCA_STATS_QUEUE") if stats else None
@@ -117,19 +247,69 @@ def decode_qdisc(qdisc: Any) -> dict[str, Any]:
         out["bytes"], out["packets"] = basic["bytes"], basic["packets"]
     if queue:
         out["drops"], out["backlog"], out["overlimits"] = queue["drops"], queue["backlog"], queue["overlimits"]
+    return out
+
+
+def decode_qdisc(qdisc: Any, distribution: str = "uniform") -> dict[str, Any]:
+    """A pyroute2 tcmsg (tbf or netem) -> {"kind", "rate_bps", "netem", counters...} in canonical units."""
+    kind = qdisc.get_attr("TCA_KIND")
+    options = qdisc.get_attr("TCA_OPTIONS")
+    out: dict[str, Any] = {"kind": kind, **_stats(qdisc)}
     if kind == "tbf" and options:
         parms = options.get_attr("TCA_TBF_PARMS")
         if parms:
-            out["rate_bps"] = parms["rate"] * 8
+            rate64 = options.get_attr("TCA_TBF_RATE64")
+            out["rate_bps"] = (rate64 or parms["rate"]) * 8
             out["limit_bytes"] = parms["limit"]
     elif kind == "netem" and options:
-        out["delay_us"] = options["delay"]
-        out["jitter_us"] = options["jitter"]
-        out["loss"] = options["loss"] / (2**32 - 1)
-        out["limit_packets"] = options["limit"]
-        rate = options.get_attr("TCA_NETEM_RATE")
-        if rate and rate["rate"]:
-            out["rate_bps"] = rate["rate"] * 8
+        params = netem.decode(netem.reparse(options), distribution)
+        out["netem"] = params
+        out["rate_bps"] = params.rate_bps
+    return out
+
+
+def _u32_peer(tfilter: Any) -> tuple[int, str] | None:
+    """(class minor, "cidr") of a netbench u32 peer filter, else None."""
+    options = tfilter.get_attr("TCA_OPTIONS")
+    if not options:
+        return None
+    classid, sel = options.get_attr("TCA_U32_CLASSID"), options.get_attr("TCA_U32_SEL")
+    if classid is None or sel is None or not sel.get("keys"):
+        return None
+    key = sel["keys"][0]
+    value, mask = (socket.ntohl(key["key_val"]) & 0xFFFFFFFF, socket.ntohl(key["key_mask"]) & 0xFFFFFFFF)
+    network = ipaddress.IPv4Network((value, bin(mask).count("1")))
+    return classid & 0xFFFF, f"{network}|{'dst' if key['key_off'] == 16 else 'src'}"
+
+
+def decode_tree(root: Any, qdiscs: list[Any], classes: list[Any], filters: list[Any],
+                distribution: str = "uniform") -> dict[str, Any]:
+    """netbench's tree as the kernel holds it: {"kind", "netem", "rate_bps", "peers", "match", counters}.
+
+    For an htb tree the rate is the htb class rate (None when it is the "unlimited"
+    sentinel), netem is the first class's netem child, and peers come from the u32 filters.
+    """
+    out = decode_qdisc(root, distribution)
+    if out["kind"] != "htb":
+        out.update(peers=(), match="dst")
+        return out
+    rate_bps = None
+    for tclass in classes:
+        if tclass["handle"] == _handle(HANDLE_MAJOR, 1):
+            parms = tclass.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")
+            rate64 = tclass.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_RATE64")
+            rate_bps = (rate64 or parms["rate"]) * 8
+    out["rate_bps"] = None if rate_bps in (None, HTB_UNLIMITED_BPS) else rate_bps
+    child = next((q for q in qdiscs if q["parent"] == _handle(HANDLE_MAJOR, 1)), None)
+    if child is not None:
+        decoded = decode_qdisc(child, distribution)
+        out["netem"] = decoded.get("netem")
+        for key in ("bytes", "packets", "drops", "backlog", "overlimits"):
+            if key in decoded:
+                out[f"netem_{key}"] = decoded[key]
+    peers = sorted(p for p in (_u32_peer(f) for f in filters) if p is not None)
+    out["peers"] = tuple(p[1].split("|")[0] for p in peers)
+    out["match"] = peers[0][1].split("|")[1] if peers else "dst"
     return out
 
 

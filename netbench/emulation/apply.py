@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 from netbench import journal as jr
 from netbench.emulation import changes as ch
+from netbench.emulation import readback
 from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs, QdiscAdapter, probe_netem
 from netbench.errors import BackendUnavailable, UsageError
 from netbench.testbed.topology import Topology
@@ -46,10 +47,21 @@ class Executor:
             j.record("qdisc", netns=change.netns, ifname=change.ifname, handle=ch.QDISC_HANDLE)
             self.qdiscs.replace_tbf(change.netns, change.ifname, change.rate_bps,
                                     change.burst_bytes, change.limit_bytes)
-        elif isinstance(change, ch.SetNetem):
-            j.record("qdisc", netns=change.netns, ifname=change.ifname, handle=ch.QDISC_HANDLE)
-            self.qdiscs.replace_netem(change.netns, change.ifname, change.delay_us, change.jitter_us,
-                                      change.loss, change.rate_bps, change.limit_packets)
+        elif isinstance(change, ch.ShapeDevice):
+            # the kernel does not report netem's distribution table: the journal remembers it
+            older = [e for e in j.pending() if e.kind == "qdisc" and e.data.get("netns") == change.netns
+                     and e.data.get("ifname") == change.dev]
+            j.record("qdisc", netns=change.netns, ifname=change.dev, handle=ch.QDISC_HANDLE,
+                     distribution=change.netem.distribution)
+            self.qdiscs.shape(change)
+            for entry in older:  # one entry per device, however many live changes a sweep makes
+                j.done(entry)
+        elif isinstance(change, ch.SetIngress):
+            j.record("ingress", netns=change.netns, dev=change.dev, ifb=change.ifb)
+            self.qdiscs.set_ingress(change.netns, change.dev, change.ifb)
+        elif isinstance(change, ch.ClearIngress):
+            self.qdiscs.clear_ingress(change.netns, change.dev, change.ifb)
+            jr.resolve(j, "ingress", netns=change.netns, dev=change.dev)
         elif isinstance(change, ch.StartEngine):
             self.engines.start(change.netns, change.queue_num, change.delay_us, change.jitter_us,
                                change.loss, change.seed, j)
@@ -89,17 +101,31 @@ def choose_backend(requested: str | None, probe: Callable[[], tuple[bool, str]] 
     return BackendChoice("userspace", why + "; using NFQUEUE + delay engines")
 
 
-def read_emulation(topology: Topology, qdiscs: QdiscAdapter, iptables: Any, engines: Any) -> list[dict[str, Any]]:
-    """What each node's egress holds right now, read from the kernel and the engines."""
+def recorded_distributions(journal: jr.Journal) -> dict[tuple[str, str], str]:
+    """(netns, device) -> the netem distribution netbench sent (the kernel does not report it)."""
+    return {(e.data["netns"], e.data["ifname"]): e.data["distribution"] for e in journal.pending()
+            if e.kind == "qdisc" and "distribution" in e.data}
+
+
+def read_emulation(topology: Topology, qdiscs: QdiscAdapter, iptables: Any, engines: Any,
+                   distributions: dict[tuple[str, str], str] | None = None) -> list[dict[str, Any]]:
+    """What each node's links hold right now, read from the kernel and the engines, with the
+    profile it amounts to (`profile`: the YAML keys, or None when nothing is shaped)."""
+    distributions = distributions or {}
     switch_rules = iptables.rules(topology.switch_netns)
     rows = []
     for position, node in enumerate(topology.nodes):
-        qdisc = qdiscs.read(node.netns, node.ifname)
+        ifb = ch.ifb_name(node.ifname)
+        egress = qdiscs.read(node.netns, node.ifname, distributions.get((node.netns, node.ifname), "uniform"))
+        ingress = qdiscs.read(node.netns, ifb, distributions.get((node.netns, ifb), "uniform"))
         rules = [rule for rule in switch_rules if f"--physdev-in {node.port} " in rule + " "]
         engine = engines.read(topology.switch_netns, ch.queue_num(position)) if rules else None
-        row: dict[str, Any] = {"node": node.name, "ifname": node.ifname, "qdisc": qdisc,
+        row: dict[str, Any] = {"node": node.name, "ifname": node.ifname, "qdisc": egress, "ingress_qdisc": ingress,
                                "nfqueue_rules": rules, "engine": engine}
-        row["backend"] = ("netem" if qdisc and qdisc.get("kind") == "netem"
-                          else "userspace" if (rules or (qdisc and qdisc.get("kind") == "tbf")) else None)
+        netem_held = any(tree and tree.get("kind") in ("netem", "htb") for tree in (egress, ingress))
+        row["backend"] = ("netem" if netem_held
+                          else "userspace" if (rules or (egress and egress.get("kind") == "tbf")) else None)
+        active = readback.profile_from_state(egress, ingress, engine)
+        row["profile"] = active.to_yaml_dict() if active is not None else None
         rows.append(row)
     return rows

@@ -1,8 +1,12 @@
 """Profile -> the exact list of changes for each node (pure; printed by --dry-run).
 
 Two backends produce different plans for the same profile:
-- netem: one netem qdisc at the root of each node's egress interface (delay, jitter,
-  loss, rate, and a queue limit sized to the bandwidth-delay product).
+- netem: a netem qdisc at the root of each node's egress interface (every netem control,
+  and a queue limit sized to the bandwidth-delay product unless the profile sets one).
+  An htb parent carries the rate when it exceeds netem's 32-bit field, and classifies
+  traffic when only some peers are shaped (one htb class + netem per peer; the rest
+  leaves unshaped). Ingress shaping redirects what arrives to an ifb device and shapes its
+  egress the same way. A live profile change is a netem `change`: the queue is kept.
 - userspace: rate through a tbf qdisc on each node's egress; delay, jitter and loss
   through iptables NFQUEUE rules in the switch namespace (one queue per node port,
   matched with physdev on the port the node's traffic enters the bridge by) and a
@@ -18,11 +22,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import ipaddress
+
 from netbench import units
-from netbench.profile import Profile
+from netbench.emulation.netem import NETEM_RATE32_MAX_BPS, NetemParams
+from netbench.errors import BackendUnavailable, UsageError
+from netbench.profile import MAX_RATE_BPS, Profile
 from netbench.testbed.topology import Node, Topology
 
 QDISC_HANDLE = "4e42:"  # "NB": a handle netbench owns; it never deletes a root it does not own
+HANDLE_MAJOR = 0x4E42
+CHILD_MAJOR = 0x4E43  # netem children under the htb parent: 4e43:, 4e44:, ...
+IFB_PREFIX = "nbifb-"
+HTB_UNLIMITED_BPS = MAX_RATE_BPS  # an htb class needs a rate; "unlimited" is the largest profile rate
+HTB_QUANTUM_MAX = 200_000  # the kernel warns above this
 IPT_CHAIN = "NETBENCH"
 MTU_FRAME_BYTES = 1514
 TBF_QUEUE_S = 0.05  # tbf backlog in seconds of the rate: enough for TCP, not bufferbloat
@@ -77,26 +90,93 @@ class SetTbf(Change):
 
 
 @dataclass(frozen=True)
-class SetNetem(Change):
-    """netem at the root: delay/jitter in us, loss ratio, rate bits/s or None, limit packets."""
+class ShapeDevice(Change):
+    """The netbench tree on `dev`: one netem at the root, or an htb root with one class and
+    netem per peer (or one class for all traffic) when a rate needs 64 bits or peers are named.
 
-    ifname: str
-    delay_us: int
-    jitter_us: int
-    loss: float
-    rate_bps: int | None
-    limit_packets: int
+    `peers` are CIDRs matched on the destination (egress) or source (ingress, `match="src"`).
+    """
+
+    dev: str
+    netem: NetemParams
+    htb_rate_bps: int | None = None
+    peers: tuple[str, ...] = ()
+    match: str = "dst"
+
+    @property
+    def uses_htb(self) -> bool:
+        return self.htb_rate_bps is not None or bool(self.peers)
+
+    def class_count(self) -> int:
+        return max(1, len(self.peers))
 
     def describe(self) -> str:
-        text = (f"{self.node}: tc qdisc replace dev {self.ifname} root handle {QDISC_HANDLE} netem "
-                f"limit {self.limit_packets} delay {units.format_duration_us(self.delay_us)}")
-        if self.jitter_us:
-            text += f" {units.format_duration_us(self.jitter_us)}"
-        if self.loss:
-            text += f" loss {units.format_ratio(self.loss)}"
-        if self.rate_bps:
-            text += f" rate {units.format_rate_bps(self.rate_bps)}"
-        return text
+        netem_text = describe_netem(self.netem)
+        where = f"{self.node}: tc"
+        if not self.uses_htb:
+            return f"{where} qdisc replace dev {self.dev} root handle {QDISC_HANDLE} {netem_text}"
+        rate = units.format_rate_bps(self.htb_rate_bps or HTB_UNLIMITED_BPS)
+        lines = [f"{where} qdisc replace dev {self.dev} root handle {QDISC_HANDLE} htb default "
+                 f"{0 if self.peers else 1:x}"]
+        for i in range(self.class_count()):
+            classid = f"{HANDLE_MAJOR:x}:{i + 1:x}"
+            lines.append(f"{where} class replace dev {self.dev} parent {QDISC_HANDLE} classid {classid} htb rate {rate} "
+                         f"ceil {rate} burst {htb_burst_bytes(self.htb_rate_bps or HTB_UNLIMITED_BPS)}b")
+            lines.append(f"{where} qdisc replace dev {self.dev} parent {classid} handle {CHILD_MAJOR + i:x}: {netem_text}")
+            if self.peers:
+                lines.append(f"{where} filter replace dev {self.dev} parent {QDISC_HANDLE} protocol ip prio 1 u32 "
+                             f"match ip {self.match} {self.peers[i]} flowid {classid}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class SetIngress(Change):
+    """Redirect what arrives on `dev` to the ifb device `ifb` (created if missing), whose
+    egress a ShapeDevice then shapes."""
+
+    dev: str
+    ifb: str
+
+    def describe(self) -> str:
+        return (f"{self.node}: ip link add {self.ifb} type ifb; ip link set {self.ifb} up; "
+                f"tc qdisc replace dev {self.dev} ingress; tc filter replace dev {self.dev} parent ffff: "
+                f"protocol all u32 match u32 0 0 action mirred egress redirect dev {self.ifb}")
+
+
+@dataclass(frozen=True)
+class ClearIngress(Change):
+    dev: str
+    ifb: str
+
+    def describe(self) -> str:
+        return (f"{self.node}: tc qdisc del dev {self.dev} ingress; ip link del {self.ifb} "
+                "(if netbench made them)")
+
+
+def describe_netem(n: NetemParams) -> str:
+    """netem's options in tc's words (for --dry-run; netbench sends them over netlink)."""
+    text = f"netem limit {n.limit} delay {units.format_duration_us(n.delay_us)}"
+    if n.jitter_us:
+        text += f" {units.format_duration_us(n.jitter_us)}"
+        if n.delay_corr:
+            text += f" {units.format_ratio(n.delay_corr)}"
+        text += f" distribution {n.distribution}"
+    if n.ge is not None:
+        p, r, bad, good = (units.format_ratio(x) for x in n.ge)
+        text += f" loss gemodel {p} {r} {bad} {good}"
+    elif n.loss:
+        text += f" loss random {units.format_ratio(n.loss)}"
+        if n.loss_corr:
+            text += f" {units.format_ratio(n.loss_corr)}"
+    for name, value, corr in (("duplicate", n.duplicate, n.duplicate_corr), ("corrupt", n.corrupt, n.corrupt_corr),
+                              ("reorder", n.reorder, n.reorder_corr)):
+        if value:
+            text += f" {name} {units.format_ratio(value)}" + (f" {units.format_ratio(corr)}" if corr else "")
+    if n.reorder:
+        text += f" gap {n.gap or 1}"
+    if n.rate_bps:
+        text += f" rate {units.format_rate_bps(n.rate_bps)}"
+    return text
 
 
 @dataclass(frozen=True)
@@ -149,6 +229,56 @@ def netem_limit_packets(delay_us: int, jitter_us: int, rate_bps: int | None) -> 
     return max(1000, math.ceil(1.5 * bdp_packets))
 
 
+def htb_burst_bytes(rate_bps: int) -> int:
+    """Burst from the rate (1 ms of it, at least four frames), not a fixed 15 KB: at
+    10 Gbit/s and above a small burst caps the class below its rate."""
+    return tbf_burst_bytes(rate_bps)
+
+
+def htb_quantum(rate_bps: int) -> int:
+    return max(MTU_FRAME_BYTES, min(HTB_QUANTUM_MAX, rate_bps // 8 // 10))
+
+
+def ifb_name(ifname: str) -> str:
+    return (IFB_PREFIX + ifname)[:15]
+
+
+def netem_params(profile: Profile, with_rate: bool) -> NetemParams:
+    """The netem qdisc for `profile`; the rate goes to an htb parent when `with_rate` is False."""
+    limit = profile.limit_packets or netem_limit_packets(profile.delay_us, profile.jitter_us, profile.rate_bps)
+    ge = ((profile.ge_p, profile.ge_r, profile.ge_bad_loss, profile.ge_good_loss) if profile.uses_ge else None)
+    return NetemParams(limit=limit, delay_us=profile.delay_us, jitter_us=profile.jitter_us,
+                       delay_corr=profile.jitter_correlation, distribution=profile.distribution,
+                       loss=0.0 if profile.uses_ge else profile.loss, loss_corr=profile.loss_correlation, ge=ge,
+                       duplicate=profile.duplicate, duplicate_corr=profile.duplicate_correlation,
+                       corrupt=profile.corrupt, corrupt_corr=profile.corrupt_correlation,
+                       reorder=profile.reorder, reorder_corr=profile.reorder_correlation,
+                       gap=profile.reorder_gap, rate_bps=profile.rate_bps if with_rate else None)
+
+
+def resolve_peers(profile: Profile, topology: Topology, node: Node) -> tuple[str, ...]:
+    """Peers as CIDRs: node names become their testbed address /32; a node is not its own peer."""
+    by_name = {n.name: n for n in topology.nodes}
+    out: list[str] = []
+    for peer in profile.peers:
+        if peer in by_name:
+            if peer != node.name:
+                out.append(f"{by_name[peer].address}/32")
+            continue
+        if peer.startswith("n") and peer[1:].isdigit():
+            raise UsageError(f"peers: no node {peer} in the testbed ({', '.join(by_name)})",
+                             hint="name a node that is up ('netbench testbed show') or give a CIDR")
+        out.append(str(ipaddress.IPv4Network(peer, strict=False)))
+    return tuple(dict.fromkeys(out))
+
+
+def shape_device(profile: Profile, node: Node, dev: str, peers: tuple[str, ...], match: str) -> ShapeDevice:
+    rate = profile.rate_bps
+    use_htb = bool(peers) or (rate is not None and rate > NETEM_RATE32_MAX_BPS)
+    return ShapeDevice(node.name, node.netns, dev, netem_params(profile, with_rate=not use_htb),
+                       htb_rate_bps=rate if use_htb else None, peers=peers, match=match)
+
+
 def queue_num(position: int) -> int:
     """The NFQUEUE number serving the node at `position` (0-based) in the topology."""
     return position + 1
@@ -164,17 +294,33 @@ def plan_clear(topology: Topology) -> list[Change]:
         changes.append(StopEngine(node.name, switch, queue_num(position)))
     for node in topology.nodes:
         changes.append(ClearQdisc(node.name, node.netns, node.ifname))
+        changes.append(ClearIngress(node.name, node.netns, node.ifname, ifb_name(node.ifname)))
     return changes
 
 
-def _plan_node(profile: Profile, node: Node, position: int, switch: str, backend: str, seed: int) -> list[Change]:
-    if backend == "netem":
-        if profile.is_null:
-            return []
-        return [SetNetem(node.name, node.netns, node.ifname, profile.delay_us, profile.jitter_us,
-                         profile.loss, profile.rate_bps,
-                         netem_limit_packets(profile.delay_us, profile.jitter_us, profile.rate_bps))]
+def _plan_netem_node(profile: Profile, topology: Topology, node: Node) -> list[Change]:
+    """No clearing first: replacing in place lets a live link keep its queue."""
+    ifb = ifb_name(node.ifname)
+    if profile.is_null:
+        return [ClearQdisc(node.name, node.netns, node.ifname), ClearIngress(node.name, node.netns, node.ifname, ifb)]
+    peers = resolve_peers(profile, topology, node)
+    if profile.peers and not peers:
+        return [ClearQdisc(node.name, node.netns, node.ifname), ClearIngress(node.name, node.netns, node.ifname, ifb)]
     changes: list[Change] = []
+    if profile.direction in ("egress", "both"):
+        changes.append(shape_device(profile, node, node.ifname, peers, "dst"))
+    else:
+        changes.append(ClearQdisc(node.name, node.netns, node.ifname))
+    if profile.direction in ("ingress", "both"):
+        changes.append(SetIngress(node.name, node.netns, node.ifname, ifb))
+        changes.append(shape_device(profile, node, ifb, peers, "src"))
+    else:
+        changes.append(ClearIngress(node.name, node.netns, node.ifname, ifb))
+    return changes
+
+
+def _plan_userspace_node(profile: Profile, node: Node, position: int, switch: str, seed: int) -> list[Change]:
+    changes: list[Change] = [ClearQdisc(node.name, node.netns, node.ifname)]
     if profile.rate_bps:
         changes.append(SetTbf(node.name, node.netns, node.ifname, profile.rate_bps,
                               tbf_burst_bytes(profile.rate_bps), tbf_limit_bytes(profile.rate_bps)))
@@ -189,13 +335,27 @@ def _plan_node(profile: Profile, node: Node, position: int, switch: str, backend
 
 
 def plan_apply(profile: Profile, topology: Topology, backend: str, seed: int = 0) -> list[Change]:
-    """Everything to turn every node's egress into `profile`, after clearing the old state.
+    """Everything to turn every node's link into `profile`, replacing what was there.
 
-    Each node gets its own engine seed (seed + node position) so losses are independent.
+    The userspace backend clears and re-creates; the netem backend changes in place. Each
+    node's engine gets its own seed (seed + node position) so losses are independent.
     """
     if backend not in ("netem", "userspace"):
         raise ValueError(f"unknown backend {backend!r}")
-    changes = plan_clear(topology)
+    switch = topology.switch_netns
+    changes: list[Change] = [ClearRules("switch", switch)]
+    changes += [StopEngine(node.name, switch, queue_num(i)) for i, node in enumerate(topology.nodes)]
+    if backend == "netem":
+        for node in topology.nodes:
+            changes += _plan_netem_node(profile, topology, node)
+        return changes
+    unsupported = profile.netem_only_fields()
+    if unsupported:
+        raise BackendUnavailable(f"profile {profile.name}: the userspace backend cannot emulate "
+                                 f"{', '.join(unsupported)}", hint="these need a kernel with netem ('netbench doctor' "
+                                 "says what this host has); remove them to use the userspace backend")
+    for node in topology.nodes:
+        changes.append(ClearIngress(node.name, node.netns, node.ifname, ifb_name(node.ifname)))
     for position, node in enumerate(topology.nodes):
-        changes += _plan_node(profile, node, position, topology.switch_netns, backend, seed + position)
+        changes += _plan_userspace_node(profile, node, position, switch, seed + position)
     return changes

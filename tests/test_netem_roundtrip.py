@@ -1,0 +1,71 @@
+"""Apply then read back round-trips every profile field through netem's netlink encoding.
+
+Pure: the fake qdisc adapter keeps what the kernel would, by encoding the options with
+netbench's netem message class and decoding them from the bytes as a dump would be
+decoded. tests/test_netem_kernel.py runs the same property against a real kernel.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from hypothesis import given, settings
+from tests.fakes import make_fakes
+from tests.netem_checks import kernel_view
+from tests.strategies import valid_profiles
+
+from netbench.emulation import changes as ch
+from netbench.emulation.apply import Executor, read_emulation, recorded_distributions
+from netbench.emulation.netem import NetemParams, options
+from netbench.journal import Journal
+from netbench.profile import Profile, profile_from_mapping
+from netbench.testbed.topology import plan_topology
+
+TOPO = plan_topology(2, ipaddress.ip_network("10.213.0.0/24"))
+
+
+def applied_and_read(profile: Profile, state_dir) -> list[dict]:
+    journal = Journal(state_dir)
+    qdiscs, iptables, engines, _ = make_fakes()
+    Executor(journal=journal, qdiscs=qdiscs, iptables=iptables, engines=engines).apply(
+        ch.plan_apply(profile, TOPO, "netem"))
+    return read_emulation(TOPO, qdiscs, iptables, engines, recorded_distributions(journal))
+
+
+@settings(max_examples=150, deadline=None)
+@given(valid_profiles())
+def test_every_field_round_trips(tmp_path_factory, profile):
+    rows = applied_and_read(profile, tmp_path_factory.mktemp("state"))
+    for index, row in enumerate(rows):
+        if profile.is_null or (profile.peers and not ch.resolve_peers(profile, TOPO, TOPO.nodes[index])):
+            assert row["profile"] is None
+            continue
+        back = profile_from_mapping(row["profile"], "read-back")
+        assert kernel_view(back) == kernel_view(profile, TOPO, index)
+
+
+def test_a_change_leaves_nothing_of_the_old_profile(tmp_path):
+    rich = Profile(delay_us=20_000, jitter_us=5_000, jitter_correlation=0.5, distribution="pareto",
+                   loss_model="gilbert-elliott", ge_p=0.02, ge_r=0.3, duplicate=0.1, duplicate_correlation=0.2,
+                   corrupt=0.05, reorder=0.25, reorder_gap=3, rate_bps=10**8, limit_packets=50)
+    plain = Profile(delay_us=1_000)
+    journal = Journal(tmp_path)
+    qdiscs, iptables, engines, _ = make_fakes()
+    ex = Executor(journal=journal, qdiscs=qdiscs, iptables=iptables, engines=engines)
+    ex.apply(ch.plan_apply(rich, TOPO, "netem"))
+    ex.apply(ch.plan_apply(plain, TOPO, "netem"))
+    row = read_emulation(TOPO, qdiscs, iptables, engines, recorded_distributions(journal))[0]
+    assert row["qdisc"]["live_change"]
+    assert kernel_view(profile_from_mapping(row["profile"], "read-back")) == kernel_view(plain, TOPO)
+
+
+def test_every_attribute_is_sent_even_when_zero():
+    attrs = [name for name, _ in options(NetemParams())["attrs"]]
+    assert attrs == ["TCA_NETEM_CORR", "TCA_NETEM_DELAY_DIST", "TCA_NETEM_REORDER", "TCA_NETEM_CORRUPT",
+                     "TCA_NETEM_LOSS", "TCA_NETEM_RATE", "TCA_NETEM_LATENCY64", "TCA_NETEM_JITTER64"]
+
+
+def test_rate_beyond_32_bits_is_sent_as_rate64():
+    sent = dict((name, value) for name, value in options(NetemParams(rate_bps=50 * 10**9))["attrs"])
+    assert sent["TCA_NETEM_RATE"]["rate"] == 2**32 - 1
+    assert sent["TCA_NETEM_RATE64"] == 50 * 10**9 // 8
