@@ -6,13 +6,14 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := iproute2 iptables iperf3 iputils-ping
 PYTHON ?= python3
 
-.PHONY: install demo test test-fast bench reset clean help
+.PHONY: install demo test test-fast test-kernel bench reset clean help
 
 help:
 	@echo "make install   Debian packages, .venv, pinned Python packages"
 	@echo "make demo      netbench sweep --latency 1,10,100ms on the embedded testbed"
 	@echo "make test      the whole test suite (needs root for namespace tests)"
 	@echo "make test-fast pure unit tests only (no root, no TensorFlow)"
+	@echo "make test-kernel the netem backend on Debian's stock kernel under qemu (virtme-ng)"
 	@echo "make bench     emulation fidelity and delay-engine ceiling benchmarks"
 	@echo "make reset     remove everything netbench made"
 
@@ -33,7 +34,7 @@ demo: install
 	$(BIN)/netbench sweep --latency 1,10,100ms
 
 test: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m 'not netem'
 
 test-fast: install
 	$(BIN)/pytest -q -m "not root and not tf"
@@ -47,3 +48,24 @@ reset: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+
+# The netem backend on a real netem kernel: Debian's stock kernel booted under qemu with
+# the host's filesystem (virtme-ng). This machine's own kernel has no sch_netem.
+KERNEL_DEB_PACKAGES := qemu-system-x86 linux-image-amd64 busybox-static
+KERNEL_IMAGE = $(lastword $(sort $(wildcard /boot/vmlinuz-*-amd64)))
+KERNEL_RESULT := .kernel-test
+
+test-kernel: install
+	@missing=""; for p in $(KERNEL_DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[kernel]'
+	rm -rf $(KERNEL_RESULT) && mkdir -p $(KERNEL_RESULT)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/vng --run $(KERNEL_IMAGE) --disable-kvm --force-9p --memory 2G --cpus 2 \
+		--rwdir $(CURDIR)/$(KERNEL_RESULT) --exec "cd $(CURDIR) && NETBENCH_REQUIRE_NETEM=1 \
+		$(BIN)/pytest -q -p no:cacheprovider -o addopts=-ra tests/test_netem_kernel.py \
+		> $(KERNEL_RESULT)/log 2>&1; echo \$$? > $(KERNEL_RESULT)/rc"
+	@cat $(KERNEL_RESULT)/log
+	@test "$$(cat $(KERNEL_RESULT)/rc 2>/dev/null)" = 0 || { echo "test-kernel: failed (see above)"; exit 1; }

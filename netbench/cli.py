@@ -317,6 +317,28 @@ def _show_cells(row: dict) -> list[str]:
             engine_text, str(qdisc.get("drops", "-"))]
 
 
+@main.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--no-tensorflow", is_flag=True, help="Skip the slow TensorFlow import check.")
+@handle_errors
+def doctor_cmd(as_json: bool, no_tensorflow: bool) -> None:
+    """Check what this host can do, by trying it, and which emulation backend netbench will use.
+
+    Works without root (namespace checks are then skipped). Exits 1 when no backend can run.
+
+    Example: sudo netbench doctor --no-tensorflow
+    """
+    from netbench import doctor
+
+    report = doctor.run_doctor(tensorflow=not no_tensorflow)
+    if as_json:
+        console.plain(json.dumps(doctor.to_json(report), indent=2))
+    else:
+        console.out.print(doctor.render(report))
+    if not report.ready:
+        sys.exit(1)
+
+
 @main.command("reset")
 @handle_errors
 def reset_cmd() -> None:

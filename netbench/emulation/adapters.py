@@ -10,14 +10,14 @@ import errno
 import ipaddress
 import json
 import os
-import socket
+import struct
 import sys
 import time
 from pathlib import Path
 from typing import Any, Protocol
 
 from pyroute2 import NetNS
-from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST
+from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_NEWQDISC
 
@@ -25,7 +25,7 @@ ETH_P_IP = 0x0800
 ETH_P_ALL = 0x0003
 
 from netbench import proc
-from netbench.emulation import netem
+from netbench.emulation import netem, rtnl
 from netbench.emulation.changes import (CHILD_MAJOR, HANDLE_MAJOR, HTB_UNLIMITED_BPS, IPT_CHAIN, QDISC_HANDLE,
                                         ShapeDevice, htb_burst_bytes, htb_quantum)
 from netbench.emulation.netem import NetemParams
@@ -62,15 +62,16 @@ INGRESS_HANDLE = 0xFFFF0000
 FILTER_PRIO = 1
 
 
-def _send_netem(ns: NetNS, command: str, index: int, handle: int, parent: int, params: NetemParams) -> None:
+def _send_netem(netns: str, command: str, index: int, handle: int, parent: int, params: NetemParams) -> None:
     """RTM_NEWQDISC for netem with netbench's full options (see netem.py): pyroute2's own
-    netem plugin has no distribution table, loss model or 64-bit fields."""
+    netem plugin has no distribution table, loss model or 64-bit fields. Sent by rtnl.py."""
     flags = {"add": NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-             "change": NLM_F_REQUEST | NLM_F_ACK}[command]
+             "change": NLM_F_REQUEST | NLM_F_ACK | NLM_F_REPLACE}[command]
     msg = netem.netem_tcmsg()
     msg["family"], msg["index"], msg["handle"], msg["parent"] = 0, index, handle, parent
     msg["attrs"] = [["TCA_KIND", "netem"], ["TCA_OPTIONS", netem.options(params)]]
-    ns.nlm_request(msg, msg_type=RTM_NEWQDISC, msg_flags=flags)
+    msg["header"]["type"], msg["header"]["flags"] = RTM_NEWQDISC, flags
+    rtnl.request(netns, msg)
 
 
 class NetlinkQdiscs:
@@ -100,7 +101,7 @@ class NetlinkQdiscs:
 
     @staticmethod
     def _root(ns: NetNS, index: int) -> Any | None:
-        for qdisc in ns.get_qdiscs(index=index):
+        for qdisc in list(ns.get_qdiscs(index=index)):
             if qdisc["parent"] == ROOT_PARENT:
                 return qdisc
         return None
@@ -117,37 +118,57 @@ class NetlinkQdiscs:
 
     def shape(self, change: ShapeDevice) -> None:
         netns, dev = change.netns, change.dev
-        with NetNS(netns) as ns:
-            index = self._index(ns, netns, dev)
-            try:
-                if change.uses_htb:
-                    self._shape_htb(ns, index, change)
-                else:
-                    live = self._drop_root_unless(ns, index, "netem")
-                    _send_netem(ns, "change" if live else "add", index, _HANDLE_INT, ROOT_PARENT, change.netem)
-            except NetlinkError as exc:
-                raise _nl_error(f"{netns}: netem on {dev}", exc) from None
+        try:
+            with NetNS(netns) as ns:
+                index = self._index(ns, netns, dev)
+            if change.uses_htb:
+                self._shape_htb(netns, index, change)
+            else:
+                self._put_netem(netns, index, _HANDLE_INT, ROOT_PARENT, change.netem, "netem")
+        except NetlinkError as exc:
+            raise _nl_error(f"{netns}: netem on {dev}", exc) from None
 
-    def _shape_htb(self, ns: NetNS, index: int, change: ShapeDevice) -> None:
+    def _put_netem(self, netns: str, index: int, handle: int, parent: int, params: NetemParams, root_kind: str) -> None:
+        """`change` the netem at `handle` in place (the queue is kept); if there is none, `add`
+        it; if the root is netbench's but of another shape, replace that root.
+
+        No qdisc dump precedes the first request: on Debian's 6.1 kernel under qemu, a dump
+        before the boot's first netem-with-table request left every later request carrying
+        a distribution table refused with EINVAL (tests/test_netem_kernel.py exercises it).
+        """
+        try:
+            _send_netem(netns, "change", index, handle, parent, params)
+            return
+        except NetlinkError as exc:
+            if exc.code not in (errno.ENOENT, errno.EINVAL):
+                raise
+        try:
+            _send_netem(netns, "add", index, handle, parent, params)
+            return
+        except NetlinkError as exc:
+            if exc.code not in (errno.EEXIST, errno.EINVAL) or parent != ROOT_PARENT:
+                raise
+        with NetNS(netns) as ns:  # a netbench root of another kind (tbf, htb) is in the way
+            self._drop_root_unless(ns, index, root_kind)
+        _send_netem(netns, "add", index, handle, parent, params)
+
+    def _shape_htb(self, netns: str, index: int, change: ShapeDevice) -> None:
         rate_bps = change.htb_rate_bps or HTB_UNLIMITED_BPS
-        live = self._drop_root_unless(ns, index, "htb")
-        # default 0: traffic no filter claims leaves unshaped (htb's direct queue)
-        ns.tc("replace", "htb", index, handle=_HANDLE_INT, root=True, default=0 if change.peers else 1)
-        children = {q["parent"]: q for q in ns.get_qdiscs(index=index) if live and q["parent"] != ROOT_PARENT}
+        with NetNS(netns) as ns:
+            self._drop_root_unless(ns, index, "htb")
+            # default 0: traffic no filter claims leaves unshaped (htb's direct queue)
+            ns.tc("replace", "htb", index, handle=_HANDLE_INT, root=True, default=0 if change.peers else 1)
+            for i in range(change.class_count()):
+                ns.tc("replace-class", "htb", index, handle=_handle(HANDLE_MAJOR, i + 1), parent=_HANDLE_INT,
+                      rate=rate_bps // 8, ceil=rate_bps // 8, burst=htb_burst_bytes(rate_bps),
+                      cburst=htb_burst_bytes(rate_bps), quantum=htb_quantum(rate_bps))
+            for tclass in list(ns.get_classes(index=index)):  # classes of a wider tree before
+                handle = tclass["handle"]
+                if handle >> 16 == HANDLE_MAJOR and (handle & 0xFFFF) > change.class_count():
+                    ns.tc("del-class", "htb", index, handle=handle, parent=_HANDLE_INT)
+            self._replace_filters(ns, index, change)
         for i in range(change.class_count()):
-            classid = _handle(HANDLE_MAJOR, i + 1)
-            ns.tc("replace-class", "htb", index, handle=classid, parent=_HANDLE_INT, rate=rate_bps // 8,
-                  ceil=rate_bps // 8, burst=htb_burst_bytes(rate_bps), cburst=htb_burst_bytes(rate_bps),
-                  quantum=htb_quantum(rate_bps))
-            child = children.get(classid)
-            same = (child is not None and child["handle"] == _handle(CHILD_MAJOR + i)
-                    and child.get_attr("TCA_KIND") == "netem")
-            _send_netem(ns, "change" if same else "add", index, _handle(CHILD_MAJOR + i), classid, change.netem)
-        for tclass in ns.get_classes(index=index):  # classes of a wider tree before
-            handle = tclass["handle"]
-            if handle >> 16 == HANDLE_MAJOR and (handle & 0xFFFF) > change.class_count():
-                ns.tc("del-class", "htb", index, handle=handle, parent=_HANDLE_INT)
-        self._replace_filters(ns, index, change)
+            self._put_netem(netns, index, _handle(CHILD_MAJOR + i), _handle(HANDLE_MAJOR, i + 1), change.netem, "htb")
 
     @staticmethod
     def _replace_filters(ns: NetNS, index: int, change: ShapeDevice) -> None:
@@ -171,7 +192,7 @@ class NetlinkQdiscs:
                 ifb_index = self._index(ns, netns, ifb)
                 ns.link("set", index=ifb_index, state="up")
                 index = self._index(ns, netns, dev)
-                if not any(q["handle"] == INGRESS_HANDLE for q in ns.get_qdiscs(index=index)):
+                if not any(q["handle"] == INGRESS_HANDLE for q in list(ns.get_qdiscs(index=index))):
                     ns.tc("add", "ingress", index, handle=INGRESS_HANDLE)
                 try:
                     ns.tc("del-filter", index=index, parent=INGRESS_HANDLE, prio=FILTER_PRIO, protocol=ETH_P_ALL)
@@ -193,7 +214,7 @@ class NetlinkQdiscs:
                 if not found_ifb:
                     return False
                 found = ns.link_lookup(ifname=dev)
-                if found and any(q["handle"] == INGRESS_HANDLE for q in ns.get_qdiscs(index=found[0])):
+                if found and any(q["handle"] == INGRESS_HANDLE for q in list(ns.get_qdiscs(index=found[0]))):
                     ns.tc("del", "ingress", found[0], handle=INGRESS_HANDLE)
                 ns.link("del", index=found_ifb[0])
                 return True
@@ -269,17 +290,27 @@ def decode_qdisc(qdisc: Any, distribution: str = "uniform") -> dict[str, Any]:
 
 
 def _u32_peer(tfilter: Any) -> tuple[int, str] | None:
-    """(class minor, "cidr") of a netbench u32 peer filter, else None."""
+    """(class minor, "cidr|dst" or "cidr|src") of a netbench u32 peer filter, else None.
+
+    The selector is read from its raw bytes (struct tc_u32_sel: 16 bytes, then 16-byte
+    keys of be32 mask, be32 value, int offset, int offmask): pyroute2 0.9.7 decodes the
+    keys 4 bytes out of place.
+    """
     options = tfilter.get_attr("TCA_OPTIONS")
     if not options:
         return None
-    classid, sel = options.get_attr("TCA_U32_CLASSID"), options.get_attr("TCA_U32_SEL")
-    if classid is None or sel is None or not sel.get("keys"):
+    classid = options.get_attr("TCA_U32_CLASSID")
+    sel = next((attr for attr in options["attrs"] if attr[0] == "TCA_U32_SEL"), None)
+    if classid is None or sel is None:
         return None
-    key = sel["keys"][0]
-    value, mask = (socket.ntohl(key["key_val"]) & 0xFFFFFFFF, socket.ntohl(key["key_mask"]) & 0xFFFFFFFF)
-    network = ipaddress.IPv4Network((value, bin(mask).count("1")))
-    return classid & 0xFFFF, f"{network}|{'dst' if key['key_off'] == 16 else 'src'}"
+    raw_nla = sel[1]
+    raw = bytes(raw_nla.data[raw_nla.offset + 4: raw_nla.offset + raw_nla.length])
+    if len(raw) < 32 or raw[2] < 1:
+        return None
+    mask, value = struct.unpack(">II", raw[16:24])
+    (offset,) = struct.unpack("=i", raw[24:28])
+    network = ipaddress.IPv4Network((value & mask, bin(mask).count("1")))
+    return classid & 0xFFFF, f"{network}|{'dst' if offset == 16 else 'src'}"
 
 
 def decode_tree(root: Any, qdiscs: list[Any], classes: list[Any], filters: list[Any],

@@ -13,6 +13,7 @@ equals the one sent at that resolution: `same_at_kernel_resolution` compares tha
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -31,7 +32,8 @@ def ratio_to_u32(ratio: float) -> int:
 
 
 def u32_to_ratio(value: int) -> float:
-    return value / U32_MAX
+    """Rounded to 1e-9 (the u32 step is 2.3e-10), so 1% reads back as 0.01, not 0.0100000000116."""
+    return round(value / U32_MAX, 9)
 
 
 class netem_options(nla):
@@ -41,7 +43,7 @@ class netem_options(nla):
     nla_map = (
         (0, "TCA_NETEM_UNSPEC", "none"),
         (1, "TCA_NETEM_CORR", "netem_corr"),
-        (2, "TCA_NETEM_DELAY_DIST", "array(int16)"),
+        (2, "TCA_NETEM_DELAY_DIST", "cdata"),  # s16 values, packed by pack_table
         (3, "TCA_NETEM_REORDER", "netem_reorder"),
         (4, "TCA_NETEM_CORRUPT", "netem_corrupt"),
         (5, "TCA_NETEM_LOSS", "netem_loss"),
@@ -109,6 +111,13 @@ class NetemParams:
     rate_bps: int | None = None
 
 
+def pack_table(values: tuple[int, ...]) -> bytes:
+    """The table as the kernel reads it: native-endian s16. Packed here, not by pyroute2's
+    array(int16) type, whose element format is looked up at encode time and came out
+    8 bytes wide in some processes: the kernel then saw 8192+ entries and refused (EINVAL)."""
+    return struct.pack(f"={len(values)}h", *values)
+
+
 def options(params: NetemParams) -> dict[str, Any]:
     """The TCA_OPTIONS value for `params`, with every attribute present.
 
@@ -121,7 +130,7 @@ def options(params: NetemParams) -> dict[str, Any]:
     attrs: list[list[Any]] = [
         ["TCA_NETEM_CORR", {"delay_corr": ratio_to_u32(params.delay_corr), "loss_corr": ratio_to_u32(params.loss_corr),
                             "dup_corr": ratio_to_u32(params.duplicate_corr)}],
-        ["TCA_NETEM_DELAY_DIST", disttable.table(params.distribution)],
+        ["TCA_NETEM_DELAY_DIST", pack_table(disttable.table(params.distribution))],
         ["TCA_NETEM_REORDER", {"probability": ratio_to_u32(params.reorder),
                                "correlation": ratio_to_u32(params.reorder_corr)}],
         ["TCA_NETEM_CORRUPT", {"probability": ratio_to_u32(params.corrupt),

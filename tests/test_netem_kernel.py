@@ -1,0 +1,182 @@
+"""The netem backend against a real kernel with sch_netem (`make test-kernel` boots Debian's
+stock kernel under qemu for this; the file runs unchanged on any host whose kernel has netem).
+
+Every feature is applied on the testbed's namespaces and veths through netbench's own code,
+read back through pyroute2 (netbench's decoder) and through `tc -j` (a client netbench did
+not write), changed live, and reset; plus coarse timing checks. Timing under software
+emulation is noisy, so only the direction and rough size of effects are asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from tests.netem_checks import kernel_view
+from tests.strategies import valid_profiles
+
+from netbench.emulation import changes as ch
+from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs, probe_netem
+from netbench.emulation.apply import real_executor, read_emulation, recorded_distributions
+from netbench.journal import Journal
+from netbench.profile import Profile, profile_from_mapping
+from netbench.reset import reset
+from netbench.testbed import local
+
+pytestmark = [pytest.mark.root, pytest.mark.netem]
+
+
+@pytest.fixture(scope="module")
+def netem_kernel():
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    has_netem, why = probe_netem("netbench-probe-kt")
+    if not has_netem:
+        if os.environ.get("NETBENCH_REQUIRE_NETEM") == "1":
+            pytest.fail(f"this run requires netem and the kernel has none: {why}")
+        pytest.skip(f"no netem on this kernel ({why}); 'make test-kernel' boots one that has it")
+
+
+@pytest.fixture(scope="module")
+def bed(netem_kernel, tmp_path_factory):
+    """A 2-node testbed for the whole module; reset afterwards, checked to leave nothing."""
+    state = tmp_path_factory.mktemp("state")
+    old = os.environ.get("NETBENCH_STATE_DIR")
+    os.environ["NETBENCH_STATE_DIR"] = str(state)
+    journal = Journal(state)
+    topo = local.up(2, journal)
+    try:
+        yield topo, journal, real_executor(journal)
+    finally:
+        reset(journal)
+        if old is None:
+            os.environ.pop("NETBENCH_STATE_DIR", None)
+        else:
+            os.environ["NETBENCH_STATE_DIR"] = old
+        assert not local.list_netbench_netns()
+
+
+def apply_and_read(bed, profile):
+    topo, journal, ex = bed
+    ex.apply(ch.plan_apply(profile, topo, "netem"))
+    return read_emulation(topo, NetlinkQdiscs(), Iptables(), Engines(journal.dir), recorded_distributions(journal))
+
+
+def tc_json(netns, *args):
+    out = subprocess.run(["ip", "netns", "exec", netns, "tc", "-j", *args], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout or "[]")
+
+
+FEATURES = {
+    "delay+jitter normal, correlation, random loss with correlation": Profile(
+        delay_us=10_000, jitter_us=2_000, jitter_correlation=0.25, distribution="normal", loss=0.01,
+        loss_correlation=0.1),
+    "pareto, duplicate, corrupt, reorder with gap, 32-bit rate": Profile(
+        delay_us=20_000, jitter_us=5_000, distribution="pareto", duplicate=0.02, duplicate_correlation=0.3,
+        corrupt=0.001, corrupt_correlation=0.2, reorder=0.25, reorder_correlation=0.5, reorder_gap=5,
+        rate_bps=250_000_000),
+    "paretonormal, Gilbert-Elliott, queue limit": Profile(
+        delay_us=5_000, jitter_us=1_000, distribution="paretonormal", loss_model="gilbert-elliott", ge_p=0.01,
+        ge_r=0.3, ge_bad_loss=0.9, ge_good_loss=0.001, limit_packets=5000),
+    "64-bit rate through htb": Profile(delay_us=1_000, rate_bps=40_000_000_000),
+    "per-peer shaping": Profile(delay_us=3_000, rate_bps=100_000_000, peers=("n2",)),
+    "ingress through ifb": Profile(delay_us=4_000, loss=0.05, direction="ingress"),
+    "both directions": Profile(delay_us=2_000, direction="both", rate_bps=500_000_000),
+}
+
+
+@pytest.mark.parametrize("name", list(FEATURES))
+def test_feature_round_trips_through_the_kernel(bed, name):
+    profile = FEATURES[name]
+    topo = bed[0]
+    rows = apply_and_read(bed, profile)
+    for index, row in enumerate(rows):
+        if profile.peers and not ch.resolve_peers(profile, topo, topo.nodes[index]):
+            assert row["profile"] is None
+            continue
+        assert kernel_view(profile_from_mapping(row["profile"], "read-back")) == kernel_view(profile, topo, index)
+    # a client netbench did not write sees the same thing
+    dev = "nbifb-eth0" if profile.direction == "ingress" else "eth0"
+    qdiscs = tc_json("netbench-n1", "qdisc", "show", "dev", dev)
+    netem = next(q for q in qdiscs if q["kind"] == "netem")
+    options = netem["options"]
+    assert options["delay"]["delay"] == pytest.approx(profile.delay_us / 1e6)
+    assert options["delay"]["jitter"] == pytest.approx(profile.jitter_us / 1e6)
+    if profile.loss:
+        assert options["loss-random"]["loss"] == pytest.approx(profile.loss)
+    if profile.uses_ge:
+        ge = options["loss-gemodel"]
+        assert (ge["p"], ge["r"]) == (pytest.approx(profile.ge_p), pytest.approx(profile.ge_r))
+        assert ge["1-h"] == pytest.approx(profile.ge_bad_loss) and ge["1-k"] == pytest.approx(profile.ge_good_loss)
+    if profile.duplicate:
+        assert options["duplicate"]["duplicate"] == pytest.approx(profile.duplicate)
+    if profile.reorder:
+        assert options["reorder"]["reorder"] == pytest.approx(profile.reorder) and options["gap"] == profile.reorder_gap
+    if profile.corrupt:
+        assert options["corrupt"]["corrupt"] == pytest.approx(profile.corrupt)
+    if profile.limit_packets:
+        assert options["limit"] == profile.limit_packets
+    uses_htb = profile.peers or (profile.rate_bps or 0) > 34_359_738_360
+    if uses_htb:
+        classes = tc_json("netbench-n1", "class", "show", "dev", dev)
+        assert any(c["handle"] == "4e42:1" and c["kind"] == "htb" for c in classes)
+    elif profile.rate_bps:
+        assert "rate" in options
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(profile=valid_profiles())
+def test_generated_profiles_round_trip_with_live_changes(bed, profile):
+    topo = bed[0]
+    rows = apply_and_read(bed, profile)
+    for index, row in enumerate(rows):
+        if profile.is_null or (profile.peers and not ch.resolve_peers(profile, topo, topo.nodes[index])):
+            assert row["profile"] is None
+            continue
+        assert kernel_view(profile_from_mapping(row["profile"], "read-back")) == kernel_view(profile, topo, index)
+
+
+def _ping(topo, count=20, interval="0.05"):
+    out = subprocess.run(["ip", "netns", "exec", topo.nodes[0].netns, "ping", "-q", "-c", str(count), "-i", interval,
+                          "-W", "2", topo.nodes[1].address], capture_output=True, text=True)
+    loss = float(re.search(r"([0-9.]+)% packet loss", out.stdout).group(1)) / 100
+    rtt = re.search(r"= [0-9.]+/([0-9.]+)/", out.stdout)
+    return loss, float(rtt.group(1)) if rtt else None
+
+
+def test_live_change_keeps_the_qdisc_and_its_counters(bed):
+    topo = bed[0]
+    apply_and_read(bed, Profile(delay_us=1_000))
+    _ping(topo, count=10, interval="0.02")
+    before = NetlinkQdiscs().read("netbench-n1", "eth0")
+    apply_and_read(bed, Profile(delay_us=3_000, distribution="normal", jitter_us=500))
+    after = NetlinkQdiscs().read("netbench-n1", "eth0")
+    assert after["netem"].delay_us == 3_000
+    assert after["packets"] >= before["packets"] > 0  # a replaced qdisc would start from zero
+
+
+def test_rtt_rises_with_delay_and_loss_shows(bed):
+    topo = bed[0]
+    apply_and_read(bed, Profile())
+    _, base_rtt = _ping(topo)
+    apply_and_read(bed, Profile(delay_us=50_000))
+    _, slow_rtt = _ping(topo)
+    assert slow_rtt - base_rtt > 80  # 2 x 50 ms, with a wide margin for emulation noise
+    apply_and_read(bed, Profile(loss=0.5))
+    loss, _ = _ping(topo, count=100, interval="0.02")
+    assert 0.5 < loss < 0.95  # both directions lose 50 %: ~75 % of round trips fail
+
+
+def test_clear_removes_every_netbench_qdisc_and_the_ifb(bed):
+    topo, _, ex = bed
+    apply_and_read(bed, Profile(delay_us=2_000, direction="both", peers=("n2",)))
+    ex.apply(ch.plan_clear(topo))
+    for node in topo.nodes:
+        kinds = {q["kind"] for q in tc_json(node.netns, "qdisc", "show", "dev", "eth0")}
+        assert "netem" not in kinds and "htb" not in kinds and "ingress" not in kinds
+        links = subprocess.run(["ip", "-n", node.netns, "-o", "link"], capture_output=True, text=True).stdout
+        assert "nbifb-" not in links
