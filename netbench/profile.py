@@ -38,6 +38,8 @@ DISTRIBUTIONS = ("uniform", "normal", "pareto", "paretonormal")
 DIRECTIONS = ("egress", "ingress", "both")
 LOSS_MODELS = ("random", "gilbert-elliott")
 MAX_LIMIT_PACKETS = 10_000_000
+NETEM_ONLY_FIELDS = ("jitter_correlation", "distribution", "loss_correlation", "loss_model", "duplicate", "corrupt",
+                     "reorder", "limit_packets", "direction", "peers")  # correlations/GE need their base field
 
 
 @dataclass(frozen=True)
@@ -112,11 +114,7 @@ class Profile:
     def netem_only_fields(self) -> list[str]:
         """The profile keys only netem can emulate (the userspace backend refuses them)."""
         default = Profile()
-        keys = {"jitter_correlation": "jitter_correlation", "distribution": "distribution",
-                "loss_correlation": "loss_correlation", "loss_model": "loss (model)",
-                "duplicate": "duplicate", "corrupt": "corrupt", "reorder": "reorder",
-                "limit_packets": "limit", "direction": "direction", "peers": "peers"}
-        return [key for field, key in keys.items() if getattr(self, field) != getattr(default, field)]
+        return [_FIELD_KEYS[field] for field in NETEM_ONLY_FIELDS if getattr(self, field) != getattr(default, field)]
 
     def to_yaml_dict(self) -> dict[str, Any]:
         """The profile in the units people write; loads back to an equal Profile."""

@@ -120,8 +120,8 @@ def test_feature_round_trips_through_the_kernel(bed, name):
         assert options["corrupt"]["corrupt"] == pytest.approx(profile.corrupt)
     if profile.limit_packets:
         assert options["limit"] == profile.limit_packets
-    uses_htb = profile.peers or (profile.rate_bps or 0) > 34_359_738_360
-    if uses_htb:
+    shapes = [c for c in ch.plan_apply(profile, topo, "netem") if isinstance(c, ch.ShapeDevice) and c.node == "n1"]
+    if shapes[0].uses_htb:
         classes = tc_json("netbench-n1", "class", "show", "dev", dev)
         assert any(c["handle"] == "4e42:1" and c["kind"] == "htb" for c in classes)
     elif profile.rate_bps:

@@ -132,9 +132,8 @@ class NetlinkQdiscs:
         """`change` the netem at `handle` in place (the queue is kept); if there is none, `add`
         it; if the root is netbench's but of another shape, replace that root.
 
-        No qdisc dump precedes the first request: on Debian's 6.1 kernel under qemu, a dump
-        before the boot's first netem-with-table request left every later request carrying
-        a distribution table refused with EINVAL (tests/test_netem_kernel.py exercises it).
+        The kernel's answer says which case holds, so no dump is needed unless a root of
+        another kind is in the way.
         """
         try:
             _send_netem(netns, "change", index, handle, parent, params)

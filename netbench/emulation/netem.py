@@ -8,13 +8,13 @@ followed by attributes); `NetemParams` is what netbench asks of one netem qdisc,
 canonical units, and encodes to and decodes from that layout.
 
 Probabilities travel as u32 fractions of 2**32-1 (as tc sends them), so a ratio read back
-equals the one sent at that resolution: `same_at_kernel_resolution` compares that way.
+equals the one sent at that resolution (tests/netem_checks.py compares that way).
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from pyroute2.netlink import nla
@@ -191,29 +191,6 @@ def decode(opts: Any, distribution: str = "uniform") -> NetemParams:
         reorder=reorder_p, reorder_corr=u32_to_ratio(reorder["correlation"]) if reorder is not None else 0.0,
         gap=opts["gap"] if reorder_p else 0, rate_bps=rate_bytes * 8 or None,
     )
-
-
-def same_at_kernel_resolution(a: NetemParams, b: NetemParams) -> bool:
-    """Equal once every ratio is rounded to the u32 the kernel stores and the rate to bytes."""
-    return quantized(a) == quantized(b)
-
-
-def quantized(params: NetemParams) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for field in fields(params):
-        value = getattr(params, field.name)
-        if isinstance(value, float):
-            value = ratio_to_u32(value)
-        elif field.name == "ge" and value is not None:
-            value = tuple(ratio_to_u32(v) for v in value)
-        elif field.name == "rate_bps" and value is not None:
-            value = value // 8
-        out[field.name] = value
-    if not params.reorder:
-        out["gap"] = 0
-    elif not params.gap:
-        out["gap"] = 1
-    return out
 
 
 def reparse(raw_options: Any) -> Any:

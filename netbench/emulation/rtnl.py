@@ -35,12 +35,12 @@ def socket_in(netns: str | None) -> Iterator[socket.socket]:
     target = os.open(f"/run/netns/{netns}", os.O_RDONLY) if netns else None
     try:
         if target is not None:
-            os.setns(target, os.CLONE_NEWNET) if hasattr(os, "setns") else _setns(target)
+            _setns(target)
         try:
             sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
         finally:
             if target is not None:
-                os.setns(original, os.CLONE_NEWNET) if hasattr(os, "setns") else _setns(original)
+                _setns(original)
     finally:
         os.close(original)
         if target is not None:
@@ -54,6 +54,10 @@ def socket_in(netns: str | None) -> Iterator[socket.socket]:
 
 
 def _setns(fd: int) -> None:
+    """Move the calling thread into the network namespace `fd` (os.setns exists from 3.12)."""
+    if hasattr(os, "setns"):
+        os.setns(fd, os.CLONE_NEWNET)
+        return
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
