@@ -1,0 +1,143 @@
+"""Every metric netbench exports, in one place: name, type, labels and meaning.
+
+Conventions (Prometheus): base units in the name (seconds, bytes, ratio), counters end in
+`_total`, constant facts are `_info` metrics with value 1, and every label has a bounded set
+of values (phases, states, directions, the sweep's nodes, workers and profiles). The README
+table is this catalogue; a test keeps the two in step, and the dashboard lint checks that
+every queried metric is listed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PHASES = ("warmup", "measured")
+SWEEP_STATES = ("setup", "applying", "starting", "warmup", "measured", "finished")
+RUN_STATUSES = ("ok", "timeout", "failed", "interrupted")
+DIRECTIONS = ("transmit", "receive")
+
+# step durations from a 5 ms unshaped step to a 60 s step under a slow, lossy link
+STEP_DURATION_BUCKETS_S = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0,
+                           10.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One metric family. `name` is the exposed name: counters end in _total, info in _info."""
+
+    name: str
+    type: str  # counter | gauge | histogram | info
+    help: str
+    labels: tuple[str, ...] = ()
+    group: str = ""
+
+    @property
+    def family(self) -> str:
+        """The name prometheus_client's metric families take (without _total / _info)."""
+        if self.type == "counter":
+            return self.name.removesuffix("_total")
+        if self.type == "info":
+            return self.name.removesuffix("_info")
+        return self.name
+
+    @property
+    def series_names(self) -> tuple[str, ...]:
+        """Every sample name this metric exposes (what PromQL can select)."""
+        if self.type == "histogram":
+            return tuple(f"{self.name}_{suffix}" for suffix in ("bucket", "sum", "count"))
+        return (self.name,)
+
+
+def _m(group: str, name: str, type_: str, help_: str, *labels: str) -> MetricDef:
+    return MetricDef(name=name, type=type_, help=help_, labels=tuple(labels), group=group)
+
+
+CATALOGUE: tuple[MetricDef, ...] = (
+    # sweep: what runs, where it is
+    _m("sweep", "netbench_build_info", "info", "netbench and Python versions of the controller.",
+       "version", "python"),
+    _m("sweep", "netbench_sweep_info", "info", "The sweep being run: id, emulation backend, model, strategy.",
+       "sweep", "backend", "model", "strategy"),
+    _m("sweep", "netbench_sweep_state", "gauge",
+       "1 for the sweep's current state, 0 for the others (setup, applying, starting, warmup, measured, "
+       "finished).", "state"),
+    _m("sweep", "netbench_sweep_start_time_seconds", "gauge", "When the sweep started (Unix time, seconds)."),
+    _m("sweep", "netbench_sweep_runs", "gauge", "Runs the sweep plans (points x repeats)."),
+    _m("sweep", "netbench_sweep_runs_completed_total", "counter", "Runs ended, by status.", "status"),
+    _m("sweep", "netbench_sweep_progress_ratio", "gauge", "Runs ended over runs planned (0 to 1)."),
+    _m("sweep", "netbench_run_info", "info", "The run in progress: run id and repetition.", "run", "repeat"),
+    _m("sweep", "netbench_run_start_time_seconds", "gauge", "When the run in progress started (Unix time)."),
+    _m("sweep", "netbench_run_images_per_second", "gauge",
+       "Images per second of the run in progress over its measured steps so far (global batch / mean "
+       "step time of the chief worker)."),
+    _m("sweep", "netbench_result_images_per_second", "gauge",
+       "Images per second of the last completed run of each profile of the sweep.", "profile"),
+    # the active profile, in base units
+    _m("profile", "netbench_profile_active", "gauge",
+       "1 for the profile applied now; the label set of the previous profile is gone.", "profile"),
+    _m("profile", "netbench_profile_delay_seconds", "gauge", "One-way delay at each node's egress, seconds."),
+    _m("profile", "netbench_profile_jitter_seconds", "gauge", "Delay variation (+-), seconds."),
+    _m("profile", "netbench_profile_rate_bytes_per_second", "gauge",
+       "Egress rate limit in bytes per second; 0 means no limit."),
+    _m("profile", "netbench_profile_loss_ratio", "gauge", "Egress drop probability (0 to 1)."),
+    _m("profile", "netbench_profile_applied_timestamp_seconds", "gauge",
+       "When the active profile was applied (Unix time, seconds)."),
+    _m("profile", "netbench_profile_applications_total", "counter",
+       "Profiles applied since the sweep started (one per run)."),
+    # training, from the workers' step events
+    _m("training", "netbench_steps_total", "counter", "Training steps finished, by phase and worker.",
+       "phase", "worker"),
+    _m("training", "netbench_samples_total", "counter",
+       "Images trained on by each worker (its per-worker batch per step), by phase.", "phase", "worker"),
+    _m("training", "netbench_step_duration_seconds", "histogram", "Wall time of one training step, seconds.",
+       "phase", "worker"),
+    _m("training", "netbench_warmups_completed_total", "counter",
+       "Runs whose chief worker finished warm-up (its first measured step arrived)."),
+    _m("training", "netbench_worker_up", "gauge",
+       "1 while the worker's process runs and has reported, 0 once it finished or failed.", "worker"),
+    _m("training", "netbench_worker_heartbeat_timestamp_seconds", "gauge",
+       "When the controller last heard from the worker (Unix time, seconds).", "worker"),
+    # network, read from the testbed's namespaces at scrape time
+    _m("network", "netbench_interface_bytes_total", "counter", "Bytes through a node's interface.",
+       "node", "interface", "direction"),
+    _m("network", "netbench_interface_packets_total", "counter", "Packets through a node's interface.",
+       "node", "interface", "direction"),
+    _m("network", "netbench_interface_drops_total", "counter", "Packets the interface dropped.",
+       "node", "interface", "direction"),
+    _m("network", "netbench_qdisc_drops_total", "counter", "Packets dropped by netbench's root qdisc.",
+       "node", "interface"),
+    _m("network", "netbench_qdisc_overlimits_total", "counter",
+       "Times netbench's root qdisc held a packet back for its rate.", "node", "interface"),
+    _m("network", "netbench_qdisc_backlog_bytes", "gauge", "Bytes queued in netbench's root qdisc.",
+       "node", "interface"),
+    _m("network", "netbench_qdisc_backlog_packets", "gauge", "Packets queued in netbench's root qdisc.",
+       "node", "interface"),
+    _m("network", "netbench_engine_up", "gauge",
+       "1 while the node's delay engine (userspace backend) runs.", "node"),
+    _m("network", "netbench_engine_queue_depth_packets", "gauge",
+       "Packets the node's delay engine holds now (userspace backend).", "node"),
+    _m("network", "netbench_engine_received_packets_total", "counter",
+       "Packets queued to the node's delay engine.", "node"),
+    _m("network", "netbench_engine_dropped_packets_total", "counter",
+       "Packets the node's delay engine dropped for loss.", "node"),
+    _m("network", "netbench_network_read_errors_total", "counter",
+       "Scrapes that could not read a node's namespace (it was being created or removed)."),
+)
+
+BY_NAME: dict[str, MetricDef] = {metric.name: metric for metric in CATALOGUE}
+
+
+def series_names() -> set[str]:
+    """Every sample name the catalogue exposes."""
+    return {name for metric in CATALOGUE for name in metric.series_names}
+
+
+def metric_for_series(series: str) -> MetricDef | None:
+    """The catalogue entry a sample name (e.g. a histogram's _bucket) belongs to."""
+    if series in BY_NAME:
+        return BY_NAME[series]
+    for suffix in ("_bucket", "_sum", "_count"):
+        base = series.removesuffix(suffix)
+        if base != series and base in BY_NAME and BY_NAME[base].type == "histogram":
+            return BY_NAME[base]
+    return None

@@ -1,0 +1,163 @@
+"""A prometheus_client custom collector: the catalogue filled from current state at scrape time."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
+                                    InfoMetricFamily, Metric)
+from prometheus_client.registry import Collector
+
+from netbench.metrics.catalogue import BY_NAME, CATALOGUE, DIRECTIONS, RUN_STATUSES, SWEEP_STATES
+from netbench.metrics.network import NetworkReader, NetworkSample
+from netbench.metrics.state import MetricsState, Snapshot
+
+_FAMILIES = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily, "histogram": HistogramMetricFamily,
+             "info": InfoMetricFamily}
+
+
+def family(name: str) -> Metric:
+    """An empty metric family for catalogue entry `name` (help and label names from the catalogue)."""
+    metric = BY_NAME[name]
+    labels = [label for label in metric.labels]
+    if metric.type == "info":
+        # an info metric's labels are its value; it has no label dimensions of its own
+        return InfoMetricFamily(metric.family, metric.help, labels=[])
+    return _FAMILIES[metric.type](metric.family, metric.help, labels=labels)
+
+
+class NetbenchCollector(Collector):
+    """Reads the sweep's state and the testbed's counters each time Prometheus scrapes."""
+
+    def __init__(self, state: MetricsState, network: NetworkReader | None = None) -> None:
+        self.state = state
+        self.network = network
+
+    def describe(self) -> Iterator[Metric]:
+        for metric in CATALOGUE:
+            yield family(metric.name)
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.state.snapshot()
+        sample = self.network.sample() if self.network is not None else NetworkSample()
+        yield from sweep_families(snap)
+        yield from profile_families(snap)
+        yield from training_families(snap)
+        yield from network_families(sample)
+
+
+def sweep_families(s: Snapshot) -> Iterator[Metric]:
+    build = family("netbench_build_info")
+    build.add_metric([], s.build)
+    yield build
+    info = family("netbench_sweep_info")
+    if s.sweep:
+        info.add_metric([], s.sweep)
+    yield info
+    state = family("netbench_sweep_state")
+    for name in SWEEP_STATES:
+        state.add_metric([name], 1.0 if name == s.state else 0.0)
+    yield state
+    started = family("netbench_sweep_start_time_seconds")
+    if s.sweep_started_at is not None:
+        started.add_metric([], s.sweep_started_at)
+    yield started
+    runs = family("netbench_sweep_runs")
+    runs.add_metric([], s.runs_planned)
+    yield runs
+    completed = family("netbench_sweep_runs_completed_total")
+    for status in RUN_STATUSES:
+        completed.add_metric([status], s.runs_completed.get(status, 0))
+    yield completed
+    progress = family("netbench_sweep_progress_ratio")
+    progress.add_metric([], sum(s.runs_completed.values()) / s.runs_planned if s.runs_planned else 0.0)
+    yield progress
+    run = family("netbench_run_info")
+    run_started = family("netbench_run_start_time_seconds")
+    if s.run:
+        run.add_metric([], s.run)
+        run_started.add_metric([], s.run_started_at)
+    yield run
+    yield run_started
+    images = family("netbench_run_images_per_second")
+    if s.run_images_per_s is not None and math.isfinite(s.run_images_per_s):
+        images.add_metric([], s.run_images_per_s)
+    yield images
+    results = family("netbench_result_images_per_second")
+    for profile, value in sorted(s.result_images_per_s.items()):
+        results.add_metric([profile], value)
+    yield results
+
+
+def profile_families(s: Snapshot) -> Iterator[Metric]:
+    p = s.profile
+    values = {"netbench_profile_active": None, "netbench_profile_delay_seconds": p and p.delay_s,
+              "netbench_profile_jitter_seconds": p and p.jitter_s,
+              "netbench_profile_rate_bytes_per_second": p and p.rate_bytes_per_s,
+              "netbench_profile_loss_ratio": p and p.loss,
+              "netbench_profile_applied_timestamp_seconds": p and p.applied_at}
+    for name, value in values.items():
+        fam = family(name)
+        if p is not None:
+            # only the active profile's label set exists: a change removes the old one
+            fam.add_metric([p.name] if name == "netbench_profile_active" else [], 1.0 if value is None else value)
+        yield fam
+    applications = family("netbench_profile_applications_total")
+    applications.add_metric([], s.profile_applications)
+    yield applications
+
+
+def training_families(s: Snapshot) -> Iterator[Metric]:
+    steps, samples = family("netbench_steps_total"), family("netbench_samples_total")
+    for (phase, worker), value in sorted(s.steps.items()):
+        steps.add_metric([phase, worker], value)
+    for (phase, worker), value in sorted(s.samples.items()):
+        samples.add_metric([phase, worker], value)
+    yield steps
+    yield samples
+    durations = family("netbench_step_duration_seconds")
+    for (phase, worker), hist in sorted(s.durations.items()):
+        durations.add_metric([phase, worker], hist.cumulative(), hist.total)
+    yield durations
+    warmups = family("netbench_warmups_completed_total")
+    warmups.add_metric([], s.warmups_completed)
+    yield warmups
+    up, heartbeat = family("netbench_worker_up"), family("netbench_worker_heartbeat_timestamp_seconds")
+    for worker, value in sorted(s.workers_up.items()):
+        up.add_metric([worker], value)
+    for worker, value in sorted(s.heartbeats.items()):
+        heartbeat.add_metric([worker], value)
+    yield up
+    yield heartbeat
+
+
+def network_families(n: NetworkSample) -> Iterator[Metric]:
+    by_direction = {"netbench_interface_bytes_total": ("rx_bytes", "tx_bytes"),
+                    "netbench_interface_packets_total": ("rx_packets", "tx_packets"),
+                    "netbench_interface_drops_total": ("rx_dropped", "tx_dropped")}
+    for name, (rx, tx) in by_direction.items():
+        fam = family(name)
+        for i in n.interfaces:
+            for direction, attr in zip(DIRECTIONS, (tx, rx)):
+                fam.add_metric([i.node, i.interface, direction], getattr(i, attr))
+        yield fam
+    qdisc = {"netbench_qdisc_drops_total": "drops", "netbench_qdisc_overlimits_total": "overlimits",
+             "netbench_qdisc_backlog_bytes": "backlog_bytes", "netbench_qdisc_backlog_packets": "backlog_packets"}
+    for name, attr in qdisc.items():
+        fam = family(name)
+        for q in n.qdiscs:
+            fam.add_metric([q.node, q.interface], getattr(q, attr))
+        yield fam
+    up, depth = family("netbench_engine_up"), family("netbench_engine_queue_depth_packets")
+    received, dropped = family("netbench_engine_received_packets_total"), family("netbench_engine_dropped_packets_total")
+    for e in n.engines:
+        up.add_metric([e.node], 1.0 if e.up else 0.0)
+        received.add_metric([e.node], e.received)
+        dropped.add_metric([e.node], e.dropped)
+        if e.up:
+            depth.add_metric([e.node], e.queue_depth)
+    yield from (up, depth, received, dropped)
+    errors = family("netbench_network_read_errors_total")
+    errors.add_metric([], n.read_errors)
+    yield errors

@@ -1,0 +1,122 @@
+"""Serve /metrics over HTTP from the controller, and announce it to Prometheus (file_sd).
+
+The registry is netbench's own (never prometheus_client's global one), holding one custom
+collector. While serving, a file_sd target file `<state dir>/targets/netbench-<pid>.json`
+says where to scrape; it is written atomically (a temp name the `*.json` glob ignores, then
+rename) and removed when serving stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from netbench.errors import UsageError
+from netbench.journal import state_dir as default_state_dir
+from netbench.metrics.collector import NetbenchCollector
+from netbench.metrics.network import NetworkReader
+from netbench.metrics.state import MetricsObserver, MetricsState, ObserverTee
+
+DEFAULT_ADDRESS = "127.0.0.1"
+JOB = "netbench"
+
+
+def check_address(address: str) -> str:
+    """An IP address to bind to, or a UsageError naming the flag."""
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        raise UsageError(f"flag --metrics-address: {address!r} is not an IP address",
+                         hint="e.g. --metrics-address 127.0.0.1 (the default) or 0.0.0.0 for every interface") from None
+
+
+def targets_dir(state: Path | None = None) -> Path:
+    """Where target files go; the shipped prometheus.yml watches <this>/*.json."""
+    return (state or default_state_dir()) / "targets"
+
+
+def target_entry(host: str, port: int, labels: dict[str, str]) -> list[dict]:
+    """One file_sd target group."""
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return [{"targets": [target], "labels": dict(labels)}]
+
+
+def write_atomic(path: Path, data) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")  # does not match the *.json glob Prometheus watches
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class MetricsExporter:
+    """The HTTP endpoint, its registry, the state it reads and the target file."""
+
+    def __init__(self, port: int, address: str = DEFAULT_ADDRESS, state: MetricsState | None = None,
+                 network: NetworkReader | None = None, state_path: Path | None = None) -> None:
+        self.requested_port = port
+        self.address = check_address(address)
+        self.state = state or MetricsState()
+        self.network = network or NetworkReader(state_path or default_state_dir())
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(NetbenchCollector(self.state, self.network))
+        self.target_file = targets_dir(state_path) / f"netbench-{os.getpid()}.json"
+        self._httpd = None
+        self._thread = None
+        self.observer = MetricsObserver(self.state, on_topology=self._set_topology)
+
+    def _set_topology(self, topology) -> None:
+        self.network.topology = topology
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_port if self._httpd else self.requested_port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{host}:{self.port}/metrics"
+
+    def start(self) -> None:
+        try:
+            self._httpd, self._thread = start_http_server(self.requested_port, self.address, self.registry)
+        except OSError as exc:
+            raise UsageError(f"flag --metrics-port: cannot serve metrics on {self.address}:{self.requested_port}: "
+                             f"{exc.strerror or exc}", hint="choose a free port, or 0 for any free port") from None
+        scrape_host = "127.0.0.1" if self.address in ("0.0.0.0", "::") else self.address
+        self.target_file.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.target_file, target_entry(scrape_host, self.port, {"job": JOB}))
+
+    def stop(self) -> None:
+        self.target_file.unlink(missing_ok=True)
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._thread.join(timeout=5)
+            self._httpd = None
+
+    def observe(self, *others):
+        """An observer that feeds the metrics and passes every call on to `others`."""
+        return ObserverTee(*others, self.observer)
+
+
+@contextlib.contextmanager
+def serving(port: int | None, address: str = DEFAULT_ADDRESS) -> Iterator[MetricsExporter | None]:
+    """Serve metrics for the duration of the block; yields None when `port` is None."""
+    if port is None:
+        yield None
+        return
+    exporter = MetricsExporter(port, address)
+    exporter.start()
+    try:
+        yield exporter
+    finally:
+        exporter.stop()

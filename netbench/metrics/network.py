@@ -1,0 +1,158 @@
+"""Interface, qdisc and delay-engine counters of the testbed's nodes, read at scrape time.
+
+The controller lives in the host's namespace and reads each node's namespace over netlink
+(pyroute2), and the delay engines' stats files from the state dir, so a scrape never crosses
+a shaped link. A short cache bounds the cost when scrapes come close together.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from netbench.emulation import changes as ch
+from netbench.testbed.topology import Topology
+
+ROOT_PARENT = 0xFFFFFFFF
+NETBENCH_HANDLE = ch.HANDLE_MAJOR << 16
+CACHE_S = 0.5
+
+
+@dataclass(frozen=True)
+class InterfaceStats:
+    node: str
+    interface: str
+    rx_bytes: int
+    tx_bytes: int
+    rx_packets: int
+    tx_packets: int
+    rx_dropped: int
+    tx_dropped: int
+
+
+@dataclass(frozen=True)
+class QdiscStats:
+    node: str
+    interface: str
+    drops: int
+    overlimits: int
+    backlog_bytes: int
+    backlog_packets: int
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    node: str
+    up: bool
+    queue_depth: int
+    received: int
+    dropped: int
+
+
+@dataclass(frozen=True)
+class NetworkSample:
+    interfaces: tuple[InterfaceStats, ...] = ()
+    qdiscs: tuple[QdiscStats, ...] = ()
+    engines: tuple[EngineStats, ...] = ()
+    read_errors: int = 0  # cumulative
+
+
+def read_node_links(netns: str) -> list[dict[str, Any]]:
+    """[{interface, stats: IFLA_STATS64 dict, qdisc: root netbench qdisc stats or None}] of one node."""
+    from pyroute2 import NetNS
+
+    rows = []
+    with NetNS(netns) as ns:
+        for link in ns.get_links():
+            name = link.get_attr("IFLA_IFNAME")
+            if name == "lo":
+                continue
+            stats = dict(link.get_attr("IFLA_STATS64") or link.get_attr("IFLA_STATS") or {})
+            qdisc = None
+            for msg in ns.get_qdiscs(index=link["index"]):
+                if msg["parent"] == ROOT_PARENT and msg["handle"] == NETBENCH_HANDLE:
+                    qdisc = _qdisc_counters(msg)
+            rows.append({"interface": name, "stats": stats, "qdisc": qdisc})
+    return rows
+
+
+def _qdisc_counters(msg: Any) -> dict[str, int]:
+    stats2 = msg.get_attr("TCA_STATS2")
+    queue = stats2.get_attr("TCA_STATS_QUEUE") if stats2 else None
+    if not queue:
+        return {}
+    return {"drops": queue["drops"], "overlimits": queue["overlimits"], "backlog": queue["backlog"],
+            "qlen": queue["qlen"]}
+
+
+def read_engine(state_dir: Path, switch_netns: str, position: int) -> dict[str, Any] | None:
+    """The node's delay engine stats (the engine rewrites its file about once a second), or None."""
+    from netbench.emulation.adapters import Engines
+
+    return Engines(state_dir).read(switch_netns, ch.queue_num(position))
+
+
+def decode(node: str, links: list[dict[str, Any]], engine: dict[str, Any] | None
+           ) -> tuple[list[InterfaceStats], list[QdiscStats], EngineStats | None]:
+    """One node's raw readings -> typed stats (pure)."""
+    interfaces, qdiscs = [], []
+    for link in links:
+        s = link["stats"]
+        interfaces.append(InterfaceStats(node, link["interface"], s.get("rx_bytes", 0), s.get("tx_bytes", 0),
+                                         s.get("rx_packets", 0), s.get("tx_packets", 0),
+                                         s.get("rx_dropped", 0), s.get("tx_dropped", 0)))
+        q = link.get("qdisc")
+        if q:
+            qdiscs.append(QdiscStats(node, link["interface"], q.get("drops", 0), q.get("overlimits", 0),
+                                     q.get("backlog", 0), q.get("qlen", 0)))
+    engine_stats = None
+    if engine is not None:
+        alive = bool(engine.get("alive"))
+        engine_stats = EngineStats(node, alive, int(engine.get("queue_depth", 0)) if alive else 0,
+                                   int(engine.get("received", 0)), int(engine.get("dropped", 0)))
+    return interfaces, qdiscs, engine_stats
+
+
+@dataclass
+class NetworkReader:
+    """Reads every node of the testbed; `topology` is set once the sweep has one."""
+
+    state_dir: Path
+    read_links: Callable[[str], list[dict[str, Any]]] = read_node_links
+    read_engine: Callable[[Path, str, int], dict[str, Any] | None] = read_engine
+    cache_s: float = CACHE_S
+    topology: Topology | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _last: NetworkSample = field(default_factory=NetworkSample)
+    _last_at: float = float("-inf")
+    _errors: int = 0
+
+    def sample(self) -> NetworkSample:
+        with self._lock:  # concurrent scrapes share one reading
+            now = time.monotonic()
+            if now - self._last_at >= self.cache_s:
+                self._last = self._read()
+                self._last_at = now
+            return self._last
+
+    def _read(self) -> NetworkSample:
+        topology = self.topology
+        if topology is None:
+            return NetworkSample(read_errors=self._errors)
+        interfaces, qdiscs, engines = [], [], []
+        for position, node in enumerate(topology.nodes):
+            try:
+                links = self.read_links(node.netns)
+                engine = self.read_engine(self.state_dir, topology.switch_netns, position)
+            except Exception:  # noqa: BLE001 - a namespace being created or removed; the next scrape retries
+                self._errors += 1
+                continue
+            node_interfaces, node_qdiscs, engine_stats = decode(node.name, links, engine)
+            interfaces += node_interfaces
+            qdiscs += node_qdiscs
+            if engine_stats is not None:
+                engines.append(engine_stats)
+        return NetworkSample(tuple(interfaces), tuple(qdiscs), tuple(engines), self._errors)

@@ -1,0 +1,214 @@
+"""What the controller knows while a sweep runs, fed by the runner's observer calls.
+
+`MetricsState` holds plain numbers behind a lock (observer calls come from the sweep's
+thread, scrapes from the exporter's threads); `snapshot()` hands the collector a consistent
+copy. `MetricsObserver` is the runner.Observer that feeds it. Nothing here does I/O, and
+time comes from an injectable clock, so tests drive it with fake events.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import platform
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from netbench import __version__
+from netbench.metrics.catalogue import PHASES, STEP_DURATION_BUCKETS_S
+
+
+@dataclass
+class Histogram:
+    """Cumulative-ready bucket counts over STEP_DURATION_BUCKETS_S (plus +Inf), and the sum."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(STEP_DURATION_BUCKETS_S) + 1))
+    total: float = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(STEP_DURATION_BUCKETS_S, value)] += 1
+        self.total += value
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """[(le, count of values <= le)], ending with +Inf, as exposition wants."""
+        out, running = [], 0
+        for bound, count in zip((*STEP_DURATION_BUCKETS_S, float("inf")), self.counts):
+            running += count
+            out.append(("+Inf" if bound == float("inf") else repr(bound), running))
+        return out
+
+
+@dataclass
+class ActiveProfile:
+    name: str
+    delay_s: float
+    jitter_s: float
+    rate_bytes_per_s: float  # 0: no limit
+    loss: float
+    applied_at: float
+
+
+@dataclass
+class Snapshot:
+    """A consistent copy of the state, taken at scrape time."""
+
+    sweep: dict[str, str] | None = None
+    state: str = "setup"
+    sweep_started_at: float | None = None
+    runs_planned: int = 0
+    runs_completed: dict[str, int] = field(default_factory=dict)
+    run: dict[str, str] | None = None
+    run_started_at: float | None = None
+    run_images_per_s: float | None = None
+    result_images_per_s: dict[str, float] = field(default_factory=dict)
+    profile: ActiveProfile | None = None
+    profile_applications: int = 0
+    steps: dict[tuple[str, str], int] = field(default_factory=dict)
+    samples: dict[tuple[str, str], int] = field(default_factory=dict)
+    durations: dict[tuple[str, str], Histogram] = field(default_factory=dict)
+    warmups_completed: int = 0
+    workers_up: dict[str, int] = field(default_factory=dict)
+    heartbeats: dict[str, float] = field(default_factory=dict)
+    build: dict[str, str] = field(default_factory=lambda: {"version": __version__,
+                                                             "python": platform.python_version()})
+
+
+class MetricsState:
+    """The live numbers of one sweep. Every method is safe to call from any thread."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._s = Snapshot(sweep_started_at=clock())
+        self._batch = 0  # per-worker batch
+        self._global_batch = 0
+        self._chief_measured: list[float] = []
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return copy.deepcopy(self._s)
+
+    # -- sweep and runs -------------------------------------------------------------
+    def sweep_started(self, sweep_id: str, backend: str, model: str, strategy: str, runs: int,
+                      workers: int, batch_size: int) -> None:
+        with self._lock:
+            s = self._s
+            s.sweep = {"sweep": sweep_id, "backend": backend, "model": model, "strategy": strategy}
+            s.runs_planned = runs
+            self._batch, self._global_batch = batch_size, batch_size * workers
+            for index in range(workers):
+                for phase in PHASES:  # counters exist from the start, so the first increase shows
+                    key = (phase, str(index))
+                    s.steps.setdefault(key, 0)
+                    s.samples.setdefault(key, 0)
+                    s.durations.setdefault(key, Histogram())
+                s.workers_up[str(index)] = 0
+
+    def run_started(self, run_id: str, repeat: int) -> None:
+        with self._lock:
+            s = self._s
+            s.state = "applying"
+            s.run = {"run": run_id, "repeat": str(repeat)}
+            s.run_started_at = self._clock()
+            s.run_images_per_s = None
+            self._chief_measured = []
+
+    def profile_applied(self, name: str, delay_us: int, jitter_us: int, rate_bps: int | None, loss: float) -> None:
+        with self._lock:
+            s = self._s
+            s.profile = ActiveProfile(name=name, delay_s=delay_us / 1e6, jitter_s=jitter_us / 1e6,
+                                      rate_bytes_per_s=(rate_bps or 0) / 8, loss=float(loss),
+                                      applied_at=self._clock())
+            s.profile_applications += 1
+            s.state = "starting"
+
+    def worker_event(self, event: dict) -> None:
+        """One event from a worker's stdout (see netbench.jobs.worker for the keys)."""
+        worker = str(event.get("worker", 0))
+        kind = event.get("event")
+        with self._lock:
+            s = self._s
+            s.heartbeats[worker] = self._clock()
+            if kind in ("start", "step"):
+                s.workers_up[worker] = 1
+            elif kind in ("done", "error"):
+                s.workers_up[worker] = 0
+            if kind != "step":
+                return
+            phase = "warmup" if event.get("phase") == "warmup" else "measured"
+            duration = float(event.get("duration", 0.0))
+            key = (phase, worker)
+            s.steps[key] = s.steps.get(key, 0) + 1
+            s.samples[key] = s.samples.get(key, 0) + self._batch
+            s.durations.setdefault(key, Histogram()).observe(duration)
+            if worker != "0":
+                return
+            s.state = phase
+            if phase == "measured":
+                if not self._chief_measured:
+                    s.warmups_completed += 1
+                if duration > 0:
+                    self._chief_measured.append(duration)
+                    mean = sum(self._chief_measured) / len(self._chief_measured)
+                    s.run_images_per_s = self._global_batch / mean
+
+    def run_finished(self, status: str, profile: str, images_per_s: float | None) -> None:
+        with self._lock:
+            s = self._s
+            s.runs_completed[status] = s.runs_completed.get(status, 0) + 1
+            for worker in s.workers_up:
+                s.workers_up[worker] = 0
+            if images_per_s is not None:
+                s.result_images_per_s[profile] = images_per_s
+            if sum(s.runs_completed.values()) >= s.runs_planned:
+                s.state = "finished"
+
+
+class MetricsObserver:
+    """runner.Observer that feeds a MetricsState."""
+
+    def __init__(self, state: MetricsState, on_topology: Callable | None = None) -> None:
+        self.state = state
+        self.on_topology = on_topology  # the network reader learns the testbed here
+
+    def sweep_started(self, config, backend, topology) -> None:
+        if self.on_topology:
+            self.on_topology(topology)
+        self.state.sweep_started(config.sweep_id, backend.name, config.job.model, config.job.strategy,
+                                 len(config.runs), config.workers, config.job.batch_size)
+
+    def run_started(self, run) -> None:
+        self.state.run_started(run.run_id, run.repeat)
+
+    def profile_applied(self, run) -> None:
+        p = run.profile
+        self.state.profile_applied(p.name, p.delay_us, p.jitter_us, p.rate_bps, p.loss)
+
+    def step(self, run, event: dict) -> None:
+        self.state.worker_event(event)
+
+    def run_finished(self, run, result) -> None:
+        ips = (result.stats or {}).get("images_per_sec") if result.status == "ok" else None
+        self.state.run_finished(result.status, run.profile.name, ips)
+
+    def note(self, text: str) -> None:
+        pass
+
+
+class ObserverTee:
+    """Passes every observer call to each of several observers, in order."""
+
+    def __init__(self, *observers) -> None:
+        self.observers = observers
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def call(*args, **kwargs) -> None:
+            for observer in self.observers:
+                getattr(observer, name)(*args, **kwargs)
+
+        return call
