@@ -1,0 +1,280 @@
+"""The controller side of remote mode: plan per host, send plans to each host's own netbench
+over SSH, read back, reset, check, renew leases. Hosts are driven in parallel.
+
+Each host shapes its data-plane interface's egress (and ingress, with netem) in its own
+network namespace. With the netem backend a host gets the same changes a local node gets;
+a host without sch_netem gets the rate through tbf only (its own NFQUEUE delay engine would
+sit in the sender's stack, where TCP small queues distort it: see README), and a profile
+with delay, jitter or loss is refused for it with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence, TypeVar
+
+from netbench import __version__
+from netbench.emulation import changes as ch
+from netbench.emulation.wire import plan_to_json
+from netbench.errors import BackendUnavailable, NetbenchError, TestbedError
+from netbench.inventory import Host, Inventory
+from netbench.profile import Profile
+from netbench.remote_node import HOST_NETNS
+from netbench.testbed.remote import HostConnection
+from netbench.testbed.topology import Node, Topology
+
+NODE_TIMEOUT_S = 120.0
+T = TypeVar("T")
+
+
+class RemoteError(NetbenchError):
+    """A host refused or failed a command; the message names the host."""
+
+
+def node_command(host: Host, args: Sequence[str]) -> str:
+    """The shell command that runs `netbench node ARGS` on `host` with its state dir."""
+    argv = [host.netbench, "node", "--state-dir", host.state_dir, *args]
+    return ("sudo -n " if host.sudo else "") + shlex.join(argv)
+
+
+def _error_line(stderr: str, stdout: str, exit_code: int) -> str:
+    lines = [line.strip() for line in (stderr or stdout).splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("error:"):
+            return line[len("error:"):].strip()
+    if exit_code == 127:
+        return "netbench is not installed there (run 'netbench provision --inventory ...')"
+    return lines[-1] if lines else f"exit status {exit_code}"
+
+
+def call_node(conn: HostConnection, host: Host, args: Sequence[str], input: str | None = None,
+              timeout: float = NODE_TIMEOUT_S) -> dict[str, Any]:
+    """Run `netbench node ARGS --json`-style commands on a host and parse their JSON."""
+    result = conn.run(node_command(host, args), input=input, timeout=timeout)
+    if not result.ok:
+        raise RemoteError(f"host {host.name}: {_error_line(result.stderr, result.stdout, result.exit_code)}")
+    try:
+        return json.loads(result.stdout)
+    except json.JSONDecodeError:
+        raise RemoteError(f"host {host.name}: 'netbench node {args[0]}' printed no JSON: "
+                          f"{result.stdout.strip()[:120]!r}") from None
+
+
+def hosts_topology(inventory: Inventory) -> Topology:
+    """The hosts as a topology, for resolving `peers` names to TF addresses."""
+    nodes = tuple(Node(name=h.name, netns=HOST_NETNS, ifname=h.interface, address=h.tf_address or "",
+                       prefixlen=32, port="") for h in inventory.hosts)
+    return Topology(nodes=nodes, subnet="", switch_netns=HOST_NETNS, bridge="")
+
+
+def plan_for_host(profile: Profile, host: Host, backend: str, topology: Topology) -> list[ch.Change]:
+    """Every change that turns `host`'s data-plane interface into `profile` (pure)."""
+    node = next(n for n in topology.nodes if n.name == host.name)
+    ifb = ch.ifb_name(node.ifname)
+    if backend == "netem":
+        # the same per-node plan a local testbed node gets; peers by host name resolve to tf_address
+        return ch._plan_netem_node(profile, topology, node)
+    unsupported = [name for name, value in (("delay", profile.delay_us), ("jitter", profile.jitter_us),
+                                            ("loss", profile.loss)) if value]
+    unsupported += profile.netem_only_fields()
+    if unsupported:
+        raise BackendUnavailable(f"host {host.name}: without netem a remote host shapes rate only; "
+                                 f"profile {profile.name} sets {', '.join(dict.fromkeys(unsupported))}",
+                                 hint="load sch_netem on the host ('netbench doctor --inventory' says what it has)")
+    changes: list[ch.Change] = [ch.ClearIngress(node.name, node.netns, node.ifname, ifb),
+                                ch.ClearQdisc(node.name, node.netns, node.ifname)]
+    if profile.rate_bps:
+        changes.append(ch.SetTbf(node.name, node.netns, node.ifname, profile.rate_bps,
+                                 ch.tbf_burst_bytes(profile.rate_bps), ch.tbf_limit_bytes(profile.rate_bps)))
+    return changes
+
+
+def plan_clear_host(host: Host) -> list[ch.Change]:
+    return [ch.ClearQdisc(host.name, HOST_NETNS, host.interface),
+            ch.ClearIngress(host.name, HOST_NETNS, host.interface, ch.ifb_name(host.interface))]
+
+
+def in_parallel(conns: Sequence[HostConnection], work: Callable[[HostConnection], T]) -> dict[str, T | Exception]:
+    """Run `work` on every host at once; each host's result or the error it raised."""
+    def guarded(conn: HostConnection) -> T | Exception:
+        try:
+            return work(conn)
+        except NetbenchError as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(conns)))) as pool:
+        results = list(pool.map(guarded, conns))
+    return {conn.name: result for conn, result in zip(conns, results)}
+
+
+def _raise_first(results: dict[str, Any]) -> None:
+    errors = [r for r in results.values() if isinstance(r, Exception)]
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more host(s) failed)" if len(errors) > 1 else ""
+        raise RemoteError(first.message + more, hint=getattr(first, "hint", None)) from None
+
+
+@dataclass
+class RemoteApply:
+    """The outcome of applying a profile to every host."""
+
+    backends: dict[str, str]
+    plans: dict[str, list[ch.Change]]
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def choose_host_backend(requested: str | None, info: dict[str, Any], host: Host) -> str:
+    have = info.get("backend")
+    if requested in (None, "auto"):
+        return have or "userspace"
+    if requested == "netem" and have != "netem":
+        raise BackendUnavailable(f"host {host.name}: --backend netem: {info.get('backend_reason', 'no netem')}",
+                                 hint="load sch_netem on the host, or use --backend userspace (rate only)")
+    return requested
+
+
+def plan_inventory(inventory: Inventory, conns: Sequence[HostConnection], profile: Profile,
+                   backend: str | None) -> RemoteApply:
+    """Ask each host what it can do, then plan its changes (nothing is changed)."""
+    by_name = {h.name: h for h in inventory.hosts}
+    infos = in_parallel(conns, lambda c: call_node(c, by_name[c.name], ["info", "--interface", by_name[c.name].interface]))
+    _raise_first(infos)
+    topology = hosts_topology(inventory)
+    backends, plans = {}, {}
+    for host in inventory.hosts:
+        info = infos[host.name]
+        if not info.get("interface_ok", True):
+            raise RemoteError(f"host {host.name}: no interface {host.interface} there "
+                              f"(it has {', '.join(sorted(info.get('interfaces', {})))})",
+                              hint=f"fix hosts.{host.name}.interface in {inventory.path}")
+        backends[host.name] = choose_host_backend(backend, info, host)
+        plans[host.name] = plan_for_host(profile, host, backends[host.name], topology)
+    return RemoteApply(backends=backends, plans=plans)
+
+
+def apply_inventory(inventory: Inventory, conns: Sequence[HostConnection], planned: RemoteApply,
+                    lease_s: float = 0.0, force: bool = False) -> RemoteApply:
+    """Send each host its plan. If any host fails, the hosts that succeeded are reset, so a
+    failed apply leaves every host as it was, and the first error is raised."""
+    by_name = {h.name: h for h in inventory.hosts}
+
+    def one(conn: HostConnection) -> dict[str, Any]:
+        args = ["apply", "--json", "--lease", f"{lease_s:g}"] + (["--force"] if force else [])
+        return call_node(conn, by_name[conn.name], args, input=plan_to_json(planned.plans[conn.name]))
+
+    results = in_parallel(conns, one)
+    if any(isinstance(r, Exception) for r in results.values()):
+        applied = [c for c in conns if not isinstance(results[c.name], Exception)]
+        reset_inventory(inventory, applied)
+        _raise_first(results)
+    planned.results = results  # type: ignore[assignment]
+    return planned
+
+
+def reset_inventory(inventory: Inventory, conns: Sequence[HostConnection]) -> dict[str, list[str]]:
+    by_name = {h.name: h for h in inventory.hosts}
+    results = in_parallel(conns, lambda c: call_node(c, by_name[c.name], ["reset", "--json"]))
+    _raise_first(results)
+    return {name: r["removed"] for name, r in results.items()}  # type: ignore[index]
+
+
+def show_inventory(inventory: Inventory, conns: Sequence[HostConnection]) -> dict[str, dict[str, Any]]:
+    by_name = {h.name: h for h in inventory.hosts}
+    results = in_parallel(conns, lambda c: call_node(c, by_name[c.name], ["show", "--json", "--interface",
+                                                                          by_name[c.name].interface]))
+    _raise_first(results)
+    return results  # type: ignore[return-value]
+
+
+class LeaseKeeper:
+    """Renews every host's lease every `seconds / 3` until stopped. A host whose lease is
+    gone (it reverted by itself) is reported in `lost`."""
+
+    def __init__(self, inventory: Inventory, conns: Sequence[HostConnection], seconds: float) -> None:
+        from netbench.lease import renew_command
+
+        self.by_name = {h.name: h for h in inventory.hosts}
+        self.conns = list(conns)
+        self.period = max(0.2, seconds / 3)
+        self.commands = {c.name: ("sudo -n " if self.by_name[c.name].sudo else "")
+                         + renew_command(self.by_name[c.name].lease_path) for c in self.conns}
+        self.lost: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="netbench-lease", daemon=True)
+
+    def renew_once(self) -> None:
+        for conn in self.conns:
+            if conn.name in self.lost:
+                continue
+            try:
+                result = conn.run(self.commands[conn.name], timeout=self.period)
+                if not result.ok:
+                    self.lost[conn.name] = "its lease had expired and it reverted its shaping"
+            except NetbenchError:
+                pass  # unreachable for now: keep trying; the host reverts if this lasts a whole lease
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            self.renew_once()
+
+    def __enter__(self) -> "LeaseKeeper":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.period + 30)
+
+
+def check_versions(info: dict[str, Any], tensorflow: str | None) -> list[tuple[str, str, str]]:
+    """(check, status, detail) rows comparing a host's versions with the controller's (pure)."""
+    rows = [("netbench", "ok" if info.get("netbench") == __version__ else "mismatch",
+             f"{info.get('netbench')} (controller {__version__})")]
+    if tensorflow is not None or info.get("tensorflow") is not None:
+        same = info.get("tensorflow") == tensorflow
+        rows.append(("tensorflow", "ok" if same else "mismatch", f"{info.get('tensorflow')} (controller {tensorflow})"))
+    return rows
+
+
+def doctor_host(conn: HostConnection, host: Host, tensorflow: str | None) -> list[tuple[str, str, str]]:
+    """Every check for one host, as rows; a failure early on marks the rest as skipped."""
+    rows: list[tuple[str, str, str]] = []
+    try:
+        who = conn.run("id -u", timeout=30)
+    except TestbedError as exc:
+        return [("reachable", "missing", exc.message)]
+    rows.append(("reachable", "ok", "SSH connection and host key verified"))
+    if who.stdout.strip() == "0":
+        rows.append(("root", "ok", "logged in as root"))
+    elif host.sudo and conn.run("sudo -n true", timeout=30).ok:
+        rows.append(("root", "ok", "passwordless sudo"))
+    else:
+        rows.append(("root", "missing", "not root and no passwordless sudo (set sudo: true and allow it)"))
+        return rows
+    py = conn.run(f"{shlex.quote(host.venv)}/bin/python --version", timeout=30)
+    if not py.ok:
+        rows.append(("python", "missing", f"no Python in {host.venv} (run 'netbench provision --inventory ...')"))
+        return rows
+    rows.append(("python", "ok", (py.stdout or py.stderr).strip()))
+    try:
+        info = call_node(conn, host, ["info", "--interface", host.interface])
+    except RemoteError as exc:
+        rows.append(("netbench", "missing", exc.message))
+        return rows
+    rows += check_versions(info, tensorflow)
+    rows.append(("interface", "ok" if info.get("interface_ok") else "missing",
+                 f"{host.interface}: {', '.join(info['interfaces'].get(host.interface, [])) or 'no address'}"
+                 if info.get("interface_ok") else f"no {host.interface} (has {', '.join(sorted(info['interfaces']))})"))
+    control = set(info.get("control_interfaces", []))
+    rows.append(("control path", "missing" if host.interface in control else "ok",
+                 f"SSH arrives on {', '.join(sorted(control)) or '?'}; shaping {host.interface}"))
+    backend = info.get("backend")
+    rows.append(("backend", "ok" if backend == "netem" else "limited" if backend else "missing",
+                 f"{backend}: {info.get('backend_reason')}" + ("" if backend == "netem" else
+                                                              " (remote userspace shapes rate only)")))
+    return rows

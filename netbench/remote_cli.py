@@ -1,0 +1,433 @@
+"""Remote mode on the command line.
+
+- `netbench node ...`: what runs on a host, over SSH (JSON in, JSON out).
+- `with_inventory(...)`: gives a local command (apply, show, reset, doctor) an
+  `--inventory FILE` option; with it, the command drives the inventory's hosts instead.
+- `netbench provision --inventory FILE`: install this netbench on every host.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from netbench import console
+from netbench.errors import NetbenchError, UsageError
+
+INVENTORY_HELP = "Drive the SSH hosts of this inventory (YAML) instead of the local testbed."
+INSECURE_HELP = "Accept any SSH host key (default: verify against known_hosts)."
+
+
+def _node_errors(func):
+    """netbench.cli's error translation, looked up at call time (cli.py imports this module)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        from netbench.cli import handle_errors
+
+        return handle_errors(func)(*args, **kwargs)
+
+    return wrapper
+
+
+# ---------------------------------------------------------------- host side: netbench node
+
+@click.group("node")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="This host's journal folder [default: NETBENCH_STATE_DIR or /run/netbench].")
+@click.pass_context
+def node(ctx: click.Context, state_dir: Path | None) -> None:
+    """Run on a remote host, by the controller over SSH: apply a change plan, show, reset.
+
+    Example: netbench plan JSON | netbench node apply --json --lease 60
+    """
+    from netbench.journal import Journal
+
+    ctx.obj = Journal(state_dir) if state_dir else Journal()
+
+
+def _emit(data: Any) -> None:
+    console.plain(json.dumps(data, indent=2, default=str))
+
+
+@node.command("info")
+@click.option("--interface", help="Also say whether this interface exists.")
+@click.option("--no-probe", is_flag=True, help="Skip the netem probe (which needs root).")
+@_node_errors
+def node_info(interface: str | None, no_probe: bool) -> None:
+    """Print this host's versions, interfaces, control path and backend as JSON.
+
+    Example: netbench node info --interface eth1
+    """
+    from netbench.remote_node import host_info
+
+    _emit(host_info(interface, probe=not no_probe))
+
+
+@node.command("apply")
+@click.option("--json", "as_json", is_flag=True, required=True, help="Read the change plan as JSON on stdin.")
+@click.option("--lease", "lease_s", default=0.0, show_default=True, type=click.FloatRange(0, 86400),
+              help="Seconds the shaping survives without renewal (0: no lease).")
+@click.option("--force", is_flag=True, help="Shape even the interface carrying this SSH session.")
+@click.pass_obj
+@_node_errors
+def node_apply(journal, as_json: bool, lease_s: float, force: bool) -> None:
+    """Apply a change plan (JSON on stdin) to this host, into its own journal.
+
+    Example: netbench node apply --json --lease 60 < plan.json
+    """
+    from netbench.cli import require_root
+    from netbench.emulation.wire import plan_from_json
+    from netbench.remote_node import apply_plan
+
+    plan = plan_from_json(sys.stdin.read())
+    require_root()
+    _emit(apply_plan(plan, journal, lease_s=lease_s, force=force))
+
+
+@node.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (the only format).")
+@click.option("--interface", required=True, help="The data-plane interface to read.")
+@click.pass_obj
+@_node_errors
+def node_show(journal, as_json: bool, interface: str) -> None:
+    """Read this host's shaping back from the kernel, with its lease and journal.
+
+    Example: netbench node show --json --interface eth1
+    """
+    from netbench.cli import require_root
+    from netbench.remote_node import show_host
+
+    require_root()
+    _emit(show_host(journal, interface))
+
+
+@node.command("reset")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+@_node_errors
+def node_reset(journal, as_json: bool) -> None:
+    """Undo everything this host's journal records (its shaping, lease and watcher).
+
+    Example: netbench node reset --json
+    """
+    from netbench.cli import require_root
+    from netbench.journal import Lock
+    from netbench.remote_node import reset_host
+
+    require_root()
+    with Lock(journal.dir):
+        removed = reset_host(journal)
+    if as_json:
+        _emit({"removed": removed})
+    else:
+        for line in removed or ["nothing to remove"]:
+            console.info(line)
+
+
+@node.command("lease-watch")
+@click.pass_obj
+@_node_errors
+def node_lease_watch(journal) -> None:
+    """Wait for the lease to expire, then reset this host (started by 'node apply --lease').
+
+    Example: netbench node lease-watch
+    """
+    from netbench.remote_node import watch_lease
+
+    started = time.time()
+    outcome = watch_lease(journal)
+    console.plain(json.dumps({"event": f"lease {outcome}", "after_s": round(time.time() - started, 3)}))
+
+
+# ---------------------------------------------------------------- controller side: --inventory
+
+def with_inventory(remote: Callable[..., None], extra: tuple = ()):
+    """Add --inventory and --insecure-host-keys (and `extra` remote-only options, which
+    default to None) to a local command; with --inventory, `remote(**options)` runs instead."""
+    extra_names = [opt.name for opt in extra]
+
+    def decorate(func):
+        @functools.wraps(func)
+        def wrapper(*args, inventory=None, insecure_host_keys=False, **kwargs):
+            remote_only = {name: kwargs.pop(name) for name in extra_names}
+            if inventory is None:
+                for name, value in remote_only.items():
+                    if value not in (None, False):
+                        raise UsageError(f"flag --{name.replace('_', '-')}: only with --inventory")
+                if insecure_host_keys:
+                    raise UsageError("flag --insecure-host-keys: only with --inventory")
+                return func(*args, **kwargs)
+            return remote(inventory=inventory, insecure_host_keys=insecure_host_keys, **remote_only, **kwargs)
+
+        for option in reversed([
+            click.option("--inventory", type=click.Path(dir_okay=False, path_type=Path), help=INVENTORY_HELP),
+            click.option("--insecure-host-keys", is_flag=True, help=INSECURE_HELP),
+            *[click.option(*opt.decls, **opt.attrs) for opt in extra],
+        ]):
+            wrapper = option(wrapper)
+        return wrapper
+
+    return decorate
+
+
+class Opt:
+    def __init__(self, name: str, *decls: str, **attrs: Any) -> None:
+        self.name, self.decls, self.attrs = name, decls, attrs
+
+
+APPLY_EXTRA = (
+    Opt("lease", "--lease", type=click.FloatRange(0, 86400), default=None,
+        help="With --inventory: lease in seconds [default: 60]; the command holds it until Ctrl-C, and "
+             "hosts revert by themselves if it is not renewed. 0: no lease, return at once."),
+    Opt("force", "--force", is_flag=True, default=None,
+        help="With --inventory: shape even an interface that carries the SSH connection."),
+)
+
+
+def _open(inventory_path: Path, insecure: bool):
+    from netbench.inventory import load_inventory
+    from netbench.testbed.remote import connect_all
+
+    inventory = load_inventory(inventory_path)
+    return inventory, connect_all(inventory, insecure_host_keys=insecure)
+
+
+def _close(conns) -> None:
+    for conn in conns:
+        try:
+            conn.close()
+        except Exception:  # closing a broken connection: nothing left to do
+            pass
+
+
+def remote_apply(*, inventory, insecure_host_keys, lease, force, profile_file, latency, jitter, bandwidth, loss,
+                 backend, dry_run) -> None:
+    from netbench import remote
+    from netbench.lease import DEFAULT_LEASE_S
+    from netbench.profile import load_profile, profile_from_flags
+
+    base = load_profile(profile_file) if profile_file else None
+    profile = profile_from_flags(base, latency=latency, jitter=jitter, bandwidth=bandwidth, loss=loss)
+    if base is None and profile.is_null:
+        raise UsageError("nothing to apply: give a PROFILE_FILE or at least one of --latency, --jitter, "
+                         "--bandwidth, --loss", hint="e.g. netbench apply --inventory hosts.yaml --bandwidth 100mbit")
+    lease_s = DEFAULT_LEASE_S if lease is None else lease
+    inv, conns = _open(inventory, insecure_host_keys)
+    try:
+        planned = remote.plan_inventory(inv, conns, profile, None if backend == "auto" else backend)
+        for host in inv.hosts:
+            console.info(f"host [bold]{host.name}[/] ({host.interface}): backend {planned.backends[host.name]}")
+            if dry_run:
+                for change in planned.plans[host.name]:
+                    console.plain("  " + change.describe())
+        if dry_run:
+            console.info("[yellow]dry run[/]: no host was changed")
+            return
+        remote.apply_inventory(inv, conns, planned, lease_s=lease_s, force=bool(force))
+        console.info(f"[green]applied[/] profile {profile.name} ({profile.label()}) to {len(conns)} host(s)")
+        if lease_s <= 0:
+            console.info("no lease: it stays until 'netbench reset --inventory ...'")
+            return
+        _hold(inv, conns, lease_s)
+    finally:
+        _close(conns)
+
+
+def _hold(inv, conns, lease_s: float) -> None:
+    """Renew the lease until Ctrl-C or SIGTERM, then revert every host."""
+    from netbench import remote
+    from netbench.cli import _sigterm_as_interrupt
+
+    _sigterm_as_interrupt()
+    console.info(f"holding a {lease_s:g} s lease on every host; Ctrl-C reverts them "
+                 "(if this process dies, each host reverts by itself when the lease runs out)")
+    keeper = remote.LeaseKeeper(inv, conns, lease_s)
+    try:
+        with keeper:
+            while not keeper.lost:
+                time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    removed = remote.reset_inventory(inv, conns)
+    console.info(f"reverted {', '.join(removed)}")
+    if keeper.lost:
+        lost = "; ".join(f"{name}: {why}" for name, why in keeper.lost.items())
+        raise NetbenchError(f"lost the lease on {lost}", hint="renewals did not reach the host in time")
+
+
+def remote_show(*, inventory, insecure_host_keys, as_json) -> None:
+    from netbench import remote
+
+    inv, conns = _open(inventory, insecure_host_keys)
+    try:
+        shown = remote.show_inventory(inv, conns)
+    finally:
+        _close(conns)
+    if as_json:
+        console.plain(json.dumps({"hosts": shown}, indent=2, default=str))
+        return
+    from rich.table import Table
+
+    from netbench.cli import _show_cells
+
+    table = Table(title="active emulation on each host's data-plane interface")
+    for col in ("host", "backend", "delay", "jitter", "loss", "rate", "engine", "qdisc drops", "lease"):
+        table.add_column(col)
+    for name, data in shown.items():
+        lease = data["lease"]
+        lease_text = f"{lease['remaining_s']:.0f}/{lease['seconds']:g} s" if lease["held"] else "-"
+        for row in data["nodes"]:
+            table.add_row(name, *_show_cells(row)[1:], lease_text)
+    console.out.print(table)
+
+
+def remote_reset(*, inventory, insecure_host_keys) -> None:
+    from netbench import remote
+
+    inv, conns = _open(inventory, insecure_host_keys)
+    try:
+        removed = remote.reset_inventory(inv, conns)
+    finally:
+        _close(conns)
+    for name, lines in removed.items():
+        for line in lines:
+            console.info(f"{name}: removed {line}")
+        if not lines:
+            console.info(f"{name}: nothing to remove")
+
+
+def remote_doctor(*, inventory, insecure_host_keys, as_json, no_tensorflow) -> None:
+    from importlib import metadata
+
+    from rich.table import Table
+
+    from netbench import remote
+
+    tensorflow = None
+    if not no_tensorflow:
+        for dist in ("tensorflow-cpu", "tensorflow"):
+            try:
+                tensorflow = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    inv, conns = _open(inventory, insecure_host_keys)
+    by_name = {h.name: h for h in inv.hosts}
+    try:
+        results = remote.in_parallel(conns, lambda c: remote.doctor_host(c, by_name[c.name], tensorflow))
+    finally:
+        _close(conns)
+    rows = {name: (r if not isinstance(r, Exception) else [("reachable", "missing", r.message)])
+            for name, r in results.items()}
+    if no_tensorflow:
+        rows = {name: [row for row in r if row[0] != "tensorflow"] for name, r in rows.items()}
+    ready = all(all(status in ("ok", "limited") for _, status, _ in r) for r in rows.values())
+    if as_json:
+        console.plain(json.dumps({"ready": ready, "hosts": {n: [{"check": c, "status": s, "detail": d}
+                                                                 for c, s, d in r] for n, r in rows.items()}},
+                                 indent=2))
+    else:
+        table = Table(title=f"hosts of {inv.path}")
+        for col in ("host", "check", "status", "detail"):
+            table.add_column(col)
+        colour = {"ok": "green", "limited": "yellow"}
+        for name, r in rows.items():
+            for check, status, detail in r:
+                table.add_row(name, check, f"[{colour.get(status, 'red')}]{status}[/]", detail)
+        console.out.print(table)
+    if not ready:
+        sys.exit(1)
+
+
+# ---------------------------------------------------------------- provision
+
+@click.command("provision")
+@click.option("--inventory", required=True, type=click.Path(dir_okay=False, path_type=Path), help=INVENTORY_HELP)
+@click.option("--insecure-host-keys", is_flag=True, help=INSECURE_HELP)
+@click.option("--wheel", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Install this wheel [default: build one from this netbench's source].")
+@click.option("--pip-args", default="", help="Extra arguments for pip on the hosts, e.g. '--no-index --find-links /srv'.")
+def provision(inventory: Path, insecure_host_keys: bool, wheel: Path | None, pip_args: str) -> None:
+    """Install this controller's netbench on every host: build a wheel, copy it, and install
+    it into each host's venv (inventory key 'venv', created if missing).
+
+    Example: netbench provision --inventory hosts.yaml
+    """
+    from netbench.cli import handle_errors
+
+    handle_errors(_provision)(inventory, insecure_host_keys, wheel, pip_args)
+
+
+def build_wheel(out_dir: Path) -> Path:
+    """A wheel of the netbench this controller runs (its source tree, no dependencies)."""
+    source = Path(__file__).resolve().parents[1]
+    if not (source / "setup.cfg").exists():
+        raise UsageError("this netbench was not installed from a source tree: cannot build a wheel",
+                         hint="pass --wheel PATH")
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                             "-w", str(out_dir), str(source)], capture_output=True, text=True)
+    wheels = sorted(out_dir.glob("netbench-*.whl"))
+    if result.returncode != 0 or not wheels:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        raise NetbenchError(f"building the netbench wheel failed: {detail[-1] if detail else result.returncode}")
+    return wheels[-1]
+
+
+def _provision(inventory_path: Path, insecure: bool, wheel: Path | None, pip_args: str) -> None:
+    from netbench import remote
+
+    inv, conns = _open(inventory_path, insecure)
+    by_name = {h.name: h for h in inv.hosts}
+    with tempfile.TemporaryDirectory(prefix="netbench-wheel-") as tmp:
+        wheel = wheel or build_wheel(Path(tmp))
+        constraints = Path(__file__).resolve().parents[1] / "constraints.txt"
+
+        def install(conn) -> str:
+            host = by_name[conn.name]
+            sudo = "sudo -n " if host.sudo else ""
+            stage = f"/tmp/netbench-provision-{host.name}"
+            run_checked(conn, f"mkdir -p {shlex.quote(stage)}")
+            conn.put(wheel, f"{stage}/{wheel.name}")
+            cflag = ""
+            if constraints.exists():
+                conn.put(constraints, f"{stage}/constraints.txt")
+                cflag = f" -c {shlex.quote(stage)}/constraints.txt"
+            venv = shlex.quote(host.venv)
+            run_checked(conn, f"{sudo}sh -c 'test -x {venv}/bin/python || python3 -m venv {venv}'")
+            run_checked(conn, f"{sudo}{venv}/bin/pip install -q --disable-pip-version-check{cflag} {pip_args} "
+                              f"{shlex.quote(stage)}/{wheel.name}", timeout=600)
+            version = run_checked(conn, f"{venv}/bin/netbench --version").strip()
+            run_checked(conn, f"rm -rf {shlex.quote(stage)}")
+            return version
+
+        try:
+            results = remote.in_parallel(conns, install)
+        finally:
+            _close(conns)
+    for name, result in results.items():
+        if isinstance(result, Exception):
+            console.error(result.message, getattr(result, "hint", None))
+        else:
+            console.info(f"{name}: [green]installed[/] {result} in {by_name[name].venv}")
+    if any(isinstance(r, Exception) for r in results.values()):
+        sys.exit(1)
+
+
+def run_checked(conn, command: str, timeout: float = 120.0) -> str:
+    from netbench.remote import RemoteError
+
+    result = conn.run(command, timeout=timeout)
+    if not result.ok:
+        lines = (result.stderr or result.stdout).strip().splitlines()
+        raise RemoteError(f"host {conn.name}: {command.split()[0]} failed: {lines[-1] if lines else result.exit_code}")
+    return result.stdout

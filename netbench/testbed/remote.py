@@ -1,0 +1,124 @@
+"""Remote hosts over SSH (fabric), behind a small interface: run a command, put a file.
+
+Host keys are verified against known_hosts by default (paramiko's RejectPolicy: an unknown
+or changed key refuses the connection). `insecure_host_keys=True` accepts any key and is
+only ever set by an explicit flag. fabric reads ~/.ssh/config (or the inventory's
+`ssh_config`), so aliases, HostName, User, Port and IdentityFile work as with `ssh`.
+
+Tests use tests/remote_fakes.py's FakeHost in place of FabricHost.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from netbench.errors import TestbedError
+from netbench.inventory import Host, Inventory
+
+CONNECT_TIMEOUT_S = 10.0
+DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class HostConnection(Protocol):
+    """What remote mode needs from a host."""
+
+    name: str
+
+    def run(self, command: str, *, input: str | None = None, timeout: float | None = None) -> CommandResult: ...
+    def put(self, local: str | Path, remote: str) -> None: ...
+    def close(self) -> None: ...
+
+
+class FabricHost:
+    """One SSH connection to an inventory host, opened lazily on the first command."""
+
+    def __init__(self, host: Host, inventory: Inventory, insecure_host_keys: bool = False) -> None:
+        from fabric import Config, Connection
+        from paramiko import AutoAddPolicy, RejectPolicy
+
+        self.name = host.name
+        self.host = host
+        config = Config(runtime_ssh_path=inventory.ssh_config) if inventory.ssh_config else Config()
+        connect_kwargs: dict = {"allow_agent": host.agent}
+        if host.key:
+            connect_kwargs["key_filename"] = [host.key]
+            connect_kwargs["look_for_keys"] = False
+        self.conn = Connection(host.ssh, user=host.user, port=host.port, config=config,
+                               connect_timeout=CONNECT_TIMEOUT_S, connect_kwargs=connect_kwargs)
+        # fabric accepts unknown host keys by default; netbench does not
+        self.conn.client.set_missing_host_key_policy(AutoAddPolicy() if insecure_host_keys else RejectPolicy())
+        for path in inventory.known_hosts or DEFAULT_KNOWN_HOSTS:
+            expanded = Path(path).expanduser()
+            if expanded.is_file():
+                self.conn.client.load_system_host_keys(str(expanded))
+
+    @property
+    def target(self) -> str:
+        return f"{self.conn.user}@{self.conn.host}:{self.conn.port}"
+
+    def _open(self) -> None:
+        if self.conn.is_connected:
+            return
+        import paramiko
+
+        try:
+            self.conn.open()
+        except paramiko.BadHostKeyException:
+            raise TestbedError(f"host {self.name} ({self.target}): its host key differs from the one in known_hosts",
+                               hint="if the host was reinstalled, update known_hosts (ssh-keygen -R)") from None
+        except paramiko.SSHException as exc:
+            text = str(exc)
+            if "not found in known_hosts" in text:
+                raise TestbedError(f"host {self.name} ({self.target}): host key not in known_hosts",
+                                   hint="ssh to it once and check the key, or pass --insecure-host-keys") from None
+            raise TestbedError(f"host {self.name} ({self.target}): SSH: {text}",
+                               hint="check user, key and agent in the inventory or ~/.ssh/config") from None
+        except (socket.timeout, TimeoutError):
+            raise TestbedError(f"host {self.name} ({self.target}): no answer within {CONNECT_TIMEOUT_S:g}s",
+                               hint="is the host up and the address right?") from None
+        except OSError as exc:
+            raise TestbedError(f"host {self.name} ({self.target}): cannot connect: {exc.strerror or exc}",
+                               hint="is sshd running there, and the port right?") from None
+
+    def run(self, command: str, *, input: str | None = None, timeout: float | None = None) -> CommandResult:
+        self._open()
+        from invoke.exceptions import CommandTimedOut
+
+        try:
+            result = self.conn.run(command, hide=True, warn=True, pty=False, timeout=timeout,
+                                   in_stream=io.StringIO(input) if input is not None else False)
+        except CommandTimedOut:
+            raise TestbedError(f"host {self.name}: {command.split()[0]} did not finish within {timeout:g}s") from None
+        except (OSError, EOFError) as exc:
+            raise TestbedError(f"host {self.name}: connection lost: {exc}") from None
+        return CommandResult(result.exited, result.stdout, result.stderr)
+
+    def put(self, local: str | Path, remote: str) -> None:
+        self._open()
+        try:
+            self.conn.put(str(local), remote)
+        except OSError as exc:
+            raise TestbedError(f"host {self.name}: cannot copy {local} to {remote}: {exc}") from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def connect_all(inventory: Inventory, insecure_host_keys: bool = False) -> list[FabricHost]:
+    """One (not yet opened) connection per inventory host, in inventory order."""
+    return [FabricHost(host, inventory, insecure_host_keys) for host in inventory.hosts]
