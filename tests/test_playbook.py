@@ -1,0 +1,253 @@
+"""netbench.playbook: loading, validation, factorial expansion, seeded order, resume selection."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from netbench import cli
+from netbench import playbook as pb
+from netbench.jobs.cluster import JobSpec
+from netbench.playbook import PlaybookError, expand, load_playbook, pending, playbook_from_mapping
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = sorted((ROOT / "playbooks").glob("*.yaml"))
+
+
+def book(**data):
+    return playbook_from_mapping(data, "pb.yaml", base_dir=ROOT / "playbooks")
+
+
+# ---------------------------------------------------------------- loading and validation
+
+def test_levels_are_normalised_once():
+    b = book(factors={"latency": ["1ms", "10ms"], "bandwidth": ["250mbit", "1gbit", "unlimited"],
+                      "loss": ["0%", "1%"], "batch": [32, 64]},
+             fixed={"model": "mlp", "workers": 3}, timeouts={"startup": "120s", "step": "30s"}, seconds="20s")
+    assert dict(b.factors) == {"latency": (1_000, 10_000), "bandwidth": (250_000_000, 1_000_000_000, None),
+                               "loss": (0.0, 0.01), "batch": (32, 64)}
+    assert (b.fixed.model, b.fixed.workers) == ("mlp", 3)
+    assert (b.startup_timeout_s, b.step_timeout_s, b.seconds) == (120.0, 30.0, 20.0)
+    assert b.order == "random" and b.seed is None and b.repetitions == 1
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"factors": {"latncy": ["1ms"]}}, "pb.yaml: factors.latncy: unknown key"),
+    ({"factors": {"latency": ["1ms"]}, "repetition": 2}, "pb.yaml: repetition: unknown key"),
+    ({"factors": {"latency": "1ms"}}, "pb.yaml: factors.latency: must be a non-empty list of levels"),
+    ({"factors": {"latency": ["10"]}}, "pb.yaml: factors.latency: duration '10' needs a unit"),
+    ({"factors": {"loss": ["0%", "120%"]}}, "pb.yaml: factors.loss"),
+    ({"factors": {"latency": ["1ms", "1ms"]}}, "pb.yaml: factors.latency: repeated level"),
+    ({"factors": {"model": ["mlp", "resnet5"]}}, "pb.yaml: factors.model: unknown value 'resnet5' (did you mean 'resnet50'?)"),
+    ({"factors": {"strategy": ["allreduce", "ring"]}}, "pb.yaml: factors.strategy: unknown value 'ring'"),
+    ({"factors": {"batch": [0]}}, "pb.yaml: factors.batch: 0 is outside 1..65536"),
+    ({"factors": {"workers": [1.5]}}, "pb.yaml: factors.workers: must be a whole number"),
+    ({"factors": {"model": ["mlp"]}, "fixed": {"model": "cnn"}}, "pb.yaml: fixed.model: is also a factor"),
+    ({"fixed": {"batch": [32, 64]}}, "pb.yaml: fixed.batch: a fixed setting takes one value"),
+    ({"factors": {"latency": ["1ms"]}, "repetitions": 0}, "pb.yaml: repetitions: must be a whole number in 1..1000"),
+    ({"factors": {"latency": ["1ms"]}, "order": "shuffled"}, "pb.yaml: order: unknown order 'shuffled'"),
+    ({"factors": {"latency": ["1ms"]}, "seed": -1}, "pb.yaml: seed: must be a whole number"),
+    ({"factors": {"latency": ["1ms"]}, "timeouts": {"steps": "1s"}}, "pb.yaml: timeouts.steps: unknown key"),
+    ({"factors": {"latency": ["1ms"]}, "timeouts": {"step": "100ms"}}, "pb.yaml: timeouts.step: '100ms' is under 1s"),
+    ({"factors": {"latency": ["1ms"]}, "seconds": "10s", "warmup": 0}, "pb.yaml: warmup: a 'seconds' window"),
+    ({"factors": {"latency": ["1ms"]}, "profile": "nope.yaml"}, "pb.yaml: profile:"),
+    ({"factors": {"latency": ["1ms", "5ms"]}, "fixed": {"jitter": "2ms"}}, "pb.yaml: fixed.jitter: jitter 2ms exceeds delay 1ms"),
+    ({"factors": {"strategy": ["single"], "workers": [1, 2]}}, "pb.yaml: factors.workers: strategy single runs one process"),
+    ({"factors": {"strategy": ["ps", "allreduce"], "ps": [1, 2]}},
+     "pb.yaml: factors.ps: strategy allreduce ignores ps, so its runs would repeat"),
+    ({"factors": {"latency": ["1ms"]}, "extra_runs": [{"strategy": "single", "workers": 2}]},
+     "pb.yaml: extra_runs[0]: strategy single runs one process"),
+    ({"factors": {"latency": ["1ms"]}, "extra_runs": [{"stratgy": "single"}]}, "pb.yaml: extra_runs[0].stratgy: unknown key"),
+    ([1, 2], "pb.yaml: a playbook must be a mapping"),
+])
+def test_bad_input_is_one_line_naming_file_and_key(data, message):
+    with pytest.raises(PlaybookError) as info:
+        playbook_from_mapping(data, "pb.yaml")
+    assert str(info.value).startswith(message), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_file_errors_name_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("factors: {latency: [1ms\n")
+    with pytest.raises(PlaybookError, match=r"bad.yaml: broken YAML at line 2"):
+        load_playbook(bad)
+    with pytest.raises(PlaybookError, match=r"missing.yaml: no such playbook file"):
+        load_playbook(tmp_path / "missing.yaml")
+
+
+def test_base_profile_is_relative_to_the_playbook_and_factors_override_it():
+    b = book(profile="../profiles/wan.yaml", factors={"latency": ["1ms", "30ms"]})
+    runs = expand(b, seed=0)
+    assert {r.profile.delay_us for r in runs} == {1_000, 30_000}
+    assert all(r.profile.rate_bps == b.base_profile.rate_bps and b.base_profile.rate_bps for r in runs)
+
+
+# ---------------------------------------------------------------- expansion and order
+
+def test_full_factorial_in_written_order_with_adjacent_repetitions():
+    b = book(factors={"model": ["mlp", "cnn"], "latency": ["1ms", "10ms", "100ms"], "workers": [1, 2]},
+             repetitions=2, order="as-written")
+    runs = expand(b, seed=1)
+    assert len(runs) == 2 * 3 * 2 * 2
+    got = [(r.settings.model, r.settings.delay_us, r.settings.workers) for r in runs[::2]]
+    assert got == list(itertools.product(("mlp", "cnn"), (1_000, 10_000, 100_000), (1, 2)))
+    assert [r.repeat for r in runs[:4]] == [0, 1, 0, 1]
+    assert [r.run_id for r in runs[:3]] == ["r000", "r001", "r002"]
+    assert runs[4].profile.name == "d10ms"
+
+
+def test_random_order_is_a_permutation_fixed_by_the_seed():
+    b = book(factors={"latency": ["1ms", "10ms", "100ms"], "batch": [32, 64]}, repetitions=3)
+    one, again, other = expand(b, 7), expand(b, 7), expand(b, 8)
+    key = lambda runs: [(r.point, r.repeat) for r in runs]  # noqa: E731
+    assert key(one) == key(again)
+    assert key(one) != key(other)
+    assert sorted(key(one)) == [(p, rep) for p in range(6) for rep in range(3)]
+    assert key(one) != sorted(key(one))
+    assert [r.index for r in one] == list(range(18))
+
+
+def test_extra_runs_cross_the_factors_they_do_not_set():
+    b = book(factors={"model": ["mlp", "cnn"], "workers": [1, 2, 3], "strategy": ["allreduce", "allreduce-accum"]},
+             extra_runs=[{"strategy": "single", "workers": 1}], order="as-written")
+    points = pb.design_points(b)
+    singles = [p for p in points if p.strategy == "single"]
+    assert [(p.model, p.workers) for p in singles] == [("mlp", 1), ("cnn", 1)]
+    assert len(points) == 2 * 3 * 2 + 2
+
+
+def test_an_extra_run_already_in_the_factorial_is_not_duplicated():
+    b = book(factors={"workers": [1, 2]}, extra_runs=[{"workers": 1}])
+    assert [p.workers for p in pb.design_points(b)] == [1, 2]
+
+
+def test_ignored_settings_fall_back_to_defaults_and_nodes_count_servers():
+    b = book(factors={"strategy": ["ps", "allreduce"]}, fixed={"ps": 2, "workers": 3, "accum_steps": 8})
+    points = pb.design_points(b)
+    assert [(p.strategy, p.ps, p.accum_steps, p.nodes) for p in points] == [("ps", 2, 4, 5), ("allreduce", 1, 4, 3)]
+
+
+def test_job_fields_pass_through_and_refuse_what_the_job_cannot_carry():
+    b = book(factors={"strategy": ["allreduce", "ps"]}, fixed={"batch": 16, "model": "cnn"}, steps=7)
+    by_strategy = {r.settings.strategy: r.settings for r in expand(b, 0)}
+    plain, ps_run = by_strategy["allreduce"], by_strategy["ps"]
+    fields = pb.fields_of(JobSpec)
+    job = JobSpec(**pb.job_fields(b, plain, fields))
+    assert (job.strategy, job.model, job.batch_size, job.steps, job.warmup) == ("allreduce", "cnn", 16, 7, 10)
+    without_ps = tuple(f for f in fields if f != "ps")
+    with pytest.raises(PlaybookError, match=r"pb.yaml: ps: this netbench cannot run it yet: its job has no 'ps'"):
+        pb.job_fields(b, ps_run, without_ps)
+    # a field JobSpec does have is passed through
+    assert pb.job_fields(b, ps_run, (*without_ps, "ps"))["ps"] == 1
+
+
+def test_check_supported_names_the_key_of_a_missing_model():
+    b = book(factors={"model": ["mlp", "resnet50"]})
+    with pytest.raises(PlaybookError, match=r"pb.yaml: factors.model: model resnet50 is not available"):
+        pb.check_supported(b, expand(b, 0), ("allreduce",), ("mlp", "cnn"))
+    pb.check_supported(b, expand(b, 0), ("allreduce",), ("mlp", "resnet50"))
+
+
+# ---------------------------------------------------------------- resume
+
+def test_pending_skips_ok_and_timeout_and_repeats_failed_or_missing():
+    runs = expand(book(factors={"latency": ["1ms", "2ms", "3ms", "4ms"]}), 0)
+    statuses = {"r000": "ok", "r001": "timeout", "r002": "failed"}
+    assert [r.run_id for r in pending(runs, statuses)] == ["r002", "r003"]
+
+
+def test_recorded_statuses_reads_run_records_and_ignores_torn_ones(tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "r000.json").write_text(json.dumps({"run_id": "r000", "status": "ok"}))
+    (tmp_path / "runs" / "r001.json").write_text('{"run_id": "r001", "sta')
+    assert pb.recorded_statuses(tmp_path) == {"r000": "ok"}
+    assert pb.recorded_statuses(tmp_path / "nothing") == {}
+
+
+def test_resume_refuses_another_design(tmp_path):
+    b = book(factors={"latency": ["1ms", "2ms"]}, repetitions=2)
+    runs = expand(b, 3)
+    record = pb.plan_record(b, 3, runs)
+    pb.check_resume(b, runs, record, tmp_path, has_runs=True)  # same design: fine
+    with pytest.raises(PlaybookError, match="holds results of a different design"):
+        pb.check_resume(b, expand(b, 4), record, tmp_path, has_runs=True)  # another seed, another order
+    changed = book(factors={"latency": ["1ms", "3ms"]}, repetitions=2)
+    with pytest.raises(PlaybookError, match="holds results of a different design"):
+        pb.check_resume(changed, expand(changed, 3), record, tmp_path, has_runs=True)
+    with pytest.raises(PlaybookError, match="no playbook.json"):
+        pb.check_resume(b, runs, None, tmp_path, has_runs=True)
+
+
+# ---------------------------------------------------------------- shipped playbooks and the CLI
+
+@pytest.fixture
+def not_root(monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_the_shipped_designs_are_there():
+    assert {p.stem for p in SHIPPED} >= {"smoke", "network-grid", "accumulation", "ps-ratio"}
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_every_shipped_playbook_dry_runs(path, not_root, tmp_path):
+    data = yaml.safe_load(path.read_text())
+    if path.stem != "smoke":  # a study's design says what it reproduces and what was scaled down
+        assert "Reproduces" in data["description"] and "Scaled down" in data["description"]
+    result = CliRunner().invoke(cli.main, ["run", str(path), "--dry-run", "--output", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    b = load_playbook(path)
+    runs = expand(b, b.seed)
+    assert f"{len(runs)} runs" in result.output and f"seed {b.seed}" in result.output
+    assert result.output.count(" to run") >= len(runs)
+    assert not (tmp_path / "out").exists()  # a dry run writes nothing
+
+
+def test_shipped_designs_have_the_studies_levels():
+    grid = load_playbook(ROOT / "playbooks" / "network-grid.yaml")
+    f = dict(grid.factors)
+    assert f["latency"] == (1_000, 10_000, 100_000) and f["loss"] == (0.0, 0.01, 0.1)
+    assert f["bandwidth"] == (250_000_000, 500_000_000, 1_000_000_000) and f["workers"] == (1, 3)
+    assert grid.fixed.strategy == "ps" and grid.fixed.ps == 1
+    acc = load_playbook(ROOT / "playbooks" / "accumulation.yaml")
+    f = dict(acc.factors)
+    assert f["batch"] == (32, 64, 100) and f["workers"] == (1, 2, 3)
+    assert f["strategy"] == ("allreduce", "allreduce-accum") and acc.repetitions == 5 and acc.order == "random"
+    ratio = load_playbook(ROOT / "playbooks" / "ps-ratio.yaml")
+    assert dict(ratio.factors)["latency"] == (10_000, 100_000, 200_000)
+
+
+def test_dry_run_marks_runs_already_done(not_root, tmp_path):
+    path = ROOT / "playbooks" / "smoke.yaml"
+    b = load_playbook(path)
+    runs = expand(b, b.seed)
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    (out / "playbook.json").write_text(json.dumps(pb.plan_record(b, b.seed, runs)))
+    (out / "runs" / f"{runs[0].run_id}.json").write_text(json.dumps({"run_id": runs[0].run_id, "status": "ok"}))
+    result = CliRunner().invoke(cli.main, ["run", str(path), "--dry-run", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "(1 done, 1 to run)" in result.output
+
+
+def test_run_without_root_stops_before_touching_anything(not_root, tmp_path):
+    result = CliRunner().invoke(cli.main, ["run", str(ROOT / "playbooks" / "smoke.yaml"), "--output",
+                                           str(tmp_path / "out")])
+    assert result.exit_code == 3, result.output
+    assert "needs root" in result.output
+
+
+def test_run_bad_playbook_is_a_one_line_error(not_root, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("factors: {latency: [1ms]}\nrepetitons: 3\n")
+    result = CliRunner().invoke(cli.main, ["run", str(bad), "--dry-run"])
+    assert result.exit_code == 2
+    assert f"{bad}: repetitons: unknown key" in result.output and "did you mean 'repetitions'" in result.output
