@@ -1,0 +1,349 @@
+"""Pure tier: the metric catalogue, the state a sweep feeds, the collector, the exporter and
+its target file, with fake state and a fake network reader. Runs promtool on a real exposition."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import prometheus_client
+import pytest
+from click.testing import CliRunner
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from netbench.cli import main
+from netbench.errors import UsageError
+from netbench.metrics import catalogue
+from netbench.metrics.collector import NetbenchCollector
+from netbench.metrics.exporter import MetricsExporter, check_address, target_entry
+from netbench.metrics.network import NetworkReader
+from netbench.metrics.state import MetricsObserver, MetricsState, ObserverTee
+from netbench.profile import Profile
+from netbench.testbed.topology import plan_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+BOUNDED_LABELS = {"version", "python", "sweep", "backend", "model", "strategy", "state", "status", "run",
+                  "repeat", "profile", "phase", "worker", "node", "interface", "direction"}
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_links(netns: str) -> list[dict]:
+    base = 100 if netns.endswith("n1") else 200
+    return [{"interface": "eth0",
+             "stats": {"rx_bytes": base * 10, "tx_bytes": base * 20, "rx_packets": base, "tx_packets": base + 1,
+                       "rx_dropped": 0, "tx_dropped": 2},
+             "qdisc": {"drops": 3, "overlimits": 4, "backlog": 1500, "qlen": 1}}]
+
+
+def fake_engine(state_dir, switch_netns, position):
+    return {"alive": True, "queue_depth": 5 + position, "received": 900, "dropped": 9}
+
+
+def fed_state(clock: Clock | None = None) -> tuple[MetricsState, NetworkReader]:
+    """A state that has seen a sweep start, a profile applied, warm-up and measured steps, one run
+    end and the next run start with its chief up."""
+    clock = clock or Clock()
+    state = MetricsState(clock=clock)
+    topology = plan_topology(2, __import__("ipaddress").ip_network("10.213.0.0/24"))
+    network = NetworkReader(Path("/nonexistent"), read_links=fake_links, read_engine=fake_engine, cache_s=0,
+                            topology=topology)
+    state.sweep_started("sweep-1", "userspace", "mlp", "allreduce", runs=2, workers=2, batch_size=32)
+    state.run_started("r000", 0)
+    state.profile_applied("d10ms-r250mbit", 10_000, 1_000, 250_000_000, 0.01)
+    for worker in (0, 1):
+        state.worker_event({"event": "start", "worker": worker})
+        state.worker_event({"event": "step", "worker": worker, "phase": "warmup", "duration": 2.0})
+        for _ in range(4):
+            state.worker_event({"event": "step", "worker": worker, "phase": "measured", "duration": 0.04})
+    state.run_finished("ok", "d10ms-r250mbit", 1600.0)
+    state.run_started("r001", 0)
+    state.worker_event({"event": "start", "worker": 0})
+    state.worker_event({"event": "step", "worker": 0, "phase": "measured", "duration": 0.04})
+    return state, network
+
+
+def scrape(state: MetricsState, network: NetworkReader | None = None) -> dict:
+    registry = CollectorRegistry()
+    registry.register(NetbenchCollector(state, network))
+    text = generate_latest(registry).decode()
+    return {family.name: family for family in text_string_to_metric_families(text)}, text
+
+
+def samples(families: dict, name: str) -> dict:
+    """{frozenset(labels): value} of one sample name."""
+    out = {}
+    for family in families.values():
+        for sample in family.samples:
+            if sample.name == name:
+                out[frozenset(sample.labels.items())] = sample.value
+    return out
+
+
+# ---------------------------------------------------------------- catalogue
+
+def test_catalogue_follows_prometheus_conventions():
+    names = [m.name for m in catalogue.CATALOGUE]
+    assert len(names) == len(set(names))
+    for metric in catalogue.CATALOGUE:
+        assert re.fullmatch(r"netbench_[a-z0-9_]+", metric.name), metric.name
+        assert metric.help.endswith("."), metric.name
+        assert (metric.type == "counter") == metric.name.endswith("_total"), metric.name
+        assert (metric.type == "info") == metric.name.endswith("_info"), metric.name
+        assert set(metric.labels) <= BOUNDED_LABELS, metric.name
+        if "time" in metric.name or "duration" in metric.name or "delay" in metric.name:
+            assert metric.name.removesuffix("_total").endswith("_seconds"), metric.name
+        for unit in ("milliseconds", "bits", "percent", "mbit"):
+            assert unit not in metric.name, metric.name  # base units only
+
+
+def test_every_catalogue_metric_is_exposed_with_its_type_and_labels():
+    state, network = fed_state()
+    families, _ = scrape(state, network)
+    for metric in catalogue.CATALOGUE:
+        # the text format has no info type: an info metric is a gauge named ..._info with value 1
+        family = families.get(metric.name if metric.type == "info" else metric.family)
+        assert family is not None, metric.name
+        assert family.type == ("gauge" if metric.type == "info" else metric.type), metric.name
+        if metric.type == "info":
+            assert {s.value for s in family.samples} == {1.0}, metric.name
+        assert family.samples, f"{metric.name} has no sample in a fully fed state"
+        for sample in family.samples:
+            labels = set(sample.labels) - {"le"}
+            if metric.type == "info":
+                assert labels == set(metric.labels), metric.name
+            else:
+                assert labels == set(metric.labels), (metric.name, labels)
+    exposed = {s.name for f in families.values() for s in f.samples}
+    assert exposed <= catalogue.series_names() | {f"{m.family}_created" for m in catalogue.CATALOGUE}
+
+
+def test_profile_gauges_in_base_units():
+    state, network = fed_state()
+    families, _ = scrape(state)
+    assert samples(families, "netbench_profile_delay_seconds") == {frozenset(): 0.01}
+    assert samples(families, "netbench_profile_jitter_seconds") == {frozenset(): 0.001}
+    assert samples(families, "netbench_profile_rate_bytes_per_second") == {frozenset(): 250e6 / 8}
+    assert samples(families, "netbench_profile_loss_ratio") == {frozenset(): 0.01}
+    assert samples(families, "netbench_profile_applied_timestamp_seconds") == {frozenset(): 1000.0}
+
+
+def test_profile_change_removes_the_old_label_set():
+    clock = Clock()
+    state, _ = fed_state(clock)
+    clock.now = 1050.0
+    state.profile_applied("d100ms", 100_000, 0, None, 0.0)
+    families, _ = scrape(state)
+    assert samples(families, "netbench_profile_active") == {frozenset({("profile", "d100ms")}): 1.0}
+    assert samples(families, "netbench_profile_rate_bytes_per_second") == {frozenset(): 0.0}  # no limit
+    assert samples(families, "netbench_profile_applied_timestamp_seconds") == {frozenset(): 1050.0}
+    assert samples(families, "netbench_profile_applications_total") == {frozenset(): 2.0}
+
+
+def test_steps_samples_and_histogram_by_phase():
+    state, _ = fed_state()
+    families, _ = scrape(state)
+    steps = samples(families, "netbench_steps_total")
+    assert steps[frozenset({("phase", "warmup"), ("worker", "0")})] == 1
+    assert steps[frozenset({("phase", "measured"), ("worker", "1")})] == 4
+    assert samples(families, "netbench_samples_total")[frozenset({("phase", "measured"), ("worker", "0")})] == 160
+    buckets = samples(families, "netbench_step_duration_seconds_bucket")
+    measured0 = {dict(k)["le"]: v for k, v in buckets.items() if ("phase", "measured") in k and ("worker", "0") in k}
+    assert measured0["0.03"] == 0 and measured0["0.05"] == 5 and measured0["+Inf"] == 5
+    warmup0 = {dict(k)["le"]: v for k, v in buckets.items() if ("phase", "warmup") in k and ("worker", "0") in k}
+    assert warmup0["1.0"] == 0 and warmup0["2.5"] == 1
+    count = samples(families, "netbench_step_duration_seconds_count")
+    assert count[frozenset({("phase", "measured"), ("worker", "0")})] == 5
+    assert samples(families, "netbench_warmups_completed_total") == {frozenset(): 2.0}  # r000 and r001
+
+
+def test_run_images_per_second_uses_measured_chief_steps():
+    state = MetricsState(clock=Clock())
+    state.sweep_started("s", "userspace", "mlp", "allreduce", runs=1, workers=2, batch_size=32)
+    state.run_started("r000", 0)
+    state.worker_event({"event": "step", "worker": 0, "phase": "warmup", "duration": 5.0})
+    families, _ = scrape(state)
+    assert samples(families, "netbench_run_images_per_second") == {}  # warm-up only: nothing yet
+    for duration in (0.1, 0.3):
+        state.worker_event({"event": "step", "worker": 0, "phase": "measured", "duration": duration})
+    state.worker_event({"event": "step", "worker": 1, "phase": "measured", "duration": 9.0})  # not the chief
+    families, _ = scrape(state)
+    assert samples(families, "netbench_run_images_per_second")[frozenset()] == pytest.approx(64 / 0.2)
+    assert samples(families, "netbench_sweep_state")[frozenset({("state", "measured")})] == 1
+
+
+def test_worker_up_heartbeat_and_progress():
+    clock = Clock()
+    state = MetricsState(clock=clock)
+    state.sweep_started("s", "userspace", "mlp", "allreduce", runs=2, workers=2, batch_size=8)
+    state.run_started("r000", 0)
+    families, _ = scrape(state)
+    assert set(samples(families, "netbench_worker_up").values()) == {0}
+    clock.now = 1010.0
+    state.worker_event({"event": "start", "worker": 1})
+    families, _ = scrape(state)
+    assert samples(families, "netbench_worker_up")[frozenset({("worker", "1")})] == 1
+    assert samples(families, "netbench_worker_heartbeat_timestamp_seconds") == {frozenset({("worker", "1")}): 1010.0}
+    state.worker_event({"event": "done", "worker": 1})
+    state.run_finished("timeout", "p", None)
+    families, _ = scrape(state)
+    assert set(samples(families, "netbench_worker_up").values()) == {0}
+    assert samples(families, "netbench_sweep_progress_ratio") == {frozenset(): 0.5}
+    assert samples(families, "netbench_sweep_runs_completed_total")[frozenset({("status", "timeout")})] == 1
+    assert samples(families, "netbench_result_images_per_second") == {}  # a timeout has no throughput
+    state.run_started("r001", 0)
+    state.run_finished("ok", "p", 10.0)
+    families, _ = scrape(state)
+    assert samples(families, "netbench_sweep_state")[frozenset({("state", "finished")})] == 1
+
+
+def test_network_counters_and_engines_from_the_reader():
+    state, network = fed_state()
+    families, _ = scrape(state, network)
+    tx = samples(families, "netbench_interface_bytes_total")
+    assert tx[frozenset({("node", "n1"), ("interface", "eth0"), ("direction", "transmit")})] == 2000
+    assert tx[frozenset({("node", "n2"), ("interface", "eth0"), ("direction", "receive")})] == 2000
+    assert samples(families, "netbench_qdisc_backlog_bytes")[frozenset({("node", "n1"), ("interface", "eth0")})] == 1500
+    assert samples(families, "netbench_engine_queue_depth_packets") == {frozenset({("node", "n1")}): 5,
+                                                                        frozenset({("node", "n2")}): 6}
+
+
+def test_network_reader_counts_failed_namespaces_and_caches():
+    calls = []
+
+    def flaky(netns):
+        calls.append(netns)
+        if netns.endswith("n2"):
+            raise OSError("namespace gone")
+        return fake_links(netns)
+
+    topology = plan_topology(2, __import__("ipaddress").ip_network("10.213.0.0/24"))
+    reader = NetworkReader(Path("/nonexistent"), read_links=flaky, read_engine=lambda *a: None, cache_s=60,
+                           topology=topology)
+    first = reader.sample()
+    assert [i.node for i in first.interfaces] == ["n1"] and first.read_errors == 1 and first.engines == ()
+    assert reader.sample() is first and len(calls) == 2  # cached: no second read
+    assert NetworkReader(Path("/x")).sample().interfaces == ()  # no topology yet
+
+
+def test_observer_feeds_state_and_tee_passes_calls_on():
+    state = MetricsState(clock=Clock())
+    observer = MetricsObserver(state)
+    heard = []
+
+    class Recorder:
+        def __getattr__(self, name):
+            return lambda *a: heard.append(name)
+
+    profile = Profile(name="wan", delay_us=10_000, rate_bps=100_000_000)
+    run = SimpleNamespace(run_id="r000", repeat=0, profile=profile)
+    config = SimpleNamespace(sweep_id="s", runs=(run,), workers=1,
+                             job=SimpleNamespace(model="mlp", strategy="allreduce", batch_size=16))
+    tee = ObserverTee(Recorder(), observer)
+    tee.sweep_started(config, SimpleNamespace(name="userspace"), SimpleNamespace())
+    tee.run_started(run)
+    tee.profile_applied(run)
+    tee.step(run, {"event": "step", "worker": 0, "phase": "measured", "duration": 0.5})
+    tee.run_finished(run, SimpleNamespace(status="ok", stats={"images_per_sec": 32.0}))
+    assert heard == ["sweep_started", "run_started", "profile_applied", "step", "run_finished"]
+    families, _ = scrape(state)
+    assert samples(families, "netbench_result_images_per_second") == {frozenset({("profile", "wan")}): 32.0}
+    assert samples(families, "netbench_profile_rate_bytes_per_second") == {frozenset(): 12.5e6}
+
+
+# ---------------------------------------------------------------- exporter
+
+def test_exporter_serves_its_own_registry_and_writes_the_target_file(tmp_path):
+    state, network = fed_state()
+    exporter = MetricsExporter(0, state=state, network=network, state_path=tmp_path)
+    exporter.start()
+    try:
+        assert exporter.url.startswith("http://127.0.0.1:") and exporter.port > 0
+        targets = json.loads(exporter.target_file.read_text())
+        assert targets == [{"targets": [f"127.0.0.1:{exporter.port}"], "labels": {"job": "netbench"}}]
+        assert exporter.target_file.parent == tmp_path / "targets"
+        assert [p.name for p in exporter.target_file.parent.iterdir()] == [exporter.target_file.name]
+        body = urllib.request.urlopen(exporter.url, timeout=5).read().decode()
+        assert 'netbench_profile_active{profile="d10ms-r250mbit"} 1.0' in body
+        assert "netbench_profile_delay_seconds 0.01" in body
+        # never the process-wide registry
+        assert not [n for n in prometheus_client.REGISTRY._names_to_collectors if n.startswith("netbench")]
+    finally:
+        exporter.stop()
+    assert not exporter.target_file.exists()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(exporter.url, timeout=2)
+
+
+def test_busy_port_is_an_error_naming_the_flag(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        exporter = MetricsExporter(port, state_path=tmp_path)
+        with pytest.raises(UsageError, match=r"^flag --metrics-port: cannot serve metrics on 127.0.0.1:\d+"):
+            exporter.start()
+    assert not (tmp_path / "targets").exists() or not list((tmp_path / "targets").iterdir())
+
+
+def test_address_checks_and_target_hosts():
+    assert check_address("0.0.0.0") == "0.0.0.0"
+    assert check_address("::1") == "::1"
+    with pytest.raises(UsageError, match="flag --metrics-address: 'localhost' is not an IP address"):
+        check_address("localhost")
+    assert target_entry("::1", 9464, {})[0]["targets"] == ["[::1]:9464"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--metrics-address", "127.0.0.1"], "flag --metrics-address needs --metrics-port"),
+    (["--metrics-port", "9464", "--metrics-address", "nowhere"], "flag --metrics-address: 'nowhere' is not an IP"),
+    (["--metrics-port", "70000"], "--metrics-port"),
+])
+def test_cli_rejects_bad_metrics_flags(args, message):
+    result = CliRunner().invoke(main, ["sweep", "--latency", "1ms", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert len([line for line in result.output.splitlines() if line.strip()]) <= 3
+
+
+def test_promtool_finds_nothing_to_fix_in_a_served_exposition(tmp_path):
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: 'make install' installs Debian's prometheus package"
+    state, network = fed_state()
+    exporter = MetricsExporter(0, state=state, network=network, state_path=tmp_path)
+    exporter.start()
+    try:
+        body = urllib.request.urlopen(exporter.url, timeout=5).read()
+    finally:
+        exporter.stop()
+    result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=60)
+    assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), result
+
+
+def test_promtool_check_metrics_can_fail():
+    """The promtool check above would catch a convention break: a counter without _total."""
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: 'make install' installs Debian's prometheus package"
+    bad = b"# HELP netbench_bad_seconds_count A counter.\n# TYPE netbench_bad_seconds_count counter\nnetbench_bad_seconds_count 1\n"
+    result = subprocess.run([promtool, "check", "metrics"], input=bad, capture_output=True, timeout=60)
+    assert result.returncode != 0 or result.stdout.strip() or result.stderr.strip()
+
+
+def test_readme_documents_every_metric():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Live metrics"):]
+    for metric in catalogue.CATALOGUE:
+        assert f"`{metric.name}`" in section, metric.name
