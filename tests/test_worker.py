@@ -23,8 +23,10 @@ from netbench.jobs import worker
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 START_KEYS = {"event", "task_index", "num_workers", "pid", "time", "tf_version",
-              "model", "params", "batch_size", "global_batch_size"}
-STEP_KEYS = {"event", "step", "phase", "start", "end", "duration", "images", "loss"}
+              "model", "params", "batch_size", "global_batch_size", "strategy", "role",
+              "accum_steps", "model_bytes", "input_shape", "classes", "data"}
+STEP_KEYS = {"event", "step", "phase", "start", "end", "duration", "images", "loss",
+             "compute", "comm"}
 DONE_KEYS = {"event", "time", "steps"}
 ERROR_KEYS = {"event", "type", "message"}
 
@@ -46,6 +48,20 @@ def test_parse_args_defaults():
     assert args.collective_timeout == pytest.approx(120.0)
     assert args.startup_timeout == pytest.approx(300.0)
     assert args.threads == 0
+    assert (args.strategy, args.accum_steps, args.data) == ("allreduce", 4, "synthetic")
+    assert args.input_shape is None and args.classes is None
+
+
+def test_parse_args_strategy_model_and_data(tmp_path):
+    archive = tmp_path / "d.npz"
+    archive.write_bytes(b"")  # only its existence and suffix are checked here
+    args = worker.parse_args(["--strategy", "allreduce-accum", "--accum-steps", "8",
+                              "--model", "resnet18", "--input-shape", "64x64x3",
+                              "--classes", "100", "--data", str(archive)])
+    assert (args.strategy, args.accum_steps, args.model) == ("allreduce-accum", 8, "resnet18")
+    assert (args.input_shape, args.classes, args.data) == ((64, 64, 3), 100, str(archive))
+    assert worker.parse_args(["--strategy", "ps"]).strategy == "ps"
+    assert worker.parse_args(["--data", str(tmp_path)]).data == str(tmp_path)
 
 
 def test_parse_args_all_options():
@@ -79,6 +95,14 @@ def test_parse_args_seconds_replaces_steps():
     ["--steps", "5", "--seconds", "5"],      # mutually exclusive
     ["--seconds", "5", "--warmup", "0"],     # no warm-up mean to size it
     ["--model", "resnet"],
+    ["--strategy", "ring"],
+    ["--accum-steps", "0"],
+    ["--classes", "1"],
+    ["--input-shape", "32xx3"],
+    ["--input-shape", "0x32x3"],
+    ["--model", "cnn", "--input-shape", "784"],          # a conv net needs HxWxC
+    ["--model", "vgg16", "--input-shape", "16x16x3"],    # too small for vgg16
+    ["--data", "/nonexistent/cifar.npz"],
     ["--learning-rate", "0"],
     ["--collective-timeout", "-1"],
     ["--startup-timeout", "-1"],
@@ -138,8 +162,12 @@ def test_warmup_mean_drops_traced_first_step():
 
 
 def test_start_event_shape():
-    ev = worker.start_event(1, 4, 123, 10.5, "2.21.0", "mlp", 669706, 64)
+    ev = worker.start_event(1, 4, 123, 10.5, "2.21.0", "mlp", 669706, 64,
+                            strategy="allreduce-accum", accum_steps=4, model_bytes=2678824,
+                            input_shape=(784,), classes=10)
     assert set(ev) == START_KEYS
+    assert (ev["strategy"], ev["role"], ev["accum_steps"]) == ("allreduce-accum", "worker", 4)
+    assert (ev["model_bytes"], ev["input_shape"], ev["data"]) == (2678824, [784], "synthetic")
     assert ev["event"] == "start"
     assert (ev["task_index"], ev["num_workers"], ev["pid"]) == (1, 4, 123)
     assert ev["params"] == 669706
@@ -148,8 +176,12 @@ def test_start_event_shape():
 
 
 def test_step_event_shape():
-    ev = worker.step_event(3, "measured", 10.0, 10.25, 128, 1.5)
+    ev = worker.step_event(3, "measured", 10.0, 10.25, 128, 1.5, compute=0.2, comm=0.05)
     assert set(ev) == STEP_KEYS
+    assert (ev["compute"], ev["comm"]) == (0.2, 0.05)
+    assert worker.step_event(3, "measured", 10.0, 10.25, 128, 1.5)["comm"] is None
+    with_executor = worker.step_event(3, "measured", 10.0, 10.25, 128, 1.5, executor=2)
+    assert set(with_executor) == STEP_KEYS | {"executor"} and with_executor["executor"] == 2
     assert ev["event"] == "step"
     assert (ev["step"], ev["phase"], ev["images"]) == (3, "measured", 128)
     assert ev["duration"] == pytest.approx(0.25)
@@ -319,6 +351,9 @@ def _check_run(events: list[dict], warmup: int, measured: int, num_workers: int,
         previous_end = e["end"]
         assert e["images"] == batch_size * num_workers
         assert isinstance(e["loss"], float) and math.isfinite(e["loss"])
+        # the step is its computation and its all-reduce + update, timed back to back
+        assert e["compute"] > 0 and e["comm"] > 0
+        assert e["compute"] + e["comm"] == pytest.approx(e["duration"], abs=1e-3)
 
     assert events[-1]["event"] == "done"
     assert set(events[-1]) == DONE_KEYS

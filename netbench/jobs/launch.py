@@ -4,6 +4,10 @@ The controller only plans and collects; workers time their own steps and stream 
 events on stdout. A step that does not arrive within the step timeout ends the run as
 `timeout`; a process that dies ends it as `failed` with its error. Every process is
 stopped with escalation (TERM, then KILL) on the way out, whatever happened.
+
+Serving tasks (the ps strategy's workers and parameter servers) never finish by
+themselves: the job is over when every other task is done, and a server that exits
+before then fails the run. The step clock follows the first task that is not a server.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ class Timeouts:
 @dataclass(frozen=True)
 class JobOutcome:
     status: str  # ok | timeout | failed | interrupted
-    events: tuple[dict, ...]  # every event, each with "worker" (task index) and "recv" (monotonic s)
+    # every event, each with "worker" (the task's index within its role), "role", and
+    # "recv" (monotonic s)
+    events: tuple[dict, ...]
     error: str = ""
 
 
@@ -44,7 +50,7 @@ class _Live:
     log: Path | None = None
 
 
-def _reader(index: int, stream, sink: queue.Queue) -> None:
+def _reader(position: int, task: Task, stream, sink: queue.Queue) -> None:
     for raw in iter(stream.readline, b""):
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("{"):
@@ -54,10 +60,11 @@ def _reader(index: int, stream, sink: queue.Queue) -> None:
         except json.JSONDecodeError:
             continue
         if isinstance(event, dict):
-            event["worker"] = index
+            event["worker"] = task.index
+            event["role"] = task.role
             event["recv"] = time.monotonic()
-            sink.put(event)
-    sink.put({"event": "_eof", "worker": index})
+            sink.put((position, event))
+    sink.put((position, {"event": "_eof"}))
 
 
 def _log_tail(path: Path | None, lines: int = 1) -> str:
@@ -87,7 +94,7 @@ def run_job(tasks: list[Task], log_dir: Path, journal: Journal, timeouts: Timeou
             entry = journal.record("process", pid=popen.pid, start=proc.start_time(popen.pid),
                                    netns=task.netns, role=f"{task.role}{task.index}")
             live.append(_Live(task, popen, entry=entry, log=log))
-            threading.Thread(target=_reader, args=(task.index, popen.stdout, sink), daemon=True).start()
+            threading.Thread(target=_reader, args=(len(live) - 1, task, popen.stdout, sink), daemon=True).start()
         status, error = _collect(live, sink, events, timeouts, on_event)
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted by the user"
@@ -103,7 +110,8 @@ def _collect(live: list[_Live], sink: queue.Queue, events: list[dict], timeouts:
              on_event) -> tuple[str, str]:
     started = time.monotonic()
     last_step: float | None = None
-    while not all(item.done for item in live):
+    clock = next((i for i, item in enumerate(live) if not item.task.serves), 0)
+    while not all(item.done for item in live if not item.task.serves):
         limit = timeouts.startup_s if last_step is None else timeouts.step_s
         since = started if last_step is None else last_step
         wait = since + limit - time.monotonic()
@@ -111,10 +119,10 @@ def _collect(live: list[_Live], sink: queue.Queue, events: list[dict], timeouts:
             what = "the first step" if last_step is None else "the next step"
             return "timeout", f"no {what} within {limit:g}s"
         try:
-            event = sink.get(timeout=min(wait, 1.0))
+            position, event = sink.get(timeout=min(wait, 1.0))
         except queue.Empty:
             continue
-        item = live[event["worker"]]
+        item = live[position]
         kind = event.get("event")
         if kind == "_eof":
             code = item.popen.wait()
@@ -125,7 +133,7 @@ def _collect(live: list[_Live], sink: queue.Queue, events: list[dict], timeouts:
         events.append(event)
         if on_event:
             on_event(event)
-        if kind == "step" and event["worker"] == 0:
+        if kind == "step" and position == clock:
             last_step = time.monotonic()
         elif kind == "done":
             item.done = True

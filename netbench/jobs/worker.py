@@ -6,23 +6,41 @@ role, the worker only trains, times and reports: it writes one JSON event per
 line on stdout and leaves planning and statistics to the controller.  All other
 output (TensorFlow / Keras logs, stray prints) goes to stderr.
 
-Training uses ``tf.distribute.MultiWorkerMirroredStrategy`` (ring all-reduce
-over gRPC) with a custom loop: Keras 3 ``model.fit`` fails under MWMS on TF
-2.21, so the Keras model only provides the layers and the step is a
-``tf.GradientTape`` + ``optimizer.apply_gradients`` inside ``strategy.run``.
-The Keras 3 optimizer all-reduces (sums) the gradients itself in replica
-context, with the strategy's default communication options (ring, timeout).
+Strategies (``--strategy``):
+
+* ``allreduce``: ``tf.distribute.MultiWorkerMirroredStrategy`` (ring all-reduce
+  over gRPC), one all-reduce of the gradients per step;
+* ``allreduce-accum``: the same, but each worker accumulates the gradients of
+  ``--accum-steps`` local batches before one all-reduce and update;
+* ``single``: TF's default strategy in one process: no cluster, no network;
+* ``ps``: ``ParameterServerStrategy``; see ``netbench.jobs.ps``.
+
+The synchronous strategies share one custom loop (Keras 3 ``model.fit`` fails
+under MWMS on TF 2.21).  One step is one optimizer update, run as two compiled
+functions so that their times can be told apart: ``compute`` (forward and
+backward on a local batch, gradients added to per-worker accumulators; no
+network) runs k times (k = accum steps, else 1), then ``sync`` (the Keras 3
+optimizer all-reduces (sums) the accumulated gradients in replica context,
+applies them, and the accumulators are zeroed).  The step event carries both
+times; ``comm`` is the all-reduce plus the (local) update, including any wait
+for a slower peer.
 
 Events (key names are a contract with the controller; times are
 ``time.monotonic()`` seconds, which is CLOCK_MONOTONIC and therefore comparable
 between processes on one Linux host)::
 
     {"event": "start", "task_index", "num_workers", "pid", "time",
-     "tf_version", "model", "params", "batch_size", "global_batch_size"}
+     "tf_version", "model", "params", "batch_size", "global_batch_size",
+     "strategy", "role", "accum_steps", "model_bytes", "input_shape",
+     "classes", "data"}
     {"event": "step", "step", "phase": "warmup"|"measured", "start", "end",
-     "duration", "images", "loss"}
+     "duration", "images", "loss", "compute", "comm"}
     {"event": "done", "time", "steps"}
     {"event": "error", "type", "message"}
+
+``images`` is what the whole cluster trained on in the step (global batch x
+accum steps).  The ps coordinator adds ``executor`` (the worker that ran the
+step) to its step events; ps servers send only a start event.
 
 TensorFlow is imported only inside functions that need it, so the controller
 can import the pure helpers below cheaply.
@@ -54,14 +72,14 @@ import threading
 import time
 from typing import IO, Any, Mapping, MutableMapping, Sequence
 
-MODELS = ("mlp", "cnn")
-# Per-example input shape of each synthetic model.
-INPUT_SHAPES: Mapping[str, tuple[int, ...]] = {"mlp": (784,), "cnn": (32, 32, 3)}
-NUM_CLASSES = 10
+from netbench.jobs import data as datasets
+from netbench.jobs.cluster import DEFAULT_ACCUM_STEPS, STRATEGIES
+from netbench.jobs.models import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPES, MODELS, check_input, parse_input_shape
 
 PHASE_WARMUP = "warmup"
 PHASE_MEASURED = "measured"
 
+DEFAULT_STRATEGY = "allreduce"
 DEFAULT_MODEL = "mlp"
 DEFAULT_BATCH_SIZE = 64
 DEFAULT_WARMUP = 10
@@ -112,18 +130,50 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _shape(text: str) -> tuple[int, ...]:
+    """argparse type: an input shape such as 32x32x3."""
+    try:
+        return parse_input_shape(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _at_least_two(text: str) -> int:
+    """argparse type: an integer >= 2 (a class count)."""
+    value = int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be >= 2, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the worker's command-line parser."""
     parser = argparse.ArgumentParser(
         prog="python -m netbench.jobs.worker",
         description=(
-            "Train a synthetic model with MultiWorkerMirroredStrategy and "
-            "report per-step timings as JSON lines on stdout."
+            "Train a model under one distribution strategy and report "
+            "per-step timings as JSON lines on stdout."
         ),
     )
+    parser.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
+                        help="allreduce: all-reduce every step; allreduce-accum: every "
+                             "--accum-steps batches; ps: parameter servers (role from "
+                             "TF_CONFIG); single: one process (default: %(default)s)")
+    parser.add_argument("--accum-steps", type=_positive_int, default=DEFAULT_ACCUM_STEPS,
+                        help="local batches per all-reduce with allreduce-accum "
+                             "(default: %(default)s)")
     parser.add_argument("--model", choices=MODELS, default=DEFAULT_MODEL,
-                        help="mlp: 784-512-512-10 (~670k params); "
-                             "cnn: small conv net on 32x32x3 (default: %(default)s)")
+                        help="mlp: 784-512-512-10 (~670k params); cnn: small conv net; "
+                             "resnet18; keras.applications mobilenetv2, resnet50, "
+                             "efficientnetb0, vgg16 with random weights (default: %(default)s)")
+    parser.add_argument("--input-shape", type=_shape, default=None,
+                        help="per-example input shape, e.g. 32x32x3 (default: the model's, "
+                             "or the data's)")
+    parser.add_argument("--classes", type=_at_least_two, default=None,
+                        help=f"output classes (default: {DEFAULT_CLASSES}, or the data's)")
+    parser.add_argument("--data", default=datasets.SYNTHETIC,
+                        help="'synthetic' (in memory), an .npz with x_train/y_train, or a "
+                             "folder of class folders of images (default: %(default)s)")
     parser.add_argument("--batch-size", type=_positive_int, default=DEFAULT_BATCH_SIZE,
                         help="PER-WORKER batch size in examples (default: %(default)s)")
     parser.add_argument("--warmup", type=_non_negative_int, default=DEFAULT_WARMUP,
@@ -168,7 +218,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     elif args.warmup < 1:
         # The step count for --seconds comes from the warm-up mean.
         parser.error("--seconds needs --warmup >= 1")
+    try:
+        datasets.check_source(args.data)
+    except datasets.DataError as exc:
+        parser.error(f"--data: {exc}")
+    if args.data == datasets.SYNTHETIC:
+        try:
+            check_input(args.model, resolve_shape(args), args.classes or DEFAULT_CLASSES)
+        except ValueError as exc:
+            parser.error(f"--input-shape: {exc}")
     return args
+
+
+def resolve_shape(args: argparse.Namespace) -> tuple[int, ...]:
+    """The input shape for synthetic data: --input-shape, or the model's default."""
+    return args.input_shape or DEFAULT_INPUT_SHAPES[args.model]
 
 
 def warmup_mean(durations: Sequence[float]) -> float:
@@ -221,12 +285,24 @@ def _finite_or_none(value: float) -> float | None:
 
 def start_event(task_index: int, num_workers: int, pid: int, time_s: float,
                 tf_version: str, model: str, params: int,
-                batch_size: int) -> dict[str, Any]:
+                batch_size: int, *, strategy: str = DEFAULT_STRATEGY, role: str = "worker",
+                accum_steps: int = 1, model_bytes: int = 0,
+                input_shape: Sequence[int] = (), classes: int = DEFAULT_CLASSES,
+                data: str = datasets.SYNTHETIC) -> dict[str, Any]:
     """Event sent once the strategy and model exist, before the first step.
 
-    ``time_s`` is time.monotonic() seconds, ``batch_size`` the per-worker batch.
+    ``time_s`` is time.monotonic() seconds, ``batch_size`` the per-worker batch,
+    ``accum_steps`` the local batches per update, ``model_bytes`` the size of all
+    weights in bytes.  ps servers send it too, with ``params`` 0.
     """
     return {
+        "strategy": str(strategy),
+        "role": str(role),
+        "accum_steps": int(accum_steps),
+        "model_bytes": int(model_bytes),
+        "input_shape": [int(d) for d in input_shape],
+        "classes": int(classes),
+        "data": str(data),
         "event": "start",
         "task_index": int(task_index),
         "num_workers": int(num_workers),
@@ -241,16 +317,26 @@ def start_event(task_index: int, num_workers: int, pid: int, time_s: float,
 
 
 def step_event(step: int, phase: str, start: float, end: float, images: int,
-               loss: float) -> dict[str, Any]:
+               loss: float, compute: float | None = None, comm: float | None = None,
+               executor: int | None = None) -> dict[str, Any]:
     """Event for one training step.
 
     ``step`` counts from 0 over warm-up + measured steps; ``start``/``end`` are
-    time.monotonic() seconds; ``images`` is the global batch size (examples
-    processed by the whole cluster in this step).
+    time.monotonic() seconds; ``images`` is the number of examples the step
+    trained on (cluster-wide).  ``compute`` and ``comm`` split the step, in
+    seconds, into local computation and communication (null when unknown);
+    ``executor`` is the worker that ran it (ps only).
     """
     if phase not in (PHASE_WARMUP, PHASE_MEASURED):
         raise ValueError(f"phase must be {PHASE_WARMUP!r} or {PHASE_MEASURED!r}, got {phase!r}")
+    extra: dict[str, Any] = {
+        "compute": None if compute is None else float(compute),
+        "comm": None if comm is None else float(comm),
+    }
+    if executor is not None:
+        extra["executor"] = int(executor)
     return {
+        **extra,
         "event": "step",
         "step": int(step),
         "phase": phase,
@@ -308,12 +394,16 @@ def _configure_environment(environ: MutableMapping[str, str]) -> None:
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", DEFAULT_TF_CPP_MIN_LOG_LEVEL)
 
 
-def _make_strategy(tf: Any, collective_timeout_s: float) -> Any:
-    """MultiWorkerMirroredStrategy with ring all-reduce and a collective timeout.
+def _make_strategy(tf: Any, strategy: str, collective_timeout_s: float) -> Any:
+    """The tf.distribute strategy of a synchronous job.
 
-    Without TF_CONFIG (or with one worker) this is a local single-worker
-    strategy, so the same code path runs in quick tests.
+    single: TF's default strategy (no gRPC server, no cluster).  allreduce and
+    allreduce-accum: MultiWorkerMirroredStrategy with ring all-reduce and a
+    collective timeout; without TF_CONFIG it is a local single-worker strategy,
+    so the same code path runs in quick tests.
     """
+    if strategy == "single":
+        return tf.distribute.get_strategy()
     options = tf.distribute.experimental.CommunicationOptions(
         # 0 disables the timeout; None means "no option" to TF.
         timeout_seconds=collective_timeout_s or None,
@@ -322,74 +412,87 @@ def _make_strategy(tf: Any, collective_timeout_s: float) -> Any:
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
-def _build_model(keras: Any, name: str) -> Any:
-    """Build the named Keras model (weights seeded by keras.utils.set_random_seed)."""
-    layers = keras.layers
-    if name == "mlp":
-        # 784*512+512 + 512*512+512 + 512*10+10 = 669,706 parameters.
-        return keras.Sequential([
-            keras.Input(shape=INPUT_SHAPES["mlp"]),
-            layers.Dense(512, activation="relu"),
-            layers.Dense(512, activation="relu"),
-            layers.Dense(NUM_CLASSES),
-        ], name="mlp")
-    if name == "cnn":
-        return keras.Sequential([
-            keras.Input(shape=INPUT_SHAPES["cnn"]),
-            layers.Conv2D(32, 3, padding="same", activation="relu"),
-            layers.Conv2D(32, 3, padding="same", activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Conv2D(64, 3, padding="same", activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Flatten(),
-            layers.Dense(128, activation="relu"),
-            layers.Dense(NUM_CLASSES),
-        ], name="cnn")
-    raise ValueError(f"unknown model {name!r}; choose from {MODELS}")
+def load_training_data(tf: Any, args: argparse.Namespace, task_index: int,
+                       num_workers: int) -> datasets.Dataset:
+    """This worker's examples: one synthetic batch, or its shard of the local dataset.
 
-
-def _synthetic_batch(tf: Any, model: str, batch_size: int, seed: int) -> tuple[Any, Any]:
-    """One in-memory batch (inputs float32, integer labels), reused every step.
-
-    Made once so no input-pipeline cost lands in the step timing.
+    Raises datasets.DataError when the data does not fit --input-shape / --classes.
     """
-    import numpy as np
+    if args.data == datasets.SYNTHETIC:
+        # Different data per worker (as with a sharded data set), reproducible.
+        return datasets.synthetic(resolve_shape(args), args.classes or DEFAULT_CLASSES,
+                                  args.batch_size, seed=args.seed * 1_000_003 + task_index)
+    loaded = datasets.load(tf, args.data, args.input_shape)
+    check_data_fits(loaded, args)
+    return datasets.shard(loaded, task_index, num_workers)
 
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((batch_size, *INPUT_SHAPES[model]), dtype=np.float32)
-    y = rng.integers(0, NUM_CLASSES, size=(batch_size,), dtype=np.int32)
-    return tf.constant(x), tf.constant(y)
+
+def check_data_fits(loaded: datasets.Dataset, args: argparse.Namespace) -> None:
+    """Raise datasets.DataError when the data disagrees with --input-shape, --classes or the model."""
+    if args.input_shape and loaded.input_shape != tuple(args.input_shape):
+        raise datasets.DataError(f"{args.data}: examples have shape {loaded.input_shape}, "
+                                 f"--input-shape asks for {tuple(args.input_shape)}")
+    if args.classes and loaded.classes > args.classes:
+        raise datasets.DataError(f"{args.data}: labels go up to {loaded.classes - 1}, "
+                                 f"more than --classes {args.classes} allows")
+    try:
+        check_input(args.model, loaded.input_shape, max(loaded.classes, 2))
+    except ValueError as exc:
+        raise datasets.DataError(f"{args.data}: {exc}") from None
 
 
-def _make_train_step(tf: Any, strategy: Any, model: Any, optimizer: Any,
-                     global_batch_size: int) -> Any:
-    """Compiled step: forward, backward, gradient all-reduce, SGD update.
+def _make_sync_steps(tf: Any, strategy: Any, model: Any, optimizer: Any,
+                     global_batch_size: int, accum_steps: int) -> tuple[Any, Any]:
+    """Compiled (compute, sync) functions of one synchronous optimizer update.
 
-    Returns this worker's mean loss over its local batch.  It is deliberately
-    NOT all-reduced: an extra scalar collective per step would add a latency-
-    bound round trip to every measured step under network emulation.
+    compute(x, y): forward and backward on the local batch; gradients added to
+    per-worker accumulators (ON_READ variables: a replica-local copy each, so
+    no network); returns this worker's mean loss.  The loss is deliberately NOT
+    all-reduced: an extra scalar collective per step would add a latency-bound
+    round trip to every measured step under network emulation.
+
+    sync(): the optimizer all-reduces (sums) the accumulated gradients across
+    workers, applies them, and the accumulators are zeroed; returns the
+    optimizer's iteration count.  The loss is scaled by the global batch times
+    accum_steps, so the summed gradient is the mean over every image used.
     """
-    def replica_fn(x: Any, y: Any) -> Any:
+    with strategy.scope():
+        accumulators = [
+            tf.Variable(tf.zeros(v.shape, dtype=v.dtype), trainable=False,
+                        synchronization=tf.VariableSynchronization.ON_READ,
+                        aggregation=tf.VariableAggregation.SUM)
+            for v in model.trainable_variables]
+    scale = global_batch_size * accum_steps
+
+    def compute_fn(x: Any, y: Any) -> Any:
         with tf.GradientTape() as tape:
             logits = model(x, training=True)
-            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=y, logits=logits)
-            # Scaled by the GLOBAL batch: the optimizer sums gradients over
-            # replicas, which then yields the mean gradient of the global batch.
-            loss = tf.nn.compute_average_loss(
-                per_example, global_batch_size=global_batch_size)
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=scale)
         grads = tape.gradient(loss, model.trainable_variables)
-        # Keras 3's optimizer all-reduces (SUM) the gradients in replica context.
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        for accumulator, grad in zip(accumulators, grads):
+            accumulator.assign_add(grad)
         return tf.reduce_mean(per_example)
 
+    def sync_fn() -> Any:
+        grads = [tf.identity(accumulator) for accumulator in accumulators]
+        # Keras 3's optimizer all-reduces (SUM) the gradients in replica context.
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        for accumulator in accumulators:
+            accumulator.assign(tf.zeros_like(accumulator))
+        return tf.identity(optimizer.iterations)
+
     @tf.function
-    def train_step(x: Any, y: Any) -> Any:
-        per_replica = strategy.run(replica_fn, args=(x, y))
+    def compute(x: Any, y: Any) -> Any:
+        per_replica = strategy.run(compute_fn, args=(x, y))
         # One replica per worker on CPU: the first local result is ours.
         return strategy.experimental_local_results(per_replica)[0]
 
-    return train_step
+    @tf.function
+    def sync() -> Any:
+        return strategy.experimental_local_results(strategy.run(sync_fn))[0]
+
+    return compute, sync
 
 
 def _make_mean_reducer(tf: Any, strategy: Any) -> Any:
@@ -411,7 +514,7 @@ def _cluster_position(strategy: Any) -> tuple[int, int]:
     return int(task_index), int(num_workers)
 
 
-def _restore_default_sigterm() -> None:
+def restore_default_sigterm() -> None:
     """Let SIGTERM terminate the process again.
 
     In multi-worker mode TF's preemption notifier catches SIGTERM (it only
@@ -422,14 +525,8 @@ def _restore_default_sigterm() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def run(args: argparse.Namespace, events: IO[str]) -> int:
-    """Build strategy and model, train, and emit events on ``events``.
-
-    The startup watchdog (--startup-timeout) covers everything up to the start
-    event; after it, every collective has --collective-timeout.
-    Returns the total number of steps run (warm-up + measured).
-    """
-    arm_startup_watchdog(args.startup_timeout)
+def import_tf(args: argparse.Namespace) -> tuple[Any, Any]:
+    """Import TensorFlow and Keras, with the thread settings of --threads."""
     _configure_environment(os.environ)
     import tensorflow as tf
     import keras
@@ -438,40 +535,73 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         # Must happen before the strategy initialises the TF context.
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    return tf, keras
+
+
+def run(args: argparse.Namespace, events: IO[str]) -> int:
+    """Build strategy and model, train, and emit events on ``events``.
+
+    The startup watchdog (--startup-timeout) covers everything up to the start
+    event; after it, every collective has --collective-timeout.
+    Returns the total number of steps run (warm-up + measured).
+    """
+    if args.strategy == "ps":
+        from netbench.jobs import ps
+
+        return ps.run(args, events)
+    arm_startup_watchdog(args.startup_timeout)
+    tf, keras = import_tf(args)
+    from netbench.jobs.models import build_model, model_size
 
     # The strategy must be created before any other TF op runs.
-    strategy = _make_strategy(tf, args.collective_timeout)
-    _restore_default_sigterm()
-    task_index, num_workers = _cluster_position(strategy)
+    strategy = _make_strategy(tf, args.strategy, args.collective_timeout)
+    restore_default_sigterm()
+    task_index, num_workers = (0, 1) if args.strategy == "single" else _cluster_position(strategy)
     global_batch_size = args.batch_size * strategy.num_replicas_in_sync
+    accum_steps = args.accum_steps if args.strategy == "allreduce-accum" else 1
+
+    data = load_training_data(tf, args, task_index, num_workers)
+    classes = args.classes or max(data.classes, 2)
+    batches = [(tf.constant(x), tf.constant(y))
+               for x, y in datasets.batches(data, args.batch_size)]
 
     # Same seed on every worker: identical initial weights.
     keras.utils.set_random_seed(args.seed)
     with strategy.scope():
-        model = _build_model(keras, args.model)
+        model = build_model(keras, args.model, data.input_shape, classes)
         optimizer = keras.optimizers.SGD(learning_rate=args.learning_rate)
         # Create the optimizer's variables (iteration counter, slots) now,
         # under the scope, rather than lazily inside the traced step.
         optimizer.build(model.trainable_variables)
-    # Different data per worker (as with a sharded data set), reproducible.
-    x, y = _synthetic_batch(tf, args.model, args.batch_size,
-                            seed=args.seed * 1_000_003 + task_index)
-    train_step = _make_train_step(tf, strategy, model, optimizer, global_batch_size)
+    compute, sync = _make_sync_steps(tf, strategy, model, optimizer, global_batch_size, accum_steps)
+    params, model_bytes = model_size(model)
 
     event = start_event(task_index, num_workers, os.getpid(), time.monotonic(),
-                        tf.__version__, args.model, model.count_params(),
-                        args.batch_size)
+                        tf.__version__, args.model, params, args.batch_size,
+                        strategy=args.strategy, role="worker", accum_steps=accum_steps,
+                        model_bytes=model_bytes, input_shape=data.input_shape,
+                        classes=classes, data=args.data)
     disarm_startup_watchdog()
     emit(event, events)
+    images = global_batch_size * accum_steps
+    micro = 0
 
     def timed_step(step: int, phase: str) -> float:
-        """Run one step, emit its event, return its duration in seconds."""
+        """Run one update, emit its event, return its duration in seconds."""
+        nonlocal micro
         t0 = time.monotonic()
-        # .numpy() blocks until the whole step (incl. the update) finished.
-        loss = float(train_step(x, y).numpy())
+        loss = 0.0
+        for _ in range(accum_steps):
+            x, y = batches[micro % len(batches)]
+            micro += 1
+            # .numpy() blocks until the computation finished.
+            loss += float(compute(x, y).numpy())
         t1 = time.monotonic()
-        emit(step_event(step, phase, t0, t1, global_batch_size, loss), events)
-        return t1 - t0
+        sync().numpy()  # blocks until the all-reduce and the update finished
+        t2 = time.monotonic()
+        emit(step_event(step, phase, t0, t2, images, loss / accum_steps,
+                        compute=t1 - t0, comm=t2 - t1), events)
+        return t2 - t0
 
     warmup_durations = [timed_step(k, PHASE_WARMUP) for k in range(args.warmup)]
 

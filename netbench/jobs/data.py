@@ -1,0 +1,177 @@
+"""Training data for a job: synthetic batches or a local dataset, held in memory.
+
+``--data synthetic`` (the default) draws one batch per worker from a seeded normal
+distribution and reuses it every step, so no input pipeline lands in the step time.
+``--data PATH`` reads a local dataset once, before the first step:
+
+* an ``.npz`` archive with ``x_train`` and ``y_train`` (the layout of the MNIST and CIFAR
+  archives): uint8 images are scaled to [0, 1]; HxW images gain a channel axis; labels
+  of shape (N, 1) are flattened;
+* a folder holding one sub-folder of images per class (PNG, JPEG, BMP or GIF); classes
+  are the sub-folder names in sorted order; images are resized to the input shape.
+
+Each worker trains on its own shard (every W-th example from its task index) and cycles
+through whole batches of it. Nothing is ever downloaded.
+
+The pure helpers take numpy arrays; the folder reader takes the tensorflow module so
+that it is only imported inside a training process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SYNTHETIC = "synthetic"
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+
+
+class DataError(ValueError):
+    """A dataset that cannot be used; the message names the path and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Examples in memory: x float32 (N, *shape), y int32 (N,), and the class count."""
+
+    x: np.ndarray
+    y: np.ndarray
+    classes: int
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(int(d) for d in self.x.shape[1:])
+
+
+def check_source(source: str) -> None:
+    """Raise DataError unless `source` is "synthetic", an existing .npz file or a folder."""
+    if source == SYNTHETIC:
+        return
+    path = Path(source)
+    if path.is_dir():
+        return
+    if path.is_file() and path.suffix == ".npz":
+        return
+    if not path.exists():
+        raise DataError(f"{source}: no such file or folder (use 'synthetic', an .npz, or a folder of class folders)")
+    raise DataError(f"{source}: not an .npz archive or a folder of class folders")
+
+
+def synthetic(shape: tuple[int, ...], classes: int, batch_size: int, seed: int) -> Dataset:
+    """One seeded batch of normal inputs and uniform labels."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch_size, *shape), dtype=np.float32)
+    y = rng.integers(0, classes, size=(batch_size,), dtype=np.int32)
+    return Dataset(x, y, classes)
+
+
+def from_arrays(x: np.ndarray, y: np.ndarray, where: str) -> Dataset:
+    """Normalise images and labels as described in the module docstring."""
+    if x.ndim < 2 or len(x) == 0:
+        raise DataError(f"{where}: x_train must hold at least one example, got shape {x.shape}")
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] == 1:  # CIFAR keeps labels as (N, 1)
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise DataError(f"{where}: y_train must hold one integer label per example, got shape {y.shape}")
+    if len(y) != len(x):
+        raise DataError(f"{where}: x_train has {len(x)} examples but y_train has {len(y)} labels")
+    if not np.issubdtype(y.dtype, np.integer):
+        if not np.all(np.equal(np.mod(y, 1), 0)):
+            raise DataError(f"{where}: y_train must hold integer class labels")
+    y = y.astype(np.int64)
+    if y.min() < 0:
+        raise DataError(f"{where}: y_train has negative labels")
+    if x.dtype == np.uint8:
+        x = x.astype(np.float32) / 255.0
+    else:
+        x = x.astype(np.float32)
+    if x.ndim == 3:  # N x H x W grey images (MNIST)
+        x = x[..., np.newaxis]
+    return Dataset(x, y.astype(np.int32), int(y.max()) + 1)
+
+
+def load_npz(path: str) -> Dataset:
+    """Read x_train / y_train from an .npz archive."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            missing = [key for key in ("x_train", "y_train") if key not in archive.files]
+            if missing:
+                raise DataError(f"{path}: missing {', '.join(missing)} (has {', '.join(archive.files) or 'nothing'})")
+            return from_arrays(archive["x_train"], archive["y_train"], path)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, DataError):
+            raise
+        raise DataError(f"{path}: not a readable .npz archive ({exc})") from None
+
+
+def class_folders(path: str) -> list[tuple[str, list[str]]]:
+    """(class name, sorted image files) for each sub-folder of `path`, in sorted order."""
+    root = Path(path)
+    classes = []
+    for sub in sorted(p for p in root.iterdir() if p.is_dir()):
+        files = sorted(str(f) for f in sub.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+        if files:
+            classes.append((sub.name, files))
+    if len(classes) < 2:
+        raise DataError(f"{path}: needs at least two class folders holding images ({', '.join(IMAGE_SUFFIXES)})")
+    return classes
+
+
+def load_folder(tf: Any, path: str, input_shape: tuple[int, ...] | None) -> Dataset:
+    """Decode every image of a class-folder dataset, resized to HxW of `input_shape`.
+
+    Without an input shape the first image's size and channel count are used.
+    """
+    classes = class_folders(path)
+    height = width = channels = None
+    if input_shape is not None:
+        if len(input_shape) != 3:
+            raise DataError(f"{path}: images need an input shape HxWxC, got {input_shape}")
+        height, width, channels = input_shape
+    xs, ys = [], []
+    for label, (_, files) in enumerate(classes):
+        for name in files:
+            try:
+                image = tf.io.decode_image(tf.io.read_file(name), channels=channels or 0,
+                                           expand_animations=False)
+            except Exception as exc:  # noqa: BLE001 - TF raises several kinds for a bad file
+                raise DataError(f"{name}: cannot decode image ({type(exc).__name__})") from None
+            if height is None:
+                height, width, channels = (int(d) for d in image.shape)
+            image = tf.image.resize(tf.cast(image, tf.float32) / 255.0, (height, width))
+            xs.append(image.numpy())
+            ys.append(label)
+    return Dataset(np.stack(xs).astype(np.float32), np.asarray(ys, dtype=np.int32), len(classes))
+
+
+def load(tf: Any, source: str, input_shape: tuple[int, ...] | None) -> Dataset:
+    """The local dataset at `source` (an .npz or a class-folder tree)."""
+    check_source(source)
+    if os.path.isdir(source):
+        return load_folder(tf, source, input_shape)
+    return load_npz(source)
+
+
+def shard(data: Dataset, index: int, count: int) -> Dataset:
+    """Every `count`-th example from `index`: the part one of `count` workers trains on."""
+    if not 0 <= index < count:
+        raise ValueError(f"shard {index} out of range for {count} shards")
+    if len(data.x) < count:
+        raise DataError(f"the dataset has {len(data.x)} examples, fewer than the {count} workers")
+    return Dataset(data.x[index::count], data.y[index::count], data.classes)
+
+
+def batches(data: Dataset, batch_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Whole batches of `batch_size` cycling over the data; a small shard wraps around."""
+    n = len(data.x)
+    count = max(1, n // batch_size)
+    out = []
+    for b in range(count):
+        idx = np.arange(b * batch_size, (b + 1) * batch_size) % n
+        out.append((data.x[idx], data.y[idx]))
+    return out
