@@ -75,8 +75,9 @@ class Settings:
 
     @property
     def nodes(self) -> int:
-        """Testbed nodes the run needs: one per process that trains or serves."""
-        return self.workers + (self.ps if self.strategy == "ps" else 0)
+        """Testbed nodes the run needs, as the job's placement puts them: one per worker, plus
+        the parameter servers and the coordinator for ps."""
+        return self.workers + self.ps + 1 if self.strategy == "ps" else self.workers
 
 
 def _duration(raw: Any) -> int:
@@ -244,7 +245,7 @@ def _fixed(data: Any, source: str, base: Settings, factor_keys: set[str]) -> Set
         if key not in SETTING_KEYS:
             raise _unknown(source, "fixed.", key, SETTING_KEYS)
         if key in factor_keys:
-            raise _fail(source, f"fixed.{key}", "is also a factor", f"keep it under factors or fixed, not both")
+            raise _fail(source, f"fixed.{key}", "is also a factor", "keep it under factors or fixed, not both")
         if isinstance(raw, (list, tuple)):
             raise _fail(source, f"fixed.{key}", "a fixed setting takes one value", f"move {key} to factors to vary it")
         changes[SETTING_KEYS[key][0]] = _setting(source, f"fixed.{key}", key, raw)

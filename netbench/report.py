@@ -247,7 +247,7 @@ def observation_from_record(record: Mapping[str, Any], planned: Mapping[str, Any
     """An Observation from one runs/<id>.json record (and its playbook entry, if any)."""
     stats = record.get("stats") or {}
     ips = stats.get("images_per_sec") if record.get("status") == "ok" else None
-    idle = stats.get("idleness", record.get("idleness"))
+    idle = record.get("idle_ratio")  # share of a step spent waiting on the network, where the strategy tells
     return Observation(run_id=str(record["run_id"]), factors=_record_factors(record, planned),
                        repeat=int(record.get("repeat", 0)), status=str(record.get("status", "?")),
                        images_per_sec=None if ips is None else float(ips),
@@ -422,12 +422,14 @@ def runs_table(observations: Sequence[Observation]):
     from rich.table import Table
 
     shown = varying(observations) or ["model"]
+    idle = any(o.idleness is not None for o in observations)
     table = Table(title=f"{len(observations)} runs")
-    for col in ("run", *shown, "rep", "images/s", "status"):
-        table.add_column(col, justify="right" if col in ("images/s", "rep") else "left")
+    for col in ("run", *shown, "rep", "images/s", *(["idle"] if idle else []), "status"):
+        table.add_column(col, justify="right" if col in ("images/s", "rep", "idle") else "left")
     for o in observations:
+        idle_cell = ["-" if o.idleness is None else f"{o.idleness:.0%}"] if idle else []
         table.add_row(o.run_id, *(_level(s, o.get(s)) for s in shown), str(o.repeat),
-                      "-" if o.images_per_sec is None else f"{o.images_per_sec:,.1f}",
+                      "-" if o.images_per_sec is None else f"{o.images_per_sec:,.1f}", *idle_cell,
                       o.status if o.status == "ok" else f"[red]{o.status}[/]")
     return table
 

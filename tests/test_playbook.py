@@ -131,7 +131,7 @@ def test_an_extra_run_already_in_the_factorial_is_not_duplicated():
 def test_ignored_settings_fall_back_to_defaults_and_nodes_count_servers():
     b = book(factors={"strategy": ["ps", "allreduce"]}, fixed={"ps": 2, "workers": 3, "accum_steps": 8})
     points = pb.design_points(b)
-    assert [(p.strategy, p.ps, p.accum_steps, p.nodes) for p in points] == [("ps", 2, 4, 5), ("allreduce", 1, 4, 3)]
+    assert [(p.strategy, p.ps, p.accum_steps, p.nodes) for p in points] == [("ps", 2, 4, 6), ("allreduce", 1, 4, 3)]
 
 
 def test_job_fields_pass_through_and_refuse_what_the_job_cannot_carry():

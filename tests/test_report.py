@@ -157,6 +157,14 @@ def test_report_command_prints_tables(fixture_results):
     assert (fixture_results / "report" / "throughput-latency.png").exists()
 
 
+def test_ps_settings_and_idleness_come_from_the_record():
+    rec = {**record("r000", strategy="ps", workers=3), "ps": 2, "idle_ratio": 0.25}
+    o = report.observation_from_record(rec)
+    assert (o.get("ps"), o.get("accum_steps"), o.idleness) == (2, None, 0.25)
+    table = report.runs_table([o, report.observation_from_record(record("r001", strategy="ps", workers=1))])
+    assert [c.header for c in table.columns][-2] == "idle"
+
+
 def test_report_on_a_folder_without_runs_is_a_one_line_error(tmp_path):
     result = CliRunner().invoke(cli.main, ["report", str(tmp_path)])
     assert result.exit_code == 2
