@@ -13,7 +13,7 @@ from netbench.emulation.apply import BackendChoice, Executor, choose_backend, re
 from netbench.emulation.netem import NETEM_RATE32_MAX_BPS
 from netbench.errors import BackendUnavailable, StateError, UsageError
 from netbench.journal import Journal
-from netbench.profile import Profile
+from netbench.profile import MAX_LIMIT_PACKETS, Profile
 from netbench.testbed.topology import plan_topology
 
 TOPO = plan_topology(2, ipaddress.ip_network("10.213.0.0/24"))
@@ -134,6 +134,8 @@ def test_netem_limit_packets():
     assert ch.netem_limit_packets(100_000, 0, 10**9) == 12385
     assert ch.netem_limit_packets(100_000, 0, None) == ch.netem_limit_packets(100_000, 0, 10**10)
     assert ch.netem_limit_packets(90_000, 10_000, 10**9) == ch.netem_limit_packets(100_000, 0, 10**9)
+    # 8 s at the default 10 Gbit/s would be 1e7+ frames: capped to what a profile may set
+    assert ch.netem_limit_packets(8_000_000, 0, None) == MAX_LIMIT_PACKETS
 
 
 def test_tbf_sizes():

@@ -69,3 +69,43 @@ def test_rate_beyond_32_bits_is_sent_as_rate64():
     sent = dict((name, value) for name, value in options(NetemParams(rate_bps=50 * 10**9))["attrs"])
     assert sent["TCA_NETEM_RATE"]["rate"] == 2**32 - 1
     assert sent["TCA_NETEM_RATE64"] == 50 * 10**9 // 8
+
+
+ENCODE_AFTER_PYROUTE2 = """
+import struct
+from pyroute2.netlink.rtnl.tcmsg import tcmsg
+from pyroute2.netlink.rtnl.tcmsg import sched_netem
+
+# what any pyroute2 tc call does first: compile tcmsg's attribute map
+plain = tcmsg()
+plain["attrs"] = [["TCA_KIND", "netem"], ["TCA_OPTIONS", sched_netem.get_parameters({"delay": 1000})]]
+plain.encode()
+
+from netbench.emulation import netem
+msg = netem.netem_tcmsg()
+msg["attrs"] = [["TCA_KIND", "netem"], ["TCA_OPTIONS", netem.options(netem.NetemParams(delay_us=10_000,
+                 jitter_us=2_000, distribution="normal"))]]
+msg.encode()
+data = bytes(msg.data)
+offset = 16 + 20 + 12  # nlmsghdr, struct tcmsg, TCA_KIND ("netem" padded to 12)
+length, kind = struct.unpack_from("=HH", data, offset)
+assert kind == 2, kind  # TCA_OPTIONS
+offset += 4 + 24  # its header, then struct tc_netem_qopt
+while offset < len(data):
+    alen, atype = struct.unpack_from("=HH", data, offset)
+    if atype == 2:  # TCA_NETEM_DELAY_DIST
+        print(alen - 4)
+        break
+    offset += (alen + 3) & ~3
+"""
+
+
+def test_distribution_table_survives_an_earlier_pyroute2_tc_call():
+    """pyroute2 caches compiled attribute maps on the class and subclasses inherit the cache:
+    a netem message built after any pyroute2 tc call lost its table. Needs a fresh process,
+    since the order of compilation is what matters."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", ENCODE_AFTER_PYROUTE2], capture_output=True, text=True, check=True)
+    assert int(out.stdout.strip()) == 2 * 4096, out.stdout + out.stderr

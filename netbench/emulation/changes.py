@@ -27,7 +27,7 @@ import ipaddress
 from netbench import units
 from netbench.emulation.netem import NETEM_RATE32_MAX_BPS, NetemParams
 from netbench.errors import BackendUnavailable, UsageError
-from netbench.profile import MAX_RATE_BPS, Profile
+from netbench.profile import MAX_LIMIT_PACKETS, MAX_RATE_BPS, Profile
 from netbench.testbed.topology import Node, Topology
 
 QDISC_HANDLE = "4e42:"  # "NB": a handle netbench owns; it never deletes a root it does not own
@@ -219,14 +219,15 @@ def tbf_limit_bytes(rate_bps: int) -> int:
 
 
 def netem_limit_packets(delay_us: int, jitter_us: int, rate_bps: int | None) -> int:
-    """At least 1.5x the bandwidth-delay product in full-size packets, and never below 1000.
+    """At least 1.5x the bandwidth-delay product in full-size packets, and never below 1000
+    (nor above the largest limit a profile may set).
 
     netem's default of 1000 packets caps a 100 ms link near 120 Mbit/s; with no rate we
     size for 10 Gbit/s, the fastest a veth sustains here.
     """
     rate = rate_bps or 10_000_000_000
     bdp_packets = rate / 8 * (delay_us + jitter_us) / 1e6 / MTU_FRAME_BYTES
-    return max(1000, math.ceil(1.5 * bdp_packets))
+    return min(MAX_LIMIT_PACKETS, max(1000, math.ceil(1.5 * bdp_packets)))
 
 
 def htb_burst_bytes(rate_bps: int) -> int:

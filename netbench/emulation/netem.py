@@ -84,6 +84,15 @@ class netem_options(nla):
 class netem_tcmsg(tcmsg):
     """A tcmsg whose TCA_OPTIONS is always the full netem layout above."""
 
+    # pyroute2 compiles an attribute map once and caches it on the class, behind a flag that
+    # subclasses inherit: once tcmsg itself was compiled (any pyroute2 tc call does that),
+    # a subclass would reuse tcmsg's map and encode TCA_OPTIONS with pyroute2's own netem
+    # class, which drops the distribution table (the kernel then refuses: EINVAL). This
+    # class keeps a cache of its own.
+    _nlmsg_base__compiled_nla = False
+    _nlmsg_base__t_nla_map = None
+    _nlmsg_base__r_nla_map = None
+
     @staticmethod
     def get_options(self, *argv, **kwarg):
         return netem_options
@@ -112,9 +121,7 @@ class NetemParams:
 
 
 def pack_table(values: tuple[int, ...]) -> bytes:
-    """The table as the kernel reads it: native-endian s16. Packed here, not by pyroute2's
-    array(int16) type, whose element format is looked up at encode time and came out
-    8 bytes wide in some processes: the kernel then saw 8192+ entries and refused (EINVAL)."""
+    """The table as the kernel reads it: native-endian s16, sent as raw bytes."""
     return struct.pack(f"={len(values)}h", *values)
 
 

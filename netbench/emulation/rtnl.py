@@ -1,10 +1,8 @@
 """One rtnetlink request on a plain blocking socket in a namespace, with the kernel's ack.
 
-netem requests carry an 8 KB distribution table and netbench's own option classes; sent
-through pyroute2 0.9.7's asyncio transport they were intermittently refused with EINVAL on
-a real kernel (the same bytes succeeded on the next boot). The message is still built and
-encoded with pyroute2's classes; only the send and the ack are done here, synchronously,
-with extended acks on so a refusal carries the kernel's own reason.
+The message is built and encoded with pyroute2's classes; the send and the ack are done
+here, synchronously, with extended acks on, so a refusal carries the kernel's own reason
+(pyroute2 0.9.7's NetNS has no extended-ack option and its sync request path is broken).
 """
 
 from __future__ import annotations
