@@ -134,8 +134,8 @@ def test_netem_limit_packets():
     assert ch.netem_limit_packets(100_000, 0, 10**9) == 12385
     assert ch.netem_limit_packets(100_000, 0, None) == ch.netem_limit_packets(100_000, 0, 10**10)
     assert ch.netem_limit_packets(90_000, 10_000, 10**9) == ch.netem_limit_packets(100_000, 0, 10**9)
-    # 8 s at the default 10 Gbit/s would be 1e7+ frames: capped to what a profile may set
-    assert ch.netem_limit_packets(8_000_000, 0, None) == MAX_LIMIT_PACKETS
+    # 9 s at the default 10 Gbit/s would be 1.1e7 frames: capped to what a profile may set
+    assert ch.netem_limit_packets(9_000_000, 0, None) == MAX_LIMIT_PACKETS
 
 
 def test_tbf_sizes():
