@@ -347,3 +347,24 @@ def test_readme_documents_every_metric():
     section = readme[readme.index("## Live metrics"):]
     for metric in catalogue.CATALOGUE:
         assert f"`{metric.name}`" in section, metric.name
+
+
+def test_stop_waits_for_one_more_scrape_only_when_something_scrapes(tmp_path):
+    import threading
+    import time
+
+    state, network = fed_state()
+    quiet = MetricsExporter(0, state=state, network=network, state_path=tmp_path)
+    quiet.start()
+    started = time.monotonic()
+    quiet.stop(final_scrape_s=5)
+    assert time.monotonic() - started < 1  # nobody scrapes: no wait
+    watched = MetricsExporter(0, state=state, network=network, state_path=tmp_path)
+    watched.start()
+    urllib.request.urlopen(watched.url, timeout=5).read()
+    later = threading.Timer(0.5, lambda: urllib.request.urlopen(watched.url, timeout=5).read())
+    later.start()
+    started = time.monotonic()
+    watched.stop(final_scrape_s=10)
+    later.join()
+    assert 0.4 < time.monotonic() - started < 5 and watched.collector.scrapes == 2

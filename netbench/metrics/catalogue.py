@@ -91,6 +91,8 @@ CATALOGUE: tuple[MetricDef, ...] = (
        "Images trained on by each worker (its per-worker batch per step), by phase.", "phase", "worker"),
     _m("training", "netbench_step_duration_seconds", "histogram", "Wall time of one training step, seconds.",
        "phase", "worker"),
+    _m("training", "netbench_run_warmup_end_timestamp_seconds", "gauge",
+       "When the chief worker of the run in progress finished warm-up (Unix time, seconds)."),
     _m("training", "netbench_warmups_completed_total", "counter",
        "Runs whose chief worker finished warm-up (its first measured step arrived)."),
     _m("training", "netbench_worker_up", "gauge",

@@ -33,12 +33,14 @@ class NetbenchCollector(Collector):
     def __init__(self, state: MetricsState, network: NetworkReader | None = None) -> None:
         self.state = state
         self.network = network
+        self.scrapes = 0  # collections served; the exporter waits for one more before it stops
 
     def describe(self) -> Iterator[Metric]:
         for metric in CATALOGUE:
             yield family(metric.name)
 
     def collect(self) -> Iterator[Metric]:
+        self.scrapes += 1
         snap = self.state.snapshot()
         sample = self.network.sample() if self.network is not None else NetworkSample()
         yield from sweep_families(snap)
@@ -123,6 +125,10 @@ def training_families(s: Snapshot) -> Iterator[Metric]:
     warmups = family("netbench_warmups_completed_total")
     warmups.add_metric([], s.warmups_completed)
     yield warmups
+    warmup_end = family("netbench_run_warmup_end_timestamp_seconds")
+    if s.warmup_ended_at is not None:
+        warmup_end.add_metric([], s.warmup_ended_at)
+    yield warmup_end
     up, heartbeat = family("netbench_worker_up"), family("netbench_worker_heartbeat_timestamp_seconds")
     for worker, value in sorted(s.workers_up.items()):
         up.add_metric([worker], value)

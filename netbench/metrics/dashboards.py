@@ -39,14 +39,18 @@ WORKER_VARIABLE = _query_variable("worker", "Worker", f"label_values(netbench_st
 ANNOTATIONS = {"list": [
     {"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True, "hide": True,
      "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"},
+    # the series' value is the event's time in ms (useValueForTime): exact, and never missed when
+    # the first scrape comes after the event
     {"name": "Profile changes", "datasource": DATASOURCE, "enable": True, "iconColor": "orange",
-     "expr": f"(increase(netbench_profile_applications_total{{{SEL}}}[$__rate_interval]) > 0)"
+     "expr": f"netbench_profile_applied_timestamp_seconds{{{SEL}}} * 1000"
              f" * on(instance) group_left(profile) netbench_profile_active{{{SEL}}}",
-     "step": "1s", "titleFormat": "profile {{profile}}", "tagKeys": "profile", "textFormat": "profile applied"},
+     "useValueForTime": True, "step": "10s", "titleFormat": "profile {{profile}}", "tagKeys": "profile",
+     "textFormat": "profile applied"},
     {"name": "Warm-up end", "datasource": DATASOURCE, "enable": True, "iconColor": "green",
-     "expr": f"(increase(netbench_warmups_completed_total{{{SEL}}}[$__rate_interval]) > 0)"
+     "expr": f"netbench_run_warmup_end_timestamp_seconds{{{SEL}}} * 1000"
              f" * on(instance) group_left(run) netbench_run_info{{{SEL}}}",
-     "step": "1s", "titleFormat": "warm-up done: {{run}}", "tagKeys": "run", "textFormat": "measured steps begin"},
+     "useValueForTime": True, "step": "10s", "titleFormat": "warm-up done: {{run}}", "tagKeys": "run",
+     "textFormat": "measured steps begin"},
 ]}
 
 

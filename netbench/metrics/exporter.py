@@ -12,6 +12,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -24,6 +25,7 @@ from netbench.metrics.network import NetworkReader
 from netbench.metrics.state import MetricsObserver, MetricsState, ObserverTee
 
 DEFAULT_ADDRESS = "127.0.0.1"
+FINAL_SCRAPE_S = 3.0  # longest wait for a scraper to see the finished sweep (scrape interval 1-2 s)
 JOB = "netbench"
 
 
@@ -67,7 +69,8 @@ class MetricsExporter:
         self.state = state or MetricsState()
         self.network = network or NetworkReader(state_path or default_state_dir())
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(NetbenchCollector(self.state, self.network))
+        self.collector = NetbenchCollector(self.state, self.network)
+        self.registry.register(self.collector)
         self.target_file = targets_dir(state_path) / f"netbench-{os.getpid()}.json"
         self._httpd = None
         self._thread = None
@@ -95,7 +98,13 @@ class MetricsExporter:
         self.target_file.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.target_file, target_entry(scrape_host, self.port, {"job": JOB}))
 
-    def stop(self) -> None:
+    def stop(self, final_scrape_s: float = 0.0) -> None:
+        """Stop serving. With `final_scrape_s`, first wait that long at most for one more scrape,
+        if anything has scraped at all, so the final state (last result, 'finished') is recorded."""
+        if final_scrape_s > 0 and self._httpd is not None and self.collector.scrapes:
+            seen, deadline = self.collector.scrapes, time.monotonic() + final_scrape_s
+            while self.collector.scrapes == seen and time.monotonic() < deadline:
+                time.sleep(0.05)
         self.target_file.unlink(missing_ok=True)
         if self._httpd is not None:
             self._httpd.shutdown()
@@ -118,5 +127,7 @@ def serving(port: int | None, address: str = DEFAULT_ADDRESS) -> Iterator[Metric
     exporter.start()
     try:
         yield exporter
-    finally:
+    except BaseException:
         exporter.stop()
+        raise
+    exporter.stop(final_scrape_s=FINAL_SCRAPE_S)

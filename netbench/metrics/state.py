@@ -69,6 +69,7 @@ class Snapshot:
     samples: dict[tuple[str, str], int] = field(default_factory=dict)
     durations: dict[tuple[str, str], Histogram] = field(default_factory=dict)
     warmups_completed: int = 0
+    warmup_ended_at: float | None = None
     workers_up: dict[str, int] = field(default_factory=dict)
     heartbeats: dict[str, float] = field(default_factory=dict)
     build: dict[str, str] = field(default_factory=lambda: {"version": __version__,
@@ -113,6 +114,7 @@ class MetricsState:
             s.run = {"run": run_id, "repeat": str(repeat)}
             s.run_started_at = self._clock()
             s.run_images_per_s = None
+            s.warmup_ended_at = None
             self._chief_measured = []
 
     def profile_applied(self, name: str, delay_us: int, jitter_us: int, rate_bps: int | None, loss: float) -> None:
@@ -149,6 +151,7 @@ class MetricsState:
             if phase == "measured":
                 if not self._chief_measured:
                     s.warmups_completed += 1
+                    s.warmup_ended_at = self._clock()
                 if duration > 0:
                     self._chief_measured.append(duration)
                     mean = sum(self._chief_measured) / len(self._chief_measured)
