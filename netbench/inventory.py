@@ -29,7 +29,7 @@ HOST_KEYS = ("ssh", "user", "port", "key", "agent", "sudo", "interface", "tf_add
 TOP_KEYS = ("hosts", "defaults", "known_hosts", "ssh_config")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
-HINT = "see the example inventory in playbooks/inventory.example.yaml"
+HINT = "see the example inventory in playbooks/inventory/example.yaml"
 
 
 class InventoryError(UsageError):

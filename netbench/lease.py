@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,11 +73,12 @@ def release(state_dir: Path) -> bool:
         return False
 
 
-def renew_command(path: str) -> str:
+def renew_command(path: str, sudo: bool = False) -> str:
     """The shell command a controller runs on the host to renew; fails once the lease is gone
     (the host already reverted), so the controller learns it lost the host."""
-    quoted = "'" + path.replace("'", "'\\''") + "'"
-    return f"test -f {quoted} && touch {quoted}"
+    quoted = shlex.quote(path)
+    command = f"test -f {quoted} && touch {quoted}"
+    return f"sudo -n sh -c {shlex.quote(command)}" if sudo else command
 
 
 def watch(state_dir: Path, revert: Callable[[], object], poll_s: float = WATCH_POLL_S,

@@ -32,7 +32,12 @@ T = TypeVar("T")
 
 
 class RemoteError(NetbenchError):
-    """A host refused or failed a command; the message names the host."""
+    """A host refused or failed a command; the message names the host. The exit code is the
+    host's (2: bad input, 3: privileges), so remote and local failures exit alike."""
+
+    def __init__(self, message: str, hint: str | None = None, exit_code: int = 1) -> None:
+        super().__init__(message, hint)
+        self.exit_code = exit_code if exit_code in (1, 2, 3) else 1
 
 
 def node_command(host: Host, args: Sequence[str]) -> str:
@@ -41,14 +46,14 @@ def node_command(host: Host, args: Sequence[str]) -> str:
     return ("sudo -n " if host.sudo else "") + shlex.join(argv)
 
 
-def _error_line(stderr: str, stdout: str, exit_code: int) -> str:
+def _error_lines(stderr: str, stdout: str, exit_code: int) -> tuple[str, str | None]:
+    """The host's one-line error and its hint, from netbench's `error:`/`hint:` lines."""
     lines = [line.strip() for line in (stderr or stdout).splitlines() if line.strip()]
-    for line in lines:
-        if line.startswith("error:"):
-            return line[len("error:"):].strip()
-    if exit_code == 127:
-        return "netbench is not installed there (run 'netbench provision --inventory ...')"
-    return lines[-1] if lines else f"exit status {exit_code}"
+    message = next((line[len("error:"):].strip() for line in lines if line.startswith("error:")), None)
+    hint = next((line[len("hint:"):].strip() for line in lines if line.startswith("hint:")), None)
+    if message is None and exit_code == 127:
+        message, hint = "netbench is not installed there", "run 'netbench provision --inventory ...'"
+    return message or (lines[-1] if lines else f"exit status {exit_code}"), hint
 
 
 def call_node(conn: HostConnection, host: Host, args: Sequence[str], input: str | None = None,
@@ -56,7 +61,8 @@ def call_node(conn: HostConnection, host: Host, args: Sequence[str], input: str 
     """Run `netbench node ARGS --json`-style commands on a host and parse their JSON."""
     result = conn.run(node_command(host, args), input=input, timeout=timeout)
     if not result.ok:
-        raise RemoteError(f"host {host.name}: {_error_line(result.stderr, result.stdout, result.exit_code)}")
+        message, hint = _error_lines(result.stderr, result.stdout, result.exit_code)
+        raise RemoteError(f"host {host.name}: {message}", hint=hint, exit_code=result.exit_code)
     try:
         return json.loads(result.stdout)
     except json.JSONDecodeError:
@@ -116,7 +122,8 @@ def _raise_first(results: dict[str, Any]) -> None:
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more host(s) failed)" if len(errors) > 1 else ""
-        raise RemoteError(first.message + more, hint=getattr(first, "hint", None)) from None
+        raise RemoteError(first.message + more, hint=getattr(first, "hint", None),
+                          exit_code=getattr(first, "exit_code", 1)) from None
 
 
 @dataclass
@@ -201,8 +208,8 @@ class LeaseKeeper:
         self.by_name = {h.name: h for h in inventory.hosts}
         self.conns = list(conns)
         self.period = max(0.2, seconds / 3)
-        self.commands = {c.name: ("sudo -n " if self.by_name[c.name].sudo else "")
-                         + renew_command(self.by_name[c.name].lease_path) for c in self.conns}
+        self.commands = {c.name: renew_command(self.by_name[c.name].lease_path, self.by_name[c.name].sudo)
+                         for c in self.conns}
         self.lost: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="netbench-lease", daemon=True)

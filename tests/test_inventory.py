@@ -1,0 +1,77 @@
+"""Inventory loading and validation (pure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from netbench.inventory import InventoryError, inventory_from_mapping, load_inventory
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "playbooks" / "inventory" / "example.yaml"
+
+
+def test_shipped_example_loads_with_defaults_merged():
+    inv = load_inventory(EXAMPLE)
+    gpu1, gpu2 = inv.hosts
+    assert (gpu1.name, gpu1.ssh, gpu1.interface, gpu1.user, gpu1.port) == ("gpu1", "gpu1", "eth1", "root", None)
+    assert gpu1.roles == ("chief", "worker") and gpu1.venv == "/opt/netbench/venv"
+    assert (gpu2.interface, gpu2.port, gpu2.user, gpu2.sudo) == ("ens5", 2222, "ubuntu", True)
+    assert gpu2.key == str(Path("~/.ssh/id_ed25519").expanduser())
+    assert gpu2.netbench == "/opt/netbench/venv/bin/netbench"
+    assert gpu2.lease_path == "/run/netbench/lease.json"
+
+
+def test_relative_paths_resolve_against_the_inventory_folder(tmp_path):
+    path = tmp_path / "inv.yaml"
+    path.write_text("known_hosts: kh\nhosts:\n  a: {ssh: 10.0.0.1, interface: eth1, key: keys/id}\n")
+    inv = load_inventory(path)
+    assert inv.known_hosts == (str(tmp_path / "kh"),)
+    assert inv.hosts[0].key == str(tmp_path / "keys" / "id")
+    assert inv.hosts[0].user is None and inv.hosts[0].port is None  # left to ~/.ssh/config
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"hosts": {"a": {"ssh": "x", "interface": "eth1", "prot": 22}}}, "src.yaml: hosts.a.prot: unknown key"),
+    ({"hosts": {"a": {"ssh": "x", "interface": "eth1", "port": 70000}}}, "src.yaml: hosts.a.port: must be a port"),
+    ({"hosts": {"a": {"ssh": "x", "interface": "eth1", "port": True}}}, "src.yaml: hosts.a.port: must be a port"),
+    ({"hosts": {"a": {"ssh": "x"}}}, "src.yaml: hosts.a.interface: missing (required)"),
+    ({"hosts": {"a": {"interface": "eth1"}}}, "src.yaml: hosts.a.ssh: missing (required)"),
+    ({"hosts": {"a": {"ssh": "x", "interface": "a-very-long-interface"}}}, "src.yaml: hosts.a.interface: not an interface"),
+    ({"hosts": {"a": {"ssh": "x", "interface": "eth1", "roles": ["boss"]}}}, "src.yaml: hosts.a.roles: must be a list"),
+    ({"hosts": {"a": {"ssh": "x", "interface": "eth1", "tf_address": "10.0.0.300"}}}, "src.yaml: hosts.a.tf_address"),
+    ({"hosts": {"a": {"ssh": "x", "interface": "eth1", "venv": "rel/venv"}}}, "src.yaml: hosts.a.venv: must be an absolute"),
+    ({"hosts": {"a": {"ssh": "x", "interface": "eth1", "sudo": "yes"}}}, "src.yaml: hosts.a.sudo: must be true or false"),
+    ({"hosts": {}}, "src.yaml: hosts: must map at least one host"),
+    ({"hosts": {"a": {"ssh": "x", "interface": "eth1"}}, "extra": 1}, "src.yaml: extra: unknown key"),
+    ({"defaults": {"ssh": "x"}, "hosts": {"a": {"interface": "eth1"}}}, "src.yaml: defaults.ssh:"),
+    ({"hosts": {"a b": {"ssh": "x", "interface": "eth1"}}}, "src.yaml: hosts.a b: a host name"),
+    (["not", "a", "mapping"], "src.yaml: an inventory must be a mapping"),
+])
+def test_bad_inventories_name_the_file_and_key(data, message):
+    with pytest.raises(InventoryError) as info:
+        inventory_from_mapping(data, "src.yaml")
+    assert info.value.message.startswith(message), info.value.message
+    assert "\n" not in info.value.message
+
+
+def test_broken_yaml_and_missing_file(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("hosts:\n  a: {ssh: x\n")
+    with pytest.raises(InventoryError, match=r"broken.yaml: broken YAML at line \d"):
+        load_inventory(broken)
+    with pytest.raises(InventoryError, match="no such inventory file"):
+        load_inventory(tmp_path / "absent.yaml")
+
+
+def test_cli_reports_a_bad_inventory_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from netbench.cli import main
+
+    path = tmp_path / "inv.yaml"
+    path.write_text("hosts:\n  a: {ssh: x, interface: eth1, port: zero}\n")
+    result = CliRunner().invoke(main, ["reset", "--inventory", str(path)])
+    assert result.exit_code == 2
+    assert f"{path}: hosts.a.port: must be a port number" in result.output

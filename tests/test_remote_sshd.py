@@ -1,0 +1,177 @@
+"""Remote mode against real sshd servers (Debian's openssh-server) in test namespaces,
+driven through fabric by the netbench CLI running in a controller namespace (tests/sshd.py).
+
+The hosts' shaping is real kernel state in their namespaces (tbf: this kernel has no netem),
+read back here with `tc`, independently of netbench.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+from tests.sshd import ssh_lab
+
+pytestmark = pytest.mark.root
+
+TBF_100MBIT_BYTES_S = 12_500_000
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (creates network namespaces and runs sshd)")
+    with ssh_lab(tmp_path_factory.mktemp("nbssh")) as built:
+        yield built
+    assert not built.leftovers(), built.leftovers()
+
+
+@pytest.fixture
+def inventory(lab):
+    """The lab's inventory, and every host reset to nothing after the test."""
+    path = lab.write_inventory()
+    yield str(path)
+    result = lab.netbench("reset", "--inventory", str(path))
+    assert result.returncode == 0, result.stderr
+    for host in lab.hosts:
+        assert _shaped(host) is None, f"{host.name} still shaped after reset"
+
+
+def _shaped(host):
+    qdisc = host.root_qdisc("data0")
+    return qdisc if qdisc and qdisc.get("handle") == "4e42:" else None
+
+
+def _wait(predicate, timeout: float, step: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()
+
+
+def _wait_for_line(child, text: str, timeout: float = 60) -> str:
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = child.stdout.readline()
+        if not line and child.poll() is not None:
+            break
+        seen += line
+        if text in line:
+            return seen
+    raise AssertionError(f"never printed {text!r}; got {seen!r}; stderr {child.stderr.read() if child.poll() is not None else ''}")
+
+
+def test_doctor_checks_every_host_over_ssh(lab, inventory):
+    result = lab.netbench("doctor", "--inventory", inventory, "--no-tensorflow", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ready"] is True and sorted(report["hosts"]) == ["h1", "h2"]
+    for rows in report["hosts"].values():
+        status = {row["check"]: row["status"] for row in rows}
+        assert status["reachable"] == status["root"] == status["netbench"] == status["interface"] == "ok"
+        assert status["control path"] == "ok"
+        assert status["backend"] in ("ok", "limited")
+
+
+def test_unknown_host_keys_are_refused_unless_insecure_is_asked_for(lab, inventory):
+    (lab.dir / "empty_known_hosts").write_text("")
+    path = lab.write_inventory(known_hosts=str(lab.dir / "empty_known_hosts"))
+    try:
+        result = lab.netbench("doctor", "--inventory", str(path), "--no-tensorflow", "--json")
+        assert result.returncode == 1
+        rows = json.loads(result.stdout)["hosts"]["h2"]
+        assert rows[0]["status"] == "missing" and "host key not in known_hosts" in rows[0]["detail"]
+        result = lab.netbench("show", "--inventory", str(path))
+        assert result.returncode == 1 and "host key not in known_hosts" in result.stderr
+        result = lab.netbench("show", "--inventory", str(path), "--insecure-host-keys", "--json")
+        assert result.returncode == 0, result.stderr
+    finally:
+        lab.write_inventory()
+
+
+def test_apply_show_reset_on_real_hosts(lab, inventory):
+    result = lab.netbench("apply", "--inventory", inventory, "--bandwidth", "100mbit", "--lease", "0")
+    assert result.returncode == 0, result.stderr
+    for host in lab.hosts:
+        qdisc = _shaped(host)
+        assert qdisc, (result.stdout, host.root_qdisc("data0"), (host.state_dir / "journal.jsonl").read_text())
+        assert qdisc["kind"] == "tbf" and qdisc["options"]["rate"] == TBF_100MBIT_BYTES_S
+        assert host.root_qdisc("ctl0").get("handle") != "4e42:"  # the control path is untouched
+    shown = json.loads(lab.netbench("show", "--inventory", inventory, "--json", check=True).stdout)["hosts"]
+    for name in ("h1", "h2"):
+        (row,) = shown[name]["nodes"]
+        assert row["ifname"] == "data0" and row["backend"] == "userspace"
+        assert row["profile"]["rate"] == "100mbit"
+        assert shown[name]["lease"]["held"] is False
+    result = lab.netbench("reset", "--inventory", inventory, check=True)
+    assert "h1: removed qdisc 4e42: on data0" in result.stdout
+    assert not any(_shaped(h) for h in lab.hosts)
+    assert "h1: nothing to remove" in lab.netbench("reset", "--inventory", inventory, check=True).stdout
+
+
+def test_a_plan_on_the_ssh_interface_is_refused_and_changes_nothing(lab, inventory):
+    path = lab.write_inventory()
+    try:
+        path.write_text(path.read_text().replace("interface: data0", "interface: ctl0"))
+        result = lab.netbench("apply", "--inventory", str(path), "--bandwidth", "100mbit", "--lease", "0")
+        assert result.returncode == 2
+        assert "plan shapes ctl0, which carries this SSH control connection" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 2  # the error and its hint
+        for host in lab.hosts:
+            assert host.root_qdisc("ctl0").get("handle") != "4e42:"
+    finally:
+        lab.write_inventory()
+
+
+def test_a_userspace_host_refuses_delay_with_the_reason(lab, inventory):
+    result = lab.netbench("apply", "--inventory", inventory, "--latency", "10ms", "--lease", "0")
+    assert result.returncode == 1
+    assert "without netem a remote host shapes rate only" in result.stderr
+    assert not any(_shaped(h) for h in lab.hosts)
+
+
+def test_killed_controller_then_reset_restores_every_host(lab, inventory):
+    child = lab.spawn_netbench("apply", "--inventory", inventory, "--bandwidth", "50mbit", "--lease", "60")
+    try:
+        _wait_for_line(child, "holding a 60 s lease")
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=10)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    assert all(_shaped(h) for h in lab.hosts)  # a long lease: the hosts keep their shaping
+    shown = json.loads(lab.netbench("show", "--inventory", inventory, "--json", check=True).stdout)["hosts"]
+    assert all(shown[n]["lease"]["held"] and shown[n]["watchers"] for n in ("h1", "h2"))
+    watchers = [pid for n in ("h1", "h2") for pid in shown[n]["watchers"]]
+    result = lab.netbench("reset", "--inventory", inventory, check=True)
+    assert "removed lease" in result.stdout
+    assert not any(_shaped(h) for h in lab.hosts)
+    assert _wait(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in watchers), 5)
+
+
+def test_renewed_lease_holds_then_expired_lease_reverts_by_itself(lab, inventory):
+    lease_s = 1.5
+    child = lab.spawn_netbench("apply", "--inventory", inventory, "--bandwidth", "20mbit", "--lease", f"{lease_s}")
+    try:
+        _wait_for_line(child, "holding a 1.5 s lease")
+        time.sleep(3 * lease_s)  # the controller renews: still shaped well past one lease
+        assert all(_shaped(h) for h in lab.hosts)
+        killed_at = time.monotonic()
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=10)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    assert _wait(lambda: not any(_shaped(h) for h in lab.hosts), timeout=lease_s + 5)
+    reverted_after = time.monotonic() - killed_at
+    assert reverted_after <= lease_s + 5
+    for host in lab.hosts:  # the host's own journal is empty: it reset itself
+        assert not (host.state_dir / "journal.jsonl").exists()
+        log = (host.state_dir / "lease-watch.log").read_text()
+        assert '"event": "lease expired"' in log
