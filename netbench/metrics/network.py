@@ -65,7 +65,9 @@ def read_node_links(netns: str) -> list[dict[str, Any]]:
     from pyroute2 import NetNS
 
     rows = []
-    with NetNS(netns) as ns:
+    # flags=0: pyroute2 creates a missing namespace by default, and a scrape must never
+    # re-create a node the sweep has just removed
+    with NetNS(netns, flags=0) as ns:
         for link in ns.get_links():
             name = link.get_attr("IFLA_IFNAME")
             if name == "lo":
