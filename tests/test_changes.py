@@ -66,6 +66,15 @@ def test_peers_become_htb_classes_with_filters():
     assert "htb default 0" in text and text.count("u32 match ip dst") == 3
 
 
+def test_duplicate_with_several_peers_is_refused_before_anything_is_applied():
+    profile = Profile(delay_us=5_000, duplicate=0.01, peers=("n2", "192.0.2.0/24"))
+    with pytest.raises(UsageError, match="n1: duplicate with 2 peers"):
+        ch.plan_apply(profile, TOPO, "netem")
+    one_peer = [c for c in ch.plan_apply(dataclasses.replace(profile, peers=("n2",)), TOPO, "netem")
+                if isinstance(c, ch.ShapeDevice)]
+    assert [(c.node, c.class_count()) for c in one_peer] == [("n1", 1)] and one_peer[0].netem.duplicate == 0.01
+
+
 def test_unknown_peer_node_is_a_usage_error():
     with pytest.raises(UsageError, match="no node n7"):
         ch.plan_apply(Profile(delay_us=1_000, peers=("n7",)), TOPO, "netem")

@@ -62,6 +62,13 @@ INGRESS_HANDLE = 0xFFFF0000
 FILTER_PRIO = 1
 
 
+def _htb_default(qdisc: Any) -> int | None:
+    """The default class of a dumped htb qdisc (None if the dump has no TCA_HTB_INIT)."""
+    options = qdisc.get_attr("TCA_OPTIONS")
+    init = options.get_attr("TCA_HTB_INIT") if options is not None else None
+    return None if init is None else init["defcls"]
+
+
 def _send_netem(netns: str, command: str, index: int, handle: int, parent: int, params: NetemParams) -> None:
     """RTM_NEWQDISC for netem with netbench's full options (see netem.py): pyroute2's own
     netem plugin has no distribution table, loss model or 64-bit fields. Sent by rtnl.py."""
@@ -153,10 +160,15 @@ class NetlinkQdiscs:
 
     def _shape_htb(self, netns: str, index: int, change: ShapeDevice) -> None:
         rate_bps = change.htb_rate_bps or HTB_UNLIMITED_BPS
+        default = 0 if change.peers else 1  # 0: traffic no filter claims leaves unshaped (htb's direct queue)
         with NetNS(netns) as ns:
-            self._drop_root_unless(ns, index, "htb")
-            # default 0: traffic no filter claims leaves unshaped (htb's direct queue)
-            ns.tc("replace", "htb", index, handle=_HANDLE_INT, root=True, default=0 if change.peers else 1)
+            root = self._root(ns, index)
+            owned = root is not None and root["handle"] == _HANDLE_INT
+            if not (owned and root.get_attr("TCA_KIND") == "htb" and _htb_default(root) == default):
+                # htb has no qdisc `change`: a root of the right shape is kept, any other replaced
+                if owned:
+                    ns.tc("del", index=index, handle=QDISC_HANDLE, root=True)
+                ns.tc("replace", "htb", index, handle=_HANDLE_INT, root=True, default=default)
             for i in range(change.class_count()):
                 ns.tc("replace-class", "htb", index, handle=_handle(HANDLE_MAJOR, i + 1), parent=_HANDLE_INT,
                       rate=rate_bps // 8, ceil=rate_bps // 8, burst=htb_burst_bytes(rate_bps),

@@ -274,6 +274,12 @@ def resolve_peers(profile: Profile, topology: Topology, node: Node) -> tuple[str
 
 
 def shape_device(profile: Profile, node: Node, dev: str, peers: tuple[str, ...], match: str) -> ShapeDevice:
+    if profile.duplicate and len(peers) > 1:
+        # Linux refuses a duplicating netem beside any other netem on a device (since 6.16,
+        # and in stable kernels from mid-2025): one netem per peer would be half applied
+        raise UsageError(f"{node.name}: duplicate with {len(peers)} peers needs one netem per peer on "
+                             f"{dev}, and the kernel refuses a duplicating netem beside other netems",
+                             hint="shape one peer (or one CIDR that covers them) when using duplicate")
     rate = profile.rate_bps
     use_htb = bool(peers) or (rate is not None and rate > NETEM_RATE32_MAX_BPS)
     return ShapeDevice(node.name, node.netns, dev, netem_params(profile, with_rate=not use_htb),
