@@ -57,3 +57,7 @@ class JobError(NetbenchError):
 
 class StateError(NetbenchError):
     """The on-disk journal or lock is unusable, or another run holds the lock."""
+
+
+class VerifyFailed(NetbenchError):
+    """A measured link is outside the tolerance of its configured profile."""
