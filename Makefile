@@ -3,10 +3,10 @@ SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEB_PACKAGES := iproute2 iptables iperf3 iputils-ping
+DEB_PACKAGES := iproute2 iptables iperf3 iputils-ping prometheus openssh-server
 PYTHON ?= python3
 
-.PHONY: install demo test test-fast test-kernel bench reset clean help
+.PHONY: install demo test test-fast test-kernel bench reset clean help dashboards
 
 help:
 	@echo "make install   Debian packages, .venv, pinned Python packages"
@@ -15,6 +15,7 @@ help:
 	@echo "make test-fast pure unit tests only (no root, no TensorFlow)"
 	@echo "make test-kernel the netem backend on Debian's stock kernel under qemu (virtme-ng)"
 	@echo "make bench     emulation fidelity and delay-engine ceiling benchmarks"
+	@echo "make dashboards regenerate grafana/dashboards; Prometheus + Grafana with docker compose"
 	@echo "make reset     remove everything netbench made"
 
 install: $(STAMP)
@@ -27,7 +28,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 	fi
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[tf,test]'
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[tf,test,report]'
 	touch $(STAMP)
 
 demo: install
@@ -38,6 +39,13 @@ test: install
 
 test-fast: install
 	$(BIN)/pytest -q -m "not root and not tf"
+
+# Regenerate the Grafana dashboards, then start Prometheus and Grafana (needs a Docker engine).
+dashboards: install
+	$(BIN)/python -m netbench.metrics.dashboards grafana/dashboards
+	mkdir -p /run/netbench/targets
+	docker compose -f grafana/docker-compose.yml up -d
+	@echo "Grafana: http://localhost:3000  Prometheus: http://localhost:9090"
 
 bench: install
 	$(BIN)/python bench/fidelity.py
@@ -52,7 +60,8 @@ clean:
 # The netem backend on a real netem kernel: Debian's stock kernel booted under qemu with
 # the host's filesystem (virtme-ng). This machine's own kernel has no sch_netem.
 KERNEL_DEB_PACKAGES := qemu-system-x86 linux-image-amd64 busybox-static
-KERNEL_IMAGE = $(lastword $(sort $(wildcard /boot/vmlinuz-*-amd64)))
+# found when the recipe runs: on a fresh machine the image is installed by the recipe itself
+KERNEL_IMAGE = $$(ls /boot/vmlinuz-*-amd64 | sort -V | tail -n 1)
 KERNEL_RESULT := .kernel-test
 
 test-kernel: install

@@ -19,8 +19,10 @@ from pathlib import Path
 import click
 
 from netbench import __version__, console, units
-from netbench.errors import NetbenchError, PrivilegeError, TestbedError, UsageError
+from netbench.errors import NetbenchError, PrivilegeError, TestbedError, UsageError, VerifyFailed
 from netbench.profile import Profile, load_profile, parse_levels, profile_from_flags
+from netbench.remote_cli import (APPLY_EXTRA, node, provision, remote_apply, remote_doctor, remote_reset,
+                                 remote_show, with_inventory)
 
 BACKEND_CHOICES = ("auto", "netem", "userspace")
 
@@ -224,6 +226,7 @@ def _profile_options(func):
               help="Emulation backend; auto probes the kernel for netem.")
 @click.option("--dry-run", is_flag=True, help="Print the exact planned changes and make none.")
 @handle_errors
+@with_inventory(remote_apply, APPLY_EXTRA)
 def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run) -> None:
     """Apply a profile (a PROFILE_FILE, flags, or both) to every testbed link.
 
@@ -265,6 +268,7 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run) -> 
 @main.command("show")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
+@with_inventory(remote_show)
 def show(as_json: bool) -> None:
     """Read the active emulation back from the kernel and the delay engines.
 
@@ -283,14 +287,17 @@ def show(as_json: bool) -> None:
         else:
             console.info("no testbed is up")
         return
-    rows = read_emulation(topo, NetlinkQdiscs(), Iptables(), Engines(state_dir()))
+    from netbench.emulation.apply import recorded_distributions
+    from netbench.journal import Journal
+
+    rows = read_emulation(topo, NetlinkQdiscs(), Iptables(), Engines(state_dir()), recorded_distributions(Journal()))
     if as_json:
         console.plain(json.dumps({"nodes": rows}, indent=2, default=str))
         return
     from rich.table import Table
 
-    table = Table(title="active emulation (egress of each node)")
-    for col in ("node", "backend", "delay", "jitter", "loss", "rate", "engine", "qdisc drops"):
+    table = Table(title="active emulation")
+    for col in ("node", "backend", "delay", "jitter", "loss", "rate", "other", "engine", "qdisc drops"):
         table.add_column(col)
     for row in rows:
         table.add_row(*_show_cells(row))
@@ -298,29 +305,118 @@ def show(as_json: bool) -> None:
 
 
 def _show_cells(row: dict) -> list[str]:
-    qdisc, engine = row.get("qdisc") or {}, row.get("engine") or {}
-    params = engine.get("params", {}) if engine else {}
-    delay = qdisc.get("delay_us", params.get("delay_us"))
-    jitter = qdisc.get("jitter_us", params.get("jitter_us"))
-    loss = qdisc.get("loss", params.get("loss"))
-    rate = qdisc.get("rate_bps")
+    """One node's row: the profile its links amount to, then the other netem keys."""
+    profile, qdisc, engine = row.get("profile") or {}, row.get("qdisc") or {}, row.get("engine") or {}
     if engine:
         engine_text = ("running" if engine.get("alive") else "[red]dead[/]") + \
             f" pid {engine.get('pid')}, {engine.get('received', 0)} pkts, {engine.get('dropped', 0)} dropped"
     else:
         engine_text = "-"
-    return [row["node"], row.get("backend") or "none",
-            units.format_duration_us(delay) if delay is not None else "-",
-            units.format_duration_us(jitter) if jitter is not None else "-",
-            units.format_ratio(loss) if loss is not None else "-",
-            units.format_rate_bps(rate) if rate else "unlimited",
-            engine_text, str(qdisc.get("drops", "-"))]
+    shown = ("name", "delay", "jitter", "loss", "rate")
+    other = ", ".join(f"{key} {', '.join(value) if isinstance(value, list) else value}"
+                      for key, value in profile.items() if key not in shown) or "-"
+    loss = profile.get("loss", "-")
+    if isinstance(loss, dict):
+        loss = f"{loss.get('model')} p {loss.get('p')} r {loss.get('r')}"
+    return [row["node"], row.get("backend") or "none", profile.get("delay", "-"), profile.get("jitter", "-"),
+            str(loss), profile.get("rate", "unlimited" if profile else "-"), other, engine_text,
+            str(qdisc.get("drops", "-"))]
+
+
+# ---------------------------------------------------------------- verify
+
+@main.command("verify")
+@click.option("--from", "src_name", metavar="NODE", help="Node that sends the probes [default: the first].")
+@click.option("--to", "dst_name", metavar="NODE", help="Node probed [default: the second].")
+@click.option("--count", default=100, show_default=True, type=click.IntRange(5, 100000), help="Pings to send.")
+@click.option("--interval", default=0.02, show_default=True, type=click.FloatRange(0.002, 10),
+              help="Seconds between pings.")
+@click.option("--seconds", default=3.0, show_default=True, type=click.FloatRange(0, 3600),
+              help="Length of the iperf3 TCP test (0: no throughput test).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def verify_cmd(src_name, dst_name, count, interval, seconds, as_json) -> None:
+    """Measure the active profile between two nodes and compare it with what is configured.
+
+    RTT and loss come from ping, throughput from iperf3, both between the nodes; the
+    configured values are read back from the kernel and the delay engines. Exits 1 when a
+    measurement is outside its tolerance.
+
+    Example: netbench apply --latency 10ms --bandwidth 100mbit && netbench verify
+    """
+    from netbench import verify
+    from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs
+    from netbench.emulation.apply import read_emulation
+    from netbench.journal import Journal
+    from netbench.profile import profile_from_mapping
+    from netbench.testbed import local
+
+    require_root()
+    topo = local.discover()
+    if topo is None or len(topo.nodes) < 2:
+        raise UsageError("netbench verify needs a testbed of at least 2 nodes",
+                         hint="netbench testbed up --nodes 2, then netbench apply ...")
+    by_name = {node.name: node for node in topo.nodes}
+    for flag, name in (("--from", src_name), ("--to", dst_name)):
+        if name is not None and name not in by_name:
+            raise UsageError(f"flag {flag}: no node {name} in the testbed ({', '.join(by_name)})")
+    src = by_name[src_name] if src_name else topo.nodes[0]
+    dst = by_name[dst_name] if dst_name else next(n for n in topo.nodes if n.name != src.name)
+    if src.name == dst.name:
+        raise UsageError("flags --from and --to name the same node", hint="probe between two nodes")
+    journal = Journal()
+    from netbench.emulation.apply import recorded_distributions
+
+    rows = {row["node"]: row for row in read_emulation(topo, NetlinkQdiscs(), Iptables(), Engines(journal.dir),
+                                                        recorded_distributions(journal))}
+    profiles = {name: profile_from_mapping(rows[name]["profile"], "read-back") if rows[name]["profile"] else None
+                for name in (src.name, dst.name)}
+    if not as_json:
+        console.info(f"measuring {src.name} -> {dst.name}: {count} pings every {interval:g} s"
+                     + (f", iperf3 for {seconds:g} s" if seconds else ""))
+    record = verify.verify(src, profiles[src.name], dst, profiles[dst.name],
+                           verify.Settings(ping_count=count, ping_interval_s=interval, iperf_seconds=seconds))
+    if as_json:
+        console.plain(json.dumps({"from": src.name, "to": dst.name, **record}, indent=2))
+    else:
+        _print_checks(record["checks"])
+    if not record["ok"]:
+        raise VerifyFailed("measured values differ from the configured profile beyond tolerance",
+                           hint="see the rows marked 'no'; a loaded machine inflates RTT")
+
+
+def _print_checks(checks: list[dict]) -> None:
+    from rich.table import Table
+
+    def value(metric: str, number) -> str:
+        if number is None:
+            return "-"
+        return {"rtt": f"{number:.3f} ms", "loss": units.format_ratio(number),
+                "rate": units.format_rate_bps(int(number))}[metric]
+
+    table = Table(title="configured vs measured")
+    for col in ("metric", "configured", "measured", "error", "ok", "rule"):
+        table.add_column(col)
+    for c in checks:
+        if c["error"] is None:
+            error = "-"
+        elif c["metric"] == "rate":
+            error = f"{c['error']:+.1%}"
+        elif c["metric"] == "rtt":
+            error = f"{c['error']:+.3f} ms"
+        else:
+            error = f"{c['error']:+.4f}"
+        ok = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[c["ok"]]
+        table.add_row(c["metric"], value(c["metric"], c["configured"]), value(c["metric"], c["measured"]), error, ok,
+                      c["rule"])
+    console.out.print(table)
 
 
 @main.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--no-tensorflow", is_flag=True, help="Skip the slow TensorFlow import check.")
 @handle_errors
+@with_inventory(remote_doctor)
 def doctor_cmd(as_json: bool, no_tensorflow: bool) -> None:
     """Check what this host can do, by trying it, and which emulation backend netbench will use.
 
@@ -341,6 +437,7 @@ def doctor_cmd(as_json: bool, no_tensorflow: bool) -> None:
 
 @main.command("reset")
 @handle_errors
+@with_inventory(remote_reset)
 def reset_cmd() -> None:
     """Remove everything netbench made: qdiscs, iptables rules, delay engines, TF processes,
     namespaces, veths and the bridge. Works after a crash; safe to run twice.
@@ -367,8 +464,22 @@ def reset_cmd() -> None:
 @click.option("--bandwidth", metavar="LIST", help="Rates to sweep, e.g. 250,500,1000mbit.")
 @click.option("--loss", metavar="LIST", help="Losses to sweep, e.g. 0,1,10%.")
 @click.option("--jitter", metavar="LIST", help="Jitters to sweep, e.g. 0,1ms.")
-@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64), help="Training processes, one per node.")
-@click.option("--model", default="mlp", show_default=True, type=click.Choice(["mlp", "cnn"]), help="Model to train.")
+@click.option("--strategy", default="allreduce", show_default=True,
+              type=click.Choice(["allreduce", "allreduce-accum", "ps", "single"]),
+              help="allreduce: all-reduce every step; allreduce-accum: every --accum-steps batches; "
+                   "ps: parameter servers and a coordinator (asynchronous); single: one process, no network.")
+@click.option("--workers", type=click.IntRange(1, 64), help="Training workers, one per node [default: 2; 1 with single].")
+@click.option("--accum-steps", default=4, show_default=True, type=click.IntRange(1, 10000),
+              help="Local batches per all-reduce with --strategy allreduce-accum.")
+@click.option("--ps", "ps_count", default=1, show_default=True, type=click.IntRange(1, 16),
+              help="Parameter servers with --strategy ps (each on its own node, plus one for the coordinator).")
+@click.option("--model", default="mlp", show_default=True,
+              type=click.Choice(["mlp", "cnn", "resnet18", "mobilenetv2", "resnet50", "efficientnetb0", "vgg16"]),
+              help="Model to train (Keras applications with random weights; nothing is downloaded).")
+@click.option("--data", default="synthetic", show_default=True, metavar="SOURCE",
+              help="synthetic (in memory), an .npz with x_train/y_train, or a folder of class folders of images.")
+@click.option("--input-shape", metavar="SHAPE", help="Per-example input shape, e.g. 32x32x3 [default: the model's or the data's].")
+@click.option("--classes", type=click.IntRange(2, 100000), help="Output classes [default: 10, or the data's].")
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 65536), help="Per-worker batch size.")
 @click.option("--warmup", default=10, show_default=True, type=click.IntRange(0, 100000), help="Warm-up steps, excluded from statistics.")
 @click.option("--steps", default=30, show_default=True, type=click.IntRange(2, 1000000), help="Measured steps per run.")
@@ -379,16 +490,23 @@ def reset_cmd() -> None:
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help="Emulation backend.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for loss/jitter draws and data.")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="Results folder [default: results/<sweep-id>].")
+@click.option("--verify", "verify_points", is_flag=True,
+              help="Before each point, measure the link (ping, iperf3 if a rate is set) and record it beside the profile.")
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve live Prometheus metrics on this port (0: any free port).")
+@click.option("--metrics-address", metavar="IP", help="Address to serve metrics on [default: 127.0.0.1].")
 @handle_errors
-def sweep(profile_file, latency, bandwidth, loss, jitter, workers, model, batch_size, warmup, steps, seconds, repeat,
-          step_timeout, startup_timeout, backend, seed, output, dry_run) -> None:
+def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, accum_steps, ps_count, model, data,
+          input_shape, classes, batch_size, warmup, steps, seconds, repeat,
+          step_timeout, startup_timeout, backend, seed, output, verify_points, dry_run, metrics_port,
+          metrics_address) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
     --repeat times each. A unit on the last level applies to the bare numbers before it.
 
     Example: netbench sweep --latency 1,10,100ms --repeat 2
+    Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
     """
     from netbench import plan as sweep_plan
     from netbench.jobs.cluster import JobSpec
@@ -397,6 +515,12 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, workers, model, batch_
     if seconds and warmup < 1:
         raise UsageError("flag --seconds needs --warmup of at least 1: workers agree on the step count "
                          "from the warm-up step times", hint="e.g. --seconds 30 --warmup 10")
+    if metrics_address is not None:
+        from netbench.metrics import check_address
+
+        if metrics_port is None:
+            raise UsageError("flag --metrics-address needs --metrics-port", hint="e.g. --metrics-port 9464")
+        check_address(metrics_address)
     base = load_profile(profile_file) if profile_file else Profile(name="base")
     levels = sweep_plan.SweepLevels(
         delay_us=tuple(parse_levels(latency, "--latency", units.parse_duration_us)) if latency else (),
@@ -406,25 +530,58 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, workers, model, batch_
     )
     runs = _plan_runs(base, levels, repeat)
     sweep_id = time.strftime("sweep-%Y%m%d-%H%M%S")
-    config_job = JobSpec(model=model, batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed)
+    config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
+                                          batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed)
     from netbench.runner import SweepConfig
 
     config = SweepConfig(sweep_id=sweep_id, runs=tuple(runs), job=config_job, workers=workers,
                          output=output or Path("results") / sweep_id,
                          backend=None if backend == "auto" else backend,
                          timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
-                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed)
+                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points)
     if dry_run:
         _print_sweep_plan(config)
         return
     require_root()
     _sigterm_as_interrupt()
+    from netbench.metrics import serving
     from netbench.runner import run_sweep
     from netbench.ui import SweepView
 
-    with SweepView(config) as view:
-        results = run_sweep(config, view)
+    with serving(metrics_port, metrics_address or "127.0.0.1") as metrics, \
+            SweepView(config, metrics_url=metrics.url if metrics else None) as view:
+        results = run_sweep(config, metrics.observe(view) if metrics else view)
     view.summary(results)
+
+
+def _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes, **rest):
+    """The JobSpec and worker count the sweep flags ask for; bad input names its flag."""
+    from netbench.jobs import data as datasets
+    from netbench.jobs.cluster import JobSpec
+    from netbench.jobs.models import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPES, check_input, parse_input_shape
+
+    if strategy == "single" and workers not in (None, 1):
+        raise UsageError(f"flag --workers: strategy single runs one process, got {workers}",
+                         hint="drop --workers, or choose --strategy allreduce")
+    workers = workers or (1 if strategy == "single" else 2)
+    shape = None
+    if input_shape:
+        try:
+            shape = parse_input_shape(input_shape)
+        except ValueError as exc:
+            raise UsageError(f"flag --input-shape: {exc}", hint="e.g. --input-shape 32x32x3") from None
+    try:
+        datasets.check_source(data)
+    except datasets.DataError as exc:
+        raise UsageError(f"flag --data: {exc}") from None
+    if data == datasets.SYNTHETIC:
+        try:
+            check_input(model, shape or DEFAULT_INPUT_SHAPES[model], classes or DEFAULT_CLASSES)
+        except ValueError as exc:
+            raise UsageError(f"flag --input-shape: {exc}") from None
+    data = data if data == datasets.SYNTHETIC else str(Path(data).resolve())  # workers start elsewhere
+    return JobSpec(strategy=strategy, model=model, accum_steps=accum_steps, ps=ps_count, data=data,
+                   input_shape=shape, classes=classes, **rest), workers
 
 
 def _plan_runs(base, levels, repeat):
@@ -442,19 +599,187 @@ def _plan_runs(base, levels, repeat):
 
 def _print_sweep_plan(config) -> None:
     from netbench.emulation import changes as ch
+    from netbench.jobs.cluster import describe_plan, nodes_needed, plan_job
     from netbench.testbed import topology
 
-    topo = topology.plan_topology(config.workers, topology.choose_subnet([]))
-    console.info(f"[yellow]dry run[/]: {len(config.runs)} runs, {config.workers} workers, "
+    topo = topology.plan_topology(nodes_needed(config.job, config.workers), topology.choose_subnet([]))
+    accum = f" ({config.job.accum_steps} batches per all-reduce)" if config.job.strategy == "allreduce-accum" else ""
+    console.info(f"[yellow]dry run[/]: {len(config.runs)} runs, strategy {config.job.strategy}{accum}, "
+                 f"{config.workers} workers, "
                  f"model {config.job.model}, batch {config.job.batch_size}/worker, "
                  f"{config.job.warmup} warm-up + "
                  + (f"{config.job.seconds:g} s of" if config.job.seconds else f"{config.job.steps}")
                  + f" measured steps; results -> {config.output}")
+    console.plain(f"placement on {len(topo.nodes)} nodes (each run on a fresh port):")
+    for line in describe_plan(plan_job(config.job, topo.nodes, config.workers, port=0)):
+        console.plain("  " + line)
     for run in config.runs:
         console.plain(f"{run.run_id}  {run.profile.name}  repeat {run.repeat}")
         for change in ch.plan_apply(run.profile, topo, config.backend or "userspace",
                                     seed=config.seed + 100 * run.index):
             console.plain("    " + change.describe())
+        if config.verify:
+            console.plain(f"    verify: {topo.nodes[0].name} -> {topo.nodes[1].name}, "
+                          f"{verify_settings_text()}" if len(topo.nodes) > 1 else "    verify: skipped (one node)")
+
+
+def verify_settings_text() -> str:
+    from netbench.verify import QUICK
+
+    return (f"{QUICK.ping_count} pings every {QUICK.ping_interval_s:g} s"
+            f" and {QUICK.iperf_seconds:g} s of iperf3 where a rate is set")
+
+
+# ---------------------------------------------------------------- playbooks and reports
+
+def _playbook_state(output: Path) -> dict | None:
+    path = output / "playbook.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{path}: unreadable: {exc}", hint="give another folder with --output") from None
+
+
+@main.command("run")
+@click.argument("playbook_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+              help="Results folder [default: results/<playbook name>]; an existing one resumes.")
+@click.option("--backend", type=click.Choice(BACKEND_CHOICES), help="Override the playbook's emulation backend.")
+@click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
+@handle_errors
+def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, dry_run: bool) -> None:
+    """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
+
+    An interrupted playbook resumes: run it again with the same results folder and the
+    runs already recorded as ok or timeout are skipped. The run order's seed is recorded.
+
+    Example: netbench run playbooks/smoke.yaml --dry-run
+    """
+    import random as _random
+
+    from netbench import playbook as pb
+
+    book = pb.load_playbook(playbook_file)
+    output = output or Path("results") / book.name
+    state = _playbook_state(output)
+    seed = book.seed if book.seed is not None else (state or {}).get("seed")
+    if seed is None:
+        seed = _random.SystemRandom().randrange(2**31)
+    runs = pb.expand(book, seed)
+    statuses = pb.recorded_statuses(output)
+    pb.check_resume(book, runs, state, output, has_runs=bool(statuses))
+    todo = pb.pending(runs, statuses)
+    if dry_run:
+        _print_playbook_plan(book, seed, runs, statuses, output)
+        return
+    from netbench.jobs import cluster, worker
+    from netbench.jobs.cluster import JobSpec
+    from netbench.jobs.launch import Timeouts
+    from netbench.plan import RunPlan
+    from netbench.results import write_json
+
+    pb.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
+    job_fields = pb.fields_of(JobSpec)
+    plans = tuple(RunPlan(index=r.index, profile=r.profile, repeat=r.repeat, workers=r.settings.workers,
+                          job=JobSpec(**pb.job_fields(book, r.settings, job_fields), seed=seed)) for r in todo)
+    if not plans:
+        console.info(f"playbook [bold]{book.name}[/]: all {len(runs)} runs are done in {output}; "
+                     f"'netbench report {output}' summarises them")
+        return
+    require_root()
+    _sigterm_as_interrupt()
+    from netbench.runner import SweepConfig, run_sweep
+    from netbench.ui import SweepView
+
+    chosen = backend if backend else book.backend
+    config = SweepConfig(sweep_id=f"playbook-{book.name}", runs=plans, job=plans[0].job,
+                         workers=max(r.settings.workers for r in todo), output=output,
+                         backend=None if chosen in (None, "auto") else chosen,
+                         timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
+                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed)
+    record = pb.plan_record(book, seed, runs)
+    record["sessions"] = (state or {}).get("sessions", []) + [{"started": time.time(), "pending": len(todo)}]
+    output.mkdir(parents=True, exist_ok=True)
+    write_json(output / "playbook.json", record)
+    (output / "playbook.yaml").write_text(playbook_file.read_text(encoding="utf-8"), encoding="utf-8")
+    console.info(f"playbook [bold]{book.name}[/]: {len(runs)} runs, seed {seed}; "
+                 f"{len(runs) - len(todo)} already done, {len(todo)} to run")
+
+    class PlaybookView(SweepView):
+        def run_started(self, run) -> None:
+            self.global_batch = run.job.batch_size * run.workers  # each run has its own batch and workers
+            super().run_started(run)
+
+    with PlaybookView(config) as view:
+        results = run_sweep(config, view)
+    record["sessions"][-1].update(ended=time.time(), completed=len(results))
+    write_json(output / "playbook.json", record)
+    view.summary(results)
+    console.info(f"figures and a summary: netbench report {output}")
+
+
+def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) -> None:
+    from rich.table import Table
+
+    from netbench import playbook as pb
+
+    done = sum(1 for r in runs if statuses.get(r.run_id) in pb.COMPLETE_STATUSES)
+    seed_note = "" if book.seed is not None else " (drawn: the playbook sets none; recorded in the results folder)"
+    console.info(f"[yellow]dry run[/]: playbook [bold]{book.name}[/] ({book.source}): {len(runs)} runs "
+                 f"= {len(runs) // book.repetitions} points x {book.repetitions} repetitions, "
+                 f"order {book.order}, seed {seed}{seed_note}")
+    console.info(f"{book.warmup} warm-up + " + (f"{book.seconds:g} s of" if book.seconds else f"{book.steps}")
+                 + f" measured steps per run; timeouts: startup {book.startup_timeout_s:g}s, step "
+                 f"{book.step_timeout_s:g}s; results -> {output} ({done} done, {len(runs) - done} to run)")
+    keys = [k for k, _ in book.factors] + [k for entry in book.extra_runs for k, _ in entry]
+    shown = list(dict.fromkeys(keys))
+    table = Table(box=None)
+    for col in ("run", "point", "rep", *shown, "nodes", "profile", "state"):
+        table.add_column(col)
+    for run in runs:
+        cells = pb.describe_settings(run.settings)
+        table.add_row(run.run_id, str(run.point), str(run.repeat), *(cells[k] for k in shown),
+                      str(run.settings.nodes), run.profile.name, statuses.get(run.run_id, "to run"))
+    console.out.print(table)
+    from netbench.jobs import cluster, worker
+    from netbench.jobs.cluster import JobSpec
+
+    try:  # a design may be ahead of this build (a strategy or model still to come): say so now
+        pb.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
+        for run in runs:
+            pb.job_fields(book, run.settings, pb.fields_of(JobSpec))
+    except pb.PlaybookError as exc:
+        console.info(f"[yellow]not runnable by this netbench yet[/]: {exc.message}")
+
+
+@main.command("report")
+@click.argument("results_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+              help="Where figures and report.md go [default: RESULTS_DIR/report].")
+@click.option("--confidence", default=0.99, show_default=True, type=click.FloatRange(0.5, 0.9999),
+              help="Confidence level of the intervals over repetitions (t distribution).")
+@handle_errors
+def report_cmd(results_dir: Path, output: Path | None, confidence: float) -> None:
+    """Tabulate a sweep's or playbook's runs and draw its figures (PNG) and a markdown summary.
+
+    Example: netbench report results/smoke
+    """
+    from netbench import report
+
+    out = output or results_dir / "report"
+    written = report.write_report(results_dir, out, confidence=confidence)
+    console.out.print(report.runs_table(written.observations))
+    console.out.print(report.groups_table(written.groups, confidence))
+    for path in written.files:
+        console.info(f"wrote {path}")
+
+
+# ---------------------------------------------------------------- remote hosts (remote_cli.py)
+
+main.add_command(node)
+main.add_command(provision)
 
 
 if __name__ == "__main__":  # pragma: no cover

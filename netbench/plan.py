@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any, Sequence
 
 from netbench import units
 from netbench.profile import Profile, validate
@@ -25,6 +25,8 @@ class RunPlan:
     index: int
     profile: Profile
     repeat: int
+    job: Any = None  # a JobSpec for this run only (playbooks); None: the sweep's job
+    workers: int | None = None  # nodes/processes for this run only; None: the sweep's workers
 
     @property
     def run_id(self) -> str:

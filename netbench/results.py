@@ -17,13 +17,20 @@ from typing import Any
 
 from netbench import __version__
 
-SCHEMA_VERSION = 1
+# 2: strategy settings (ps, accum_steps), data, model size, computation/communication split,
+#    measured link beside the configured one (sweep --verify)
+SCHEMA_VERSION = 2
 
 CSV_COLUMNS = (
     "run_id", "profile", "delay_ms", "jitter_ms", "rate_mbit", "loss_pct", "backend", "strategy",
     "model", "batch_size", "global_batch_size", "workers", "repeat", "images_per_sec",
     "images_per_sec_stderr", "step_time_mean_s", "step_time_median_s", "step_time_p90_s",
-    "step_time_stderr_s", "step_time_jitter_s", "warmup_steps", "steps", "status", "error",
+    "step_time_stderr_s", "step_time_jitter_s", "warmup_steps", "steps",
+    "ps", "accum_steps", "data", "input_shape", "classes", "params", "model_bytes",
+    "worker_images_per_sec", "compute_time_mean_s", "comm_time_mean_s", "idle_ratio",
+    "verify_rtt_configured_ms", "verify_rtt_measured_ms", "verify_loss_configured_pct", "verify_loss_measured_pct",
+    "verify_rate_measured_mbit", "verify_ok",
+    "status", "error",
 )
 
 
@@ -47,6 +54,17 @@ class RunResult:
     events: tuple[dict, ...] = ()
     started: float = 0.0
     ended: float = 0.0
+    ps: int = 0  # parameter servers (strategy ps)
+    accum_steps: int = 1  # batches per all-reduce on each worker
+    data: str = "synthetic"
+    input_shape: str = ""  # e.g. "32x32x3"
+    classes: int = 0
+    params: int = 0  # weights in the model, trainable or not
+    model_bytes: int = 0  # bytes of those weights
+    compute_time_mean_s: float | None = None  # local computation per measured step
+    comm_time_mean_s: float | None = None  # communication (incl. waiting on peers) per measured step
+    idle_ratio: float | None = None  # share of step time spent communicating
+    verify: dict[str, Any] | None = None  # sweep --verify: netbench.verify's record for this point
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -56,6 +74,9 @@ class RunResult:
 
         def num(key: str, digits: int = 6):
             return "" if key not in s else round(s[key], digits)
+
+        def opt(value: float | None, digits: int = 6):
+            return "" if value is None else round(value, digits)
 
         return {
             "run_id": self.run_id, "profile": p.get("name", ""),
@@ -68,8 +89,31 @@ class RunResult:
             "step_time_mean_s": num("mean_s"), "step_time_median_s": num("median_s"),
             "step_time_p90_s": num("p90_s"), "step_time_stderr_s": num("stderr_s"),
             "step_time_jitter_s": num("jitter_s"), "warmup_steps": self.warmup_steps,
-            "steps": s.get("steps", 0), "status": self.status, "error": self.error,
+            "steps": s.get("steps", 0),
+            "ps": self.ps, "accum_steps": self.accum_steps, "data": self.data, "input_shape": self.input_shape,
+            "classes": self.classes, "params": self.params, "model_bytes": self.model_bytes,
+            "worker_images_per_sec": ";".join(f"{v:.3f}" for v in self.per_worker_images_per_sec),
+            "compute_time_mean_s": opt(self.compute_time_mean_s), "comm_time_mean_s": opt(self.comm_time_mean_s),
+            "idle_ratio": opt(self.idle_ratio, 4),
+            **self._verify_cells(),
+            "status": self.status, "error": self.error,
         }
+
+    def _verify_cells(self) -> dict[str, Any]:
+        """Configured beside measured for the point (empty without --verify)."""
+        checks = {c["metric"]: c for c in (self.verify or {}).get("checks", ())}
+
+        def cell(metric: str, key: str, scale: float, digits: int):
+            value = checks.get(metric, {}).get(key)
+            return "" if value is None else round(value * scale, digits)
+
+        return {"verify_rtt_configured_ms": cell("rtt", "configured", 1, 3),
+                "verify_rtt_measured_ms": cell("rtt", "measured", 1, 3),
+                "verify_loss_configured_pct": cell("loss", "configured", 100, 4),
+                "verify_loss_measured_pct": cell("loss", "measured", 100, 4),
+                "verify_rate_measured_mbit": cell("rate", "measured", 1e-6, 3),
+                "verify_ok": "" if self.verify is None else ("error" if "error" in self.verify
+                                                             else str(self.verify.get("ok")).lower())}
 
 
 class ResultStore:

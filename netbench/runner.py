@@ -5,15 +5,17 @@ from __future__ import annotations
 import random
 import signal
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 from netbench import measure
 from netbench.emulation import changes as ch
 from netbench.emulation.apply import BackendChoice, choose_backend, real_executor
-from netbench.errors import TestbedError
-from netbench.jobs.cluster import JobSpec, plan_allreduce
+from netbench import verify
+from netbench.errors import NetbenchError, TestbedError
+from netbench.jobs import analysis
+from netbench.jobs.cluster import JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
 from netbench.jobs.launch import JobOutcome, Timeouts, run_job
 from netbench.journal import Journal, Lock
 from netbench.plan import RunPlan
@@ -35,6 +37,7 @@ class SweepConfig:
     timeouts: Timeouts = Timeouts()
     command_line: str = ""
     seed: int = 0
+    verify: bool = False  # measure each point (ping, iperf3) before training on it
 
 
 class Observer(Protocol):
@@ -42,6 +45,7 @@ class Observer(Protocol):
 
     def sweep_started(self, config: SweepConfig, backend: BackendChoice, topology: Topology) -> None: ...
     def run_started(self, run: RunPlan) -> None: ...
+    def profile_applied(self, run: RunPlan) -> None: ...
     def step(self, run: RunPlan, event: dict) -> None: ...
     def run_finished(self, run: RunPlan, result: RunResult) -> None: ...
     def note(self, text: str) -> None: ...
@@ -50,6 +54,7 @@ class Observer(Protocol):
 class _Quiet:
     def sweep_started(self, *a): pass
     def run_started(self, *a): pass
+    def profile_applied(self, *a): pass
     def step(self, *a): pass
     def run_finished(self, *a): pass
     def note(self, *a): pass
@@ -58,23 +63,43 @@ class _Quiet:
 def make_result(run: RunPlan, config: SweepConfig, backend: str, outcome: JobOutcome,
                 started: float, ended: float) -> RunResult:
     """Turn a job's events into a run record; warm-up steps are kept but excluded."""
-    global_batch = config.job.batch_size * config.workers
-    status, error, stats, per_worker = outcome.status, outcome.error, None, []
-    chief = [e for e in outcome.events if e.get("worker") == 0]
-    durations = measure.measured_durations(chief)
+    job = config.job
+    status, error, stats = outcome.status, outcome.error, None
+    durations = measure.measured_durations(analysis.reference_events(outcome.events, job))
     if durations:
-        stats = asdict(measure.step_stats(durations, global_batch))
+        stats = asdict(measure.step_stats(durations, images_per_step(job, config.workers)))
     elif status == "ok":
         status, error = "failed", "no measured steps"
-    for index in range(config.workers):
-        mine = measure.measured_durations([e for e in outcome.events if e.get("worker") == index])
-        if mine:
-            per_worker.append(measure.step_stats(mine, config.job.batch_size).images_per_sec)
+    phases = analysis.phase_times(outcome.events, job)
     return RunResult(run_id=run.run_id, profile=run.profile.to_record(), backend=backend,
                      strategy=config.job.strategy, model=config.job.model, batch_size=config.job.batch_size,
                      workers=config.workers, repeat=run.repeat, warmup_steps=config.job.warmup,
-                     status=status, error=error, stats=stats, per_worker_images_per_sec=tuple(per_worker),
-                     events=outcome.events, started=started, ended=ended)
+                     status=status, error=error, stats=stats,
+                     per_worker_images_per_sec=analysis.per_worker_images_per_sec(outcome.events, job, config.workers),
+                     events=outcome.events, started=started, ended=ended,
+                     ps=job.ps if job.strategy == "ps" else 0, accum_steps=effective_accum_steps(job),
+                     data=job.data, **analysis.model_facts(outcome.events, job),
+                     compute_time_mean_s=phases.compute_mean_s if phases else None,
+                     comm_time_mean_s=phases.comm_mean_s if phases else None,
+                     idle_ratio=phases.idle_ratio if phases else None)
+
+
+def verify_point(run: RunPlan, topology: Topology, observer: Observer) -> dict | None:
+    """Measure the point just applied between the first two nodes (quick settings); a
+    measurement that cannot be made is recorded as such and does not stop the sweep."""
+    if len(topology.nodes) < 2:
+        return None
+    src, dst = topology.nodes[:2]
+    try:
+        record = verify.verify(src, run.profile, dst, run.profile, verify.QUICK)
+    except NetbenchError as exc:
+        observer.note(f"{run.run_id}: verify could not measure: {exc.message}")
+        return {"error": exc.message}
+    checks = {c["metric"]: c for c in record["checks"]}
+    rtt = checks["rtt"]
+    observer.note(f"{run.run_id}: verify RTT {rtt['measured'] or 0:.2f} ms (configured {rtt['configured']:.2f} ms)"
+                  + ("" if record["ok"] else " [out of tolerance]"))
+    return record
 
 
 def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Journal | None = None) -> list[RunResult]:
@@ -87,9 +112,12 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         backend = choose_backend(config.backend)
         topology = local.discover()
         brought_up = False
-        if topology is not None and len(topology.nodes) < config.workers:
+        # every run's placement must fit (a playbook's runs differ in strategy and workers)
+        needed = max((nodes_needed(run.job or config.job, run.workers or config.workers) for run in config.runs),
+                     default=nodes_needed(config.job, config.workers))
+        if topology is not None and len(topology.nodes) < needed:
             raise TestbedError(f"the testbed that is up has {len(topology.nodes)} nodes; "
-                               f"{config.workers} workers need {config.workers}",
+                               f"the runs need {needed} (strategy {config.job.strategy}, {config.workers} workers)",
                                hint="take it down with 'netbench testbed down' or use fewer --workers")
         manifest = {"sweep_id": config.sweep_id, "command_line": config.command_line,
                     "backend": backend.name, "backend_reason": backend.reason,
@@ -101,20 +129,27 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         executor = None
         try:
             if topology is None:
-                topology = local.up(config.workers, journal)
+                topology = local.up(needed, journal)
                 brought_up = True
             manifest["testbed"] = topology.to_json()
             observer.sweep_started(config, backend, topology)
             executor = real_executor(journal)
             rng = random.Random(config.seed ^ int(time.time()))
-            for run in config.runs:
+            sweep_config = config
+            for run in sweep_config.runs:
                 observer.run_started(run)
+                # a playbook run carries its own job and worker count; below, config is this run's
+                config = replace(sweep_config, job=run.job or sweep_config.job,
+                                 workers=run.workers or sweep_config.workers)
                 executor.apply(ch.plan_apply(run.profile, topology, backend.name, seed=config.seed + 100 * run.index))
-                tasks = plan_allreduce(config.job, topology.nodes, config.workers, port=rng.randrange(*PORT_RANGE))
+                observer.profile_applied(run)
+                verified = verify_point(run, topology, observer) if config.verify else None
+                tasks = plan_job(config.job, topology.nodes, config.workers, port=rng.randrange(*PORT_RANGE))
                 started = time.time()
                 outcome = run_job(tasks, store.logs_dir / run.run_id, journal, config.timeouts,
                                   on_event=lambda e, run=run: observer.step(run, e))
-                result = make_result(run, config, backend.name, outcome, started, time.time())
+                result = replace(make_result(run, config, backend.name, outcome, started, time.time()),
+                                 verify=verified)
                 store.add(result)
                 results.append(result)
                 observer.run_finished(run, result)

@@ -11,8 +11,9 @@ from netbench import console, units
 class SweepView:
     """Progress bar over runs, with the current point, step and images/sec beside it."""
 
-    def __init__(self, config) -> None:
+    def __init__(self, config, metrics_url: str | None = None) -> None:
         self.config = config
+        self.metrics_url = metrics_url
         self.progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
@@ -24,6 +25,8 @@ class SweepView:
     def __enter__(self) -> "SweepView":
         self.progress.start()
         self.task = self.progress.add_task("starting", total=len(self.config.runs), info="")
+        if self.metrics_url:
+            self.progress.console.print(f"metrics: [bold]{self.metrics_url}[/] (Prometheus, live)")
         return self
 
     def __exit__(self, *exc) -> None:
@@ -35,7 +38,10 @@ class SweepView:
                                     f"[bold]{backend.name}[/] ({backend.reason}); results -> {config.output}")
 
     def run_started(self, run) -> None:
-        self.progress.update(self.task, description=f"{run.run_id} {run.profile.name}", info="starting workers")
+        self.progress.update(self.task, description=f"{run.run_id} {run.profile.name}", info="applying profile")
+
+    def profile_applied(self, run) -> None:
+        self.progress.update(self.task, info="starting workers")
 
     def step(self, run, event) -> None:
         if event.get("event") != "step" or event.get("worker") != 0:

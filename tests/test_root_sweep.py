@@ -31,8 +31,13 @@ def run_sweep(out: Path, *args: str) -> list[dict]:
 
 def test_sweep_latency_end_to_end(clean_machine, tmp_path):
     out = tmp_path / "results"
-    rows = run_sweep(out, "--latency", "1,40ms", "--warmup", "3", "--steps", "8", "--batch-size", "32")
+    rows = run_sweep(out, "--latency", "1,40ms", "--warmup", "3", "--steps", "8", "--batch-size", "32", "--verify")
     assert [r["delay_ms"] for r in rows] == ["1.0", "40.0"]
+    # --verify measured each point before training on it and recorded it beside the profile
+    assert [r["verify_rtt_configured_ms"] for r in rows] == ["2.0", "80.0"]
+    measured_rtt = [float(r["verify_rtt_measured_ms"]) for r in rows]
+    assert 1.9 < measured_rtt[0] < 10 and 79 < measured_rtt[1] < 95, measured_rtt
+    assert all(r["verify_loss_configured_pct"] == "0.0" and r["verify_ok"] in ("true", "false") for r in rows)
     assert all(r["status"] == "ok" and r["steps"] == "8" for r in rows), rows
     assert all(r["backend"] in ("netem", "userspace") for r in rows)
     fast, slow = (float(r["images_per_sec"]) for r in rows)
