@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from netbench.errors import UsageError
+from netbench.yamlfile import read_yaml
 
 ROLES = ("chief", "worker", "ps")
 DEFAULT_VENV = "/opt/netbench/venv"
@@ -188,17 +188,5 @@ def inventory_from_mapping(data: Any, source: str, base: Path | None = None) -> 
 def load_inventory(path: str | Path) -> Inventory:
     """Load and validate an inventory file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InventoryError(f"{path}: no such inventory file", hint=HINT) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InventoryError(f"{path}: cannot read: {exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InventoryError(f"{path}: broken YAML{where}: {getattr(exc, 'problem', None) or 'invalid YAML'}",
-                             hint="check indentation and 'key: value' syntax") from None
+    data = read_yaml(path, "inventory", InventoryError, HINT)
     return inventory_from_mapping(data, str(path), base=path.resolve().parent)

@@ -20,12 +20,12 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-import yaml
 
 from netbench import units
 from netbench.errors import ProfileError, UsageError
 from netbench.plan import profile_name
 from netbench.profile import Profile, load_profile, validate
+from netbench.yamlfile import read_yaml
 
 STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single")
 # the models of issue 4; which of them this build's worker can train is checked before a run
@@ -343,20 +343,7 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
 def load_playbook(path: str | Path) -> Playbook:
     """Load and validate one playbook file; the name defaults to the file's stem."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PlaybookError(f"{path}: no such playbook file", hint="list the shipped ones with 'ls playbooks/'") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlaybookError(f"{path}: cannot read: {exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise PlaybookError(f"{path}: broken YAML{where}: {problem}",
-                            hint="check indentation and 'key: value' syntax") from None
+    data = read_yaml(path, "playbook", PlaybookError, "list the shipped ones with 'ls playbooks/'")
     return playbook_from_mapping(data, str(path), default_name=path.stem, base_dir=path.parent)
 
 

@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import yaml
 
 from netbench import units
 from netbench.errors import ProfileError
+from netbench.yamlfile import read_yaml
 
 MAX_DELAY_US = 10_000_000  # 10 s one-way: beyond this TCP and gRPC time out anyway
 MIN_RATE_BPS = 8_000  # 8 kbit/s: a token bucket below one packet a second is meaningless
@@ -352,21 +352,7 @@ def profile_from_mapping(data: Any, source: str, default_name: str = "custom") -
 def load_profile(path: str | Path) -> Profile:
     """Load and validate one profile file; the name defaults to the file's stem."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProfileError(f"{path}: no such profile file",
-                           hint="list the shipped ones with 'ls profiles/'") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"{path}: cannot read: {exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ProfileError(f"{path}: broken YAML{where}: {problem}",
-                           hint="check indentation and 'key: value' syntax") from None
+    data = read_yaml(path, "profile", ProfileError, "list the shipped ones with 'ls profiles/'")
     return profile_from_mapping(data, str(path), default_name=path.stem)
 
 

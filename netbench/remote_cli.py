@@ -281,7 +281,7 @@ def remote_show(*, inventory, insecure_host_keys, as_json) -> None:
     from netbench.cli import _show_cells
 
     table = Table(title="active emulation on each host's data-plane interface")
-    for col in ("host", "backend", "delay", "jitter", "loss", "rate", "engine", "qdisc drops", "lease"):
+    for col in ("host", "backend", "delay", "jitter", "loss", "rate", "other", "engine", "qdisc drops", "lease"):
         table.add_column(col)
     for name, data in shown.items():
         lease = data["lease"]

@@ -22,6 +22,7 @@ from statistics import NormalDist
 from typing import Any
 
 from netbench import proc
+from netbench.measure import percentile
 from netbench.errors import NetbenchError
 from netbench.profile import Profile
 from netbench.testbed.topology import Node
@@ -190,15 +191,6 @@ def parse_ping(text: str) -> tuple[int, int, list[float]]:
     return int(summary_line.group(1)), int(summary_line.group(2)), times
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 def measure(src: Node, dst: Node, settings: Settings = Settings()) -> Measured:
     """ping dst from src, then (if asked) iperf3 TCP src -> dst; both inside the namespaces."""
     argv = ["ping", "-n", "-c", str(settings.ping_count), "-i", f"{settings.ping_interval_s:g}", "-W", "2",
@@ -210,8 +202,9 @@ def measure(src: Node, dst: Node, settings: Settings = Settings()) -> Measured:
     if settings.iperf_seconds > 0:
         throughput, mss = _iperf(src, dst, settings.iperf_seconds)
         wire = throughput * (mss + FRAME_OVERHEAD_BYTES) / mss
-    return Measured(rtt_mean_us=statistics.fmean(times) if times else None, rtt_p50_us=_percentile(times, 0.5),
-                    rtt_p99_us=_percentile(times, 0.99), pings_sent=sent, pings_received=received,
+    return Measured(rtt_mean_us=statistics.fmean(times) if times else None,
+                    rtt_p50_us=percentile(times, 50) if times else None,
+                    rtt_p99_us=percentile(times, 99) if times else None, pings_sent=sent, pings_received=received,
                     throughput_bps=throughput, wire_rate_bps=wire)
 
 
