@@ -58,6 +58,23 @@ class Prometheus:
                 time.sleep(0.2)
         pytest.fail("prometheus not ready within 60 s")
 
+    def wait_for_discovery(self, targets: Path) -> None:
+        """Wait until Prometheus's first file_sd sync (up to ~7 s after start), as for a Prometheus
+        that was already running: a placeholder target (Prometheus itself) must become active."""
+        targets.mkdir(parents=True, exist_ok=True)
+        placeholder = targets / "placeholder.json"
+        host = self.url.removeprefix("http://")
+        placeholder.write_text(json.dumps([{"targets": [host], "labels": {"job": "placeholder"}}]))
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline:
+                if any(t["labels"].get("job") == "placeholder" for t in self.api("targets")["activeTargets"]):
+                    return
+                time.sleep(0.2)
+            pytest.fail("prometheus did not pick up a file_sd target within 60 s")
+        finally:
+            placeholder.unlink()
+
     def api(self, path: str, **params) -> object:
         query = urllib.parse.urlencode(params, doseq=True)
         with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=30) as response:
@@ -93,6 +110,7 @@ def has_values(result: list[dict]) -> bool:
 @pytest.fixture
 def prometheus(tmp_path, state_dir):
     server = Prometheus(tmp_path, state_dir / "targets")
+    server.wait_for_discovery(state_dir / "targets")
     yield server
     server.stop()
 
