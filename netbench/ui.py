@@ -20,7 +20,6 @@ class SweepView:
             console=console.out, transient=False,
         )
         self.task = None
-        self.global_batch = config.job.batch_size * config.workers
 
     def __enter__(self) -> "SweepView":
         self.progress.start()
@@ -46,10 +45,14 @@ class SweepView:
     def step(self, run, event) -> None:
         if event.get("event") != "step" or event.get("worker") != 0:
             return
+        from netbench.jobs.cluster import images_per_step
+
         duration = float(event.get("duration", 0)) or 1e-9
         phase = "warm-up" if event.get("phase") == "warmup" else "measured"
+        # a playbook run carries its own job; a step stands for more than one batch under accum
+        images = images_per_step(run.job or self.config.job, run.workers or self.config.workers)
         self.progress.update(self.task, info=f"step {event.get('step')} ({phase}) "
-                             f"{duration * 1000:.0f} ms, {self.global_batch / duration:,.0f} img/s")
+                             f"{duration * 1000:.0f} ms, {images / duration:,.0f} img/s")
 
     def run_finished(self, run, result) -> None:
         self.progress.advance(self.task)

@@ -249,7 +249,7 @@ def test_observer_feeds_state_and_tee_passes_calls_on():
             return lambda *a: heard.append(name)
 
     profile = Profile(name="wan", delay_us=10_000, rate_bps=100_000_000)
-    run = SimpleNamespace(run_id="r000", repeat=0, profile=profile)
+    run = SimpleNamespace(run_id="r000", repeat=0, profile=profile, job=None, workers=None)
     config = SimpleNamespace(sweep_id="s", runs=(run,), workers=1,
                              job=SimpleNamespace(model="mlp", strategy="allreduce", batch_size=16))
     tee = ObserverTee(Recorder(), observer)
@@ -262,6 +262,24 @@ def test_observer_feeds_state_and_tee_passes_calls_on():
     families, _ = scrape(state)
     assert samples(families, "netbench_result_images_per_second") == {frozenset({("profile", "wan")}): 32.0}
     assert samples(families, "netbench_profile_rate_bytes_per_second") == {frozenset(): 12.5e6}
+    assert samples(families, "netbench_samples_total")[frozenset({("phase", "measured"), ("worker", "0")})] == 16
+
+
+def test_samples_follow_the_runs_own_job_and_accumulation():
+    """A playbook run carries its own job; under allreduce-accum one step is k batches."""
+    from netbench.jobs.cluster import JobSpec
+
+    state = MetricsState(clock=Clock())
+    observer = MetricsObserver(state)
+    profile = Profile(name="lan")
+    accum = JobSpec(strategy="allreduce-accum", batch_size=8, accum_steps=4)
+    run = SimpleNamespace(run_id="r000", repeat=0, profile=profile, job=accum, workers=1)
+    observer.sweep_started(SimpleNamespace(sweep_id="s", runs=(run,), workers=1, job=JobSpec(batch_size=16)),
+                           SimpleNamespace(name="userspace"), SimpleNamespace())
+    observer.run_started(run)
+    observer.step(run, {"event": "step", "worker": 0, "phase": "measured", "duration": 0.5})
+    families, _ = scrape(state)
+    assert samples(families, "netbench_samples_total")[frozenset({("phase", "measured"), ("worker", "0")})] == 32
 
 
 # ---------------------------------------------------------------- exporter

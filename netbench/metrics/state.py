@@ -107,8 +107,12 @@ class MetricsState:
                     s.durations.setdefault(key, Histogram())
                 s.workers_up[str(index)] = 0
 
-    def run_started(self, run_id: str, repeat: int) -> None:
+    def run_started(self, run_id: str, repeat: int, images_per_worker_step: int | None = None) -> None:
+        """A run begins; `images_per_worker_step` when its job differs from the sweep's
+        (a playbook run) or one step covers several batches (allreduce-accum)."""
         with self._lock:
+            if images_per_worker_step is not None:
+                self._batch = images_per_worker_step
             s = self._s
             s.state = "applying"
             s.run = {"run": run_id, "repeat": str(repeat)}
@@ -174,16 +178,21 @@ class MetricsObserver:
 
     def __init__(self, state: MetricsState, on_topology: Callable | None = None) -> None:
         self.state = state
+        self.config = None  # the sweep's, from sweep_started
         self.on_topology = on_topology  # the network reader learns the testbed here
 
     def sweep_started(self, config, backend, topology) -> None:
+        self.config = config
         if self.on_topology:
             self.on_topology(topology)
         self.state.sweep_started(config.sweep_id, backend.name, config.job.model, config.job.strategy,
                                  len(config.runs), config.workers, config.job.batch_size)
 
     def run_started(self, run) -> None:
-        self.state.run_started(run.run_id, run.repeat)
+        from netbench.jobs.cluster import effective_accum_steps
+
+        job = run.job or self.config.job
+        self.state.run_started(run.run_id, run.repeat, job.batch_size * effective_accum_steps(job))
 
     def profile_applied(self, run) -> None:
         p = run.profile
