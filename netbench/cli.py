@@ -515,12 +515,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
     if seconds and warmup < 1:
         raise UsageError("flag --seconds needs --warmup of at least 1: workers agree on the step count "
                          "from the warm-up step times", hint="e.g. --seconds 30 --warmup 10")
-    if metrics_address is not None:
-        from netbench.metrics import check_address
-
-        if metrics_port is None:
-            raise UsageError("flag --metrics-address needs --metrics-port", hint="e.g. --metrics-port 9464")
-        check_address(metrics_address)
+    _check_metrics_flags(metrics_port, metrics_address)
     base = load_profile(profile_file) if profile_file else Profile(name="base")
     levels = sweep_plan.SweepLevels(
         delay_us=tuple(parse_levels(latency, "--latency", units.parse_duration_us)) if latency else (),
@@ -544,6 +539,20 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
         return
     require_root()
     _sigterm_as_interrupt()
+    _run_with_view(config, metrics_port, metrics_address)
+
+
+def _check_metrics_flags(metrics_port, metrics_address) -> None:
+    if metrics_address is not None:
+        from netbench.metrics import check_address
+
+        if metrics_port is None:
+            raise UsageError("flag --metrics-address needs --metrics-port", hint="e.g. --metrics-port 9464")
+        check_address(metrics_address)
+
+
+def _run_with_view(config, metrics_port, metrics_address) -> list:
+    """run_sweep under the live terminal view, serving metrics when a port is given."""
     from netbench.metrics import serving
     from netbench.runner import run_sweep
     from netbench.ui import SweepView
@@ -552,6 +561,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
             SweepView(config, metrics_url=metrics.url if metrics else None) as view:
         results = run_sweep(config, metrics.observe(view) if metrics else view)
     view.summary(results)
+    return results
 
 
 def _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes, **rest):
@@ -647,9 +657,14 @@ def _playbook_state(output: Path) -> dict | None:
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path),
               help="Results folder [default: results/<playbook name>]; an existing one resumes.")
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), help="Override the playbook's emulation backend.")
+@click.option("--verify", "verify_points", is_flag=True,
+              help="Before each run, measure the link (ping, iperf3 if a rate is set) and record it.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve live Prometheus metrics on this port (0: any free port).")
+@click.option("--metrics-address", metavar="IP", help="Address to serve metrics on [default: 127.0.0.1].")
 @click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
 @handle_errors
-def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, dry_run: bool) -> None:
+def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, verify_points: bool,
+                 metrics_port: int | None, metrics_address: str | None, dry_run: bool) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
 
     An interrupted playbook resumes: run it again with the same results folder and the
@@ -661,6 +676,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
 
     from netbench import playbook as pb
 
+    _check_metrics_flags(metrics_port, metrics_address)
     book = pb.load_playbook(playbook_file)
     output = output or Path("results") / book.name
     state = _playbook_state(output)
@@ -690,15 +706,14 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
         return
     require_root()
     _sigterm_as_interrupt()
-    from netbench.runner import SweepConfig, run_sweep
-    from netbench.ui import SweepView
+    from netbench.runner import SweepConfig
 
     chosen = backend if backend else book.backend
     config = SweepConfig(sweep_id=f"playbook-{book.name}", runs=plans, job=plans[0].job,
                          workers=max(r.settings.workers for r in todo), output=output,
                          backend=None if chosen in (None, "auto") else chosen,
                          timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
-                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed)
+                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points)
     record = pb.plan_record(book, seed, runs)
     record["sessions"] = (state or {}).get("sessions", []) + [{"started": time.time(), "pending": len(todo)}]
     output.mkdir(parents=True, exist_ok=True)
@@ -707,16 +722,9 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     console.info(f"playbook [bold]{book.name}[/]: {len(runs)} runs, seed {seed}; "
                  f"{len(runs) - len(todo)} already done, {len(todo)} to run")
 
-    class PlaybookView(SweepView):
-        def run_started(self, run) -> None:
-            self.global_batch = run.job.batch_size * run.workers  # each run has its own batch and workers
-            super().run_started(run)
-
-    with PlaybookView(config) as view:
-        results = run_sweep(config, view)
+    results = _run_with_view(config, metrics_port, metrics_address)
     record["sessions"][-1].update(ended=time.time(), completed=len(results))
     write_json(output / "playbook.json", record)
-    view.summary(results)
     console.info(f"figures and a summary: netbench report {output}")
 
 

@@ -330,8 +330,9 @@ def test_address_checks_and_target_hosts():
     (["--metrics-port", "9464", "--metrics-address", "nowhere"], "flag --metrics-address: 'nowhere' is not an IP"),
     (["--metrics-port", "70000"], "--metrics-port"),
 ])
-def test_cli_rejects_bad_metrics_flags(args, message):
-    result = CliRunner().invoke(main, ["sweep", "--latency", "1ms", *args])
+@pytest.mark.parametrize("command", [["sweep", "--latency", "1ms"], ["run", "playbooks/smoke.yaml"]])
+def test_cli_rejects_bad_metrics_flags(args, message, command):
+    result = CliRunner().invoke(main, [*command, *args])
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert len([line for line in result.output.splitlines() if line.strip()]) <= 3
