@@ -72,11 +72,9 @@ test-kernel: install
 	fi
 	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[kernel]'
 	rm -rf $(KERNEL_RESULT) && mkdir -p $(KERNEL_RESULT)
-	@# qemu reopens its stdout with truncation: through a pipe, a log file the caller
-	@# redirects make's output to keeps what came before
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/vng --run $(KERNEL_IMAGE) --disable-kvm --force-9p --memory 2G --cpus 2 \
 		--rwdir $(CURDIR)/$(KERNEL_RESULT) --exec "cd $(CURDIR) && NETBENCH_REQUIRE_NETEM=1 \
 		$(BIN)/pytest -q -p no:cacheprovider -o addopts=-ra tests/test_netem_kernel.py \
-		> $(KERNEL_RESULT)/log 2>&1; echo \$$? > $(KERNEL_RESULT)/rc" | cat
+		> $(KERNEL_RESULT)/log 2>&1; echo \$$? > $(KERNEL_RESULT)/rc"
 	@cat $(KERNEL_RESULT)/log
 	@test "$$(cat $(KERNEL_RESULT)/rc 2>/dev/null)" = 0 || { echo "test-kernel: failed (see above)"; exit 1; }
