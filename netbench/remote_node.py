@@ -165,29 +165,21 @@ def _ensure_watcher(journal: Journal) -> int:
 def reset_host(journal: Journal, keep_pid: int | None = None) -> list[str]:
     """Undo this host's journal (qdiscs, ingress redirects, engines, rules, the lease and its
     watcher); never touches namespaces it did not attach. Idempotent."""
-    from netbench.emulation.adapters import Iptables, NetlinkQdiscs
+    from netbench.reset import undo_entry
 
     removed: list[str] = []
     existing = {name for name in os.listdir(proc.NETNS_RUN_DIR)} if proc.NETNS_RUN_DIR.exists() else set()
     if lease.release(journal.dir):
         removed.append("lease")
     for entry in reversed(journal.pending()):
-        data = entry.data
-        if entry.kind == "process":
-            if data["pid"] != keep_pid and proc.is_same_process(data["pid"], data.get("start")):
-                proc.stop_pids([data["pid"]], grace=3.0)
-                removed.append(f"process {data['pid']} ({data.get('role', '?')})")
-        elif entry.kind == "qdisc" and data.get("netns") in existing:
-            if NetlinkQdiscs().clear(data["netns"], data["ifname"]):
-                removed.append(f"qdisc {data.get('handle')} on {data['ifname']}")
-        elif entry.kind == "ingress" and data.get("netns") in existing:
-            if NetlinkQdiscs().clear_ingress(data["netns"], data["dev"], data["ifb"]):
-                removed.append(f"ingress redirect {data['dev']} -> {data['ifb']}")
-        elif entry.kind == "iptables" and data.get("netns") in existing:
-            if Iptables().clear(data["netns"]):
-                removed.append(f"iptables chain {data.get('chain')}")
-        elif entry.kind == "attach":
+        if entry.kind == "attach":
             continue  # after everything inside it is undone, below
+        if entry.kind == "netns" or (entry.kind == "process" and entry.data["pid"] == keep_pid):
+            journal.done(entry)  # a host never removes namespaces; the watcher does not stop itself
+            continue
+        line = undo_entry(entry, existing)
+        if line:
+            removed.append(line)
         journal.done(entry)
     attached = [e for e in journal.pending() if e.kind == "attach"]
     if attached and detach_own_netns():

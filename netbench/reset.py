@@ -16,28 +16,37 @@ from netbench.journal import Journal
 from netbench.testbed import local
 
 
+def undo_entry(entry, existing: set[str]) -> str | None:
+    """Undo one journal entry (its namespace must still exist in `existing`); a line saying
+    what was removed, or None when there was nothing left to remove."""
+    data = entry.data
+    if entry.kind == "process":
+        if proc.is_same_process(data["pid"], data.get("start")):
+            proc.stop_pids([data["pid"]], grace=3.0)
+            return f"process {data['pid']} ({data.get('role', '?')} in {data.get('netns')})"
+    elif entry.kind == "iptables" and data.get("netns") in existing:
+        if Iptables().clear(data["netns"]):
+            return f"iptables chain {data.get('chain')} in {data['netns']}"
+    elif entry.kind == "qdisc" and data.get("netns") in existing:
+        if NetlinkQdiscs().clear(data["netns"], data["ifname"]):
+            return f"qdisc {data.get('handle')} on {data['netns']}/{data['ifname']}"
+    elif entry.kind == "ingress" and data.get("netns") in existing:
+        if NetlinkQdiscs().clear_ingress(data["netns"], data["dev"], data["ifb"]):
+            return f"ingress redirect {data['dev']} -> {data['ifb']} in {data['netns']}"
+    elif entry.kind == "netns":
+        if local.remove_netns(data["name"]):
+            return f"namespace {data['name']}"
+    return None
+
+
 def reset(journal: Journal) -> list[str]:
     """Remove everything netbench made; returns one line per thing removed."""
     removed: list[str] = []
     existing = set(pnetns.listnetns())
     for entry in reversed(journal.pending()):
-        data = entry.data
-        if entry.kind == "process":
-            if proc.is_same_process(data["pid"], data.get("start")):
-                proc.stop_pids([data["pid"]], grace=3.0)
-                removed.append(f"process {data['pid']} ({data.get('role', '?')} in {data.get('netns')})")
-        elif entry.kind == "iptables" and data.get("netns") in existing:
-            if Iptables().clear(data["netns"]):
-                removed.append(f"iptables chain {data.get('chain')} in {data['netns']}")
-        elif entry.kind == "qdisc" and data.get("netns") in existing:
-            if NetlinkQdiscs().clear(data["netns"], data["ifname"]):
-                removed.append(f"qdisc {data.get('handle')} on {data['netns']}/{data['ifname']}")
-        elif entry.kind == "ingress" and data.get("netns") in existing:
-            if NetlinkQdiscs().clear_ingress(data["netns"], data["dev"], data["ifb"]):
-                removed.append(f"ingress redirect {data['dev']} -> {data['ifb']} in {data['netns']}")
-        elif entry.kind == "netns":
-            if local.remove_netns(data["name"]):
-                removed.append(f"namespace {data['name']}")
+        line = undo_entry(entry, existing)
+        if line:
+            removed.append(line)
         journal.done(entry)
     # anything a crash left before its journal line, or from an older state dir
     for name in local.list_netbench_netns():

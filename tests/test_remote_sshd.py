@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -110,7 +111,7 @@ def test_apply_show_reset_on_real_hosts(lab, inventory):
         assert row["profile"]["rate"] == "100mbit"
         assert shown[name]["lease"]["held"] is False
     result = lab.netbench("reset", "--inventory", inventory, check=True)
-    assert "h1: removed qdisc 4e42: on data0" in result.stdout
+    assert re.search(r"^h1: removed qdisc 4e42: on nbhost-\d+/data0$", result.stdout, re.M), result.stdout
     assert not any(_shaped(h) for h in lab.hosts)
     assert "h1: nothing to remove" in lab.netbench("reset", "--inventory", inventory, check=True).stdout
 
