@@ -185,6 +185,30 @@ def test_run_images_per_second_uses_measured_chief_steps():
     assert samples(families, "netbench_sweep_state")[frozenset({("state", "measured")})] == 1
 
 
+def test_warmup_end_stays_until_the_next_run_gets_past_warm_up():
+    """A short run's end of warm-up must survive the next run's start (Prometheus scrapes every
+    second or two; the next run's start-up takes seconds), and be replaced by that run's own."""
+    clock = Clock(1000.0)
+    state = MetricsState(clock=clock)
+    state.sweep_started("s", "userspace", "mlp", "allreduce", runs=2, workers=1, batch_size=32)
+    state.run_started("r000", 0)
+    families, _ = scrape(state)
+    assert samples(families, "netbench_run_warmup_end_timestamp_seconds") == {}
+    state.worker_event({"event": "step", "worker": 0, "phase": "warmup", "duration": 1.0})
+    clock.now = 1001.0
+    state.worker_event({"event": "step", "worker": 0, "phase": "measured", "duration": 0.01})
+    state.run_finished("ok", "a", 3200.0)
+    clock.now = 1001.2
+    state.run_started("r001", 0)
+    state.worker_event({"event": "step", "worker": 0, "phase": "warmup", "duration": 1.0})
+    families, _ = scrape(state)
+    assert samples(families, "netbench_run_warmup_end_timestamp_seconds") == {frozenset(): 1001.0}
+    clock.now = 1005.0
+    state.worker_event({"event": "step", "worker": 0, "phase": "measured", "duration": 0.01})
+    families, _ = scrape(state)
+    assert samples(families, "netbench_run_warmup_end_timestamp_seconds") == {frozenset(): 1005.0}
+
+
 def test_worker_up_heartbeat_and_progress():
     clock = Clock()
     state = MetricsState(clock=clock)

@@ -92,7 +92,7 @@ CATALOGUE: tuple[MetricDef, ...] = (
     _m("training", "netbench_step_duration_seconds", "histogram", "Wall time of one training step, seconds.",
        "phase", "worker"),
     _m("training", "netbench_run_warmup_end_timestamp_seconds", "gauge",
-       "When the chief worker of the run in progress finished warm-up (Unix time, seconds)."),
+       "When the chief worker of the latest run to get past warm-up finished it (Unix time, seconds)."),
     _m("training", "netbench_warmups_completed_total", "counter",
        "Runs whose chief worker finished warm-up (its first measured step arrived)."),
     _m("training", "netbench_worker_up", "gauge",

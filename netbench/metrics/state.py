@@ -118,7 +118,8 @@ class MetricsState:
             s.run = {"run": run_id, "repeat": str(repeat)}
             s.run_started_at = self._clock()
             s.run_images_per_s = None
-            s.warmup_ended_at = None
+            # warmup_ended_at is kept until this run's warm-up ends: a short run's end of warm-up
+            # must stay visible for at least one scrape after the next run has started
             self._chief_measured = []
 
     def profile_applied(self, name: str, delay_us: int, jitter_us: int, rate_bps: int | None, loss: float) -> None:
