@@ -780,6 +780,9 @@ def report_cmd(results_dir: Path, output: Path | None, confidence: float) -> Non
     written = report.write_report(results_dir, out, confidence=confidence)
     console.out.print(report.runs_table(written.observations))
     console.out.print(report.groups_table(written.groups, confidence))
+    ratios = report.speedups(written.groups, confidence)
+    if ratios:
+        console.out.print(report.speedups_table(ratios))
     for path in written.files:
         console.info(f"wrote {path}")
 

@@ -123,6 +123,39 @@ def t_interval(values: Sequence[float], confidence: float = 0.99) -> Interval:
     return Interval(n=n, mean=mean, low=mean - half, high=mean + half, confidence=confidence)
 
 
+@dataclass(frozen=True)
+class Ratio:
+    """A ratio of two groups' throughputs (speed-up, slow-down, efficiency) with its interval."""
+
+    numerator: Group
+    denominator: Group
+    interval: Interval  # mean: ratio of geometric means; n: runs on the smaller side
+
+
+def ratio_interval(numerator: Sequence[float], denominator: Sequence[float], confidence: float = 0.99,
+                   scale: float = 1.0) -> Interval:
+    """The ratio of two samples' geometric means (divided by `scale`) with a Welch t interval
+    on the difference of their mean logs, so both sides' spread counts. With one value on
+    either side there is no interval (its spread is unknown), only the ratio."""
+    if not numerator or not denominator or min(numerator) <= 0 or min(denominator) <= 0:
+        raise ValueError("a ratio needs positive values on both sides")
+    if not 0 < confidence < 1:
+        raise ValueError("confidence must be between 0 and 1")
+    logs = [[math.log(v) for v in side] for side in (numerator, denominator)]
+    centre = statistics.fmean(logs[0]) - statistics.fmean(logs[1]) - math.log(scale)
+    n = min(len(numerator), len(denominator))
+    if n < 2:
+        return Interval(n=n, mean=math.exp(centre), low=None, high=None, confidence=confidence)
+    terms = [(statistics.variance(side) / len(side), len(side) - 1) for side in logs]
+    se2 = sum(v for v, _ in terms)
+    if se2 == 0:
+        return Interval(n=n, mean=math.exp(centre), low=math.exp(centre), high=math.exp(centre), confidence=confidence)
+    df = se2 ** 2 / sum(v ** 2 / d for v, d in terms if v > 0)  # Welch-Satterthwaite
+    half = t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(se2)
+    return Interval(n=n, mean=math.exp(centre), low=math.exp(centre - half), high=math.exp(centre + half),
+                    confidence=confidence)
+
+
 def group_observations(observations: Iterable[Observation], confidence: float = 0.99) -> list[Group]:
     """One group per distinct set of factor levels, in first-seen order."""
     buckets: dict[tuple, list[Observation]] = {}
@@ -147,7 +180,8 @@ def varying(items: Iterable[Observation | Group], names: Sequence[str] = FACTORS
 
 def scaling_efficiency(groups: Sequence[Group], confidence: float = 0.99) -> list[Efficiency]:
     """Measured / (N x single-process throughput) for every multi-process group whose model,
-    batch and data have single-strategy runs; N is the number of workers."""
+    batch and data have single-strategy runs; N is the number of workers. The interval is
+    ratio_interval's, so the baseline's run-to-run spread widens it too."""
     single: dict[tuple, list[float]] = {}
     for g in groups:
         if g.get("strategy") == "single":
@@ -157,9 +191,10 @@ def scaling_efficiency(groups: Sequence[Group], confidence: float = 0.99) -> lis
         base = single.get((g.get("model"), g.get("batch"), g.get("data")))
         if g.get("strategy") == "single" or not base or not g.values:
             continue
-        baseline = statistics.fmean(base)
+        baseline = statistics.geometric_mean(base)
         values = tuple(v / (g.get("workers") * baseline) for v in g.values)
-        out.append(Efficiency(group=g, baseline=baseline, interval=t_interval(values, confidence), values=values))
+        out.append(Efficiency(group=g, baseline=baseline, values=values,
+                              interval=ratio_interval(g.values, base, confidence, scale=g.get("workers"))))
     return out
 
 
@@ -202,9 +237,9 @@ def series_label(group: Group, series: Sequence[str]) -> str:
     return ", ".join(names.get(s, s + " {}").format(group.get(s)) for s in series) or str(group.get("strategy"))
 
 
-def slowdown(groups: Sequence[Group], x: str) -> list[tuple[str, str, float, float, float]]:
-    """(model, series, best level, worst level, worst mean / best mean) for every series
-    of the baseline slice along network factor `x` that has both ends measured."""
+def slowdown(groups: Sequence[Group], x: str, confidence: float = 0.99) -> list[tuple[str, str, float, float, Interval]]:
+    """(model, series, best level, worst level, worst / best as ratio_interval) for every
+    series of the baseline slice along network factor `x` that has both ends measured."""
     picked = [g for g in _networked(baseline_slice(groups, x)) if g.interval is not None and g.get(x) is not None]
     series = [s for s in varying(picked) if s not in (x, "model")]
     out = []
@@ -216,8 +251,52 @@ def slowdown(groups: Sequence[Group], x: str) -> list[tuple[str, str, float, flo
             continue
         members.sort(key=lambda g: g.get(x), reverse=not BEST_IS_LOW[x])
         best, worst = members[0], members[-1]
-        out.append((model, label, best.get(x), worst.get(x), worst.interval.mean / best.interval.mean))
+        out.append((model, label, best.get(x), worst.get(x), ratio_interval(worst.values, best.values, confidence)))
     return out
+
+
+REFERENCE_STRATEGY = "allreduce"  # speed-ups are against per-step synchronous all-reduce
+
+
+def speedups(groups: Sequence[Group], confidence: float = 0.99) -> list[Ratio]:
+    """Every networked strategy against per-step all-reduce at the same model, batch, workers,
+    data and network point: its throughput / all-reduce's, with ratio_interval's interval."""
+    tied = [f for f in FACTORS if f not in ("strategy", "ps", "accum_steps")]
+    reference = {tuple(g.get(f) for f in tied): g for g in groups
+                 if g.get("strategy") == REFERENCE_STRATEGY and g.values}
+    out = []
+    for g in _networked(groups):
+        ref = reference.get(tuple(g.get(f) for f in tied))
+        if g.get("strategy") == REFERENCE_STRATEGY or ref is None or not g.values:
+            continue
+        out.append(Ratio(numerator=g, denominator=ref, interval=ratio_interval(g.values, ref.values, confidence)))
+    return out
+
+
+def speedups_table(ratios: Sequence[Ratio]):
+    from rich.table import Table
+
+    groups = [r.numerator for r in ratios]
+    shown = [f for f in varying(groups) if f not in ("strategy",)]
+    table = Table(title=f"speed-up over per-step {REFERENCE_STRATEGY} (ratio of geometric means, "
+                        f"{ratios[0].interval.confidence:.0%} Welch t interval)" if ratios else "speed-ups")
+    for col in ("strategy", *shown, "n", "speed-up", "CI"):
+        table.add_column(col, justify="right" if col in ("n", "speed-up") else "left")
+    for r in ratios:
+        mean, ci = _ratio_text(r.interval)
+        table.add_row(_strategy_label(r.numerator), *(_level(s, r.numerator.get(s)) for s in shown),
+                      str(r.interval.n), mean, ci)
+    return table
+
+
+def _strategy_label(g: Group) -> str:
+    extra = {"allreduce-accum": f" (k={g.get('accum_steps')})", "ps": f" ({g.get('ps')} ps)"}
+    return str(g.get("strategy")) + extra.get(g.get("strategy"), "")
+
+
+def _ratio_text(i: Interval) -> tuple[str, str]:
+    ci = "-" if i.low is None else f"{i.low:.2f}x .. {i.high:.2f}x"
+    return f"{i.mean:.2f}x", ci
 
 
 # ---------------------------------------------------------------- reading a results folder
@@ -403,6 +482,31 @@ def efficiency_figure(effs: Sequence[Efficiency], path: Path, confidence: float)
     return path
 
 
+def idleness_values(g: Group) -> list[float]:
+    return [100 * o.idleness for o in g.observations if o.idleness is not None and o.images_per_sec is not None]
+
+
+def idleness_figure(groups: Sequence[Group], x: str, path: Path, confidence: float) -> Path:
+    """Idleness (share of a step spent waiting on the network) against network factor `x`,
+    one panel per model, for the groups whose strategy reports it."""
+    plt = _pyplot()
+    picked = [g for g in _networked(baseline_slice(groups, x)) if g.get(x) is not None and idleness_values(g)]
+    models = sorted({g.get("model") for g in picked})
+    series = [s for s in varying(picked) if s not in (x, "model")]
+    fig, axes = _panels(plt, len(models), f"idleness against {x.split('_')[0]} "
+                        f"(bars: mean, whiskers: {confidence:.0%} CI over repetitions, dots: runs)")
+    for ax, model in zip(axes, models):
+        _draw_bars(ax, [g for g in picked if g.get("model") == model], x, series,
+                   value=lambda g: t_interval(idleness_values(g), confidence), dots=idleness_values)
+        ax.set_title(f"model {model}", fontsize=10)
+        ax.set_xlabel(AXIS_LABELS[x] + (" (log scale)" if ax.get_xscale() != "linear" else ""), fontsize=8)
+        ax.set_ylabel("idleness: share of step waiting on the network (%)", fontsize=8)
+        ax.set_ylim(0, 105)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
 # ---------------------------------------------------------------- tables and the summary
 
 def _level(name: str, value: Any) -> str:
@@ -462,15 +566,32 @@ def markdown_summary(results_dir: Path, observations: Sequence[Observation], gro
               f"{len(groups)} design points. Throughput is images/s (global batch / mean step time); "
               f"intervals are {confidence:.0%} t intervals over repetitions; a point with one run has none.", ""]
     for x in NETWORK:
-        rows = slowdown(groups, x)
+        rows = slowdown(groups, x, confidence)
         if rows:
             lines += [f"## Throughput along {x.split('_')[0]}", "",
-                      f"| model | series | {x} best | {x} worst | worst / best |", "|---|---|---|---|---|"]
-            lines += [f"| {m} | {s} | {b:g} | {w:g} | {r:.0%} |" for m, s, b, w, r in rows] + [""]
+                      f"| model | series | {x} best | {x} worst | worst / best | CI |", "|---|---|---|---|---|---|"]
+            lines += [f"| {m} | {s} | {b:g} | {w:g} | {r.mean:.0%} | "
+                      + ("-" if r.low is None else f"{r.low:.0%} .. {r.high:.0%}") + " |"
+                      for m, s, b, w, r in rows] + [""]
+    ratios = speedups(groups, confidence)
+    if ratios:
+        cols = [f for f in varying([r.numerator for r in ratios]) if f != "strategy"]
+        lines += [f"## Speed-up over per-step {REFERENCE_STRATEGY}", "",
+                  "Ratio of geometric means of throughput; interval: Welch t on log throughput, "
+                  f"{confidence:.0%}.", "",
+                  "| " + " | ".join(["strategy", *cols, "n", "speed-up", "CI"]) + " |", "|" + "---|" * (len(cols) + 4)]
+        for r in ratios:
+            mean, ci = _ratio_text(r.interval)
+            lines.append("| " + " | ".join([_strategy_label(r.numerator),
+                                            *(_level(c, r.numerator.get(c)) for c in cols),
+                                            str(r.interval.n), mean, ci]) + " |")
+        lines.append("")
     if effs:
         cols = list(dict.fromkeys(["model", "batch", "strategy", "workers",
                                    *varying([e.group for e in effs])]))
         lines += ["## Scaling efficiency (measured / (N x single-process))", "",
+                  "Ratio of geometric means; the interval (Welch t on log throughput) counts the "
+                  "single-process runs' spread too.", "",
                   "| " + " | ".join([*cols, "efficiency", "CI"]) + " |", "|" + "---|" * (len(cols) + 2)]
         for e in effs:
             mean, ci = _interval_text(Interval(e.interval.n, 100 * e.interval.mean,
@@ -503,6 +624,10 @@ def write_report(results_dir: Path, out_dir: Path, confidence: float = 0.99) -> 
         levels = {g.get(x) for g in _networked(baseline_slice(groups, x)) if g.get(x) is not None}
         if len(levels) > 1:
             figures.append(throughput_figure(groups, x, out_dir / f"throughput-{x.split('_')[0]}.png", confidence))
+        idle_levels = {g.get(x) for g in _networked(baseline_slice(groups, x))
+                       if g.get(x) is not None and idleness_values(g)}
+        if len(idle_levels) > 1:
+            figures.append(idleness_figure(groups, x, out_dir / f"idleness-{x.split('_')[0]}.png", confidence))
     effs = scaling_efficiency(groups, confidence)
     network_best = baseline_slice(groups, "")
     effs_shown = [e for e in effs if e.group in network_best]

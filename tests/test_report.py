@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import struct
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -78,10 +81,65 @@ def test_scaling_efficiency_against_single_process_runs():
                     obs("r004", 75, workers=3),
                     obs("r005", 500, workers=2, model="cnn")]  # no cnn baseline: no efficiency
     effs = scaling_efficiency(group_observations(observations))
-    assert [(e.group.get("workers"), e.baseline) for e in effs] == [(2, 50.0), (3, 50.0)]
+    baseline = math.sqrt(40 * 60)  # geometric mean of the single-process runs
+    assert [(e.group.get("workers"), e.baseline) for e in effs] == [(2, pytest.approx(baseline)),
+                                                                     (3, pytest.approx(baseline))]
     two, three = effs
-    assert two.values == (0.8, 1.0) and two.interval.mean == pytest.approx(0.9)
-    assert three.values == (0.5,)
+    assert two.values == pytest.approx((80 / (2 * baseline), 100 / (2 * baseline)))
+    assert two.interval.mean == pytest.approx(math.sqrt(80 * 100) / (2 * baseline))
+    # the interval is Welch's over both sides (the baseline's spread counts), checked with scipy
+    from scipy import stats
+
+    low, high = stats.ttest_ind(np.log([40.0, 50.0]), np.log([40.0, 60.0]), equal_var=False).confidence_interval(0.99)
+    assert (two.interval.low, two.interval.high) == (pytest.approx(math.exp(low)), pytest.approx(math.exp(high)))
+    assert three.values == (pytest.approx(75 / (3 * baseline)),)
+
+
+def test_ratio_interval_hand_computed_with_one_side_fixed():
+    # logs of 10 and 20 differ by ln 2: sample sd ln2/sqrt2, standard error ln2/2, df 1;
+    # the denominator (5, 5, 5) has no spread: ratio sqrt(200)/5 = sqrt(8)
+    t = 12.706205  # t(0.975, 1), tables
+    i = report.ratio_interval([10, 20], [5, 5, 5], 0.95)
+    assert i.mean == pytest.approx(math.sqrt(8))
+    assert i.low == pytest.approx(math.sqrt(8) * 2 ** (-t / 2), rel=1e-5)
+    assert i.high == pytest.approx(math.sqrt(8) * 2 ** (t / 2), rel=1e-5)
+    assert report.ratio_interval([10], [5, 6]).low is None  # one run on a side: spread unknown
+    with pytest.raises(ValueError):
+        report.ratio_interval([10, 0], [5])
+
+
+def test_ratio_interval_agrees_with_scipys_welch_test():
+    from scipy import stats
+
+    a, b = [310.0, 295.0, 330.0, 301.0, 322.0], [101.0, 97.5, 110.0, 93.0]
+    i = report.ratio_interval(a, b, 0.99)
+    low, high = stats.ttest_ind(np.log(a), np.log(b), equal_var=False).confidence_interval(0.99)
+    assert (math.log(i.low), math.log(i.high)) == (pytest.approx(low), pytest.approx(high))
+    assert i.n == 4
+
+
+def test_speedups_pair_each_strategy_with_per_step_allreduce_at_the_same_point():
+    observations = [obs("r000", 100, rate_mbit=20), obs("r001", 110, rate_mbit=20, repeat=1),
+                    obs("r002", 400, rate_mbit=20, strategy="allreduce-accum"),
+                    obs("r003", 440, rate_mbit=20, strategy="allreduce-accum", repeat=1),
+                    obs("r004", 900, rate_mbit=1000), obs("r005", 950, rate_mbit=1000, repeat=1),
+                    obs("r006", 2000, rate_mbit=1000, strategy="allreduce-accum"),
+                    obs("r007", 300, rate_mbit=1000, strategy="allreduce-accum", model="cnn"),  # no reference
+                    obs("r008", 5000, strategy="single", workers=1)]
+    ratios = report.speedups(group_observations(observations))
+    assert [(r.numerator.get("bandwidth_mbit"), r.denominator.get("strategy")) for r in ratios] == \
+        [(20.0, "allreduce"), (1000.0, "allreduce")]
+    slow, fast = ratios
+    assert slow.interval.mean == pytest.approx(math.sqrt(400 * 440) / math.sqrt(100 * 110))
+    assert slow.interval.low < slow.interval.mean < slow.interval.high
+    assert fast.interval.low is None  # one accum run at 1000 mbit: no interval, only the ratio
+    result = CliRunner().invoke(cli.main, ["report", str(write_results(
+        Path(tempfile.mkdtemp()) / "r", [record(o.run_id, rate_mbit=o.get("bandwidth_mbit"),
+                                                strategy=o.get("strategy"), model=o.get("model"),
+                                                workers=o.get("workers"), repeat=o.repeat, ips=o.images_per_sec)
+                                         for o in observations]))])
+    assert result.exit_code == 0, result.output
+    assert "speed-up over per-step allreduce" in result.output and "4.00x" in result.output
 
 
 def test_baseline_slice_keeps_the_best_level_of_other_network_factors():
@@ -142,8 +200,11 @@ def test_report_renders_figures_and_summary(fixture_results, tmp_path):
     text = (out / "report.md").read_text()
     assert "# Report: results" in text and "99%" in text and "timeout" in text
     # the mlp latency slow-down at loss 0: 1 ms -> 100 ms means (1000/1.1+1) vs (1000/11+1)
-    fast, slow = 1000 / 1.1 + 1, 1000 / 11 + 1
-    assert f"| mlp | allreduce | 1 | 100 | {slow / fast:.0%} |" in text
+    fast = [1000 / 1.1 + r for r in range(3)]
+    slow = [1000 / 11 + r for r in range(3)]
+    ratio = report.ratio_interval(slow, fast)
+    assert ratio.mean == pytest.approx(statistics.geometric_mean(slow) / statistics.geometric_mean(fast))
+    assert f"| mlp | allreduce | 1 | 100 | {ratio.mean:.0%} | {ratio.low:.0%} .. {ratio.high:.0%} |" in text
     # every design point row carries its hand-checkable interval
     values = [1000 / 1.1 / 2 + r for r in range(3)]  # mlp, 1 ms, loss 1 %
     i = t_interval(values, 0.99)
@@ -169,3 +230,15 @@ def test_report_on_a_folder_without_runs_is_a_one_line_error(tmp_path):
     result = CliRunner().invoke(cli.main, ["report", str(tmp_path)])
     assert result.exit_code == 2
     assert "no run records" in result.output and str(tmp_path) in result.output
+
+
+def test_idleness_figure_where_the_strategy_reports_it(tmp_path):
+    records = []
+    for i, (delay, rep) in enumerate((d, r) for d in (10, 100, 200) for r in range(2)):
+        records.append({**record(f"r{i:03d}", strategy="ps", workers=2, delay_ms=delay, repeat=rep,
+                                 ips=1000 / delay), "ps": 1, "idle_ratio": delay / (delay + 20) + rep / 100})
+    out = tmp_path / "report"
+    written = report.write_report(write_results(tmp_path / "results", records), out)
+    assert sorted(p.name for p in written.files) == ["idleness-latency.png", "report.md", "throughput-latency.png"]
+    assert png_size(out / "idleness-latency.png") == report.PANEL_PX
+    assert report.idleness_values(written.groups[0]) == pytest.approx([100 * 10 / 30, 100 * 10 / 30 + 1])
