@@ -492,14 +492,17 @@ def reset_cmd() -> None:
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="Results folder [default: results/<sweep-id>].")
 @click.option("--verify", "verify_points", is_flag=True,
               help="Before each point, measure the link (ping, iperf3 if a rate is set) and record it beside the profile.")
+@click.option("--sample-resources", metavar="SECONDS", type=click.FloatRange(0.1, 3600),
+              help="Every process samples its CPU, memory and its node's network bytes this often; "
+                   "summaries per process go into each run's record.")
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve live Prometheus metrics on this port (0: any free port).")
 @click.option("--metrics-address", metavar="IP", help="Address to serve metrics on [default: 127.0.0.1].")
 @handle_errors
 def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
-          step_timeout, startup_timeout, backend, seed, output, verify_points, dry_run, metrics_port,
-          metrics_address) -> None:
+          step_timeout, startup_timeout, backend, seed, output, verify_points, sample_resources, dry_run,
+          metrics_port, metrics_address) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
@@ -526,7 +529,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
     runs = _plan_runs(base, levels, repeat)
     sweep_id = time.strftime("sweep-%Y%m%d-%H%M%S")
     config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
-                                          batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed)
+                                          batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
+                                          sample_resources_s=sample_resources or 0.0)
     from netbench.runner import SweepConfig
 
     config = SweepConfig(sweep_id=sweep_id, runs=tuple(runs), job=config_job, workers=workers,
@@ -661,10 +665,14 @@ def _playbook_state(output: Path) -> dict | None:
               help="Before each run, measure the link (ping, iperf3 if a rate is set) and record it.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve live Prometheus metrics on this port (0: any free port).")
 @click.option("--metrics-address", metavar="IP", help="Address to serve metrics on [default: 127.0.0.1].")
+@click.option("--sample-resources", metavar="SECONDS", type=click.FloatRange(0.1, 3600),
+              help="Every process samples its CPU, memory and its node's network bytes this often; "
+                   "summaries per process go into each run's record.")
 @click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
 @handle_errors
 def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, verify_points: bool,
-                 metrics_port: int | None, metrics_address: str | None, dry_run: bool) -> None:
+                 metrics_port: int | None, metrics_address: str | None, sample_resources: float | None,
+                 dry_run: bool) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
 
     An interrupted playbook resumes: run it again with the same results folder and the
@@ -699,7 +707,8 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     pb.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
     job_fields = pb.fields_of(JobSpec)
     plans = tuple(RunPlan(index=r.index, profile=r.profile, repeat=r.repeat, workers=r.settings.workers,
-                          job=JobSpec(**pb.job_fields(book, r.settings, job_fields), seed=seed)) for r in todo)
+                          job=JobSpec(**pb.job_fields(book, r.settings, job_fields), seed=seed,
+                                      sample_resources_s=sample_resources or 0.0)) for r in todo)
     if not plans:
         console.info(f"playbook [bold]{book.name}[/]: all {len(runs)} runs are done in {output}; "
                      f"'netbench report {output}' summarises them")

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from netbench import __version__
+from netbench.errors import UsageError
 
 # 2: strategy settings (ps, accum_steps), data, model size, computation/communication split,
 #    measured link beside the configured one (sweep --verify)
-SCHEMA_VERSION = 2
+# 3: per-process resource use (--sample-resources) and its csv columns
+SCHEMA_VERSION = 3
 
 CSV_COLUMNS = (
     "run_id", "profile", "delay_ms", "jitter_ms", "rate_mbit", "loss_pct", "backend", "strategy",
@@ -30,6 +32,7 @@ CSV_COLUMNS = (
     "worker_images_per_sec", "compute_time_mean_s", "comm_time_mean_s", "idle_ratio",
     "verify_rtt_configured_ms", "verify_rtt_measured_ms", "verify_loss_configured_pct", "verify_loss_measured_pct",
     "verify_rate_measured_mbit", "verify_ok",
+    "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error",
 )
 
@@ -65,6 +68,8 @@ class RunResult:
     comm_time_mean_s: float | None = None  # communication (incl. waiting on peers) per measured step
     idle_ratio: float | None = None  # share of step time spent communicating
     verify: dict[str, Any] | None = None  # sweep --verify: netbench.verify's record for this point
+    # --sample-resources: per process (role, index, cpu_util, rss_peak_bytes, rx/tx_bytes, ...)
+    resources: tuple[dict[str, Any], ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -96,8 +101,17 @@ class RunResult:
             "compute_time_mean_s": opt(self.compute_time_mean_s), "comm_time_mean_s": opt(self.comm_time_mean_s),
             "idle_ratio": opt(self.idle_ratio, 4),
             **self._verify_cells(),
+            **self._resource_cells(),
             "status": self.status, "error": self.error,
         }
+
+    def _resource_cells(self) -> dict[str, Any]:
+        """Mean CPU use over processes, the largest process, bytes over all nodes (empty
+        without --sample-resources)."""
+        from netbench.jobs.resources import Usage, totals
+
+        cells = totals([Usage(**{k: v for k, v in r.items() if k != "key"}) for r in self.resources])
+        return {k: "" if v is None else (round(v, 4) if isinstance(v, float) else v) for k, v in cells.items()}
 
     def _verify_cells(self) -> dict[str, Any]:
         """Configured beside measured for the point (empty without --verify)."""
@@ -116,6 +130,10 @@ class RunResult:
                                                              else str(self.verify.get("ok")).lower())}
 
 
+class ResultsError(UsageError):
+    """A results folder this netbench cannot add to."""
+
+
 class ResultStore:
     """The results folder of one sweep."""
 
@@ -131,6 +149,23 @@ class ResultStore:
         if not self.csv_path.exists():
             with open(self.csv_path, "w", newline="", encoding="utf-8") as fh:
                 csv.DictWriter(fh, fieldnames=CSV_COLUMNS).writeheader()
+            return
+        with open(self.csv_path, newline="", encoding="utf-8") as fh:
+            header = next(csv.reader(fh), [])
+        if tuple(header) == CSV_COLUMNS:
+            return
+        if not set(header) <= set(CSV_COLUMNS):
+            unknown = ", ".join(sorted(set(header) - set(CSV_COLUMNS)))
+            raise ResultsError(f"{self.csv_path}: columns this netbench does not write ({unknown})",
+                               hint="give another folder with --output")
+        # written by an older netbench (fewer columns): rewrite it with today's, keeping every row
+        rows = self.read_rows()
+        tmp = self.csv_path.with_name(self.csv_path.name + ".tmp")
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, self.csv_path)
 
     def add(self, result: RunResult) -> None:
         with open(self.csv_path, "a", newline="", encoding="utf-8") as fh:

@@ -14,7 +14,7 @@ from netbench.emulation import changes as ch
 from netbench.emulation.apply import BackendChoice, choose_backend, real_executor
 from netbench import verify
 from netbench.errors import NetbenchError, TestbedError
-from netbench.jobs import analysis
+from netbench.jobs import analysis, resources
 from netbench.jobs.cluster import JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
 from netbench.jobs.launch import JobOutcome, Timeouts, run_job
 from netbench.journal import Journal, Lock
@@ -81,7 +81,8 @@ def make_result(run: RunPlan, config: SweepConfig, backend: str, outcome: JobOut
                      data=job.data, **analysis.model_facts(outcome.events, job),
                      compute_time_mean_s=phases.compute_mean_s if phases else None,
                      comm_time_mean_s=phases.comm_mean_s if phases else None,
-                     idle_ratio=phases.idle_ratio if phases else None)
+                     idle_ratio=phases.idle_ratio if phases else None,
+                     resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)))
 
 
 def verify_point(run: RunPlan, topology: Topology, observer: Observer) -> dict | None:

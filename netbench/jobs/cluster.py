@@ -46,6 +46,7 @@ class JobSpec:
     data: str = "synthetic"  # or a path to an .npz or a folder of class folders
     input_shape: tuple[int, ...] | None = None  # None: the model's default, or the data's
     classes: int | None = None  # None: 10, or the data's
+    sample_resources_s: float = 0.0  # every process samples its CPU, memory and bytes this often; 0: off
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,8 @@ def worker_argv(job: JobSpec, python: str = sys.executable) -> tuple[str, ...]:
         argv += ["--input-shape", "x".join(str(d) for d in job.input_shape)]
     if job.classes:
         argv += ["--classes", str(job.classes)]
+    if job.sample_resources_s:
+        argv += ["--sample-resources", f"{job.sample_resources_s:g}"]
     return tuple(argv)
 
 

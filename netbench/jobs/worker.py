@@ -73,6 +73,7 @@ import time
 from typing import IO, Any, Mapping, MutableMapping, Sequence
 
 from netbench.jobs import data as datasets
+from netbench.jobs import resources
 from netbench.jobs.cluster import DEFAULT_ACCUM_STEPS, STRATEGIES
 from netbench.jobs.models import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPES, MODELS, check_input, parse_input_shape
 
@@ -199,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="give up (error event, exit 1) if the cluster and model "
                              "are not up after this many seconds, 0 disables "
                              "(default: %(default)s)")
+    parser.add_argument("--sample-resources", type=_non_negative_float, default=0.0, metavar="SECONDS",
+                        help="emit CPU, memory and network byte samples of this process every "
+                             "SECONDS, 0 = off (default: %(default)s)")
     parser.add_argument("--threads", type=_non_negative_int, default=0,
                         help="TF intra-op and inter-op thread count, 0 = TF default "
                              "(default: %(default)s)")
@@ -358,10 +362,19 @@ def error_event(exc: BaseException) -> dict[str, Any]:
     return {"event": "error", "type": type(exc).__name__, "message": str(exc)}
 
 
+_EMIT_LOCK = threading.Lock()
+_SAMPLER: resources.Sampler | None = None  # set by main() under --sample-resources
+
+
 def emit(event: Mapping[str, Any], stream: IO[str]) -> None:
-    """Write one event as a JSON line and flush, so the controller sees it now."""
-    stream.write(json.dumps(event, allow_nan=False) + "\n")
-    stream.flush()
+    """Write one event as a JSON line and flush, so the controller sees it now. The
+    resource sampler (if any) sends its last sample before the done event."""
+    if event.get("event") == "done" and _SAMPLER is not None:
+        _SAMPLER.stop()
+    line = json.dumps(event, allow_nan=False) + "\n"
+    with _EMIT_LOCK:  # the sampler's thread emits too
+        stream.write(line)
+        stream.flush()
 
 
 def arm_startup_watchdog(timeout_s: float, stream: IO[str] | None = None) -> None:
@@ -639,8 +652,11 @@ def _take_stdout_for_events() -> IO[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit status (0 ok, 1 error, 2 usage)."""
+    global _SAMPLER
     args = parse_args(argv)
     events = _take_stdout_for_events()
+    if args.sample_resources > 0:
+        _SAMPLER = resources.Sampler(args.sample_resources, lambda e: emit(e, events)).start()
     try:
         run(args, events)
     except Exception as exc:  # report any failure to the controller, then fail
