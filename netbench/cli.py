@@ -21,8 +21,8 @@ import click
 from netbench import __version__, console, units
 from netbench.errors import NetbenchError, PrivilegeError, TestbedError, UsageError, VerifyFailed
 from netbench.profile import Profile, load_profile, parse_levels, profile_from_flags
-from netbench.remote_cli import (APPLY_EXTRA, node, provision, remote_apply, remote_doctor, remote_reset,
-                                 remote_show, with_inventory)
+from netbench.remote_cli import (APPLY_EXTRA, hosts_options, node, provision, remote_apply, remote_doctor,
+                                 remote_reset, remote_show, with_inventory)
 
 BACKEND_CHOICES = ("auto", "netem", "userspace")
 
@@ -498,11 +498,12 @@ def reset_cmd() -> None:
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve live Prometheus metrics on this port (0: any free port).")
 @click.option("--metrics-address", metavar="IP", help="Address to serve metrics on [default: 127.0.0.1].")
+@hosts_options
 @handle_errors
 def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, verify_points, sample_resources, dry_run,
-          metrics_port, metrics_address) -> None:
+          metrics_port, metrics_address, inventory, insecure_host_keys) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
@@ -510,6 +511,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
 
     Example: netbench sweep --latency 1,10,100ms --repeat 2
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
+    Example: netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit
     """
     from netbench import plan as sweep_plan
     from netbench.jobs.cluster import JobSpec
@@ -538,12 +540,29 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
                          backend=None if backend == "auto" else backend,
                          timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points)
+    if inventory is not None:
+        _run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port, metrics_address)
+        return
+    if insecure_host_keys:
+        raise UsageError("flag --insecure-host-keys: only with --inventory")
     if dry_run:
         _print_sweep_plan(config)
         return
     require_root()
     _sigterm_as_interrupt()
     _run_with_view(config, metrics_port, metrics_address)
+
+
+def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metrics_port, metrics_address) -> list:
+    """A sweep or playbook on the inventory's SSH hosts (the controller needs no root)."""
+    from netbench.remote_cli import hosts_testbed, print_hosts_plan
+
+    with hosts_testbed(inventory, insecure, config) as hosts:
+        if dry_run:
+            print_hosts_plan(config, hosts.inventory)
+            return []
+        _sigterm_as_interrupt()
+        return _run_with_view(config, metrics_port, metrics_address, testbed=hosts)
 
 
 def _check_metrics_flags(metrics_port, metrics_address) -> None:
@@ -555,7 +574,7 @@ def _check_metrics_flags(metrics_port, metrics_address) -> None:
         check_address(metrics_address)
 
 
-def _run_with_view(config, metrics_port, metrics_address) -> list:
+def _run_with_view(config, metrics_port, metrics_address, testbed=None) -> list:
     """run_sweep under the live terminal view, serving metrics when a port is given."""
     from netbench.metrics import serving
     from netbench.runner import run_sweep
@@ -563,7 +582,7 @@ def _run_with_view(config, metrics_port, metrics_address) -> list:
 
     with serving(metrics_port, metrics_address or "127.0.0.1") as metrics, \
             SweepView(config, metrics_url=metrics.url if metrics else None) as view:
-        results = run_sweep(config, metrics.observe(view) if metrics else view)
+        results = run_sweep(config, metrics.observe(view) if metrics else view, testbed=testbed)
     view.summary(results)
     return results
 
@@ -669,16 +688,18 @@ def _playbook_state(output: Path) -> dict | None:
               help="Every process samples its CPU, memory and its node's network bytes this often; "
                    "summaries per process go into each run's record.")
 @click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
+@hosts_options
 @handle_errors
 def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, verify_points: bool,
                  metrics_port: int | None, metrics_address: str | None, sample_resources: float | None,
-                 dry_run: bool) -> None:
+                 dry_run: bool, inventory: Path | None, insecure_host_keys: bool) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
 
     An interrupted playbook resumes: run it again with the same results folder and the
     runs already recorded as ok or timeout are skipped. The run order's seed is recorded.
 
     Example: netbench run playbooks/smoke.yaml --dry-run
+    Example: netbench run playbooks/smoke.yaml --inventory hosts.yaml
     """
     import random as _random
 
@@ -713,7 +734,10 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
         console.info(f"playbook [bold]{book.name}[/]: all {len(runs)} runs are done in {output}; "
                      f"'netbench report {output}' summarises them")
         return
-    require_root()
+    if inventory is None:
+        if insecure_host_keys:
+            raise UsageError("flag --insecure-host-keys: only with --inventory")
+        require_root()
     _sigterm_as_interrupt()
     from netbench.runner import SweepConfig
 
@@ -731,7 +755,10 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     console.info(f"playbook [bold]{book.name}[/]: {len(runs)} runs, seed {seed}; "
                  f"{len(runs) - len(todo)} already done, {len(todo)} to run")
 
-    results = _run_with_view(config, metrics_port, metrics_address)
+    if inventory is not None:
+        results = _run_on_hosts(config, inventory, insecure_host_keys, False, metrics_port, metrics_address)
+    else:
+        results = _run_with_view(config, metrics_port, metrics_address)
     record["sessions"][-1].update(ended=time.time(), completed=len(results))
     write_json(output / "playbook.json", record)
     console.info(f"figures and a summary: netbench report {output}")

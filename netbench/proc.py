@@ -163,6 +163,23 @@ def stop(popen: subprocess.Popen, grace: float = 5.0) -> None:
         pass
 
 
+def stop_group(popen: subprocess.Popen, grace: float = 5.0) -> int | None:
+    """Stop a child started in its own session (spawn does that) and its whole process
+    group: SIGTERM to the group, `grace` seconds, then SIGKILL. Returns its exit code."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        if popen.poll() is not None:
+            break
+        try:
+            os.killpg(popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            popen.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+    return popen.poll()
+
+
 def _signal(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)

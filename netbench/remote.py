@@ -145,23 +145,35 @@ def choose_host_backend(requested: str | None, info: dict[str, Any], host: Host)
     return requested
 
 
-def plan_inventory(inventory: Inventory, conns: Sequence[HostConnection], profile: Profile,
-                   backend: str | None) -> RemoteApply:
-    """Ask each host what it can do, then plan its changes (nothing is changed)."""
+def probe_hosts(inventory: Inventory, conns: Sequence[HostConnection]) -> dict[str, dict[str, Any]]:
+    """Ask each host what it has (`netbench node info`), in parallel; checks its interface."""
     by_name = {h.name: h for h in inventory.hosts}
     infos = in_parallel(conns, lambda c: call_node(c, by_name[c.name], ["info", "--interface", by_name[c.name].interface]))
     _raise_first(infos)
-    topology = hosts_topology(inventory)
-    backends, plans = {}, {}
     for host in inventory.hosts:
         info = infos[host.name]
         if not info.get("interface_ok", True):
             raise RemoteError(f"host {host.name}: no interface {host.interface} there "
                               f"(it has {', '.join(sorted(info.get('interfaces', {})))})",
                               hint=f"fix hosts.{host.name}.interface in {inventory.path}")
-        backends[host.name] = choose_host_backend(backend, info, host)
+    return infos  # type: ignore[return-value]
+
+
+def plan_hosts(inventory: Inventory, infos: dict[str, dict[str, Any]], profile: Profile,
+               backend: str | None) -> RemoteApply:
+    """Each host's backend and changes for `profile`, from what the hosts said they have (pure)."""
+    topology = hosts_topology(inventory)
+    backends, plans = {}, {}
+    for host in inventory.hosts:
+        backends[host.name] = choose_host_backend(backend, infos[host.name], host)
         plans[host.name] = plan_for_host(profile, host, backends[host.name], topology)
     return RemoteApply(backends=backends, plans=plans)
+
+
+def plan_inventory(inventory: Inventory, conns: Sequence[HostConnection], profile: Profile,
+                   backend: str | None) -> RemoteApply:
+    """Ask each host what it can do, then plan its changes (nothing is changed)."""
+    return plan_hosts(inventory, probe_hosts(inventory, conns), profile, backend)
 
 
 def apply_inventory(inventory: Inventory, conns: Sequence[HostConnection], planned: RemoteApply,

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import shlex
@@ -132,6 +133,33 @@ def node_reset(journal, as_json: bool) -> None:
     else:
         for line in removed or ["nothing to remove"]:
             console.info(line)
+
+
+@node.command("task", context_settings={"ignore_unknown_options": True})
+@click.option("--role", required=True, help="The task's role and index, e.g. worker0 (journaled with its pid).")
+@click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment for the process (repeatable).")
+@click.option("--grace", default=3.0, show_default=True, type=click.FloatRange(0, 600),
+              help="Seconds between TERM and KILL when the task is stopped.")
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_obj
+@_node_errors
+def node_task(journal, role: str, env: tuple[str, ...], grace: float, argv: tuple[str, ...]) -> None:
+    """Run one job process for the controller, relaying its output; closing stdin stops it.
+
+    The first stdout line is "netbench-task pid=N"; the process's own lines follow.
+    Exits with the process's exit code (128 + signal when a signal ended it).
+
+    Example: netbench node task --role worker0 --env TF_CONFIG={...} -- python -m netbench.jobs.worker
+    """
+    from netbench.remote_node import run_task
+
+    variables = {}
+    for item in env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"flag --env: expected NAME=VALUE, got {item!r}")
+        variables[name] = value
+    sys.exit(run_task(journal, list(argv), variables, role, grace))
 
 
 @node.command("lease-watch")
@@ -347,6 +375,67 @@ def remote_doctor(*, inventory, insecure_host_keys, as_json, no_tensorflow) -> N
         console.out.print(table)
     if not ready:
         sys.exit(1)
+
+
+# ---------------------------------------------------------------- sweeps and playbooks over hosts
+
+def hosts_options(func):
+    """--inventory and --insecure-host-keys for sweep and run (their own bodies use them)."""
+    for option in reversed([
+        click.option("--inventory", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Run on the SSH hosts of this inventory (YAML) instead of the local testbed."),
+        click.option("--insecure-host-keys", is_flag=True, help=INSECURE_HELP),
+    ]):
+        func = option(func)
+    return func
+
+
+@contextlib.contextmanager
+def hosts_testbed(inventory_path: Path, insecure: bool, config):
+    """The inventory's hosts as the sweep's testbed; every run is placed on hosts first
+    (pure checks, no connection), and the connections are closed afterwards."""
+    from netbench.inventory import load_inventory
+    from netbench.testbed.hosts import HostsTestbed, place_hosts
+    from netbench.testbed.remote import connect_all
+
+    if config.verify:
+        raise UsageError("flag --verify: not with --inventory (it measures between local namespaces)",
+                         hint="measure the hosts' links with ping and iperf3 on the hosts themselves")
+    inventory = load_inventory(inventory_path)
+    for run in config.runs:
+        place_hosts(inventory, run.job or config.job, run.workers or config.workers)
+    conns = connect_all(inventory, insecure_host_keys=insecure)  # connects on first use
+    try:
+        yield HostsTestbed(inventory, conns, config.backend)
+    finally:
+        _close(conns)
+
+
+def print_hosts_plan(config, inventory) -> None:
+    """A sweep's dry run over hosts: placement on hosts and each run's profile; no host is
+    contacted, so the changes are listed only when --backend names the hosts' backend."""
+    from netbench import remote
+    from netbench.jobs.cluster import describe_plan, plan_job
+    from netbench.testbed.hosts import host_node, place_hosts
+
+    console.info(f"[yellow]dry run[/]: {len(config.runs)} runs on the hosts of {inventory.path}, strategy "
+                 f"{config.job.strategy}, {config.workers} workers, model {config.job.model}; "
+                 f"results -> {config.output}")
+    nodes = tuple(host_node(h) for h in place_hosts(inventory, config.job, config.workers))
+    console.plain("placement on hosts (tf_address; each run on a fresh port):")
+    for line in describe_plan(plan_job(config.job, nodes, config.workers, port=0)):
+        console.plain("  " + line)
+    topology = remote.hosts_topology(inventory)
+    for run in config.runs:
+        console.plain(f"{run.run_id}  {run.profile.name}  repeat {run.repeat}")
+        if config.backend is None:
+            continue
+        for host in inventory.hosts:
+            for change in remote.plan_for_host(run.profile, host, config.backend, topology):
+                console.plain(f"    {change.describe()}")
+    if config.backend is None:
+        console.info("no host was contacted: each host's backend is probed when the sweep runs "
+                     "(give --backend to list the changes)")
 
 
 # ---------------------------------------------------------------- provision

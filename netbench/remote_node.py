@@ -269,3 +269,57 @@ def watch_lease(journal: Journal) -> str:
 
     return lease.watch(journal.dir, revert)
 
+
+
+TASK_MARK = "netbench-task"  # the first stdout line of `node task`: "netbench-task pid=N"
+
+
+def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, grace: float = 3.0,
+             stdin=None, stdout=None) -> int:
+    """Run one job process for a controller, over SSH: its stdout is relayed line by line to
+    this command's stdout (the SSH channel), its stderr goes straight there.
+
+    The process is journaled while it runs, so `netbench node reset` (or an expired lease)
+    stops it after any crash. It is stopped (TERM to its process group, `grace` s, KILL)
+    when the controller closes this command's stdin, when the connection drops, or on
+    SIGTERM/SIGHUP. Returns its exit code (128 + signal when a signal ended it).
+    """
+    import signal
+    import subprocess
+    import threading
+
+    stdin = stdin or sys.stdin.buffer
+    stdout = stdout or sys.stdout.buffer
+    child = proc.spawn(argv, env={"PYTHONUNBUFFERED": "1", **env}, stdout=subprocess.PIPE, stderr=None)
+    entry = journal.record("process", pid=child.pid, start=proc.start_time(child.pid), netns=None, role=role)
+
+    def on_signal(signum, frame):
+        proc.stop_group(child, grace)
+
+    if threading.current_thread() is threading.main_thread():  # (tests call this from a thread)
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGHUP, on_signal)
+
+    def watch_stdin() -> None:
+        try:
+            while stdin.read(4096):
+                pass
+        except (OSError, ValueError):
+            pass
+        proc.stop_group(child, grace)  # EOF: the controller stopped the task, or is gone
+
+    threading.Thread(target=watch_stdin, name="netbench-task-stdin", daemon=True).start()
+    try:
+        stdout.write(f"{TASK_MARK} pid={child.pid}\n".encode())
+        stdout.flush()
+        for line in iter(child.stdout.readline, b""):
+            stdout.write(line)
+            stdout.flush()
+    except (BrokenPipeError, OSError, ValueError):
+        pass  # the channel is gone: stop the process below
+    finally:
+        code = proc.stop_group(child, grace)
+        if code is None:
+            code = child.wait()
+        journal.done(entry)
+    return 128 - code if code < 0 else code

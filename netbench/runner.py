@@ -7,21 +7,19 @@ import signal
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from netbench import measure
-from netbench.emulation import changes as ch
-from netbench.emulation.apply import BackendChoice, choose_backend, real_executor
+from netbench.emulation.apply import BackendChoice
 from netbench import verify
-from netbench.errors import NetbenchError, TestbedError
+from netbench.errors import NetbenchError
 from netbench.jobs import analysis, resources
 from netbench.jobs.cluster import JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
-from netbench.jobs.launch import JobOutcome, Timeouts, run_job
-from netbench.journal import Journal, Lock
+from netbench.jobs.launch import JobOutcome, Spawner, Timeouts, run_job
+from netbench.journal import Journal
 from netbench.plan import RunPlan
 from netbench.results import ResultStore, RunResult, environment_facts
-from netbench.testbed import local
-from netbench.testbed.topology import Topology
+from netbench.testbed.topology import Node, Topology
 
 PORT_RANGE = (20000, 60000)
 
@@ -103,69 +101,77 @@ def verify_point(run: RunPlan, topology: Topology, observer: Observer) -> dict |
     return record
 
 
-def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Journal | None = None) -> list[RunResult]:
-    """Run every planned point; whatever happens, leave the network as it was found."""
+class Testbed(Protocol):
+    """Where a sweep runs: the embedded namespaces (testbed/embedded.py) or SSH hosts
+    (testbed/hosts.py). The runner calls prepare, then (only if it succeeded) start, per
+    run apply/nodes_for/spawn, and finish whatever happened."""
+
+    kind: str
+    spawn: Spawner
+
+    def prepare(self, config: SweepConfig, needed: int) -> BackendChoice:
+        """Check everything and probe the backend; raise on bad input with nothing changed."""
+    def start(self) -> Topology: ...
+    def nodes_for(self, job: JobSpec, workers: int) -> tuple[Node, ...]: ...
+    def apply(self, run: RunPlan, seed: int) -> None: ...
+    def verify(self, run: RunPlan, observer: Observer) -> dict | None: ...
+    def finish(self, note: Callable[[str], None]) -> None: ...
+
+
+def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Journal | None = None,
+              testbed: Testbed | None = None) -> list[RunResult]:
+    """Run every planned point; whatever happens, leave the network as it was found.
+
+    `testbed`: where to run [default: the embedded testbed, journaled in `journal`]."""
+    from netbench.testbed.embedded import EmbeddedTestbed
+
     observer = observer or _Quiet()
-    journal = journal or Journal()
+    testbed = testbed or EmbeddedTestbed(journal or Journal(), config.backend)
     store = ResultStore(config.output)
     results: list[RunResult] = []
-    with Lock(journal.dir):
-        backend = choose_backend(config.backend)
-        topology = local.discover()
-        brought_up = False
-        # every run's placement must fit (a playbook's runs differ in strategy and workers)
-        needed = max((nodes_needed(run.job or config.job, run.workers or config.workers) for run in config.runs),
-                     default=nodes_needed(config.job, config.workers))
-        if topology is not None and len(topology.nodes) < needed:
-            raise TestbedError(f"the testbed that is up has {len(topology.nodes)} nodes; "
-                               f"the runs need {needed} (strategy {config.job.strategy}, {config.workers} workers)",
-                               hint="take it down with 'netbench testbed down' or use fewer --workers")
-        manifest = {"sweep_id": config.sweep_id, "command_line": config.command_line,
-                    "backend": backend.name, "backend_reason": backend.reason,
-                    "started": time.time(), "ended": None, "runs": len(config.runs),
-                    "job": asdict(config.job), "workers": config.workers,
-                    "timeouts": asdict(config.timeouts), **environment_facts()}
+    # every run's placement must fit (a playbook's runs differ in strategy and workers)
+    needed = max((nodes_needed(run.job or config.job, run.workers or config.workers) for run in config.runs),
+                 default=nodes_needed(config.job, config.workers))
+    backend = testbed.prepare(config, needed)
+    manifest = {"sweep_id": config.sweep_id, "command_line": config.command_line,
+                "backend": backend.name, "backend_reason": backend.reason,
+                "started": time.time(), "ended": None, "runs": len(config.runs),
+                "job": asdict(config.job), "workers": config.workers,
+                "timeouts": asdict(config.timeouts), "testbed_kind": testbed.kind, **environment_facts()}
+    try:
         store.create()
         store.write_manifest(manifest)
-        executor = None
+        topology = testbed.start()
+        manifest["testbed"] = topology.to_json()
+        observer.sweep_started(config, backend, topology)
+        rng = random.Random(config.seed ^ int(time.time()))
+        sweep_config = config
+        for run in sweep_config.runs:
+            observer.run_started(run)
+            # a playbook run carries its own job and worker count; below, config is this run's
+            config = replace(sweep_config, job=run.job or sweep_config.job,
+                             workers=run.workers or sweep_config.workers)
+            testbed.apply(run, seed=config.seed + 100 * run.index)
+            observer.profile_applied(run)
+            verified = testbed.verify(run, observer) if config.verify else None
+            tasks = plan_job(config.job, testbed.nodes_for(config.job, config.workers), config.workers,
+                             port=rng.randrange(*PORT_RANGE))
+            started = time.time()
+            outcome = run_job(tasks, store.logs_dir / run.run_id, testbed.spawn, config.timeouts,
+                              on_event=lambda e, run=run: observer.step(run, e))
+            result = replace(make_result(run, config, backend.name, outcome, started, time.time()),
+                             verify=verified)
+            store.add(result)
+            results.append(result)
+            observer.run_finished(run, result)
+    finally:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop the clean-up
         try:
-            if topology is None:
-                topology = local.up(needed, journal)
-                brought_up = True
-            manifest["testbed"] = topology.to_json()
-            observer.sweep_started(config, backend, topology)
-            executor = real_executor(journal)
-            rng = random.Random(config.seed ^ int(time.time()))
-            sweep_config = config
-            for run in sweep_config.runs:
-                observer.run_started(run)
-                # a playbook run carries its own job and worker count; below, config is this run's
-                config = replace(sweep_config, job=run.job or sweep_config.job,
-                                 workers=run.workers or sweep_config.workers)
-                executor.apply(ch.plan_apply(run.profile, topology, backend.name, seed=config.seed + 100 * run.index))
-                observer.profile_applied(run)
-                verified = verify_point(run, topology, observer) if config.verify else None
-                tasks = plan_job(config.job, topology.nodes, config.workers, port=rng.randrange(*PORT_RANGE))
-                started = time.time()
-                outcome = run_job(tasks, store.logs_dir / run.run_id, journal, config.timeouts,
-                                  on_event=lambda e, run=run: observer.step(run, e))
-                result = replace(make_result(run, config, backend.name, outcome, started, time.time()),
-                                 verify=verified)
-                store.add(result)
-                results.append(result)
-                observer.run_finished(run, result)
-        finally:
-            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop the clean-up
-            try:
-                if executor is not None and topology is not None and not brought_up:
-                    executor.apply(ch.plan_clear(topology))
-                if brought_up:
-                    local.down(journal)
-                    observer.note("took down the testbed this sweep brought up")
+            testbed.finish(observer.note)
+            if store.dir.exists():
                 manifest["ended"] = time.time()
                 manifest["completed_runs"] = len(results)
                 store.write_manifest(manifest)
-                journal.compact()
-            finally:
-                signal.signal(signal.SIGINT, previous)
+        finally:
+            signal.signal(signal.SIGINT, previous)
     return results

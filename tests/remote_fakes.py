@@ -7,7 +7,10 @@ wins; anything unmatched answers exit 127 ("command not found"), as a shell woul
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import threading
 from typing import Callable
 
 from netbench.testbed.remote import CommandResult
@@ -23,13 +26,63 @@ def failed(message: str, exit_code: int = 1) -> CommandResult:
     return CommandResult(exit_code, "", f"error: {message}\nhint: something to do\n")
 
 
+class FakeStream:
+    """A StreamingCommand: stdout lines through a real pipe (so readers block as on a channel).
+
+    `running=True`: the command runs until the controller closes its stdin (then it exits
+    with `code`) or `end()` is called; otherwise it has written everything and exited."""
+
+    def __init__(self, lines: list[str] | tuple[str, ...] = (), stderr: str = "", code: int = 0,
+                 running: bool = False) -> None:
+        read, write = os.pipe()
+        self.stdout = os.fdopen(read, "rb")
+        self._write = os.fdopen(write, "wb")
+        self.stderr = io.BytesIO(stderr.encode())
+        self.code = code
+        self.stdin_closed = False
+        self.closed = False
+        self._done = threading.Event()
+        self.emit(*lines)
+        if not running:
+            self.end(code)
+
+    def emit(self, *lines: str) -> None:
+        self._write.write("".join(line + "\n" for line in lines).encode())
+        self._write.flush()
+
+    def end(self, code: int) -> None:
+        self.code = code
+        if not self._write.closed:
+            self._write.close()
+        self._done.set()
+
+    def close_stdin(self) -> None:
+        self.stdin_closed = True
+        self.end(self.code)
+
+    def exit_status(self, timeout: float | None) -> int | None:
+        return self.code if self._done.wait(timeout) else None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def task_stream(pid: int, *lines: str, **kwargs) -> FakeStream:
+    """What `netbench node task` sends: its pid line, then the process's lines."""
+    return FakeStream([f"netbench-task pid={pid}", *lines], **kwargs)
+
+
 class FakeHost:
-    def __init__(self, name: str, responses: list[tuple[str, Responder]] | None = None) -> None:
+    def __init__(self, name: str, responses: list[tuple[str, Responder]] | None = None,
+                 streams: list[tuple[str, Callable[[str], FakeStream]]] | None = None) -> None:
         self.name = name
         self.responses = list(responses or [])
+        self.streams = list(streams or [])  # (substring, command -> FakeStream), first match wins
+        self.started: list[tuple[str, FakeStream]] = []
         self.commands: list[tuple[str, str | None]] = []
         self.puts: list[tuple[str, str]] = []
         self.closed = False
+        self.connected = True
 
     def run(self, command: str, *, input: str | None = None, timeout: float | None = None) -> CommandResult:
         self.commands.append((command, input))
@@ -37,6 +90,16 @@ class FakeHost:
             if needle in command:
                 return answer(command, input) if callable(answer) else answer
         return CommandResult(127, "", f"sh: 1: {command.split()[0]}: not found")
+
+    def start(self, command: str) -> FakeStream:
+        for needle, make in self.streams:
+            if needle in command:
+                stream = make(command)
+                self.started.append((command, stream))
+                return stream
+        stream = FakeStream(stderr=f"sh: 1: {command.split()[0]}: not found\n", code=127)
+        self.started.append((command, stream))
+        return stream
 
     def put(self, local, remote: str) -> None:
         self.puts.append((str(local), remote))

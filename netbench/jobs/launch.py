@@ -8,6 +8,10 @@ stopped with escalation (TERM, then KILL) on the way out, whatever happened.
 Serving tasks (the ps strategy's workers and parameter servers) never finish by
 themselves: the job is over when every other task is done, and a server that exits
 before then fails the run. The step clock follows the first task that is not a server.
+
+Where a task runs is the spawner's business (`Spawner`): `LocalSpawner` starts it in a
+testbed namespace on this machine; netbench.testbed.hosts starts it on an SSH host. Each
+returns a `TaskProcess`, something popen-like: a stdout line stream, wait() and stop().
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable, Protocol
 
 from netbench import proc
+from netbench.errors import JobError
 from netbench.jobs.cluster import Task
 from netbench.journal import Journal
 
@@ -40,13 +45,66 @@ class JobOutcome:
     error: str = ""
 
 
+class TaskLost(JobError):
+    """A task could not be started, or its node went away (a remote host dropped out): the
+    run ends as `failed` with this message, and the sweep goes on."""
+
+
+class TaskProcess(Protocol):
+    """A started task: its stdout as a stream of byte lines, its exit, and how to stop it."""
+
+    stdout: IO[bytes]
+
+    def wait(self) -> int: ...
+    def stop(self, grace: float) -> None: ...  # TERM, `grace` s, then KILL; idempotent
+    def failure(self, code: int) -> str | None: ...  # why it ended, when the spawner knows better than its log
+
+
+Spawner = Callable[[Task, Path, dict], TaskProcess]  # (task, stderr log file, extra env) -> started task
+
+
+class LocalProcess:
+    """A task in a testbed namespace on this machine, journaled while it runs."""
+
+    def __init__(self, popen, journal: Journal, entry) -> None:
+        self.popen, self.journal, self.entry = popen, journal, entry
+        self.stdout = popen.stdout
+
+    def wait(self) -> int:
+        return self.popen.wait()
+
+    def stop(self, grace: float) -> None:
+        proc.stop(self.popen, grace=grace)
+        if self.entry is not None:
+            self.journal.done(self.entry)
+            self.entry = None
+
+    def failure(self, code: int) -> str | None:
+        return None
+
+
+class LocalSpawner:
+    """Start tasks in their namespaces (Task.netns) with this netbench on PYTHONPATH."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    def __call__(self, task: Task, log: Path, env: dict) -> LocalProcess:
+        with open(log, "ab") as log_fh:
+            child_env = {"TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1",
+                         "PYTHONPATH": proc.child_pythonpath(), **env}
+            popen = proc.spawn(task.argv, netns=task.netns, env=child_env, stdout=-1, stderr=log_fh)
+        entry = self.journal.record("process", pid=popen.pid, start=proc.start_time(popen.pid),
+                                    netns=task.netns, role=f"{task.role}{task.index}")
+        return LocalProcess(popen, self.journal, entry)
+
+
 @dataclass
 class _Live:
     task: Task
-    popen: object
+    popen: TaskProcess
     done: bool = False
     error: str = ""
-    entry: object = None
     log: Path | None = None
 
 
@@ -77,32 +135,33 @@ def _log_tail(path: Path | None, lines: int = 1) -> str:
     return " | ".join(text[-lines:])
 
 
-def run_job(tasks: list[Task], log_dir: Path, journal: Journal, timeouts: Timeouts = Timeouts(),
+def run_job(tasks: list[Task], log_dir: Path, journal: Journal | Spawner, timeouts: Timeouts = Timeouts(),
             on_event: Callable[[dict], None] | None = None, env: dict[str, str] | None = None) -> JobOutcome:
-    """Run every task to completion (or failure); always stops every process it started."""
+    """Run every task to completion (or failure); always stops every process it started.
+
+    `journal`: a Journal (tasks start on this machine, see LocalSpawner) or any Spawner.
+    """
+    spawn: Spawner = LocalSpawner(journal) if isinstance(journal, Journal) else journal
     log_dir.mkdir(parents=True, exist_ok=True)
     sink: queue.Queue = queue.Queue()
     live: list[_Live] = []
     events: list[dict] = []
     try:
-        for task in tasks:
-            log = log_dir / f"{task.node}-{task.role}{task.index}.log"
-            with open(log, "ab") as log_fh:
-                child_env = {"TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1",
-                             "PYTHONPATH": proc.child_pythonpath(), **(env or {})}
-                popen = proc.spawn(task.argv, netns=task.netns, env=child_env, stdout=-1, stderr=log_fh)
-            entry = journal.record("process", pid=popen.pid, start=proc.start_time(popen.pid),
-                                   netns=task.netns, role=f"{task.role}{task.index}")
-            live.append(_Live(task, popen, entry=entry, log=log))
-            threading.Thread(target=_reader, args=(len(live) - 1, task, popen.stdout, sink), daemon=True).start()
+        try:
+            for task in tasks:
+                log = log_dir / f"{task.node}-{task.role}{task.index}.log"
+                popen = spawn(task, log, dict(env or {}))
+                live.append(_Live(task, popen, log=log))
+                threading.Thread(target=_reader, args=(len(live) - 1, task, popen.stdout, sink), daemon=True).start()
+        except TaskLost as exc:
+            return JobOutcome(status="failed", events=(), error=exc.message)
         status, error = _collect(live, sink, events, timeouts, on_event)
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted by the user"
         raise
     finally:
         for item in live:
-            proc.stop(item.popen, grace=3.0)
-            journal.done(item.entry)
+            item.popen.stop(3.0)
     return JobOutcome(status=status, events=tuple(events), error=error)
 
 
@@ -126,6 +185,9 @@ def _collect(live: list[_Live], sink: queue.Queue, events: list[dict], timeouts:
         kind = event.get("event")
         if kind == "_eof":
             code = item.popen.wait()
+            lost = item.popen.failure(code)
+            if lost:
+                return "failed", lost
             if not item.done:
                 reason = item.error or _log_tail(item.log) or "no output"
                 return "failed", f"{item.task.node} {item.task.role}{item.task.index} exited with {code}: {reason}"

@@ -14,7 +14,7 @@ import io
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 from netbench.errors import TestbedError
 from netbench.inventory import Host, Inventory
@@ -34,14 +34,53 @@ class CommandResult:
         return self.exit_code == 0
 
 
+class StreamingCommand(Protocol):
+    """A command still running on a host: its output as byte streams, its exit status."""
+
+    stdout: IO[bytes]
+    stderr: IO[bytes]
+
+    def close_stdin(self) -> None: ...
+    def exit_status(self, timeout: float | None) -> int | None: ...  # None: still running; -1: none came
+    def close(self) -> None: ...
+
+
 class HostConnection(Protocol):
     """What remote mode needs from a host."""
 
     name: str
 
     def run(self, command: str, *, input: str | None = None, timeout: float | None = None) -> CommandResult: ...
+    def start(self, command: str) -> StreamingCommand: ...
+    @property
+    def connected(self) -> bool: ...
     def put(self, local: str | Path, remote: str) -> None: ...
     def close(self) -> None: ...
+
+
+class ChannelCommand:
+    """A StreamingCommand over one paramiko session channel."""
+
+    def __init__(self, channel) -> None:
+        self.channel = channel
+        self.stdout = channel.makefile("rb")
+        self.stderr = channel.makefile_stderr("rb")
+
+    def close_stdin(self) -> None:
+        try:
+            self.channel.shutdown_write()
+        except (OSError, EOFError):
+            pass
+
+    def exit_status(self, timeout: float | None) -> int | None:
+        """The command's exit status; None if it is still running after `timeout` seconds;
+        -1 if the channel closed without one (connection lost, or ended by a signal)."""
+        if not self.channel.status_event.wait(timeout):
+            return None
+        return self.channel.exit_status
+
+    def close(self) -> None:
+        self.channel.close()
 
 
 class FabricHost:
@@ -107,6 +146,22 @@ class FabricHost:
         except (OSError, EOFError) as exc:
             raise TestbedError(f"host {self.name}: connection lost: {exc}") from None
         return CommandResult(result.exited, result.stdout, result.stderr)
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.conn.is_connected)
+
+    def start(self, command: str) -> ChannelCommand:
+        """Start `command` on its own session channel and return at once (output streams)."""
+        self._open()
+        import paramiko
+
+        try:
+            channel = self.conn.client.get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
+            channel.exec_command(command)
+        except (paramiko.SSHException, OSError, EOFError, AttributeError) as exc:
+            raise TestbedError(f"host {self.name}: connection lost: {exc or type(exc).__name__}") from None
+        return ChannelCommand(channel)
 
     def put(self, local: str | Path, remote: str) -> None:
         self._open()

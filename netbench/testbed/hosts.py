@@ -1,0 +1,271 @@
+"""SSH hosts as the runner's testbed: a sweep over an inventory.
+
+`HostsTestbed` gives the runner (runner.Testbed) the inventory's hosts as nodes:
+
+- prepare: place every run's job on hosts (pure: enough hosts, roles, a tf_address for
+  each), ask each host what it has (`netbench node info`), and plan every run's profile
+  for every host, so bad input fails before anything is applied;
+- apply: send each host its plan (`netbench node apply --json --lease S`) into the host's
+  own journal; the lease is renewed by a LeaseKeeper while the sweep runs;
+- spawn: start a task with `netbench node task` over its own SSH channel (RemoteTask): the
+  host journals the process, relays its step events on stdout, and stops it (TERM to its
+  process group, then KILL) when the channel's stdin closes or the connection drops;
+- finish: `netbench node reset` on every host (shaping, lease, watcher, left processes).
+
+A host that drops out (its SSH connection closes) ends the run as `failed`, naming the host.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from netbench.emulation.apply import BackendChoice
+from netbench.errors import NetbenchError, UsageError
+from netbench.inventory import Host, Inventory
+from netbench.jobs.cluster import COORDINATOR, PS, JobSpec, Task, nodes_needed, placement
+from netbench.jobs.launch import TaskLost
+from netbench.lease import DEFAULT_LEASE_S
+from netbench.testbed.remote import HostConnection, StreamingCommand
+from netbench.testbed.topology import Node, Topology
+
+STOP_GRACE_S = 3.0  # TERM, then KILL this much later (on the host)
+START_TIMEOUT_S = 60.0  # for `node task` to report its pid
+
+
+# ---------------------------------------------------------------- placement (pure)
+
+def _inventory_roles(role: str, index: int, strategy: str) -> tuple[str, ...]:
+    """Inventory roles (chief, worker, ps) that may take a job process, preferred first."""
+    if role == PS:
+        return ("ps",)
+    if role == COORDINATOR:
+        return ("chief",)
+    if index == 0 and strategy != "ps":  # the all-reduce chief
+        return ("chief", "worker")
+    return ("worker", "chief")
+
+
+def place_hosts(inventory: Inventory, job: JobSpec, workers: int) -> tuple[Host, ...]:
+    """The hosts for the job's processes, in placement order (cluster.placement): each host
+    takes one process its `roles` allow; every chosen host needs a tf_address."""
+    slots = placement(job, workers)
+    needed = nodes_needed(job, workers)
+    if needed > len(inventory.hosts):
+        raise UsageError(f"{inventory.path}: hosts: strategy {job.strategy} with {workers} workers"
+                         + (f" and {job.ps} ps" if job.strategy == "ps" else "")
+                         + f" needs {needed} hosts, the inventory has {len(inventory.hosts)}",
+                         hint="add hosts to the inventory, or use fewer --workers")
+    free = list(inventory.hosts)
+    chosen: dict[int, Host] = {}
+    # the scarcest roles first (coordinator, parameter servers), so workers do not take their hosts
+    order = sorted(range(len(slots)), key=lambda i: {COORDINATOR: 0, PS: 1}.get(slots[i][0], 2))
+    for position in order:
+        role, index = slots[position]
+        allowed = _inventory_roles(role, index, job.strategy)
+        candidates = [(allowed.index(wanted), len(h.roles) if role in (COORDINATOR, PS) else 0, i, h)
+                      for i, h in enumerate(free) for wanted in allowed if wanted in h.roles]
+        # a preferred role first; for the scarce roles the most specialised host; then inventory order
+        host = min(candidates, key=lambda c: c[:3])[3] if candidates else None
+        if host is None:
+            raise UsageError(f"{inventory.path}: hosts: no host left that may take {role}{index} "
+                             f"(it needs roles: {' or '.join(allowed)})",
+                             hint="give more hosts that role in their 'roles' list")
+        free.remove(host)
+        chosen[position] = host
+    hosts = tuple(chosen[i] for i in range(len(slots)))
+    for host in hosts:
+        if not host.tf_address:
+            raise UsageError(f"{inventory.path}: hosts.{host.name}.tf_address: missing; a host that runs "
+                             "a job process needs the address TensorFlow uses there",
+                             hint="set tf_address to the host's address on the data-plane interface")
+    return hosts
+
+
+def host_node(host: Host) -> Node:
+    from netbench.remote_node import HOST_NETNS
+
+    return Node(name=host.name, netns=HOST_NETNS, ifname=host.interface, address=host.tf_address or "",
+                prefixlen=32, port="")
+
+
+def task_command(host: Host, task: Task, env: dict[str, str], grace: float = STOP_GRACE_S) -> str:
+    """The shell command that runs `task` on `host` through `netbench node task` (pure).
+
+    The task's argv[0] (the controller's Python) becomes the Python of the host's venv."""
+    from netbench.remote import node_command
+
+    argv = [f"{host.venv}/bin/python", *task.argv[1:]]
+    variables = {"TF_CONFIG": task.tf_config, **env} if task.tf_config else dict(env)
+    options = ["--role", f"{task.role}{task.index}", "--grace", f"{grace:g}"]
+    for name, value in variables.items():
+        options += ["--env", f"{name}={value}"]
+    return node_command(host, ["task", *options, "--", *argv])
+
+
+# ---------------------------------------------------------------- a task on a host
+
+class RemoteTask:
+    """A job process on a host (TaskProcess): stdout streamed over its SSH channel, stderr
+    copied into the controller's log file for it."""
+
+    def __init__(self, conn: HostConnection, host: Host, task: Task, log: Path, stream: StreamingCommand) -> None:
+        from netbench.remote_node import TASK_MARK
+
+        self.conn, self.host, self.task, self.stream = conn, host, task, stream
+        self.stdout = stream.stdout
+        self.pid: int | None = None
+        self._log_thread = threading.Thread(target=self._copy_stderr, args=(log,), daemon=True)
+        self._log_thread.start()
+        first = stream.stdout.readline()
+        if not first.startswith(TASK_MARK.encode()):
+            code = stream.exit_status(5.0)
+            self._log_thread.join(timeout=5.0)
+            detail = _last_line(log) or (f"exit status {code}" if code not in (None, -1) else "no answer")
+            if code == 127 and not _last_line(log):
+                detail = "netbench is not installed there (run 'netbench provision --inventory ...')"
+            if not conn.connected:
+                detail = "SSH connection lost"
+            stream.close()
+            raise TaskLost(f"host {host.name}: cannot start {self.name}: {detail}")
+        self.pid = int(first.split(b"pid=")[1])
+
+    @property
+    def name(self) -> str:
+        return f"{self.task.role}{self.task.index}"
+
+    def _copy_stderr(self, log: Path) -> None:
+        with open(log, "ab") as fh:
+            for chunk in iter(lambda: self.stream.stderr.read(4096), b""):
+                fh.write(chunk)
+                fh.flush()
+
+    def wait(self) -> int:
+        code = self.stream.exit_status(None)
+        return -1 if code is None else code
+
+    def failure(self, code: int) -> str | None:
+        if code == -1 and not self.conn.connected:
+            return f"host {self.host.name}: SSH connection lost while {self.name} ran there"
+        return None
+
+    def stop(self, grace: float) -> None:
+        """Close the channel's stdin (the host stops the process group: TERM, `grace` s, KILL);
+        if the host does not answer in time, KILL the group over a fresh command."""
+        if self.stream.exit_status(0) is None:
+            self.stream.close_stdin()
+            if self.stream.exit_status(grace + 8.0) is None and self.pid:
+                sudo = "sudo -n " if self.host.sudo else ""
+                try:
+                    self.conn.run(f"{sudo}kill -KILL -- -{self.pid}", timeout=10)
+                except NetbenchError:
+                    pass  # unreachable: the host's journal and lease still stop it
+                self.stream.exit_status(5.0)
+        self.stream.close()
+        self._log_thread.join(timeout=2.0)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+# ---------------------------------------------------------------- the testbed
+
+@dataclass
+class _Applied:
+    backends: dict[str, str]
+    plans: dict[str, dict[str, list]]  # run id -> host -> changes
+
+
+class HostsTestbed:
+    """The inventory's hosts as the runner's nodes (runner.Testbed)."""
+
+    kind = "hosts"
+
+    def __init__(self, inventory: Inventory, conns: Sequence[HostConnection], backend: str | None = None,
+                 lease_s: float = DEFAULT_LEASE_S) -> None:
+        self.inventory = inventory
+        self.conns = list(conns)
+        self.by_name = {h.name: h for h in inventory.hosts}
+        self.conn_by_name = {c.name: c for c in self.conns}
+        self.requested = backend
+        self.lease_s = lease_s
+        self.planned: _Applied | None = None
+        self.keeper = None
+        self.applied = False
+
+    def prepare(self, config, needed: int) -> BackendChoice:
+        """Place every run, probe every host and plan every run's profile; changes nothing."""
+        from netbench import remote
+
+        runs = config.runs
+        for run in runs:
+            place_hosts(self.inventory, run.job or config.job, run.workers or config.workers)
+        infos = remote.probe_hosts(self.inventory, self.conns)
+        backends: dict[str, str] = {}
+        plans: dict[str, dict[str, list]] = {}
+        for run in runs:
+            planned = remote.plan_hosts(self.inventory, infos, run.profile, self.requested)
+            backends = planned.backends
+            plans[run.run_id] = planned.plans
+        names = sorted(set(backends.values())) or ["userspace"]
+        self.planned = _Applied(backends, plans)
+        reason = "; ".join(f"{name}: {backends.get(name, '?')} ({infos[name].get('backend_reason', '?')})"
+                           for name in self.by_name)
+        if "userspace" in names:
+            reason += "; a host without netem shapes rate only (tbf)"
+        return BackendChoice(name="/".join(names), reason=f"remote hosts: {reason}")
+
+    def start(self) -> Topology:
+        nodes = tuple(host_node(h) for h in self.inventory.hosts)
+        return Topology(nodes=nodes, subnet=f"hosts of {self.inventory.path}", switch_netns="", bridge="")
+
+    def nodes_for(self, job: JobSpec, workers: int) -> tuple[Node, ...]:
+        return tuple(host_node(h) for h in place_hosts(self.inventory, job, workers))
+
+    def apply(self, run, seed: int) -> None:
+        from netbench import remote
+
+        if self.keeper is not None and self.keeper.lost:
+            lost = "; ".join(f"host {name}: {why}" for name, why in self.keeper.lost.items())
+            raise remote.RemoteError(f"lost the lease on {lost}", hint="renewals did not reach the host in time")
+        planned = remote.RemoteApply(backends=self.planned.backends, plans=self.planned.plans[run.run_id])
+        self.applied = True
+        remote.apply_inventory(self.inventory, self.conns, planned, lease_s=self.lease_s)
+        if self.keeper is None and self.lease_s > 0:
+            self.keeper = remote.LeaseKeeper(self.inventory, self.conns, self.lease_s).__enter__()
+
+    def spawn(self, task: Task, log: Path, env: dict) -> RemoteTask:
+        host, conn = self.by_name[task.node], self.conn_by_name[task.node]
+        try:
+            stream = conn.start(task_command(host, task, env))
+        except NetbenchError as exc:
+            raise TaskLost(f"host {host.name}: cannot start {task.role}{task.index}: {exc.message}") from None
+        return RemoteTask(conn, host, task, log, stream)
+
+    def verify(self, run, observer) -> dict | None:
+        return None  # refused at the command line: verify measures between local namespaces
+
+    def finish(self, note: Callable[[str], None]) -> None:
+        """Stop renewing and reset every host (its shaping, lease, watcher and processes). A
+        host that cannot be reached now reverts by itself when its lease runs out."""
+        from netbench import remote
+
+        if self.keeper is not None:
+            self.keeper.__exit__(None, None, None)
+        if not self.applied:
+            return
+        results = remote.in_parallel(self.conns, lambda c: remote.call_node(c, self.by_name[c.name],
+                                                                            ["reset", "--json"]))
+        for name, result in results.items():
+            if isinstance(result, Exception):
+                note(f"host {name}: could not reset it: {result.message}; it reverts by itself when its "
+                     f"{self.lease_s:g} s lease runs out, or run 'netbench reset --inventory {self.inventory.path}'")
+            elif result.get("removed"):
+                note(f"host {name}: removed {', '.join(result['removed'])}")
