@@ -165,7 +165,10 @@ def test_prometheus_scrapes_a_sweep_and_every_dashboard_query_returns_data(clean
     with open(out / "results.csv", newline="") as fh:
         rows = {row["profile"]: float(row["images_per_sec"]) for row in csv.DictReader(fh)}
     assert by_profile == pytest.approx(rows, rel=1e-4)
-    assert by_profile["d40ms-r500mbit"] < by_profile["d1ms-r500mbit"] / 2, by_profile
+    # throughput falls with delay; and a 40 ms point's step (one all-reduce: at least one round
+    # trip of 80 ms) cannot beat that bound however busy or idle the machine's CPUs are
+    assert by_profile["d40ms-r500mbit"] < by_profile["d1ms-r500mbit"], by_profile
+    assert 2 * 32 / by_profile["d40ms-r500mbit"] >= 0.080, by_profile
     measured = prometheus.api("query", query=f'max_over_time(netbench_steps_total{{phase="measured",worker="0"}}'
                                              f"[{range_s}s])", time=end)["result"]
     assert [float(r["value"][1]) for r in measured] == [16.0]  # 8 measured steps in each of 2 runs
