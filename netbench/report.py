@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -234,7 +235,11 @@ def series_label(group: Group, series: Sequence[str]) -> str:
     """A legend entry from the factors that distinguish series, e.g. 'allreduce, 2 workers'."""
     names = {"batch": "batch {}", "workers": "{} workers", "ps": "{} ps", "accum_steps": "accum {}",
              "data": "data {}", "strategy": "{}"}
-    return ", ".join(names.get(s, s + " {}").format(group.get(s)) for s in series) or str(group.get("strategy"))
+    def one(name: str) -> str:
+        text = names.get(name, name + " {}").format(group.get(name))
+        return text[:-1] if name == "workers" and group.get(name) == 1 else text  # "1 worker"
+
+    return ", ".join(one(s) for s in series) or str(group.get("strategy"))
 
 
 def slowdown(groups: Sequence[Group], x: str, confidence: float = 0.99) -> list[tuple[str, str, float, float, Interval]]:
@@ -384,8 +389,10 @@ def _bar_edges(ax, level: float, offset: float, width: float) -> tuple[float, fl
 def _panels(plt, count: int, title: str):
     fig, axes = plt.subplots(1, count, figsize=(PANEL_PX[0] * count / DPI, PANEL_PX[1] / DPI), dpi=DPI,
                              squeeze=False)
-    fig.suptitle(title, fontsize=11)
-    fig.subplots_adjust(left=0.1 / count + 0.02, right=0.98, bottom=0.15, top=0.84, wspace=0.3)
+    lines = textwrap.wrap(title, width=72 * count)  # one panel holds ~72 characters of title
+    fig.suptitle("\n".join(lines), fontsize=11 if len(lines) == 1 else 10)
+    fig.subplots_adjust(left=0.1 / count + 0.02, right=0.98, bottom=0.15, top=0.84 - 0.05 * (len(lines) - 1),
+                        wspace=0.3)
     return fig, axes[0]
 
 
