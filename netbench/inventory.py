@@ -53,6 +53,7 @@ class Host:
     roles: tuple[str, ...] = ("worker",)
     venv: str = DEFAULT_VENV
     state_dir: str = DEFAULT_STATE_DIR
+    defaulted: tuple[str, ...] = ()  # keys filled from `defaults`: ~/.ssh/config beats these for user/port/key
 
     @property
     def netbench(self) -> str:
@@ -166,7 +167,8 @@ def inventory_from_mapping(data: Any, source: str, base: Path | None = None) -> 
             raise _fail(source, f"hosts.{name}", "a host name is letters, digits, '.', '_' or '-'")
         if not isinstance(raw, dict):
             raise _fail(source, f"hosts.{name}", "must be a mapping of host keys (at least ssh and interface)")
-        fields = {**defaults, **_host_fields(source, f"hosts.{name}", raw, base)}
+        own = _host_fields(source, f"hosts.{name}", raw, base)
+        fields = {**defaults, **own, "defaulted": tuple(sorted(set(defaults) - set(own)))}
         for required in ("ssh", "interface"):
             if required not in fields:
                 raise _fail(source, f"hosts.{name}.{required}", "missing (required)")

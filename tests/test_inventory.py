@@ -75,3 +75,18 @@ def test_cli_reports_a_bad_inventory_in_one_line(tmp_path):
     result = CliRunner().invoke(main, ["reset", "--inventory", str(path)])
     assert result.exit_code == 2
     assert f"{path}: hosts.a.port: must be a port number" in result.output
+
+
+def test_ssh_config_beats_inventory_defaults_but_not_a_hosts_own_keys():
+    from netbench.testbed.remote import ssh_settings
+
+    inv = inventory_from_mapping({"defaults": {"interface": "eth1", "user": "root", "port": 2200, "key": "/k/default"},
+                                  "hosts": {"alias": {"ssh": "alias"},
+                                            "own": {"ssh": "own", "user": "ubuntu", "port": 22, "key": "/k/own"}}},
+                                 "inv.yaml")
+    alias, own = inv.hosts
+    assert alias.defaulted == ("interface", "key", "port", "user") and own.defaulted == ("interface",)
+    configured = {"hostname": "10.0.0.1", "user": "admin", "port": "2222", "identityfile": ["/k/cfg"]}
+    assert ssh_settings(alias, configured) == (None, None, None)  # ~/.ssh/config decides
+    assert ssh_settings(alias, {"hostname": "alias"}) == ("root", 2200, "/k/default")  # nothing there: defaults
+    assert ssh_settings(own, configured) == ("ubuntu", 22, "/k/own")  # the host's own keys always win

@@ -83,6 +83,17 @@ class ChannelCommand:
         self.channel.close()
 
 
+def ssh_settings(host: Host, ssh_config: dict) -> tuple[str | None, int | None, str | None]:
+    """(user, port, key) to give fabric for `host`; None lets ~/.ssh/config decide (pure).
+
+    A value set on the host itself always wins; one from the inventory's `defaults` yields
+    to the host's own entry in ssh_config (`ssh_config` is its lookup: user, port, identityfile)."""
+    def pick(name: str, value, ssh_key: str):
+        return None if name in host.defaulted and ssh_key in ssh_config else value
+
+    return pick("user", host.user, "user"), pick("port", host.port, "port"), pick("key", host.key, "identityfile")
+
+
 class FabricHost:
     """One SSH connection to an inventory host, opened lazily on the first command."""
 
@@ -93,11 +104,12 @@ class FabricHost:
         self.name = host.name
         self.host = host
         config = Config(runtime_ssh_path=inventory.ssh_config) if inventory.ssh_config else Config()
+        user, port, key = ssh_settings(host, config.base_ssh_config.lookup(host.ssh))
         connect_kwargs: dict = {"allow_agent": host.agent}
-        if host.key:
-            connect_kwargs["key_filename"] = [host.key]
+        if key:
+            connect_kwargs["key_filename"] = [key]
             connect_kwargs["look_for_keys"] = False
-        self.conn = Connection(host.ssh, user=host.user, port=host.port, config=config,
+        self.conn = Connection(host.ssh, user=user, port=port, config=config,
                                connect_timeout=CONNECT_TIMEOUT_S, connect_kwargs=connect_kwargs)
         # fabric accepts unknown host keys by default; netbench does not
         self.conn.client.set_missing_host_key_policy(AutoAddPolicy() if insecure_host_keys else RejectPolicy())
