@@ -252,7 +252,16 @@ def remote_apply(*, inventory, insecure_host_keys, lease, force, profile_file, l
     lease_s = DEFAULT_LEASE_S if lease is None else lease
     inv, conns = _open(inventory, insecure_host_keys)
     try:
-        planned = remote.plan_inventory(inv, conns, profile, None if backend == "auto" else backend)
+        if dry_run and backend != "auto":  # the backend is given: plan without contacting any host
+            topology = remote.hosts_topology(inv)
+            planned = remote.RemoteApply(backends={h.name: backend for h in inv.hosts},
+                                         plans={h.name: remote.plan_for_host(profile, h, backend, topology)
+                                                for h in inv.hosts})
+        else:
+            if dry_run:
+                console.info("asking each host for its backend ('netbench node info'; nothing is changed; "
+                             "--backend skips this)")
+            planned = remote.plan_inventory(inv, conns, profile, None if backend == "auto" else backend)
         for host in inv.hosts:
             console.info(f"host [bold]{host.name}[/] ({host.interface}): backend {planned.backends[host.name]}")
             if dry_run:

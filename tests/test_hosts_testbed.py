@@ -288,3 +288,12 @@ def test_sweep_dry_run_over_an_inventory_contacts_no_host(tmp_path):
     assert "worker0 on a (10.9.0.1:<port>), reports steps" in result.output
     assert "worker1 on b (10.9.0.2:<port>)" in result.output
     assert result.output.count("b: tc qdisc replace dev eth1 root handle 4e42: tbf") == 2
+
+
+def test_apply_dry_run_with_a_backend_contacts_no_host(tmp_path):
+    inv = _inventory_file(tmp_path, a={"ssh": "192.0.2.1", "tf_address": "10.9.0.1"})
+    result = CliRunner().invoke(main, ["apply", "--inventory", inv, "--bandwidth", "100mbit", "--dry-run",
+                                       "--backend", "userspace"])
+    assert result.exit_code == 0, result.output
+    assert "a: tc qdisc replace dev eth1 root handle 4e42: tbf rate 100mbit" in result.output
+    assert "no host was changed" in result.output

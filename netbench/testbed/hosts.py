@@ -144,6 +144,7 @@ class RemoteTask:
 
     def wait(self) -> int:
         code = self.stream.exit_status(None)
+        self._log_thread.join(timeout=2.0)  # its last stderr lines are the cause a failed run shows
         return -1 if code is None else code
 
     def failure(self, code: int) -> str | None:
