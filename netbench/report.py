@@ -231,10 +231,24 @@ def axis_scale(levels: Iterable[float]) -> str:
     return "symlog" if levels[0] <= 0 else "log"
 
 
+def value_scale(values: Iterable[float]) -> str:
+    """'log' for a throughput axis whose runs span two decades or more (the slow points
+    would be invisible bars on a linear axis), else 'linear'."""
+    positive = [v for v in values if v > 0]
+    return "log" if positive and max(positive) / min(positive) >= 100 else "linear"
+
+
+def percent(ratio: float) -> str:
+    """A ratio as a percentage with enough digits to tell small ones apart (2.6 %, 45 %)."""
+    return f"{ratio:.1%}" if abs(ratio) < 0.1 else f"{ratio:.0%}"
+
+
 def series_label(group: Group, series: Sequence[str]) -> str:
     """A legend entry from the factors that distinguish series, e.g. 'allreduce, 2 workers'."""
     names = {"batch": "batch {}", "workers": "{} workers", "ps": "{} ps", "accum_steps": "accum {}",
              "data": "data {}", "strategy": "{}"}
+    series = [s for s in series if group.get(s) is not None]  # e.g. accum_steps of a non-accum series
+
     def one(name: str) -> str:
         text = names.get(name, name + " {}").format(group.get(name))
         return text[:-1] if name == "workers" and group.get(name) == 1 else text  # "1 worker"
@@ -389,7 +403,7 @@ def _bar_edges(ax, level: float, offset: float, width: float) -> tuple[float, fl
 def _panels(plt, count: int, title: str):
     fig, axes = plt.subplots(1, count, figsize=(PANEL_PX[0] * count / DPI, PANEL_PX[1] / DPI), dpi=DPI,
                              squeeze=False)
-    lines = textwrap.wrap(title, width=72 * count)  # one panel holds ~72 characters of title
+    lines = textwrap.wrap(title, width=60 * count)  # one panel holds ~60 characters of title
     fig.suptitle("\n".join(lines), fontsize=11 if len(lines) == 1 else 10)
     fig.subplots_adjust(left=0.1 / count + 0.02, right=0.98, bottom=0.15, top=0.84 - 0.05 * (len(lines) - 1),
                         wspace=0.3)
@@ -451,10 +465,17 @@ def throughput_figure(groups: Sequence[Group], x: str, path: Path, confidence: f
     fig, axes = _panels(plt, len(models), f"training throughput against {x.split('_')[0]} "
                         f"(bars: mean, whiskers: {confidence:.0%} CI over repetitions, dots: runs)")
     for ax, model in zip(axes, models):
-        _draw_bars(ax, [g for g in picked if g.get("model") == model], x, series)
+        mine = [g for g in picked if g.get("model") == model]
+        _draw_bars(ax, mine, x, series)
         ax.set_title(f"model {model}", fontsize=10)
         ax.set_xlabel(AXIS_LABELS[x] + (" (log scale)" if ax.get_xscale() != "linear" else ""), fontsize=8)
-        ax.set_ylabel("throughput (images/s)", fontsize=8)
+        values = [v for g in mine for v in g.values if v > 0]
+        if value_scale(values) == "log":
+            ax.set_yscale("log")
+            ax.set_ylim(min(values) / 2, max(values) * 3)  # headroom for the legend
+            ax.set_ylabel("throughput (images/s, log scale)", fontsize=8)
+        else:
+            ax.set_ylabel("throughput (images/s)", fontsize=8)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
@@ -577,8 +598,8 @@ def markdown_summary(results_dir: Path, observations: Sequence[Observation], gro
         if rows:
             lines += [f"## Throughput along {x.split('_')[0]}", "",
                       f"| model | series | {x} best | {x} worst | worst / best | CI |", "|---|---|---|---|---|---|"]
-            lines += [f"| {m} | {s} | {b:g} | {w:g} | {r.mean:.0%} | "
-                      + ("-" if r.low is None else f"{r.low:.0%} .. {r.high:.0%}") + " |"
+            lines += [f"| {m} | {s} | {b:g} | {w:g} | {percent(r.mean)} | "
+                      + ("-" if r.low is None else f"{percent(r.low)} .. {percent(r.high)}") + " |"
                       for m, s, b, w, r in rows] + [""]
     ratios = speedups(groups, confidence)
     if ratios:

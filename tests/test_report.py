@@ -204,7 +204,8 @@ def test_report_renders_figures_and_summary(fixture_results, tmp_path):
     slow = [1000 / 11 + r for r in range(3)]
     ratio = report.ratio_interval(slow, fast)
     assert ratio.mean == pytest.approx(statistics.geometric_mean(slow) / statistics.geometric_mean(fast))
-    assert f"| mlp | allreduce | 1 | 100 | {ratio.mean:.0%} | {ratio.low:.0%} .. {ratio.high:.0%} |" in text
+    row = f"| mlp | allreduce | 1 | 100 | {report.percent(ratio.mean)} | {report.percent(ratio.low)} .. "
+    assert row + f"{report.percent(ratio.high)} |" in text
     # every design point row carries its hand-checkable interval
     values = [1000 / 1.1 / 2 + r for r in range(3)]  # mlp, 1 ms, loss 1 %
     i = t_interval(values, 0.99)
@@ -242,3 +243,20 @@ def test_idleness_figure_where_the_strategy_reports_it(tmp_path):
     assert sorted(p.name for p in written.files) == ["idleness-latency.png", "report.md", "throughput-latency.png"]
     assert png_size(out / "idleness-latency.png") == report.PANEL_PX
     assert report.idleness_values(written.groups[0]) == pytest.approx([100 * 10 / 30, 100 * 10 / 30 + 1])
+
+
+def test_value_scale_and_percent():
+    assert report.value_scale([46.0, 250.0, 6370.0]) == "log"  # 20 mbit to 1 gbit in one panel
+    assert report.value_scale([500.0, 1000.0]) == "linear"
+    assert report.value_scale([]) == "linear"
+    assert (report.percent(0.026), report.percent(0.45)) == ("2.6%", "45%")
+
+
+def test_series_labels_leave_out_settings_a_strategy_does_not_have():
+    accum, plain = group_observations([obs("r000", 10, strategy="allreduce-accum"), obs("r001", 5)])
+    accum = report.Group(factors=tuple((k, 4 if k == "accum_steps" else v) for k, v in accum.factors),
+                         observations=accum.observations, interval=accum.interval)
+    assert report.series_label(accum, ["strategy", "accum_steps"]) == "allreduce-accum, accum 4"
+    assert report.series_label(plain, ["strategy", "accum_steps"]) == "allreduce"
+    one = group_observations([obs("r002", 5, workers=1)])[0]
+    assert report.series_label(one, ["workers"]) == "1 worker"
