@@ -23,7 +23,8 @@ def undo_entry(entry, existing: set[str]) -> str | None:
     if entry.kind == "process":
         if proc.is_same_process(data["pid"], data.get("start")):
             proc.stop_pids([data["pid"]], grace=3.0)
-            return f"process {data['pid']} ({data.get('role', '?')} in {data.get('netns')})"
+            where = f" in {data['netns']}" if data.get("netns") else ""  # None: a host's own task
+            return f"process {data['pid']} ({data.get('role', '?')}{where})"
     elif entry.kind == "iptables" and data.get("netns") in existing:
         if Iptables().clear(data["netns"]):
             return f"iptables chain {data.get('chain')} in {data['netns']}"

@@ -297,3 +297,23 @@ def test_apply_dry_run_with_a_backend_contacts_no_host(tmp_path):
     assert result.exit_code == 0, result.output
     assert "a: tc qdisc replace dev eth1 root handle 4e42: tbf rate 100mbit" in result.output
     assert "no host was changed" in result.output
+
+
+def test_a_host_reset_stops_a_task_process_its_journal_records(tmp_path):
+    """After a controller crash, `netbench node reset` (or an expired lease) stops the job
+    processes `node task` journaled, as it removes the shaping."""
+    from netbench import proc
+    from netbench.remote_node import reset_host
+
+    journal = Journal(tmp_path / "state")
+    child = proc.spawn([sys.executable, "-c", "import time; time.sleep(60)"], die_with_parent=False)
+    journal.record("process", pid=child.pid, start=proc.start_time(child.pid), netns=None, role="worker1")
+    try:
+        removed = reset_host(journal)
+        assert removed == [f"process {child.pid} (worker1)"]
+        child.wait(timeout=5)  # (already reaped by the reset)
+        assert not os.path.exists(f"/proc/{child.pid}") and journal.pending() == []
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

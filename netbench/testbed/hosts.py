@@ -32,7 +32,6 @@ from netbench.testbed.remote import HostConnection, StreamingCommand
 from netbench.testbed.topology import Node, Topology
 
 STOP_GRACE_S = 3.0  # TERM, then KILL this much later (on the host)
-START_TIMEOUT_S = 60.0  # for `node task` to report its pid
 
 
 # ---------------------------------------------------------------- placement (pure)
