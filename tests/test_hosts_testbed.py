@@ -317,3 +317,26 @@ def test_a_host_reset_stops_a_task_process_its_journal_records(tmp_path):
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_a_peer_that_dies_is_named_rather_than_the_survivor_reporting_a_collective_error(tmp_path):
+    """The chief's collective fails because worker1's process died: the cause named is the
+    dead process, though the chief's error event came first."""
+    error = '{"event": "error", "type": "UnavailableError", "message": "Collective ops is aborted"}'
+
+    def chief(command):
+        stream = task_stream(101, '{"event": "start"}', error, running=True, code=1)
+        threading.Timer(0.2, lambda: stream.end(1)).start()
+        return stream
+
+    def dying(command):
+        stream = task_stream(201, '{"event": "start"}', stderr="Killed\n", running=True, code=137)
+        threading.Timer(0.6, lambda: stream.end(137)).start()
+        return stream
+
+    outcome = _run(fake_hosts({"a": chief, "b": dying}), tmp_path)
+    assert outcome.status == "failed" and outcome.error == "b worker1 exited with 137: Killed"
+    # alone, an error event still fails the run with that error
+    outcome = _run(fake_hosts({"a": chief, "b": lambda c: task_stream(201, '{"event": "start"}', running=True)}),
+                   tmp_path)
+    assert outcome.error == "a worker0: UnavailableError: Collective ops is aborted"

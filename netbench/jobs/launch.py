@@ -30,6 +30,9 @@ from netbench.jobs.cluster import Task
 from netbench.journal import Journal
 
 
+ERROR_SETTLE_S = 2.0  # how long a reported error waits for a peer's exit, the likelier root cause
+
+
 @dataclass(frozen=True)
 class Timeouts:
     startup_s: float = 240.0  # TF import + cluster start + first (traced) step
@@ -170,15 +173,23 @@ def _collect(live: list[_Live], sink: queue.Queue, events: list[dict], timeouts:
     started = time.monotonic()
     last_step: float | None = None
     clock = next((i for i, item in enumerate(live) if not item.task.serves), 0)
+    # a process's reported error waits ERROR_SETTLE_S for the root cause: when a peer dies
+    # (or its host drops out) the survivors report collective errors at about the same time
+    reported: tuple[float, str] | None = None
     while not all(item.done for item in live if not item.task.serves):
+        now = time.monotonic()
+        if reported is not None and now >= reported[0] + ERROR_SETTLE_S:
+            return "failed", reported[1]
         limit = timeouts.startup_s if last_step is None else timeouts.step_s
         since = started if last_step is None else last_step
-        wait = since + limit - time.monotonic()
+        wait = since + limit - now
         if wait <= 0:
             what = "the first step" if last_step is None else "the next step"
             return "timeout", f"no {what} within {limit:g}s"
+        if reported is not None:
+            wait = min(wait, reported[0] + ERROR_SETTLE_S - now)
         try:
-            position, event = sink.get(timeout=min(wait, 1.0))
+            position, event = sink.get(timeout=max(0.01, min(wait, 1.0)))
         except queue.Empty:
             continue
         item = live[position]
@@ -188,6 +199,8 @@ def _collect(live: list[_Live], sink: queue.Queue, events: list[dict], timeouts:
             lost = item.popen.failure(code)
             if lost:
                 return "failed", lost
+            if item.error and reported is not None:
+                continue  # it exited after reporting its error: wait for a root cause a while longer
             if not item.done:
                 reason = item.error or _log_tail(item.log) or "no output"
                 return "failed", f"{item.task.node} {item.task.role}{item.task.index} exited with {code}: {reason}"
@@ -201,5 +214,8 @@ def _collect(live: list[_Live], sink: queue.Queue, events: list[dict], timeouts:
             item.done = True
         elif kind == "error":
             item.error = f"{event.get('type', 'Error')}: {event.get('message', '')}"
-            return "failed", f"{item.task.node} {item.task.role}{item.task.index}: {item.error}"
+            if reported is None:
+                reported = (time.monotonic(), f"{item.task.node} {item.task.role}{item.task.index}: {item.error}")
+    if reported is not None:
+        return "failed", reported[1]
     return "ok", ""
