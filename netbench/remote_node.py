@@ -301,8 +301,10 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
         signal.signal(signal.SIGHUP, on_signal)
 
     def watch_stdin() -> None:
+        # the raw descriptor, not the buffered object: a daemon thread blocked inside a
+        # buffered read makes the interpreter abort at exit (and lose the exit status)
         try:
-            while stdin.read(4096):
+            while os.read(stdin.fileno(), 4096):
                 pass
         except (OSError, ValueError):
             pass

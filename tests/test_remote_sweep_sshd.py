@@ -1,0 +1,162 @@
+"""A sweep over an inventory of real sshd hosts (tests/sshd.py): TensorFlow workers start on
+the hosts over SSH, step events come back over the channels, the hosts' data-plane links are
+shaped with tbf (this kernel has no netem), and every host is put back afterwards, also when
+a host's worker dies or its SSH connection drops mid-run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from tests.sshd import ssh_lab
+
+pytestmark = [pytest.mark.root, pytest.mark.tf]
+
+QUICK = ("--warmup", "2", "--steps", "5", "--batch-size", "32", "--startup-timeout", "120")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (creates network namespaces and runs sshd)")
+    with ssh_lab(tmp_path_factory.mktemp("nbsweep")) as built:
+        yield built
+    assert not built.leftovers(), built.leftovers()
+
+
+def _in_netns(netns: str, needle: str, unless: str = " node ") -> list[int]:
+    """Pids of processes inside namespace `netns` whose command line contains `needle`
+    (and not `unless`: by default, not the `netbench node task` relaying a worker)."""
+    inode = os.stat(f"/run/netns/{netns}").st_ino
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.stat(entry / "ns" / "net").st_ino != inode:
+                continue
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in cmd and not (unless and unless in cmd):
+            found.append(int(entry.name))
+    return found
+
+
+def _rows(out: Path) -> list[dict]:
+    with open(out / "results.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _assert_hosts_clean(lab) -> None:
+    """No shaping, no journal entry and no job process left on any host."""
+    for host in lab.hosts:
+        qdisc = host.root_qdisc("data0")
+        assert not (qdisc and qdisc.get("handle") == "4e42:"), f"{host.name} still shaped: {qdisc}"
+        journal = host.state_dir / "journal.jsonl"
+        assert not journal.exists() or not journal.read_text().strip(), journal.read_text()
+        deadline = time.monotonic() + 10
+        while _in_netns(host.netns, "netbench.jobs.worker") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _in_netns(host.netns, "netbench.jobs.worker"), f"a worker is left on {host.name}"
+
+
+def _wait_for_worker(lab, host, settle: float) -> int:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pids = _in_netns(host.netns, "netbench.jobs.worker")
+        if pids:
+            time.sleep(settle)  # past TF's import and the cluster's start: mid-run
+            return pids[0]
+        time.sleep(0.2)
+    raise AssertionError(f"no worker started on {host.name}")
+
+
+def test_a_two_host_sweep_over_ssh_records_results_like_a_local_sweep(lab, tmp_path):
+    inventory = str(lab.write_inventory())
+    out = tmp_path / "results"
+    result = lab.netbench("sweep", "--inventory", inventory, "--bandwidth", "1gbit,20mbit", *QUICK,
+                          "--output", str(out), timeout=400)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = _rows(out)
+    assert [r["status"] for r in rows] == ["ok", "ok"], rows
+    assert [r["rate_mbit"] for r in rows] == ["1000.0", "20.0"] and all(r["steps"] == "5" for r in rows)
+    assert all(r["backend"] == "userspace" for r in rows)
+    fast, slow = (float(r["images_per_sec"]) for r in rows)
+    assert slow < fast / 2, (fast, slow)  # an all-reduce of 670k parameters through 20 Mbit/s
+    record = json.loads((out / "runs" / "r000.json").read_text())
+    workers = {(e["role"], e["worker"]) for e in record["events"] if e["event"] == "step"}
+    assert workers == {("worker", 0), ("worker", 1)}  # both hosts streamed their steps back
+    phases = [e["phase"] for e in record["events"] if e["event"] == "step" and e["worker"] == 0]
+    assert phases.count("warmup") == 2 and phases.count("measured") == 5
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["testbed_kind"] == "hosts" and manifest["ended"]
+    assert [n["address"] for n in manifest["testbed"]["nodes"]] == [h.data_address for h in lab.hosts]
+    assert sorted(p.name for p in (out / "logs" / "r000").iterdir()) == ["h1-worker0.log", "h2-worker1.log"]
+    _assert_hosts_clean(lab)
+
+
+def test_a_worker_killed_on_a_host_fails_the_run_naming_the_host(lab, tmp_path):
+    inventory = str(lab.write_inventory())
+    out = tmp_path / "results"
+    child = lab.spawn_netbench("sweep", "--inventory", inventory, "--bandwidth", "1gbit",
+                               "--warmup", "2", "--steps", "100000", "--batch-size", "32", "--output", str(out))
+    try:
+        pid = _wait_for_worker(lab, lab.hosts[1], settle=12)
+        os.kill(pid, signal.SIGKILL)
+        stdout, stderr = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    assert child.returncode == 0, stdout[-2000:] + stderr[-2000:]
+    (row,) = _rows(out)
+    assert row["status"] == "failed" and row["error"].startswith("h2 worker1 exited with 137"), row
+    _assert_hosts_clean(lab)
+
+
+def test_a_host_whose_ssh_connection_drops_fails_the_run_and_is_reset(lab, tmp_path):
+    inventory = str(lab.write_inventory())
+    out = tmp_path / "results"
+    child = lab.spawn_netbench("sweep", "--inventory", inventory, "--bandwidth", "1gbit",
+                               "--warmup", "2", "--steps", "100000", "--batch-size", "32", "--output", str(out))
+    try:
+        worker = _wait_for_worker(lab, lab.hosts[1], settle=12)
+        sessions = _in_netns(lab.hosts[1].netns, "sshd: ", unless="[listener]")
+        assert sessions
+        for pid in sessions:  # the controller's SSH sessions to h2 (sshd's listener stays up)
+            os.kill(pid, signal.SIGKILL)
+        stdout, stderr = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    assert child.returncode == 0, stdout[-2000:] + stderr[-2000:]
+    (row,) = _rows(out)
+    assert row["status"] == "failed" and row["error"] == "host h2: SSH connection lost while worker1 ran there", row
+    assert not os.path.exists(f"/proc/{worker}")  # h2 stopped its worker when the channel went away
+    _assert_hosts_clean(lab)
+
+
+def test_a_killed_sweep_controller_then_reset_leaves_every_host_clean(lab, tmp_path):
+    inventory = str(lab.write_inventory())
+    child = lab.spawn_netbench("sweep", "--inventory", inventory, "--bandwidth", "1gbit",
+                               "--warmup", "2", "--steps", "100000", "--batch-size", "32",
+                               "--output", str(tmp_path / "results"))
+    try:
+        _wait_for_worker(lab, lab.hosts[1], settle=2)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=10)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    assert all(h.root_qdisc("data0").get("handle") == "4e42:" for h in lab.hosts)  # the lease still holds
+    result = lab.netbench("reset", "--inventory", inventory, check=True)
+    assert "h1: removed lease" in result.stdout and "h2: removed qdisc 4e42:" in result.stdout
+    _assert_hosts_clean(lab)
