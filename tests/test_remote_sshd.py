@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from tests.sshd import ssh_lab
@@ -176,3 +177,38 @@ def test_renewed_lease_holds_then_expired_lease_reverts_by_itself(lab, inventory
         assert not (host.state_dir / "journal.jsonl").exists()
         log = (host.state_dir / "lease-watch.log").read_text()
         assert '"event": "lease expired"' in log
+
+
+def test_provision_installs_this_netbench_into_each_hosts_venv(lab, inventory):
+    """The hosts are offline: their venvs see the controller venv's packages (TensorFlow and
+    the rest) through a .pth file, and pip installs only netbench's wheel (--no-deps
+    --no-index). What is checked: the wheel built from this source tree lands in each host's
+    own venv, and that venv's netbench runs and reports the controller's version."""
+    import subprocess
+
+    import yaml
+
+    from netbench import __version__
+    from tests.sshd import VENV
+
+    site = next((VENV / "lib").glob("python3*/site-packages"))
+    data = yaml.safe_load(open(inventory).read())
+    venvs = {}
+    for host in lab.hosts:
+        venv = lab.dir / f"venv-{host.name}"
+        subprocess.run(["python3", "-m", "venv", str(venv)], check=True, timeout=120)
+        own_site = next((venv / "lib").glob("python3*/site-packages"))
+        (own_site / "controller-packages.pth").write_text(f"{site}\n")
+        data["hosts"][host.name]["venv"] = str(venv)
+        venvs[host.name] = venv
+    path = lab.dir / "provision.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = lab.netbench("provision", "--inventory", str(path), "--pip-args", "--no-deps --no-index", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name, venv in venvs.items():
+        assert f"{name}: installed netbench, version {__version__} in {venv}" in " ".join(result.stdout.split())
+        assert list((venv / "lib").glob(f"python3*/site-packages/netbench-{__version__}.dist-info"))
+        where = subprocess.run([str(venv / "bin" / "python"), "-c", "import netbench; print(netbench.__file__)"],
+                               capture_output=True, text=True, cwd="/", check=True).stdout
+        assert where.startswith(str(venv)), where  # the provisioned copy, not the source tree
+        assert not Path(f"/tmp/netbench-provision-{name}").exists()  # the staging folder is removed
