@@ -747,6 +747,10 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                          backend=None if chosen in (None, "auto") else chosen,
                          timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points)
+    if inventory is not None:
+        from netbench.remote_cli import check_on_hosts
+
+        check_on_hosts(config, inventory)  # before the results folder is written
     record = pb.plan_record(book, seed, runs)
     record["sessions"] = (state or {}).get("sessions", []) + [{"started": time.time(), "pending": len(todo)}]
     output.mkdir(parents=True, exist_ok=True)

@@ -399,13 +399,10 @@ def hosts_options(func):
     return func
 
 
-@contextlib.contextmanager
-def hosts_testbed(inventory_path: Path, insecure: bool, config):
-    """The inventory's hosts as the sweep's testbed; every run is placed on hosts first
-    (pure checks, no connection), and the connections are closed afterwards."""
+def check_on_hosts(config, inventory_path: Path):
+    """Load the inventory and place every run on its hosts (no connection); bad input raises."""
     from netbench.inventory import load_inventory
-    from netbench.testbed.hosts import HostsTestbed, place_hosts
-    from netbench.testbed.remote import connect_all
+    from netbench.testbed.hosts import place_hosts
 
     if config.verify:
         raise UsageError("flag --verify: not with --inventory (it measures between local namespaces)",
@@ -413,6 +410,17 @@ def hosts_testbed(inventory_path: Path, insecure: bool, config):
     inventory = load_inventory(inventory_path)
     for run in config.runs:
         place_hosts(inventory, run.job or config.job, run.workers or config.workers)
+    return inventory
+
+
+@contextlib.contextmanager
+def hosts_testbed(inventory_path: Path, insecure: bool, config):
+    """The inventory's hosts as the sweep's testbed; every run is placed on hosts first
+    (pure checks, no connection), and the connections are closed afterwards."""
+    from netbench.testbed.hosts import HostsTestbed
+    from netbench.testbed.remote import connect_all
+
+    inventory = check_on_hosts(config, inventory_path)
     conns = connect_all(inventory, insecure_host_keys=insecure)  # connects on first use
     try:
         yield HostsTestbed(inventory, conns, config.backend)

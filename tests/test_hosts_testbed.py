@@ -340,3 +340,14 @@ def test_a_peer_that_dies_is_named_rather_than_the_survivor_reporting_a_collecti
     outcome = _run(fake_hosts({"a": chief, "b": lambda c: task_stream(201, '{"event": "start"}', running=True)}),
                    tmp_path)
     assert outcome.error == "a worker0: UnavailableError: Collective ops is aborted"
+
+
+def test_a_playbook_over_too_small_an_inventory_is_refused_before_its_folder_is_written(tmp_path):
+    from pathlib import Path
+
+    inv = _inventory_file(tmp_path, a={"ssh": "192.0.2.1", "tf_address": "10.9.0.1"})
+    smoke = Path(__file__).resolve().parents[1] / "playbooks" / "smoke.yaml"
+    result = CliRunner().invoke(main, ["run", str(smoke), "--inventory", inv, "--output", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert f"{inv}: hosts: strategy allreduce with 2 workers needs 2 hosts, the inventory has 1" in result.output
+    assert not (tmp_path / "out").exists()
