@@ -242,3 +242,15 @@ def ssh_lab(base: Path, count: int = 2):
     finally:
         _teardown(lab)
 
+
+
+def root_lab(tmp_path_factory, prefix: str):
+    """Body of a module-scoped `lab` fixture: a lab for root, a skip otherwise, and nothing
+    left behind (namespaces, sshd, host state) once the module's tests are done."""
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (creates network namespaces and runs sshd)")
+    with ssh_lab(tmp_path_factory.mktemp(prefix)) as built:
+        yield built
+    assert not built.leftovers(), built.leftovers()

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.sshd import ssh_lab
+from tests.sshd import root_lab
 
 pytestmark = pytest.mark.root
 
@@ -24,11 +24,7 @@ TBF_100MBIT_BYTES_S = 12_500_000
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (creates network namespaces and runs sshd)")
-    with ssh_lab(tmp_path_factory.mktemp("nbssh")) as built:
-        yield built
-    assert not built.leftovers(), built.leftovers()
+    yield from root_lab(tmp_path_factory, "nbssh")
 
 
 @pytest.fixture

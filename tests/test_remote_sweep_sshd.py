@@ -5,6 +5,7 @@ a host's worker dies or its SSH connection drops mid-run."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -13,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.sshd import ssh_lab
+from tests.sshd import root_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.tf]
 
@@ -22,11 +23,7 @@ QUICK = ("--warmup", "2", "--steps", "5", "--batch-size", "32", "--startup-timeo
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (creates network namespaces and runs sshd)")
-    with ssh_lab(tmp_path_factory.mktemp("nbsweep")) as built:
-        yield built
-    assert not built.leftovers(), built.leftovers()
+    yield from root_lab(tmp_path_factory, "nbsweep")
 
 
 def _in_netns(netns: str, needle: str, unless: str = " node ") -> list[int]:
@@ -101,42 +98,41 @@ def test_a_two_host_sweep_over_ssh_records_results_like_a_local_sweep(lab, tmp_p
     _assert_hosts_clean(lab)
 
 
-def test_a_worker_killed_on_a_host_fails_the_run_naming_the_host(lab, tmp_path):
-    inventory = str(lab.write_inventory())
-    out = tmp_path / "results"
-    child = lab.spawn_netbench("sweep", "--inventory", inventory, "--bandwidth", "1gbit",
+@contextlib.contextmanager
+def _endless_sweep(lab, out: Path):
+    """A 1gbit sweep over the lab that trains until something stops it; yields the child and
+    a dict that gets its stdout/stderr; never leaves it running."""
+    child = lab.spawn_netbench("sweep", "--inventory", str(lab.write_inventory()), "--bandwidth", "1gbit",
                                "--warmup", "2", "--steps", "100000", "--batch-size", "32", "--output", str(out))
+    output: dict[str, str] = {}
     try:
-        pid = _wait_for_worker(lab, lab.hosts[1], settle=12)
-        os.kill(pid, signal.SIGKILL)
-        stdout, stderr = child.communicate(timeout=120)
+        yield child, output
+        output["stdout"], output["stderr"] = child.communicate(timeout=120)
     finally:
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
-    assert child.returncode == 0, stdout[-2000:] + stderr[-2000:]
+
+
+def test_a_worker_killed_on_a_host_fails_the_run_naming_the_host(lab, tmp_path):
+    out = tmp_path / "results"
+    with _endless_sweep(lab, out) as (child, output):
+        os.kill(_wait_for_worker(lab, lab.hosts[1], settle=12), signal.SIGKILL)
+    assert child.returncode == 0, output["stdout"][-2000:] + output["stderr"][-2000:]
     (row,) = _rows(out)
     assert row["status"] == "failed" and row["error"].startswith("h2 worker1 exited with 137"), row
     _assert_hosts_clean(lab)
 
 
 def test_a_host_whose_ssh_connection_drops_fails_the_run_and_is_reset(lab, tmp_path):
-    inventory = str(lab.write_inventory())
     out = tmp_path / "results"
-    child = lab.spawn_netbench("sweep", "--inventory", inventory, "--bandwidth", "1gbit",
-                               "--warmup", "2", "--steps", "100000", "--batch-size", "32", "--output", str(out))
-    try:
+    with _endless_sweep(lab, out) as (child, output):
         worker = _wait_for_worker(lab, lab.hosts[1], settle=12)
         sessions = _in_netns(lab.hosts[1].netns, "sshd: ", unless="[listener]")
         assert sessions
         for pid in sessions:  # the controller's SSH sessions to h2 (sshd's listener stays up)
             os.kill(pid, signal.SIGKILL)
-        stdout, stderr = child.communicate(timeout=120)
-    finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-    assert child.returncode == 0, stdout[-2000:] + stderr[-2000:]
+    assert child.returncode == 0, output["stdout"][-2000:] + output["stderr"][-2000:]
     (row,) = _rows(out)
     assert row["status"] == "failed" and row["error"] == "host h2: SSH connection lost while worker1 ran there", row
     assert not os.path.exists(f"/proc/{worker}")  # h2 stopped its worker when the channel went away
