@@ -59,9 +59,7 @@ COMBINED = {"rate_mbit": 100, "delay_ms": 10}
 DELAY_TOL_MS = 0.5
 RATE_TOL_PCT = 5.0
 CONFIDENCE = 0.99
-IPERF_PORT = 5201
 UDP_PORT = 40123
-FRAME_OVERHEAD_BYTES = 66
 UDP_PAYLOAD = struct.Struct("!Q")
 UDP_BYTES = 64
 WAIT_POLL_S = 10.0
@@ -211,47 +209,30 @@ def wait_listening(proc, node, port: int, proto: str = "t", timeout: float = 10.
     raise RuntimeError(f"nothing listening on {needle} in {node.netns} after {timeout:g}s")
 
 
-def iperf(proc, client, server, seconds: int, workdir: Path) -> dict[str, Any]:
+def iperf(client, server, seconds: int, workdir: Path) -> dict[str, Any]:
     """One iperf3 TCP test client -> server; returns receiver/sender rates and retransmits."""
-    log = workdir / "iperf3-server.log"
-    with open(log, "wb") as fh:
-        srv = proc.spawn(["iperf3", "-s", "-1", "-B", server.address, "-p", str(IPERF_PORT)],
-                         netns=server.netns, stdout=fh, stderr=subprocess.STDOUT)
-    try:
-        wait_listening(proc, server, IPERF_PORT)
-        result = proc.run(["iperf3", "-c", server.address, "-B", client.address, "-p", str(IPERF_PORT),
-                           "-t", str(seconds), "-J"],
-                          netns=client.netns, timeout=seconds + 30, check=False)
-        try:
-            report = json.loads(result.stdout)
-        except json.JSONDecodeError:
-            raise RuntimeError(f"iperf3 gave no JSON: {(result.stderr or result.stdout).strip()[-300:]}") from None
-        if "error" in report:
-            raise RuntimeError(f"iperf3: {report['error']}")
-        end = report["end"]
-        intervals = [iv["sum"]["bits_per_second"] for iv in report.get("intervals", [])]
-        steady = intervals[1:] if len(intervals) > 1 else intervals
-        mss = report.get("start", {}).get("tcp_mss_default") or 1448
-        return {
-            "duration_s": seconds,
-            "tcp_mss": mss,
-            # tbf counts whole frames: MSS + TCP 20 + timestamps 12 + IP 20 + Ethernet 14
-            "goodput_per_wire": mss / (mss + FRAME_OVERHEAD_BYTES),
-            "receiver_bps": end["sum_received"]["bits_per_second"],
-            "sender_bps": end["sum_sent"]["bits_per_second"],
-            "retransmits": end["sum_sent"].get("retransmits"),
-            "sender_after_1s_bps": statistics.fmean(steady) if steady else None,
-            "interval_bps": intervals,
-            "max_snd_cwnd_bytes": max((st.get("sender", {}).get("max_snd_cwnd", 0)
-                                       for st in end.get("streams", [])), default=None),
-            "max_rtt_us": max((st.get("sender", {}).get("max_rtt", 0) for st in end.get("streams", [])),
-                              default=None),
-        }
-    finally:
-        try:
-            srv.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.stop(srv, grace=1.0)
+    from netbench.verify import DEFAULT_MSS, FRAME_OVERHEAD_BYTES, iperf3_report
+
+    report = iperf3_report(client, server, seconds, server_log=workdir / "iperf3-server.log")
+    end = report["end"]
+    intervals = [iv["sum"]["bits_per_second"] for iv in report.get("intervals", [])]
+    steady = intervals[1:] if len(intervals) > 1 else intervals
+    mss = report.get("start", {}).get("tcp_mss_default") or DEFAULT_MSS
+    return {
+        "duration_s": seconds,
+        "tcp_mss": mss,
+        # tbf counts whole frames: MSS + TCP 20 + timestamps 12 + IP 20 + Ethernet 14
+        "goodput_per_wire": mss / (mss + FRAME_OVERHEAD_BYTES),
+        "receiver_bps": end["sum_received"]["bits_per_second"],
+        "sender_bps": end["sum_sent"]["bits_per_second"],
+        "retransmits": end["sum_sent"].get("retransmits"),
+        "sender_after_1s_bps": statistics.fmean(steady) if steady else None,
+        "interval_bps": intervals,
+        "max_snd_cwnd_bytes": max((st.get("sender", {}).get("max_snd_cwnd", 0)
+                                   for st in end.get("streams", [])), default=None),
+        "max_rtt_us": max((st.get("sender", {}).get("max_rtt", 0) for st in end.get("streams", [])),
+                          default=None),
+    }
 
 
 def udp_oneway(proc, src, dst, count: int, pps: int) -> dict[str, Any]:
@@ -368,7 +349,7 @@ class Bench:
         rows = []
         for mbit in RATES_MBIT:
             profile = self.apply(rate_bps=mbit * 1_000_000)
-            data = iperf(self.proc, self.n1, self.n2, self.s.iperf_s, self.workdir)
+            data = iperf(self.n1, self.n2, self.s.iperf_s, self.workdir)
             stats = self.clear()
             err_pct = (data["receiver_bps"] / profile.rate_bps - 1.0) * 100.0
             wire_pct = (data["receiver_bps"] / data["goodput_per_wire"] / profile.rate_bps - 1.0) * 100.0
@@ -390,7 +371,7 @@ class Bench:
         pinger = self.proc.spawn(["ping", "-n", "-c", str(n_load), "-i", "0.1", "-W", "2", self.n2.address],
                                  netns=self.n1.netns, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            data = iperf(self.proc, self.n1, self.n2, self.s.iperf_s, self.workdir)
+            data = iperf(self.n1, self.n2, self.s.iperf_s, self.workdir)
             out, _ = pinger.communicate(timeout=30)
         finally:
             if pinger.poll() is None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from netbench import __version__
 from netbench.errors import UsageError
+from netbench.jobs.resources import Usage, totals
 
 # 2: strategy settings (ps, accum_steps), data, model size, computation/communication split,
 #    measured link beside the configured one (sweep --verify)
@@ -108,8 +109,6 @@ class RunResult:
     def _resource_cells(self) -> dict[str, Any]:
         """Mean CPU use over processes, the largest process, bytes over all nodes (empty
         without --sample-resources)."""
-        from netbench.jobs.resources import Usage, totals
-
         cells = totals([Usage(**{k: v for k, v in r.items() if k != "key"}) for r in self.resources])
         return {k: "" if v is None else (round(v, 4) if isinstance(v, float) else v) for k, v in cells.items()}
 

@@ -10,6 +10,7 @@ verdict; tolerances are stated in the rows so a reader can judge them.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import math
@@ -18,6 +19,7 @@ import statistics
 import subprocess
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
@@ -210,8 +212,17 @@ def measure(src: Node, dst: Node, settings: Settings = Settings()) -> Measured:
 
 def _iperf(src: Node, dst: Node, seconds: float) -> tuple[float, int]:
     """Receiver goodput (bits/s) of one iperf3 TCP test src -> dst, and the MSS it used."""
-    server = proc.spawn(["iperf3", "-s", "-1", "-B", dst.address, "-p", str(IPERF_PORT)], netns=dst.netns,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    report = iperf3_report(src, dst, seconds)
+    mss = report.get("start", {}).get("tcp_mss_default") or DEFAULT_MSS
+    return float(report["end"]["sum_received"]["bits_per_second"]), int(mss)
+
+
+def iperf3_report(src: Node, dst: Node, seconds: float, server_log: Path | None = None) -> dict:
+    """iperf3's JSON report of one TCP test src -> dst (server on dst, started and stopped
+    here; its output to `server_log` if given). A test that gives no report is an error."""
+    with open(server_log, "wb") if server_log else contextlib.nullcontext(subprocess.DEVNULL) as out:
+        server = proc.spawn(["iperf3", "-s", "-1", "-B", dst.address, "-p", str(IPERF_PORT)], netns=dst.netns,
+                            stdout=out, stderr=subprocess.STDOUT if server_log else subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10
         while f"{dst.address}:{IPERF_PORT}" not in proc.run(["ss", "-Hlnt"], netns=dst.netns, check=False).stdout:
@@ -226,8 +237,7 @@ def _iperf(src: Node, dst: Node, seconds: float) -> tuple[float, int]:
             raise NetbenchError(f"iperf3 gave no report: {(result.stderr or result.stdout).strip()[-200:]}") from None
         if "error" in report:
             raise NetbenchError(f"iperf3: {report['error']}")
-        mss = report.get("start", {}).get("tcp_mss_default") or DEFAULT_MSS
-        return float(report["end"]["sum_received"]["bits_per_second"]), int(mss)
+        return report
     finally:
         if server.poll() is None:
             proc.stop(server, grace=1.0)
