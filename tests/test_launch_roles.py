@@ -10,7 +10,7 @@ import sys
 import time
 
 from netbench.jobs.cluster import Task
-from netbench.jobs.launch import Timeouts, run_job
+from netbench.jobs.launch import LocalSpawner, Timeouts, run_job
 from netbench.journal import Journal
 
 SERVER = ("import json, os, time; print(json.dumps({'event': 'start', 'pid': os.getpid()}), flush=True); "
@@ -48,7 +48,7 @@ def test_job_ends_when_the_reporter_is_done_and_servers_are_stopped(tmp_path):
     tasks = [server("worker", 0), server("worker", 1), server("ps", 0),
              task("coordinator", 0, REPORTER.format(steps=3, pause=0.05), serves=False)]
     started = time.monotonic()
-    outcome = run_job(tasks, tmp_path / "logs", Journal(tmp_path / "state"), Timeouts(startup_s=60, step_s=30))
+    outcome = run_job(tasks, tmp_path / "logs", LocalSpawner(Journal(tmp_path / "state")), Timeouts(startup_s=60, step_s=30))
     assert outcome.status == "ok", outcome.error
     assert time.monotonic() - started < 30  # did not wait for the servers' 600 s
     starts = [e for e in outcome.events if e["event"] == "start"]
@@ -65,7 +65,7 @@ def test_job_ends_when_the_reporter_is_done_and_servers_are_stopped(tmp_path):
 
 def test_a_server_that_exits_fails_the_run(tmp_path):
     tasks = [server("worker", 0, life=0.5), task("coordinator", 0, REPORTER.format(steps=50, pause=0.2), False)]
-    outcome = run_job(tasks, tmp_path / "logs", Journal(tmp_path / "state"), Timeouts(startup_s=60, step_s=30))
+    outcome = run_job(tasks, tmp_path / "logs", LocalSpawner(Journal(tmp_path / "state")), Timeouts(startup_s=60, step_s=30))
     assert outcome.status == "failed"
     assert "worker0 exited with 0" in outcome.error
 
@@ -73,5 +73,5 @@ def test_a_server_that_exits_fails_the_run(tmp_path):
 def test_the_step_clock_follows_the_reporter_not_the_servers(tmp_path):
     # the reporter's steps are 2 s apart, longer than the 1 s step timeout
     tasks = [server("worker", 0), task("coordinator", 0, REPORTER.format(steps=3, pause=2.0), False)]
-    outcome = run_job(tasks, tmp_path / "logs", Journal(tmp_path / "state"), Timeouts(startup_s=60, step_s=1))
+    outcome = run_job(tasks, tmp_path / "logs", LocalSpawner(Journal(tmp_path / "state")), Timeouts(startup_s=60, step_s=1))
     assert outcome.status == "timeout" and "next step within 1s" in outcome.error

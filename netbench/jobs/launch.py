@@ -138,13 +138,10 @@ def _log_tail(path: Path | None, lines: int = 1) -> str:
     return " | ".join(text[-lines:])
 
 
-def run_job(tasks: list[Task], log_dir: Path, journal: Journal | Spawner, timeouts: Timeouts = Timeouts(),
+def run_job(tasks: list[Task], log_dir: Path, spawn: Spawner, timeouts: Timeouts = Timeouts(),
             on_event: Callable[[dict], None] | None = None, env: dict[str, str] | None = None) -> JobOutcome:
     """Run every task to completion (or failure); always stops every process it started.
-
-    `journal`: a Journal (tasks start on this machine, see LocalSpawner) or any Spawner.
-    """
-    spawn: Spawner = LocalSpawner(journal) if isinstance(journal, Journal) else journal
+    `spawn` starts each task where it runs (LocalSpawner: this machine's namespaces)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     sink: queue.Queue = queue.Queue()
     live: list[_Live] = []
