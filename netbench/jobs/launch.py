@@ -128,11 +128,12 @@ def _reader(position: int, task: Task, stream, sink: queue.Queue) -> None:
     sink.put((position, {"event": "_eof"}))
 
 
-def _log_tail(path: Path | None, lines: int = 1) -> str:
+def log_tail(path: Path | None, lines: int = 1) -> str:
+    """The last non-blank `lines` of a task's log, stripped and joined with ' | ' ('' if none)."""
     if path is None:
         return ""
     try:
-        text = [l for l in path.read_text(errors="replace").splitlines() if l.strip()]
+        text = [l.strip() for l in path.read_text(errors="replace").splitlines() if l.strip()]
     except OSError:
         return ""
     return " | ".join(text[-lines:])
@@ -199,7 +200,7 @@ def _collect(live: list[_Live], sink: queue.Queue, events: list[dict], timeouts:
             if item.error and reported is not None:
                 continue  # it exited after reporting its error: wait for a root cause a while longer
             if not item.done:
-                reason = item.error or _log_tail(item.log) or "no output"
+                reason = item.error or log_tail(item.log) or "no output"
                 return "failed", f"{item.task.node} {item.task.role}{item.task.index} exited with {code}: {reason}"
             continue
         events.append(event)

@@ -26,7 +26,7 @@ from netbench.emulation.apply import BackendChoice
 from netbench.errors import NetbenchError, UsageError
 from netbench.inventory import Host, Inventory
 from netbench.jobs.cluster import COORDINATOR, PS, JobSpec, Task, nodes_needed, placement
-from netbench.jobs.launch import TaskLost
+from netbench.jobs.launch import TaskLost, log_tail
 from netbench.lease import DEFAULT_LEASE_S
 from netbench.testbed.remote import HostConnection, StreamingCommand
 from netbench.testbed.topology import Node, Topology
@@ -122,8 +122,8 @@ class RemoteTask:
         if not first.startswith(TASK_MARK.encode()):
             code = stream.exit_status(5.0)
             self._log_thread.join(timeout=5.0)
-            detail = _last_line(log) or (f"exit status {code}" if code not in (None, -1) else "no answer")
-            if code == 127 and not _last_line(log):
+            detail = log_tail(log) or (f"exit status {code}" if code not in (None, -1) else "no answer")
+            if code == 127 and not log_tail(log):
                 detail = "netbench is not installed there (run 'netbench provision --inventory ...')"
             if not conn.connected:
                 detail = "SSH connection lost"
@@ -165,14 +165,6 @@ class RemoteTask:
                 self.stream.exit_status(5.0)
         self.stream.close()
         self._log_thread.join(timeout=2.0)
-
-
-def _last_line(path: Path) -> str:
-    try:
-        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
-    return lines[-1] if lines else ""
 
 
 # ---------------------------------------------------------------- the testbed
