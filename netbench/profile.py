@@ -24,6 +24,8 @@ from netbench.errors import ProfileError
 from netbench.yamlfile import read_yaml
 
 MAX_DELAY_US = 10_000_000  # 10 s one-way: beyond this TCP and gRPC time out anyway
+# netem keeps jitter as a signed 32-bit count of nanoseconds; kernels clamp more to this
+MAX_JITTER_US = (2**31 - 1) // 1000
 MIN_RATE_BPS = 8_000  # 8 kbit/s: a token bucket below one packet a second is meaningless
 MAX_RATE_BPS = 100_000_000_000  # 100 gbit/s
 
@@ -214,6 +216,9 @@ def validate(profile: Profile, source: str, keys: Mapping[str, str] | None = Non
     if profile.delay_us > MAX_DELAY_US:
         raise fail("delay_us", f"{units.format_duration_us(profile.delay_us)} is absurd "
                    "(over 10s one-way)", "use a one-way delay of at most 10s, e.g. 100ms")
+    if profile.jitter_us > MAX_JITTER_US:
+        raise fail("jitter_us", f"jitter {units.format_duration_us(profile.jitter_us)} is more than netem can "
+                   f"hold ({units.format_duration_us(MAX_JITTER_US)})", "use a jitter of at most 2s")
     if profile.jitter_us > profile.delay_us:
         raise fail("jitter_us", f"jitter {units.format_duration_us(profile.jitter_us)} exceeds "
                    f"delay {units.format_duration_us(profile.delay_us)}",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from netbench import units
-from netbench.profile import DISTRIBUTIONS, MAX_DELAY_US, Profile
+from netbench.profile import DISTRIBUTIONS, MAX_DELAY_US, MAX_JITTER_US, Profile
 
 exact_durations = st.one_of(st.integers(0, 999_999), st.integers(0, MAX_DELAY_US // 10).map(lambda k: k * 10))
 exact_rates = st.builds(lambda m, e: m * 10**e, st.integers(8, 999_999), st.integers(3, 5)).filter(
@@ -20,7 +20,7 @@ def valid_profiles(draw, netem: bool = True, durations=exact_durations, rates=ex
                    peers=("n1", "n2", "192.0.2.0/24")):
     """Valid profiles; with netem=False only the fields every backend emulates."""
     delay = draw(durations)
-    jitter = draw(durations.filter(lambda j: j <= delay))
+    jitter = draw(durations.filter(lambda j: j <= min(delay, MAX_JITTER_US)))
     fields = dict(name=draw(names), description=draw(st.sampled_from(["", "a link", "yes", "10ms"])),
                   delay_us=delay, jitter_us=jitter, rate_bps=draw(st.one_of(st.none(), rates)))
     if not netem:

@@ -82,6 +82,7 @@ BAD_VALUES = [
     ("rate: 250\n", "rate", "needs a unit"),
     ("delay: 1ms\njitter: 2ms\n", "jitter", "exceeds delay"),
     ("jitter: 1ms\n", "jitter", "exceeds delay"),
+    ("delay: 5s\njitter: 2148ms\n", "jitter", "more than netem can hold (2147.483ms)"),
     ("name: ''\ndelay: 1ms\n", "name", "non-empty"),
     ("name: 5\ndelay: 1ms\n", "name", "non-empty"),
     ("description: [a]\n", "description", "string"),
