@@ -182,8 +182,9 @@ def apply_inventory(inventory: Inventory, conns: Sequence[HostConnection], plann
                     lease_s: float = 0.0, force: bool = False, holder: str | None = None,
                     takeover: bool = False) -> RemoteApply:
     """Send each host its plan, with the lease taken for `holder` (the controller session's
-    token). If any host fails, the hosts that succeeded are reset, so a failed apply leaves
-    every host as it was, and the first error is raised."""
+    token). If any host fails, it undoes its own changes and the hosts that succeeded are
+    reset, so a failed apply leaves every host unshaped, and the first apply error is raised
+    (a reset that fails too is named in its hint)."""
     by_name = {h.name: h for h in inventory.hosts}
 
     def one(conn: HostConnection) -> dict[str, Any]:
@@ -194,7 +195,11 @@ def apply_inventory(inventory: Inventory, conns: Sequence[HostConnection], plann
     results = in_parallel(conns, one)
     if any(isinstance(r, Exception) for r in results.values()):
         applied = [c for c in conns if not isinstance(results[c.name], Exception)]
-        reset_inventory(inventory, applied)
+        try:
+            reset_inventory(inventory, applied)
+        except NetbenchError as exc:
+            first = next(r for r in results.values() if isinstance(r, Exception))
+            first.hint = "; ".join(filter(None, [getattr(first, "hint", None), f"resetting the others: {exc.message}"]))
         _raise_first(results)
     planned.results = results  # type: ignore[assignment]
     return planned

@@ -126,7 +126,8 @@ def apply_plan(plan: list[ch.Change], journal: Journal, *, lease_s: float = 0.0,
                takeover: bool = False) -> dict[str, Any]:
     """Apply a controller's plan on this host; with `lease_s` > 0 take a lease for `holder`
     and make sure a lease watcher runs. An unexpired lease another holder has is refused
-    unless `takeover`. Returns what was done, as JSON-able data."""
+    unless `takeover`. If applying fails, this host's changes are undone before the error is
+    raised. Returns what was done, as JSON-able data."""
     from netbench.emulation.apply import real_executor
 
     guard_control_path(plan, control_interfaces(environ), force)
@@ -134,16 +135,20 @@ def apply_plan(plan: list[ch.Change], journal: Journal, *, lease_s: float = 0.0,
         holder = (ssh_endpoints(environ) or ("local",))[0]
     with Lock(journal.dir):
         check_holder(lease.read(journal.dir), holder, takeover)
-        netns = attach_own_netns(journal)
-        bound = bind_plan(plan, netns)
-        executor = real_executor(journal, detach_engines=True)
-        executor.apply(bound)
-        watcher = None
-        if lease_s > 0:
-            lease.write(journal.dir, lease_s, holder=holder)
-            watcher = _ensure_watcher(journal)
-        else:
-            lease.release(journal.dir)
+        try:
+            netns = attach_own_netns(journal)
+            bound = bind_plan(plan, netns)
+            executor = real_executor(journal, detach_engines=True)
+            executor.apply(bound)
+            watcher = None
+            if lease_s > 0:
+                lease.write(journal.dir, lease_s, holder=holder)
+                watcher = _ensure_watcher(journal)
+            else:
+                lease.release(journal.dir)
+        except Exception as exc:
+            _undo_failed_apply(journal, exc)
+            raise
     return {"applied": [c.describe() for c in bound], "lease_s": lease_s, "watcher_pid": watcher}
 
 
@@ -156,6 +161,17 @@ def check_holder(state: lease.LeaseState, holder: str, takeover: bool) -> None:
                      f"expires in {state.remaining_s:.0f} s unless renewed",
                      hint="another controller drives this host: wait for it, or pass --takeover "
                           "if it is gone")
+
+
+def _undo_failed_apply(journal: Journal, exc: Exception) -> None:
+    """Reset this host after a failed apply (the lock is held); a failure to do so is added
+    to the apply error's hint, never raised in its place."""
+    try:
+        reset_host(journal)
+    except Exception as undo:  # noqa: BLE001 - the apply error is the one to report
+        if isinstance(exc, NetbenchError):
+            note = f"undoing the partial apply also failed: {undo}; run 'netbench node reset'"
+            exc.hint = f"{exc.hint}; {note}" if exc.hint else note
 
 
 def _live_watchers(journal: Journal) -> list[int]:

@@ -357,6 +357,26 @@ def test_apply_names_its_holder_and_passes_takeover():
         assert command.endswith("apply --json --lease 30 --holder me@ctl:1:ab --takeover")
 
 
+def test_a_failed_reset_of_the_others_does_not_hide_the_apply_error():
+    a = FakeHost("a", [(" info ", _info()), (" apply ", ok_json({})), (" reset ", failed("reset broke"))])
+    b = FakeHost("b", [(" info ", _info()), (" apply ", failed("tc: quantum too big"))])
+    planned = remote.plan_inventory(INV, [a, b], Profile(name="r", rate_bps=10**8), None)
+    with pytest.raises(remote.RemoteError, match="^host b: tc: quantum too big") as info:
+        remote.apply_inventory(INV, [a, b], planned)
+    assert "host a: reset broke" in info.value.hint
+
+
+class _FailingExecutor:
+    """Journals and makes the first change, then fails on the second (as a kernel refusal would)."""
+
+    def __init__(self, journal):
+        self.journal = journal
+
+    def apply(self, plan):
+        self.journal.record("qdisc", netns="nbhost-test-none", ifname="eth1", handle="4e42:")
+        raise EmulationError("netlink: Invalid argument (tbf burst)")
+
+
 def _host_apply(tmp_path, monkeypatch, executor=None, **kwargs):
     """`apply_plan` on a journal in tmp_path with the kernel left out: returns the journal,
     the plans the executor got, and a function that applies (keywords override)."""
@@ -379,6 +399,28 @@ def _host_apply(tmp_path, monkeypatch, executor=None, **kwargs):
     monkeypatch.setattr(apply_mod, "real_executor", lambda j, detach_engines=False: (executor or Recorder)(j))
     plan = [ch.ClearQdisc("a", HOST_NETNS, "eth1")]
     return journal, applied, lambda **more: remote_node.apply_plan(plan, journal, environ={}, **{**kwargs, **more})
+
+
+def test_a_host_whose_apply_fails_undoes_its_own_changes(tmp_path, monkeypatch):
+    journal, _, apply = _host_apply(tmp_path, monkeypatch, executor=_FailingExecutor, lease_s=30, holder="c1")
+    with pytest.raises(EmulationError, match="tbf burst"):
+        apply()
+    assert journal.pending() == [] and not lease.read(tmp_path).held
+
+
+def test_a_failed_undo_does_not_hide_the_apply_error(tmp_path, monkeypatch):
+    from netbench import remote_node
+    from netbench.errors import StateError
+
+    _, _, apply = _host_apply(tmp_path, monkeypatch, executor=_FailingExecutor, lease_s=30, holder="c1")
+
+    def broken_reset(journal, keep_pid=None):
+        raise StateError("journal unreadable")
+
+    monkeypatch.setattr(remote_node, "reset_host", broken_reset)
+    with pytest.raises(EmulationError, match="tbf burst") as info:
+        apply()
+    assert "journal unreadable" in info.value.hint
 
 
 def test_node_apply_refuses_a_lease_another_controller_holds_unless_taken_over(tmp_path, monkeypatch):
