@@ -503,7 +503,7 @@ def reset_cmd() -> None:
 def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, verify_points, sample_resources, dry_run,
-          metrics_port, metrics_address, inventory, insecure_host_keys) -> None:
+          metrics_port, metrics_address, inventory, insecure_host_keys, takeover) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
@@ -541,10 +541,12 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
                          timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points)
     if inventory is not None:
-        _run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port, metrics_address)
+        _run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port, metrics_address, takeover)
         return
     if insecure_host_keys:
         raise UsageError("flag --insecure-host-keys: only with --inventory")
+    if takeover:
+        raise UsageError("flag --takeover: only with --inventory")
     if dry_run:
         _print_sweep_plan(config)
         return
@@ -553,11 +555,12 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
     _run_with_view(config, metrics_port, metrics_address)
 
 
-def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metrics_port, metrics_address) -> list:
+def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metrics_port, metrics_address,
+                  takeover: bool = False) -> list:
     """A sweep or playbook on the inventory's SSH hosts (the controller needs no root)."""
     from netbench.remote_cli import hosts_testbed, print_hosts_plan
 
-    with hosts_testbed(inventory, insecure, config) as hosts:
+    with hosts_testbed(inventory, insecure, config, takeover) as hosts:
         if dry_run:
             print_hosts_plan(config, hosts.inventory)
             return []
@@ -692,7 +695,7 @@ def _playbook_state(output: Path) -> dict | None:
 @handle_errors
 def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, verify_points: bool,
                  metrics_port: int | None, metrics_address: str | None, sample_resources: float | None,
-                 dry_run: bool, inventory: Path | None, insecure_host_keys: bool) -> None:
+                 dry_run: bool, inventory: Path | None, insecure_host_keys: bool, takeover: bool) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
 
     An interrupted playbook resumes: run it again with the same results folder and the
@@ -737,6 +740,8 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     if inventory is None:
         if insecure_host_keys:
             raise UsageError("flag --insecure-host-keys: only with --inventory")
+        if takeover:
+            raise UsageError("flag --takeover: only with --inventory")
         require_root()
     _sigterm_as_interrupt()
     from netbench.runner import SweepConfig
@@ -760,7 +765,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                  f"{len(runs) - len(todo)} already done, {len(todo)} to run")
 
     if inventory is not None:
-        results = _run_on_hosts(config, inventory, insecure_host_keys, False, metrics_port, metrics_address)
+        results = _run_on_hosts(config, inventory, insecure_host_keys, False, metrics_port, metrics_address, takeover)
     else:
         results = _run_with_view(config, metrics_port, metrics_address)
     record["sessions"][-1].update(ended=time.time(), completed=len(results))

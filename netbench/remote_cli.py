@@ -26,6 +26,8 @@ from netbench.errors import NetbenchError, UsageError
 
 INVENTORY_HELP = "Drive the SSH hosts of this inventory (YAML) instead of the local testbed."
 INSECURE_HELP = "Accept any SSH host key (default: verify against known_hosts)."
+TAKEOVER_HELP = ("With --inventory: apply even to hosts whose unexpired lease another controller holds "
+                 "(one that is gone, or one you mean to stop).")
 
 
 def _node_errors(func):
@@ -79,9 +81,11 @@ def node_info(interface: str | None, no_probe: bool) -> None:
 @click.option("--lease", "lease_s", default=0.0, show_default=True, type=click.FloatRange(0, 86400),
               help="Seconds the shaping survives without renewal (0: no lease).")
 @click.option("--force", is_flag=True, help="Shape even the interface carrying this SSH session.")
+@click.option("--holder", help="Who takes the lease: the controller session's token [default: the SSH client address].")
+@click.option("--takeover", is_flag=True, help="Apply even over an unexpired lease another holder has.")
 @click.pass_obj
 @_node_errors
-def node_apply(journal, as_json: bool, lease_s: float, force: bool) -> None:
+def node_apply(journal, as_json: bool, lease_s: float, force: bool, holder: str | None, takeover: bool) -> None:
     """Apply a change plan (JSON on stdin) to this host, into its own journal.
 
     Example: netbench node apply --json --lease 60 < plan.json
@@ -92,7 +96,7 @@ def node_apply(journal, as_json: bool, lease_s: float, force: bool) -> None:
 
     plan = plan_from_json(sys.stdin.read())
     require_root()
-    _emit(apply_plan(plan, journal, lease_s=lease_s, force=force))
+    _emit(apply_plan(plan, journal, lease_s=lease_s, force=force, holder=holder, takeover=takeover))
 
 
 @node.command("show")
@@ -170,10 +174,14 @@ def node_lease_watch(journal) -> None:
 
     Example: netbench node lease-watch
     """
+    from netbench import lease
     from netbench.remote_node import watch_lease
 
+    def report(exc: Exception) -> None:  # this process's output goes to lease-watch.log
+        console.plain(json.dumps({"event": "revert failed", "error": str(exc), "retry_s": lease.REVERT_RETRY_S}))
+
     started = time.time()
-    outcome = watch_lease(journal)
+    outcome = watch_lease(journal, on_error=report)
     console.plain(json.dumps({"event": f"lease {outcome}", "after_s": round(time.time() - started, 3)}))
 
 
@@ -219,6 +227,7 @@ APPLY_EXTRA = (
              "hosts revert by themselves if it is not renewed. 0: no lease, return at once."),
     Opt("force", "--force", is_flag=True, default=None,
         help="With --inventory: shape even an interface that carries the SSH connection."),
+    Opt("takeover", "--takeover", is_flag=True, default=None, help=TAKEOVER_HELP),
 )
 
 
@@ -238,10 +247,10 @@ def _close(conns) -> None:
             pass
 
 
-def remote_apply(*, inventory, insecure_host_keys, lease, force, profile_file, latency, jitter, bandwidth, loss,
-                 backend, dry_run) -> None:
+def remote_apply(*, inventory, insecure_host_keys, lease, force, takeover, profile_file, latency, jitter, bandwidth,
+                 loss, backend, dry_run) -> None:
     from netbench import remote
-    from netbench.lease import DEFAULT_LEASE_S
+    from netbench.lease import DEFAULT_LEASE_S, new_holder
     from netbench.profile import load_profile, profile_from_flags
 
     base = load_profile(profile_file) if profile_file else None
@@ -251,7 +260,9 @@ def remote_apply(*, inventory, insecure_host_keys, lease, force, profile_file, l
                          "--bandwidth, --loss", hint="e.g. netbench apply --inventory hosts.yaml --bandwidth 100mbit")
     lease_s = DEFAULT_LEASE_S if lease is None else lease
     inv, conns = _open(inventory, insecure_host_keys)
+    holder = new_holder()
     try:
+        remote.check_lease(lease_s, len(inv.hosts))
         if dry_run and backend != "auto":  # the backend is given: plan without contacting any host
             topology = remote.hosts_topology(inv)
             planned = remote.RemoteApply(backends={h.name: backend for h in inv.hosts},
@@ -270,33 +281,46 @@ def remote_apply(*, inventory, insecure_host_keys, lease, force, profile_file, l
         if dry_run:
             console.info("[yellow]dry run[/]: no host was changed")
             return
-        remote.apply_inventory(inv, conns, planned, lease_s=lease_s, force=bool(force))
+        remote.apply_inventory(inv, conns, planned, lease_s=lease_s, force=bool(force), holder=holder,
+                               takeover=bool(takeover))
         console.info(f"[green]applied[/] profile {profile.name} ({profile.label()}) to {len(conns)} host(s)")
         if lease_s <= 0:
             console.info("no lease: it stays until 'netbench reset --inventory ...'")
             return
-        _hold(inv, conns, lease_s)
+        _hold(inv, conns, lease_s, holder)
     finally:
         _close(conns)
 
 
-def _hold(inv, conns, lease_s: float) -> None:
-    """Renew the lease until Ctrl-C or SIGTERM, then revert every host."""
+def _hold(inv, conns, lease_s: float, holder: str) -> None:
+    """Renew the lease until Ctrl-C or SIGTERM, then revert every host. Renewal failures are
+    shown as they come and go."""
+    from rich.markup import escape
+
     from netbench import remote
     from netbench.cli import _sigterm_as_interrupt
 
     _sigterm_as_interrupt()
-    console.info(f"holding a {lease_s:g} s lease on every host; Ctrl-C reverts them "
+    console.info(f"holding a {lease_s:g} s lease on every host as {escape(holder)}; Ctrl-C reverts them "
                  "(if this process dies, each host reverts by itself when the lease runs out)")
-    keeper = remote.LeaseKeeper(inv, conns, lease_s)
+    keeper = remote.LeaseKeeper(inv, conns, lease_s, holder)
+    shown: dict[str, str] = {}
     try:
         with keeper:
             while not keeper.lost:
+                failures = dict(keeper.failures)
+                for name, why in failures.items():
+                    if shown.get(name) != why:
+                        console.info(f"[yellow]{escape(why)}[/] (the host reverts by itself if this lasts {lease_s:g} s)")
+                for name in set(shown) - set(failures):
+                    console.info(f"host {name}: lease renewed again")
+                shown = failures
                 time.sleep(0.2)
     except KeyboardInterrupt:
         pass
-    removed = remote.reset_inventory(inv, conns)
-    console.info(f"reverted {', '.join(removed)}")
+    # a lost host reverted by itself or is another controller's now: leave it alone
+    removed = remote.reset_inventory(inv, [c for c in conns if c.name not in keeper.lost])
+    console.info(f"reverted {', '.join(removed) or 'no host'}")
     if keeper.lost:
         lost = "; ".join(f"{name}: {why}" for name, why in keeper.lost.items())
         raise NetbenchError(f"lost the lease on {lost}", hint="renewals did not reach the host in time")
@@ -389,11 +413,12 @@ def remote_doctor(*, inventory, insecure_host_keys, as_json, no_tensorflow) -> N
 # ---------------------------------------------------------------- sweeps and playbooks over hosts
 
 def hosts_options(func):
-    """--inventory and --insecure-host-keys for sweep and run (their own bodies use them)."""
+    """--inventory, --insecure-host-keys and --takeover for sweep and run (their own bodies use them)."""
     for option in reversed([
         click.option("--inventory", type=click.Path(dir_okay=False, path_type=Path),
                      help="Run on the SSH hosts of this inventory (YAML) instead of the local testbed."),
         click.option("--insecure-host-keys", is_flag=True, help=INSECURE_HELP),
+        click.option("--takeover", is_flag=True, help=TAKEOVER_HELP),
     ]):
         func = option(func)
     return func
@@ -414,7 +439,7 @@ def check_on_hosts(config, inventory_path: Path):
 
 
 @contextlib.contextmanager
-def hosts_testbed(inventory_path: Path, insecure: bool, config):
+def hosts_testbed(inventory_path: Path, insecure: bool, config, takeover: bool = False):
     """The inventory's hosts as the sweep's testbed; every run is placed on hosts first
     (pure checks, no connection), and the connections are closed afterwards."""
     from netbench.testbed.hosts import HostsTestbed
@@ -423,7 +448,7 @@ def hosts_testbed(inventory_path: Path, insecure: bool, config):
     inventory = check_on_hosts(config, inventory_path)
     conns = connect_all(inventory, insecure_host_keys=insecure)  # connects on first use
     try:
-        yield HostsTestbed(inventory, conns, config.backend)
+        yield HostsTestbed(inventory, conns, config.backend, takeover=takeover)
     finally:
         _close(conns)
 

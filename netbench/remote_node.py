@@ -25,7 +25,7 @@ from typing import Any
 
 from netbench import __version__, lease, proc
 from netbench.emulation import changes as ch
-from netbench.errors import NetbenchError, UsageError
+from netbench.errors import NetbenchError, StateError, UsageError
 from netbench.journal import Journal, Lock
 from netbench.testbed.topology import Node, Topology
 
@@ -122,24 +122,56 @@ def guard_control_path(plan: list[ch.Change], protected: set[str], force: bool) 
 
 
 def apply_plan(plan: list[ch.Change], journal: Journal, *, lease_s: float = 0.0, force: bool = False,
-               environ: dict[str, str] | None = None) -> dict[str, Any]:
-    """Apply a controller's plan on this host; with `lease_s` > 0 take a lease and make sure
-    a lease watcher runs. Returns what was done, as JSON-able data."""
+               environ: dict[str, str] | None = None, holder: str | None = None,
+               takeover: bool = False) -> dict[str, Any]:
+    """Apply a controller's plan on this host; with `lease_s` > 0 take a lease for `holder`
+    and make sure a lease watcher runs. An unexpired lease another holder has is refused
+    unless `takeover`. If applying fails, this host's changes are undone before the error is
+    raised. Returns what was done, as JSON-able data."""
     from netbench.emulation.apply import real_executor
 
     guard_control_path(plan, control_interfaces(environ), force)
+    if holder is None:
+        holder = (ssh_endpoints(environ) or ("local",))[0]
     with Lock(journal.dir):
-        netns = attach_own_netns(journal)
-        bound = bind_plan(plan, netns)
-        executor = real_executor(journal, detach_engines=True)
-        executor.apply(bound)
-        watcher = None
-        if lease_s > 0:
-            lease.write(journal.dir, lease_s, holder=(ssh_endpoints(environ) or ("local",))[0])
-            watcher = _ensure_watcher(journal)
-        else:
-            lease.release(journal.dir)
+        check_holder(lease.read(journal.dir), holder, takeover)
+        try:
+            netns = attach_own_netns(journal)
+            bound = bind_plan(plan, netns)
+            executor = real_executor(journal, detach_engines=True)
+            executor.apply(bound)
+            watcher = None
+            if lease_s > 0:
+                lease.write(journal.dir, lease_s, holder=holder)
+                watcher = _ensure_watcher(journal)
+            else:
+                lease.release(journal.dir)
+        except Exception as exc:
+            _undo_failed_apply(journal, exc)
+            raise
     return {"applied": [c.describe() for c in bound], "lease_s": lease_s, "watcher_pid": watcher}
+
+
+def check_holder(state: lease.LeaseState, holder: str, takeover: bool) -> None:
+    """Refuse to change a host whose unexpired lease another controller holds (pure)."""
+    if not state.held or state.expired or state.holder == holder or takeover:
+        return
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.taken)) if state.taken else "?"
+    raise StateError(f"lease held by {state.holder or 'an unnamed holder'} since {since}, "
+                     f"expires in {state.remaining_s:.0f} s unless renewed",
+                     hint="another controller drives this host: wait for it, or pass --takeover "
+                          "if it is gone")
+
+
+def _undo_failed_apply(journal: Journal, exc: Exception) -> None:
+    """Reset this host after a failed apply (the lock is held); a failure to do so is added
+    to the apply error's hint, never raised in its place."""
+    try:
+        reset_host(journal)
+    except Exception as undo:  # noqa: BLE001 - the apply error is the one to report
+        if isinstance(exc, NetbenchError):
+            note = f"undoing the partial apply also failed: {undo}; run 'netbench node reset'"
+            exc.hint = f"{exc.hint}; {note}" if exc.hint else note
 
 
 def _live_watchers(journal: Journal) -> list[int]:
@@ -148,6 +180,9 @@ def _live_watchers(journal: Journal) -> list[int]:
 
 
 def _ensure_watcher(journal: Journal) -> int:
+    # A live watcher is reused even when it was about to revert: it looks at the lease again
+    # under the lock (held here) before reverting, so it sees the fresh lease and watches on;
+    # one that has reverted marked its journal entry done, so it is not found here.
     live = _live_watchers(journal)
     if live:
         return live[0]
@@ -254,21 +289,24 @@ def host_info(interface: str | None = None, probe: bool = True) -> dict[str, Any
     return info
 
 
-def watch_lease(journal: Journal) -> str:
-    """Run until the lease expires (then reset this host) or is released."""
-    def revert() -> None:
+def watch_lease(journal: Journal, on_error=None) -> str:
+    """Run until the lease expires (then reset this host) or is released; a failed reset is
+    reported to `on_error` and tried again."""
+    def revert() -> bool:
         while True:  # an apply or reset in progress holds the lock: wait for it
             try:
                 with Lock(journal.dir):
-                    reset_host(journal, keep_pid=os.getpid())
-                return
+                    # look again under the lock: an apply that held it may have taken a fresh lease
+                    if not lease.read(journal.dir).expired:
+                        return False
+                    reset_host(journal, keep_pid=os.getpid())  # releases the lease too
+                return True
             except NetbenchError as exc:
                 if "another netbench command" not in exc.message:
                     raise
                 time.sleep(0.2)
 
-    return lease.watch(journal.dir, revert)
-
+    return lease.watch(journal.dir, revert, on_error=on_error)
 
 
 TASK_MARK = "netbench-task"  # the first stdout line of `node task`: "netbench-task pid=N"

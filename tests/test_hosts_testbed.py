@@ -54,7 +54,7 @@ def fake_hosts(streams: dict[str, object] | None = None) -> list[FakeHost]:
     for name in ("a", "b"):
         host = FakeHost(name, [(" info ", ok_json(info())), (" apply ", ok_json({"applied": []})),
                                (" reset ", ok_json({"removed": ["qdisc 4e42: on nbhost-1/eth1"]})),
-                               ("touch", ok_json({}))])
+                               ("netbench.lease renew", ok_json({}))])
         make = (streams or {}).get(name) or (lambda command, n=len(hosts): task_stream(100 + n, *steps()))
         host.streams = [(" task ", make)]
         hosts.append(host)
@@ -207,12 +207,13 @@ def _config(tmp_path, *profiles: Profile) -> SweepConfig:
 def test_a_sweep_over_hosts_applies_each_point_records_results_and_resets_every_host(tmp_path):
     hosts = fake_hosts()
     config = _config(tmp_path, Profile(name="r100", rate_bps=10**8), Profile(name="r20", rate_bps=2 * 10**7))
-    results = run_sweep(config, testbed=HostsTestbed(INV, hosts))
+    testbed = HostsTestbed(INV, hosts)
+    results = run_sweep(config, testbed=testbed)
     assert [r.status for r in results] == ["ok", "ok"] and results[0].backend == "userspace"
     assert results[0].stats["steps"] == 3 and results[0].stats["images_per_sec"] > 0
     for host in hosts:
-        applies = host.ran(" apply ")
-        assert len(applies) == 2 and all(c.endswith("--lease 60") for c, _ in applies)
+        applies = host.ran(" apply ")  # one holder token for the whole sweep
+        assert len(applies) == 2 and all(c.endswith(f"--lease 60 --holder {testbed.holder}") for c, _ in applies)
         assert '"rate_bps": 20000000' in applies[1][1]
         assert host.commands[-1][0].endswith("reset --json")  # the last thing done on every host
     with open(tmp_path / "out" / "results.csv", newline="") as fh:
@@ -351,3 +352,16 @@ def test_a_playbook_over_too_small_an_inventory_is_refused_before_its_folder_is_
     assert result.exit_code == 2, result.output
     assert f"{inv}: hosts: strategy allreduce with 2 workers needs 2 hosts, the inventory has 1" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_finish_leaves_alone_a_host_whose_lease_another_controller_took_over():
+    from types import SimpleNamespace
+
+    hosts = fake_hosts()
+    testbed = HostsTestbed(INV, hosts)
+    testbed.applied = True
+    testbed.keeper = SimpleNamespace(lost={"a": "another controller took it over (held by x@y:1:ab)"},
+                                     __exit__=lambda *exc: None)
+    notes = []
+    testbed.finish(notes.append)
+    assert not hosts[0].ran(" reset ") and hosts[1].ran(" reset ")

@@ -181,13 +181,17 @@ class HostsTestbed:
     kind = "hosts"
 
     def __init__(self, inventory: Inventory, conns: Sequence[HostConnection], backend: str | None = None,
-                 lease_s: float = DEFAULT_LEASE_S) -> None:
+                 lease_s: float = DEFAULT_LEASE_S, takeover: bool = False) -> None:
+        from netbench.lease import new_holder
+
         self.inventory = inventory
         self.conns = list(conns)
         self.by_name = {h.name: h for h in inventory.hosts}
         self.conn_by_name = {c.name: c for c in self.conns}
         self.requested = backend
         self.lease_s = lease_s
+        self.holder = new_holder()  # this sweep's lease token on every host
+        self.takeover = takeover
         self.planned: _Applied | None = None
         self.keeper = None
         self.applied = False
@@ -229,9 +233,10 @@ class HostsTestbed:
             raise remote.RemoteError(f"lost the lease on {lost}", hint="renewals did not reach the host in time")
         planned = remote.RemoteApply(backends=self.planned.backends, plans=self.planned.plans[run.run_id])
         self.applied = True
-        remote.apply_inventory(self.inventory, self.conns, planned, lease_s=self.lease_s)
+        remote.apply_inventory(self.inventory, self.conns, planned, lease_s=self.lease_s, holder=self.holder,
+                               takeover=self.takeover)
         if self.keeper is None and self.lease_s > 0:
-            self.keeper = remote.LeaseKeeper(self.inventory, self.conns, self.lease_s).__enter__()
+            self.keeper = remote.LeaseKeeper(self.inventory, self.conns, self.lease_s, self.holder).__enter__()
 
     def spawn(self, task: Task, log: Path, env: dict) -> RemoteTask:
         host, conn = self.by_name[task.node], self.conn_by_name[task.node]
@@ -253,7 +258,9 @@ class HostsTestbed:
             self.keeper.__exit__(None, None, None)
         if not self.applied:
             return
-        results = remote.in_parallel(self.conns, lambda c: remote.call_node(c, self.by_name[c.name],
+        lost = self.keeper.lost if self.keeper is not None else {}  # reverted, or another controller's now
+        conns = [c for c in self.conns if c.name not in lost]
+        results = remote.in_parallel(conns, lambda c: remote.call_node(c, self.by_name[c.name],
                                                                             ["reset", "--json"]))
         for name, result in results.items():
             if isinstance(result, Exception):

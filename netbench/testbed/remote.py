@@ -20,6 +20,7 @@ from netbench.errors import TestbedError
 from netbench.inventory import Host, Inventory
 
 CONNECT_TIMEOUT_S = 10.0
+KEEPALIVE_S = 15.0  # seconds of silence before an SSH keepalive goes out
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
 
 
@@ -146,8 +147,18 @@ class FabricHost:
             raise TestbedError(f"host {self.name} ({self.target}): cannot connect: {exc.strerror or exc}",
                                hint="is sshd running there, and the port right?") from None
 
+    def _bound_session(self) -> None:
+        """Bound every channel open on this connection (paramiko waits up to an hour by
+        default, which would stall a lease renewal) and send SSH keepalives, so idle control
+        connections survive NAT and firewall timeouts through a long sweep."""
+        transport = self.conn.transport
+        if transport is not None and transport.channel_timeout != CONNECT_TIMEOUT_S:
+            transport.channel_timeout = CONNECT_TIMEOUT_S
+            transport.set_keepalive(KEEPALIVE_S)
+
     def run(self, command: str, *, input: str | None = None, timeout: float | None = None) -> CommandResult:
         self._open()
+        self._bound_session()
         from invoke.exceptions import CommandTimedOut
 
         try:
@@ -166,6 +177,7 @@ class FabricHost:
     def start(self, command: str) -> ChannelCommand:
         """Start `command` on its own session channel and return at once (output streams)."""
         self._open()
+        self._bound_session()
         import paramiko
 
         try:
