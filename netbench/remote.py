@@ -41,9 +41,12 @@ class RemoteError(NetbenchError):
 
 
 def node_command(host: Host, args: Sequence[str]) -> str:
-    """The shell command that runs `netbench node ARGS` on `host` with its state dir."""
-    argv = [host.netbench, "node", "--state-dir", host.state_dir, *args]
-    return ("sudo -n " if host.sudo else "") + shlex.join(argv)
+    """The shell command that runs `netbench node ARGS` on `host` with its state dir. The
+    login shell expands $SSH_CONNECTION before sudo (whose env_reset drops it) runs, so the
+    host knows which interface carries this session."""
+    argv = [host.netbench, "node", "--state-dir", host.state_dir]
+    return (("sudo -n " if host.sudo else "") + shlex.join(argv) + ' --ssh-connection "$SSH_CONNECTION" '
+            + shlex.join(args))
 
 
 def _error_lines(stderr: str, stdout: str, exit_code: int) -> tuple[str, str | None]:
@@ -290,8 +293,12 @@ def doctor_host(conn: HostConnection, host: Host, tensorflow: str | None) -> lis
                  f"{host.interface}: {', '.join(info['interfaces'].get(host.interface, [])) or 'no address'}"
                  if info.get("interface_ok") else f"no {host.interface} (has {', '.join(sorted(info['interfaces']))})"))
     control = set(info.get("control_interfaces", []))
-    rows.append(("control path", "missing" if host.interface in control else "ok",
-                 f"SSH arrives on {', '.join(sorted(control)) or '?'}; shaping {host.interface}"))
+    if not info.get("control_path_known", False):  # an older netbench there cannot say either
+        rows.append(("control path", "unknown", "the host cannot tell which interface carries SSH, so "
+                     "'apply' refuses it without --force (is netbench there this controller's version?)"))
+    else:
+        rows.append(("control path", "missing" if host.interface in control else "ok",
+                     f"SSH arrives on {', '.join(sorted(control))}; shaping {host.interface}"))
     backend = info.get("backend")
     rows.append(("backend", "ok" if backend == "netem" else "limited" if backend else "missing",
                  f"{backend}: {info.get('backend_reason')}" + ("" if backend == "netem" else

@@ -45,15 +45,32 @@ def _node_errors(func):
 @click.group("node")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
               help="This host's journal folder [default: NETBENCH_STATE_DIR or /run/netbench].")
+@click.option("--ssh-connection", metavar="'CLIENT PORT SERVER PORT'",
+              help="The SSH session's SSH_CONNECTION, as the login shell saw it (sudo resets the "
+                   "environment) [default: this process's SSH_CONNECTION].")
 @click.pass_context
-def node(ctx: click.Context, state_dir: Path | None) -> None:
+def node(ctx: click.Context, state_dir: Path | None, ssh_connection: str | None) -> None:
     """Run on a remote host, by the controller over SSH: apply a change plan, show, reset.
 
     Example: netbench plan JSON | netbench node apply --json --lease 60
     """
     from netbench.journal import Journal
 
+    if ssh_connection and len(ssh_connection.split()) != 4:
+        raise click.BadParameter(f"expected 'CLIENT PORT SERVER PORT', got {ssh_connection!r}",
+                                 param_hint="'--ssh-connection'")
+    ctx.meta[SESSION_KEY] = ssh_connection or None  # empty: the login shell had none
     ctx.obj = Journal(state_dir) if state_dir else Journal()
+
+
+SESSION_KEY = "netbench.ssh_connection"
+
+
+def _session_environ() -> dict[str, str] | None:
+    """The SSH_CONNECTION given to `node --ssh-connection`, as an environment (None: use
+    this process's own)."""
+    value = click.get_current_context().meta.get(SESSION_KEY)
+    return {"SSH_CONNECTION": value} if value else None
 
 
 def _emit(data: Any) -> None:
@@ -71,7 +88,7 @@ def node_info(interface: str | None, no_probe: bool) -> None:
     """
     from netbench.remote_node import host_info
 
-    _emit(host_info(interface, probe=not no_probe))
+    _emit(host_info(interface, probe=not no_probe, environ=_session_environ()))
 
 
 @node.command("apply")
@@ -92,7 +109,7 @@ def node_apply(journal, as_json: bool, lease_s: float, force: bool) -> None:
 
     plan = plan_from_json(sys.stdin.read())
     require_root()
-    _emit(apply_plan(plan, journal, lease_s=lease_s, force=force))
+    _emit(apply_plan(plan, journal, lease_s=lease_s, force=force, environ=_session_environ()))
 
 
 @node.command("show")

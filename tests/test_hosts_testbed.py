@@ -107,7 +107,7 @@ def test_task_command_runs_node_task_with_the_hosts_python_and_tf_config():
     command = task_command(INV.host("b"), task_b, {"X": "1"})
     argv = shlex.split(command)
     assert argv[:6] == ["sudo", "-n", "/opt/nb/bin/netbench", "node", "--state-dir", "/run/netbench"]
-    assert argv[6:10] == ["task", "--role", "worker1", "--grace"]
+    assert argv[6:12] == ["--ssh-connection", "$SSH_CONNECTION", "task", "--role", "worker1", "--grace"]
     env = [argv[i + 1] for i, word in enumerate(argv) if word == "--env"]
     assert json.loads(env[0].split("=", 1)[1])["task"] == {"type": "worker", "index": 1}
     assert env[1] == "X=1"

@@ -20,7 +20,9 @@ from netbench.emulation import wire
 from netbench.errors import BackendUnavailable, UsageError
 from netbench.inventory import inventory_from_mapping
 from netbench.profile import Profile
-from netbench.remote_node import HOST_NETNS, bind_plan, guard_control_path, ssh_endpoints, touched_interfaces
+from netbench.journal import Journal
+from netbench.remote_node import (HOST_NETNS, LinkInfo, apply_plan, bind_plan, guard_control_path, ssh_endpoints,
+                                  stacked_devices, touched_interfaces)
 from netbench.testbed.remote import CommandResult
 from netbench.testbed.topology import plan_topology
 
@@ -89,9 +91,20 @@ def test_userspace_host_plan_is_rate_only():
 
 def test_node_command_quotes_and_uses_sudo_when_asked():
     assert remote.node_command(INV.host("a"), ["reset", "--json"]) == \
-        "/opt/nb/bin/netbench node --state-dir /run/netbench reset --json"
+        '/opt/nb/bin/netbench node --state-dir /run/netbench --ssh-connection "$SSH_CONNECTION" reset --json'
     assert remote.node_command(INV.host("b"), ["reset"]) == \
-        "sudo -n /opt/nb/bin/netbench node --state-dir '/var/lib/nb state' reset"
+        "sudo -n /opt/nb/bin/netbench node --state-dir '/var/lib/nb state' --ssh-connection \"$SSH_CONNECTION\" reset"
+
+
+def test_node_command_hands_the_login_shells_ssh_connection_past_sudo():
+    """sudo's env_reset drops SSH_CONNECTION: the login shell expands it into an argument."""
+    import subprocess
+
+    command = remote.node_command(dataclasses.replace(INV.host("b"), venv="/nb venv"), ["info"])
+    shown = subprocess.run(["sh", "-c", command.replace("sudo -n ", "printf '%s\\n' ", 1)], text=True,
+                           capture_output=True, env={"SSH_CONNECTION": "10.0.0.9 50000 10.0.0.1 22"}).stdout
+    assert shown.splitlines() == ["/nb venv/bin/netbench", "node", "--state-dir", "/var/lib/nb state",
+                                  "--ssh-connection", "10.0.0.9 50000 10.0.0.1 22", "info"]
 
 
 # ---------------------------------------------------------------- host side, pure parts
@@ -105,6 +118,57 @@ def test_control_path_guard():
     guard_control_path(plan, {"eth1"}, force=True)
     assert ssh_endpoints({"SSH_CONNECTION": "10.0.0.9 50000 10.0.0.1 22"}) == ("10.0.0.9", "10.0.0.1")
     assert ssh_endpoints({}) is None
+
+
+def test_an_unknown_control_path_refuses_every_plan_unless_forced(tmp_path):
+    plan = [ch.ClearQdisc("a", HOST_NETNS, "eth1")]
+    with pytest.raises(UsageError, match="cannot tell which interface carries this SSH control connection"):
+        guard_control_path(plan, None, force=False)
+    guard_control_path(plan, None, force=True)
+    journal = Journal(tmp_path / "state")
+    with pytest.raises(UsageError, match="cannot tell which interface"):
+        apply_plan(plan, journal, environ={})  # sudo without --ssh-connection: no SSH_CONNECTION
+    assert not (tmp_path / "state").exists()  # refused before anything was recorded
+
+
+L = LinkInfo
+
+
+@pytest.mark.parametrize("ssh_on, protected", [
+    ({"br0"}, {"br0", "eth0", "eth1"}),              # a bridge: its ports carry its traffic
+    ({"eth0"}, {"eth0", "br0"}),                     # a bridge port: its bridge
+    ({"eth2.100"}, {"eth2.100", "eth2"}),            # a VLAN: its parent
+    ({"bond0.7"}, {"bond0.7", "bond0", "eth3", "eth4"}),  # a VLAN on a bond: the bond and its slaves
+    ({"eth5"}, {"eth5"}),                            # a veth whose peer is in another namespace
+])
+def test_devices_stacked_with_the_ssh_interface_are_protected(ssh_on, protected):
+    links = [L(1, "lo"), L(2, "eth0", master=10), L(3, "eth1", master=10), L(10, "br0"),
+             L(4, "eth2"), L(11, "eth2.100", parent=4), L(12, "eth2.200", parent=4),
+             L(5, "eth3", master=13), L(6, "eth4", master=13), L(13, "bond0"), L(14, "bond0.7", parent=13),
+             L(7, "eth5"), L(8, "eth6")]
+    assert stacked_devices(ssh_on, links) == protected
+
+
+def test_node_passes_the_given_ssh_connection_to_apply_and_info(monkeypatch, tmp_path):
+    import netbench.cli
+    import netbench.remote_node
+
+    seen = []
+    monkeypatch.setattr(netbench.cli, "require_root", lambda: None)
+    monkeypatch.setattr(netbench.remote_node, "apply_plan",
+                        lambda plan, journal, **kw: seen.append(("apply", kw["environ"])) or {})
+    monkeypatch.setattr(netbench.remote_node, "host_info",
+                        lambda interface, probe, environ: seen.append(("info", environ)) or {})
+    plan = wire.plan_to_json([ch.ClearQdisc("a", HOST_NETNS, "eth1")])
+    base = ["node", "--state-dir", str(tmp_path)]
+    for args in (["--ssh-connection", "10.0.0.9 50000 10.0.0.1 22", "apply", "--json"],
+                 ["--ssh-connection", "10.0.0.9 50000 10.0.0.1 22", "info"], ["--ssh-connection", "", "info"]):
+        result = CliRunner().invoke(main, base + args, input=plan)
+        assert result.exit_code == 0, result.output
+    assert seen == [("apply", {"SSH_CONNECTION": "10.0.0.9 50000 10.0.0.1 22"}),
+                    ("info", {"SSH_CONNECTION": "10.0.0.9 50000 10.0.0.1 22"}), ("info", None)]
+    result = CliRunner().invoke(main, base + ["--ssh-connection", "nonsense", "info"])
+    assert result.exit_code == 2 and "--ssh-connection" in result.output
 
 
 def test_bind_plan_names_the_hosts_namespace_only_where_planned():
@@ -210,7 +274,21 @@ def test_doctor_rows_for_a_reachable_root_host_with_a_version_mismatch():
     assert rows["reachable"][0] == rows["root"][0] == rows["python"][0] == "ok"
     assert rows["netbench"] == ("mismatch", "0.0.9 (controller 0.1.0)")
     assert rows["interface"] == ("ok", "eth1: 10.9.0.1/24")
-    assert rows["control path"][0] == "ok" and rows["backend"][0] == "ok"
+    assert rows["control path"][0] == "unknown"  # that netbench does not say whether it knows
+    assert rows["backend"][0] == "ok"
+
+
+@pytest.mark.parametrize("known, control, status", [(True, ["eth0"], "ok"), (True, ["eth0", "eth1"], "missing"),
+                                                    (False, [], "unknown")])
+def test_doctor_control_path_row_says_what_the_host_knows(known, control, status):
+    host = FakeHost("a", [("id -u", CommandResult(0, "0\n", "")), ("--version", CommandResult(0, "Python 3\n", "")),
+                          (" info ", ok_json({"netbench": "0.1.0", "interface_ok": True, "interfaces": {"eth1": []},
+                                              "control_interfaces": control, "control_path_known": known,
+                                              "backend": "netem", "backend_reason": "accepted"}))])
+    rows = {check: (s, detail) for check, s, detail in remote.doctor_host(host, INV.host("a"), None)}
+    assert rows["control path"][0] == status
+    if known:
+        assert rows["control path"][1] == f"SSH arrives on {', '.join(control)}; shaping eth1"
 
 
 # ---------------------------------------------------------------- CLI

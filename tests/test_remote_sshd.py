@@ -208,3 +208,32 @@ def test_provision_installs_this_netbench_into_each_hosts_venv(lab, inventory):
                                capture_output=True, text=True, cwd="/", check=True).stdout
         assert where.startswith(str(venv)), where  # the provisioned copy, not the source tree
         assert not Path(f"/tmp/netbench-provision-{name}").exists()  # the staging folder is removed
+
+
+def _edited_inventory(lab, name: str, **host_keys) -> str:
+    """The lab's inventory with `host_keys` set on every host, written to `name`."""
+    import yaml
+
+    data = yaml.safe_load(lab.write_inventory().read_text())
+    for entry in data["hosts"].values():
+        entry.update(host_keys)
+    path = lab.dir / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def test_a_sudo_host_still_knows_its_control_path(lab, inventory):
+    """sudo's env_reset drops SSH_CONNECTION: the controller passes the session's endpoints,
+    so a sudo host still refuses to shape its SSH interface, and doctor names that interface."""
+    path = _edited_inventory(lab, "sudo-ctl.yaml", sudo=True, interface="ctl0")
+    result = lab.netbench("apply", "--inventory", path, "--bandwidth", "100mbit", "--lease", "0")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "plan shapes ctl0, which carries this SSH control connection" in result.stderr
+    for host in lab.hosts:
+        assert host.root_qdisc("ctl0").get("handle") != "4e42:"
+    path = _edited_inventory(lab, "sudo.yaml", sudo=True)
+    result = lab.netbench("doctor", "--inventory", path, "--no-tensorflow", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for rows in json.loads(result.stdout)["hosts"].values():
+        (row,) = [r for r in rows if r["check"] == "control path"]
+        assert row["status"] == "ok" and row["detail"].startswith("SSH arrives on ctl0;"), row
