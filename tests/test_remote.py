@@ -311,3 +311,72 @@ def test_every_node_command_has_help():
         result = CliRunner().invoke(main, ["node", name, "--help"])
         assert result.exit_code == 0 and "Example:" in result.output
     assert "Example:" in CliRunner().invoke(main, ["provision", "--help"]).output
+
+
+# ---------------------------------------------------------------- provision
+
+PROVISION_INV = inventory_from_mapping({
+    "defaults": {"interface": "eth1"},
+    "hosts": {"a": {"ssh": "10.0.0.1", "venv": "/opt/nb env; touch /tmp/pwned"},
+              "b": {"ssh": "10.0.0.2", "sudo": True, "venv": "/opt/it's"}}}, "inv.yaml")
+STAGE = "/tmp/netbench-provision.Xy12Ab"
+
+
+def _provision_host(name: str, stat: str = "1000 700 directory\n1000\n") -> FakeHost:
+    return FakeHost(name, [("mktemp -d", CommandResult(0, STAGE + "\n", "")), ("stat -c", CommandResult(0, stat, "")),
+                           (" --version", CommandResult(0, "netbench, version 0.1.0\n", "")),
+                           ("", CommandResult(0, "", ""))])
+
+
+def _provision(monkeypatch, tmp_path, hosts, pip_args="--no-index --find-links '/srv/my wheels'"):
+    import netbench.remote_cli
+
+    opened = []
+    monkeypatch.setattr(netbench.remote_cli, "_open", lambda path, insecure: opened.append(path) or (PROVISION_INV, hosts))
+    wheel = tmp_path / "netbench-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    result = CliRunner().invoke(main, ["provision", "--inventory", "inv.yaml", "--wheel", str(wheel),
+                                       "--pip-args", pip_args])
+    return result, opened
+
+
+def test_provision_stages_in_a_private_folder_and_quotes_every_word(monkeypatch, tmp_path):
+    import shlex
+
+    hosts = [_provision_host("a"), _provision_host("b")]
+    result, _ = _provision(monkeypatch, tmp_path, hosts)
+    assert result.exit_code == 0, result.output
+    for host in hosts:
+        venv = PROVISION_INV.host(host.name).venv
+        sudo = ["sudo", "-n"] if host.name == "b" else []
+        argvs = [shlex.split(command) for command, _ in host.commands]
+        assert argvs[0][:2] == ["mktemp", "-d"]  # a fresh folder, not a predictable name
+        assert argvs[1][:4] == ["stat", "-c", "%u %a %F", "--"] and argvs[1][4] == STAGE
+        assert [remote for _, remote in host.puts] == [f"{STAGE}/netbench-0.1.0-py3-none-any.whl",
+                                                       f"{STAGE}/constraints.txt"]
+        (make_venv,) = [a for a in argvs if "-c" in a and a[len(sudo)] == "sh"]
+        assert make_venv[:len(sudo) + 2] == sudo + ["sh", "-c"]
+        assert shlex.split(make_venv[-1]) == ["test", "-x", f"{venv}/bin/python", "||",
+                                              "python3", "-m", "venv", venv]
+        (pip,) = [a for a in argvs if "install" in a]
+        assert pip == sudo + [f"{venv}/bin/pip", "install", "-q", "--disable-pip-version-check",
+                              "-c", f"{STAGE}/constraints.txt", "--no-index", "--find-links", "/srv/my wheels",
+                              f"{STAGE}/netbench-0.1.0-py3-none-any.whl"]
+        assert argvs[-1] == ["rm", "-rf", "--", STAGE]
+
+
+@pytest.mark.parametrize("stat, why", [("0 700 directory\n1000\n", "owned by uid 0"),
+                                       ("1000 777 directory\n1000\n", "mode 777"),
+                                       ("1000 700 symbolic link\n1000\n", "symbolic link")])
+def test_provision_refuses_a_staging_folder_others_could_change(monkeypatch, tmp_path, stat, why):
+    hosts = [_provision_host("a", stat), _provision_host("b")]
+    result, _ = _provision(monkeypatch, tmp_path, hosts)
+    assert result.exit_code == 1
+    assert f"host a: staging folder {STAGE} is not private" in result.output and why in result.output
+    assert not hosts[0].puts and not hosts[0].ran("install") and not hosts[0].ran("rm ")
+    assert hosts[1].ran("install")  # the other host is still provisioned
+
+
+def test_provision_refuses_unparsable_pip_args_before_contacting_any_host(monkeypatch, tmp_path):
+    result, opened = _provision(monkeypatch, tmp_path, [_provision_host("a")], pip_args="--find-links '/srv")
+    assert result.exit_code == 2 and "--pip-args" in result.output and not opened

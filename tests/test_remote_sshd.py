@@ -190,8 +190,11 @@ def test_provision_installs_this_netbench_into_each_hosts_venv(lab, inventory):
     site = next((VENV / "lib").glob("python3*/site-packages"))
     data = yaml.safe_load(open(inventory).read())
     venvs = {}
+    import glob
+
+    staged_before = set(glob.glob("/tmp/netbench-provision*"))
     for host in lab.hosts:
-        venv = lab.dir / f"venv-{host.name}"
+        venv = lab.dir / f"venv {host.name}"  # a space: quoted once, as one word, on the host
         subprocess.run(["python3", "-m", "venv", str(venv)], check=True, timeout=120)
         own_site = next((venv / "lib").glob("python3*/site-packages"))
         (own_site / "controller-packages.pth").write_text(f"{site}\n")
@@ -207,7 +210,7 @@ def test_provision_installs_this_netbench_into_each_hosts_venv(lab, inventory):
         where = subprocess.run([str(venv / "bin" / "python"), "-c", "import netbench; print(netbench.__file__)"],
                                capture_output=True, text=True, cwd="/", check=True).stdout
         assert where.startswith(str(venv)), where  # the provisioned copy, not the source tree
-        assert not Path(f"/tmp/netbench-provision-{name}").exists()  # the staging folder is removed
+    assert set(glob.glob("/tmp/netbench-provision*")) <= staged_before  # each staging folder is removed
 
 
 def _edited_inventory(lab, name: str, **host_keys) -> str:
