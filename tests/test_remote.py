@@ -380,3 +380,30 @@ def test_provision_refuses_a_staging_folder_others_could_change(monkeypatch, tmp
 def test_provision_refuses_unparsable_pip_args_before_contacting_any_host(monkeypatch, tmp_path):
     result, opened = _provision(monkeypatch, tmp_path, [_provision_host("a")], pip_args="--find-links '/srv")
     assert result.exit_code == 2 and "--pip-args" in result.output and not opened
+
+
+# ---------------------------------------------------------------- SSH connections
+
+def test_every_proxyjump_hop_checks_host_keys_like_the_host(tmp_path):
+    from paramiko import AutoAddPolicy, RejectPolicy
+
+    from netbench.testbed.remote import FabricHost
+
+    (tmp_path / "ssh_config").write_text("Host target\n  HostName 10.0.0.5\n  ProxyJump jump1,jump2\n"
+                                         "Host jump1\n  HostName 10.0.0.6\n")
+    import base64
+    import struct
+
+    blob = b"".join(struct.pack(">I", len(part)) + part for part in (b"ssh-ed25519", bytes(range(32))))
+    (tmp_path / "known_hosts").write_text(f"10.0.0.6 ssh-ed25519 {base64.b64encode(blob).decode()}\n")
+    inv = inventory_from_mapping({"known_hosts": str(tmp_path / "known_hosts"), "ssh_config": str(tmp_path / "ssh_config"),
+                                  "hosts": {"t": {"ssh": "target", "interface": "eth1"}}}, "inv.yaml")
+    for insecure, policy in ((False, RejectPolicy), (True, AutoAddPolicy)):
+        conn, hops = FabricHost(inv.hosts[0], inv, insecure_host_keys=insecure).conn, []
+        while conn is not None:
+            hops.append(conn)
+            conn = conn.gateway
+        assert [h.host for h in hops] == ["10.0.0.5", "10.0.0.6", "jump2"]
+        for hop in hops:
+            assert isinstance(hop.client._policy, policy), hop.host
+            assert hop.client._system_host_keys.lookup("10.0.0.6"), hop.host  # the inventory's known_hosts

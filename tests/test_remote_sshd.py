@@ -240,3 +240,30 @@ def test_a_sudo_host_still_knows_its_control_path(lab, inventory):
     for rows in json.loads(result.stdout)["hosts"].values():
         (row,) = [r for r in rows if r["check"] == "control path"]
         assert row["status"] == "ok" and row["detail"].startswith("SSH arrives on ctl0;"), row
+
+
+def test_a_proxyjump_hop_has_its_host_key_checked_too(lab, inventory):
+    """h2 reached through h1 (ProxyJump): the hop's key is checked against the same known_hosts."""
+    import yaml
+
+    h1, h2 = lab.hosts
+    config = (lab.dir / "ssh_config").read_text()
+    (lab.dir / "ssh_config_jump").write_text(config + f"\nHost {h2.name}-via-{h1.name}\n  HostName {h2.control_address}\n"
+                                             f"  User root\n  IdentityFile {lab.dir / 'id_ed25519'}\n  ProxyJump {h1.name}\n")
+    known = (lab.dir / "known_hosts").read_text().splitlines()
+    (lab.dir / "known_hosts_no_hop").write_text("\n".join(l for l in known if not l.startswith(h1.control_address + " ")) + "\n")
+    data = yaml.safe_load(lab.write_inventory().read_text())
+    data["ssh_config"] = str(lab.dir / "ssh_config_jump")
+    data["hosts"] = {h2.name: {"ssh": f"{h2.name}-via-{h1.name}", "tf_address": h2.data_address,
+                               "state_dir": str(h2.state_dir)}}
+    path = lab.dir / "jump.yaml"
+    for known_hosts, ok in (("known_hosts_no_hop", False), ("known_hosts", True)):
+        data["known_hosts"] = str(lab.dir / known_hosts)
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        result = lab.netbench("show", "--inventory", str(path), "--json")
+        if ok:
+            assert result.returncode == 0, result.stderr
+            assert json.loads(result.stdout)["hosts"][h2.name]["interface"] == "data0"
+        else:
+            assert result.returncode == 1, result.stdout
+            assert f"jump host {h1.control_address}: host key not in known_hosts" in result.stderr
