@@ -407,3 +407,53 @@ def test_every_proxyjump_hop_checks_host_keys_like_the_host(tmp_path):
         for hop in hops:
             assert isinstance(hop.client._policy, policy), hop.host
             assert hop.client._system_host_keys.lookup("10.0.0.6"), hop.host  # the inventory's known_hosts
+
+
+# ---------------------------------------------------------------- what hosts send is checked
+
+def _raising(exc):
+    def answer(command, input):
+        raise exc
+    return answer
+
+
+def test_any_exception_on_one_host_is_reported_naming_it_and_the_others_still_run():
+    a = FakeHost("a", [(" reset ", _raising(EOFError("channel closed")))])
+    b = FakeHost("b", [(" reset ", ok_json({"removed": ["qdisc"]}))])
+    results = remote.in_parallel([a, b], lambda c: remote.call_node(c, INV.host(c.name), ["reset", "--json"]))
+    assert isinstance(results["a"], remote.RemoteError)
+    assert results["a"].message == "host a: EOFError: channel closed"
+    assert results["b"] == {"removed": ["qdisc"]} and b.ran(" reset ")
+    with pytest.raises(remote.RemoteError, match="^host a: EOFError: channel closed$"):
+        remote.reset_inventory(INV, [a, b])
+
+
+@pytest.mark.parametrize("command, answer, problem", [
+    ("info", [], "not a JSON object"),
+    ("info", {"interfaces": ["eth1"]}, "'interfaces' is not an object of address lists"),
+    ("info", {"interfaces": {"eth1": []}, "interface_ok": "yes"}, "'interface_ok' is not true or false"),
+    ("info", {"backend": "netem"}, "no 'interfaces'"),
+    ("reset", {"removed": "qdisc"}, "'removed' is not a list of strings"),
+    ("reset", {}, "no 'removed'"),
+    ("show", {"nodes": [{"node": "a"}], "lease": None}, "'lease' is not a lease object"),
+    ("show", {"nodes": [{"node": "a", "profile": 7}], "lease": {"held": False}}, "'nodes' is not a list of node rows"),
+    ("apply", "done", "not a JSON object"),
+])
+def test_node_answers_of_the_wrong_shape_are_a_clear_error_naming_the_host(command, answer, problem):
+    host = FakeHost("a", [(f" {command} ", ok_json(answer))])
+    with pytest.raises(remote.RemoteError) as info:
+        remote.call_node(host, INV.host("a"), [command, "--json"])
+    assert info.value.message == f"host a: 'netbench node {command}' answered JSON of the wrong shape: {problem}"
+
+
+def test_a_wrong_answer_fails_the_command_line_with_one_line_not_a_traceback(monkeypatch):
+    import netbench.remote_cli
+
+    hosts = [FakeHost("a", [(" show ", ok_json({"nodes": [], "lease": "held"}))]),
+             FakeHost("b", [(" show ", ok_json({"nodes": [], "lease": {"held": False}}))])]
+    monkeypatch.setattr(netbench.remote_cli, "_open", lambda path, insecure: (INV, hosts))
+    result = CliRunner().invoke(main, ["show", "--inventory", "inv.yaml"])
+    assert result.exit_code == 1 and result.exception is None or isinstance(result.exception, SystemExit)
+    assert "host a: 'netbench node show' answered JSON of the wrong shape: 'lease' is not a lease object" \
+        in result.output
+    assert "Traceback" not in result.output
