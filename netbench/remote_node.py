@@ -126,7 +126,9 @@ def stacked_devices(names: set[str], links: list[LinkInfo]) -> set[str]:
 
 
 def _plain_address(address: str) -> str:
-    """An IPv4-mapped IPv6 address (::ffff:10.0.0.1) as the IPv4 address interfaces hold."""
+    """An address as interfaces hold it: no IPv6 scope (fe80::1%eth0), an IPv4-mapped IPv6
+    address (::ffff:10.0.0.1) as IPv4."""
+    address = address.split("%")[0]
     return address[7:] if address.lower().startswith("::ffff:") and "." in address else address
 
 

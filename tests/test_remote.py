@@ -118,6 +118,10 @@ def test_control_path_guard():
     guard_control_path(plan, {"eth1"}, force=True)
     assert ssh_endpoints({"SSH_CONNECTION": "10.0.0.9 50000 10.0.0.1 22"}) == ("10.0.0.9", "10.0.0.1")
     assert ssh_endpoints({}) is None
+    from netbench.remote_node import _plain_address
+
+    assert [_plain_address(a) for a in ("fe80::1%eth0", "::ffff:10.0.0.1", "10.0.0.1")] == \
+        ["fe80::1", "10.0.0.1", "10.0.0.1"]
 
 
 def test_an_unknown_control_path_refuses_every_plan_unless_forced(tmp_path):
@@ -332,7 +336,8 @@ def _provision(monkeypatch, tmp_path, hosts, pip_args="--no-index --find-links '
     import netbench.remote_cli
 
     opened = []
-    monkeypatch.setattr(netbench.remote_cli, "_open", lambda path, insecure: opened.append(path) or (PROVISION_INV, hosts))
+    monkeypatch.setattr(netbench.remote_cli, "_open",
+                        lambda path, insecure: opened.append(path) or (PROVISION_INV, hosts))
     wheel = tmp_path / "netbench-0.1.0-py3-none-any.whl"
     wheel.write_bytes(b"")
     result = CliRunner().invoke(main, ["provision", "--inventory", "inv.yaml", "--wheel", str(wheel),
@@ -396,7 +401,8 @@ def test_every_proxyjump_hop_checks_host_keys_like_the_host(tmp_path):
 
     blob = b"".join(struct.pack(">I", len(part)) + part for part in (b"ssh-ed25519", bytes(range(32))))
     (tmp_path / "known_hosts").write_text(f"10.0.0.6 ssh-ed25519 {base64.b64encode(blob).decode()}\n")
-    inv = inventory_from_mapping({"known_hosts": str(tmp_path / "known_hosts"), "ssh_config": str(tmp_path / "ssh_config"),
+    inv = inventory_from_mapping({"known_hosts": str(tmp_path / "known_hosts"),
+                                  "ssh_config": str(tmp_path / "ssh_config"),
                                   "hosts": {"t": {"ssh": "target", "interface": "eth1"}}}, "inv.yaml")
     for insecure, policy in ((False, RejectPolicy), (True, AutoAddPolicy)):
         conn, hops = FabricHost(inv.hosts[0], inv, insecure_host_keys=insecure).conn, []

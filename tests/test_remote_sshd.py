@@ -248,10 +248,12 @@ def test_a_proxyjump_hop_has_its_host_key_checked_too(lab, inventory):
 
     h1, h2 = lab.hosts
     config = (lab.dir / "ssh_config").read_text()
-    (lab.dir / "ssh_config_jump").write_text(config + f"\nHost {h2.name}-via-{h1.name}\n  HostName {h2.control_address}\n"
-                                             f"  User root\n  IdentityFile {lab.dir / 'id_ed25519'}\n  ProxyJump {h1.name}\n")
+    (lab.dir / "ssh_config_jump").write_text(
+        config + f"\nHost {h2.name}-via-{h1.name}\n  HostName {h2.control_address}\n  User root\n"
+        f"  IdentityFile {lab.dir / 'id_ed25519'}\n  ProxyJump {h1.name}\n")
     known = (lab.dir / "known_hosts").read_text().splitlines()
-    (lab.dir / "known_hosts_no_hop").write_text("\n".join(l for l in known if not l.startswith(h1.control_address + " ")) + "\n")
+    without_hop = [line for line in known if not line.startswith(h1.control_address + " ")]
+    (lab.dir / "known_hosts_no_hop").write_text("\n".join(without_hop) + "\n")
     data = yaml.safe_load(lab.write_inventory().read_text())
     data["ssh_config"] = str(lab.dir / "ssh_config_jump")
     data["hosts"] = {h2.name: {"ssh": f"{h2.name}-via-{h1.name}", "tf_address": h2.data_address,

@@ -2,8 +2,9 @@
 
 Host keys are verified against known_hosts by default (paramiko's RejectPolicy: an unknown
 or changed key refuses the connection), on the host and on every ProxyJump hop.
-`insecure_host_keys=True` accepts any key and is only ever set by an explicit flag. fabric reads ~/.ssh/config (or the inventory's
-`ssh_config`), so aliases, HostName, User, Port and IdentityFile work as with `ssh`.
+`insecure_host_keys=True` accepts any key and is only ever set by an explicit flag. fabric
+reads ~/.ssh/config (or the inventory's `ssh_config`), so aliases, HostName, User, Port and
+IdentityFile work as with `ssh`.
 
 Tests use tests/remote_fakes.py's FakeHost in place of FabricHost.
 """
