@@ -43,9 +43,12 @@ class RemoteError(NetbenchError):
 
 
 def node_command(host: Host, args: Sequence[str]) -> str:
-    """The shell command that runs `netbench node ARGS` on `host` with its state dir."""
-    argv = [host.netbench, "node", "--state-dir", host.state_dir, *args]
-    return ("sudo -n " if host.sudo else "") + shlex.join(argv)
+    """The shell command that runs `netbench node ARGS` on `host` with its state dir. The
+    login shell expands $SSH_CONNECTION before sudo (whose env_reset drops it) runs, so the
+    host knows which interface carries this session."""
+    argv = [host.netbench, "node", "--state-dir", host.state_dir]
+    return (("sudo -n " if host.sudo else "") + shlex.join(argv) + ' --ssh-connection "$SSH_CONNECTION" '
+            + shlex.join(args))
 
 
 def _error_lines(stderr: str, stdout: str, exit_code: int) -> tuple[str, str | None]:
@@ -66,10 +69,69 @@ def call_node(conn: HostConnection, host: Host, args: Sequence[str], input: str 
         message, hint = _error_lines(result.stderr, result.stdout, result.exit_code)
         raise RemoteError(f"host {host.name}: {message}", hint=hint, exit_code=result.exit_code)
     try:
-        return json.loads(result.stdout)
+        data = json.loads(result.stdout)
     except json.JSONDecodeError:
         raise RemoteError(f"host {host.name}: 'netbench node {args[0]}' printed no JSON: "
                           f"{result.stdout.strip()[:120]!r}") from None
+    problem = answer_problem(args[0], data)
+    if problem:
+        raise RemoteError(f"host {host.name}: 'netbench node {args[0]}' answered JSON of the wrong shape: {problem}",
+                          hint="is netbench there this controller's version? ('netbench doctor --inventory ...')")
+    return data
+
+
+def _str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _optional_str(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _node_row(row: Any) -> bool:
+    return (isinstance(row, dict) and isinstance(row.get("node"), str) and _optional_str(row.get("backend"))
+            and all(row.get(key) is None or isinstance(row[key], dict) for key in ("profile", "qdisc", "engine")))
+
+
+def _lease(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("held"), bool) and (
+        not value["held"] or (_number(value.get("remaining_s")) and _number(value.get("seconds"))))
+
+
+# what each `netbench node` answer must hold, for the keys the controller reads:
+# (key, required, check, what it must be)
+ANSWER_SHAPES: dict[str, tuple[tuple[str, bool, Callable[[Any], bool], str], ...]] = {
+    "info": (("interfaces", True, lambda v: isinstance(v, dict) and all(_str_list(a) for a in v.values()),
+              "an object of address lists"),
+             ("interface_ok", False, lambda v: isinstance(v, bool), "true or false"),
+             ("control_path_known", False, lambda v: isinstance(v, bool), "true or false"),
+             ("control_interfaces", False, _str_list, "a list of strings"),
+             *((key, False, _optional_str, "a string") for key in ("backend", "backend_reason", "netbench",
+                                                                   "tensorflow"))),
+    "apply": (("applied", False, _str_list, "a list of strings"),),
+    "reset": (("removed", True, _str_list, "a list of strings"),),
+    "show": (("nodes", True, lambda v: isinstance(v, list) and all(_node_row(r) for r in v), "a list of node rows"),
+             ("lease", True, _lease, "a lease object"),
+             ("watchers", False, lambda v: isinstance(v, list) and all(_number(p) for p in v), "a list of pids")),
+}
+
+
+def answer_problem(command: str, data: Any) -> str | None:
+    """What is wrong with the JSON a host answered `netbench node COMMAND` with; None if
+    nothing the controller reads is (pure)."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    for key, required, check, what in ANSWER_SHAPES.get(command, ()):
+        if key not in data:
+            if required:
+                return f"no {key!r}"
+        elif not check(data[key]):
+            return f"{key!r} is not {what}"
+    return None
 
 
 def hosts_topology(inventory: Inventory) -> Topology:
@@ -106,13 +168,23 @@ def plan_clear_host(host: Host) -> list[ch.Change]:
             ch.ClearIngress(host.name, HOST_NETNS, host.interface, ch.ifb_name(host.interface))]
 
 
+def host_error(name: str, exc: Exception) -> NetbenchError:
+    """`exc`, raised while driving host `name`, as a NetbenchError whose message names it."""
+    if isinstance(exc, NetbenchError):
+        if f"host {name}" in exc.message:
+            return exc
+        return RemoteError(f"host {name}: {exc.message}", hint=exc.hint, exit_code=exc.exit_code)
+    return RemoteError(f"host {name}: {type(exc).__name__}: {exc}".rstrip(": "))
+
+
 def in_parallel(conns: Sequence[HostConnection], work: Callable[[HostConnection], T]) -> dict[str, T | Exception]:
-    """Run `work` on every host at once; each host's result or the error it raised."""
+    """Run `work` on every host at once; each host's result or the error it raised. Every
+    error is caught (one host's failure never stops the others) and names its host."""
     def guarded(conn: HostConnection) -> T | Exception:
         try:
             return work(conn)
-        except NetbenchError as exc:
-            return exc
+        except Exception as exc:  # whatever a host (or its connection) does
+            return host_error(conn.name, exc)
 
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(conns)))) as pool:
         results = list(pool.map(guarded, conns))
@@ -358,8 +430,12 @@ def doctor_host(conn: HostConnection, host: Host, tensorflow: str | None) -> lis
                  f"{host.interface}: {', '.join(info['interfaces'].get(host.interface, [])) or 'no address'}"
                  if info.get("interface_ok") else f"no {host.interface} (has {', '.join(sorted(info['interfaces']))})"))
     control = set(info.get("control_interfaces", []))
-    rows.append(("control path", "missing" if host.interface in control else "ok",
-                 f"SSH arrives on {', '.join(sorted(control)) or '?'}; shaping {host.interface}"))
+    if not info.get("control_path_known", False):  # an older netbench there cannot say either
+        rows.append(("control path", "unknown", "the host cannot tell which interface carries SSH, so "
+                     "'apply' refuses it without --force (is netbench there this controller's version?)"))
+    else:
+        rows.append(("control path", "missing" if host.interface in control else "ok",
+                     f"SSH arrives on {', '.join(sorted(control))}; shaping {host.interface}"))
     backend = info.get("backend")
     rows.append(("backend", "ok" if backend == "netem" else "limited" if backend else "missing",
                  f"{backend}: {info.get('backend_reason')}" + ("" if backend == "netem" else

@@ -47,15 +47,32 @@ def _node_errors(func):
 @click.group("node")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
               help="This host's journal folder [default: NETBENCH_STATE_DIR or /run/netbench].")
+@click.option("--ssh-connection", metavar="'CLIENT PORT SERVER PORT'",
+              help="The SSH session's SSH_CONNECTION, as the login shell saw it (sudo resets the "
+                   "environment) [default: this process's SSH_CONNECTION].")
 @click.pass_context
-def node(ctx: click.Context, state_dir: Path | None) -> None:
+def node(ctx: click.Context, state_dir: Path | None, ssh_connection: str | None) -> None:
     """Run on a remote host, by the controller over SSH: apply a change plan, show, reset.
 
     Example: netbench plan JSON | netbench node apply --json --lease 60
     """
     from netbench.journal import Journal
 
+    if ssh_connection and len(ssh_connection.split()) != 4:
+        raise click.BadParameter(f"expected 'CLIENT PORT SERVER PORT', got {ssh_connection!r}",
+                                 param_hint="'--ssh-connection'")
+    ctx.meta[SESSION_KEY] = ssh_connection or None  # empty: the login shell had none
     ctx.obj = Journal(state_dir) if state_dir else Journal()
+
+
+SESSION_KEY = "netbench.ssh_connection"
+
+
+def _session_environ() -> dict[str, str] | None:
+    """The SSH_CONNECTION given to `node --ssh-connection`, as an environment (None: use
+    this process's own)."""
+    value = click.get_current_context().meta.get(SESSION_KEY)
+    return {"SSH_CONNECTION": value} if value else None
 
 
 def _emit(data: Any) -> None:
@@ -73,7 +90,7 @@ def node_info(interface: str | None, no_probe: bool) -> None:
     """
     from netbench.remote_node import host_info
 
-    _emit(host_info(interface, probe=not no_probe))
+    _emit(host_info(interface, probe=not no_probe, environ=_session_environ()))
 
 
 @node.command("apply")
@@ -96,7 +113,8 @@ def node_apply(journal, as_json: bool, lease_s: float, force: bool, holder: str 
 
     plan = plan_from_json(sys.stdin.read())
     require_root()
-    _emit(apply_plan(plan, journal, lease_s=lease_s, force=force, holder=holder, takeover=takeover))
+    _emit(apply_plan(plan, journal, lease_s=lease_s, force=force, holder=holder, takeover=takeover,
+                     environ=_session_environ()))
 
 
 @node.command("show")
@@ -496,7 +514,11 @@ def provision(inventory: Path, insecure_host_keys: bool, wheel: Path | None, pip
     """
     from netbench.cli import handle_errors
 
-    handle_errors(_provision)(inventory, insecure_host_keys, wheel, pip_args)
+    try:
+        pip_words = shlex.split(pip_args)
+    except ValueError as exc:
+        raise click.BadParameter(f"cannot split {pip_args!r}: {exc}", param_hint="'--pip-args'") from None
+    handle_errors(_provision)(inventory, insecure_host_keys, wheel, pip_words)
 
 
 def build_wheel(out_dir: Path) -> Path:
@@ -514,11 +536,12 @@ def build_wheel(out_dir: Path) -> Path:
     return wheels[-1]
 
 
-def _provision(inventory_path: Path, insecure: bool, wheel: Path | None, pip_args: str) -> None:
+def _provision(inventory_path: Path, insecure: bool, wheel: Path | None, pip_words: list[str]) -> None:
     from netbench import remote
 
     inv, conns = _open(inventory_path, insecure)
     by_name = {h.name: h for h in inv.hosts}
+    q = shlex.quote
     with tempfile.TemporaryDirectory(prefix="netbench-wheel-") as tmp:
         wheel = wheel or build_wheel(Path(tmp))
         constraints = Path(__file__).resolve().parents[1] / "constraints.txt"
@@ -526,20 +549,23 @@ def _provision(inventory_path: Path, insecure: bool, wheel: Path | None, pip_arg
         def install(conn) -> str:
             host = by_name[conn.name]
             sudo = "sudo -n " if host.sudo else ""
-            stage = f"/tmp/netbench-provision-{host.name}"
-            run_checked(conn, f"mkdir -p {shlex.quote(stage)}")
-            conn.put(wheel, f"{stage}/{wheel.name}")
-            cflag = ""
-            if constraints.exists():
-                conn.put(constraints, f"{stage}/constraints.txt")
-                cflag = f" -c {shlex.quote(stage)}/constraints.txt"
-            venv = shlex.quote(host.venv)
-            run_checked(conn, f"{sudo}sh -c 'test -x {venv}/bin/python || python3 -m venv {venv}'")
-            run_checked(conn, f"{sudo}{venv}/bin/pip install -q --disable-pip-version-check{cflag} {pip_args} "
-                              f"{shlex.quote(stage)}/{wheel.name}", timeout=600)
-            version = run_checked(conn, f"{venv}/bin/netbench --version").strip()
-            run_checked(conn, f"rm -rf {shlex.quote(stage)}")
-            return version
+            stage = private_stage(conn)  # root installs from it: nobody else may swap the wheel
+            try:
+                staged = f"{stage}/{wheel.name}"
+                conn.put(wheel, staged)
+                cflag = ""
+                if constraints.exists():
+                    conn.put(constraints, f"{stage}/constraints.txt")
+                    cflag = f" -c {q(stage + '/constraints.txt')}"
+                venv = host.venv
+                make_venv = f"test -x {q(venv + '/bin/python')} || python3 -m venv {q(venv)}"
+                run_checked(conn, f"{sudo}sh -c {q(make_venv)}")
+                run_checked(conn, f"{sudo}{q(venv + '/bin/pip')} install -q --disable-pip-version-check{cflag} "
+                                  + "".join(f"{q(word)} " for word in pip_words) + q(staged), timeout=600)
+                return run_checked(conn, f"{q(venv + '/bin/netbench')} --version").strip()
+            finally:
+                with contextlib.suppress(NetbenchError):  # best effort: the error that matters is above
+                    conn.run(f"rm -rf -- {q(stage)}", timeout=120)
 
         try:
             results = remote.in_parallel(conns, install)
@@ -552,6 +578,24 @@ def _provision(inventory_path: Path, insecure: bool, wheel: Path | None, pip_arg
             console.info(f"{name}: [green]installed[/] {result} in {by_name[name].venv}")
     if any(isinstance(r, Exception) for r in results.values()):
         sys.exit(1)
+
+
+def private_stage(conn) -> str:
+    """A fresh staging folder on the host (mktemp -d), checked to be a directory owned by
+    the SSH user with mode 700, so no other local user can change what is installed."""
+    from netbench.remote import RemoteError
+
+    stage = run_checked(conn, 'mktemp -d "${TMPDIR:-/tmp}/netbench-provision.XXXXXXXXXX"').strip()
+    if not stage.startswith("/") or "\n" in stage:
+        raise RemoteError(f"host {conn.name}: mktemp -d printed {stage!r}, not a folder")
+    facts = run_checked(conn, f"stat -c '%u %a %F' -- {shlex.quote(stage)} && id -u").split("\n")
+    owner, mode, kind = (facts[0].split(" ", 2) + ["", "", ""])[:3]
+    me = facts[1].strip() if len(facts) > 1 else "?"
+    if (owner, mode, kind) != (me, "700", "directory"):
+        raise RemoteError(f"host {conn.name}: staging folder {stage} is not private: {kind or '?'} owned by uid "
+                          f"{owner or '?'}, mode {mode or '?'} (expected a directory owned by uid {me}, mode 700)",
+                          hint="check the host's TMPDIR and /tmp")
+    return stage
 
 
 def run_checked(conn, command: str, timeout: float = 120.0) -> str:

@@ -8,8 +8,11 @@ under /run/netns as `nbhost-<inode>` so the namespace-based adapters can address
 (That name is deliberately not `netbench-*`: a local `netbench reset` stops every process
 inside netbench namespaces, and this one is the host's own.)
 
-Protection: a plan that touches the interface carrying this SSH session (from
-SSH_CONNECTION) is refused unless forced, so netbench never cuts its own control path.
+Protection: a plan that touches the interface carrying this SSH session, or a device
+stacked with it (its bridge or bond, their ports, a VLAN's parent), is refused unless forced,
+so netbench never cuts its own control path. The session's endpoints come from
+SSH_CONNECTION, which the controller passes as `node --ssh-connection` (sudo resets the
+environment); when they are unknown, a plan is refused unless forced.
 """
 
 from __future__ import annotations
@@ -85,18 +88,69 @@ def ssh_endpoints(environ: dict[str, str] | None = None) -> tuple[str, str] | No
     return (parts[0], parts[2]) if len(parts) == 4 else None
 
 
-def control_interfaces(environ: dict[str, str] | None = None) -> set[str]:
-    """Interfaces carrying the SSH control connection: the one holding the server address
-    and the one the route back to the controller leaves by."""
+@dataclasses.dataclass(frozen=True)
+class LinkInfo:
+    """What the control-path guard needs of one interface: its stacking (ifindex-based)."""
+
+    index: int
+    name: str
+    master: int | None = None  # IFLA_MASTER: the bridge or bond this is a port of
+    parent: int | None = None  # IFLA_LINK in this namespace: the device a VLAN or macvlan sits on
+
+
+def stacked_devices(names: set[str], links: list[LinkInfo]) -> set[str]:
+    """`names` with every device stacked with them (pure): below (a bridge's or bond's ports,
+    a VLAN's parent, recursively) and above (the bridge or bond it is a port of, recursively).
+    Shaping any of those would shape the traffic of `names` too."""
+    by_index = {link.index: link for link in links}
+    by_name = {link.name: link for link in links}
+    out = set(names)
+    for start in (by_name[n] for n in names if n in by_name):
+        below, seen = [start], {start.index}
+        while below:
+            link = below.pop()
+            lower = [l for l in links if l.master == link.index]
+            if link.parent in by_index:
+                lower.append(by_index[link.parent])
+            for l in lower:
+                if l.index not in seen:
+                    seen.add(l.index)
+                    below.append(l)
+                    out.add(l.name)
+        link, above = start, {start.index}
+        while link.master in by_index and link.master not in above:
+            link = by_index[link.master]
+            above.add(link.index)
+            out.add(link.name)
+    return out
+
+
+def _plain_address(address: str) -> str:
+    """An address as interfaces hold it: no IPv6 scope (fe80::1%eth0), an IPv4-mapped IPv6
+    address (::ffff:10.0.0.1) as IPv4."""
+    address = address.split("%")[0]
+    return address[7:] if address.lower().startswith("::ffff:") and "." in address else address
+
+
+def control_interfaces(environ: dict[str, str] | None = None) -> set[str] | None:
+    """Interfaces carrying the SSH control connection: the one holding the server address,
+    the one the route back to the controller leaves by, and every device stacked with them.
+    None when that is unknown (no SSH_CONNECTION, or no interface matches it)."""
     endpoints = ssh_endpoints(environ)
     if endpoints is None:
-        return set()
+        return None
     from pyroute2 import IPRoute
 
-    client, server = endpoints
+    client, server = (_plain_address(a) for a in endpoints)
     names: set[str] = set()
     with IPRoute() as ipr:
-        index_to_name = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
+        links = [LinkInfo(index=link["index"], name=link.get_attr("IFLA_IFNAME"),
+                          master=link.get_attr("IFLA_MASTER"),
+                          # an IFLA_LINK with a netnsid is an index in another namespace (a veth's peer)
+                          parent=None if link.get_attr("IFLA_LINK_NETNSID") is not None
+                          else link.get_attr("IFLA_LINK"))
+                 for link in ipr.get_links()]
+        index_to_name = {link.index: link.name for link in links}
         for addr in ipr.get_addr():
             if addr.get_attr("IFA_ADDRESS") == server:
                 names.add(index_to_name.get(addr["index"], ""))
@@ -107,15 +161,24 @@ def control_interfaces(environ: dict[str, str] | None = None) -> set[str]:
                     names.add(index_to_name[oif])
         except Exception:  # no route back (odd, but the address check above still holds)
             pass
-    names.discard("lo")
     names.discard("")
-    return names
+    if not names:
+        return None  # the endpoints match nothing here: the control path is unknown
+    return stacked_devices(names, links) - {"lo"}
 
 
-def guard_control_path(plan: list[ch.Change], protected: set[str], force: bool) -> None:
-    """Refuse a plan that would shape the SSH control path, unless forced."""
+def guard_control_path(plan: list[ch.Change], protected: set[str] | None, force: bool) -> None:
+    """Refuse a plan that would shape the SSH control path, unless forced; with the control
+    path unknown (`protected` None), refuse any plan unless forced."""
+    if force:
+        return
+    if protected is None:
+        raise UsageError("cannot tell which interface carries this SSH control connection "
+                         "(its endpoints are unknown here)",
+                         hint="drive the host with 'netbench apply --inventory ...', which passes them, "
+                              "or pass --force if another path reaches this host")
     hit = sorted(touched_interfaces(plan) & protected)
-    if hit and not force:
+    if hit:
         raise UsageError(f"plan shapes {', '.join(hit)}, which carries this SSH control connection",
                          hint="set the inventory's 'interface' to the data-plane interface, "
                               "or pass --force if another path reaches this host")
@@ -257,8 +320,10 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def host_info(interface: str | None = None, probe: bool = True) -> dict[str, Any]:
-    """Facts the controller checks before it drives this host (doctor, apply)."""
+def host_info(interface: str | None = None, probe: bool = True,
+              environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """Facts the controller checks before it drives this host (doctor, apply). `environ`
+    holds the SSH session's SSH_CONNECTION (default: this process's environment)."""
     from pyroute2 import IPRoute
 
     interfaces: dict[str, list[str]] = {}
@@ -273,8 +338,11 @@ def host_info(interface: str | None = None, probe: bool = True) -> dict[str, Any
         "host": platform.node(), "netbench": __version__, "python": platform.python_version(),
         "root": os.geteuid() == 0, "kernel": platform.release(),
         "tensorflow": _version("tensorflow-cpu") or _version("tensorflow"),
-        "interfaces": interfaces, "control_interfaces": sorted(control_interfaces()),
+        "interfaces": interfaces,
     }
+    control = control_interfaces(environ)
+    info["control_interfaces"] = sorted(control or ())
+    info["control_path_known"] = control is not None  # False: `node apply` refuses without --force
     if interface is not None:
         info["interface_ok"] = interface in interfaces
     if probe and info["root"]:

@@ -107,7 +107,7 @@ def test_task_command_runs_node_task_with_the_hosts_python_and_tf_config():
     command = task_command(INV.host("b"), task_b, {"X": "1"})
     argv = shlex.split(command)
     assert argv[:6] == ["sudo", "-n", "/opt/nb/bin/netbench", "node", "--state-dir", "/run/netbench"]
-    assert argv[6:10] == ["task", "--role", "worker1", "--grace"]
+    assert argv[6:12] == ["--ssh-connection", "$SSH_CONNECTION", "task", "--role", "worker1", "--grace"]
     env = [argv[i + 1] for i, word in enumerate(argv) if word == "--env"]
     assert json.loads(env[0].split("=", 1)[1])["task"] == {"type": "worker", "index": 1}
     assert env[1] == "X=1"
@@ -365,3 +365,38 @@ def test_finish_leaves_alone_a_host_whose_lease_another_controller_took_over():
     notes = []
     testbed.finish(notes.append)
     assert not hosts[0].ran(" reset ") and hosts[1].ran(" reset ")
+
+
+def test_a_host_that_accepts_the_task_channel_then_hangs_does_not_hang_the_run(tmp_path):
+    hung = []
+
+    def silent(command):
+        stream = FakeStream(running=True)  # the channel is open; the pid line never comes
+        hung.append(stream)
+        return stream
+
+    hosts = fake_hosts({"b": silent})
+    bed = HostsTestbed(INV, hosts, startup_s=0.2)
+    tasks = plan_job(JobSpec(), tuple(host_node(h) for h in INV.hosts), 2, port=3333)
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(outcome=run_job(tasks, tmp_path / "logs", bed.spawn,
+                                                                           Timeouts(startup_s=0.2, step_s=10))),
+                              daemon=True)
+    thread.start()
+    thread.join(timeout=60)  # (only a guard: without a limit on the pid line this never returns)
+    for stream in hung:
+        stream.end(-1)
+    assert not thread.is_alive(), "the run hung on a host that never sent its pid line"
+    outcome = result["outcome"]
+    assert outcome.status == "failed" and outcome.error == "host b: cannot start worker1: no answer within 0.2s"
+    assert hung[0].closed and all(stream.closed for _, stream in hosts[0].started)
+
+
+@pytest.mark.parametrize("first", ["netbench-task pid=1", "netbench-task pid=0", "netbench-task pid=-5",
+                                   "netbench-task pid=12x", "netbench-task pid="])
+def test_a_task_pid_that_is_not_a_process_id_above_1_is_refused_and_never_killed(tmp_path, first):
+    hosts = fake_hosts({"b": lambda c: FakeStream([first], running=True)})
+    outcome = _run(hosts, tmp_path)
+    assert outcome.status == "failed"
+    assert outcome.error == f"host b: cannot start worker1: it sent {first!r}, not 'netbench-task pid=N' with N > 1"
+    assert not hosts[1].ran("kill")

@@ -20,7 +20,9 @@ from netbench.emulation import wire
 from netbench.errors import BackendUnavailable, EmulationError, UsageError
 from netbench.inventory import inventory_from_mapping
 from netbench.profile import Profile
-from netbench.remote_node import HOST_NETNS, bind_plan, guard_control_path, ssh_endpoints, touched_interfaces
+from netbench.journal import Journal
+from netbench.remote_node import (HOST_NETNS, LinkInfo, apply_plan, bind_plan, guard_control_path, ssh_endpoints,
+                                  stacked_devices, touched_interfaces)
 from netbench.testbed.remote import CommandResult
 from netbench.testbed.topology import plan_topology
 
@@ -89,9 +91,20 @@ def test_userspace_host_plan_is_rate_only():
 
 def test_node_command_quotes_and_uses_sudo_when_asked():
     assert remote.node_command(INV.host("a"), ["reset", "--json"]) == \
-        "/opt/nb/bin/netbench node --state-dir /run/netbench reset --json"
+        '/opt/nb/bin/netbench node --state-dir /run/netbench --ssh-connection "$SSH_CONNECTION" reset --json'
     assert remote.node_command(INV.host("b"), ["reset"]) == \
-        "sudo -n /opt/nb/bin/netbench node --state-dir '/var/lib/nb state' reset"
+        "sudo -n /opt/nb/bin/netbench node --state-dir '/var/lib/nb state' --ssh-connection \"$SSH_CONNECTION\" reset"
+
+
+def test_node_command_hands_the_login_shells_ssh_connection_past_sudo():
+    """sudo's env_reset drops SSH_CONNECTION: the login shell expands it into an argument."""
+    import subprocess
+
+    command = remote.node_command(dataclasses.replace(INV.host("b"), venv="/nb venv"), ["info"])
+    shown = subprocess.run(["sh", "-c", command.replace("sudo -n ", "printf '%s\\n' ", 1)], text=True,
+                           capture_output=True, env={"SSH_CONNECTION": "10.0.0.9 50000 10.0.0.1 22"}).stdout
+    assert shown.splitlines() == ["/nb venv/bin/netbench", "node", "--state-dir", "/var/lib/nb state",
+                                  "--ssh-connection", "10.0.0.9 50000 10.0.0.1 22", "info"]
 
 
 # ---------------------------------------------------------------- host side, pure parts
@@ -105,6 +118,61 @@ def test_control_path_guard():
     guard_control_path(plan, {"eth1"}, force=True)
     assert ssh_endpoints({"SSH_CONNECTION": "10.0.0.9 50000 10.0.0.1 22"}) == ("10.0.0.9", "10.0.0.1")
     assert ssh_endpoints({}) is None
+    from netbench.remote_node import _plain_address
+
+    assert [_plain_address(a) for a in ("fe80::1%eth0", "::ffff:10.0.0.1", "10.0.0.1")] == \
+        ["fe80::1", "10.0.0.1", "10.0.0.1"]
+
+
+def test_an_unknown_control_path_refuses_every_plan_unless_forced(tmp_path):
+    plan = [ch.ClearQdisc("a", HOST_NETNS, "eth1")]
+    with pytest.raises(UsageError, match="cannot tell which interface carries this SSH control connection"):
+        guard_control_path(plan, None, force=False)
+    guard_control_path(plan, None, force=True)
+    journal = Journal(tmp_path / "state")
+    with pytest.raises(UsageError, match="cannot tell which interface"):
+        apply_plan(plan, journal, environ={})  # sudo without --ssh-connection: no SSH_CONNECTION
+    assert not (tmp_path / "state").exists()  # refused before anything was recorded
+
+
+L = LinkInfo
+
+
+@pytest.mark.parametrize("ssh_on, protected", [
+    ({"br0"}, {"br0", "eth0", "eth1"}),              # a bridge: its ports carry its traffic
+    ({"eth0"}, {"eth0", "br0"}),                     # a bridge port: its bridge
+    ({"eth2.100"}, {"eth2.100", "eth2"}),            # a VLAN: its parent
+    ({"bond0.7"}, {"bond0.7", "bond0", "eth3", "eth4"}),  # a VLAN on a bond: the bond and its slaves
+    ({"eth5"}, {"eth5"}),                            # a veth whose peer is in another namespace
+])
+def test_devices_stacked_with_the_ssh_interface_are_protected(ssh_on, protected):
+    links = [L(1, "lo"), L(2, "eth0", master=10), L(3, "eth1", master=10), L(10, "br0"),
+             L(4, "eth2"), L(11, "eth2.100", parent=4), L(12, "eth2.200", parent=4),
+             L(5, "eth3", master=13), L(6, "eth4", master=13), L(13, "bond0"), L(14, "bond0.7", parent=13),
+             L(7, "eth5"), L(8, "eth6")]
+    assert stacked_devices(ssh_on, links) == protected
+
+
+def test_node_passes_the_given_ssh_connection_to_apply_and_info(monkeypatch, tmp_path):
+    import netbench.cli
+    import netbench.remote_node
+
+    seen = []
+    monkeypatch.setattr(netbench.cli, "require_root", lambda: None)
+    monkeypatch.setattr(netbench.remote_node, "apply_plan",
+                        lambda plan, journal, **kw: seen.append(("apply", kw["environ"])) or {})
+    monkeypatch.setattr(netbench.remote_node, "host_info",
+                        lambda interface, probe, environ: seen.append(("info", environ)) or {})
+    plan = wire.plan_to_json([ch.ClearQdisc("a", HOST_NETNS, "eth1")])
+    base = ["node", "--state-dir", str(tmp_path)]
+    for args in (["--ssh-connection", "10.0.0.9 50000 10.0.0.1 22", "apply", "--json"],
+                 ["--ssh-connection", "10.0.0.9 50000 10.0.0.1 22", "info"], ["--ssh-connection", "", "info"]):
+        result = CliRunner().invoke(main, base + args, input=plan)
+        assert result.exit_code == 0, result.output
+    assert seen == [("apply", {"SSH_CONNECTION": "10.0.0.9 50000 10.0.0.1 22"}),
+                    ("info", {"SSH_CONNECTION": "10.0.0.9 50000 10.0.0.1 22"}), ("info", None)]
+    result = CliRunner().invoke(main, base + ["--ssh-connection", "nonsense", "info"])
+    assert result.exit_code == 2 and "--ssh-connection" in result.output
 
 
 def test_bind_plan_names_the_hosts_namespace_only_where_planned():
@@ -396,6 +464,7 @@ def _host_apply(tmp_path, monkeypatch, executor=None, **kwargs):
 
     monkeypatch.setattr(remote_node, "attach_own_netns", lambda j: "nbhost-test-none")
     monkeypatch.setattr(remote_node, "_ensure_watcher", lambda j: 4242)
+    monkeypatch.setattr(remote_node, "control_interfaces", lambda environ: {"eth0"})  # SSH arrives on eth0
     monkeypatch.setattr(apply_mod, "real_executor", lambda j, detach_engines=False: (executor or Recorder)(j))
     plan = [ch.ClearQdisc("a", HOST_NETNS, "eth1")]
     return journal, applied, lambda **more: remote_node.apply_plan(plan, journal, environ={}, **{**kwargs, **more})
@@ -481,7 +550,21 @@ def test_doctor_rows_for_a_reachable_root_host_with_a_version_mismatch():
     assert rows["reachable"][0] == rows["root"][0] == rows["python"][0] == "ok"
     assert rows["netbench"] == ("mismatch", "0.0.9 (controller 0.1.0)")
     assert rows["interface"] == ("ok", "eth1: 10.9.0.1/24")
-    assert rows["control path"][0] == "ok" and rows["backend"][0] == "ok"
+    assert rows["control path"][0] == "unknown"  # that netbench does not say whether it knows
+    assert rows["backend"][0] == "ok"
+
+
+@pytest.mark.parametrize("known, control, status", [(True, ["eth0"], "ok"), (True, ["eth0", "eth1"], "missing"),
+                                                    (False, [], "unknown")])
+def test_doctor_control_path_row_says_what_the_host_knows(known, control, status):
+    host = FakeHost("a", [("id -u", CommandResult(0, "0\n", "")), ("--version", CommandResult(0, "Python 3\n", "")),
+                          (" info ", ok_json({"netbench": "0.1.0", "interface_ok": True, "interfaces": {"eth1": []},
+                                              "control_interfaces": control, "control_path_known": known,
+                                              "backend": "netem", "backend_reason": "accepted"}))])
+    rows = {check: (s, detail) for check, s, detail in remote.doctor_host(host, INV.host("a"), None)}
+    assert rows["control path"][0] == status
+    if known:
+        assert rows["control path"][1] == f"SSH arrives on {', '.join(control)}; shaping eth1"
 
 
 # ---------------------------------------------------------------- CLI
@@ -504,3 +587,151 @@ def test_every_node_command_has_help():
         result = CliRunner().invoke(main, ["node", name, "--help"])
         assert result.exit_code == 0 and "Example:" in result.output
     assert "Example:" in CliRunner().invoke(main, ["provision", "--help"]).output
+
+
+# ---------------------------------------------------------------- provision
+
+PROVISION_INV = inventory_from_mapping({
+    "defaults": {"interface": "eth1"},
+    "hosts": {"a": {"ssh": "10.0.0.1", "venv": "/opt/nb env; touch /tmp/pwned"},
+              "b": {"ssh": "10.0.0.2", "sudo": True, "venv": "/opt/it's"}}}, "inv.yaml")
+STAGE = "/tmp/netbench-provision.Xy12Ab"
+
+
+def _provision_host(name: str, stat: str = "1000 700 directory\n1000\n") -> FakeHost:
+    return FakeHost(name, [("mktemp -d", CommandResult(0, STAGE + "\n", "")), ("stat -c", CommandResult(0, stat, "")),
+                           (" --version", CommandResult(0, "netbench, version 0.1.0\n", "")),
+                           ("", CommandResult(0, "", ""))])
+
+
+def _provision(monkeypatch, tmp_path, hosts, pip_args="--no-index --find-links '/srv/my wheels'"):
+    import netbench.remote_cli
+
+    opened = []
+    monkeypatch.setattr(netbench.remote_cli, "_open",
+                        lambda path, insecure: opened.append(path) or (PROVISION_INV, hosts))
+    wheel = tmp_path / "netbench-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    result = CliRunner().invoke(main, ["provision", "--inventory", "inv.yaml", "--wheel", str(wheel),
+                                       "--pip-args", pip_args])
+    return result, opened
+
+
+def test_provision_stages_in_a_private_folder_and_quotes_every_word(monkeypatch, tmp_path):
+    import shlex
+
+    hosts = [_provision_host("a"), _provision_host("b")]
+    result, _ = _provision(monkeypatch, tmp_path, hosts)
+    assert result.exit_code == 0, result.output
+    for host in hosts:
+        venv = PROVISION_INV.host(host.name).venv
+        sudo = ["sudo", "-n"] if host.name == "b" else []
+        argvs = [shlex.split(command) for command, _ in host.commands]
+        assert argvs[0][:2] == ["mktemp", "-d"]  # a fresh folder, not a predictable name
+        assert argvs[1][:4] == ["stat", "-c", "%u %a %F", "--"] and argvs[1][4] == STAGE
+        assert [remote for _, remote in host.puts] == [f"{STAGE}/netbench-0.1.0-py3-none-any.whl",
+                                                       f"{STAGE}/constraints.txt"]
+        (make_venv,) = [a for a in argvs if "-c" in a and a[len(sudo)] == "sh"]
+        assert make_venv[:len(sudo) + 2] == sudo + ["sh", "-c"]
+        assert shlex.split(make_venv[-1]) == ["test", "-x", f"{venv}/bin/python", "||",
+                                              "python3", "-m", "venv", venv]
+        (pip,) = [a for a in argvs if "install" in a]
+        assert pip == sudo + [f"{venv}/bin/pip", "install", "-q", "--disable-pip-version-check",
+                              "-c", f"{STAGE}/constraints.txt", "--no-index", "--find-links", "/srv/my wheels",
+                              f"{STAGE}/netbench-0.1.0-py3-none-any.whl"]
+        assert argvs[-1] == ["rm", "-rf", "--", STAGE]
+
+
+@pytest.mark.parametrize("stat, why", [("0 700 directory\n1000\n", "owned by uid 0"),
+                                       ("1000 777 directory\n1000\n", "mode 777"),
+                                       ("1000 700 symbolic link\n1000\n", "symbolic link")])
+def test_provision_refuses_a_staging_folder_others_could_change(monkeypatch, tmp_path, stat, why):
+    hosts = [_provision_host("a", stat), _provision_host("b")]
+    result, _ = _provision(monkeypatch, tmp_path, hosts)
+    assert result.exit_code == 1
+    assert f"host a: staging folder {STAGE} is not private" in result.output and why in result.output
+    assert not hosts[0].puts and not hosts[0].ran("install") and not hosts[0].ran("rm ")
+    assert hosts[1].ran("install")  # the other host is still provisioned
+
+
+def test_provision_refuses_unparsable_pip_args_before_contacting_any_host(monkeypatch, tmp_path):
+    result, opened = _provision(monkeypatch, tmp_path, [_provision_host("a")], pip_args="--find-links '/srv")
+    assert result.exit_code == 2 and "--pip-args" in result.output and not opened
+
+
+# ---------------------------------------------------------------- SSH connections
+
+def test_every_proxyjump_hop_checks_host_keys_like_the_host(tmp_path):
+    from paramiko import AutoAddPolicy, RejectPolicy
+
+    from netbench.testbed.remote import FabricHost
+
+    (tmp_path / "ssh_config").write_text("Host target\n  HostName 10.0.0.5\n  ProxyJump jump1,jump2\n"
+                                         "Host jump1\n  HostName 10.0.0.6\n")
+    import base64
+    import struct
+
+    blob = b"".join(struct.pack(">I", len(part)) + part for part in (b"ssh-ed25519", bytes(range(32))))
+    (tmp_path / "known_hosts").write_text(f"10.0.0.6 ssh-ed25519 {base64.b64encode(blob).decode()}\n")
+    inv = inventory_from_mapping({"known_hosts": str(tmp_path / "known_hosts"),
+                                  "ssh_config": str(tmp_path / "ssh_config"),
+                                  "hosts": {"t": {"ssh": "target", "interface": "eth1"}}}, "inv.yaml")
+    for insecure, policy in ((False, RejectPolicy), (True, AutoAddPolicy)):
+        conn, hops = FabricHost(inv.hosts[0], inv, insecure_host_keys=insecure).conn, []
+        while conn is not None:
+            hops.append(conn)
+            conn = conn.gateway
+        assert [h.host for h in hops] == ["10.0.0.5", "10.0.0.6", "jump2"]
+        for hop in hops:
+            assert isinstance(hop.client._policy, policy), hop.host
+            assert hop.client._system_host_keys.lookup("10.0.0.6"), hop.host  # the inventory's known_hosts
+
+
+# ---------------------------------------------------------------- what hosts send is checked
+
+def _raising(exc):
+    def answer(command, input):
+        raise exc
+    return answer
+
+
+def test_any_exception_on_one_host_is_reported_naming_it_and_the_others_still_run():
+    a = FakeHost("a", [(" reset ", _raising(EOFError("channel closed")))])
+    b = FakeHost("b", [(" reset ", ok_json({"removed": ["qdisc"]}))])
+    results = remote.in_parallel([a, b], lambda c: remote.call_node(c, INV.host(c.name), ["reset", "--json"]))
+    assert isinstance(results["a"], remote.RemoteError)
+    assert results["a"].message == "host a: EOFError: channel closed"
+    assert results["b"] == {"removed": ["qdisc"]} and b.ran(" reset ")
+    with pytest.raises(remote.RemoteError, match="^host a: EOFError: channel closed$"):
+        remote.reset_inventory(INV, [a, b])
+
+
+@pytest.mark.parametrize("command, answer, problem", [
+    ("info", [], "not a JSON object"),
+    ("info", {"interfaces": ["eth1"]}, "'interfaces' is not an object of address lists"),
+    ("info", {"interfaces": {"eth1": []}, "interface_ok": "yes"}, "'interface_ok' is not true or false"),
+    ("info", {"backend": "netem"}, "no 'interfaces'"),
+    ("reset", {"removed": "qdisc"}, "'removed' is not a list of strings"),
+    ("reset", {}, "no 'removed'"),
+    ("show", {"nodes": [{"node": "a"}], "lease": None}, "'lease' is not a lease object"),
+    ("show", {"nodes": [{"node": "a", "profile": 7}], "lease": {"held": False}}, "'nodes' is not a list of node rows"),
+    ("apply", "done", "not a JSON object"),
+])
+def test_node_answers_of_the_wrong_shape_are_a_clear_error_naming_the_host(command, answer, problem):
+    host = FakeHost("a", [(f" {command} ", ok_json(answer))])
+    with pytest.raises(remote.RemoteError) as info:
+        remote.call_node(host, INV.host("a"), [command, "--json"])
+    assert info.value.message == f"host a: 'netbench node {command}' answered JSON of the wrong shape: {problem}"
+
+
+def test_a_wrong_answer_fails_the_command_line_with_one_line_not_a_traceback(monkeypatch):
+    import netbench.remote_cli
+
+    hosts = [FakeHost("a", [(" show ", ok_json({"nodes": [], "lease": "held"}))]),
+             FakeHost("b", [(" show ", ok_json({"nodes": [], "lease": {"held": False}}))])]
+    monkeypatch.setattr(netbench.remote_cli, "_open", lambda path, insecure: (INV, hosts))
+    result = CliRunner().invoke(main, ["show", "--inventory", "inv.yaml"])
+    assert result.exit_code == 1 and result.exception is None or isinstance(result.exception, SystemExit)
+    assert "host a: 'netbench node show' answered JSON of the wrong shape: 'lease' is not a lease object" \
+        in result.output
+    assert "Traceback" not in result.output

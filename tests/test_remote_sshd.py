@@ -215,8 +215,11 @@ def test_provision_installs_this_netbench_into_each_hosts_venv(lab, inventory):
     site = next((VENV / "lib").glob("python3*/site-packages"))
     data = yaml.safe_load(open(inventory).read())
     venvs = {}
+    import glob
+
+    staged_before = set(glob.glob("/tmp/netbench-provision*"))
     for host in lab.hosts:
-        venv = lab.dir / f"venv-{host.name}"
+        venv = lab.dir / f"venv {host.name}"  # a space: quoted once, as one word, on the host
         subprocess.run(["python3", "-m", "venv", str(venv)], check=True, timeout=120)
         own_site = next((venv / "lib").glob("python3*/site-packages"))
         (own_site / "controller-packages.pth").write_text(f"{site}\n")
@@ -232,4 +235,66 @@ def test_provision_installs_this_netbench_into_each_hosts_venv(lab, inventory):
         where = subprocess.run([str(venv / "bin" / "python"), "-c", "import netbench; print(netbench.__file__)"],
                                capture_output=True, text=True, cwd="/", check=True).stdout
         assert where.startswith(str(venv)), where  # the provisioned copy, not the source tree
-        assert not Path(f"/tmp/netbench-provision-{name}").exists()  # the staging folder is removed
+    assert set(glob.glob("/tmp/netbench-provision*")) <= staged_before  # each staging folder is removed
+
+
+def _edited_inventory(lab, name: str, **host_keys) -> str:
+    """The lab's inventory with `host_keys` set on every host, written to `name`."""
+    import yaml
+
+    data = yaml.safe_load(lab.write_inventory().read_text())
+    for entry in data["hosts"].values():
+        entry.update(host_keys)
+    path = lab.dir / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def test_a_sudo_host_still_knows_its_control_path(lab, inventory):
+    """sudo's env_reset drops SSH_CONNECTION: the controller passes the session's endpoints,
+    so a sudo host still refuses to shape its SSH interface, and doctor names that interface."""
+    import shutil
+
+    if shutil.which("sudo") is None:
+        pytest.skip("needs sudo (make install installs it)")
+    path = _edited_inventory(lab, "sudo-ctl.yaml", sudo=True, interface="ctl0")
+    result = lab.netbench("apply", "--inventory", path, "--bandwidth", "100mbit", "--lease", "0")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "plan shapes ctl0, which carries this SSH control connection" in result.stderr
+    for host in lab.hosts:
+        assert host.root_qdisc("ctl0").get("handle") != "4e42:"
+    path = _edited_inventory(lab, "sudo.yaml", sudo=True)
+    result = lab.netbench("doctor", "--inventory", path, "--no-tensorflow", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for rows in json.loads(result.stdout)["hosts"].values():
+        (row,) = [r for r in rows if r["check"] == "control path"]
+        assert row["status"] == "ok" and row["detail"].startswith("SSH arrives on ctl0;"), row
+
+
+def test_a_proxyjump_hop_has_its_host_key_checked_too(lab, inventory):
+    """h2 reached through h1 (ProxyJump): the hop's key is checked against the same known_hosts."""
+    import yaml
+
+    h1, h2 = lab.hosts
+    config = (lab.dir / "ssh_config").read_text()
+    (lab.dir / "ssh_config_jump").write_text(
+        config + f"\nHost {h2.name}-via-{h1.name}\n  HostName {h2.control_address}\n  User root\n"
+        f"  IdentityFile {lab.dir / 'id_ed25519'}\n  ProxyJump {h1.name}\n")
+    known = (lab.dir / "known_hosts").read_text().splitlines()
+    without_hop = [line for line in known if not line.startswith(h1.control_address + " ")]
+    (lab.dir / "known_hosts_no_hop").write_text("\n".join(without_hop) + "\n")
+    data = yaml.safe_load(lab.write_inventory().read_text())
+    data["ssh_config"] = str(lab.dir / "ssh_config_jump")
+    data["hosts"] = {h2.name: {"ssh": f"{h2.name}-via-{h1.name}", "tf_address": h2.data_address,
+                               "state_dir": str(h2.state_dir)}}
+    path = lab.dir / "jump.yaml"
+    for known_hosts, ok in (("known_hosts_no_hop", False), ("known_hosts", True)):
+        data["known_hosts"] = str(lab.dir / known_hosts)
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        result = lab.netbench("show", "--inventory", str(path), "--json")
+        if ok:
+            assert result.returncode == 0, result.stderr
+            assert json.loads(result.stdout)["hosts"][h2.name]["interface"] == "data0"
+        else:
+            assert result.returncode == 1, result.stdout
+            assert f"jump host {h1.control_address}: host key not in known_hosts" in result.stderr

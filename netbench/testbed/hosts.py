@@ -17,6 +17,8 @@ A host that drops out (its SSH connection closes) ends the run as `failed`, nami
 
 from __future__ import annotations
 
+import queue
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,7 @@ from netbench.emulation.apply import BackendChoice
 from netbench.errors import NetbenchError, UsageError
 from netbench.inventory import Host, Inventory
 from netbench.jobs.cluster import COORDINATOR, PS, JobSpec, Task, nodes_needed, placement
-from netbench.jobs.launch import TaskLost, log_tail
+from netbench.jobs.launch import TaskLost, Timeouts, log_tail
 from netbench.lease import DEFAULT_LEASE_S
 from netbench.testbed.remote import HostConnection, StreamingCommand
 from netbench.testbed.topology import Node, Topology
@@ -106,11 +108,33 @@ def task_command(host: Host, task: Task, env: dict[str, str], grace: float = STO
 
 # ---------------------------------------------------------------- a task on a host
 
+def task_pid(first: bytes) -> int | None:
+    """The pid in `node task`'s first line ("netbench-task pid=N"); None unless N > 1 (pure):
+    the controller may kill that process group, and 0, 1 or -1 there would mean far more."""
+    from netbench.remote_node import TASK_MARK
+
+    match = re.fullmatch(rb"%s pid=([0-9]{1,10})\s*" % TASK_MARK.encode(), first)
+    pid = int(match.group(1)) if match else None
+    return pid if pid is not None and pid > 1 else None
+
+
+def _first_line(stream: StreamingCommand, timeout: float) -> bytes | None:
+    """The stream's first line, or None if none came within `timeout` seconds."""
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: lines.put(stream.stdout.readline()), name="netbench-task-pid",
+                     daemon=True).start()
+    try:
+        return lines.get(timeout=timeout)
+    except queue.Empty:
+        return None
+
+
 class RemoteTask:
     """A job process on a host (TaskProcess): stdout streamed over its SSH channel, stderr
     copied into the controller's log file for it."""
 
-    def __init__(self, conn: HostConnection, host: Host, task: Task, log: Path, stream: StreamingCommand) -> None:
+    def __init__(self, conn: HostConnection, host: Host, task: Task, log: Path, stream: StreamingCommand,
+                 startup_s: float = Timeouts().startup_s) -> None:
         from netbench.remote_node import TASK_MARK
 
         self.conn, self.host, self.task, self.stream = conn, host, task, stream
@@ -118,7 +142,15 @@ class RemoteTask:
         self.pid: int | None = None
         self._log_thread = threading.Thread(target=self._copy_stderr, args=(log,), daemon=True)
         self._log_thread.start()
-        first = stream.stdout.readline()
+        first = _first_line(stream, startup_s)  # a host that accepts the channel, then hangs
+        if first is None:
+            stream.close()
+            raise TaskLost(f"host {host.name}: cannot start {self.name}: no answer within {startup_s:g}s")
+        if first.startswith(TASK_MARK.encode()) and task_pid(first) is None:
+            stream.close()
+            shown = first.decode("utf-8", "replace").strip()[:80]
+            raise TaskLost(f"host {host.name}: cannot start {self.name}: it sent {shown!r}, "
+                           f"not '{TASK_MARK} pid=N' with N > 1")
         if not first.startswith(TASK_MARK.encode()):
             code = stream.exit_status(5.0)
             self._log_thread.join(timeout=5.0)
@@ -129,7 +161,7 @@ class RemoteTask:
                 detail = "SSH connection lost"
             stream.close()
             raise TaskLost(f"host {host.name}: cannot start {self.name}: {detail}")
-        self.pid = int(first.split(b"pid=")[1])
+        self.pid = task_pid(first)
 
     @property
     def name(self) -> str:
@@ -156,7 +188,7 @@ class RemoteTask:
         if the host does not answer in time, KILL the group over a fresh command."""
         if self.stream.exit_status(0) is None:
             self.stream.close_stdin()
-            if self.stream.exit_status(grace + 8.0) is None and self.pid:
+            if self.stream.exit_status(grace + 8.0) is None and self.pid is not None and self.pid > 1:
                 sudo = "sudo -n " if self.host.sudo else ""
                 try:
                     self.conn.run(f"{sudo}kill -KILL -- -{self.pid}", timeout=10)
@@ -181,10 +213,12 @@ class HostsTestbed:
     kind = "hosts"
 
     def __init__(self, inventory: Inventory, conns: Sequence[HostConnection], backend: str | None = None,
-                 lease_s: float = DEFAULT_LEASE_S, takeover: bool = False) -> None:
+                 lease_s: float = DEFAULT_LEASE_S, takeover: bool = False,
+                 startup_s: float = Timeouts().startup_s) -> None:
         from netbench.lease import new_holder
 
         self.inventory = inventory
+        self.startup_s = startup_s  # for a task's first line (its pid); prepare() takes the sweep's
         self.conns = list(conns)
         self.by_name = {h.name: h for h in inventory.hosts}
         self.conn_by_name = {c.name: c for c in self.conns}
@@ -201,6 +235,7 @@ class HostsTestbed:
         from netbench import remote
 
         runs = config.runs
+        self.startup_s = config.timeouts.startup_s
         for run in runs:
             place_hosts(self.inventory, run.job or config.job, run.workers or config.workers)
         infos = remote.probe_hosts(self.inventory, self.conns)
@@ -244,7 +279,7 @@ class HostsTestbed:
             stream = conn.start(task_command(host, task, env))
         except NetbenchError as exc:
             raise TaskLost(f"host {host.name}: cannot start {task.role}{task.index}: {exc.message}") from None
-        return RemoteTask(conn, host, task, log, stream)
+        return RemoteTask(conn, host, task, log, stream, self.startup_s)
 
     def verify(self, run, observer) -> dict | None:
         return None  # refused at the command line: verify measures between local namespaces

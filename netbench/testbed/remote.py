@@ -1,9 +1,10 @@
 """Remote hosts over SSH (fabric), behind a small interface: run a command, put a file.
 
 Host keys are verified against known_hosts by default (paramiko's RejectPolicy: an unknown
-or changed key refuses the connection). `insecure_host_keys=True` accepts any key and is
-only ever set by an explicit flag. fabric reads ~/.ssh/config (or the inventory's
-`ssh_config`), so aliases, HostName, User, Port and IdentityFile work as with `ssh`.
+or changed key refuses the connection), on the host and on every ProxyJump hop.
+`insecure_host_keys=True` accepts any key and is only ever set by an explicit flag. fabric
+reads ~/.ssh/config (or the inventory's `ssh_config`), so aliases, HostName, User, Port and
+IdentityFile work as with `ssh`.
 
 Tests use tests/remote_fakes.py's FakeHost in place of FabricHost.
 """
@@ -112,12 +113,16 @@ class FabricHost:
             connect_kwargs["look_for_keys"] = False
         self.conn = Connection(host.ssh, user=user, port=port, config=config,
                                connect_timeout=CONNECT_TIMEOUT_S, connect_kwargs=connect_kwargs)
-        # fabric accepts unknown host keys by default; netbench does not
-        self.conn.client.set_missing_host_key_policy(AutoAddPolicy() if insecure_host_keys else RejectPolicy())
-        for path in inventory.known_hosts or DEFAULT_KNOWN_HOSTS:
-            expanded = Path(path).expanduser()
-            if expanded.is_file():
-                self.conn.client.load_system_host_keys(str(expanded))
+        # fabric accepts unknown host keys by default; netbench does not, on the host and on
+        # every ProxyJump hop (fabric makes each hop a Connection of its own, with its defaults)
+        known = [str(p) for p in (Path(k).expanduser() for k in inventory.known_hosts or DEFAULT_KNOWN_HOSTS)
+                 if p.is_file()]
+        hop = self.conn
+        while isinstance(hop, Connection):
+            hop.client.set_missing_host_key_policy(AutoAddPolicy() if insecure_host_keys else RejectPolicy())
+            for path in known:
+                hop.client.load_system_host_keys(path)
+            hop = hop.gateway
 
     @property
     def target(self) -> str:
@@ -130,13 +135,15 @@ class FabricHost:
 
         try:
             self.conn.open()
-        except paramiko.BadHostKeyException:
-            raise TestbedError(f"host {self.name} ({self.target}): its host key differs from the one in known_hosts",
+        except paramiko.BadHostKeyException as exc:
+            raise TestbedError(f"host {self.name} ({self.target}): {self._hop(exc.hostname)}host key differs from "
+                               "the one in known_hosts",
                                hint="if the host was reinstalled, update known_hosts (ssh-keygen -R)") from None
         except paramiko.SSHException as exc:
             text = str(exc)
             if "not found in known_hosts" in text:
-                raise TestbedError(f"host {self.name} ({self.target}): host key not in known_hosts",
+                server = text.split("'")[1] if text.count("'") >= 2 else None
+                raise TestbedError(f"host {self.name} ({self.target}): {self._hop(server)}host key not in known_hosts",
                                    hint="ssh to it once and check the key, or pass --insecure-host-keys") from None
             raise TestbedError(f"host {self.name} ({self.target}): SSH: {text}",
                                hint="check user, key and agent in the inventory or ~/.ssh/config") from None
@@ -155,6 +162,12 @@ class FabricHost:
         if transport is not None and transport.channel_timeout != CONNECT_TIMEOUT_S:
             transport.channel_timeout = CONNECT_TIMEOUT_S
             transport.set_keepalive(KEEPALIVE_S)
+
+    def _hop(self, server: str | None) -> str:
+        """'jump host X: ' when a host-key error names a ProxyJump hop, not the host itself."""
+        if not server or server.strip("[]").split("]:")[0] == self.conn.host:
+            return ""
+        return f"jump host {server}: "
 
     def run(self, command: str, *, input: str | None = None, timeout: float | None = None) -> CommandResult:
         self._open()
