@@ -488,7 +488,8 @@ def reset_cmd() -> None:
 @click.option("--step-timeout", default=60.0, show_default=True, type=click.FloatRange(1, 86400), help="Seconds a step may take before the run ends as 'timeout'.")
 @click.option("--startup-timeout", default=240.0, show_default=True, type=click.FloatRange(1, 86400), help="Seconds until the first step.")
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help="Emulation backend.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed for loss/jitter draws and data.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1),
+              help="Seed for loss/jitter draws and data (0 to 2^32-1).")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="Results folder [default: results/<sweep-id>].")
 @click.option("--verify", "verify_points", is_flag=True,
               help="Before each point, measure the link (ping, iperf3 if a rate is set) and record it beside the profile.")

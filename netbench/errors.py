@@ -61,3 +61,15 @@ class StateError(NetbenchError):
 
 class VerifyFailed(NetbenchError):
     """A measured link is outside the tolerance of its configured profile."""
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """`value` as repr() writes it, cut to at most about `limit` characters, for messages
+    that quote what a user wrote (a YAML value may be a megabyte long or deeply nested)."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = short.maxlong = limit
+    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict, short.maxset = 3, 8, 8, 6, 8
+    text = short.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -40,6 +40,7 @@ DISTRIBUTIONS = ("uniform", "normal", "pareto", "paretonormal")
 DIRECTIONS = ("egress", "ingress", "both")
 LOSS_MODELS = ("random", "gilbert-elliott")
 MAX_LIMIT_PACKETS = 10_000_000
+MAX_REORDER_GAP = 2**32 - 1  # netem holds the gap in a u32
 NETEM_ONLY_FIELDS = ("jitter_correlation", "distribution", "loss_correlation", "loss_model", "duplicate", "corrupt",
                      "reorder", "limit_packets", "direction", "peers")  # correlations/GE need their base field
 
@@ -258,8 +259,8 @@ def validate(profile: Profile, source: str, keys: Mapping[str, str] | None = Non
     if profile.reorder and not profile.delay_us:
         raise fail("reorder", "reordering needs a delay: netem sends some packets at once and delays the rest",
                    "set a delay, e.g. delay: 10ms")
-    if profile.reorder_gap < 0:
-        raise fail("reorder_gap", "must be a whole number of packets >= 0", "e.g. reorder_gap: 5")
+    if not 0 <= profile.reorder_gap <= MAX_REORDER_GAP:
+        raise fail("reorder_gap", f"must be a whole number of packets in 0..{MAX_REORDER_GAP}", "e.g. reorder_gap: 5")
     if profile.limit_packets is not None and not 1 <= profile.limit_packets <= MAX_LIMIT_PACKETS:
         raise fail("limit_packets", f"{profile.limit_packets} is outside 1..{MAX_LIMIT_PACKETS} packets",
                    "omit limit to size the queue from the bandwidth-delay product")

@@ -249,3 +249,19 @@ def test_version():
     result = invoke("--version")
     assert result.exit_code == 0
     assert __version__ in result.output
+
+
+# ---------------------------------------------------------------- numbers outside what the workers take
+
+
+@pytest.mark.parametrize("seed", ["-1", "4294967296", str(10**30)])
+def test_sweep_seed_outside_32_bits_is_refused(seed):
+    # numpy (keras.utils.set_random_seed) takes 0..2**32-1: a larger seed crashed every worker
+    result = invoke("sweep", "--dry-run", "--latency", "1ms", "--seed", seed)
+    assert result.exit_code == 2, result.output
+    assert "--seed" in result.stderr and "Traceback" not in result.output
+
+
+def test_sweep_seed_at_32_bits_is_accepted():
+    result = invoke("sweep", "--dry-run", "--latency", "1ms", "--seed", str(2**32 - 1))
+    assert result.exit_code == 0, result.output
