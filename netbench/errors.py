@@ -71,5 +71,14 @@ def shown(value: object, limit: int = 80) -> str:
     short = reprlib.Repr()
     short.maxstring = short.maxother = short.maxlong = limit
     short.maxlevel, short.maxlist, short.maxtuple, short.maxdict, short.maxset = 3, 8, 8, 6, 8
-    text = short.repr(value)
+    try:
+        text = short.repr(value)
+    except ValueError:  # an int of over 4300 digits has no repr
+        text = f"<a number of about {int(value.bit_length() * 0.30103)} digits>" if isinstance(value, int) else "<?>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def shown_key(key: object, limit: int = 80) -> str:
+    """A mapping key as the user wrote it (strings unquoted), cut to about `limit` characters."""
+    text = key if isinstance(key, str) else shown(key, limit)
     return text if len(text) <= limit else text[:limit - 3] + "..."
