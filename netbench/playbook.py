@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import random
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -36,6 +37,7 @@ TOP_KEYS = ("name", "description", "factors", "fixed", "extra_runs", "repetition
             "warmup", "steps", "seconds", "timeouts", "backend", "profile")
 TIMEOUT_KEYS = ("startup", "step")
 BACKENDS = ("auto", "netem", "userspace")
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: a name that is one folder
 
 
 class PlaybookError(UsageError):
@@ -282,8 +284,12 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
         if key not in TOP_KEYS:
             raise _unknown(source, "", key, TOP_KEYS)
     name = data.get("name", default_name)
-    if not isinstance(name, str) or not name.strip() or "/" in name or name.strip() != name:
-        raise _fail(source, "name", f"must be a word without '/', got {shown(name)}", "e.g. 'name: latency-study'")
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+        # the name becomes a folder (results/<name>): '..' or 'a/b' would land elsewhere
+        rule = "must be letters, digits, '.', '_' or '-', starting with a letter or digit, at most 64 characters"
+        if "name" in data:
+            raise _fail(source, "name", f"{rule}; got {shown(name)}", "e.g. 'name: latency-study'")
+        raise _fail(source, "name", f"the file name {shown(name)} {rule}", "set one, e.g. 'name: latency-study'")
     description = data.get("description", "")
     if not isinstance(description, str):
         raise _fail(source, "description", "must be a string")
