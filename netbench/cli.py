@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from netbench import __version__, console, units
+from netbench.clitypes import FiniteFloatRange
 from netbench.errors import NetbenchError, PrivilegeError, TestbedError, UsageError, VerifyFailed
 from netbench.profile import Profile, load_profile, parse_levels, profile_from_flags
 from netbench.remote_cli import (APPLY_EXTRA, hosts_options, node, provision, remote_apply, remote_doctor,
@@ -329,9 +330,9 @@ def _show_cells(row: dict) -> list[str]:
 @click.option("--from", "src_name", metavar="NODE", help="Node that sends the probes [default: the first].")
 @click.option("--to", "dst_name", metavar="NODE", help="Node probed [default: the second].")
 @click.option("--count", default=100, show_default=True, type=click.IntRange(5, 100000), help="Pings to send.")
-@click.option("--interval", default=0.02, show_default=True, type=click.FloatRange(0.002, 10),
+@click.option("--interval", default=0.02, show_default=True, type=FiniteFloatRange(0.002, 10),
               help="Seconds between pings.")
-@click.option("--seconds", default=3.0, show_default=True, type=click.FloatRange(0, 3600),
+@click.option("--seconds", default=3.0, show_default=True, type=FiniteFloatRange(0, 3600),
               help="Length of the iperf3 TCP test (0: no throughput test).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
@@ -483,17 +484,17 @@ def reset_cmd() -> None:
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 65536), help="Per-worker batch size.")
 @click.option("--warmup", default=10, show_default=True, type=click.IntRange(0, 100000), help="Warm-up steps, excluded from statistics.")
 @click.option("--steps", default=30, show_default=True, type=click.IntRange(2, 1000000), help="Measured steps per run.")
-@click.option("--seconds", type=click.FloatRange(0.1, 86400), help="Measured window in seconds instead of --steps (all workers agree on the step count after warm-up).")
+@click.option("--seconds", type=FiniteFloatRange(0.1, 86400), help="Measured window in seconds instead of --steps (all workers agree on the step count after warm-up).")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 1000), help="Repetitions of each point.")
-@click.option("--step-timeout", default=60.0, show_default=True, type=click.FloatRange(1, 86400), help="Seconds a step may take before the run ends as 'timeout'.")
-@click.option("--startup-timeout", default=240.0, show_default=True, type=click.FloatRange(1, 86400), help="Seconds until the first step.")
+@click.option("--step-timeout", default=60.0, show_default=True, type=FiniteFloatRange(1, 86400), help="Seconds a step may take before the run ends as 'timeout'.")
+@click.option("--startup-timeout", default=240.0, show_default=True, type=FiniteFloatRange(1, 86400), help="Seconds until the first step.")
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help="Emulation backend.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1),
               help="Seed for loss/jitter draws and data (0 to 2^32-1).")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="Results folder [default: results/<sweep-id>].")
 @click.option("--verify", "verify_points", is_flag=True,
               help="Before each point, measure the link (ping, iperf3 if a rate is set) and record it beside the profile.")
-@click.option("--sample-resources", metavar="SECONDS", type=click.FloatRange(0.1, 3600),
+@click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
               help="Every process samples its CPU, memory and its node's network bytes this often; "
                    "summaries per process go into each run's record.")
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
@@ -685,7 +686,7 @@ def _playbook_state(output: Path) -> dict | None:
               help="Before each run, measure the link (ping, iperf3 if a rate is set) and record it.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve live Prometheus metrics on this port (0: any free port).")
 @click.option("--metrics-address", metavar="IP", help="Address to serve metrics on [default: 127.0.0.1].")
-@click.option("--sample-resources", metavar="SECONDS", type=click.FloatRange(0.1, 3600),
+@click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
               help="Every process samples its CPU, memory and its node's network bytes this often; "
                    "summaries per process go into each run's record.")
 @click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
@@ -807,7 +808,7 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
 @click.argument("results_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path),
               help="Where figures and report.md go [default: RESULTS_DIR/report].")
-@click.option("--confidence", default=0.99, show_default=True, type=click.FloatRange(0.5, 0.9999),
+@click.option("--confidence", default=0.99, show_default=True, type=FiniteFloatRange(0.5, 0.9999),
               help="Confidence level of the intervals over repetitions (t distribution).")
 @handle_errors
 def report_cmd(results_dir: Path, output: Path | None, confidence: float) -> None:

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import click
 
 from netbench import console
+from netbench.clitypes import FiniteFloatRange
 from netbench.errors import NetbenchError, UsageError
 
 INVENTORY_HELP = "Drive the SSH hosts of this inventory (YAML) instead of the local testbed."
@@ -76,7 +77,7 @@ def node_info(interface: str | None, no_probe: bool) -> None:
 
 @node.command("apply")
 @click.option("--json", "as_json", is_flag=True, required=True, help="Read the change plan as JSON on stdin.")
-@click.option("--lease", "lease_s", default=0.0, show_default=True, type=click.FloatRange(0, 86400),
+@click.option("--lease", "lease_s", default=0.0, show_default=True, type=FiniteFloatRange(0, 86400),
               help="Seconds the shaping survives without renewal (0: no lease).")
 @click.option("--force", is_flag=True, help="Shape even the interface carrying this SSH session.")
 @click.pass_obj
@@ -138,7 +139,7 @@ def node_reset(journal, as_json: bool) -> None:
 @node.command("task", context_settings={"ignore_unknown_options": True})
 @click.option("--role", required=True, help="The task's role and index, e.g. worker0 (journaled with its pid).")
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment for the process (repeatable).")
-@click.option("--grace", default=3.0, show_default=True, type=click.FloatRange(0, 600),
+@click.option("--grace", default=3.0, show_default=True, type=FiniteFloatRange(0, 600),
               help="Seconds between TERM and KILL when the task is stopped.")
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
@@ -214,7 +215,7 @@ class Opt:
 
 
 APPLY_EXTRA = (
-    Opt("lease", "--lease", type=click.FloatRange(0, 86400), default=None,
+    Opt("lease", "--lease", type=FiniteFloatRange(0, 86400), default=None,
         help="With --inventory: lease in seconds [default: 60]; the command holds it until Ctrl-C, and "
              "hosts revert by themselves if it is not renewed. 0: no lease, return at once."),
     Opt("force", "--force", is_flag=True, default=None,

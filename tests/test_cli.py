@@ -265,3 +265,21 @@ def test_sweep_seed_outside_32_bits_is_refused(seed):
 def test_sweep_seed_at_32_bits_is_accepted():
     result = invoke("sweep", "--dry-run", "--latency", "1ms", "--seed", str(2**32 - 1))
     assert result.exit_code == 0, result.output
+
+
+FLOAT_OPTIONS = [(path, param.opts[0]) for path, command in ALL for param in command.params
+                 if isinstance(param, click.Option) and isinstance(param.type, click.types.FloatParamType)]
+
+
+def test_there_are_float_options_to_check():
+    assert {("netbench sweep", "--step-timeout"), ("netbench apply", "--lease"), ("netbench node apply", "--lease"),
+            ("netbench report", "--confidence")} <= {(" ".join(path), opt) for path, opt in FLOAT_OPTIONS}
+
+
+@pytest.mark.parametrize("path, option", FLOAT_OPTIONS, ids=[f"{' '.join(p[1:])} {o}" for p, o in FLOAT_OPTIONS])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+def test_every_float_option_refuses_nan_and_infinity(path, option, value):
+    # nan passes every comparison of click.FloatRange: '--step-timeout nan' never timed out
+    result = invoke(*path[1:], f"{option}={value}")
+    assert result.exit_code == 2, result.output
+    assert f"'{option}'" in result.output and "finite" in result.output, result.output
