@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from netbench import __version__, console, units
 from netbench.clitypes import FiniteFloatRange
@@ -96,7 +97,7 @@ def profile_check(files: tuple[Path, ...]) -> None:
     """
     for path in files:
         loaded = load_profile(path)
-        console.info(f"[green]ok[/] {path}: {loaded.name}: delay {units.format_duration_us(loaded.delay_us)}, "
+        console.info(f"[green]ok[/] {escape(str(path))}: {escape(loaded.name)}: delay {units.format_duration_us(loaded.delay_us)}, "
                      f"jitter {units.format_duration_us(loaded.jitter_us)}, loss {units.format_ratio(loaded.loss)}, "
                      f"rate {units.format_rate_bps(loaded.rate_bps)}")
 
@@ -252,8 +253,8 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run) -> 
         raise TestbedError("no testbed is up", hint="start one with 'netbench testbed up'")
     choice = choose_backend(None if backend == "auto" else backend)
     plan = ch.plan_apply(chosen_profile, topo, choice.name)
-    console.info(f"profile [bold]{chosen_profile.name}[/] ({chosen_profile.label()}), backend "
-                 f"[bold]{choice.name}[/]: {choice.reason}")
+    console.info(f"profile [bold]{escape(chosen_profile.name)}[/] ({escape(chosen_profile.label())}), backend "
+                 f"[bold]{choice.name}[/]: {escape(choice.reason)}")
     if dry_run:
         console.info("[yellow]dry run[/]: these changes would be made:")
         for change in plan:
@@ -262,7 +263,7 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run) -> 
     journal = Journal()
     with Lock(journal.dir):
         real_executor(journal, detach_engines=True,
-                      on_change=lambda c: console.info(f"  [dim]{c.describe()}[/]")).apply(plan)
+                      on_change=lambda c: console.info(f"  [dim]{escape(c.describe())}[/]")).apply(plan)
     console.info("[green]applied[/]; read it back with 'netbench show', remove it with 'netbench reset'")
 
 
@@ -308,9 +309,9 @@ def show(as_json: bool) -> None:
 def _show_cells(row: dict) -> list[str]:
     """One node's row: the profile its links amount to, then the other netem keys."""
     profile, qdisc, engine = row.get("profile") or {}, row.get("qdisc") or {}, row.get("engine") or {}
-    if engine:
+    if engine:  # every cell is markup: what the kernel or a host reported is escaped
         engine_text = ("running" if engine.get("alive") else "[red]dead[/]") + \
-            f" pid {engine.get('pid')}, {engine.get('received', 0)} pkts, {engine.get('dropped', 0)} dropped"
+            escape(f" pid {engine.get('pid')}, {engine.get('received', 0)} pkts, {engine.get('dropped', 0)} dropped")
     else:
         engine_text = "-"
     shown = ("name", "delay", "jitter", "loss", "rate")
@@ -319,9 +320,9 @@ def _show_cells(row: dict) -> list[str]:
     loss = profile.get("loss", "-")
     if isinstance(loss, dict):
         loss = f"{loss.get('model')} p {loss.get('p')} r {loss.get('r')}"
-    return [row["node"], row.get("backend") or "none", profile.get("delay", "-"), profile.get("jitter", "-"),
-            str(loss), profile.get("rate", "unlimited" if profile else "-"), other, engine_text,
-            str(qdisc.get("drops", "-"))]
+    cells = [row["node"], row.get("backend") or "none", profile.get("delay", "-"), profile.get("jitter", "-"),
+             loss, profile.get("rate", "unlimited" if profile else "-"), other]
+    return [escape(str(cell)) for cell in cells] + [engine_text, escape(str(qdisc.get("drops", "-")))]
 
 
 # ---------------------------------------------------------------- verify
@@ -644,7 +645,7 @@ def _print_sweep_plan(config) -> None:
                  f"model {config.job.model}, batch {config.job.batch_size}/worker, "
                  f"{config.job.warmup} warm-up + "
                  + (f"{config.job.seconds:g} s of" if config.job.seconds else f"{config.job.steps}")
-                 + f" measured steps; results -> {config.output}")
+                 + f" measured steps; results -> {escape(str(config.output))}")
     console.plain(f"placement on {len(topo.nodes)} nodes (each run on a fresh port):")
     for line in describe_plan(plan_job(config.job, topo.nodes, config.workers, port=0)):
         console.plain("  " + line)
@@ -733,8 +734,8 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                           job=JobSpec(**pb.job_fields(book, r.settings, job_fields), seed=seed,
                                       sample_resources_s=sample_resources or 0.0)) for r in todo)
     if not plans:
-        console.info(f"playbook [bold]{book.name}[/]: all {len(runs)} runs are done in {output}; "
-                     f"'netbench report {output}' summarises them")
+        console.info(f"playbook [bold]{escape(book.name)}[/]: all {len(runs)} runs are done in {escape(str(output))}; "
+                     f"'netbench report {escape(str(output))}' summarises them")
         return
     if inventory is None:
         if insecure_host_keys:
@@ -758,7 +759,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     output.mkdir(parents=True, exist_ok=True)
     write_json(output / "playbook.json", record)
     (output / "playbook.yaml").write_text(playbook_file.read_text(encoding="utf-8"), encoding="utf-8")
-    console.info(f"playbook [bold]{book.name}[/]: {len(runs)} runs, seed {seed}; "
+    console.info(f"playbook [bold]{escape(book.name)}[/]: {len(runs)} runs, seed {seed}; "
                  f"{len(runs) - len(todo)} already done, {len(todo)} to run")
 
     if inventory is not None:
@@ -767,7 +768,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
         results = _run_with_view(config, metrics_port, metrics_address)
     record["sessions"][-1].update(ended=time.time(), completed=len(results))
     write_json(output / "playbook.json", record)
-    console.info(f"figures and a summary: netbench report {output}")
+    console.info(f"figures and a summary: netbench report {escape(str(output))}")
 
 
 def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) -> None:
@@ -777,12 +778,12 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
 
     done = sum(1 for r in runs if statuses.get(r.run_id) in pb.COMPLETE_STATUSES)
     seed_note = "" if book.seed is not None else " (drawn: the playbook sets none; recorded in the results folder)"
-    console.info(f"[yellow]dry run[/]: playbook [bold]{book.name}[/] ({book.source}): {len(runs)} runs "
+    console.info(f"[yellow]dry run[/]: playbook [bold]{escape(book.name)}[/] ({escape(book.source)}): {len(runs)} runs "
                  f"= {len(runs) // book.repetitions} points x {book.repetitions} repetitions, "
                  f"order {book.order}, seed {seed}{seed_note}")
     console.info(f"{book.warmup} warm-up + " + (f"{book.seconds:g} s of" if book.seconds else f"{book.steps}")
                  + f" measured steps per run; timeouts: startup {book.startup_timeout_s:g}s, step "
-                 f"{book.step_timeout_s:g}s; results -> {output} ({done} done, {len(runs) - done} to run)")
+                 f"{book.step_timeout_s:g}s; results -> {escape(str(output))} ({done} done, {len(runs) - done} to run)")
     keys = [k for k, _ in book.factors] + [k for entry in book.extra_runs for k, _ in entry]
     shown = list(dict.fromkeys(keys))
     table = Table(box=None)
@@ -790,8 +791,8 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
         table.add_column(col)
     for run in runs:
         cells = pb.describe_settings(run.settings)
-        table.add_row(run.run_id, str(run.point), str(run.repeat), *(cells[k] for k in shown),
-                      str(run.settings.nodes), run.profile.name, statuses.get(run.run_id, "to run"))
+        table.add_row(run.run_id, str(run.point), str(run.repeat), *(escape(cells[k]) for k in shown),
+                      str(run.settings.nodes), escape(run.profile.name), escape(statuses.get(run.run_id, "to run")))
     console.out.print(table)
     from netbench.jobs import cluster, worker
     from netbench.jobs.cluster import JobSpec
@@ -801,7 +802,7 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
         for run in runs:
             pb.job_fields(book, run.settings, pb.fields_of(JobSpec))
     except pb.PlaybookError as exc:
-        console.info(f"[yellow]not runnable by this netbench yet[/]: {exc.message}")
+        console.info(f"[yellow]not runnable by this netbench yet[/]: {escape(exc.message)}")
 
 
 @main.command("report")
@@ -826,7 +827,7 @@ def report_cmd(results_dir: Path, output: Path | None, confidence: float) -> Non
     if ratios:
         console.out.print(report.speedups_table(ratios))
     for path in written.files:
-        console.info(f"wrote {path}")
+        console.info(f"wrote {escape(str(path))}")
 
 
 # ---------------------------------------------------------------- remote hosts (remote_cli.py)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import click
+from rich.markup import escape
 
 from netbench import console
 from netbench.clitypes import FiniteFloatRange
@@ -133,7 +134,7 @@ def node_reset(journal, as_json: bool) -> None:
         _emit({"removed": removed})
     else:
         for line in removed or ["nothing to remove"]:
-            console.info(line)
+            console.info(escape(line))
 
 
 @node.command("task", context_settings={"ignore_unknown_options": True})
@@ -264,7 +265,7 @@ def remote_apply(*, inventory, insecure_host_keys, lease, force, profile_file, l
                              "--backend skips this)")
             planned = remote.plan_inventory(inv, conns, profile, None if backend == "auto" else backend)
         for host in inv.hosts:
-            console.info(f"host [bold]{host.name}[/] ({host.interface}): backend {planned.backends[host.name]}")
+            console.info(f"host [bold]{host.name}[/] ({host.interface}): backend {escape(str(planned.backends[host.name]))}")
             if dry_run:
                 for change in planned.plans[host.name]:
                     console.plain("  " + change.describe())
@@ -272,7 +273,7 @@ def remote_apply(*, inventory, insecure_host_keys, lease, force, profile_file, l
             console.info("[yellow]dry run[/]: no host was changed")
             return
         remote.apply_inventory(inv, conns, planned, lease_s=lease_s, force=bool(force))
-        console.info(f"[green]applied[/] profile {profile.name} ({profile.label()}) to {len(conns)} host(s)")
+        console.info(f"[green]applied[/] profile {escape(profile.name)} ({escape(profile.label())}) to {len(conns)} host(s)")
         if lease_s <= 0:
             console.info("no lease: it stays until 'netbench reset --inventory ...'")
             return
@@ -339,7 +340,7 @@ def remote_reset(*, inventory, insecure_host_keys) -> None:
         _close(conns)
     for name, lines in removed.items():
         for line in lines:
-            console.info(f"{name}: removed {line}")
+            console.info(f"{name}: removed {escape(str(line))}")
         if not lines:
             console.info(f"{name}: nothing to remove")
 
@@ -375,13 +376,14 @@ def remote_doctor(*, inventory, insecure_host_keys, as_json, no_tensorflow) -> N
                                                                  for c, s, d in r] for n, r in rows.items()}},
                                  indent=2))
     else:
-        table = Table(title=f"hosts of {inv.path}")
+        table = Table(title=f"hosts of {escape(inv.path)}")
         for col in ("host", "check", "status", "detail"):
             table.add_column(col)
         colour = {"ok": "green", "limited": "yellow"}
         for name, r in rows.items():
             for check, status, detail in r:
-                table.add_row(name, check, f"[{colour.get(status, 'red')}]{status}[/]", detail)
+                table.add_row(name, escape(str(check)), f"[{colour.get(status, 'red')}]{escape(str(status))}[/]",
+                              escape(str(detail)))
         console.out.print(table)
     if not ready:
         sys.exit(1)
@@ -436,9 +438,9 @@ def print_hosts_plan(config, inventory) -> None:
     from netbench.jobs.cluster import describe_plan, plan_job
     from netbench.testbed.hosts import host_node, place_hosts
 
-    console.info(f"[yellow]dry run[/]: {len(config.runs)} runs on the hosts of {inventory.path}, strategy "
+    console.info(f"[yellow]dry run[/]: {len(config.runs)} runs on the hosts of {escape(inventory.path)}, strategy "
                  f"{config.job.strategy}, {config.workers} workers, model {config.job.model}; "
-                 f"results -> {config.output}")
+                 f"results -> {escape(str(config.output))}")
     nodes = tuple(host_node(h) for h in place_hosts(inventory, config.job, config.workers))
     console.plain("placement on hosts (tf_address; each run on a fresh port):")
     for line in describe_plan(plan_job(config.job, nodes, config.workers, port=0)):
@@ -525,7 +527,7 @@ def _provision(inventory_path: Path, insecure: bool, wheel: Path | None, pip_arg
         if isinstance(result, Exception):
             console.error(result.message, getattr(result, "hint", None))
         else:
-            console.info(f"{name}: [green]installed[/] {result} in {by_name[name].venv}")
+            console.info(f"{name}: [green]installed[/] {escape(str(result))} in {escape(by_name[name].venv)}")
     if any(isinstance(r, Exception) for r in results.values()):
         sys.exit(1)
 

@@ -283,3 +283,43 @@ def test_every_float_option_refuses_nan_and_infinity(path, option, value):
     result = invoke(*path[1:], f"{option}={value}")
     assert result.exit_code == 2, result.output
     assert f"'{option}'" in result.output and "finite" in result.output, result.output
+
+
+# ---------------------------------------------------------------- user and worker text is not rich markup
+
+
+def test_profile_check_prints_a_name_with_brackets_as_written(tmp_path):
+    (tmp_path / "a.yaml").write_text("name: '[/]'\ndelay: 1ms\n")
+    (tmp_path / "[red]b.yaml").write_text("name: '[bold]x[/bold]'\ndelay: 1ms\n")
+    result = invoke("profile", "check", "a.yaml", "[red]b.yaml")
+    assert result.exit_code == 0, result.output
+    assert "ok a.yaml: [/]: delay 1ms" in result.stdout
+    assert "ok [red]b.yaml: [bold]x[/bold]: delay 1ms" in result.stdout
+
+
+def test_sweep_view_prints_worker_errors_and_names_as_written(monkeypatch, tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from netbench import console, ui
+    from netbench.jobs.cluster import JobSpec
+    from netbench.plan import RunPlan
+    from netbench.results import RunResult
+    from netbench.runner import SweepConfig
+
+    out = io.StringIO()
+    monkeypatch.setattr(console, "out", Console(file=out, width=300, highlight=False, soft_wrap=True))
+    profile = Profile(name="[/]", delay_us=1000)
+    run = RunPlan(index=0, profile=profile, repeat=0)
+    config = SweepConfig(sweep_id="s", runs=(run,), job=JobSpec(), workers=2, output=tmp_path / "[/out]")
+    error = "worker1 exited with 1: OSError: [/usr/lib/x] [/] not found"
+    result = RunResult(run_id="r000", profile=profile.to_record(), backend="netem", strategy="allreduce",
+                       model="mlp", batch_size=64, workers=2, repeat=0, warmup_steps=1, status="failed", error=error)
+    with ui.SweepView(config) as view:
+        view.run_started(run)
+        view.run_finished(run, result)
+        view.note("r000: verify RTT 1.00 ms (configured 2.00 ms) [out of tolerance]")
+    view.summary([result])
+    text = out.getvalue()
+    assert error in text and "[/]" in text and "[out of tolerance]" in text and "[/out]" in text

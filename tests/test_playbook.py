@@ -289,3 +289,11 @@ def test_run_with_a_dot_dot_name_writes_nothing(tmp_path, monkeypatch):
     assert result.exit_code == 2, result.output
     assert "name: must be letters, digits" in result.stderr
     assert sorted(os.listdir(tmp_path)) == ["p.yaml"]
+
+
+def test_dry_run_prints_levels_with_brackets_as_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.yaml").write_text("name: b\nfactors: {data: [synthetic, '[/]data'], latency: [1ms]}\n")
+    result = CliRunner().invoke(cli.main, ["run", "p.yaml", "--dry-run", "--output", "[/]out"], terminal_width=300)
+    assert result.exit_code == 0, result.output
+    assert "[/]data" in result.stdout and "[/]out" in result.stdout
