@@ -79,6 +79,6 @@ def shown(value: object, limit: int = 80) -> str:
 
 
 def shown_key(key: object, limit: int = 80) -> str:
-    """A mapping key as the user wrote it (strings unquoted), cut to about `limit` characters."""
-    text = key if isinstance(key, str) else shown(key, limit)
+    """A mapping key as the user wrote it (printable strings unquoted), cut to about `limit` characters."""
+    text = key if isinstance(key, str) and key.isprintable() else shown(key, limit)
     return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -27,8 +27,8 @@ DEFAULT_STATE_DIR = "/run/netbench"
 HOST_KEYS = ("ssh", "user", "port", "key", "agent", "sudo", "interface", "tf_address", "roles",
              "venv", "state_dir")
 TOP_KEYS = ("hosts", "defaults", "known_hosts", "ssh_config")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-_IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")  # fullmatch: "$" would let "a\n" through
+_IFNAME = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")  # fullmatch
 HINT = "see the example inventory in playbooks/inventory/example.yaml"
 
 
@@ -122,7 +122,7 @@ def _host_fields(source: str, prefix: str, data: dict[str, Any], base: Path) -> 
             out[key] = _bool(source, where, value)
         elif key == "interface":
             name = _string(source, where, value)
-            if not _IFNAME.match(name):
+            if not _IFNAME.fullmatch(name):
                 raise _fail(source, where, f"not an interface name: {shown(name)} (at most 15 characters)")
             out[key] = name
         elif key == "tf_address":
@@ -163,7 +163,7 @@ def inventory_from_mapping(data: Any, source: str, base: Path | None = None) -> 
     hosts = []
     for name, raw in hosts_raw.items():
         name = str(name)
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise _fail(source, f"hosts.{shown_key(name)}", "a host name is letters, digits, '.', '_' or '-'")
         if not isinstance(raw, dict):
             raise _fail(source, f"hosts.{name}", "must be a mapping of host keys (at least ssh and interface)")

@@ -29,8 +29,8 @@ MAX_JITTER_US = (2**31 - 1) // 1000
 MIN_RATE_BPS = 8_000  # 8 kbit/s: a token bucket below one packet a second is meaningless
 MAX_RATE_BPS = 100_000_000_000  # 100 gbit/s
 
-_BARE_NUMBER_RE = re.compile(r"^[0-9]*\.?[0-9]+$")
-_VALUE_UNIT_RE = re.compile(r"^[0-9]*\.?[0-9]+\s*([A-Za-z%]+)$")
+_BARE_NUMBER_RE = re.compile(r"[0-9]*\.?[0-9]+")  # fullmatch, as every pattern here
+_VALUE_UNIT_RE = re.compile(r"[0-9]*\.?[0-9]+\s*([A-Za-z%]+)")
 
 PROFILE_KEYS = ("name", "description", "delay", "jitter", "jitter_correlation", "distribution", "loss",
                 "loss_correlation", "duplicate", "duplicate_correlation", "corrupt", "corrupt_correlation",
@@ -189,14 +189,14 @@ _FIELD_KEYS = {"delay_us": "delay", "jitter_us": "jitter", "loss": "loss", "rate
                "corrupt_correlation": "corrupt_correlation", "reorder": "reorder",
                "reorder_correlation": "reorder_correlation", "reorder_gap": "reorder_gap",
                "limit_packets": "limit", "direction": "direction", "peers": "peers"}
-_NODE_RE = re.compile(r"^n[1-9][0-9]*$")
+_NODE_RE = re.compile(r"n[1-9][0-9]*")  # fullmatch: "$" would let "n2\n" through
 
 
 def _check_peer(peer: str) -> str | None:
     """None if `peer` is a testbed node name (n2) or an IPv4 address/CIDR, else why not."""
     if not isinstance(peer, str) or not peer.strip():
         return "a peer must be a node name such as n2 or a CIDR such as 10.0.0.0/24"
-    if _NODE_RE.match(peer):
+    if _NODE_RE.fullmatch(peer):
         return None
     try:
         ipaddress.IPv4Network(peer, strict=False)
@@ -397,11 +397,11 @@ def parse_levels(text: str, flag: str, parse: Callable[[str], Any]) -> list[Any]
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not item for item in items):
         raise ProfileError(f"flag {flag}: empty level in {shown(text)}", hint=f"e.g. {flag} 1,10,100ms")
-    last_unit = _VALUE_UNIT_RE.match(items[-1])
+    last_unit = _VALUE_UNIT_RE.fullmatch(items[-1])
     suffix = last_unit.group(1) if last_unit else ""
     values = []
     for item in items:
-        if suffix and _BARE_NUMBER_RE.match(item):
+        if suffix and _BARE_NUMBER_RE.fullmatch(item):
             item = item + suffix
         try:
             values.append(parse(item))

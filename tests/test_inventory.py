@@ -90,3 +90,11 @@ def test_ssh_config_beats_inventory_defaults_but_not_a_hosts_own_keys():
     assert ssh_settings(alias, configured) == (None, None, None)  # ~/.ssh/config decides
     assert ssh_settings(alias, {"hostname": "alias"}) == ("root", 2200, "/k/default")  # nothing there: defaults
     assert ssh_settings(own, configured) == ("ubuntu", 22, "/k/own")  # the host's own keys always win
+
+
+@pytest.mark.parametrize("name", ["gpu1\n", "a\n"])
+def test_a_host_name_with_a_trailing_newline_is_refused(name):
+    # '$' matches before a final newline: 'gpu1\n' passed and became part of log file names
+    with pytest.raises(InventoryError, match=r"src.yaml: hosts\.'.*\\n': a host name is letters") as info:
+        inventory_from_mapping({"hosts": {name: {"ssh": "x", "interface": "eth1"}}}, "src.yaml")
+    assert "\n" not in str(info.value)

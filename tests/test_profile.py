@@ -284,3 +284,10 @@ def test_reorder_gap_at_32_bits_is_accepted(tmp_path):
 def test_huge_integer_delay_is_a_profile_error(tmp_path):
     path = write(tmp_path, "delay: " + "9" * 30 + "\n")
     assert_one_line_error(path, f"{path}: delay: ", "not a usable number")
+
+
+@pytest.mark.parametrize("peer", ["n2\n", "n12\n"])
+def test_a_peer_with_a_trailing_newline_is_refused(peer):
+    # '$' matches before a final newline: 'n2\n' passed as a node name
+    with pytest.raises(ProfileError, match="src: peers: "):
+        profile_from_mapping({"delay": "1ms", "peers": [peer]}, "src")
