@@ -127,9 +127,13 @@ def _host_fields(source: str, prefix: str, data: dict[str, Any], base: Path) -> 
             out[key] = name
         elif key == "tf_address":
             try:
-                out[key] = str(ipaddress.ip_address(_string(source, where, value)))
+                address = ipaddress.ip_address(_string(source, where, value))
             except ValueError:
                 raise _fail(source, where, f"must be an IP address, got {shown(value)}") from None
+            if address.version != 4:  # TF_CONFIG is written host:port and peer filters match IPv4 /32s
+                raise _fail(source, where, f"IPv6 is not supported, got {address}",
+                            hint="give the host's IPv4 address on the data-plane interface")
+            out[key] = str(address)
         elif key == "roles":
             roles = [value] if isinstance(value, str) else value
             if not isinstance(roles, list) or not roles or any(r not in ROLES for r in roles):
