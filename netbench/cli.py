@@ -492,7 +492,10 @@ def reset_cmd() -> None:
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help="Emulation backend.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1),
               help="Seed for loss/jitter draws and data (0 to 2^32-1).")
-@click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="Results folder [default: results/<sweep-id>].")
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+              help="Results folder [default: results/<sweep-id>]; one that holds files is refused without --append.")
+@click.option("--append", is_flag=True,
+              help="Add this sweep's runs to a --output folder that holds results (numbered after its runs).")
 @click.option("--verify", "verify_points", is_flag=True,
               help="Before each point, measure the link (ping, iperf3 if a rate is set) and record it beside the profile.")
 @click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
@@ -505,7 +508,7 @@ def reset_cmd() -> None:
 @handle_errors
 def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
-          step_timeout, startup_timeout, backend, seed, output, verify_points, sample_resources, dry_run,
+          step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, dry_run,
           metrics_port, metrics_address, inventory, insecure_host_keys) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
@@ -516,7 +519,10 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
     Example: netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit
     """
+    from dataclasses import replace
+
     from netbench import plan as sweep_plan
+    from netbench import results
     from netbench.jobs.cluster import JobSpec
     from netbench.jobs.launch import Timeouts
 
@@ -533,13 +539,19 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
     )
     runs = _plan_runs(base, levels, repeat)
     sweep_id = time.strftime("sweep-%Y%m%d-%H%M%S")
+    output = output or Path("results") / sweep_id
+    try:  # a second sweep into a folder would overwrite its runs/r000.json and mix its results.csv
+        first = results.first_run_index(output, append)
+    except results.ResultsError as exc:
+        raise UsageError(f"flag --output: {exc.message}", exc.hint) from None
+    runs = [replace(run, index=run.index + first) for run in runs]
     config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
                                           batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
                                           sample_resources_s=sample_resources or 0.0)
     from netbench.runner import SweepConfig
 
     config = SweepConfig(sweep_id=sweep_id, runs=tuple(runs), job=config_job, workers=workers,
-                         output=output or Path("results") / sweep_id,
+                         output=output,
                          backend=None if backend == "auto" else backend,
                          timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points)

@@ -323,3 +323,33 @@ def test_sweep_view_prints_worker_errors_and_names_as_written(monkeypatch, tmp_p
     view.summary([result])
     text = out.getvalue()
     assert error in text and "[/]" in text and "[out of tolerance]" in text and "[/out]" in text
+
+
+# ---------------------------------------------------------------- a sweep's results folder
+
+
+def test_sweep_refuses_a_folder_that_holds_results(tmp_path):
+    (tmp_path / "out" / "runs").mkdir(parents=True)
+    (tmp_path / "out" / "runs" / "r000.json").write_text("{}")
+    for args in (("--dry-run",), ()):  # the real run stops here too, before the root check (exit 3)
+        result = invoke("sweep", *args, "--latency", "1ms", "--output", "out")
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith("error: flag --output: out: already holds results"), result.stderr
+        assert "--append" in result.stderr
+    assert sorted(os.listdir(tmp_path / "out")) == ["runs"]
+
+
+def test_sweep_append_numbers_its_runs_after_those_in_the_folder(tmp_path):
+    (tmp_path / "out" / "runs").mkdir(parents=True)
+    for run_id in ("r000", "r001"):
+        (tmp_path / "out" / "runs" / f"{run_id}.json").write_text("{}")
+    result = invoke("sweep", "--dry-run", "--latency", "1,2ms", "--output", "out", "--append")
+    assert result.exit_code == 0, result.output
+    assert [line.split()[0] for line in run_lines(result.stdout)] == ["r002", "r003"]
+
+
+def test_sweep_into_an_empty_folder_is_fine(tmp_path):
+    (tmp_path / "out").mkdir()
+    result = invoke("sweep", "--dry-run", "--latency", "1ms", "--output", "out")
+    assert result.exit_code == 0, result.output
+    assert [line.split()[0] for line in run_lines(result.stdout)] == ["r000"]
