@@ -97,7 +97,8 @@ def profile_check(files: tuple[Path, ...]) -> None:
     """
     for path in files:
         loaded = load_profile(path)
-        console.info(f"[green]ok[/] {escape(str(path))}: {escape(loaded.name)}: delay {units.format_duration_us(loaded.delay_us)}, "
+        console.info(f"[green]ok[/] {escape(str(path))}: {escape(loaded.name)}: "
+                     f"delay {units.format_duration_us(loaded.delay_us)}, "
                      f"jitter {units.format_duration_us(loaded.jitter_us)}, loss {units.format_ratio(loaded.loss)}, "
                      f"rate {units.format_rate_bps(loaded.rate_bps)}")
 

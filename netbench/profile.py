@@ -241,7 +241,8 @@ def validate(profile: Profile, source: str, keys: Mapping[str, str] | None = Non
         raise fail("distribution", f"unknown distribution {shown(profile.distribution)}",
                    f"use one of: {', '.join(DISTRIBUTIONS)}")
     if profile.loss_model not in LOSS_MODELS:
-        raise fail("loss_model", f"unknown loss model {shown(profile.loss_model)}", f"use one of: {', '.join(LOSS_MODELS)}")
+        raise fail("loss_model", f"unknown loss model {shown(profile.loss_model)}",
+                   f"use one of: {', '.join(LOSS_MODELS)}")
     needs = (("jitter_correlation", "jitter_us", "jitter"), ("duplicate_correlation", "duplicate", "duplicate"),
              ("corrupt_correlation", "corrupt", "corrupt"), ("reorder_correlation", "reorder", "reorder"),
              ("reorder_gap", "reorder", "reorder"))

@@ -265,7 +265,8 @@ def remote_apply(*, inventory, insecure_host_keys, lease, force, profile_file, l
                              "--backend skips this)")
             planned = remote.plan_inventory(inv, conns, profile, None if backend == "auto" else backend)
         for host in inv.hosts:
-            console.info(f"host [bold]{host.name}[/] ({host.interface}): backend {escape(str(planned.backends[host.name]))}")
+            backend_name = escape(str(planned.backends[host.name]))
+            console.info(f"host [bold]{host.name}[/] ({host.interface}): backend {backend_name}")
             if dry_run:
                 for change in planned.plans[host.name]:
                     console.plain("  " + change.describe())
@@ -273,7 +274,8 @@ def remote_apply(*, inventory, insecure_host_keys, lease, force, profile_file, l
             console.info("[yellow]dry run[/]: no host was changed")
             return
         remote.apply_inventory(inv, conns, planned, lease_s=lease_s, force=bool(force))
-        console.info(f"[green]applied[/] profile {escape(profile.name)} ({escape(profile.label())}) to {len(conns)} host(s)")
+        console.info(f"[green]applied[/] profile {escape(profile.name)} ({escape(profile.label())}) "
+                     f"to {len(conns)} host(s)")
         if lease_s <= 0:
             console.info("no lease: it stays until 'netbench reset --inventory ...'")
             return

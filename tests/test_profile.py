@@ -278,7 +278,8 @@ def test_reorder_gap_beyond_32_bits_is_refused(tmp_path):
 
 
 def test_reorder_gap_at_32_bits_is_accepted(tmp_path):
-    assert load_profile(write(tmp_path, "delay: 10ms\nreorder: 25%\nreorder_gap: 4294967295\n")).reorder_gap == 2**32 - 1
+    path = write(tmp_path, "delay: 10ms\nreorder: 25%\nreorder_gap: 4294967295\n")
+    assert load_profile(path).reorder_gap == 2**32 - 1
 
 
 def test_huge_integer_delay_is_a_profile_error(tmp_path):

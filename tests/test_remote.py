@@ -242,11 +242,13 @@ def test_host_answers_with_brackets_are_printed_as_written(monkeypatch):
     from netbench import remote_cli
 
     removed = ["tbf qdisc [/] on eth1", "process [bold]1234[/bold]"]
-    hosts = [FakeHost("a", [(" reset ", ok_json({"removed": removed}))]), FakeHost("b", [(" reset ", ok_json({"removed": []}))])]
+    hosts = [FakeHost("a", [(" reset ", ok_json({"removed": removed}))]),
+             FakeHost("b", [(" reset ", ok_json({"removed": []}))])]
     monkeypatch.setattr(remote_cli, "_open", lambda path, insecure: (INV, hosts))
     result = CliRunner().invoke(main, ["reset", "--inventory", "inv.yaml"])
     assert result.exit_code == 0, result.output
-    assert "a: removed tbf qdisc [/] on eth1" in result.stdout and "a: removed process [bold]1234[/bold]" in result.stdout
+    assert "a: removed tbf qdisc [/] on eth1" in result.stdout
+    assert "a: removed process [bold]1234[/bold]" in result.stdout
 
 
 def test_host_show_with_brackets_is_printed_as_written(monkeypatch):
