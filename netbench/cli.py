@@ -17,8 +17,10 @@ import time
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from netbench import __version__, console, units
+from netbench.clitypes import FiniteFloatRange
 from netbench.errors import NetbenchError, PrivilegeError, TestbedError, UsageError, VerifyFailed
 from netbench.profile import Profile, load_profile, parse_levels, profile_from_flags
 from netbench.remote_cli import (APPLY_EXTRA, hosts_options, node, provision, remote_apply, remote_doctor,
@@ -95,7 +97,8 @@ def profile_check(files: tuple[Path, ...]) -> None:
     """
     for path in files:
         loaded = load_profile(path)
-        console.info(f"[green]ok[/] {path}: {loaded.name}: delay {units.format_duration_us(loaded.delay_us)}, "
+        console.info(f"[green]ok[/] {escape(str(path))}: {escape(loaded.name)}: "
+                     f"delay {units.format_duration_us(loaded.delay_us)}, "
                      f"jitter {units.format_duration_us(loaded.jitter_us)}, loss {units.format_ratio(loaded.loss)}, "
                      f"rate {units.format_rate_bps(loaded.rate_bps)}")
 
@@ -251,8 +254,8 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run) -> 
         raise TestbedError("no testbed is up", hint="start one with 'netbench testbed up'")
     choice = choose_backend(None if backend == "auto" else backend)
     plan = ch.plan_apply(chosen_profile, topo, choice.name)
-    console.info(f"profile [bold]{chosen_profile.name}[/] ({chosen_profile.label()}), backend "
-                 f"[bold]{choice.name}[/]: {choice.reason}")
+    console.info(f"profile [bold]{escape(chosen_profile.name)}[/] ({escape(chosen_profile.label())}), backend "
+                 f"[bold]{choice.name}[/]: {escape(choice.reason)}")
     if dry_run:
         console.info("[yellow]dry run[/]: these changes would be made:")
         for change in plan:
@@ -261,7 +264,7 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run) -> 
     journal = Journal()
     with Lock(journal.dir):
         real_executor(journal, detach_engines=True,
-                      on_change=lambda c: console.info(f"  [dim]{c.describe()}[/]")).apply(plan)
+                      on_change=lambda c: console.info(f"  [dim]{escape(c.describe())}[/]")).apply(plan)
     console.info("[green]applied[/]; read it back with 'netbench show', remove it with 'netbench reset'")
 
 
@@ -307,9 +310,9 @@ def show(as_json: bool) -> None:
 def _show_cells(row: dict) -> list[str]:
     """One node's row: the profile its links amount to, then the other netem keys."""
     profile, qdisc, engine = row.get("profile") or {}, row.get("qdisc") or {}, row.get("engine") or {}
-    if engine:
+    if engine:  # every cell is markup: what the kernel or a host reported is escaped
         engine_text = ("running" if engine.get("alive") else "[red]dead[/]") + \
-            f" pid {engine.get('pid')}, {engine.get('received', 0)} pkts, {engine.get('dropped', 0)} dropped"
+            escape(f" pid {engine.get('pid')}, {engine.get('received', 0)} pkts, {engine.get('dropped', 0)} dropped")
     else:
         engine_text = "-"
     shown = ("name", "delay", "jitter", "loss", "rate")
@@ -318,9 +321,9 @@ def _show_cells(row: dict) -> list[str]:
     loss = profile.get("loss", "-")
     if isinstance(loss, dict):
         loss = f"{loss.get('model')} p {loss.get('p')} r {loss.get('r')}"
-    return [row["node"], row.get("backend") or "none", profile.get("delay", "-"), profile.get("jitter", "-"),
-            str(loss), profile.get("rate", "unlimited" if profile else "-"), other, engine_text,
-            str(qdisc.get("drops", "-"))]
+    cells = [row["node"], row.get("backend") or "none", profile.get("delay", "-"), profile.get("jitter", "-"),
+             loss, profile.get("rate", "unlimited" if profile else "-"), other]
+    return [escape(str(cell)) for cell in cells] + [engine_text, escape(str(qdisc.get("drops", "-")))]
 
 
 # ---------------------------------------------------------------- verify
@@ -329,9 +332,9 @@ def _show_cells(row: dict) -> list[str]:
 @click.option("--from", "src_name", metavar="NODE", help="Node that sends the probes [default: the first].")
 @click.option("--to", "dst_name", metavar="NODE", help="Node probed [default: the second].")
 @click.option("--count", default=100, show_default=True, type=click.IntRange(5, 100000), help="Pings to send.")
-@click.option("--interval", default=0.02, show_default=True, type=click.FloatRange(0.002, 10),
+@click.option("--interval", default=0.02, show_default=True, type=FiniteFloatRange(0.002, 10),
               help="Seconds between pings.")
-@click.option("--seconds", default=3.0, show_default=True, type=click.FloatRange(0, 3600),
+@click.option("--seconds", default=3.0, show_default=True, type=FiniteFloatRange(0, 3600),
               help="Length of the iperf3 TCP test (0: no throughput test).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
@@ -483,16 +486,20 @@ def reset_cmd() -> None:
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 65536), help="Per-worker batch size.")
 @click.option("--warmup", default=10, show_default=True, type=click.IntRange(0, 100000), help="Warm-up steps, excluded from statistics.")
 @click.option("--steps", default=30, show_default=True, type=click.IntRange(2, 1000000), help="Measured steps per run.")
-@click.option("--seconds", type=click.FloatRange(0.1, 86400), help="Measured window in seconds instead of --steps (all workers agree on the step count after warm-up).")
+@click.option("--seconds", type=FiniteFloatRange(0.1, 86400), help="Measured window in seconds instead of --steps (all workers agree on the step count after warm-up).")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 1000), help="Repetitions of each point.")
-@click.option("--step-timeout", default=60.0, show_default=True, type=click.FloatRange(1, 86400), help="Seconds a step may take before the run ends as 'timeout'.")
-@click.option("--startup-timeout", default=240.0, show_default=True, type=click.FloatRange(1, 86400), help="Seconds until the first step.")
+@click.option("--step-timeout", default=60.0, show_default=True, type=FiniteFloatRange(1, 86400), help="Seconds a step may take before the run ends as 'timeout'.")
+@click.option("--startup-timeout", default=240.0, show_default=True, type=FiniteFloatRange(1, 86400), help="Seconds until the first step.")
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help="Emulation backend.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed for loss/jitter draws and data.")
-@click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="Results folder [default: results/<sweep-id>].")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1),
+              help="Seed for loss/jitter draws and data (0 to 2^32-1).")
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+              help="Results folder [default: results/<sweep-id>]; one that holds files is refused without --append.")
+@click.option("--append", is_flag=True,
+              help="Add this sweep's runs to a --output folder that holds results (numbered after its runs).")
 @click.option("--verify", "verify_points", is_flag=True,
               help="Before each point, measure the link (ping, iperf3 if a rate is set) and record it beside the profile.")
-@click.option("--sample-resources", metavar="SECONDS", type=click.FloatRange(0.1, 3600),
+@click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
               help="Every process samples its CPU, memory and its node's network bytes this often; "
                    "summaries per process go into each run's record.")
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
@@ -502,7 +509,7 @@ def reset_cmd() -> None:
 @handle_errors
 def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
-          step_timeout, startup_timeout, backend, seed, output, verify_points, sample_resources, dry_run,
+          step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, dry_run,
           metrics_port, metrics_address, inventory, insecure_host_keys, takeover) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
@@ -513,7 +520,10 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
     Example: netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit
     """
+    from dataclasses import replace
+
     from netbench import plan as sweep_plan
+    from netbench import results
     from netbench.jobs.cluster import JobSpec
     from netbench.jobs.launch import Timeouts
 
@@ -530,13 +540,19 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
     )
     runs = _plan_runs(base, levels, repeat)
     sweep_id = time.strftime("sweep-%Y%m%d-%H%M%S")
+    output = output or Path("results") / sweep_id
+    try:  # a second sweep into a folder would overwrite its runs/r000.json and mix its results.csv
+        first = results.first_run_index(output, append)
+    except results.ResultsError as exc:
+        raise UsageError(f"flag --output: {exc.message}", exc.hint) from None
+    runs = [replace(run, index=run.index + first) for run in runs]
     config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
                                           batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
                                           sample_resources_s=sample_resources or 0.0)
     from netbench.runner import SweepConfig
 
     config = SweepConfig(sweep_id=sweep_id, runs=tuple(runs), job=config_job, workers=workers,
-                         output=output or Path("results") / sweep_id,
+                         output=output,
                          backend=None if backend == "auto" else backend,
                          timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points)
@@ -645,7 +661,7 @@ def _print_sweep_plan(config) -> None:
                  f"model {config.job.model}, batch {config.job.batch_size}/worker, "
                  f"{config.job.warmup} warm-up + "
                  + (f"{config.job.seconds:g} s of" if config.job.seconds else f"{config.job.steps}")
-                 + f" measured steps; results -> {config.output}")
+                 + f" measured steps; results -> {escape(str(config.output))}")
     console.plain(f"placement on {len(topo.nodes)} nodes (each run on a fresh port):")
     for line in describe_plan(plan_job(config.job, topo.nodes, config.workers, port=0)):
         console.plain("  " + line)
@@ -687,7 +703,7 @@ def _playbook_state(output: Path) -> dict | None:
               help="Before each run, measure the link (ping, iperf3 if a rate is set) and record it.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve live Prometheus metrics on this port (0: any free port).")
 @click.option("--metrics-address", metavar="IP", help="Address to serve metrics on [default: 127.0.0.1].")
-@click.option("--sample-resources", metavar="SECONDS", type=click.FloatRange(0.1, 3600),
+@click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
               help="Every process samples its CPU, memory and its node's network bytes this often; "
                    "summaries per process go into each run's record.")
 @click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
@@ -734,8 +750,8 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                           job=JobSpec(**pb.job_fields(book, r.settings, job_fields), seed=seed,
                                       sample_resources_s=sample_resources or 0.0)) for r in todo)
     if not plans:
-        console.info(f"playbook [bold]{book.name}[/]: all {len(runs)} runs are done in {output}; "
-                     f"'netbench report {output}' summarises them")
+        console.info(f"playbook [bold]{escape(book.name)}[/]: all {len(runs)} runs are done in {escape(str(output))}; "
+                     f"'netbench report {escape(str(output))}' summarises them")
         return
     if inventory is None:
         if insecure_host_keys:
@@ -761,7 +777,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     output.mkdir(parents=True, exist_ok=True)
     write_json(output / "playbook.json", record)
     (output / "playbook.yaml").write_text(playbook_file.read_text(encoding="utf-8"), encoding="utf-8")
-    console.info(f"playbook [bold]{book.name}[/]: {len(runs)} runs, seed {seed}; "
+    console.info(f"playbook [bold]{escape(book.name)}[/]: {len(runs)} runs, seed {seed}; "
                  f"{len(runs) - len(todo)} already done, {len(todo)} to run")
 
     if inventory is not None:
@@ -770,7 +786,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
         results = _run_with_view(config, metrics_port, metrics_address)
     record["sessions"][-1].update(ended=time.time(), completed=len(results))
     write_json(output / "playbook.json", record)
-    console.info(f"figures and a summary: netbench report {output}")
+    console.info(f"figures and a summary: netbench report {escape(str(output))}")
 
 
 def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) -> None:
@@ -780,12 +796,12 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
 
     done = sum(1 for r in runs if statuses.get(r.run_id) in pb.COMPLETE_STATUSES)
     seed_note = "" if book.seed is not None else " (drawn: the playbook sets none; recorded in the results folder)"
-    console.info(f"[yellow]dry run[/]: playbook [bold]{book.name}[/] ({book.source}): {len(runs)} runs "
+    console.info(f"[yellow]dry run[/]: playbook [bold]{escape(book.name)}[/] ({escape(book.source)}): {len(runs)} runs "
                  f"= {len(runs) // book.repetitions} points x {book.repetitions} repetitions, "
                  f"order {book.order}, seed {seed}{seed_note}")
     console.info(f"{book.warmup} warm-up + " + (f"{book.seconds:g} s of" if book.seconds else f"{book.steps}")
                  + f" measured steps per run; timeouts: startup {book.startup_timeout_s:g}s, step "
-                 f"{book.step_timeout_s:g}s; results -> {output} ({done} done, {len(runs) - done} to run)")
+                 f"{book.step_timeout_s:g}s; results -> {escape(str(output))} ({done} done, {len(runs) - done} to run)")
     keys = [k for k, _ in book.factors] + [k for entry in book.extra_runs for k, _ in entry]
     shown = list(dict.fromkeys(keys))
     table = Table(box=None)
@@ -793,8 +809,8 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
         table.add_column(col)
     for run in runs:
         cells = pb.describe_settings(run.settings)
-        table.add_row(run.run_id, str(run.point), str(run.repeat), *(cells[k] for k in shown),
-                      str(run.settings.nodes), run.profile.name, statuses.get(run.run_id, "to run"))
+        table.add_row(run.run_id, str(run.point), str(run.repeat), *(escape(cells[k]) for k in shown),
+                      str(run.settings.nodes), escape(run.profile.name), escape(statuses.get(run.run_id, "to run")))
     console.out.print(table)
     from netbench.jobs import cluster, worker
     from netbench.jobs.cluster import JobSpec
@@ -804,14 +820,14 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
         for run in runs:
             pb.job_fields(book, run.settings, pb.fields_of(JobSpec))
     except pb.PlaybookError as exc:
-        console.info(f"[yellow]not runnable by this netbench yet[/]: {exc.message}")
+        console.info(f"[yellow]not runnable by this netbench yet[/]: {escape(exc.message)}")
 
 
 @main.command("report")
 @click.argument("results_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path),
               help="Where figures and report.md go [default: RESULTS_DIR/report].")
-@click.option("--confidence", default=0.99, show_default=True, type=click.FloatRange(0.5, 0.9999),
+@click.option("--confidence", default=0.99, show_default=True, type=FiniteFloatRange(0.5, 0.9999),
               help="Confidence level of the intervals over repetitions (t distribution).")
 @handle_errors
 def report_cmd(results_dir: Path, output: Path | None, confidence: float) -> None:
@@ -829,7 +845,7 @@ def report_cmd(results_dir: Path, output: Path | None, confidence: float) -> Non
     if ratios:
         console.out.print(report.speedups_table(ratios))
     for path in written.files:
-        console.info(f"wrote {path}")
+        console.info(f"wrote {escape(str(path))}")
 
 
 # ---------------------------------------------------------------- remote hosts (remote_cli.py)

@@ -61,3 +61,24 @@ class StateError(NetbenchError):
 
 class VerifyFailed(NetbenchError):
     """A measured link is outside the tolerance of its configured profile."""
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """`value` as repr() writes it, cut to at most about `limit` characters, for messages
+    that quote what a user wrote (a YAML value may be a megabyte long or deeply nested)."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = short.maxlong = limit
+    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict, short.maxset = 3, 8, 8, 6, 8
+    try:
+        text = short.repr(value)
+    except ValueError:  # an int of over 4300 digits has no repr
+        text = f"<a number of about {int(value.bit_length() * 0.30103)} digits>" if isinstance(value, int) else "<?>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def shown_key(key: object, limit: int = 80) -> str:
+    """A mapping key as the user wrote it (printable strings unquoted), cut to about `limit` characters."""
+    text = key if isinstance(key, str) and key.isprintable() else shown(key, limit)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

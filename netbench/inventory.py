@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 
-from netbench.errors import UsageError
+from netbench.errors import UsageError, shown, shown_key
 from netbench.yamlfile import read_yaml
 
 ROLES = ("chief", "worker", "ps")
@@ -27,8 +27,8 @@ DEFAULT_STATE_DIR = "/run/netbench"
 HOST_KEYS = ("ssh", "user", "port", "key", "agent", "sudo", "interface", "tf_address", "roles",
              "venv", "state_dir")
 TOP_KEYS = ("hosts", "defaults", "known_hosts", "ssh_config")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-_IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")  # fullmatch: "$" would let "a\n" through
+_IFNAME = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")  # fullmatch
 HINT = "see the example inventory in playbooks/inventory/example.yaml"
 
 
@@ -88,7 +88,7 @@ def _fail(source: str, key: str, message: str, hint: str = HINT) -> InventoryErr
 
 def _string(source: str, key: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise _fail(source, key, f"must be a non-empty string, got {value!r}")
+        raise _fail(source, key, f"must be a non-empty string, got {shown(value)}")
     return value.strip()
 
 
@@ -99,7 +99,7 @@ def _path(source: str, key: str, value: Any, base: Path) -> str:
 
 def _bool(source: str, key: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise _fail(source, key, f"must be true or false, got {value!r}")
+        raise _fail(source, key, f"must be true or false, got {shown(value)}")
     return value
 
 
@@ -107,14 +107,14 @@ def _host_fields(source: str, prefix: str, data: dict[str, Any], base: Path) -> 
     """Validate one mapping of host keys (a host, or `defaults`); returns Host keyword args."""
     out: dict[str, Any] = {}
     for key, value in data.items():
-        where = f"{prefix}.{key}"
+        where = f"{prefix}.{shown_key(key)}"
         if key not in HOST_KEYS:
             raise _fail(source, where, "unknown key", hint=f"host keys are: {', '.join(HOST_KEYS)}")
         if key in ("ssh", "user"):
             out[key] = _string(source, where, value)
         elif key == "port":
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-                raise _fail(source, where, f"must be a port number 1-65535, got {value!r}")
+                raise _fail(source, where, f"must be a port number 1-65535, got {shown(value)}")
             out[key] = value
         elif key == "key":
             out[key] = _path(source, where, value, base)
@@ -122,23 +122,27 @@ def _host_fields(source: str, prefix: str, data: dict[str, Any], base: Path) -> 
             out[key] = _bool(source, where, value)
         elif key == "interface":
             name = _string(source, where, value)
-            if not _IFNAME.match(name):
-                raise _fail(source, where, f"not an interface name: {name!r} (at most 15 characters)")
+            if not _IFNAME.fullmatch(name):
+                raise _fail(source, where, f"not an interface name: {shown(name)} (at most 15 characters)")
             out[key] = name
         elif key == "tf_address":
             try:
-                out[key] = str(ipaddress.ip_address(_string(source, where, value)))
+                address = ipaddress.ip_address(_string(source, where, value))
             except ValueError:
-                raise _fail(source, where, f"must be an IP address, got {value!r}") from None
+                raise _fail(source, where, f"must be an IP address, got {shown(value)}") from None
+            if address.version != 4:  # TF_CONFIG is written host:port and peer filters match IPv4 /32s
+                raise _fail(source, where, f"IPv6 is not supported, got {address}",
+                            hint="give the host's IPv4 address on the data-plane interface")
+            out[key] = str(address)
         elif key == "roles":
             roles = [value] if isinstance(value, str) else value
             if not isinstance(roles, list) or not roles or any(r not in ROLES for r in roles):
-                raise _fail(source, where, f"must be a list of {', '.join(ROLES)}, got {value!r}")
+                raise _fail(source, where, f"must be a list of {', '.join(ROLES)}, got {shown(value)}")
             out[key] = tuple(dict.fromkeys(roles))
         elif key in ("venv", "state_dir"):
             text = _string(source, where, value)
             if not text.startswith("/"):
-                raise _fail(source, where, f"must be an absolute path on the host, got {text!r}")
+                raise _fail(source, where, f"must be an absolute path on the host, got {shown(text)}")
             out[key] = text.rstrip("/") or "/"
     return out
 
@@ -150,7 +154,7 @@ def inventory_from_mapping(data: Any, source: str, base: Path | None = None) -> 
         raise InventoryError(f"{source}: an inventory must be a mapping with a 'hosts' key", hint=HINT)
     for key in data:
         if key not in TOP_KEYS:
-            raise _fail(source, str(key), "unknown key", hint=f"top-level keys are: {', '.join(TOP_KEYS)}")
+            raise _fail(source, shown_key(key), "unknown key", hint=f"top-level keys are: {', '.join(TOP_KEYS)}")
     defaults_raw = data.get("defaults") or {}
     if not isinstance(defaults_raw, dict):
         raise _fail(source, "defaults", "must be a mapping of host keys")
@@ -163,8 +167,8 @@ def inventory_from_mapping(data: Any, source: str, base: Path | None = None) -> 
     hosts = []
     for name, raw in hosts_raw.items():
         name = str(name)
-        if not _NAME.match(name):
-            raise _fail(source, f"hosts.{name}", "a host name is letters, digits, '.', '_' or '-'")
+        if not _NAME.fullmatch(name):
+            raise _fail(source, f"hosts.{shown_key(name)}", "a host name is letters, digits, '.', '_' or '-'")
         if not isinstance(raw, dict):
             raise _fail(source, f"hosts.{name}", "must be a mapping of host keys (at least ssh and interface)")
         own = _host_fields(source, f"hosts.{name}", raw, base)

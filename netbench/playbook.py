@@ -16,13 +16,14 @@ import hashlib
 import itertools
 import json
 import random
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 
 from netbench import units
-from netbench.errors import ProfileError, UsageError
+from netbench.errors import ProfileError, UsageError, shown, shown_key
 from netbench.plan import profile_name
 from netbench.profile import Profile, load_profile, validate
 from netbench.yamlfile import read_yaml
@@ -36,6 +37,7 @@ TOP_KEYS = ("name", "description", "factors", "fixed", "extra_runs", "repetition
             "warmup", "steps", "seconds", "timeouts", "backend", "profile")
 TIMEOUT_KEYS = ("startup", "step")
 BACKENDS = ("auto", "netem", "userspace")
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: a name that is one folder
 
 
 class PlaybookError(UsageError):
@@ -93,7 +95,7 @@ def _rate(raw: Any) -> int | None:
 def _whole(low: int, high: int) -> Callable[[Any], int]:
     def parse(raw: Any) -> int:
         if isinstance(raw, bool) or not isinstance(raw, int):
-            raise ValueError(f"must be a whole number, got {raw!r}")
+            raise ValueError(f"must be a whole number, got {shown(raw)}")
         if not low <= raw <= high:
             raise ValueError(f"{raw} is outside {low}..{high}")
         return raw
@@ -104,15 +106,15 @@ def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
     def parse(raw: Any) -> str:
         if raw not in allowed:
             close = difflib.get_close_matches(str(raw), allowed, n=1)
-            extra = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"unknown value {raw!r}{extra}; use one of: {', '.join(allowed)}")
+            extra = f" (did you mean {shown(close[0])}?)" if close else ""
+            raise ValueError(f"unknown value {shown(raw)}{extra}; use one of: {', '.join(allowed)}")
         return raw
     return parse
 
 
 def _data(raw: Any) -> str:
     if not isinstance(raw, str) or not raw.strip():
-        raise ValueError(f"must be 'synthetic' or a path to a dataset, got {raw!r}")
+        raise ValueError(f"must be 'synthetic' or a path to a dataset, got {shown(raw)}")
     return raw.strip()
 
 
@@ -185,7 +187,7 @@ def _unknown(source: str, prefix: str, key: Any, known: Iterable[str]) -> Playbo
     known = tuple(known)
     close = difflib.get_close_matches(str(key), known, n=1)
     hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
-    return _fail(source, f"{prefix}{key}", "unknown key", hint)
+    return _fail(source, f"{prefix}{shown_key(key)}", "unknown key", hint)
 
 
 def _setting(source: str, where: str, key: str, raw: Any) -> Any:
@@ -200,7 +202,7 @@ def _number(source: str, key: str, raw: Any, low: float, high: float, whole: boo
     kinds = (int,) if whole else (int, float)
     if isinstance(raw, bool) or not isinstance(raw, kinds) or not low <= raw <= high:
         kind = "a whole number" if whole else "a number"
-        raise _fail(source, key, f"must be {kind} in {low:g}..{high:g}, got {raw!r}")
+        raise _fail(source, key, f"must be {kind} in {low:g}..{high:g}, got {shown(raw)}")
     return raw
 
 
@@ -210,7 +212,7 @@ def _seconds(source: str, key: str, raw: Any) -> float:
     except ValueError as exc:
         raise _fail(source, key, str(exc), "e.g. '60s'") from None
     if us < 1_000_000:
-        raise _fail(source, key, f"{raw!r} is under 1s", "e.g. '60s'")
+        raise _fail(source, key, f"{shown(raw)} is under 1s", "e.g. '60s'")
     return us / 1_000_000
 
 
@@ -229,7 +231,7 @@ def _factors(data: Any, source: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
                         f"e.g. '{SETTING_KEYS[key][2]}'")
         parsed = tuple(_setting(source, f"factors.{key}", key, level) for level in levels)
         if len(set(parsed)) != len(parsed):
-            raise _fail(source, f"factors.{key}", f"repeated level in {list(levels)!r}",
+            raise _fail(source, f"factors.{key}", f"repeated level in {shown(list(levels))}",
                         "use repetitions: for repeated runs")
         out.append((key, parsed))
     return tuple(out)
@@ -282,8 +284,12 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
         if key not in TOP_KEYS:
             raise _unknown(source, "", key, TOP_KEYS)
     name = data.get("name", default_name)
-    if not isinstance(name, str) or not name.strip() or "/" in name or name.strip() != name:
-        raise _fail(source, "name", f"must be a word without '/', got {name!r}", "e.g. 'name: latency-study'")
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+        # the name becomes a folder (results/<name>): '..' or 'a/b' would land elsewhere
+        rule = "must be letters, digits, '.', '_' or '-', starting with a letter or digit, at most 64 characters"
+        if "name" in data:
+            raise _fail(source, "name", f"{rule}; got {shown(name)}", "e.g. 'name: latency-study'")
+        raise _fail(source, "name", f"the file name {shown(name)} {rule}", "set one, e.g. 'name: latency-study'")
     description = data.get("description", "")
     if not isinstance(description, str):
         raise _fail(source, "description", "must be a string")
@@ -291,7 +297,7 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
     if "profile" in data:
         ref = data["profile"]
         if not isinstance(ref, str):
-            raise _fail(source, "profile", f"must be a path to a profile file, got {ref!r}")
+            raise _fail(source, "profile", f"must be a path to a profile file, got {shown(ref)}")
         path = Path(ref) if Path(ref).is_absolute() else (base_dir or Path(".")) / ref
         try:
             base_profile = load_profile(path)
@@ -313,13 +319,13 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
             raise _unknown(source, "timeouts.", key, TIMEOUT_KEYS)
     order = data.get("order", "random")
     if order not in ORDERS:
-        raise _fail(source, "order", f"unknown order {order!r}", f"use one of: {', '.join(ORDERS)}")
+        raise _fail(source, "order", f"unknown order {shown(order)}", f"use one of: {', '.join(ORDERS)}")
     seed = data.get("seed")
     if seed is not None:
         seed = _number(source, "seed", seed, 0, 2**32 - 1)
     backend = data.get("backend", "auto")
     if backend not in BACKENDS:
-        raise _fail(source, "backend", f"unknown backend {backend!r}", f"use one of: {', '.join(BACKENDS)}")
+        raise _fail(source, "backend", f"unknown backend {shown(backend)}", f"use one of: {', '.join(BACKENDS)}")
     warmup = _number(source, "warmup", data.get("warmup", 10), 0, 100_000)
     if seconds is not None and warmup < 1:
         raise _fail(source, "warmup", "a 'seconds' window needs at least 1 warm-up step",

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 
 from netbench import units
-from netbench.errors import ProfileError
+from netbench.errors import ProfileError, shown, shown_key
 from netbench.yamlfile import read_yaml
 
 MAX_DELAY_US = 10_000_000  # 10 s one-way: beyond this TCP and gRPC time out anyway
@@ -29,8 +29,8 @@ MAX_JITTER_US = (2**31 - 1) // 1000
 MIN_RATE_BPS = 8_000  # 8 kbit/s: a token bucket below one packet a second is meaningless
 MAX_RATE_BPS = 100_000_000_000  # 100 gbit/s
 
-_BARE_NUMBER_RE = re.compile(r"^[0-9]*\.?[0-9]+$")
-_VALUE_UNIT_RE = re.compile(r"^[0-9]*\.?[0-9]+\s*([A-Za-z%]+)$")
+_BARE_NUMBER_RE = re.compile(r"[0-9]*\.?[0-9]+")  # fullmatch, as every pattern here
+_VALUE_UNIT_RE = re.compile(r"[0-9]*\.?[0-9]+\s*([A-Za-z%]+)")
 
 PROFILE_KEYS = ("name", "description", "delay", "jitter", "jitter_correlation", "distribution", "loss",
                 "loss_correlation", "duplicate", "duplicate_correlation", "corrupt", "corrupt_correlation",
@@ -40,6 +40,7 @@ DISTRIBUTIONS = ("uniform", "normal", "pareto", "paretonormal")
 DIRECTIONS = ("egress", "ingress", "both")
 LOSS_MODELS = ("random", "gilbert-elliott")
 MAX_LIMIT_PACKETS = 10_000_000
+MAX_REORDER_GAP = 2**32 - 1  # netem holds the gap in a u32
 NETEM_ONLY_FIELDS = ("jitter_correlation", "distribution", "loss_correlation", "loss_model", "duplicate", "corrupt",
                      "reorder", "limit_packets", "direction", "peers")  # correlations/GE need their base field
 
@@ -188,19 +189,19 @@ _FIELD_KEYS = {"delay_us": "delay", "jitter_us": "jitter", "loss": "loss", "rate
                "corrupt_correlation": "corrupt_correlation", "reorder": "reorder",
                "reorder_correlation": "reorder_correlation", "reorder_gap": "reorder_gap",
                "limit_packets": "limit", "direction": "direction", "peers": "peers"}
-_NODE_RE = re.compile(r"^n[1-9][0-9]*$")
+_NODE_RE = re.compile(r"n[1-9][0-9]*")  # fullmatch: "$" would let "n2\n" through
 
 
 def _check_peer(peer: str) -> str | None:
     """None if `peer` is a testbed node name (n2) or an IPv4 address/CIDR, else why not."""
     if not isinstance(peer, str) or not peer.strip():
         return "a peer must be a node name such as n2 or a CIDR such as 10.0.0.0/24"
-    if _NODE_RE.match(peer):
+    if _NODE_RE.fullmatch(peer):
         return None
     try:
         ipaddress.IPv4Network(peer, strict=False)
     except ValueError:
-        return f"{peer!r} is neither a node name (n2) nor an IPv4 address or CIDR"
+        return f"{shown(peer)} is neither a node name (n2) nor an IPv4 address or CIDR"
     return None
 
 
@@ -237,10 +238,11 @@ def validate(profile: Profile, source: str, keys: Mapping[str, str] | None = Non
             raise fail("rate_bps", f"{units.format_rate_bps(profile.rate_bps)} is over 100gbit",
                        "use at most 100gbit, or omit rate for unlimited")
     if profile.distribution not in DISTRIBUTIONS:
-        raise fail("distribution", f"unknown distribution {profile.distribution!r}",
+        raise fail("distribution", f"unknown distribution {shown(profile.distribution)}",
                    f"use one of: {', '.join(DISTRIBUTIONS)}")
     if profile.loss_model not in LOSS_MODELS:
-        raise fail("loss_model", f"unknown loss model {profile.loss_model!r}", f"use one of: {', '.join(LOSS_MODELS)}")
+        raise fail("loss_model", f"unknown loss model {shown(profile.loss_model)}",
+                   f"use one of: {', '.join(LOSS_MODELS)}")
     needs = (("jitter_correlation", "jitter_us", "jitter"), ("duplicate_correlation", "duplicate", "duplicate"),
              ("corrupt_correlation", "corrupt", "corrupt"), ("reorder_correlation", "reorder", "reorder"),
              ("reorder_gap", "reorder", "reorder"))
@@ -258,13 +260,13 @@ def validate(profile: Profile, source: str, keys: Mapping[str, str] | None = Non
     if profile.reorder and not profile.delay_us:
         raise fail("reorder", "reordering needs a delay: netem sends some packets at once and delays the rest",
                    "set a delay, e.g. delay: 10ms")
-    if profile.reorder_gap < 0:
-        raise fail("reorder_gap", "must be a whole number of packets >= 0", "e.g. reorder_gap: 5")
+    if not 0 <= profile.reorder_gap <= MAX_REORDER_GAP:
+        raise fail("reorder_gap", f"must be a whole number of packets in 0..{MAX_REORDER_GAP}", "e.g. reorder_gap: 5")
     if profile.limit_packets is not None and not 1 <= profile.limit_packets <= MAX_LIMIT_PACKETS:
         raise fail("limit_packets", f"{profile.limit_packets} is outside 1..{MAX_LIMIT_PACKETS} packets",
                    "omit limit to size the queue from the bandwidth-delay product")
     if profile.direction not in DIRECTIONS:
-        raise fail("direction", f"unknown direction {profile.direction!r}", f"use one of: {', '.join(DIRECTIONS)}")
+        raise fail("direction", f"unknown direction {shown(profile.direction)}", f"use one of: {', '.join(DIRECTIONS)}")
     for peer in profile.peers:
         problem = _check_peer(peer)
         if problem:
@@ -278,7 +280,7 @@ def _ratio_field(source: str, data: Mapping, key: str, prefix: str = "") -> floa
 
 def _int_field(source: str, key: str, raw: Any, hint: str) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int):
-        raise ProfileError(f"{source}: {key}: must be a whole number, got {raw!r}", hint=hint)
+        raise ProfileError(f"{source}: {key}: must be a whole number, got {shown(raw)}", hint=hint)
     return raw
 
 
@@ -290,10 +292,10 @@ def _loss_fields(data: Any, source: str) -> dict[str, Any]:
         if key not in LOSS_MODEL_KEYS:
             close = difflib.get_close_matches(str(key), LOSS_MODEL_KEYS, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(LOSS_MODEL_KEYS)}"
-            raise ProfileError(f"{source}: loss.{key}: unknown key", hint=hint)
+            raise ProfileError(f"{source}: loss.{shown_key(key)}: unknown key", hint=hint)
     model = data.get("model")
     if model not in ("gilbert-elliott", "gemodel"):
-        raise ProfileError(f"{source}: loss.model: must be gilbert-elliott, got {model!r}",
+        raise ProfileError(f"{source}: loss.model: must be gilbert-elliott, got {shown(model)}",
                            hint="write 'loss: 1%' for random loss, or 'loss: {model: gilbert-elliott, p: 1%, r: 30%}'")
     out: dict[str, Any] = {"loss_model": "gilbert-elliott"}
     for key, field, default in (("p", "ge_p", 0), ("r", "ge_r", "100%"), ("bad_loss", "ge_bad_loss", "100%"),
@@ -314,7 +316,7 @@ def profile_from_mapping(data: Any, source: str, default_name: str = "custom") -
         if key not in PROFILE_KEYS:
             close = difflib.get_close_matches(str(key), PROFILE_KEYS, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(PROFILE_KEYS)}"
-            raise ProfileError(f"{source}: {key}: unknown key", hint=hint)
+            raise ProfileError(f"{source}: {shown_key(key)}: unknown key", hint=hint)
     name = data.get("name", default_name)
     if not isinstance(name, str) or not name.strip():
         raise ProfileError(f"{source}: name: must be a non-empty string", hint="e.g. 'name: wan'")
@@ -328,7 +330,7 @@ def profile_from_mapping(data: Any, source: str, default_name: str = "custom") -
         raise ProfileError(f"{source}: peers: must be a list", hint="e.g. 'peers: [n2, n3]'")
     for text_key in ("distribution", "direction"):
         if text_key in data and not isinstance(data[text_key], str):
-            raise ProfileError(f"{source}: {text_key}: must be a word, got {data[text_key]!r}")
+            raise ProfileError(f"{source}: {text_key}: must be a word, got {shown(data[text_key])}")
     profile = Profile(
         name=name.strip(),
         description=description,
@@ -395,18 +397,18 @@ def parse_levels(text: str, flag: str, parse: Callable[[str], Any]) -> list[Any]
     """
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not item for item in items):
-        raise ProfileError(f"flag {flag}: empty level in {text!r}", hint=f"e.g. {flag} 1,10,100ms")
-    last_unit = _VALUE_UNIT_RE.match(items[-1])
+        raise ProfileError(f"flag {flag}: empty level in {shown(text)}", hint=f"e.g. {flag} 1,10,100ms")
+    last_unit = _VALUE_UNIT_RE.fullmatch(items[-1])
     suffix = last_unit.group(1) if last_unit else ""
     values = []
     for item in items:
-        if suffix and _BARE_NUMBER_RE.match(item):
+        if suffix and _BARE_NUMBER_RE.fullmatch(item):
             item = item + suffix
         try:
             values.append(parse(item))
         except ValueError as exc:
             raise ProfileError(f"flag {flag}: {exc}", hint=f"e.g. {flag} 1,10,100ms") from None
     if len(set(values)) != len(values):
-        raise ProfileError(f"flag {flag}: repeated level in {text!r}", hint="use --repeat for repetitions")
+        raise ProfileError(f"flag {flag}: repeated level in {shown(text)}", hint="use --repeat for repetitions")
     return values
 

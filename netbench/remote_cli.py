@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import click
+from rich.markup import escape
 
 from netbench import console
+from netbench.clitypes import FiniteFloatRange
 from netbench.errors import NetbenchError, UsageError
 
 INVENTORY_HELP = "Drive the SSH hosts of this inventory (YAML) instead of the local testbed."
@@ -95,7 +97,7 @@ def node_info(interface: str | None, no_probe: bool) -> None:
 
 @node.command("apply")
 @click.option("--json", "as_json", is_flag=True, required=True, help="Read the change plan as JSON on stdin.")
-@click.option("--lease", "lease_s", default=0.0, show_default=True, type=click.FloatRange(0, 86400),
+@click.option("--lease", "lease_s", default=0.0, show_default=True, type=FiniteFloatRange(0, 86400),
               help="Seconds the shaping survives without renewal (0: no lease).")
 @click.option("--force", is_flag=True, help="Shape even the interface carrying this SSH session.")
 @click.option("--holder", help="Who takes the lease: the controller session's token [default: the SSH client address].")
@@ -154,13 +156,13 @@ def node_reset(journal, as_json: bool) -> None:
         _emit({"removed": removed})
     else:
         for line in removed or ["nothing to remove"]:
-            console.info(line)
+            console.info(escape(line))
 
 
 @node.command("task", context_settings={"ignore_unknown_options": True})
 @click.option("--role", required=True, help="The task's role and index, e.g. worker0 (journaled with its pid).")
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment for the process (repeatable).")
-@click.option("--grace", default=3.0, show_default=True, type=click.FloatRange(0, 600),
+@click.option("--grace", default=3.0, show_default=True, type=FiniteFloatRange(0, 600),
               help="Seconds between TERM and KILL when the task is stopped.")
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
@@ -240,7 +242,7 @@ class Opt:
 
 
 APPLY_EXTRA = (
-    Opt("lease", "--lease", type=click.FloatRange(0, 86400), default=None,
+    Opt("lease", "--lease", type=FiniteFloatRange(0, 86400), default=None,
         help="With --inventory: lease in seconds [default: 60]; the command holds it until Ctrl-C, and "
              "hosts revert by themselves if it is not renewed. 0: no lease, return at once."),
     Opt("force", "--force", is_flag=True, default=None,
@@ -292,7 +294,8 @@ def remote_apply(*, inventory, insecure_host_keys, lease, force, takeover, profi
                              "--backend skips this)")
             planned = remote.plan_inventory(inv, conns, profile, None if backend == "auto" else backend)
         for host in inv.hosts:
-            console.info(f"host [bold]{host.name}[/] ({host.interface}): backend {planned.backends[host.name]}")
+            backend_name = escape(str(planned.backends[host.name]))
+            console.info(f"host [bold]{host.name}[/] ({host.interface}): backend {backend_name}")
             if dry_run:
                 for change in planned.plans[host.name]:
                     console.plain("  " + change.describe())
@@ -301,7 +304,8 @@ def remote_apply(*, inventory, insecure_host_keys, lease, force, takeover, profi
             return
         remote.apply_inventory(inv, conns, planned, lease_s=lease_s, force=bool(force), holder=holder,
                                takeover=bool(takeover))
-        console.info(f"[green]applied[/] profile {profile.name} ({profile.label()}) to {len(conns)} host(s)")
+        console.info(f"[green]applied[/] profile {escape(profile.name)} ({escape(profile.label())}) "
+                     f"to {len(conns)} host(s)")
         if lease_s <= 0:
             console.info("no lease: it stays until 'netbench reset --inventory ...'")
             return
@@ -380,7 +384,7 @@ def remote_reset(*, inventory, insecure_host_keys) -> None:
         _close(conns)
     for name, lines in removed.items():
         for line in lines:
-            console.info(f"{name}: removed {line}")
+            console.info(f"{name}: removed {escape(str(line))}")
         if not lines:
             console.info(f"{name}: nothing to remove")
 
@@ -416,13 +420,14 @@ def remote_doctor(*, inventory, insecure_host_keys, as_json, no_tensorflow) -> N
                                                                  for c, s, d in r] for n, r in rows.items()}},
                                  indent=2))
     else:
-        table = Table(title=f"hosts of {inv.path}")
+        table = Table(title=f"hosts of {escape(inv.path)}")
         for col in ("host", "check", "status", "detail"):
             table.add_column(col)
         colour = {"ok": "green", "limited": "yellow"}
         for name, r in rows.items():
             for check, status, detail in r:
-                table.add_row(name, check, f"[{colour.get(status, 'red')}]{status}[/]", detail)
+                table.add_row(name, escape(str(check)), f"[{colour.get(status, 'red')}]{escape(str(status))}[/]",
+                              escape(str(detail)))
         console.out.print(table)
     if not ready:
         sys.exit(1)
@@ -478,9 +483,9 @@ def print_hosts_plan(config, inventory) -> None:
     from netbench.jobs.cluster import describe_plan, plan_job
     from netbench.testbed.hosts import host_node, place_hosts
 
-    console.info(f"[yellow]dry run[/]: {len(config.runs)} runs on the hosts of {inventory.path}, strategy "
+    console.info(f"[yellow]dry run[/]: {len(config.runs)} runs on the hosts of {escape(inventory.path)}, strategy "
                  f"{config.job.strategy}, {config.workers} workers, model {config.job.model}; "
-                 f"results -> {config.output}")
+                 f"results -> {escape(str(config.output))}")
     nodes = tuple(host_node(h) for h in place_hosts(inventory, config.job, config.workers))
     console.plain("placement on hosts (tf_address; each run on a fresh port):")
     for line in describe_plan(plan_job(config.job, nodes, config.workers, port=0)):
@@ -575,7 +580,7 @@ def _provision(inventory_path: Path, insecure: bool, wheel: Path | None, pip_wor
         if isinstance(result, Exception):
             console.error(result.message, getattr(result, "hint", None))
         else:
-            console.info(f"{name}: [green]installed[/] {result} in {by_name[name].venv}")
+            console.info(f"{name}: [green]installed[/] {escape(str(result))} in {escape(by_name[name].venv)}")
     if any(isinstance(r, Exception) for r in results.values()):
         sys.exit(1)
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from rich.markup import escape
+
 from netbench.errors import UsageError
 
 # factors a run can differ in, in the order tables show them
@@ -303,7 +305,7 @@ def speedups_table(ratios: Sequence[Ratio]):
         table.add_column(col, justify="right" if col in ("n", "speed-up") else "left")
     for r in ratios:
         mean, ci = _ratio_text(r.interval)
-        table.add_row(_strategy_label(r.numerator), *(_level(s, r.numerator.get(s)) for s in shown),
+        table.add_row(escape(_strategy_label(r.numerator)), *(escape(_level(s, r.numerator.get(s))) for s in shown),
                       str(r.interval.n), mean, ci)
     return table
 
@@ -560,9 +562,9 @@ def runs_table(observations: Sequence[Observation]):
         table.add_column(col, justify="right" if col in ("images/s", "rep", "idle") else "left")
     for o in observations:
         idle_cell = ["-" if o.idleness is None else f"{o.idleness:.0%}"] if idle else []
-        table.add_row(o.run_id, *(_level(s, o.get(s)) for s in shown), str(o.repeat),
+        table.add_row(escape(o.run_id), *(escape(_level(s, o.get(s))) for s in shown), str(o.repeat),
                       "-" if o.images_per_sec is None else f"{o.images_per_sec:,.1f}", *idle_cell,
-                      o.status if o.status == "ok" else f"[red]{o.status}[/]")
+                      o.status if o.status == "ok" else f"[red]{escape(o.status)}[/]")
     return table
 
 
@@ -575,7 +577,7 @@ def groups_table(groups: Sequence[Group], confidence: float):
         table.add_column(col)
     for g in groups:
         mean, ci = _interval_text(g.interval)
-        table.add_row(*(_level(s, g.get(s)) for s in shown), str(len(g.values)), mean, ci, str(g.timeouts),
+        table.add_row(*(escape(_level(s, g.get(s))) for s in shown), str(len(g.values)), mean, ci, str(g.timeouts),
                       str(g.failed))
     return table
 

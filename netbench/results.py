@@ -181,6 +181,26 @@ class ResultStore:
             return list(csv.DictReader(fh))
 
 
+def first_run_index(directory: Path, append: bool) -> int:
+    """The index a sweep's first run takes in `directory`: 0 for a new or empty folder.
+
+    A folder that holds anything is refused (a second sweep would overwrite runs/r000.json
+    and mix its rows into results.csv) unless `append`; then the runs are numbered after
+    every run already recorded there (runs/, logs/, results.csv), so none is overwritten."""
+    directory = Path(directory)
+    if not directory.is_dir() or not any(directory.iterdir()):
+        return 0
+    if not append:
+        raise ResultsError(f"{directory}: already holds results (or other files)",
+                           hint="give a new folder with --output, or --append to add this sweep's runs to it")
+    ids = [p.stem for p in (directory / "runs").glob("*.json")] + \
+        [p.name for p in (directory / "logs").glob("*")]
+    if (directory / "results.csv").is_file():
+        ids += [row.get("run_id") or "" for row in ResultStore(directory).read_rows()]
+    numbers = [int(i[1:]) for i in ids if len(i) > 1 and i[0] == "r" and i[1:].isdigit()]
+    return max(numbers, default=-1) + 1
+
+
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (temp file, then rename)."""
     tmp = path.with_name(path.name + ".tmp")

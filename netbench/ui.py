@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -25,19 +26,20 @@ class SweepView:
         self.progress.start()
         self.task = self.progress.add_task("starting", total=len(self.config.runs), info="")
         if self.metrics_url:
-            self.progress.console.print(f"metrics: [bold]{self.metrics_url}[/] (Prometheus, live)")
+            self.progress.console.print(f"metrics: [bold]{escape(self.metrics_url)}[/] (Prometheus, live)")
         return self
 
     def __exit__(self, *exc) -> None:
         self.progress.stop()
 
     def sweep_started(self, config, backend, topology) -> None:
-        self.progress.console.print(f"sweep [bold]{config.sweep_id}[/]: {len(config.runs)} runs on "
+        self.progress.console.print(f"sweep [bold]{escape(config.sweep_id)}[/]: {len(config.runs)} runs on "
                                     f"{len(topology.nodes)} nodes ({topology.subnet}), backend "
-                                    f"[bold]{backend.name}[/] ({backend.reason}); results -> {config.output}")
+                                    f"[bold]{backend.name}[/] ({escape(backend.reason)}); "
+                                    f"results -> {escape(str(config.output))}")
 
     def run_started(self, run) -> None:
-        self.progress.update(self.task, description=f"{run.run_id} {run.profile.name}", info="applying profile")
+        self.progress.update(self.task, description=f"{run.run_id} {escape(run.profile.name)}", info="applying profile")
 
     def profile_applied(self, run) -> None:
         self.progress.update(self.task, info="starting workers")
@@ -60,11 +62,11 @@ class SweepView:
         if result.status == "ok":
             text = f"{stats.get('images_per_sec', 0):,.1f} img/s"
         else:
-            text = f"[red]{result.status}[/]: {result.error}"
-        self.progress.console.print(f"  {run.run_id} {run.profile.name} (repeat {run.repeat}): {text}")
+            text = f"[red]{escape(result.status)}[/]: {escape(result.error)}"
+        self.progress.console.print(f"  {run.run_id} {escape(run.profile.name)} (repeat {run.repeat}): {text}")
 
     def note(self, text: str) -> None:
-        self.progress.console.print(f"[dim]{text}[/]")
+        self.progress.console.print(f"[dim]{escape(text)}[/]")
 
     def summary(self, results) -> None:
         table = Table(title=f"sweep {self.config.sweep_id}")
@@ -74,12 +76,12 @@ class SweepView:
             table.add_column(col, justify=justify)
         for result in results:
             p, s = result.profile, result.stats or {}
-            table.add_row(result.run_id, p["name"], units.format_duration_us(p["delay_us"]),
+            table.add_row(result.run_id, escape(p["name"]), units.format_duration_us(p["delay_us"]),
                           units.format_rate_bps(p["rate_bps"]), units.format_ratio(p["loss"]), str(result.repeat),
                           f"{s['images_per_sec']:,.1f}" if s else "-",
                           f"{s['images_per_sec_stderr']:,.1f}" if s else "-",
                           f"{s['mean_s'] * 1000:.1f} ms" if s else "-",
                           f"{s['p90_s'] * 1000:.1f} ms" if s else "-",
-                          "ok" if result.status == "ok" else f"[red]{result.status}[/]")
+                          "ok" if result.status == "ok" else f"[red]{escape(result.status)}[/]")
         console.out.print(table)
-        console.info(f"results: {self.config.output}/results.csv, manifest.json, runs/, logs/")
+        console.info(f"results: {escape(str(self.config.output))}/results.csv, manifest.json, runs/, logs/")

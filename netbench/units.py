@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 import re
 
+from netbench.errors import shown
+
 _NUMBER = r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
-_VALUE_RE = re.compile(r"^\s*" + _NUMBER + r"\s*(?P<unit>[A-Za-zµ%]*)\s*$")
+_VALUE_RE = re.compile(r"\s*" + _NUMBER + r"\s*(?P<unit>[A-Za-zµ%]*)\s*")  # fullmatch
 
 # microseconds per unit
 _DURATION_UNITS = {
@@ -32,19 +34,21 @@ _RATE_UNITS = {
 
 def _split(text: str, what: str, example: str) -> tuple[float, str]:
     if isinstance(text, bool) or not isinstance(text, (str, int, float)):
-        raise ValueError(f"expected a {what} such as {example}, got {text!r}")
+        raise ValueError(f"expected a {what} such as {example}, got {shown(text)}")
     if isinstance(text, (int, float)):
-        if not math.isfinite(text) or abs(text) > 1e15:
-            raise ValueError(f"{text!r} is not a usable number")
+        # compare ints as ints: float() of a YAML integer of 400 digits raises OverflowError
+        usable = abs(text) <= 10**15 if isinstance(text, int) else math.isfinite(text) and abs(text) <= 1e15
+        if not usable:
+            raise ValueError(f"{shown(text)} is not a usable number")
         return float(text), ""
     if text.strip().startswith("-"):
-        raise ValueError(f"{what} must not be negative, got {text!r}")
-    match = _VALUE_RE.match(text)
+        raise ValueError(f"{what} must not be negative, got {shown(text)}")
+    match = _VALUE_RE.fullmatch(text)
     if not match:
-        raise ValueError(f"expected a {what} such as {example}, got {text!r}")
+        raise ValueError(f"expected a {what} such as {example}, got {shown(text)}")
     value = float(match.group("num"))
     if not math.isfinite(value) or value > 1e15:
-        raise ValueError(f"{text!r} is too large")
+        raise ValueError(f"{shown(text)} is too large")
     return value, match.group("unit").lower().replace("µ", "u")
 
 
@@ -56,13 +60,13 @@ def parse_duration_us(text: str | int | float) -> int:
     """
     value, unit = _split(text, "duration", "500us, 10ms or 1s")
     if value < 0:
-        raise ValueError(f"duration must not be negative, got {text!r}")
+        raise ValueError(f"duration must not be negative, got {shown(text)}")
     if unit == "":
         if value == 0:
             return 0
-        raise ValueError(f"duration {text!r} needs a unit: us, ms or s (for example 10ms)")
+        raise ValueError(f"duration {shown(text)} needs a unit: us, ms or s (for example 10ms)")
     if unit not in _DURATION_UNITS:
-        raise ValueError(f"unknown duration unit {unit!r} in {text!r}; use us, ms or s")
+        raise ValueError(f"unknown duration unit {shown(unit)} in {shown(text)}; use us, ms or s")
     return round(value * _DURATION_UNITS[unit])
 
 
@@ -70,9 +74,9 @@ def parse_rate_bps(text: str | int | float) -> int:
     """Parse a rate ("250mbit", "1gbit", "100kbit") into integer bits per second."""
     value, unit = _split(text, "rate", "250mbit or 1gbit")
     if unit == "":
-        raise ValueError(f"rate {text!r} needs a unit: kbit, mbit or gbit (for example 250mbit)")
+        raise ValueError(f"rate {shown(text)} needs a unit: kbit, mbit or gbit (for example 250mbit)")
     if unit not in _RATE_UNITS:
-        raise ValueError(f"unknown rate unit {unit!r} in {text!r}; use kbit, mbit or gbit")
+        raise ValueError(f"unknown rate unit {shown(unit)} in {shown(text)}; use kbit, mbit or gbit")
     return round(value * _RATE_UNITS[unit])
 
 
@@ -84,11 +88,11 @@ def parse_ratio(text: str | int | float) -> float:
     elif unit == "":
         ratio = value
         if ratio >= 1:  # "1" could mean 1% or 100%: make people say which
-            raise ValueError(f"{text!r} is ambiguous: write a percentage such as {value:g}%")
+            raise ValueError(f"{shown(text)} is ambiguous: write a percentage such as {value:g}%")
     else:
-        raise ValueError(f"unknown unit {unit!r} in {text!r}; write a percentage such as 1%")
+        raise ValueError(f"unknown unit {shown(unit)} in {shown(text)}; write a percentage such as 1%")
     if ratio > 1:
-        raise ValueError(f"{text!r} is over 100%")
+        raise ValueError(f"{shown(text)} is over 100%")
     return ratio
 
 

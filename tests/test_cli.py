@@ -249,3 +249,107 @@ def test_version():
     result = invoke("--version")
     assert result.exit_code == 0
     assert __version__ in result.output
+
+
+# ---------------------------------------------------------------- numbers outside what the workers take
+
+
+@pytest.mark.parametrize("seed", ["-1", "4294967296", str(10**30)])
+def test_sweep_seed_outside_32_bits_is_refused(seed):
+    # numpy (keras.utils.set_random_seed) takes 0..2**32-1: a larger seed crashed every worker
+    result = invoke("sweep", "--dry-run", "--latency", "1ms", "--seed", seed)
+    assert result.exit_code == 2, result.output
+    assert "--seed" in result.stderr and "Traceback" not in result.output
+
+
+def test_sweep_seed_at_32_bits_is_accepted():
+    result = invoke("sweep", "--dry-run", "--latency", "1ms", "--seed", str(2**32 - 1))
+    assert result.exit_code == 0, result.output
+
+
+FLOAT_OPTIONS = [(path, param.opts[0]) for path, command in ALL for param in command.params
+                 if isinstance(param, click.Option) and isinstance(param.type, click.types.FloatParamType)]
+
+
+def test_there_are_float_options_to_check():
+    assert {("netbench sweep", "--step-timeout"), ("netbench apply", "--lease"), ("netbench node apply", "--lease"),
+            ("netbench report", "--confidence")} <= {(" ".join(path), opt) for path, opt in FLOAT_OPTIONS}
+
+
+@pytest.mark.parametrize("path, option", FLOAT_OPTIONS, ids=[f"{' '.join(p[1:])} {o}" for p, o in FLOAT_OPTIONS])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+def test_every_float_option_refuses_nan_and_infinity(path, option, value):
+    # nan passes every comparison of click.FloatRange: '--step-timeout nan' never timed out
+    result = invoke(*path[1:], f"{option}={value}")
+    assert result.exit_code == 2, result.output
+    assert f"'{option}'" in result.output and "finite" in result.output, result.output
+
+
+# ---------------------------------------------------------------- user and worker text is not rich markup
+
+
+def test_profile_check_prints_a_name_with_brackets_as_written(tmp_path):
+    (tmp_path / "a.yaml").write_text("name: '[/]'\ndelay: 1ms\n")
+    (tmp_path / "[red]b.yaml").write_text("name: '[bold]x[/bold]'\ndelay: 1ms\n")
+    result = invoke("profile", "check", "a.yaml", "[red]b.yaml")
+    assert result.exit_code == 0, result.output
+    assert "ok a.yaml: [/]: delay 1ms" in result.stdout
+    assert "ok [red]b.yaml: [bold]x[/bold]: delay 1ms" in result.stdout
+
+
+def test_sweep_view_prints_worker_errors_and_names_as_written(monkeypatch, tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from netbench import console, ui
+    from netbench.jobs.cluster import JobSpec
+    from netbench.plan import RunPlan
+    from netbench.results import RunResult
+    from netbench.runner import SweepConfig
+
+    out = io.StringIO()
+    monkeypatch.setattr(console, "out", Console(file=out, width=300, highlight=False, soft_wrap=True))
+    profile = Profile(name="[/]", delay_us=1000)
+    run = RunPlan(index=0, profile=profile, repeat=0)
+    config = SweepConfig(sweep_id="s", runs=(run,), job=JobSpec(), workers=2, output=tmp_path / "[/out]")
+    error = "worker1 exited with 1: OSError: [/usr/lib/x] [/] not found"
+    result = RunResult(run_id="r000", profile=profile.to_record(), backend="netem", strategy="allreduce",
+                       model="mlp", batch_size=64, workers=2, repeat=0, warmup_steps=1, status="failed", error=error)
+    with ui.SweepView(config) as view:
+        view.run_started(run)
+        view.run_finished(run, result)
+        view.note("r000: verify RTT 1.00 ms (configured 2.00 ms) [out of tolerance]")
+    view.summary([result])
+    text = out.getvalue()
+    assert error in text and "[/]" in text and "[out of tolerance]" in text and "[/out]" in text
+
+
+# ---------------------------------------------------------------- a sweep's results folder
+
+
+def test_sweep_refuses_a_folder_that_holds_results(tmp_path):
+    (tmp_path / "out" / "runs").mkdir(parents=True)
+    (tmp_path / "out" / "runs" / "r000.json").write_text("{}")
+    for args in (("--dry-run",), ()):  # the real run stops here too, before the root check (exit 3)
+        result = invoke("sweep", *args, "--latency", "1ms", "--output", "out")
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith("error: flag --output: out: already holds results"), result.stderr
+        assert "--append" in result.stderr
+    assert sorted(os.listdir(tmp_path / "out")) == ["runs"]
+
+
+def test_sweep_append_numbers_its_runs_after_those_in_the_folder(tmp_path):
+    (tmp_path / "out" / "runs").mkdir(parents=True)
+    for run_id in ("r000", "r001"):
+        (tmp_path / "out" / "runs" / f"{run_id}.json").write_text("{}")
+    result = invoke("sweep", "--dry-run", "--latency", "1,2ms", "--output", "out", "--append")
+    assert result.exit_code == 0, result.output
+    assert [line.split()[0] for line in run_lines(result.stdout)] == ["r002", "r003"]
+
+
+def test_sweep_into_an_empty_folder_is_fine(tmp_path):
+    (tmp_path / "out").mkdir()
+    result = invoke("sweep", "--dry-run", "--latency", "1ms", "--output", "out")
+    assert result.exit_code == 0, result.output
+    assert [line.split()[0] for line in run_lines(result.stdout)] == ["r000"]

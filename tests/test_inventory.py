@@ -90,3 +90,25 @@ def test_ssh_config_beats_inventory_defaults_but_not_a_hosts_own_keys():
     assert ssh_settings(alias, configured) == (None, None, None)  # ~/.ssh/config decides
     assert ssh_settings(alias, {"hostname": "alias"}) == ("root", 2200, "/k/default")  # nothing there: defaults
     assert ssh_settings(own, configured) == ("ubuntu", 22, "/k/own")  # the host's own keys always win
+
+
+@pytest.mark.parametrize("name", ["gpu1\n", "a\n"])
+def test_a_host_name_with_a_trailing_newline_is_refused(name):
+    # '$' matches before a final newline: 'gpu1\n' passed and became part of log file names
+    with pytest.raises(InventoryError, match=r"src.yaml: hosts\.'.*\\n': a host name is letters") as info:
+        inventory_from_mapping({"hosts": {name: {"ssh": "x", "interface": "eth1"}}}, "src.yaml")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("address", ["fd00::1", "::1", "2001:db8::2"])
+def test_an_ipv6_tf_address_is_refused(address):
+    # TF_CONFIG was written as 'fd00::1:PORT' (no brackets) and peer filters are IPv4 (/32)
+    with pytest.raises(InventoryError, match=r"src.yaml: hosts\.a\.tf_address: IPv6 is not supported") as info:
+        inventory_from_mapping({"hosts": {"a": {"ssh": "x", "interface": "eth1", "tf_address": address}}}, "src.yaml")
+    assert "IPv4" in info.value.hint
+
+
+@pytest.mark.parametrize("address", ["10.0.0.1 ", "192.0.2.12"])
+def test_an_ipv4_tf_address_is_taken(address):
+    inv = inventory_from_mapping({"hosts": {"a": {"ssh": "x", "interface": "eth1", "tf_address": address}}}, "s")
+    assert inv.hosts[0].tf_address == address.strip()

@@ -251,3 +251,49 @@ def test_run_bad_playbook_is_a_one_line_error(not_root, tmp_path):
     result = CliRunner().invoke(cli.main, ["run", str(bad), "--dry-run"])
     assert result.exit_code == 2
     assert f"{bad}: repetitons: unknown key" in result.output and "did you mean 'repetitions'" in result.output
+
+
+# ---------------------------------------------------------------- names that become folder names
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden", "a/b", "a\\b", "smoke\n", "", " x", "x" * 65, "x" * 100_000,
+                                  "a b", "-rf", "é"])
+def test_a_name_that_is_not_a_safe_folder_name_is_refused(name):
+    # the name becomes results/<name>: '..' wrote into the current directory
+    with pytest.raises(PlaybookError) as info:
+        playbook_from_mapping({"name": name, "factors": {"latency": ["1ms"]}}, "pb.yaml")
+    message = str(info.value)
+    assert message.startswith("pb.yaml: name: must be letters, digits") and len(message) < 300, message[:300]
+    assert "\n" not in message
+
+
+def test_a_file_name_that_is_not_a_safe_folder_name_needs_a_name_key(tmp_path):
+    path = tmp_path / "my study.yaml"
+    path.write_text("factors: {latency: [1ms]}\n")
+    with pytest.raises(PlaybookError, match=r"my study.yaml: name: the file name 'my study' must be letters") as info:
+        load_playbook(path)
+    assert "name:" in info.value.hint
+    path.write_text("name: my-study\nfactors: {latency: [1ms]}\n")
+    assert load_playbook(path).name == "my-study"
+
+
+@pytest.mark.parametrize("name", ["smoke", "network-grid", "a.b_c-1", "A" * 64, "1"])
+def test_safe_names_load(name):
+    assert playbook_from_mapping({"name": name, "factors": {"latency": ["1ms"]}}, "pb.yaml").name == name
+
+
+def test_run_with_a_dot_dot_name_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.yaml").write_text("name: '..'\nfactors: {latency: [1ms]}\n")
+    result = CliRunner().invoke(cli.main, ["run", "p.yaml", "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert "name: must be letters, digits" in result.stderr
+    assert sorted(os.listdir(tmp_path)) == ["p.yaml"]
+
+
+def test_dry_run_prints_levels_with_brackets_as_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.yaml").write_text("name: b\nfactors: {data: [synthetic, '[/]data'], latency: [1ms]}\n")
+    result = CliRunner().invoke(cli.main, ["run", "p.yaml", "--dry-run", "--output", "[/]out"], terminal_width=300)
+    assert result.exit_code == 0, result.output
+    assert "[/]data" in result.stdout and "[/]out" in result.stdout

@@ -265,3 +265,30 @@ def test_yaml_dict_round_trip(profile):
 ], ids=["delay", "rate", "loss"])
 def test_yaml_dict_round_trip_beyond_six_digits(profile):
     assert profile_from_mapping(profile.to_yaml_dict(), "gen.yaml") == profile
+
+
+# ---------------------------------------------------------------- numbers beyond what the kernel holds
+
+
+def test_reorder_gap_beyond_32_bits_is_refused(tmp_path):
+    # netem's gap is a u32: a larger one passed load and failed in the middle of an apply
+    path = write(tmp_path, "delay: 10ms\nreorder: 25%\nreorder_gap: 4294967296\n")
+    error = assert_one_line_error(path, f"{path}: reorder_gap: ", "0..4294967295")
+    assert error.hint
+
+
+def test_reorder_gap_at_32_bits_is_accepted(tmp_path):
+    path = write(tmp_path, "delay: 10ms\nreorder: 25%\nreorder_gap: 4294967295\n")
+    assert load_profile(path).reorder_gap == 2**32 - 1
+
+
+def test_huge_integer_delay_is_a_profile_error(tmp_path):
+    path = write(tmp_path, "delay: " + "9" * 30 + "\n")
+    assert_one_line_error(path, f"{path}: delay: ", "not a usable number")
+
+
+@pytest.mark.parametrize("peer", ["n2\n", "n12\n"])
+def test_a_peer_with_a_trailing_newline_is_refused(peer):
+    # '$' matches before a final newline: 'n2\n' passed as a node name
+    with pytest.raises(ProfileError, match="src: peers: "):
+        profile_from_mapping({"delay": "1ms", "peers": [peer]}, "src")

@@ -735,3 +735,30 @@ def test_a_wrong_answer_fails_the_command_line_with_one_line_not_a_traceback(mon
     assert "host a: 'netbench node show' answered JSON of the wrong shape: 'lease' is not a lease object" \
         in result.output
     assert "Traceback" not in result.output
+# ---------------------------------------------------------------- what hosts say is printed as written
+
+
+def test_host_answers_with_brackets_are_printed_as_written(monkeypatch):
+    from netbench import remote_cli
+
+    removed = ["tbf qdisc [/] on eth1", "process [bold]1234[/bold]"]
+    hosts = [FakeHost("a", [(" reset ", ok_json({"removed": removed}))]),
+             FakeHost("b", [(" reset ", ok_json({"removed": []}))])]
+    monkeypatch.setattr(remote_cli, "_open", lambda path, insecure: (INV, hosts))
+    result = CliRunner().invoke(main, ["reset", "--inventory", "inv.yaml"])
+    assert result.exit_code == 0, result.output
+    assert "a: removed tbf qdisc [/] on eth1" in result.stdout
+    assert "a: removed process [bold]1234[/bold]" in result.stdout
+
+
+def test_host_show_with_brackets_is_printed_as_written(monkeypatch):
+    from netbench import remote_cli
+
+    row = {"node": "a", "backend": "netem", "qdisc": {"drops": 0}, "engine": None,
+           "profile": {"name": "x", "delay": "[/]", "peers": ["[red]n2"]}}
+    shown = {"host": "a", "interface": "eth1", "nodes": [row], "lease": {"held": False}, "watchers": [], "pending": []}
+    hosts = [FakeHost("a", [(" show ", ok_json(shown))]), FakeHost("b", [(" show ", ok_json(shown))])]
+    monkeypatch.setattr(remote_cli, "_open", lambda path, insecure: (INV, hosts))
+    result = CliRunner().invoke(main, ["show", "--inventory", "inv.yaml"], terminal_width=300)
+    assert result.exit_code == 0, result.output
+    assert "[/]" in result.stdout and "[red]n2" in result.stdout

@@ -260,3 +260,19 @@ def test_series_labels_leave_out_settings_a_strategy_does_not_have():
     assert report.series_label(plain, ["strategy", "accum_steps"]) == "allreduce"
     one = group_observations([obs("r002", 5, workers=1)])[0]
     assert report.series_label(one, ["workers"]) == "1 worker"
+
+
+def test_tables_print_recorded_text_as_written():
+    # a record's levels are whatever the results folder holds; rich must not read them as markup
+    import io
+
+    from rich.console import Console
+
+    observations = [obs("r000", 10.0, model="[/]"), obs("r001", 20.0, model="[bold]x"),
+                    obs("r002", None, status="timeout", model="[/]")]
+    groups = group_observations(observations)
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    console.print(report.runs_table(observations))
+    console.print(report.groups_table(groups, 0.99))
+    assert out.getvalue().count("[/]") >= 3 and "[bold]x" in out.getvalue()

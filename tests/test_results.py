@@ -138,3 +138,36 @@ def test_make_result_uses_only_the_chief_for_stats():
     events = steps(1, [], [0.5, 0.5]) + steps(0, [], [0.25, 0.25])
     r = make_result(RUN, config(batch=8), "netem", JobOutcome("ok", tuple(events)), 0, 1)
     assert r.stats["mean_s"] == pytest.approx(0.25)
+
+
+# ---------------------------------------------------------------- a sweep's folder is its own
+
+
+def test_a_new_or_empty_folder_starts_at_run_zero(tmp_path):
+    from netbench.results import first_run_index
+
+    assert first_run_index(tmp_path / "new", append=False) == 0
+    (tmp_path / "empty").mkdir()
+    assert first_run_index(tmp_path / "empty", append=False) == 0
+
+
+def test_a_folder_with_results_is_refused_unless_appending(tmp_path):
+    from netbench.results import ResultsError, first_run_index
+
+    store = ResultStore(tmp_path)
+    store.create()
+    store.add(result("r000"))
+    store.add(result("r004"))
+    with pytest.raises(ResultsError, match=f"^{tmp_path}: already holds results") as info:
+        first_run_index(tmp_path, append=False)
+    assert "--append" in info.value.hint
+    assert first_run_index(tmp_path, append=True) == 5  # after every run recorded there: none is overwritten
+
+
+def test_any_file_makes_a_folder_non_empty(tmp_path):
+    from netbench.results import ResultsError, first_run_index
+
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ResultsError):
+        first_run_index(tmp_path, append=False)
+    assert first_run_index(tmp_path, append=True) == 0

@@ -47,6 +47,14 @@ def test_parse_overflow_is_a_value_error(parse, text):
         parse(text)
 
 
+@pytest.mark.parametrize("parse", [units.parse_duration_us, units.parse_rate_bps, units.parse_ratio])
+@pytest.mark.parametrize("number", [10**400, -(10**400), 10**20], ids=["1e400", "-1e400", "1e20"])
+def test_huge_integers_are_a_value_error(parse, number):
+    # a YAML integer has no size limit; float(10**400) raises OverflowError
+    with pytest.raises(ValueError, match="not a usable number"):
+        parse(number)
+
+
 @pytest.mark.parametrize("us, text", [
     (0, "0ms"), (1, "1us"), (999, "999us"), (1000, "1ms"), (1500, "1.5ms"), (10_000, "10ms"),
     (1_000_000, "1s"), (3_000_000, "3s"), (2_500_000, "2500ms"),

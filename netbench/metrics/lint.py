@@ -18,7 +18,7 @@ PROMETHEUS_SERIES = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}
 COUNTER_FUNCTIONS = {"rate", "increase", "irate"}
 DATASOURCE_UID = "${datasource}"
 _IDENT = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
-_LABEL_VALUES = re.compile(r"^label_values\((?P<metric>.+),\s*(?P<label>\w+)\)$")
+_LABEL_VALUES = re.compile(r"label_values\((?P<metric>.+),\s*(?P<label>\w+)\)")  # fullmatch
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def queries(dashboard: dict) -> list[Query]:
 
 def label_values(expr: str) -> tuple[str, str] | None:
     """(series selector, label) of a Grafana `label_values(selector, label)` variable query."""
-    match = _LABEL_VALUES.match(expr.strip())
+    match = _LABEL_VALUES.fullmatch(expr.strip())
     return (match["metric"], match["label"]) if match else None
 
 
