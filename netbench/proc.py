@@ -111,9 +111,10 @@ def start_time(pid: int) -> int | None:
 
 
 def is_same_process(pid: int, started: int | None) -> bool:
-    """True if `pid` is alive and is the process that started at `started`."""
+    """True if `pid` is alive and is the process that started at `started`. Without a
+    recorded start time it cannot be told from a process that reused the pid: False."""
     now = start_time(pid)
-    return now is not None and (started is None or now == started)
+    return now is not None and started is not None and now == started
 
 
 def _alive(pid: int) -> bool:
