@@ -203,6 +203,31 @@ def netns_inode(name: str) -> int | None:
         return None
 
 
+HOST_NETNS_REFS = (Path("/proc/1/ns/net"), Path("/proc/self/ns/net"))
+
+
+def is_host_netns(name: str) -> bool:
+    """True when /run/netns/NAME is the host's own network namespace (pid 1's) or this
+    process's: a reference someone made to it, whose processes netbench must never stop.
+
+    Where pid 1's namespace cannot be read (a container whose init is more privileged than
+    root inside it), only this process's is compared; that init's processes cannot be read
+    either, so pids_in_netns never finds them.
+    """
+    try:
+        target = os.stat(NETNS_RUN_DIR / name)
+    except OSError:
+        return False
+    for ref in HOST_NETNS_REFS:
+        try:
+            st = os.stat(ref)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+            return True
+    return False
+
+
 def pids_in_netns(name: str) -> list[int]:
     """Every process whose network namespace is /run/netns/NAME (by inode)."""
     inode = netns_inode(name)

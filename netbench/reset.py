@@ -1,7 +1,9 @@
-"""Put the machine back: undo every journaled change, then sweep up anything prefixed netbench.
+"""Put the machine back: undo every journaled change, then sweep up the testbed's namespaces.
 
 Works after a SIGKILLed controller: the journal was written before each change. Idempotent:
-a second reset finds nothing and says so.
+a second reset finds nothing and says so. The sweep takes only the names netbench gives
+(netbench-sw, netbench-n1..n64) and scratch namespaces whose maker is gone; it never stops
+a process in the host's own namespace, whatever a namespace is called.
 """
 
 from __future__ import annotations
@@ -60,10 +62,12 @@ def reset(journal: Journal, warn: Callable[[str], None] = _ignore) -> list[str]:
             removed.append(line)
         journal.done(entry)
     # anything a crash left before its journal line, or from an older state dir
-    for name in local.list_netbench_netns():
+    for name in local.list_netbench_netns() + local.stale_scratch_netns():
         pids = proc.pids_in_netns(name)
         if local.remove_netns(name):
             removed.append(f"namespace {name}" + (f" and {len(pids)} process(es) in it" if pids else ""))
+    for name in local.host_netns_references():
+        warn(f"namespace {name} left alone: it is a reference to the host's own network namespace")
     shutil.rmtree(journal.dir / "engines", ignore_errors=True)
     for line in journal.compact():
         warn(line)

@@ -69,3 +69,37 @@ def test_one_bad_journal_line_does_not_block_the_rest(journal, sleeper):
     assert len(warnings) == 2 and "line 2" in warnings[0] and "line 3" in warnings[1]
     assert not journal.path.exists()
     assert reset(journal, warn=warnings.append) == [] and len(warnings) == 2  # quarantined, said once
+
+
+def test_host_namespace_references_are_recognised(tmp_path, monkeypatch):
+    """A /run/netns entry that is pid 1's or this process's namespace (here: files standing
+    in for them) is the host's; an unreadable reference is skipped, not matched."""
+    init_ns, own_ns, other = tmp_path / "init", tmp_path / "own", tmp_path / "other"
+    for path in (init_ns, own_ns, other):
+        path.write_text("")
+    run_dir = tmp_path / "netns"
+    run_dir.mkdir()
+    (run_dir / "netbench-n1").symlink_to(init_ns)
+    (run_dir / "netbench-n2").symlink_to(own_ns)
+    (run_dir / "netbench-n3").symlink_to(other)
+    monkeypatch.setattr(proc, "NETNS_RUN_DIR", run_dir)
+    monkeypatch.setattr(proc, "HOST_NETNS_REFS", (init_ns, own_ns))
+    assert [proc.is_host_netns(f"netbench-n{i}") for i in (1, 2, 3, 4)] == [True, True, False, False]
+    monkeypatch.setattr(proc, "HOST_NETNS_REFS", (tmp_path / "unreadable", own_ns))
+    assert [proc.is_host_netns(f"netbench-n{i}") for i in (1, 2, 3)] == [False, True, False]
+
+
+def test_scratch_namespaces_are_stale_only_once_their_maker_is_gone(monkeypatch, sleeper):
+    from netbench.testbed import local
+    from netbench.testbed import topology as topo
+
+    gone = subprocess.Popen(["sleep", "60"])
+    gone_start = proc.start_time(gone.pid)
+    gone.kill()
+    gone.wait()
+    names = [topo.scratch_netns("doctor", gone.pid, gone_start),
+             topo.scratch_netns("probe", sleeper.pid, proc.start_time(sleeper.pid)),
+             topo.scratch_netns("probe", sleeper.pid, proc.start_time(sleeper.pid) + 1),  # pid reused
+             "netbench-doctor-1", "nbscratch-doctor-x"]
+    monkeypatch.setattr(pnetns, "listnetns", lambda *args, **kwargs: names)
+    assert local.stale_scratch_netns() == sorted([names[0], names[2]])

@@ -90,3 +90,25 @@ def test_is_netbench_netns():
     assert topo.is_netbench_netns("netbench-sw")
     assert not topo.is_netbench_netns("docker-1")
     assert not topo.is_netbench_netns("my-netbench-n1")
+
+
+@pytest.mark.parametrize("name", ["netbench-something", "netbench-sw2", "netbench-n0", "netbench-n01",
+                                  f"netbench-n{topo.MAX_NODES + 1}", "netbench-n1-old", "netbench-doctor-42",
+                                  "netbench-probe", "netbench-", "nbscratch-doctor-42-7"])
+def test_only_the_names_netbench_gives_are_its_own(name):
+    """Reset removes these namespaces and stops their processes: a user's netbench-* is not one."""
+    assert not topo.is_netbench_netns(name)
+
+
+def test_every_planned_namespace_is_recognised():
+    plan = topo.plan_topology(topo.MAX_NODES, net("10.213.0.0/24"))
+    assert all(topo.is_netbench_netns(node.netns) for node in plan.nodes)
+    assert topo.is_netbench_netns(plan.switch_netns)
+
+
+def test_scratch_names_carry_their_maker():
+    name = topo.scratch_netns("doctor", 4242, 987654)
+    assert name.startswith(topo.SCRATCH_PREFIX) and not topo.is_netbench_netns(name)
+    assert topo.scratch_owner(name) == (4242, 987654)
+    assert topo.scratch_owner("nbscratch-doctor-4242") is None
+    assert topo.scratch_owner("netbench-doctor-4242") is None

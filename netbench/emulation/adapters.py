@@ -496,9 +496,16 @@ def _ready_line(path: Path) -> dict[str, Any] | None:
     return None
 
 
-def probe_netem(scratch_netns: str = "netbench-probe") -> tuple[bool, str]:
-    """Try a netem qdisc on a dummy link in a scratch namespace; (available, reason)."""
+def probe_netem(scratch_netns: str | None = None) -> tuple[bool, str]:
+    """Try a netem qdisc on a dummy link in a scratch namespace; (available, reason).
+
+    The default name carries this process's pid and start time (topology.scratch_netns),
+    so a reset removes it after a crash, and only then."""
     from pyroute2 import netns as pnetns
+
+    from netbench.testbed.topology import scratch_netns as scratch_name
+
+    scratch_netns = scratch_netns or scratch_name("probe", os.getpid(), proc.start_time(os.getpid()))
 
     try:
         pnetns.create(scratch_netns)

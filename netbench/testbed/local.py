@@ -37,7 +37,25 @@ def host_networks() -> list[str]:
 
 
 def list_netbench_netns() -> list[str]:
-    return sorted(name for name in netns.listnetns() if topo.is_netbench_netns(name))
+    """The testbed's namespaces: only the names plan_topology gives, and never one that is a
+    reference to the host's own namespace (see proc.is_host_netns)."""
+    return sorted(name for name in netns.listnetns()
+                  if topo.is_netbench_netns(name) and not proc.is_host_netns(name))
+
+
+def host_netns_references() -> list[str]:
+    """Testbed names that are references to the host's own namespace: left alone."""
+    return sorted(name for name in netns.listnetns() if topo.is_netbench_netns(name) and proc.is_host_netns(name))
+
+
+def stale_scratch_netns() -> list[str]:
+    """Scratch namespaces (doctor, backend probe) whose maker is no longer running."""
+    stale = []
+    for name in netns.listnetns():
+        owner = topo.scratch_owner(name)
+        if owner is not None and not proc.is_same_process(*owner):
+            stale.append(name)
+    return sorted(stale)
 
 
 def _create_netns(name: str, journal: Journal) -> None:
@@ -116,8 +134,9 @@ def discover() -> topo.Topology | None:
 
 
 def remove_netns(name: str) -> bool:
-    """Stop every process inside namespace `name`, then delete it. False if it was not there."""
-    if name not in netns.listnetns():
+    """Stop every process inside namespace `name`, then delete it. False if it was not there,
+    or if it is a reference to the host's own namespace (nothing is stopped or removed)."""
+    if name not in netns.listnetns() or proc.is_host_netns(name):
         return False
     proc.stop_pids(proc.pids_in_netns(name), grace=3.0)
     try:
@@ -139,6 +158,6 @@ def down(journal: Journal) -> list[str]:
     for entry in journal.pending():
         # everything inside a removed namespace (its qdiscs, rules, processes) went with it
         where = entry.data.get("name") if entry.kind == "netns" else entry.data.get("netns")
-        if where is not None and where.startswith(topo.PREFIX) and where not in left:
+        if isinstance(where, str) and topo.is_netbench_netns(where) and where not in left:
             journal.done(entry)
     return removed
