@@ -217,3 +217,85 @@ def test_reset_leaves_what_netbench_did_not_make(state_dir, tmp_path):
     assert "namespace netbench-n2 and 1 process(es) in it" in seen["stdout"]
     assert f"namespace {seen['dead']}" in seen["stdout"]
     assert "netbench-n1 left alone" in seen["stderr"]
+
+
+@pytest.fixture
+def host_like_netns():
+    """A namespace standing in for a remote host's own: interface eth1 (a veth to eth2). Not
+    named netbench-*, so no reset (this test's or anyone else's) takes it."""
+    import os
+
+    from pyroute2 import NetNS
+    from pyroute2 import netns as pnetns
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (creates a network namespace)")
+    name = f"nbtest-host-{os.getpid()}"
+    pnetns.create(name)
+    try:
+        with NetNS(name, flags=0) as ns:
+            ns.link("add", ifname="eth1", kind="veth", peer="eth2")
+            ns.link("set", index=ns.link_lookup(ifname="eth1")[0], state="up")
+        yield name
+    finally:
+        pnetns.remove(name)
+
+
+def _tc(netns: str, *args, **kwargs) -> None:
+    from pyroute2 import NetNS
+
+    with NetNS(netns, flags=0) as ns:
+        ns.tc(args[0], args[1], ns.link_lookup(ifname="eth1")[0], *args[2:], **kwargs)
+
+
+def test_a_hosts_own_root_and_ingress_qdiscs_are_never_replaced(host_like_netns, state_dir):
+    from netbench.errors import EmulationError
+    from netbench.journal import Journal
+    from netbench.remote_node import host_topology
+
+    netns, journal, qdiscs = host_like_netns, Journal(state_dir), NetlinkQdiscs()
+    topo = host_topology("h1", "eth1", netns)
+    assert qdiscs.root_qdisc(netns, "eth1")[1] == 0  # the kernel's default: netbench may replace it
+    assert qdiscs.ingress_qdisc(netns, "eth1") is None
+    _tc(netns, "add", "htb", handle="1:", default=1)
+    with pytest.raises(EmulationError, match="h1: eth1 has a root qdisc htb 1: that netbench did not set"):
+        real_executor(journal).apply(ch.plan_apply(Profile(rate_bps=100_000_000), topo, "userspace"))
+    assert qdiscs.root_qdisc(netns, "eth1") == ("htb", 0x10000)
+    assert journal.pending() == []
+    _tc(netns, "add", "ingress", handle=0xFFFF0000)
+    with pytest.raises(EmulationError, match="h1: eth1 has a qdisc ingress at its ingress that netbench did not set"):
+        real_executor(journal).apply(ch.plan_apply(Profile(delay_us=1_000, direction="ingress"), topo, "netem"))
+    assert qdiscs.ingress_qdisc(netns, "eth1") == "ingress"
+    assert qdiscs.root_qdisc(netns, "eth1") == ("htb", 0x10000)
+    assert journal.pending() == []
+    # once the host's own root is gone, netbench shapes, and replaces its own root next time
+    _tc(netns, "del", "htb", handle="1:", root=True)
+    executor = real_executor(journal)
+    executor.apply(ch.plan_apply(Profile(rate_bps=100_000_000), topo, "userspace"))
+    executor.apply(ch.plan_apply(Profile(rate_bps=50_000_000), topo, "userspace"))
+    assert qdiscs.read(netns, "eth1")["rate_bps"] == 50_000_000
+    executor.apply(ch.plan_clear(topo))
+    assert qdiscs.root_qdisc(netns, "eth1")[1] == 0
+
+
+def test_a_missing_namespace_is_an_error_and_is_never_created():
+    """pyroute2's NetNS creates a missing namespace by default, unjournaled."""
+    import os
+
+    from pyroute2 import netns as pnetns
+
+    from netbench.errors import EmulationError
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (namespaces)")
+    name = f"nbtest-gone-{os.getpid()}"
+    try:
+        with pytest.raises(EmulationError, match=f"namespace {name} does not exist"):
+            NetlinkQdiscs().replace_tbf(name, "eth0", 100_000_000, 16_000, 32_000)
+        with pytest.raises(EmulationError, match=f"namespace {name} does not exist"):
+            NetlinkQdiscs().read(name, "eth0")
+        assert NetlinkQdiscs().clear(name, "eth0") is False
+        assert name not in pnetns.listnetns()
+    finally:
+        if name in pnetns.listnetns():
+            pnetns.remove(name)
