@@ -299,3 +299,15 @@ def test_a_missing_namespace_is_an_error_and_is_never_created():
     finally:
         if name in pnetns.listnetns():
             pnetns.remove(name)
+
+
+def test_commands_run_inside_the_namespace_asked_for(host_like_netns):
+    import os
+
+    inode = os.stat(f"/run/netns/{host_like_netns}").st_ino
+    assert proc.run(["readlink", "/proc/self/ns/net"], netns=host_like_netns).stdout.strip() == f"net:[{inode}]"
+    child = proc.spawn(["sh", "-c", "echo $$; readlink /proc/self/ns/net"], netns=host_like_netns,
+                       stdout=subprocess.PIPE)
+    out, _ = child.communicate(timeout=30)
+    assert out.decode().split() == [str(child.pid), f"net:[{inode}]"]
+    assert "eth1" in proc.run(["ip", "-o", "link"], netns=host_like_netns).stdout

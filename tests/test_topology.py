@@ -8,6 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pyroute2.netlink.exceptions import NetlinkError
+
+from netbench.errors import PrivilegeError
 from netbench.testbed import topology as topo
 
 
@@ -112,3 +115,69 @@ def test_scratch_names_carry_their_maker():
     assert topo.scratch_owner(name) == (4242, 987654)
     assert topo.scratch_owner("nbscratch-doctor-4242") is None
     assert topo.scratch_owner("netbench-doctor-4242") is None
+
+
+# ---------------------------------------------------------------- local.up on a fake kernel
+
+
+class _FakeNetns:
+    def __init__(self):
+        self.names: set[str] = set()
+
+    def create(self, name):
+        if name in self.names:
+            raise FileExistsError(17, "File exists", name)
+        self.names.add(name)
+
+    def remove(self, name):
+        self.names.remove(name)
+
+    def listnetns(self):
+        return sorted(self.names)
+
+
+def _fake_netns_class(fail_on_port: str, failure: BaseException):
+    class FakeNetNS:
+        def __init__(self, name, flags=None):
+            self.name = name
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def link_lookup(self, ifname):
+            return [1]
+
+        def link(self, command, **kwargs):
+            if command == "add" and kwargs.get("ifname") == fail_on_port:
+                raise failure
+
+        def addr(self, *args, **kwargs):
+            pass
+
+    return FakeNetNS
+
+
+@pytest.mark.parametrize("fail_on_port", ["nb-n1", "nb-n3"])
+@pytest.mark.parametrize("failure, raised", [
+    (NetlinkError(1, "Operation not permitted"), PrivilegeError), (KeyboardInterrupt(), KeyboardInterrupt)])
+def test_a_testbed_that_fails_halfway_is_taken_down(tmp_path, monkeypatch, fail_on_port, failure, raised):
+    """`up` failing (or interrupted) at a node left the switch and the nodes before it behind."""
+    from netbench import proc
+    from netbench.journal import Journal
+    from netbench.testbed import local
+
+    kernel = _FakeNetns()
+    monkeypatch.setattr(local, "netns", kernel)
+    monkeypatch.setattr(local, "NetNS", _fake_netns_class(fail_on_port, failure))
+    monkeypatch.setattr(local, "host_networks", lambda: [])
+    # the fake namespaces exist nowhere: never look for (or stop) processes in real ones
+    monkeypatch.setattr(proc, "is_host_netns", lambda name: False)
+    monkeypatch.setattr(proc, "pids_in_netns", lambda name: [])
+    journal = Journal(tmp_path / "state")
+    with pytest.raises(raised):
+        local.up(3, journal)
+    assert kernel.names == set()
+    assert journal.pending() == []
