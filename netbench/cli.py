@@ -447,13 +447,15 @@ def reset_cmd() -> None:
 
     Example: netbench reset
     """
-    from netbench.journal import Journal
+    from netbench.journal import Journal, Lock
     from netbench.reset import reset
 
     require_root()
-    removed = reset(Journal())
+    journal = Journal()
+    with Lock(journal.dir):  # never undo changes a running command is making
+        removed = reset(journal, warn=console.warning)
     for line in removed:
-        console.info(f"removed {line}")
+        console.info(f"removed {escape(line)}")
     console.info("[green]clean[/]: nothing netbench made is left" if removed
                  else "nothing to remove: the machine is clean")
 

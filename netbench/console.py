@@ -20,6 +20,11 @@ def error(message: str, hint: str | None = None) -> None:
         err.print(f"[dim]hint:[/] {escape(hint)}")
 
 
+def warning(message: str) -> None:
+    """Something the user should know that did not stop the command (stderr)."""
+    err.print(f"[bold yellow]warning:[/] {escape(message)}")
+
+
 def info(message: str) -> None:
     out.print(message)
 

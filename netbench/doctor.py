@@ -21,9 +21,10 @@ from rich.text import Text
 from netbench import proc
 from netbench.emulation.adapters import BRIDGE_NF_SYSCTL
 from netbench.errors import NetbenchError
+from netbench.testbed import topology as topo
 
 Status = Literal["ok", "missing", "skipped"]
-SCRATCH_PREFIX = "netbench-doctor-"  # `netbench reset` removes any netbench-* namespace a crash leaves
+SCRATCH_PREFIX = topo.SCRATCH_PREFIX + "doctor-"  # `netbench reset` removes one whose maker is gone
 CAP_NET_ADMIN = 12
 USERSPACE_NEEDS = ("tbf", "iptables", "NFQUEUE", "physdev", "bridge netfilter")
 TF_TIMEOUT_S = 120.0
@@ -189,15 +190,21 @@ def _nl_reason(exc: Exception) -> str:
     return os.strerror(code) if isinstance(code, int) and code > 0 else str(exc)
 
 
+def scratch_name() -> str:
+    """This process's scratch namespace: its pid and start time in the name tell a reset
+    whether the doctor that made it still runs."""
+    return topo.scratch_netns("doctor", os.getpid(), proc.start_time(os.getpid()))
+
+
 class HostProber:
-    """Tries each feature for real inside `netbench-doctor-<pid>`; call close() to remove it."""
+    """Tries each feature for real inside `nbscratch-doctor-<pid>-<start>`; call close() to remove it."""
 
     VETH, PEER, IFB, BRIDGE = "nbdoc0", "nbdoc1", "nbdocifb0", "nbdocbr0"
     QDISC_ARGS: dict[str, dict[str, Any]] = {"netem": {"delay": 1000}, "htb": {"default": 1},
                                              "tbf": {"rate": 125_000, "burst": 16_000, "limit": 32_000}}
 
     def __init__(self, netns: str | None = None) -> None:
-        self.netns = netns or f"{SCRATCH_PREFIX}{os.getpid()}"
+        self.netns = netns or scratch_name()
         self._created = False
         self._ns: Any = None
 

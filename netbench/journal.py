@@ -3,7 +3,14 @@
 `netbench reset` replays the journal backwards and undoes what is still there, so it
 works after the controller was killed with SIGKILL at any moment. Entries are JSON
 lines, fsynced on write. A `done` line marks an entry as undone; once every entry is
-undone the journal is truncated.
+undone the journal is truncated. Appends and compaction hold a short lock of their own
+(`journal.lock`), so a compaction never loses a line written beside it. A line that cannot
+be read (torn, corrupt, or missing what reset needs) is skipped, and compaction moves it
+to `journal.bad`.
+
+The journal says what `netbench reset` stops and removes, so a state directory another
+user could write is refused (it must belong to this user or root, and not be writable by
+group or others).
 
 The state directory defaults to /run/netbench: like the namespaces and processes it
 tracks, it does not survive a reboot. NETBENCH_STATE_DIR overrides it (tests do).
@@ -16,6 +23,7 @@ import json
 import os
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -24,10 +32,56 @@ from netbench.errors import StateError
 
 JOURNAL_NAME = "journal.jsonl"
 LOCK_NAME = "lock"
+JOURNAL_LOCK_NAME = "journal.lock"  # held only while a line is appended or the journal compacted
+QUARANTINE_NAME = "journal.bad"  # lines compaction could not read, kept for a person to look at
+
+# what reset needs in each kind's data to undo it (reset.py); a create line without it is bad
+REQUIRED: dict[str, dict[str, type]] = {
+    "netns": {"name": str}, "attach": {"name": str}, "process": {"pid": int},
+    "qdisc": {"netns": str, "ifname": str}, "ingress": {"netns": str, "dev": str, "ifb": str},
+    "iptables": {"netns": str},
+}
 
 
 def state_dir() -> Path:
     return Path(os.environ.get("NETBENCH_STATE_DIR", "/run/netbench"))
+
+
+def check_state_dir(path: Path) -> None:
+    """Refuse a state dir that someone else could have written: not this user's (or root's),
+    or writable by group or others. A missing one is fine (it is created 0755)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StateError(f"cannot read state dir {path}: {exc.strerror or exc}") from None
+    me = os.geteuid()
+    if st.st_uid not in (me, 0):
+        raise StateError(f"state dir {path} belongs to uid {st.st_uid}, not to this user (uid {me}) or root",
+                         hint="its journal says what 'netbench reset' stops and removes: use a folder of "
+                              "your own (NETBENCH_STATE_DIR) or fix its owner") from None
+    if st.st_mode & 0o022:
+        raise StateError(f"state dir {path} is writable by group or others (mode {st.st_mode & 0o777:o})",
+                         hint=f"its journal says what 'netbench reset' stops and removes: chmod go-w {path}")
+
+
+def _bad_reason(record: Any) -> str | None:
+    """Why a decoded journal line cannot be used, or None when it can."""
+    if not isinstance(record, dict) or not isinstance(record.get("id"), str):
+        return "not a journal record"
+    if record.get("op") == "done":
+        return None
+    if record.get("op") != "create":
+        return f"unknown op {record.get('op')!r}"
+    kind, data = record.get("kind"), record.get("data", {})
+    if not isinstance(kind, str) or not isinstance(data, dict):
+        return "a create line without a kind or with data that is not an object"
+    for key, typ in REQUIRED.get(kind, {}).items():
+        value = data.get(key)
+        if not isinstance(value, typ) or isinstance(value, bool):
+            return f"a {kind} entry without a valid {key!r}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -46,10 +100,22 @@ class Journal:
         self.dir = directory or state_dir()
         self.path = self.dir / JOURNAL_NAME
 
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The journal lock: appends and compaction never interleave (a blocking flock,
+        held for one write or one rewrite; not the controller's Lock)."""
+        fd = os.open(self.dir / JOURNAL_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+
     def _append(self, record: dict[str, Any]) -> None:
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a+b") as fh:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+            check_state_dir(self.dir)
+            with self._locked(), open(self.path, "a+b") as fh:
                 fh.seek(0, os.SEEK_END)
                 if fh.tell() > 0:
                     fh.seek(-1, os.SEEK_END)
@@ -76,45 +142,92 @@ class Journal:
     def pending(self) -> list[Entry]:
         """Entries whose creation was recorded and not yet undone, oldest first.
 
-        A torn last line (power cut mid-write) is ignored: its change was never started.
+        A line that cannot be read (a torn last line after a power cut, a corrupt one) is
+        skipped: the rest is still undone. compact() moves such lines to journal.bad.
         """
-        created: dict[str, Entry] = {}
-        for record in self._records():
-            if record.get("op") == "create":
-                created[record["id"]] = Entry(record["id"], record["kind"], record.get("data", {}))
-            elif record.get("op") == "done":
-                created.pop(record.get("id"), None)
-        return list(created.values())
+        return _pending(self._scan()[0])
 
-    def _records(self) -> Iterator[dict[str, Any]]:
+    def _scan(self) -> tuple[list[dict[str, Any]], list[tuple[int, bytes, str]]]:
+        """(usable records, bad lines as (line number, raw bytes, why)); blank lines are neither."""
+        check_state_dir(self.dir)
         try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
+            raw_lines = self.path.read_bytes().splitlines()
         except FileNotFoundError:
-            return
+            return [], []
         except OSError as exc:
             raise StateError(f"cannot read journal {self.path}: {exc.strerror or exc}") from None
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
+        records, bad = [], []
+        for number, raw in enumerate(raw_lines, start=1):
+            if not raw.strip():
                 continue
-            if isinstance(record, dict) and "id" in record:
-                yield record
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                bad.append((number, raw, "not valid JSON"))
+                continue
+            reason = _bad_reason(record)
+            if reason is None:
+                records.append(record)
+            else:
+                bad.append((number, raw, reason))
+        return records, bad
 
-    def compact(self) -> None:
-        """Rewrite the journal with only pending entries; remove it when none are left."""
-        pending = self.pending()
-        if not pending:
-            self.path.unlink(missing_ok=True)
-            return
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            for entry in pending:
-                fh.write(json.dumps({"op": "create", "id": entry.id, "kind": entry.kind,
-                                     "data": entry.data}, sort_keys=True) + "\n")
+    def _records(self) -> Iterator[dict[str, Any]]:
+        yield from self._scan()[0]
+
+    def compact(self) -> list[str]:
+        """Rewrite the journal with only pending entries; remove it when none are left.
+
+        Atomic against concurrent appends: under the journal lock, through a temporary file
+        of a unique name renamed over the journal. Lines that cannot be read are appended to
+        journal.bad; returns a warning for each.
+        """
+        try:
+            if not self.path.exists():
+                return []
+            with self._locked():
+                records, bad = self._scan()
+                pending = _pending(records)
+                warnings = self._quarantine(bad)
+                if not pending:
+                    self.path.unlink(missing_ok=True)
+                    return warnings
+                tmp = self.dir / f".{JOURNAL_NAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+                try:
+                    with open(tmp, "w", encoding="utf-8") as fh:
+                        for entry in pending:
+                            fh.write(json.dumps({"op": "create", "id": entry.id, "kind": entry.kind,
+                                                 "data": entry.data}, sort_keys=True) + "\n")
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                    os.replace(tmp, self.path)
+                finally:
+                    tmp.unlink(missing_ok=True)
+        except OSError as exc:
+            raise StateError(f"cannot compact journal {self.path}: {exc.strerror or exc}") from None
+        return warnings
+
+    def _quarantine(self, bad: list[tuple[int, bytes, str]]) -> list[str]:
+        if not bad:
+            return []
+        where = self.dir / QUARANTINE_NAME
+        with open(where, "ab") as fh:
+            for _, raw, _ in bad:
+                fh.write(raw + b"\n")
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        return [f"journal {self.path} line {number}: {why}; skipped (kept in {where})"
+                for number, _, why in bad]
+
+
+def _pending(records: list[dict[str, Any]]) -> list[Entry]:
+    created: dict[str, Entry] = {}
+    for record in records:
+        if record["op"] == "create":
+            created[record["id"]] = Entry(record["id"], record["kind"], record.get("data", {}))
+        else:
+            created.pop(record["id"], None)
+    return list(created.values())
 
 
 class Lock:
@@ -126,7 +239,8 @@ class Lock:
 
     def __enter__(self) -> "Lock":
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            check_state_dir(self.path.parent)
             self._fh = open(self.path, "a+")
         except OSError as exc:
             raise StateError(f"cannot open lock {self.path}: {exc.strerror or exc}",

@@ -1,14 +1,16 @@
 """All process execution goes through here (as Mininet's node.py does).
 
-Processes can be started inside a named network namespace, in their own session, and
-optionally tied to the controller's life (PR_SET_PDEATHSIG) so a SIGKILLed controller
-leaves no orphan behind. Stopping always escalates: SIGTERM, a grace period, SIGKILL.
+Processes can be started inside a named network namespace (nsenter), in their own session,
+and optionally tied to the controller's life (PR_SET_PDEATHSIG, through setpriv) so a
+SIGKILLed controller leaves no orphan behind. Stopping always escalates: SIGTERM, a grace
+period, SIGKILL.
 """
 
 from __future__ import annotations
 
-import ctypes
+import errno
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -18,33 +20,43 @@ from typing import Iterable, Mapping, Sequence
 from netbench.errors import NetbenchError
 
 NETNS_RUN_DIR = Path("/run/netns")
-CLONE_NEWNET = 0x40000000
-PR_SET_PDEATHSIG = 1
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _enter_netns(name: str) -> None:
-    """setns(2) into /run/netns/NAME; runs in the child between fork and exec."""
-    fd = os.open(NETNS_RUN_DIR / name, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        if _libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns({name}): {os.strerror(err)}")
-    finally:
-        os.close(fd)
+# run by sh after setpriv has set the death signal: a parent already gone by then would
+# never send it, so the child stops itself instead of running on as an orphan
+_PARENT_CHECK = '[ "$PPID" = "$1" ] || exit 1; shift; exec "$@"'
 
 
-def _child_setup(netns: str | None, die_with_parent: bool, parent_pid: int):
-    def setup() -> None:
-        if die_with_parent:
-            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != parent_pid:  # parent already gone before prctl took effect
-                os._exit(1)
-        if netns:
-            _enter_netns(netns)
+def child_argv(argv: Sequence[str], netns: str | None, die_with_parent: bool,
+               parent_pid: int | None = None) -> list[str]:
+    """`argv` behind exec wrappers that set the child up: `setpriv --pdeathsig KILL` ties it
+    to the controller (`parent_pid`, default this process), then sh checks that the parent
+    was still there once that was set; `nsenter --net=` enters the namespace. Each execs in
+    place, so the pid is the command's own; and nothing runs between fork and exec, as a
+    preexec_fn would in a controller with threads (where only async-signal-safe code may
+    run there)."""
+    prefix: list[str] = []
+    if die_with_parent:
+        parent = os.getpid() if parent_pid is None else parent_pid
+        prefix += ["setpriv", "--pdeathsig", "KILL", "--", "sh", "-c", _PARENT_CHECK, "netbench-child", str(parent)]
+    if netns:
+        prefix += ["nsenter", f"--net={NETNS_RUN_DIR / netns}", "--"]
+    return prefix + list(argv)
 
-    return setup
+
+def _check_startable(argv: Sequence[str], netns: str | None, die_with_parent: bool, verb: str,
+                     path: str | None = None) -> None:
+    """What the wrappers would otherwise report only as the child's exit status. `path`:
+    the child's PATH, where it differs from ours."""
+    for tool, needed in (("setpriv", die_with_parent), ("nsenter", bool(netns))):
+        if needed and shutil.which(tool) is None:
+            raise NetbenchError(f"cannot {verb} {argv[0]}: {tool} is not installed",
+                                hint="install util-linux (it provides setpriv and nsenter)")
+    if netns and not (NETNS_RUN_DIR / netns).exists():
+        raise NetbenchError(f"cannot {verb} {argv[0]}: namespace {netns} does not exist",
+                            hint="is the testbed up? 'netbench testbed show'")
+    if shutil.which(argv[0], path=path) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
 
 
 def spawn(argv: Sequence[str], *, netns: str | None = None, env: Mapping[str, str] | None = None,
@@ -58,36 +70,27 @@ def spawn(argv: Sequence[str], *, netns: str | None = None, env: Mapping[str, st
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
+    where = f" in {netns}" if netns else ""
     try:
+        _check_startable(argv, netns, die_with_parent, "start", full_env.get("PATH"))
         return subprocess.Popen(
-            list(argv), stdin=stdin, stdout=stdout, stderr=stderr, env=full_env, cwd=cwd,
-            start_new_session=True,
-            preexec_fn=_child_setup(netns, die_with_parent, os.getpid()),
+            child_argv(argv, netns, die_with_parent), stdin=stdin, stdout=stdout, stderr=stderr,
+            env=full_env, cwd=cwd, start_new_session=True,
         )
     except OSError as exc:
-        where = f" in {netns}" if netns else ""
         raise NetbenchError(f"cannot start {argv[0]}{where}: {exc.strerror or exc}") from None
-    except subprocess.SubprocessError:
-        # the child could not enter the namespace (it vanished) or set its death signal
-        gone = netns is not None and not (NETNS_RUN_DIR / netns).exists()
-        detail = f"namespace {netns} does not exist" if gone else "the child could not be set up"
-        raise NetbenchError(f"cannot start {argv[0]}: {detail}",
-                            hint="is the testbed up? 'netbench testbed show'") from None
 
 
 def run(argv: Sequence[str], *, netns: str | None = None, timeout: float = 30.0,
         check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
     """Run a short command to completion, capturing output; raise NetbenchError on failure."""
     try:
+        _check_startable(argv, netns, True, "run")
         proc = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, input=input,
-            preexec_fn=_child_setup(netns, True, os.getpid()),
+            child_argv(argv, netns, True), capture_output=True, text=True, timeout=timeout, input=input,
         )
     except subprocess.TimeoutExpired:
         raise NetbenchError(f"{' '.join(argv)} did not finish within {timeout:g}s") from None
-    except subprocess.SubprocessError:  # preexec_fn failed: the namespace cannot be entered
-        raise NetbenchError(f"cannot run {argv[0]} in namespace {netns}: it does not exist or cannot be entered",
-                            hint="is the testbed up? 'netbench testbed show'") from None
     except FileNotFoundError:
         raise NetbenchError(f"{argv[0]} is not installed", hint="run 'make install'") from None
     if check and proc.returncode != 0:
@@ -111,9 +114,10 @@ def start_time(pid: int) -> int | None:
 
 
 def is_same_process(pid: int, started: int | None) -> bool:
-    """True if `pid` is alive and is the process that started at `started`."""
+    """True if `pid` is alive and is the process that started at `started`. Without a
+    recorded start time it cannot be told from a process that reused the pid: False."""
     now = start_time(pid)
-    return now is not None and (started is None or now == started)
+    return now is not None and started is not None and now == started
 
 
 def _alive(pid: int) -> bool:
@@ -200,6 +204,31 @@ def netns_inode(name: str) -> int | None:
         return os.stat(NETNS_RUN_DIR / name).st_ino
     except OSError:
         return None
+
+
+HOST_NETNS_REFS = (Path("/proc/1/ns/net"), Path("/proc/self/ns/net"))
+
+
+def is_host_netns(name: str) -> bool:
+    """True when /run/netns/NAME is the host's own network namespace (pid 1's) or this
+    process's: a reference someone made to it, whose processes netbench must never stop.
+
+    Where pid 1's namespace cannot be read (a container whose init is more privileged than
+    root inside it), only this process's is compared; that init's processes cannot be read
+    either, so pids_in_netns never finds them.
+    """
+    try:
+        target = os.stat(NETNS_RUN_DIR / name)
+    except OSError:
+        return False
+    for ref in HOST_NETNS_REFS:
+        try:
+            st = os.stat(ref)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+            return True
+    return False
 
 
 def pids_in_netns(name: str) -> list[int]:

@@ -348,8 +348,8 @@ def host_info(interface: str | None = None, probe: bool = True,
     if probe and info["root"]:
         from netbench.emulation.adapters import probe_netem
 
-        try:  # a scratch name per process: several hosts may share one /run/netns (tests)
-            has_netem, why = probe_netem(f"netbench-probe-{os.getpid()}")
+        try:  # its scratch name is per process: several hosts may share one /run/netns (tests)
+            has_netem, why = probe_netem()
         except NetbenchError as exc:
             has_netem, why = False, exc.message
         info["backend"] = "netem" if has_netem else "userspace"

@@ -44,7 +44,12 @@ class _Recorder:
 
 
 class FakeQdiscs(_Recorder):
-    """Root qdiscs per (netns, ifname), decoded the way NetlinkQdiscs.read decodes them."""
+    """Root qdiscs per (netns, ifname), decoded the way NetlinkQdiscs.read decodes them.
+
+    `foreign` holds root qdiscs someone else set, as (kind, handle) per (netns, ifname),
+    and `foreign_ingress` the kind of an ingress-hook qdisc someone else set, per (netns, dev);
+    netbench's own appear at handle 4e42: (root) and as "ingress".
+    """
 
     name = "qdiscs"
 
@@ -52,10 +57,21 @@ class FakeQdiscs(_Recorder):
         super().__init__(log, before)
         self.state: dict[tuple[str, str], dict[str, Any]] = {}
         self.ingress: dict[tuple[str, str], str] = {}
+        self.foreign: dict[tuple[str, str], tuple[str, int]] = {}
+        self.foreign_ingress: dict[tuple[str, str], str] = {}
+
+    def root_qdisc(self, netns: str, ifname: str) -> tuple[str, int] | None:
+        if (netns, ifname) in self.state:
+            return self.state[(netns, ifname)]["kind"], 0x4E420000
+        return self.foreign.get((netns, ifname))
+
+    def ingress_qdisc(self, netns: str, dev: str) -> str | None:
+        return "ingress" if (netns, dev) in self.ingress else self.foreign_ingress.get((netns, dev))
 
     def replace_tbf(self, netns: str, ifname: str, rate_bps: int, burst_bytes: int, limit_bytes: int) -> None:
         self._call("replace_tbf", netns=netns, ifname=ifname, rate_bps=rate_bps,
                    burst_bytes=burst_bytes, limit_bytes=limit_bytes)
+        self.foreign.pop((netns, ifname), None)  # replaced, as the kernel's `replace` would
         self.state[(netns, ifname)] = {"kind": "tbf", "rate_bps": rate_bps, "burst_bytes": burst_bytes,
                                        "limit_bytes": limit_bytes}
 
@@ -63,6 +79,7 @@ class FakeQdiscs(_Recorder):
         """Keeps what the kernel would: the netem options go through netlink encoding and
         decoding (netem.options -> bytes -> pyroute2's tcmsg -> netem.decode)."""
         self._call("shape", netns=change.netns, ifname=change.dev, change=change)
+        self.foreign.pop((change.netns, change.dev), None)
         previous = self.state.get((change.netns, change.dev))
         kind = "htb" if change.uses_htb else "netem"
         live = previous is not None and previous["kind"] == kind
@@ -73,6 +90,7 @@ class FakeQdiscs(_Recorder):
 
     def set_ingress(self, netns: str, dev: str, ifb: str) -> None:
         self._call("set_ingress", netns=netns, dev=dev, ifb=ifb)
+        self.foreign_ingress.pop((netns, dev), None)  # its filters replaced by netbench's redirect
         self.ingress[(netns, dev)] = ifb
 
     def clear_ingress(self, netns: str, dev: str, ifb: str) -> bool:

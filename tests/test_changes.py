@@ -11,7 +11,7 @@ from tests.fakes import FakeEngines, FakeIptables, FakeQdiscs, make_fakes
 from netbench.emulation import changes as ch
 from netbench.emulation.apply import BackendChoice, Executor, choose_backend, read_emulation, recorded_distributions
 from netbench.emulation.netem import NETEM_RATE32_MAX_BPS
-from netbench.errors import BackendUnavailable, StateError, UsageError
+from netbench.errors import BackendUnavailable, EmulationError, StateError, UsageError
 from netbench.journal import Journal
 from netbench.profile import MAX_LIMIT_PACKETS, Profile
 from netbench.testbed.topology import plan_topology
@@ -244,6 +244,48 @@ def test_change_is_not_made_when_the_journal_cannot_be_written(tmp_path, backend
         ex.apply(ch.plan_apply(FULL, TOPO, backend))
     assert method not in ex.qdiscs.methods()
     assert ex.qdiscs.state == {}
+
+
+# a remote host's own qdiscs: netbench replaces only its own or the kernel's default
+
+
+@pytest.mark.parametrize("backend", ["netem", "userspace"])
+@pytest.mark.parametrize("kind, handle", [("htb", 0x10000), ("fq", 0x80010000), ("tbf", 0x4E420000)])
+def test_a_root_qdisc_netbench_did_not_set_is_refused_before_any_change(journal, backend, kind, handle):
+    """Someone's own root (4e42: too, when the journal does not hold it) stays; nothing at all is applied."""
+    ex, log = executor(journal)
+    ex.qdiscs.foreign[("netbench-n2", "eth0")] = (kind, handle)
+    with pytest.raises(EmulationError, match=f"n2: eth0 has a root qdisc {kind} {handle >> 16:x}: that netbench did not set"):
+        ex.apply(ch.plan_apply(FULL, TOPO, backend))
+    assert log == [] and journal.pending() == []
+    assert ex.qdiscs.foreign == {("netbench-n2", "eth0"): (kind, handle)}
+
+
+@pytest.mark.parametrize("kind", ["noqueue", "pfifo_fast", "mq", "fq_codel"])
+def test_the_kernels_default_root_is_replaced(journal, kind):
+    ex, _ = executor(journal)
+    for node in TOPO.nodes:
+        ex.qdiscs.foreign[(node.netns, node.ifname)] = (kind, 0)  # handle 0: the kernel's own
+    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
+    assert all(ex.qdiscs.read(node.netns, node.ifname)["kind"] == "netem" for node in TOPO.nodes)
+
+
+@pytest.mark.parametrize("kind", ["ingress", "clsact"])
+def test_an_ingress_qdisc_netbench_did_not_set_is_refused_before_any_change(journal, kind):
+    ex, log = executor(journal)
+    ex.qdiscs.foreign_ingress[("netbench-n1", "eth0")] = kind
+    with pytest.raises(EmulationError, match=f"n1: eth0 has a qdisc {kind} at its ingress that netbench did not set"):
+        ex.apply(ch.plan_apply(dataclasses.replace(FULL, direction="both"), TOPO, "netem"))
+    assert log == [] and journal.pending() == []
+
+
+def test_netbench_replaces_its_own_root_and_ingress(journal):
+    ex, _ = executor(journal)
+    both = dataclasses.replace(FULL, direction="both")
+    ex.apply(ch.plan_apply(both, TOPO, "netem"))
+    ex.apply(ch.plan_apply(dataclasses.replace(both, delay_us=20_000), TOPO, "netem"))
+    ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
+    assert ex.qdiscs.read("netbench-n1", "eth0")["kind"] == "tbf"
 
 
 def test_clear_resolves_journal_entries(journal):

@@ -353,3 +353,34 @@ def test_sweep_into_an_empty_folder_is_fine(tmp_path):
     result = invoke("sweep", "--dry-run", "--latency", "1ms", "--output", "out")
     assert result.exit_code == 0, result.output
     assert [line.split()[0] for line in run_lines(result.stdout)] == ["r000"]
+
+
+def test_reset_refuses_while_another_command_holds_the_lock(tmp_path, monkeypatch):
+    """A reset beside a running sweep or apply would undo changes it is still making."""
+    from netbench import reset as reset_module
+    from netbench.journal import Lock
+
+    calls = []
+    monkeypatch.setattr(cli, "require_root", lambda: None)
+    monkeypatch.setattr(reset_module, "reset", lambda journal, **kwargs: calls.append(journal) or [])
+    with Lock(tmp_path / "state"):
+        result = invoke("reset")
+    assert result.exit_code == 1
+    assert "another netbench command" in result.stderr
+    assert calls == []
+    assert invoke("reset").exit_code == 0 and len(calls) == 1  # once the holder is gone
+
+
+def test_reset_prints_warnings_on_stderr(monkeypatch):
+    from netbench import reset as reset_module
+
+    def reset_with_a_warning(journal, warn):
+        warn("journal line 3: not valid JSON; skipped")
+        return []
+
+    monkeypatch.setattr(cli, "require_root", lambda: None)
+    monkeypatch.setattr(reset_module, "reset", reset_with_a_warning)
+    result = invoke("reset")
+    assert result.exit_code == 0
+    assert "warning: journal line 3: not valid JSON; skipped" in result.stderr
+    assert "nothing to remove" in result.stdout

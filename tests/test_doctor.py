@@ -221,7 +221,7 @@ def test_real_probe_on_this_machine(no_scratch_left):
     assert checks["tensorflow"].status == "skipped"
     assert report.backend == "userspace"
     assert "netem is missing" in report.backend_reason
-    assert f"{doctor.SCRATCH_PREFIX}{os.getpid()}" not in pnetns.listnetns()
+    assert doctor.scratch_name() not in pnetns.listnetns()
 
 
 class _Exploding(doctor.HostProber):

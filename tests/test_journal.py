@@ -158,3 +158,114 @@ def test_lock_in_unusable_dir(tmp_path):
     with pytest.raises(StateError, match="cannot open lock"):
         with Lock(blocker / "state"):
             pass
+
+
+# ---------------------------------------------------------------- concurrent appends, bad lines, state dir
+
+
+def test_compaction_keeps_an_entry_appended_while_it_runs(journal, monkeypatch):
+    """An append that arrives while compaction rewrites the journal (the lease watcher's
+    reset on a host while `node task` journals its process) is never lost."""
+    import threading
+
+    keep = journal.record("netns", name="a")
+    journal.done(journal.record("netns", name="b"))
+    real_replace = jr.os.replace
+    appended = []
+    writer = None
+
+    def replace_with_an_append_beside(src, dst):
+        nonlocal writer
+        if writer is None:
+            writer = threading.Thread(target=lambda: appended.append(Journal(journal.dir).record("process", pid=7)))
+            writer.start()
+            writer.join(timeout=2.0)  # unlocked compaction: the append lands in the file being replaced
+        real_replace(src, dst)
+
+    monkeypatch.setattr(jr.os, "replace", replace_with_an_append_beside)
+    journal.compact()
+    writer.join()
+    assert journal.pending() == [keep, *appended]
+    assert not list(journal.dir.glob("*.tmp"))
+
+
+def test_an_invalid_utf8_line_is_skipped_and_quarantined(journal):
+    a = journal.record("netns", name="a")
+    with open(journal.path, "ab") as fh:
+        fh.write(b'{"op": "create", "id": "x\xff\xfe", "kind": "netns"}\n')
+    b = journal.record("netns", name="b")
+    assert journal.pending() == [a, b]
+    warnings = journal.compact()
+    assert len(warnings) == 1 and "line 2" in warnings[0] and "not valid JSON" in warnings[0]
+    assert (journal.dir / jr.QUARANTINE_NAME).read_bytes().startswith(b'{"op": "create", "id": "x\xff')
+    assert journal.pending() == [a, b]
+    assert journal.compact() == []  # moved out: no second warning
+
+
+@pytest.mark.parametrize("line", [
+    {"op": "create", "id": "k1", "data": {"name": "x"}},  # no kind
+    {"op": "create", "id": "k2", "kind": "netns", "data": ["x"]},  # data not an object
+    {"op": "create", "id": "k3", "kind": "process", "data": {"pid": "12"}},  # reset would fail on it
+    {"op": "create", "id": "k4", "kind": "qdisc", "data": {"netns": "netbench-n1"}},
+    {"op": "create", "id": 5, "kind": "netns", "data": {"name": "x"}},
+    {"op": "undo", "id": "k6"},
+])
+def test_a_record_reset_cannot_use_is_skipped(journal, line):
+    a = journal.record("netns", name="a")
+    with open(journal.path, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
+    assert journal.pending() == [a]
+    warnings = journal.compact()
+    assert len(warnings) == 1 and "line 2" in warnings[0]
+    assert json.loads((journal.dir / jr.QUARANTINE_NAME).read_text()) == line
+
+
+def test_a_journal_of_bad_lines_only_is_removed_after_quarantine(journal):
+    journal.dir.mkdir()
+    journal.path.write_text("{torn\n")
+    assert journal.pending() == []
+    assert len(journal.compact()) == 1
+    assert not journal.path.exists()
+    assert (journal.dir / jr.QUARANTINE_NAME).read_text() == "{torn\n"
+
+
+def test_state_dir_writable_by_others_is_refused(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(0o777)
+    with pytest.raises(StateError, match="writable by group or others") as err:
+        Journal(state).record("netns", name="a")
+    assert "chmod go-w" in err.value.hint
+    with pytest.raises(StateError, match="writable by group or others"):
+        Journal(state).pending()
+    with pytest.raises(StateError, match="writable by group or others"):
+        Lock(state).__enter__()
+    assert not (state / jr.JOURNAL_NAME).exists()
+
+
+def test_state_dir_of_another_user_is_refused(tmp_path, monkeypatch):
+    import os
+
+    state = tmp_path / "state"
+    state.mkdir()
+    if os.geteuid() == 0:
+        os.chown(state, 4242, 4242)
+    else:  # the folder is ours: be someone else
+        monkeypatch.setattr(jr.os, "geteuid", lambda: os.getuid() + 1)
+    with pytest.raises(StateError, match="belongs to uid"):
+        Journal(state).record("netns", name="a")
+    with pytest.raises(StateError, match="belongs to uid"):
+        Lock(state).__enter__()
+
+
+def test_state_dir_is_created_without_group_or_other_write(tmp_path, monkeypatch):
+    import os
+
+    old = os.umask(0)
+    try:
+        journal = Journal(tmp_path / "new" / "state")
+        journal.record("netns", name="a")
+    finally:
+        os.umask(old)
+    assert journal.dir.stat().st_mode & 0o022 == 0
+    assert journal.pending()  # and it is usable

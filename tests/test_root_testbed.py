@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +138,176 @@ def test_reset_after_controller_sigkill(clean_machine):
     assert local.list_netbench_netns() == []
     assert netbench_processes() == []
     assert reset(clean_machine) == []  # idempotent
+
+
+# Runs inside its own mount namespace (a private /run/netns, so no one else's reset or
+# testbed sees these namespaces, nor this test theirs) and its own network namespace, which
+# plays the host's: were reset to stop the processes of a reference to it, it would stop
+# this script, never anything outside it.
+_FOREIGN_NAMESPACES = r"""
+import json, os, subprocess, sys
+from pathlib import Path
+from pyroute2 import netns
+from netbench import proc
+from netbench.testbed import topology as topo
+
+subprocess.run(["mount", "-t", "tmpfs", "nbtest", "/run/netns"], check=True)
+children = {}
+def sleeper(name, *prefix):
+    children[name] = subprocess.Popen([*prefix, "sleep", "300"], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
+    Path(sys.argv[1]).write_text(json.dumps({k: p.pid for k, p in children.items()}))
+
+netns.create("netbench-something")                  # a user's, named netbench-*
+sleeper("user", "nsenter", "--net=/run/netns/netbench-something")
+for name in ("netbench-host", "netbench-n1"):         # references to the host's namespace
+    Path("/run/netns", name).touch()
+    subprocess.run(["mount", "--bind", "/proc/self/ns/net", f"/run/netns/{name}"], check=True)
+sleeper("host")
+netns.create("netbench-n2")                           # a testbed namespace a crash left
+sleeper("left", "nsenter", "--net=/run/netns/netbench-n2")
+gone = subprocess.Popen(["sleep", "300"])
+dead = topo.scratch_netns("doctor", gone.pid, proc.start_time(gone.pid))
+gone.kill(); gone.wait()
+live = topo.scratch_netns("probe", os.getpid(), proc.start_time(os.getpid()))
+netns.create(dead); netns.create(live)
+
+cli = [sys.executable, "-m", "netbench.cli"]
+shown = subprocess.run([*cli, "testbed", "show", "--json"], capture_output=True, text=True, timeout=120)
+result = subprocess.run([*cli, "reset"], capture_output=True, text=True, timeout=120)
+print(json.dumps({
+    "shown": json.loads(shown.stdout or "{}"), "rc": result.returncode, "stdout": result.stdout,
+    "stderr": result.stderr, "namespaces": sorted(netns.listnetns()), "dead": dead, "live": live,
+    "alive": {k: p.poll() is None for k, p in children.items()}}))
+for p in children.values():
+    p.kill(); p.wait()
+"""
+
+
+def test_reset_leaves_what_netbench_did_not_make(state_dir, tmp_path):
+    """`netbench reset` removes only the namespaces netbench names (and scratch ones whose
+    maker is gone), and never stops a process in the host's own namespace."""
+    import os
+
+    from tests.conftest import ROOT
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (mount and network namespaces)")
+    os.makedirs("/run/netns", exist_ok=True)  # the mount point; what is mounted on it stays private
+    pids_file = tmp_path / "pids.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        result = subprocess.run(["unshare", "--mount", "--propagation", "private", "--net", "--",
+                                 sys.executable, "-c", _FOREIGN_NAMESPACES, str(pids_file)],
+                                capture_output=True, text=True, timeout=300, env=env)
+    finally:
+        pids = json.loads(pids_file.read_text()) if pids_file.exists() else {}
+        for pid in pids.values():  # if the script itself was stopped, its sleepers are still there
+            try:
+                if b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, 9)
+            except OSError:
+                pass
+    assert result.returncode == 0, result.stderr[-2000:]
+    seen = json.loads(result.stdout)
+    assert [node["name"] for node in seen["shown"]["nodes"]] == ["n2"]
+    assert seen["rc"] == 0, seen["stderr"]
+    assert seen["alive"] == {"user": True, "host": True, "left": False}
+    assert seen["namespaces"] == sorted(["netbench-something", "netbench-host", "netbench-n1", seen["live"]])
+    assert "namespace netbench-n2 and 1 process(es) in it" in seen["stdout"]
+    assert f"namespace {seen['dead']}" in seen["stdout"]
+    assert "netbench-n1 left alone" in seen["stderr"]
+
+
+@pytest.fixture
+def host_like_netns():
+    """A namespace standing in for a remote host's own: interface eth1 (a veth to eth2). Not
+    named netbench-*, so no reset (this test's or anyone else's) takes it."""
+    import os
+
+    from pyroute2 import NetNS
+    from pyroute2 import netns as pnetns
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (creates a network namespace)")
+    name = f"nbtest-host-{os.getpid()}"
+    pnetns.create(name)
+    try:
+        with NetNS(name, flags=0) as ns:
+            ns.link("add", ifname="eth1", kind="veth", peer="eth2")
+            ns.link("set", index=ns.link_lookup(ifname="eth1")[0], state="up")
+        yield name
+    finally:
+        pnetns.remove(name)
+
+
+def _tc(netns: str, *args, **kwargs) -> None:
+    from pyroute2 import NetNS
+
+    with NetNS(netns, flags=0) as ns:
+        ns.tc(args[0], args[1], ns.link_lookup(ifname="eth1")[0], *args[2:], **kwargs)
+
+
+def test_a_hosts_own_root_and_ingress_qdiscs_are_never_replaced(host_like_netns, state_dir):
+    from netbench.errors import EmulationError
+    from netbench.journal import Journal
+    from netbench.remote_node import host_topology
+
+    netns, journal, qdiscs = host_like_netns, Journal(state_dir), NetlinkQdiscs()
+    topo = host_topology("h1", "eth1", netns)
+    assert qdiscs.root_qdisc(netns, "eth1")[1] == 0  # the kernel's default: netbench may replace it
+    assert qdiscs.ingress_qdisc(netns, "eth1") is None
+    _tc(netns, "add", "htb", handle="1:", default=1)
+    with pytest.raises(EmulationError, match="h1: eth1 has a root qdisc htb 1: that netbench did not set"):
+        real_executor(journal).apply(ch.plan_apply(Profile(rate_bps=100_000_000), topo, "userspace"))
+    assert qdiscs.root_qdisc(netns, "eth1") == ("htb", 0x10000)
+    assert journal.pending() == []
+    _tc(netns, "add", "ingress", handle=0xFFFF0000)
+    with pytest.raises(EmulationError, match="h1: eth1 has a qdisc ingress at its ingress that netbench did not set"):
+        real_executor(journal).apply(ch.plan_apply(Profile(delay_us=1_000, direction="ingress"), topo, "netem"))
+    assert qdiscs.ingress_qdisc(netns, "eth1") == "ingress"
+    assert qdiscs.root_qdisc(netns, "eth1") == ("htb", 0x10000)
+    assert journal.pending() == []
+    # once the host's own root is gone, netbench shapes, and replaces its own root next time
+    _tc(netns, "del", "htb", handle="1:", root=True)
+    executor = real_executor(journal)
+    executor.apply(ch.plan_apply(Profile(rate_bps=100_000_000), topo, "userspace"))
+    executor.apply(ch.plan_apply(Profile(rate_bps=50_000_000), topo, "userspace"))
+    assert qdiscs.read(netns, "eth1")["rate_bps"] == 50_000_000
+    executor.apply(ch.plan_clear(topo))
+    assert qdiscs.root_qdisc(netns, "eth1")[1] == 0
+
+
+def test_a_missing_namespace_is_an_error_and_is_never_created():
+    """pyroute2's NetNS creates a missing namespace by default, unjournaled."""
+    import os
+
+    from pyroute2 import netns as pnetns
+
+    from netbench.errors import EmulationError
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (namespaces)")
+    name = f"nbtest-gone-{os.getpid()}"
+    try:
+        with pytest.raises(EmulationError, match=f"namespace {name} does not exist"):
+            NetlinkQdiscs().replace_tbf(name, "eth0", 100_000_000, 16_000, 32_000)
+        with pytest.raises(EmulationError, match=f"namespace {name} does not exist"):
+            NetlinkQdiscs().read(name, "eth0")
+        assert NetlinkQdiscs().clear(name, "eth0") is False
+        assert name not in pnetns.listnetns()
+    finally:
+        if name in pnetns.listnetns():
+            pnetns.remove(name)
+
+
+def test_commands_run_inside_the_namespace_asked_for(host_like_netns):
+    import os
+
+    inode = os.stat(f"/run/netns/{host_like_netns}").st_ino
+    assert proc.run(["readlink", "/proc/self/ns/net"], netns=host_like_netns).stdout.strip() == f"net:[{inode}]"
+    child = proc.spawn(["sh", "-c", "echo $$; readlink /proc/self/ns/net"], netns=host_like_netns,
+                       stdout=subprocess.PIPE)
+    out, _ = child.communicate(timeout=30)
+    assert out.decode().split() == [str(child.pid), f"net:[{inode}]"]
+    assert "eth1" in proc.run(["ip", "-o", "link"], netns=host_like_netns).stdout

@@ -8,6 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pyroute2.netlink.exceptions import NetlinkError
+
+from netbench.errors import PrivilegeError
 from netbench.testbed import topology as topo
 
 
@@ -90,3 +93,91 @@ def test_is_netbench_netns():
     assert topo.is_netbench_netns("netbench-sw")
     assert not topo.is_netbench_netns("docker-1")
     assert not topo.is_netbench_netns("my-netbench-n1")
+
+
+@pytest.mark.parametrize("name", ["netbench-something", "netbench-sw2", "netbench-n0", "netbench-n01",
+                                  f"netbench-n{topo.MAX_NODES + 1}", "netbench-n1-old", "netbench-doctor-42",
+                                  "netbench-probe", "netbench-", "nbscratch-doctor-42-7"])
+def test_only_the_names_netbench_gives_are_its_own(name):
+    """Reset removes these namespaces and stops their processes: a user's netbench-* is not one."""
+    assert not topo.is_netbench_netns(name)
+
+
+def test_every_planned_namespace_is_recognised():
+    plan = topo.plan_topology(topo.MAX_NODES, net("10.213.0.0/24"))
+    assert all(topo.is_netbench_netns(node.netns) for node in plan.nodes)
+    assert topo.is_netbench_netns(plan.switch_netns)
+
+
+def test_scratch_names_carry_their_maker():
+    name = topo.scratch_netns("doctor", 4242, 987654)
+    assert name.startswith(topo.SCRATCH_PREFIX) and not topo.is_netbench_netns(name)
+    assert topo.scratch_owner(name) == (4242, 987654)
+    assert topo.scratch_owner("nbscratch-doctor-4242") is None
+    assert topo.scratch_owner("netbench-doctor-4242") is None
+
+
+# ---------------------------------------------------------------- local.up on a fake kernel
+
+
+class _FakeNetns:
+    def __init__(self):
+        self.names: set[str] = set()
+
+    def create(self, name):
+        if name in self.names:
+            raise FileExistsError(17, "File exists", name)
+        self.names.add(name)
+
+    def remove(self, name):
+        self.names.remove(name)
+
+    def listnetns(self):
+        return sorted(self.names)
+
+
+def _fake_netns_class(fail_on_port: str, failure: BaseException):
+    class FakeNetNS:
+        def __init__(self, name, flags=None):
+            self.name = name
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def link_lookup(self, ifname):
+            return [1]
+
+        def link(self, command, **kwargs):
+            if command == "add" and kwargs.get("ifname") == fail_on_port:
+                raise failure
+
+        def addr(self, *args, **kwargs):
+            pass
+
+    return FakeNetNS
+
+
+@pytest.mark.parametrize("fail_on_port", ["nb-n1", "nb-n3"])
+@pytest.mark.parametrize("failure, raised", [
+    (NetlinkError(1, "Operation not permitted"), PrivilegeError), (KeyboardInterrupt(), KeyboardInterrupt)])
+def test_a_testbed_that_fails_halfway_is_taken_down(tmp_path, monkeypatch, fail_on_port, failure, raised):
+    """`up` failing (or interrupted) at a node left the switch and the nodes before it behind."""
+    from netbench import proc
+    from netbench.journal import Journal
+    from netbench.testbed import local
+
+    kernel = _FakeNetns()
+    monkeypatch.setattr(local, "netns", kernel)
+    monkeypatch.setattr(local, "NetNS", _fake_netns_class(fail_on_port, failure))
+    monkeypatch.setattr(local, "host_networks", lambda: [])
+    # the fake namespaces exist nowhere: never look for (or stop) processes in real ones
+    monkeypatch.setattr(proc, "is_host_netns", lambda name: False)
+    monkeypatch.setattr(proc, "pids_in_netns", lambda name: [])
+    journal = Journal(tmp_path / "state")
+    with pytest.raises(raised):
+        local.up(3, journal)
+    assert kernel.names == set()
+    assert journal.pending() == []

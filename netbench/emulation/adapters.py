@@ -44,6 +44,16 @@ def _nl_error(action: str, exc: NetlinkError) -> EmulationError:
     return EmulationError(f"{action}: {exc.args[1] if len(exc.args) > 1 else exc}")
 
 
+def _netns(netns: str) -> NetNS:
+    """Open an existing namespace. flags=0: pyroute2's default (O_CREAT) would create a missing
+    one, unjournaled, which no reset would ever remove."""
+    try:
+        return NetNS(netns, flags=0)
+    except FileNotFoundError:
+        raise EmulationError(f"namespace {netns} does not exist",
+                             hint="is the testbed up? 'netbench testbed show'") from None
+
+
 class QdiscAdapter(Protocol):
     def replace_tbf(self, netns: str, ifname: str, rate_bps: int, burst_bytes: int, limit_bytes: int) -> None: ...
     def shape(self, change: ShapeDevice) -> None: ...
@@ -51,6 +61,8 @@ class QdiscAdapter(Protocol):
     def clear_ingress(self, netns: str, dev: str, ifb: str) -> bool: ...
     def clear(self, netns: str, ifname: str) -> bool: ...
     def read(self, netns: str, ifname: str, distribution: str = "uniform") -> dict[str, Any] | None: ...
+    def root_qdisc(self, netns: str, ifname: str) -> tuple[str, int] | None: ...
+    def ingress_qdisc(self, netns: str, dev: str) -> str | None: ...
 
 
 def _handle(major: int, minor: int = 0) -> int:
@@ -59,6 +71,7 @@ def _handle(major: int, minor: int = 0) -> int:
 
 ROOT_PARENT = 0xFFFFFFFF
 INGRESS_HANDLE = 0xFFFF0000
+INGRESS_PARENT = 0xFFFFFFF1  # TC_H_INGRESS: where ingress and clsact qdiscs sit
 FILTER_PRIO = 1
 
 
@@ -96,7 +109,7 @@ class NetlinkQdiscs:
         return found[0]
 
     def replace_tbf(self, netns, ifname, rate_bps, burst_bytes, limit_bytes):
-        with NetNS(netns) as ns:
+        with _netns(netns) as ns:
             index = self._index(ns, netns, ifname)
             try:
                 self._drop_root_unless(ns, index, "tbf")
@@ -126,7 +139,7 @@ class NetlinkQdiscs:
     def shape(self, change: ShapeDevice) -> None:
         netns, dev = change.netns, change.dev
         try:
-            with NetNS(netns) as ns:
+            with _netns(netns) as ns:
                 index = self._index(ns, netns, dev)
             if change.uses_htb:
                 self._shape_htb(netns, index, change)
@@ -154,14 +167,14 @@ class NetlinkQdiscs:
         except NetlinkError as exc:
             if exc.code not in (errno.EEXIST, errno.EINVAL) or parent != ROOT_PARENT:
                 raise
-        with NetNS(netns) as ns:  # a netbench root of another kind (tbf, htb) is in the way
+        with _netns(netns) as ns:  # a netbench root of another kind (tbf, htb) is in the way
             self._drop_root_unless(ns, index, root_kind)
         _send_netem(netns, "add", index, handle, parent, params)
 
     def _shape_htb(self, netns: str, index: int, change: ShapeDevice) -> None:
         rate_bps = change.htb_rate_bps or HTB_UNLIMITED_BPS
         default = 0 if change.peers else 1  # 0: traffic no filter claims leaves unshaped (htb's direct queue)
-        with NetNS(netns) as ns:
+        with _netns(netns) as ns:
             root = self._root(ns, index)
             owned = root is not None and root["handle"] == _HANDLE_INT
             if not (owned and root.get_attr("TCA_KIND") == "htb" and _htb_default(root) == default):
@@ -196,7 +209,7 @@ class NetlinkQdiscs:
                   target=_handle(HANDLE_MAJOR, i + 1), keys=[key])
 
     def set_ingress(self, netns: str, dev: str, ifb: str) -> None:
-        with NetNS(netns) as ns:
+        with _netns(netns) as ns:
             try:
                 if not ns.link_lookup(ifname=ifb):
                     ns.link("add", ifname=ifb, kind="ifb")
@@ -220,7 +233,7 @@ class NetlinkQdiscs:
         """Remove the ingress redirect and the ifb device if netbench made them (the ifb's name
         says so); a missing one is not an error."""
         try:
-            with NetNS(netns) as ns:
+            with NetNS(netns, flags=0) as ns:
                 found_ifb = ns.link_lookup(ifname=ifb)
                 if not found_ifb:
                     return False
@@ -239,7 +252,7 @@ class NetlinkQdiscs:
     def clear(self, netns, ifname):
         """Delete the root qdisc if netbench owns it; a missing one is not an error."""
         try:
-            with NetNS(netns) as ns:
+            with NetNS(netns, flags=0) as ns:
                 found = ns.link_lookup(ifname=ifname)
                 if not found:
                     return False
@@ -255,9 +268,35 @@ class NetlinkQdiscs:
             raise _nl_error(f"{netns}: removing qdisc on {ifname}", exc) from None
         return False
 
+    def root_qdisc(self, netns: str, ifname: str) -> tuple[str, int] | None:
+        """(kind, handle) of the root qdisc on `ifname`; handle 0 is the kernel's default.
+        None when there is none, or no such interface or namespace (yet)."""
+        try:
+            with NetNS(netns, flags=0) as ns:
+                found = ns.link_lookup(ifname=ifname)
+                root = self._root(ns, found[0]) if found else None
+        except FileNotFoundError:
+            return None
+        except NetlinkError as exc:
+            raise _nl_error(f"{netns}: reading the qdiscs of {ifname}", exc) from None
+        return None if root is None else (root.get_attr("TCA_KIND"), root["handle"])
+
+    def ingress_qdisc(self, netns: str, dev: str) -> str | None:
+        """The kind of the qdisc at `dev`'s ingress hook (ingress or clsact), or None."""
+        try:
+            with NetNS(netns, flags=0) as ns:
+                found = ns.link_lookup(ifname=dev)
+                qdiscs = list(ns.get_qdiscs(index=found[0])) if found else []
+        except FileNotFoundError:
+            return None
+        except NetlinkError as exc:
+            raise _nl_error(f"{netns}: reading the qdiscs of {dev}", exc) from None
+        return next((q.get_attr("TCA_KIND") for q in qdiscs
+                     if q["parent"] == INGRESS_PARENT or q["handle"] == INGRESS_HANDLE), None)
+
     def read(self, netns, ifname, distribution="uniform"):
         """The netbench-owned tree on `ifname` in canonical units, or None (see decode_tree)."""
-        with NetNS(netns) as ns:
+        with _netns(netns) as ns:
             found = ns.link_lookup(ifname=ifname)
             if not found:
                 return None
@@ -496,9 +535,16 @@ def _ready_line(path: Path) -> dict[str, Any] | None:
     return None
 
 
-def probe_netem(scratch_netns: str = "netbench-probe") -> tuple[bool, str]:
-    """Try a netem qdisc on a dummy link in a scratch namespace; (available, reason)."""
+def probe_netem(scratch_netns: str | None = None) -> tuple[bool, str]:
+    """Try a netem qdisc on a dummy link in a scratch namespace; (available, reason).
+
+    The default name carries this process's pid and start time (topology.scratch_netns),
+    so a reset removes it after a crash, and only then."""
     from pyroute2 import netns as pnetns
+
+    from netbench.testbed.topology import scratch_netns as scratch_name
+
+    scratch_netns = scratch_netns or scratch_name("probe", os.getpid(), proc.start_time(os.getpid()))
 
     try:
         pnetns.create(scratch_netns)
@@ -510,7 +556,7 @@ def probe_netem(scratch_netns: str = "netbench-probe") -> tuple[bool, str]:
         else:
             raise NetbenchError(f"cannot create a probe namespace: {exc}") from None
     try:
-        with NetNS(scratch_netns) as ns:
+        with NetNS(scratch_netns, flags=0) as ns:
             ns.link("add", ifname="nbprobe0", kind="veth", peer="nbprobe1")
             index = ns.link_lookup(ifname="nbprobe0")[0]
             try:

@@ -9,10 +9,11 @@ from netbench import journal as jr
 from netbench.emulation import changes as ch
 from netbench.emulation import readback
 from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs, QdiscAdapter, probe_netem
-from netbench.errors import BackendUnavailable, UsageError
+from netbench.errors import BackendUnavailable, EmulationError, UsageError
 from netbench.testbed.topology import Topology
 
 BACKENDS = ("netem", "userspace")
+_QDISC_HANDLE_INT = ch.HANDLE_MAJOR << 16
 
 
 @dataclass
@@ -27,11 +28,40 @@ class Executor:
     done: list[ch.Change] = field(default_factory=list)
 
     def apply(self, plan: list[ch.Change]) -> None:
+        self._refuse_foreign_qdiscs(plan)
         for change in plan:
             if self.on_change:
                 self.on_change(change)
             self._dispatch(change)
             self.done.append(change)
+
+    def _refuse_foreign_qdiscs(self, plan: list[ch.Change]) -> None:
+        """Before any change: refuse a plan that would replace a root or ingress qdisc netbench
+        did not set (one its journal does not hold). The kernel's default root (handle 0:
+        noqueue, pfifo_fast, mq, or whatever net.core.default_qdisc names) is not anyone's."""
+        pending = self.journal.pending()
+        own_roots = {(e.data.get("netns"), e.data.get("ifname")) for e in pending if e.kind == "qdisc"}
+        own_ingress = {(e.data.get("netns"), e.data.get("dev")) for e in pending if e.kind == "ingress"}
+        for change in plan:
+            if isinstance(change, (ch.SetTbf, ch.ShapeDevice)):
+                dev = change.ifname if isinstance(change, ch.SetTbf) else change.dev
+                found = self.qdiscs.root_qdisc(change.netns, dev)
+                if found is None or found[1] == 0:
+                    continue
+                if found[1] == _QDISC_HANDLE_INT and (change.netns, dev) in own_roots:
+                    continue
+                kind, handle = found
+                raise EmulationError(
+                    f"{change.node}: {dev} has a root qdisc {kind} {handle >> 16:x}: that netbench did not set; "
+                    "refusing to replace it (nothing was changed)",
+                    hint=f"remove it first (tc qdisc del dev {dev} root) or shape another interface")
+            elif isinstance(change, ch.SetIngress):
+                kind = self.qdiscs.ingress_qdisc(change.netns, change.dev)
+                if kind is not None and (change.netns, change.dev) not in own_ingress:
+                    raise EmulationError(
+                        f"{change.node}: {change.dev} has a qdisc {kind} at its ingress that netbench did not set; "
+                        "refusing to replace its filters (nothing was changed)",
+                        hint=f"remove it first (tc qdisc del dev {change.dev} {kind}) or shape egress only")
 
     def _dispatch(self, change: ch.Change) -> None:
         j = self.journal

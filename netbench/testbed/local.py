@@ -13,7 +13,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from netbench import proc
 from netbench.errors import PrivilegeError, TestbedError
-from netbench.journal import Journal
+from netbench.journal import Entry, Journal
 from netbench.testbed import topology as topo
 
 
@@ -37,18 +37,49 @@ def host_networks() -> list[str]:
 
 
 def list_netbench_netns() -> list[str]:
-    return sorted(name for name in netns.listnetns() if topo.is_netbench_netns(name))
+    """The testbed's namespaces: only the names plan_topology gives, and never one that is a
+    reference to the host's own namespace (see proc.is_host_netns)."""
+    return sorted(name for name in netns.listnetns()
+                  if topo.is_netbench_netns(name) and not proc.is_host_netns(name))
 
 
-def _create_netns(name: str, journal: Journal) -> None:
-    journal.record("netns", name=name)
+def host_netns_references() -> list[str]:
+    """Testbed names that are references to the host's own namespace: left alone."""
+    return sorted(name for name in netns.listnetns() if topo.is_netbench_netns(name) and proc.is_host_netns(name))
+
+
+def stale_scratch_netns() -> list[str]:
+    """Scratch namespaces (doctor, backend probe) whose maker is no longer running."""
+    stale = []
+    for name in netns.listnetns():
+        owner = topo.scratch_owner(name)
+        if owner is not None and not proc.is_same_process(*owner):
+            stale.append(name)
+    return sorted(stale)
+
+
+def _create_netns(name: str, journal: Journal, made: list[tuple[str, Entry]]) -> None:
+    """Journal, then create namespace `name`; on success add it to `made`."""
+    entry = journal.record("netns", name=name)
     try:
         netns.create(name)
     except OSError as exc:
+        journal.done(entry)  # nothing was made (an existing one is not ours to remove)
         if exc.errno == errno.EPERM:
             raise PrivilegeError(f"cannot create namespace {name}: permission denied",
                                  hint="run netbench as root") from None
         raise TestbedError(f"cannot create namespace {name}: {exc}") from None
+    made.append((name, entry))
+
+
+def _take_down(made: list[tuple[str, Entry]], journal: Journal) -> None:
+    """Remove what a failed `up` made, newest first, so no half-built testbed stays."""
+    for name, entry in reversed(made):
+        try:
+            remove_netns(name)
+        except TestbedError:
+            continue  # stays journaled: 'netbench reset' tries again
+        journal.done(entry)
 
 
 def up(nodes: int, journal: Journal) -> topo.Topology:
@@ -58,26 +89,33 @@ def up(nodes: int, journal: Journal) -> topo.Topology:
                            hint="use it, or take it down with 'netbench testbed down'")
     subnet = topo.choose_subnet(host_networks())
     plan = topo.plan_topology(nodes, subnet)
+    made: list[tuple[str, Entry]] = []
     try:
-        _create_netns(plan.switch_netns, journal)
-        with NetNS(plan.switch_netns) as sw:
-            _set_up(sw, "lo")
-            sw.link("add", ifname=plan.bridge, kind="bridge")
-            bridge = _set_up(sw, plan.bridge)
+        try:
+            _create_netns(plan.switch_netns, journal, made)
+            with NetNS(plan.switch_netns, flags=0) as sw:
+                _set_up(sw, "lo")
+                sw.link("add", ifname=plan.bridge, kind="bridge")
+                bridge = _set_up(sw, plan.bridge)
+                for node in plan.nodes:
+                    _create_netns(node.netns, journal, made)
+                    sw.link("add", ifname=node.port, kind="veth",
+                            peer={"ifname": node.ifname, "net_ns_fd": node.netns})
+                    port = sw.link_lookup(ifname=node.port)[0]
+                    sw.link("set", index=port, master=bridge, state="up")
             for node in plan.nodes:
-                _create_netns(node.netns, journal)
-                sw.link("add", ifname=node.port, kind="veth",
-                        peer={"ifname": node.ifname, "net_ns_fd": node.netns})
-                port = sw.link_lookup(ifname=node.port)[0]
-                sw.link("set", index=port, master=bridge, state="up")
-        for node in plan.nodes:
-            with NetNS(node.netns) as ns:
-                _set_up(ns, "lo")
-                index = ns.link_lookup(ifname=node.ifname)[0]
-                ns.addr("add", index=index, address=node.address, prefixlen=node.prefixlen)
-                ns.link("set", index=index, state="up")
-    except NetlinkError as exc:
-        raise _netlink_error("creating the testbed", exc) from None
+                with NetNS(node.netns, flags=0) as ns:
+                    _set_up(ns, "lo")
+                    index = ns.link_lookup(ifname=node.ifname)[0]
+                    ns.addr("add", index=index, address=node.address, prefixlen=node.prefixlen)
+                    ns.link("set", index=index, state="up")
+        except NetlinkError as exc:
+            raise _netlink_error("creating the testbed", exc) from None
+        except OSError as exc:  # a namespace removed under us (NetNS never re-creates it)
+            raise TestbedError(f"creating the testbed: {exc.strerror or exc}") from None
+    except BaseException:
+        _take_down(made, journal)  # a failure halfway (or Ctrl-C) leaves nothing behind
+        raise
     return plan
 
 
@@ -100,7 +138,7 @@ def discover() -> topo.Topology | None:
         short = name[len(topo.PREFIX):]
         address, prefixlen = "", 0
         try:
-            with NetNS(name) as ns:
+            with NetNS(name, flags=0) as ns:  # flags=0: never re-create one removed meanwhile
                 found = ns.link_lookup(ifname=topo.NODE_IFNAME)
                 if found:
                     for addr in ns.get_addr(index=found[0], family=2):
@@ -116,8 +154,9 @@ def discover() -> topo.Topology | None:
 
 
 def remove_netns(name: str) -> bool:
-    """Stop every process inside namespace `name`, then delete it. False if it was not there."""
-    if name not in netns.listnetns():
+    """Stop every process inside namespace `name`, then delete it. False if it was not there,
+    or if it is a reference to the host's own namespace (nothing is stopped or removed)."""
+    if name not in netns.listnetns() or proc.is_host_netns(name):
         return False
     proc.stop_pids(proc.pids_in_netns(name), grace=3.0)
     try:
@@ -139,6 +178,6 @@ def down(journal: Journal) -> list[str]:
     for entry in journal.pending():
         # everything inside a removed namespace (its qdiscs, rules, processes) went with it
         where = entry.data.get("name") if entry.kind == "netns" else entry.data.get("netns")
-        if where is not None and where.startswith(topo.PREFIX) and where not in left:
+        if isinstance(where, str) and topo.is_netbench_netns(where) and where not in left:
             journal.done(entry)
     return removed

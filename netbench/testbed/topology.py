@@ -8,6 +8,7 @@ subnet is chosen so it overlaps none of the host's routes.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -16,6 +17,11 @@ SWITCH_NETNS = PREFIX + "sw"
 BRIDGE = "nbbr0"
 NODE_IFNAME = "eth0"
 MAX_NODES = 64
+# short-lived namespaces (doctor's probes, the backend probe) carry their maker's pid and
+# start time, so a reset removes one only once that process is gone
+SCRATCH_PREFIX = "nbscratch-"
+_NODE_NETNS = re.compile(re.escape(PREFIX) + r"n([1-9][0-9]*)")
+_SCRATCH_NETNS = re.compile(re.escape(SCRATCH_PREFIX) + r"[a-z]+-([0-9]+)-([0-9]+)")
 
 # Candidate /24s, tried in order; 10.213/16 then 172.30/16 are rarely used by real networks.
 _CANDIDATE_SUPERNETS = ("10.213.0.0/16", "172.30.0.0/16", "192.168.213.0/24")
@@ -90,4 +96,20 @@ def plan_topology(nodes: int, subnet: ipaddress.IPv4Network) -> Topology:
 
 
 def is_netbench_netns(name: str) -> bool:
-    return name.startswith(PREFIX)
+    """True for exactly the names plan_topology gives (the switch, n1..n64), never for
+    another `netbench-*` name someone else made."""
+    if name == SWITCH_NETNS:
+        return True
+    match = _NODE_NETNS.fullmatch(name)
+    return match is not None and int(match.group(1)) <= MAX_NODES
+
+
+def scratch_netns(purpose: str, pid: int, start: int | None) -> str:
+    """The name of a scratch namespace made by process `pid` (started at `start`, clock ticks)."""
+    return f"{SCRATCH_PREFIX}{purpose}-{pid}-{start or 0}"
+
+
+def scratch_owner(name: str) -> tuple[int, int] | None:
+    """(pid, start time) of the process that made scratch namespace `name`, else None."""
+    match = _SCRATCH_NETNS.fullmatch(name)
+    return (int(match.group(1)), int(match.group(2))) if match else None

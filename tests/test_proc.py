@@ -1,0 +1,106 @@
+"""netbench.proc: starting and identifying processes (no root: no namespace is entered)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from netbench import proc
+from netbench.errors import NetbenchError
+
+
+@pytest.fixture
+def popen_calls(monkeypatch):
+    """Every subprocess.Popen call's keyword arguments."""
+    calls = []
+    real = subprocess.Popen
+
+    class Recording(real):
+        def __init__(self, args, **kwargs):
+            calls.append(kwargs)
+            super().__init__(args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", Recording)
+    return calls
+
+
+def test_no_code_runs_between_fork_and_exec(popen_calls):
+    """A preexec_fn runs Python in the forked child of a controller with threads (metrics,
+    leases, log readers), where a lock another thread held stays locked forever."""
+    proc.run(["true"])
+    proc.spawn(["true"]).wait()
+    proc.spawn(["true"], die_with_parent=False).wait()
+    assert len(popen_calls) == 3
+    assert all(kwargs.get("preexec_fn") is None for kwargs in popen_calls)
+
+
+def test_the_pid_is_the_commands_own():
+    """The journal records the pid spawn returns: it must be the command's, not a wrapper's."""
+    child = proc.spawn(["sh", "-c", "echo $$"], stdout=subprocess.PIPE)
+    out, _ = child.communicate(timeout=30)
+    assert int(out) == child.pid
+
+
+def test_child_argv_wraps_only_what_is_asked():
+    assert proc.child_argv(["ping", "x"], None, False) == ["ping", "x"]
+    assert proc.child_argv(["ping"], "netbench-n1", False) == ["nsenter", "--net=/run/netns/netbench-n1", "--", "ping"]
+    tied = proc.child_argv(["ping"], "netbench-n1", True, parent_pid=42)
+    assert tied[:4] == ["setpriv", "--pdeathsig", "KILL", "--"]
+    assert tied[4:8] == ["sh", "-c", proc._PARENT_CHECK, "netbench-child"] and tied[8] == "42"
+    assert tied[9:] == ["nsenter", "--net=/run/netns/netbench-n1", "--", "ping"]
+
+
+def test_a_child_whose_parent_is_already_gone_stops_itself():
+    """The parent's death before setpriv set the death signal sends none: the child must see it."""
+    result = subprocess.run(proc.child_argv(["echo", "ran"], None, True, parent_pid=1 << 30),
+                            capture_output=True, text=True, timeout=30)
+    assert (result.returncode, result.stdout) == (1, "")
+    result = subprocess.run(proc.child_argv(["echo", "ran"], None, True), capture_output=True, text=True, timeout=30)
+    assert (result.returncode, result.stdout) == (0, "ran\n")
+
+
+def test_a_missing_program_or_namespace_is_a_clear_error():
+    with pytest.raises(NetbenchError, match="no-such-program-nb is not installed"):
+        proc.run(["no-such-program-nb"])
+    with pytest.raises(NetbenchError, match="cannot start no-such-program-nb: No such file"):
+        proc.spawn(["no-such-program-nb"])
+    with pytest.raises(NetbenchError, match="namespace nb-no-such-ns does not exist"):
+        proc.run(["true"], netns="nb-no-such-ns")
+    with pytest.raises(NetbenchError, match="namespace nb-no-such-ns does not exist"):
+        proc.spawn(["true"], netns="nb-no-such-ns")
+
+
+def _gone(pid: int) -> bool:
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        if proc.start_time(pid) is None or not proc._alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("die_with_parent", [True, False])
+def test_a_child_dies_with_a_killed_controller_only_when_asked(die_with_parent):
+    controller = (
+        "import os, signal, sys\n"
+        "from netbench import proc\n"
+        f"child = proc.spawn(['sleep', '120'], die_with_parent={die_with_parent}, stdout=-3, stderr=-3)\n"
+        "print(child.pid, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", controller], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": proc.child_pythonpath()})
+    pid = int(result.stdout)
+    try:
+        if die_with_parent:
+            assert _gone(pid)
+        else:  # a daemon (an engine of `netbench apply`) outlives the command that started it
+            assert proc.start_time(pid) is not None
+    finally:
+        if proc.start_time(pid) is not None:
+            os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,105 @@
+"""netbench.reset and netbench.proc on this machine's own processes (no root, no namespaces).
+
+Every test hides /run/netns from reset (an empty listing): the machine's real namespaces,
+someone else's testbed among them, are never swept from a pure test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from pyroute2 import netns as pnetns
+
+from netbench import proc
+from netbench.journal import Journal
+from netbench.reset import reset
+
+
+@pytest.fixture
+def journal(tmp_path, monkeypatch):
+    monkeypatch.setattr(pnetns, "listnetns", lambda *args, **kwargs: [])
+    return Journal(tmp_path / "state")
+
+
+@pytest.fixture
+def sleeper():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield child
+    if child.poll() is None:
+        child.kill()
+    child.wait()
+
+
+def test_a_pid_without_a_start_time_is_never_killed(journal, sleeper):
+    """The pid may have been reused by any process since: without its start time, it is left."""
+    journal.record("process", pid=sleeper.pid, start=None, netns=None, role="worker0")
+    warnings: list[str] = []
+    removed = reset(journal, warn=warnings.append)
+    assert sleeper.poll() is None, "reset killed a process it could not identify"
+    assert removed == []
+    assert any(str(sleeper.pid) in w and "start time" in w for w in warnings)
+    assert not proc.is_same_process(sleeper.pid, None)
+    assert journal.pending() == []
+
+
+def test_a_pid_with_its_start_time_is_stopped(journal, sleeper):
+    journal.record("process", pid=sleeper.pid, start=proc.start_time(sleeper.pid), netns=None, role="worker0")
+    removed = reset(journal)
+    assert sleeper.wait(timeout=30) is not None
+    assert removed == [f"process {sleeper.pid} (worker0)"]
+
+
+def test_a_pid_reused_by_another_process_is_left(journal, sleeper):
+    journal.record("process", pid=sleeper.pid, start=proc.start_time(sleeper.pid) - 1, netns=None, role="worker0")
+    assert reset(journal) == []
+    assert sleeper.poll() is None
+
+
+def test_one_bad_journal_line_does_not_block_the_rest(journal, sleeper):
+    journal.record("process", pid=sleeper.pid, start=proc.start_time(sleeper.pid), netns=None, role="worker0")
+    with open(journal.path, "ab") as fh:
+        fh.write(b"\xff\xfe not a record\n")
+        fh.write(b'{"op": "create", "id": "bad1", "kind": "process", "data": {}}\n')
+    warnings: list[str] = []
+    removed = reset(journal, warn=warnings.append)
+    assert removed == [f"process {sleeper.pid} (worker0)"]
+    assert sleeper.wait(timeout=30) is not None
+    assert len(warnings) == 2 and "line 2" in warnings[0] and "line 3" in warnings[1]
+    assert not journal.path.exists()
+    assert reset(journal, warn=warnings.append) == [] and len(warnings) == 2  # quarantined, said once
+
+
+def test_host_namespace_references_are_recognised(tmp_path, monkeypatch):
+    """A /run/netns entry that is pid 1's or this process's namespace (here: files standing
+    in for them) is the host's; an unreadable reference is skipped, not matched."""
+    init_ns, own_ns, other = tmp_path / "init", tmp_path / "own", tmp_path / "other"
+    for path in (init_ns, own_ns, other):
+        path.write_text("")
+    run_dir = tmp_path / "netns"
+    run_dir.mkdir()
+    (run_dir / "netbench-n1").symlink_to(init_ns)
+    (run_dir / "netbench-n2").symlink_to(own_ns)
+    (run_dir / "netbench-n3").symlink_to(other)
+    monkeypatch.setattr(proc, "NETNS_RUN_DIR", run_dir)
+    monkeypatch.setattr(proc, "HOST_NETNS_REFS", (init_ns, own_ns))
+    assert [proc.is_host_netns(f"netbench-n{i}") for i in (1, 2, 3, 4)] == [True, True, False, False]
+    monkeypatch.setattr(proc, "HOST_NETNS_REFS", (tmp_path / "unreadable", own_ns))
+    assert [proc.is_host_netns(f"netbench-n{i}") for i in (1, 2, 3)] == [False, True, False]
+
+
+def test_scratch_namespaces_are_stale_only_once_their_maker_is_gone(monkeypatch, sleeper):
+    from netbench.testbed import local
+    from netbench.testbed import topology as topo
+
+    gone = subprocess.Popen(["sleep", "60"])
+    gone_start = proc.start_time(gone.pid)
+    gone.kill()
+    gone.wait()
+    names = [topo.scratch_netns("doctor", gone.pid, gone_start),
+             topo.scratch_netns("probe", sleeper.pid, proc.start_time(sleeper.pid)),
+             topo.scratch_netns("probe", sleeper.pid, proc.start_time(sleeper.pid) + 1),  # pid reused
+             "netbench-doctor-1", "nbscratch-doctor-x"]
+    monkeypatch.setattr(pnetns, "listnetns", lambda *args, **kwargs: names)
+    assert local.stale_scratch_netns() == sorted([names[0], names[2]])
