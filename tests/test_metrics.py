@@ -411,3 +411,57 @@ def test_stop_waits_for_one_more_scrape_only_when_something_scrapes(tmp_path):
     watched.stop(final_scrape_s=10)
     later.join()
     assert 0.4 < time.monotonic() - started < 5 and watched.collector.scrapes == 2
+
+
+@pytest.mark.parametrize("job, workers", [
+    ({"strategy": "allreduce", "batch_size": 8}, 3),  # another batch and worker count than the sweep's
+    ({"strategy": "allreduce-accum", "batch_size": 8, "accum_steps": 4}, 2),  # k batches per step
+    ({"strategy": "ps", "batch_size": 16, "ps": 1}, 3),  # one worker's batch per step
+    ({"strategy": "single", "batch_size": 32}, 1),
+])
+def test_live_images_per_second_follows_each_runs_own_job(job, workers):
+    """A playbook run's live images/s comes from its own job, through the function the
+    terminal view uses (cluster.images_per_step), not from the sweep's batch x workers."""
+    from netbench.jobs.cluster import JobSpec, images_per_step
+    from netbench.ui import SweepView
+
+    state = MetricsState(clock=Clock())
+    observer = MetricsObserver(state)
+    spec = JobSpec(**job)
+    run = SimpleNamespace(run_id="r000", repeat=0, profile=Profile(name="lan"), job=spec, workers=workers)
+    config = SimpleNamespace(sweep_id="s", runs=(run,), workers=2, job=JobSpec(batch_size=64))
+    observer.sweep_started(config, SimpleNamespace(name="userspace"), SimpleNamespace())
+    observer.run_started(run)
+    for duration in (0.1, 0.3):
+        observer.step(run, {"event": "step", "worker": 0, "phase": "measured", "duration": duration})
+    families, _ = scrape(state)
+    expected = images_per_step(spec, workers) / 0.2
+    assert samples(families, "netbench_run_images_per_second")[frozenset()] == pytest.approx(expected)
+    measured0 = frozenset({("phase", "measured"), ("worker", "0")})
+    assert samples(families, "netbench_samples_total")[measured0] == 2 * images_per_step(spec, 1)
+    view = SweepView(config)
+    shown = []
+    view.progress = SimpleNamespace(update=lambda task, **kw: shown.append(kw.get("info", "")))
+    view.step(run, {"event": "step", "worker": 0, "step": 5, "phase": "measured", "duration": 0.2})
+    assert f"{expected:,.0f} img/s" in shown[-1]
+
+
+def test_live_mean_keeps_no_per_step_history():
+    """The live images/s is a running mean: the state is as big after 20,000 steps as after 1,000."""
+    import pickle
+
+    state = MetricsState(clock=Clock())
+    state.sweep_started("s", "userspace", "mlp", "allreduce", runs=1, workers=1, batch_size=32)
+    state.run_started("r000", 0)
+
+    def size() -> int:
+        return len(pickle.dumps({k: v for k, v in vars(state).items() if k not in ("_lock", "_clock")}))
+
+    for _ in range(1_000):
+        state.worker_event({"event": "step", "worker": 0, "phase": "measured", "duration": 0.25})
+    before = size()
+    for _ in range(19_000):
+        state.worker_event({"event": "step", "worker": 0, "phase": "measured", "duration": 0.25})
+    assert size() - before < 64
+    families, _ = scrape(state)
+    assert samples(families, "netbench_run_images_per_second")[frozenset()] == pytest.approx(32 / 0.25)
