@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import random
-import signal
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Protocol
 
-from netbench import measure
+from netbench import interrupts, measure
 from netbench.emulation.apply import BackendChoice
 from netbench import verify
 from netbench.errors import NetbenchError
@@ -165,13 +164,10 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
             results.append(result)
             observer.run_finished(run, result)
     finally:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop the clean-up
-        try:
+        with interrupts.held_off():  # a second Ctrl-C, SIGTERM or SIGHUP must not stop the clean-up
             testbed.finish(observer.note)
             if store.dir.exists():
                 manifest["ended"] = time.time()
                 manifest["completed_runs"] = len(results)
                 store.write_manifest(manifest)
-        finally:
-            signal.signal(signal.SIGINT, previous)
     return results

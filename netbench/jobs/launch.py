@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Protocol
 
-from netbench import proc
+from netbench import interrupts, proc
 from netbench.errors import JobError
 from netbench.jobs.cluster import Task
 from netbench.journal import Journal
@@ -161,8 +161,9 @@ def run_job(tasks: list[Task], log_dir: Path, spawn: Spawner, timeouts: Timeouts
         status, error = "interrupted", "interrupted by the user"
         raise
     finally:
-        for item in live:
-            item.popen.stop(3.0)
+        with interrupts.held_off():  # a second signal must not leave processes running
+            for item in live:
+                item.popen.stop(3.0)
     return JobOutcome(status=status, events=tuple(events), error=error)
 
 
