@@ -575,6 +575,8 @@ def _run_with_view(config, metrics_port, metrics_address, testbed=None) -> list:
 
     with serving(metrics_port, metrics_address or "127.0.0.1") as metrics, \
             SweepView(config, metrics_url=metrics.url if metrics else None) as view:
+        for warning in metrics.warnings if metrics else ():
+            view.warn(warning)
         results = run_sweep(config, metrics.observe(view) if metrics else view, testbed=testbed)
     view.summary(results)
     return results

@@ -55,5 +55,8 @@ def reset(journal: Journal) -> list[str]:
         if local.remove_netns(name):
             removed.append(f"namespace {name}" + (f" and {len(pids)} process(es) in it" if pids else ""))
     shutil.rmtree(journal.dir / "engines", ignore_errors=True)
+    from netbench.metrics.exporter import remove_stale_targets, targets_dir
+
+    removed += remove_stale_targets(targets_dir(journal.dir))  # a killed controller's file_sd target
     journal.compact()
     return removed
