@@ -45,6 +45,15 @@ class Journal:
     def __init__(self, directory: Path | None = None) -> None:
         self.dir = directory or state_dir()
         self.path = self.dir / JOURNAL_NAME
+        # An index of the pending entries, so that a sweep's thousands of changes do not each
+        # re-read the whole file: it holds the first `_parsed` bytes of the file with inode
+        # `_inode` whose first line is `_head`. This Journal's own appends update it; lines
+        # others append are read from `_parsed` on; a file rewritten or replaced meanwhile
+        # (compaction, reset) is read again from the start.
+        self._index: dict[str, Entry] = {}
+        self._parsed = 0
+        self._inode: int | None = None
+        self._head = b""
 
     def _append(self, record: dict[str, Any]) -> None:
         try:
@@ -55,9 +64,13 @@ class Journal:
                     fh.seek(-1, os.SEEK_END)
                     if fh.read(1) != b"\n":  # a torn last line: never glue a record onto it
                         fh.write(b"\n")
-                fh.write((json.dumps(record, sort_keys=True) + "\n").encode("utf-8"))
+                fh.flush()
+                start = fh.tell()
+                line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+                fh.write(line)
                 fh.flush()
                 os.fsync(fh.fileno())
+                self._indexed(record, line, start, fh.tell(), os.fstat(fh.fileno()).st_ino)
         except OSError as exc:
             raise StateError(f"cannot write journal {self.path}: {exc.strerror or exc}",
                              hint="netbench needs root; set NETBENCH_STATE_DIR to a writable folder") from None
@@ -77,14 +90,52 @@ class Journal:
         """Entries whose creation was recorded and not yet undone, oldest first.
 
         A torn last line (power cut mid-write) is ignored: its change was never started.
+        Reads only what was appended since the last call (see `_index`).
         """
-        created: dict[str, Entry] = {}
-        for record in self._records():
-            if record.get("op") == "create":
-                created[record["id"]] = Entry(record["id"], record["kind"], record.get("data", {}))
-            elif record.get("op") == "done":
-                created.pop(record.get("id"), None)
-        return list(created.values())
+        self._refresh()
+        return list(self._index.values())
+
+    def _apply(self, record: dict[str, Any]) -> None:
+        if record.get("op") == "create":
+            self._index[record["id"]] = Entry(record["id"], record["kind"], record.get("data", {}))
+        elif record.get("op") == "done":
+            self._index.pop(record.get("id"), None)
+
+    def _indexed(self, record: dict[str, Any], line: bytes, start: int, end: int, inode: int) -> None:
+        """Add this Journal's own appended `line` (bytes start..end) to the index, when the
+        index held the file up to `start` and nobody else's line came in between."""
+        if end - start != len(line):
+            return  # another writer's line landed at the same time: the next read picks both up
+        if start == 0:
+            self._index, self._inode, self._head = {}, inode, line
+        elif (inode, start) != (self._inode, self._parsed):
+            return
+        self._apply(record)
+        self._parsed = end
+
+    def _refresh(self) -> None:
+        """Bring the index up to date with the file: the lines appended since, or everything
+        when the file is not the one indexed. A last line without its newline (being written,
+        or torn) is left for later."""
+        try:
+            with open(self.path, "rb", buffering=0) as fh:  # unbuffered: read no more than asked
+                stat = os.fstat(fh.fileno())
+                if (stat.st_ino != self._inode or stat.st_size < self._parsed
+                        or fh.read(len(self._head)) != self._head):
+                    self._index, self._parsed, self._inode, self._head = {}, 0, stat.st_ino, b""
+                fh.seek(self._parsed)
+                data = fh.read()
+        except FileNotFoundError:
+            self._index, self._parsed, self._inode, self._head = {}, 0, None, b""
+            return
+        except OSError as exc:
+            raise StateError(f"cannot read journal {self.path}: {exc.strerror or exc}") from None
+        complete = data[:data.rfind(b"\n") + 1]
+        if self._parsed == 0 and complete:
+            self._head = complete[:complete.index(b"\n") + 1]
+        for record in _parse(complete.decode("utf-8", "replace").splitlines()):
+            self._apply(record)
+        self._parsed += len(complete)
 
     def _records(self) -> Iterator[dict[str, Any]]:
         try:
@@ -93,13 +144,7 @@ class Journal:
             return
         except OSError as exc:
             raise StateError(f"cannot read journal {self.path}: {exc.strerror or exc}") from None
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and "id" in record:
-                yield record
+        yield from _parse(lines)
 
     def compact(self) -> None:
         """Rewrite the journal with only pending entries; remove it when none are left."""
@@ -115,6 +160,17 @@ class Journal:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path)
+
+
+def _parse(lines: list[str]) -> Iterator[dict[str, Any]]:
+    """The journal records among `lines`; a line that is not one (torn, garbage) is skipped."""
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "id" in record:
+            yield record
 
 
 class Lock:
