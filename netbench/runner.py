@@ -121,7 +121,9 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
               testbed: Testbed | None = None) -> list[RunResult]:
     """Run every planned point; whatever happens, leave the network as it was found.
 
-    `testbed`: where to run [default: the embedded testbed, journaled in `journal`]."""
+    Returns each run's record without its step events (they are in the results folder's
+    runs/<run>.json). `testbed`: where to run [default: the embedded testbed, journaled in
+    `journal`]."""
     from netbench.testbed.embedded import EmbeddedTestbed
 
     observer = observer or _Quiet()
@@ -160,9 +162,13 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
                               on_event=lambda e, run=run: observer.step(run, e))
             result = replace(make_result(run, config, backend.name, outcome, started, time.time()),
                              verify=verified)
+            del outcome  # its events live on in `result` until it is stored
             store.add(result)
-            results.append(result)
             observer.run_finished(run, result)
+            # the stored record keeps the step events; the controller keeps only the summary, so a
+            # long sweep's memory does not grow with every step of every run
+            results.append(replace(result, events=()))
+            del result
     finally:
         with interrupts.held_off():  # a second Ctrl-C, SIGTERM or SIGHUP must not stop the clean-up
             testbed.finish(observer.note)
