@@ -401,3 +401,12 @@ def test_a_long_sweeps_changes_do_not_each_reread_the_journal(journal):
     # per change, less than a tenth of the journal (before: the whole of it, ~8 times)
     assert (bytes_read() - before) / 100 < size / 10
     assert pending_summary(journal) == [("qdisc", "netbench-n1"), ("qdisc", "netbench-n2")]
+
+
+def test_a_long_lived_executor_keeps_only_its_last_applys_changes(journal):
+    """The embedded testbed's executor lives for the whole sweep: it must not keep every
+    change of every run."""
+    ex, _ = executor(journal)
+    for delay_us in range(1_000, 51_000, 1_000):
+        ex.apply(ch.plan_apply(dataclasses.replace(FULL, delay_us=delay_us), TOPO, "netem"))
+    assert ex.done == ch.plan_apply(dataclasses.replace(FULL, delay_us=50_000), TOPO, "netem")
