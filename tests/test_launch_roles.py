@@ -110,3 +110,16 @@ def test_log_tail_reads_only_the_end_of_a_long_log(tmp_path):
     before = bytes_read()
     assert log_tail(log) == "ValueError: last words"
     assert bytes_read() - before < 1_000_000  # before: the whole 6 MB
+
+
+def test_a_log_that_cannot_be_written_does_not_block_the_task(tmp_path):
+    """The stderr pipe is drained even when there is nowhere to write it."""
+    from netbench.jobs import launch
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "n1-worker0.log").mkdir()  # the log file cannot be opened
+    code = CHATTY.replace("sys.exit(3)", "print('{\"event\": \"done\", \"steps\": 0}', flush=True)")
+    outcome = run_job([task("worker", 0, code, serves=False)], tmp_path / "logs",
+                      LocalSpawner(Journal(tmp_path / "state")), Timeouts(startup_s=60, step_s=30))
+    assert outcome.status == "ok", outcome.error
+    assert launch.log_tail(tmp_path / "logs" / "n1-worker0.log") == ""

@@ -96,13 +96,24 @@ class TaskLog:
 
 def copy_to_log(stream, path: Path) -> None:
     """Copy a task's stderr `stream` into its TaskLog until the stream ends."""
-    read = getattr(stream, "read1", None) or stream.read  # read1: what is there, without waiting for more
-    log = TaskLog(path)
+    # read1 returns what is there without waiting for more; an SSH channel's read(n) waits
+    # for n bytes, so small reads keep a remote task's log current
+    read1 = getattr(stream, "read1", None)
+    log: TaskLog | None = None
     try:
-        for chunk in iter(lambda: read(65536), b""):
-            log.write(chunk)
+        log = TaskLog(path)
+    except OSError:
+        pass  # nowhere to write: the stream is drained all the same, or the task blocks on a full pipe
+    try:
+        for chunk in iter((lambda: read1(65536)) if read1 else (lambda: stream.read(4096)), b""):
+            if log is not None:
+                try:
+                    log.write(chunk)
+                except OSError:  # a full disk: stop logging, keep draining
+                    log = None
     finally:
-        log.close()
+        if log is not None:
+            log.close()
 
 
 class LocalProcess:
