@@ -123,3 +123,21 @@ def test_a_log_that_cannot_be_written_does_not_block_the_task(tmp_path):
                       LocalSpawner(Journal(tmp_path / "state")), Timeouts(startup_s=60, step_s=30))
     assert outcome.status == "ok", outcome.error
     assert launch.log_tail(tmp_path / "logs" / "n1-worker0.log") == ""
+
+
+def test_a_stream_without_read1_is_copied_in_small_reads(tmp_path):
+    """An SSH channel's stderr (paramiko) has only read(n), which waits for n bytes."""
+    from netbench.jobs.launch import copy_to_log
+
+    class Channel:
+        def __init__(self):
+            self.chunks, self.asked = [b"Traceback\n", b"RuntimeError: boom\n"], []
+
+        def read(self, size):
+            self.asked.append(size)
+            return self.chunks.pop(0) if self.chunks else b""
+
+    channel = Channel()
+    copy_to_log(channel, tmp_path / "h2-worker1.log")
+    assert (tmp_path / "h2-worker1.log").read_bytes() == b"Traceback\nRuntimeError: boom\n"
+    assert set(channel.asked) == {4096}
