@@ -53,18 +53,11 @@ def require_root() -> None:
 
 
 def _sigterm_as_interrupt() -> None:
-    """SIGTERM takes the same path as Ctrl-C: reset, then exit."""
+    """SIGTERM and SIGHUP (a closed terminal or SSH session) take the same path as Ctrl-C:
+    reset, then exit."""
+    from netbench import interrupts
 
-    main_pid = os.getpid()
-
-    def raise_interrupt(signum, frame):
-        # pyroute2 forks short-lived helpers that inherit this handler; they must just exit,
-        # never unwind into the controller's clean-up code
-        if os.getpid() != main_pid:
-            os._exit(0)
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, raise_interrupt)
+    interrupts.as_interrupt(signal.SIGTERM, signal.SIGHUP)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -603,6 +596,8 @@ def _run_with_view(config, metrics_port, metrics_address, testbed=None) -> list:
 
     with serving(metrics_port, metrics_address or "127.0.0.1") as metrics, \
             SweepView(config, metrics_url=metrics.url if metrics else None) as view:
+        for warning in metrics.warnings if metrics else ():
+            view.warn(warning)
         results = run_sweep(config, metrics.observe(view) if metrics else view, testbed=testbed)
     view.summary(results)
     return results

@@ -99,6 +99,15 @@ class Journal:
     def __init__(self, directory: Path | None = None) -> None:
         self.dir = directory or state_dir()
         self.path = self.dir / JOURNAL_NAME
+        # An index of the pending entries, so that a sweep's thousands of changes do not each
+        # re-read the whole file: it holds the first `_parsed` bytes of the file with inode
+        # `_inode` whose first line is `_head`. This Journal's own appends update it; lines
+        # others append are read from `_parsed` on; a file rewritten or replaced meanwhile
+        # (compaction, reset) is read again from the start.
+        self._index: dict[str, Entry] = {}
+        self._parsed = 0
+        self._inode: int | None = None
+        self._head = b""
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -121,9 +130,13 @@ class Journal:
                     fh.seek(-1, os.SEEK_END)
                     if fh.read(1) != b"\n":  # a torn last line: never glue a record onto it
                         fh.write(b"\n")
-                fh.write((json.dumps(record, sort_keys=True) + "\n").encode("utf-8"))
+                fh.flush()
+                start = fh.tell()
+                line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+                fh.write(line)
                 fh.flush()
                 os.fsync(fh.fileno())
+                self._indexed(record, line, start, fh.tell(), os.fstat(fh.fileno()).st_ino)
         except OSError as exc:
             raise StateError(f"cannot write journal {self.path}: {exc.strerror or exc}",
                              hint="netbench needs root; set NETBENCH_STATE_DIR to a writable folder") from None
@@ -144,8 +157,53 @@ class Journal:
 
         A line that cannot be read (a torn last line after a power cut, a corrupt one) is
         skipped: the rest is still undone. compact() moves such lines to journal.bad.
+        Reads only what was appended since the last call (see `_index`).
         """
-        return _pending(self._scan()[0])
+        self._refresh()
+        return list(self._index.values())
+
+    def _apply(self, record: dict[str, Any]) -> None:
+        if record.get("op") == "create":
+            self._index[record["id"]] = Entry(record["id"], record["kind"], record.get("data", {}))
+        elif record.get("op") == "done":
+            self._index.pop(record.get("id"), None)
+
+    def _indexed(self, record: dict[str, Any], line: bytes, start: int, end: int, inode: int) -> None:
+        """Add this Journal's own appended `line` (bytes start..end) to the index, when the
+        index held the file up to `start` and nobody else's line came in between."""
+        if end - start != len(line):
+            return  # another writer's line landed at the same time: the next read picks both up
+        if start == 0:
+            self._index, self._inode, self._head = {}, inode, line
+        elif (inode, start) != (self._inode, self._parsed):
+            return
+        self._apply(record)
+        self._parsed = end
+
+    def _refresh(self) -> None:
+        """Bring the index up to date with the file: the lines appended since, or everything
+        when the file is not the one indexed. A last line without its newline (being written,
+        or torn) is left for later."""
+        check_state_dir(self.dir)
+        try:
+            with open(self.path, "rb", buffering=0) as fh:  # unbuffered: read no more than asked
+                stat = os.fstat(fh.fileno())
+                if (stat.st_ino != self._inode or stat.st_size < self._parsed
+                        or fh.read(len(self._head)) != self._head):
+                    self._index, self._parsed, self._inode, self._head = {}, 0, stat.st_ino, b""
+                fh.seek(self._parsed)
+                data = fh.read()
+        except FileNotFoundError:
+            self._index, self._parsed, self._inode, self._head = {}, 0, None, b""
+            return
+        except OSError as exc:
+            raise StateError(f"cannot read journal {self.path}: {exc.strerror or exc}") from None
+        complete = data[:data.rfind(b"\n") + 1]
+        if self._parsed == 0 and complete:
+            self._head = complete[:complete.index(b"\n") + 1]
+        for record in _parse(complete.splitlines()):
+            self._apply(record)
+        self._parsed += len(complete)
 
     def _scan(self) -> tuple[list[dict[str, Any]], list[tuple[int, bytes, str]]]:
         """(usable records, bad lines as (line number, raw bytes, why)); blank lines are neither."""
@@ -158,18 +216,11 @@ class Journal:
             raise StateError(f"cannot read journal {self.path}: {exc.strerror or exc}") from None
         records, bad = [], []
         for number, raw in enumerate(raw_lines, start=1):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                bad.append((number, raw, "not valid JSON"))
-                continue
-            reason = _bad_reason(record)
-            if reason is None:
+            record, why = _decode(raw)
+            if record is not None:
                 records.append(record)
-            else:
-                bad.append((number, raw, reason))
+            elif why is not None:
+                bad.append((number, raw, why))
         return records, bad
 
     def _records(self) -> Iterator[dict[str, Any]]:
@@ -228,6 +279,27 @@ def _pending(records: list[dict[str, Any]]) -> list[Entry]:
         else:
             created.pop(record["id"], None)
     return list(created.values())
+
+
+def _decode(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """(the record, None) for a usable journal line; (None, why) for a bad one; (None, None)
+    for a blank one."""
+    if not raw.strip():
+        return None, None
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None, "not valid JSON"
+    reason = _bad_reason(record)
+    return (record, None) if reason is None else (None, reason)
+
+
+def _parse(raw_lines: list[bytes]) -> Iterator[dict[str, Any]]:
+    """The usable journal records among `raw_lines`; bad ones are skipped (compact() keeps them)."""
+    for raw in raw_lines:
+        record, _ = _decode(raw)
+        if record is not None:
+            yield record
 
 
 class Lock:

@@ -387,6 +387,10 @@ def remote_reset(*, inventory, insecure_host_keys) -> None:
             console.info(f"{name}: removed {escape(str(line))}")
         if not lines:
             console.info(f"{name}: nothing to remove")
+    from netbench.metrics.exporter import remove_stale_targets, targets_dir
+
+    for line in remove_stale_targets(targets_dir()):  # this controller's side: a killed sweep's target file
+        console.info(f"removed {line}")
 
 
 def remote_doctor(*, inventory, insecure_host_keys, as_json, no_tensorflow) -> None:

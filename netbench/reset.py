@@ -69,6 +69,9 @@ def reset(journal: Journal, warn: Callable[[str], None] = _ignore) -> list[str]:
     for name in local.host_netns_references():
         warn(f"namespace {name} left alone: it is a reference to the host's own network namespace")
     shutil.rmtree(journal.dir / "engines", ignore_errors=True)
+    from netbench.metrics.exporter import remove_stale_targets, targets_dir
+
+    removed += remove_stale_targets(targets_dir(journal.dir))  # a killed controller's file_sd target
     for line in journal.compact():
         warn(line)
     return removed

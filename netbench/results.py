@@ -11,7 +11,7 @@ import json
 import os
 import platform
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +171,8 @@ class ResultStore:
             csv.DictWriter(fh, fieldnames=CSV_COLUMNS).writerow(result.csv_row())
             fh.flush()
             os.fsync(fh.fileno())
-        write_json(self.runs_dir / f"{result.run_id}.json", asdict(result))
+        # the same JSON as asdict(result), without asdict's deep copy of every step event
+        write_json(self.runs_dir / f"{result.run_id}.json", {f.name: getattr(result, f.name) for f in fields(result)})
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         write_json(self.dir / "manifest.json", manifest)
@@ -204,7 +205,9 @@ def first_run_index(directory: Path, append: bool) -> int:
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (temp file, then rename)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8") as fh:  # streamed: a long run's record is never one string
+        json.dump(data, fh, indent=2, sort_keys=True, default=str)
+        fh.write("\n")
     os.replace(tmp, path)
 
 

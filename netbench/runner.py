@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import random
-import signal
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Protocol
 
-from netbench import measure
+from netbench import interrupts, measure
 from netbench.emulation.apply import BackendChoice
 from netbench import verify
 from netbench.errors import NetbenchError
@@ -122,7 +121,9 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
               testbed: Testbed | None = None) -> list[RunResult]:
     """Run every planned point; whatever happens, leave the network as it was found.
 
-    `testbed`: where to run [default: the embedded testbed, journaled in `journal`]."""
+    Returns each run's record without its step events (they are in the results folder's
+    runs/<run>.json). `testbed`: where to run [default: the embedded testbed, journaled in
+    `journal`]."""
     from netbench.testbed.embedded import EmbeddedTestbed
 
     observer = observer or _Quiet()
@@ -161,17 +162,18 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
                               on_event=lambda e, run=run: observer.step(run, e))
             result = replace(make_result(run, config, backend.name, outcome, started, time.time()),
                              verify=verified)
+            del outcome  # its events live on in `result` until it is stored
             store.add(result)
-            results.append(result)
             observer.run_finished(run, result)
+            # the stored record keeps the step events; the controller keeps only the summary, so a
+            # long sweep's memory does not grow with every step of every run
+            results.append(replace(result, events=()))
+            del result
     finally:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop the clean-up
-        try:
+        with interrupts.held_off():  # a second Ctrl-C, SIGTERM or SIGHUP must not stop the clean-up
             testbed.finish(observer.note)
             if store.dir.exists():
                 manifest["ended"] = time.time()
                 manifest["completed_runs"] = len(results)
                 store.write_manifest(manifest)
-        finally:
-            signal.signal(signal.SIGINT, previous)
     return results

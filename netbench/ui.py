@@ -68,6 +68,12 @@ class SweepView:
     def note(self, text: str) -> None:
         self.progress.console.print(f"[dim]{escape(text)}[/]")
 
+    def warn(self, text: str) -> None:
+        """Something that did not work out and did not stop the sweep."""
+        from rich.markup import escape
+
+        self.progress.console.print(f"[yellow]warning:[/] {escape(text)}")
+
     def summary(self, results) -> None:
         table = Table(title=f"sweep {self.config.sweep_id}")
         for col, justify in (("run", "left"), ("profile", "left"), ("delay", "right"), ("rate", "right"),

@@ -426,3 +426,29 @@ def test_choose_backend_requested():
         choose_backend("netem", probe((False, "no sch_netem")))
     with pytest.raises(UsageError, match="--backend"):
         choose_backend("tc", probe((True, "yes")))
+
+
+def test_a_long_sweeps_changes_do_not_each_reread_the_journal(journal):
+    """Every live change looks up pending entries (to resolve or replace them); the journal
+    grows with each change until the sweep ends, and must not be re-read whole each time."""
+    from tests.test_journal import bytes_read
+
+    ex, _ = executor(journal)
+    for backend in ("netem", "userspace") * 50:
+        ex.apply(ch.plan_apply(FULL if backend == "netem" else dataclasses.replace(FULL, jitter_us=0), TOPO, backend))
+    size = journal.path.stat().st_size
+    before = bytes_read()
+    for delay_us in range(1_000, 101_000, 1_000):
+        ex.apply(ch.plan_apply(dataclasses.replace(FULL, delay_us=delay_us), TOPO, "netem"))
+    # per change, less than a tenth of the journal (before: the whole of it, ~8 times)
+    assert (bytes_read() - before) / 100 < size / 10
+    assert pending_summary(journal) == [("qdisc", "netbench-n1"), ("qdisc", "netbench-n2")]
+
+
+def test_a_long_lived_executor_keeps_only_its_last_applys_changes(journal):
+    """The embedded testbed's executor lives for the whole sweep: it must not keep every
+    change of every run."""
+    ex, _ = executor(journal)
+    for delay_us in range(1_000, 51_000, 1_000):
+        ex.apply(ch.plan_apply(dataclasses.replace(FULL, delay_us=delay_us), TOPO, "netem"))
+    assert ex.done == ch.plan_apply(dataclasses.replace(FULL, delay_us=50_000), TOPO, "netem")

@@ -269,3 +269,54 @@ def test_state_dir_is_created_without_group_or_other_write(tmp_path, monkeypatch
         os.umask(old)
     assert journal.dir.stat().st_mode & 0o022 == 0
     assert journal.pending()  # and it is usable
+
+
+def bytes_read() -> int:
+    """Bytes this process has read with read(2) so far (Linux task I/O accounting)."""
+    with open("/proc/self/io") as fh:
+        return int(next(line for line in fh if line.startswith("rchar:")).split()[1])
+
+
+def test_pending_reads_only_what_was_appended_since(journal):
+    """A sweep makes thousands of changes and each asks for pending entries: the journal is
+    read once, then kept as an index that appends update (not re-read for every change)."""
+    for i in range(2000):
+        journal.done(journal.record("qdisc", netns=f"netbench-n{i}", ifname="eth0"))
+    keep = journal.record("netns", name="netbench-sw")
+    assert journal.pending() == [keep]
+    size = journal.path.stat().st_size
+    before = bytes_read()
+    for i in range(200):
+        entry = journal.record("qdisc", netns="netbench-n1", ifname="eth0")
+        assert journal.pending()[-1] == entry
+        jr.resolve(journal, "qdisc", netns="netbench-n1")
+    assert journal.pending() == [keep]
+    assert bytes_read() - before < size / 4  # before: 400 reads of the whole file
+
+
+def test_the_index_follows_other_writers_compaction_and_removal(tmp_path):
+    mine, other = Journal(tmp_path), Journal(tmp_path)
+    a = mine.record("netns", name="a")
+    assert other.pending() == [a]
+    b = other.record("netns", name="b")  # appended by another process: read from where mine stopped
+    mine.done(a)
+    assert mine.pending() == [b] and other.pending() == [b]
+    other.compact()  # rewritten under mine's index
+    c = other.record("netns", name="c")
+    assert mine.pending() == [b, c]
+    other.done(b), other.done(c)
+    other.compact()  # removed
+    assert mine.pending() == []
+    d = other.record("netns", name="d")  # a new file in its place
+    assert mine.pending() == [d]
+
+
+def test_a_line_still_being_written_is_read_once_it_is_complete(journal):
+    a = journal.record("netns", name="a")
+    line = json.dumps({"op": "create", "id": "late", "kind": "netns", "data": {"name": "late"}})
+    with open(journal.path, "a") as fh:
+        fh.write(line[:20])  # another process is half-way through its write
+    assert journal.pending() == [a]
+    with open(journal.path, "a") as fh:
+        fh.write(line[20:] + "\n")
+    assert [e.id for e in journal.pending()] == [a.id, "late"]

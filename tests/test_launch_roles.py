@@ -75,3 +75,69 @@ def test_the_step_clock_follows_the_reporter_not_the_servers(tmp_path):
     tasks = [server("worker", 0), task("coordinator", 0, REPORTER.format(steps=3, pause=2.0), False)]
     outcome = run_job(tasks, tmp_path / "logs", LocalSpawner(Journal(tmp_path / "state")), Timeouts(startup_s=60, step_s=1))
     assert outcome.status == "timeout" and "next step within 1s" in outcome.error
+
+
+CHATTY = ("import sys\n"
+          "for k in range(20000):\n"
+          "    sys.stderr.write(f'W0000 warning number {k} from a chatty library\\n')\n"
+          "sys.stderr.write('RuntimeError: the real cause\\n')\n"
+          "sys.exit(3)\n")
+
+
+def test_a_chatty_tasks_log_is_rotated_at_its_cap_and_still_names_the_cause(tmp_path, monkeypatch):
+    from netbench.jobs import launch
+
+    monkeypatch.setattr(launch, "LOG_CAP_BYTES", 64 * 1024, raising=False)
+    outcome = run_job([task("worker", 0, CHATTY, serves=False)], tmp_path / "logs",
+                      LocalSpawner(Journal(tmp_path / "state")), Timeouts(startup_s=60, step_s=30))
+    assert outcome.status == "failed"
+    assert outcome.error == "n1 worker0 exited with 3: RuntimeError: the real cause"
+    log = tmp_path / "logs" / "n1-worker0.log"
+    rotated = log.with_name(log.name + ".1")
+    # ~1 MB written: the log and its previous part stay near the cap
+    assert log.stat().st_size <= 2 * 64 * 1024 and rotated.stat().st_size <= 2 * 64 * 1024
+    assert log.read_text().startswith(launch.ROTATED_MARK + "log rotated at 65536 bytes; the part before is in "
+                                      "n1-worker0.log.1\n")
+    assert sorted(p.name for p in log.parent.iterdir()) == ["n1-worker0.log", "n1-worker0.log.1"]
+
+
+def test_log_tail_reads_only_the_end_of_a_long_log(tmp_path):
+    from netbench.jobs.launch import log_tail
+    from tests.test_journal import bytes_read
+
+    log = tmp_path / "big.log"
+    log.write_bytes(b"noise " * 1_000_000 + b"\nValueError: last words\n\n")
+    before = bytes_read()
+    assert log_tail(log) == "ValueError: last words"
+    assert bytes_read() - before < 1_000_000  # before: the whole 6 MB
+
+
+def test_a_log_that_cannot_be_written_does_not_block_the_task(tmp_path):
+    """The stderr pipe is drained even when there is nowhere to write it."""
+    from netbench.jobs import launch
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "n1-worker0.log").mkdir()  # the log file cannot be opened
+    code = CHATTY.replace("sys.exit(3)", "print('{\"event\": \"done\", \"steps\": 0}', flush=True)")
+    outcome = run_job([task("worker", 0, code, serves=False)], tmp_path / "logs",
+                      LocalSpawner(Journal(tmp_path / "state")), Timeouts(startup_s=60, step_s=30))
+    assert outcome.status == "ok", outcome.error
+    assert launch.log_tail(tmp_path / "logs" / "n1-worker0.log") == ""
+
+
+def test_a_stream_without_read1_is_copied_in_small_reads(tmp_path):
+    """An SSH channel's stderr (paramiko) has only read(n), which waits for n bytes."""
+    from netbench.jobs.launch import copy_to_log
+
+    class Channel:
+        def __init__(self):
+            self.chunks, self.asked = [b"Traceback\n", b"RuntimeError: boom\n"], []
+
+        def read(self, size):
+            self.asked.append(size)
+            return self.chunks.pop(0) if self.chunks else b""
+
+    channel = Channel()
+    copy_to_log(channel, tmp_path / "h2-worker1.log")
+    assert (tmp_path / "h2-worker1.log").read_bytes() == b"Traceback\nRuntimeError: boom\n"
+    assert set(channel.asked) == {4096}

@@ -411,3 +411,148 @@ def test_stop_waits_for_one_more_scrape_only_when_something_scrapes(tmp_path):
     watched.stop(final_scrape_s=10)
     later.join()
     assert 0.4 < time.monotonic() - started < 5 and watched.collector.scrapes == 2
+
+
+@pytest.mark.parametrize("job, workers", [
+    ({"strategy": "allreduce", "batch_size": 8}, 3),  # another batch and worker count than the sweep's
+    ({"strategy": "allreduce-accum", "batch_size": 8, "accum_steps": 4}, 2),  # k batches per step
+    ({"strategy": "ps", "batch_size": 16, "ps": 1}, 3),  # one worker's batch per step
+    ({"strategy": "single", "batch_size": 32}, 1),
+])
+def test_live_images_per_second_follows_each_runs_own_job(job, workers):
+    """A playbook run's live images/s comes from its own job, through the function the
+    terminal view uses (cluster.images_per_step), not from the sweep's batch x workers."""
+    from netbench.jobs.cluster import JobSpec, images_per_step
+    from netbench.ui import SweepView
+
+    state = MetricsState(clock=Clock())
+    observer = MetricsObserver(state)
+    spec = JobSpec(**job)
+    run = SimpleNamespace(run_id="r000", repeat=0, profile=Profile(name="lan"), job=spec, workers=workers)
+    config = SimpleNamespace(sweep_id="s", runs=(run,), workers=2, job=JobSpec(batch_size=64))
+    observer.sweep_started(config, SimpleNamespace(name="userspace"), SimpleNamespace())
+    observer.run_started(run)
+    for duration in (0.1, 0.3):
+        observer.step(run, {"event": "step", "worker": 0, "phase": "measured", "duration": duration})
+    families, _ = scrape(state)
+    expected = images_per_step(spec, workers) / 0.2
+    assert samples(families, "netbench_run_images_per_second")[frozenset()] == pytest.approx(expected)
+    measured0 = frozenset({("phase", "measured"), ("worker", "0")})
+    assert samples(families, "netbench_samples_total")[measured0] == 2 * images_per_step(spec, 1)
+    view = SweepView(config)
+    shown = []
+    view.progress = SimpleNamespace(update=lambda task, **kw: shown.append(kw.get("info", "")))
+    view.step(run, {"event": "step", "worker": 0, "step": 5, "phase": "measured", "duration": 0.2})
+    assert f"{expected:,.0f} img/s" in shown[-1]
+
+
+def test_live_mean_keeps_no_per_step_history():
+    """The live images/s is a running mean: the state is as big after 20,000 steps as after 1,000."""
+    import pickle
+
+    state = MetricsState(clock=Clock())
+    state.sweep_started("s", "userspace", "mlp", "allreduce", runs=1, workers=1, batch_size=32)
+    state.run_started("r000", 0)
+
+    def size() -> int:
+        return len(pickle.dumps({k: v for k, v in vars(state).items() if k not in ("_lock", "_clock")}))
+
+    for _ in range(1_000):
+        state.worker_event({"event": "step", "worker": 0, "phase": "measured", "duration": 0.25})
+    before = size()
+    for _ in range(19_000):
+        state.worker_event({"event": "step", "worker": 0, "phase": "measured", "duration": 0.25})
+    assert size() - before < 64
+    families, _ = scrape(state)
+    assert samples(families, "netbench_run_images_per_second")[frozenset()] == pytest.approx(32 / 0.25)
+
+
+@pytest.mark.parametrize("blocked", ["folder is a file", "permission denied"])
+def test_a_controller_that_may_not_write_the_target_file_serves_and_warns(tmp_path, monkeypatch, blocked):
+    """A non-root controller (a sweep over an inventory) cannot write /run/netbench/targets:
+    it serves all the same, with a warning, instead of crashing after the server started."""
+    from netbench.metrics import exporter as exporter_module
+
+    state, network = fed_state()
+    state_path = tmp_path / "state"
+    if blocked == "folder is a file":
+        state_path.write_text("")
+    else:
+        def refuse(path, data):
+            raise PermissionError(13, "Permission denied", str(path))
+        monkeypatch.setattr(exporter_module, "write_atomic", refuse)
+    exporter = MetricsExporter(0, state=state, network=network, state_path=state_path)
+    exporter.start()
+    try:
+        assert exporter.target_file is None
+        (warning,) = exporter.warnings
+        assert warning.startswith(f"no Prometheus file_sd target file: cannot write in {state_path / 'targets'}: ")
+        assert exporter.url in warning
+        assert "netbench_profile_delay_seconds 0.01" in urllib.request.urlopen(exporter.url, timeout=5).read().decode()
+    finally:
+        exporter.stop()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(exporter.url, timeout=2)
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_target_files_of_gone_controllers_are_removed_and_live_ones_kept(tmp_path):
+    from netbench import proc
+    from netbench.metrics.exporter import remove_stale_targets, target_name
+
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    dead = _dead_pid()
+    mine = targets / target_name(__import__("os").getpid())
+    for path in (targets / f"netbench-{dead}-12345.json", targets / f"netbench-{dead}.json",  # killed; older name
+                 # pid 1 lives, but it is not the process that wrote this one
+                 targets / f"netbench-1-{proc.start_time(1) + 1}.json",
+                 mine, targets / "other.json"):
+        path.write_text("[]")
+    removed = remove_stale_targets(targets)
+    assert sorted(p.name for p in targets.iterdir()) == sorted([mine.name, "other.json"])
+    assert len(removed) == 3 and all(line.startswith("metrics target file ") for line in removed)
+
+
+def test_reset_removes_the_target_file_a_killed_controller_left(tmp_path, monkeypatch):
+    from netbench import reset as reset_module
+    from netbench.journal import Journal
+
+    monkeypatch.setattr(reset_module.local, "list_netbench_netns", lambda: [])  # never touch real namespaces
+    (tmp_path / "targets").mkdir()
+    left = tmp_path / "targets" / f"netbench-{_dead_pid()}-777.json"
+    left.write_text("[]")
+    removed = reset_module.reset(Journal(tmp_path))
+    assert not left.exists() and removed == [f"metrics target file {left} (controller {left.name.split('-')[1]} is gone)"]
+
+
+def test_a_new_controller_sweeps_up_target_files_of_killed_ones(tmp_path):
+    (tmp_path / "targets").mkdir()
+    left = tmp_path / "targets" / f"netbench-{_dead_pid()}-777.json"
+    left.write_text("[]")
+    state, network = fed_state()
+    exporter = MetricsExporter(0, state=state, network=network, state_path=tmp_path)
+    exporter.start()
+    try:
+        assert [p.name for p in (tmp_path / "targets").iterdir()] == [exporter.target_file.name]
+    finally:
+        exporter.stop()
+
+
+def test_the_sweep_view_shows_the_exporters_warning(tmp_path, monkeypatch, capsys):
+    from netbench import cli, runner
+
+    (tmp_path / "state").write_text("")  # a state dir this controller cannot use
+    monkeypatch.setenv("NETBENCH_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(runner, "run_sweep", lambda config, observer, testbed=None: [])
+    from netbench.jobs.cluster import JobSpec
+
+    config = runner.SweepConfig(sweep_id="s", runs=(), job=JobSpec(), workers=2, output=tmp_path / "out")
+    assert cli._run_with_view(config, 0, None) == []
+    out = capsys.readouterr().out
+    assert "warning: no Prometheus file_sd target file: cannot write in" in " ".join(out.split())

@@ -171,3 +171,29 @@ def test_any_file_makes_a_folder_non_empty(tmp_path):
     with pytest.raises(ResultsError):
         first_run_index(tmp_path, append=False)
     assert first_run_index(tmp_path, append=True) == 0
+
+
+def test_the_runner_keeps_summaries_of_stored_runs_not_their_events(tmp_path):
+    """The run records on disk keep every step event; the controller, over a long sweep,
+    keeps only each run's summary (the returned records have no events)."""
+    from tests.sweep_fakes import SyntheticTestbed
+
+    from netbench.journal import Journal
+    from netbench.runner import SweepConfig, run_sweep
+
+    heard = []
+
+    class Observer:
+        def __getattr__(self, name):
+            return lambda *args: heard.append((name, args))
+
+    runs = tuple(RunPlan(index=i, profile=Profile(name=f"d{i}", delay_us=1000 * (i + 1)), repeat=1) for i in range(3))
+    config = SweepConfig(sweep_id="s", runs=runs, job=JobSpec(warmup=2, steps=5), workers=2, output=tmp_path / "out")
+    testbed = SyntheticTestbed(Journal(tmp_path / "state"))
+    results = run_sweep(config, Observer(), testbed=testbed)
+    assert [r.status for r in results] == ["ok"] * 3 and testbed.finished
+    assert all(r.events == () and r.stats["steps"] == 5 for r in results)
+    stored = json.loads((tmp_path / "out" / "runs" / "r000.json").read_text())
+    assert sum(1 for e in stored["events"] if e["event"] == "step") == 2 * 7  # two workers, warm-up kept
+    finished = [args[1] for name, args in heard if name == "run_finished"]
+    assert len(finished[0].events) == 2 * 9  # the observer hears the whole record as the run ends

@@ -97,13 +97,14 @@ def test_sweep_sigkill_then_reset_leaves_nothing(clean_machine, tmp_path, moment
     assert reset(clean_machine) == []
 
 
-def test_sweep_sigterm_resets_before_exit(clean_machine, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sweep_sigterm_resets_before_exit(clean_machine, tmp_path, signum):
     controller = subprocess.Popen(
         sweep_argv(tmp_path / "results", "--latency", "5ms", "--warmup", "2", "--steps", "500"),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(lambda: sum("worker" in c for _, c in netbench_processes()) >= 2, 120, "workers")
-        controller.send_signal(signal.SIGTERM)
+        controller.send_signal(signum)
         _, err = controller.communicate(timeout=60)
     finally:
         if controller.poll() is None:

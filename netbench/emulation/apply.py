@@ -25,10 +25,11 @@ class Executor:
     iptables: Any
     engines: Any
     on_change: Callable[[ch.Change], None] | None = None
-    done: list[ch.Change] = field(default_factory=list)
+    done: list[ch.Change] = field(default_factory=list)  # of the last apply(): a sweep's executor lives long
 
     def apply(self, plan: list[ch.Change]) -> None:
         self._refuse_foreign_qdiscs(plan)
+        self.done = []
         for change in plan:
             if self.on_change:
                 self.on_change(change)

@@ -24,13 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Protocol
 
-from netbench import proc
+from netbench import interrupts, proc
 from netbench.errors import JobError
 from netbench.jobs.cluster import Task
 from netbench.journal import Journal
 
 
 ERROR_SETTLE_S = 2.0  # how long a reported error waits for a peer's exit, the likelier root cause
+LOG_CAP_BYTES = 16 * 2**20  # a task's log file is rotated at this size (see TaskLog)
+TAIL_BYTES = 64 * 1024  # log_tail reads no more than this from the end of a log
+ROTATED_MARK = "[netbench] "  # starts the line a rotated log begins with
 
 
 @dataclass(frozen=True)
@@ -66,18 +69,77 @@ class TaskProcess(Protocol):
 Spawner = Callable[[Task, Path, dict], TaskProcess]  # (task, stderr log file, extra env) -> started task
 
 
-class LocalProcess:
-    """A task in a testbed namespace on this machine, journaled while it runs."""
+class TaskLog:
+    """A task's stderr log, bounded on disk: when a write would take it past `cap` bytes, the
+    file becomes `<name>.1` (replacing an older one) and a new file starts with a line saying
+    so. A long run's chatty task (TensorFlow warns on stderr) keeps about 2 x cap bytes."""
 
-    def __init__(self, popen, journal: Journal, entry) -> None:
+    def __init__(self, path: Path, cap: int | None = None) -> None:
+        self.path, self.cap = path, cap or LOG_CAP_BYTES
+        self._fh = open(path, "ab")
+        self._size = self._fh.tell()
+
+    def write(self, chunk: bytes) -> None:
+        if self._size and self._size + len(chunk) > self.cap:
+            self._fh.close()
+            rotated = self.path.with_name(self.path.name + ".1")
+            self.path.replace(rotated)
+            self._fh = open(self.path, "wb")
+            self._size = self._fh.write(f"{ROTATED_MARK}log rotated at {self.cap} bytes; "
+                                        f"the part before is in {rotated.name}\n".encode())
+        self._size += self._fh.write(chunk)
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def copy_to_log(stream, path: Path) -> None:
+    """Copy a task's stderr `stream` into its TaskLog until the stream ends."""
+    # read1 returns what is there without waiting for more; an SSH channel's read(n) waits
+    # for n bytes, so small reads keep a remote task's log current
+    read1 = getattr(stream, "read1", None)
+    log: TaskLog | None = None
+    try:
+        log = TaskLog(path)
+    except OSError:
+        pass  # nowhere to write: the stream is drained all the same, or the task blocks on a full pipe
+    try:
+        for chunk in iter((lambda: read1(65536)) if read1 else (lambda: stream.read(4096)), b""):
+            if log is not None:
+                try:
+                    log.write(chunk)
+                except OSError:  # a full disk: stop logging, keep draining
+                    log = None
+    finally:
+        if log is not None:
+            log.close()
+
+
+class LocalProcess:
+    """A task in a testbed namespace on this machine, journaled while it runs; its stderr is
+    copied into its TaskLog."""
+
+    def __init__(self, popen, journal: Journal, entry, log: Path | None = None) -> None:
         self.popen, self.journal, self.entry = popen, journal, entry
         self.stdout = popen.stdout
+        self._log_thread = None
+        if log is not None and popen.stderr is not None:
+            self._log_thread = threading.Thread(target=copy_to_log, args=(popen.stderr, log), daemon=True)
+            self._log_thread.start()
+
+    def _log_written(self) -> None:
+        if self._log_thread is not None:
+            self._log_thread.join(timeout=2.0)  # its last stderr lines are the cause a failed run shows
 
     def wait(self) -> int:
-        return self.popen.wait()
+        code = self.popen.wait()
+        self._log_written()
+        return code
 
     def stop(self, grace: float) -> None:
         proc.stop(self.popen, grace=grace)
+        self._log_written()
         if self.entry is not None:
             self.journal.done(self.entry)
             self.entry = None
@@ -93,13 +155,12 @@ class LocalSpawner:
         self.journal = journal
 
     def __call__(self, task: Task, log: Path, env: dict) -> LocalProcess:
-        with open(log, "ab") as log_fh:
-            child_env = {"TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1",
-                         "PYTHONPATH": proc.child_pythonpath(), **env}
-            popen = proc.spawn(task.argv, netns=task.netns, env=child_env, stdout=-1, stderr=log_fh)
+        child_env = {"TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1",
+                     "PYTHONPATH": proc.child_pythonpath(), **env}
+        popen = proc.spawn(task.argv, netns=task.netns, env=child_env, stdout=-1, stderr=-1)
         entry = self.journal.record("process", pid=popen.pid, start=proc.start_time(popen.pid),
                                     netns=task.netns, role=f"{task.role}{task.index}")
-        return LocalProcess(popen, self.journal, entry)
+        return LocalProcess(popen, self.journal, entry, log)
 
 
 @dataclass
@@ -129,13 +190,21 @@ def _reader(position: int, task: Task, stream, sink: queue.Queue) -> None:
 
 
 def log_tail(path: Path | None, lines: int = 1) -> str:
-    """The last non-blank `lines` of a task's log, stripped and joined with ' | ' ('' if none)."""
+    """The last non-blank `lines` of a task's log, stripped and joined with ' | ' ('' if none);
+    reads at most TAIL_BYTES from its end."""
     if path is None:
         return ""
     try:
-        text = [l.strip() for l in path.read_text(errors="replace").splitlines() if l.strip()]
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - TAIL_BYTES))
+            data = fh.read()
     except OSError:
         return ""
+    text = data.decode("utf-8", "replace").splitlines()
+    if size > TAIL_BYTES:
+        text = text[1:]  # the first line read is likely cut
+    text = [l.strip() for l in text if l.strip() and not l.startswith(ROTATED_MARK)]
     return " | ".join(text[-lines:])
 
 
@@ -161,8 +230,9 @@ def run_job(tasks: list[Task], log_dir: Path, spawn: Spawner, timeouts: Timeouts
         status, error = "interrupted", "interrupted by the user"
         raise
     finally:
-        for item in live:
-            item.popen.stop(3.0)
+        with interrupts.held_off():  # a second signal must not leave processes running
+            for item in live:
+                item.popen.stop(3.0)
     return JobOutcome(status=status, events=tuple(events), error=error)
 
 

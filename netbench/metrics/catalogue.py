@@ -68,8 +68,8 @@ CATALOGUE: tuple[MetricDef, ...] = (
     _m("sweep", "netbench_run_info", "info", "The run in progress: run id and repetition.", "run", "repeat"),
     _m("sweep", "netbench_run_start_time_seconds", "gauge", "When the run in progress started (Unix time)."),
     _m("sweep", "netbench_run_images_per_second", "gauge",
-       "Images per second of the run in progress over its measured steps so far (global batch / mean "
-       "step time of the chief worker)."),
+       "Images per second of the run in progress over its measured steps so far (images per step of "
+       "the run's own job / mean step time of the chief worker)."),
     _m("sweep", "netbench_result_images_per_second", "gauge",
        "Images per second of the last completed run of each profile of the sweep.", "profile"),
     # the active profile, in base units
@@ -88,7 +88,8 @@ CATALOGUE: tuple[MetricDef, ...] = (
     _m("training", "netbench_steps_total", "counter", "Training steps finished, by phase and worker.",
        "phase", "worker"),
     _m("training", "netbench_samples_total", "counter",
-       "Images trained on by each worker (its per-worker batch per step), by phase.", "phase", "worker"),
+       "Images trained on by each worker (its per-worker batch per step, k batches under allreduce-accum), "
+       "by phase.", "phase", "worker"),
     _m("training", "netbench_step_duration_seconds", "histogram", "Wall time of one training step, seconds.",
        "phase", "worker"),
     _m("training", "netbench_run_warmup_end_timestamp_seconds", "gauge",

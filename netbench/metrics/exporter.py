@@ -1,9 +1,12 @@
 """Serve /metrics over HTTP from the controller, and announce it to Prometheus (file_sd).
 
 The registry is netbench's own (never prometheus_client's global one), holding one custom
-collector. While serving, a file_sd target file `<state dir>/targets/netbench-<pid>.json`
+collector. While serving, a file_sd target file `<state dir>/targets/netbench-<pid>-<start>.json`
 says where to scrape; it is written atomically (a temp name the `*.json` glob ignores, then
-rename) and removed when serving stops.
+rename) and removed when serving stops. Its name says which controller wrote it (pid and
+start time), so one a killed controller left is removed by `netbench reset` and by the next
+controller that serves. A controller that may not write there (not root) serves without
+one and says so in `warnings`.
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ import contextlib
 import ipaddress
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Iterator
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from netbench import proc
 from netbench.errors import UsageError
 from netbench.journal import state_dir as default_state_dir
 from netbench.metrics.collector import NetbenchCollector
@@ -41,6 +46,39 @@ def check_address(address: str) -> str:
 def targets_dir(state: Path | None = None) -> Path:
     """Where target files go; the shipped prometheus.yml watches <this>/*.json."""
     return (state or default_state_dir()) / "targets"
+
+
+# netbench-<pid>-<start ticks>.json; netbench-<pid>.json from older versions
+TARGET_NAME = re.compile(r"netbench-(?P<pid>\d+)(?:-(?P<start>\d+))?\.json")
+
+
+def target_name(pid: int) -> str:
+    """The target file name of controller `pid` (with its start time: a pid can be reused)."""
+    return f"netbench-{pid}-{proc.start_time(pid) or 0}.json"
+
+
+def remove_stale_targets(directory: Path) -> list[str]:
+    """Remove the target files in `directory` whose controller is gone; one line per file."""
+    try:
+        names = sorted(p.name for p in directory.iterdir())
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        match = TARGET_NAME.fullmatch(name)
+        if match is None:
+            continue
+        start = match["start"]
+        if proc.is_same_process(int(match["pid"]), int(start) if start and start != "0" else None):
+            continue
+        try:
+            (directory / name).unlink()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            continue  # not ours to remove (another user's folder): reset as root does it
+        removed.append(f"metrics target file {directory / name} (controller {match['pid']} is gone)")
+    return removed
 
 
 def target_entry(host: str, port: int, labels: dict[str, str]) -> list[dict]:
@@ -71,7 +109,8 @@ class MetricsExporter:
         self.registry = CollectorRegistry(auto_describe=True)
         self.collector = NetbenchCollector(self.state, self.network)
         self.registry.register(self.collector)
-        self.target_file = targets_dir(state_path) / f"netbench-{os.getpid()}.json"
+        self.target_file: Path | None = targets_dir(state_path) / target_name(os.getpid())
+        self.warnings: list[str] = []  # what did not work out but did not stop serving
         self._httpd = None
         self._thread = None
         self.observer = MetricsObserver(self.state, on_topology=self._set_topology)
@@ -95,8 +134,17 @@ class MetricsExporter:
             raise UsageError(f"flag --metrics-port: cannot serve metrics on {self.address}:{self.requested_port}: "
                              f"{exc.strerror or exc}", hint="choose a free port, or 0 for any free port") from None
         scrape_host = "127.0.0.1" if self.address in ("0.0.0.0", "::") else self.address
-        self.target_file.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.target_file, target_entry(scrape_host, self.port, {"job": JOB}))
+        try:
+            self.target_file.parent.mkdir(parents=True, exist_ok=True)
+            remove_stale_targets(self.target_file.parent)
+            write_atomic(self.target_file, target_entry(scrape_host, self.port, {"job": JOB}))
+        except OSError as exc:
+            # the metrics are served all the same: only Prometheus's discovery of them is lost
+            folder, self.target_file = self.target_file.parent, None
+            self.warnings.append(f"no Prometheus file_sd target file: cannot write in {folder}: "
+                                 f"{exc.strerror or exc}; scrape {self.url} directly, or set "
+                                 f"NETBENCH_STATE_DIR to a folder you may write (prometheus.yml watches "
+                                 f"its targets/*.json)")
 
     def stop(self, final_scrape_s: float = 0.0) -> None:
         """Stop serving. With `final_scrape_s`, first wait that long at most for one more scrape,
@@ -105,7 +153,8 @@ class MetricsExporter:
             seen, deadline = self.collector.scrapes, time.monotonic() + final_scrape_s
             while self.collector.scrapes == seen and time.monotonic() < deadline:
                 time.sleep(0.05)
-        self.target_file.unlink(missing_ok=True)
+        if self.target_file is not None:
+            self.target_file.unlink(missing_ok=True)
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()

@@ -83,9 +83,12 @@ class MetricsState:
         self._clock = clock
         self._lock = threading.Lock()
         self._s = Snapshot(sweep_started_at=clock())
-        self._batch = 0  # per-worker batch
-        self._global_batch = 0
-        self._chief_measured: list[float] = []
+        self._batch = 0  # images one step event of one reporting process stands for
+        self._global_batch = 0  # images one step of the run stands for (cluster.images_per_step)
+        # running sum and count of the chief's measured step times: a long run's live mean
+        # costs the same at its last step as at its first
+        self._chief_sum = 0.0
+        self._chief_count = 0
 
     def snapshot(self) -> Snapshot:
         with self._lock:
@@ -107,12 +110,17 @@ class MetricsState:
                     s.durations.setdefault(key, Histogram())
                 s.workers_up[str(index)] = 0
 
-    def run_started(self, run_id: str, repeat: int, images_per_worker_step: int | None = None) -> None:
-        """A run begins; `images_per_worker_step` when its job differs from the sweep's
-        (a playbook run) or one step covers several batches (allreduce-accum)."""
+    def run_started(self, run_id: str, repeat: int, images_per_worker_step: int | None = None,
+                    images_per_step: int | None = None) -> None:
+        """A run begins. `images_per_worker_step`: images one step event of one process stands
+        for; `images_per_step`: images one step of the whole run stands for (the run's own job
+        and workers: a playbook run's job differs from the sweep's, allreduce-accum steps span
+        k batches, ps steps one worker's batch). Either defaults to the sweep's figure."""
         with self._lock:
             if images_per_worker_step is not None:
                 self._batch = images_per_worker_step
+            if images_per_step is not None:
+                self._global_batch = images_per_step
             s = self._s
             s.state = "applying"
             s.run = {"run": run_id, "repeat": str(repeat)}
@@ -120,7 +128,7 @@ class MetricsState:
             s.run_images_per_s = None
             # warmup_ended_at is kept until this run's warm-up ends: a short run's end of warm-up
             # must stay visible for at least one scrape after the next run has started
-            self._chief_measured = []
+            self._chief_sum, self._chief_count = 0.0, 0
 
     def profile_applied(self, name: str, delay_us: int, jitter_us: int, rate_bps: int | None, loss: float) -> None:
         with self._lock:
@@ -154,13 +162,13 @@ class MetricsState:
                 return
             s.state = phase
             if phase == "measured":
-                if not self._chief_measured:
+                if not self._chief_count:
                     s.warmups_completed += 1
                     s.warmup_ended_at = self._clock()
                 if duration > 0:
-                    self._chief_measured.append(duration)
-                    mean = sum(self._chief_measured) / len(self._chief_measured)
-                    s.run_images_per_s = self._global_batch / mean
+                    self._chief_sum += duration
+                    self._chief_count += 1
+                    s.run_images_per_s = self._global_batch * self._chief_count / self._chief_sum
 
     def run_finished(self, status: str, profile: str, images_per_s: float | None) -> None:
         with self._lock:
@@ -190,10 +198,13 @@ class MetricsObserver:
                                  len(config.runs), config.workers, config.job.batch_size)
 
     def run_started(self, run) -> None:
-        from netbench.jobs.cluster import effective_accum_steps
+        from netbench.jobs.cluster import images_per_step
 
-        job = run.job or self.config.job
-        self.state.run_started(run.run_id, run.repeat, job.batch_size * effective_accum_steps(job))
+        # the run's own job and workers, through the one function the live view uses too;
+        # one process's step event: images_per_step with one worker (its batch x k; ps: a batch)
+        job, workers = run.job or self.config.job, run.workers or self.config.workers
+        self.state.run_started(run.run_id, run.repeat, images_per_worker_step=images_per_step(job, 1),
+                               images_per_step=images_per_step(job, workers))
 
     def profile_applied(self, run) -> None:
         p = run.profile

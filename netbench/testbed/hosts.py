@@ -28,7 +28,7 @@ from netbench.emulation.apply import BackendChoice
 from netbench.errors import NetbenchError, UsageError
 from netbench.inventory import Host, Inventory
 from netbench.jobs.cluster import COORDINATOR, PS, JobSpec, Task, nodes_needed, placement
-from netbench.jobs.launch import TaskLost, Timeouts, log_tail
+from netbench.jobs.launch import TaskLost, Timeouts, copy_to_log, log_tail
 from netbench.lease import DEFAULT_LEASE_S
 from netbench.testbed.remote import HostConnection, StreamingCommand
 from netbench.testbed.topology import Node, Topology
@@ -168,10 +168,7 @@ class RemoteTask:
         return f"{self.task.role}{self.task.index}"
 
     def _copy_stderr(self, log: Path) -> None:
-        with open(log, "ab") as fh:
-            for chunk in iter(lambda: self.stream.stderr.read(4096), b""):
-                fh.write(chunk)
-                fh.flush()
+        copy_to_log(self.stream.stderr, log)  # rotated at its cap, like a local task's
 
     def wait(self) -> int:
         code = self.stream.exit_status(None)

@@ -1,0 +1,110 @@
+"""A synthetic testbed (runner.Testbed) for driving whole sweeps without root or TensorFlow.
+
+Each task is a stand-in process whose stdout yields the events a real worker streams
+(netbench.jobs.worker's start, step and done events), made one line at a time as the
+controller reads them, so the stand-ins themselves hold no memory. Profiles are applied
+through a real Executor on the in-memory adapters of tests/fakes.py, journaled in a real
+Journal, as the embedded testbed does. bench/sweep_memory.py uses it too.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Iterator
+
+from netbench.emulation import changes as ch
+from netbench.emulation.apply import BackendChoice, Executor
+from netbench.jobs import worker
+from netbench.jobs.cluster import Task, nodes_needed
+from netbench.journal import Journal
+from netbench.testbed.topology import plan_topology
+from tests.fakes import make_fakes
+
+STEP_S = 0.01  # every synthetic step "takes" this long
+
+
+class SyntheticStdout:
+    """A worker's stdout: start, `warmup` + `steps` step events, done; generated as read."""
+
+    def __init__(self, task: Task, warmup: int, steps: int, batch_size: int, workers: int) -> None:
+        self._lines = self._generate(task, warmup, steps, batch_size, workers)
+
+    @staticmethod
+    def _generate(task: Task, warmup: int, steps: int, batch_size: int, workers: int) -> Iterator[bytes]:
+        def line(event: dict) -> bytes:
+            return (json.dumps(event) + "\n").encode()
+
+        yield line(worker.start_event(task.index, workers, 1000 + task.index, 0.0, "synthetic", "mlp", 669_706,
+                                      batch_size, role=task.role, model_bytes=2_678_824, input_shape=(784,)))
+        for k in range(warmup + steps):
+            start = k * STEP_S
+            phase = worker.PHASE_WARMUP if k < warmup else worker.PHASE_MEASURED
+            yield line(worker.step_event(k, phase, start, start + STEP_S, batch_size * workers, 0.5,
+                                         compute=STEP_S / 2, comm=STEP_S / 2))
+        yield line(worker.done_event((warmup + steps) * STEP_S, warmup + steps))
+
+    def readline(self) -> bytes:
+        return next(self._lines, b"")
+
+
+class SyntheticProcess:
+    """A TaskProcess that has already run: its stdout is all there is to read."""
+
+    def __init__(self, stdout: SyntheticStdout) -> None:
+        self.stdout = stdout
+        self.stopped = False
+
+    def wait(self) -> int:
+        return 0
+
+    def stop(self, grace: float) -> None:
+        self.stopped = True
+
+    def failure(self, code: int) -> str | None:
+        return None
+
+
+class SyntheticTestbed:
+    """runner.Testbed: the embedded testbed's topology and journaled changes on fake
+    adapters, and stand-in workers that report `job.warmup` + `job.steps` steps."""
+
+    kind = "synthetic"
+
+    def __init__(self, journal: Journal, backend: str = "userspace") -> None:
+        self.journal, self.backend = journal, backend
+        qdiscs, iptables, engines, self._calls = make_fakes()
+        self.fakes = (qdiscs, iptables, engines)
+        self.executor = Executor(journal=journal, qdiscs=qdiscs, iptables=iptables, engines=engines)
+        self.topology = None
+        self.config = None
+        self.finished = False
+
+    def prepare(self, config, needed: int) -> BackendChoice:
+        self.config = config
+        self.topology = plan_topology(needed, ipaddress.ip_network("10.213.0.0/24"))
+        return BackendChoice(self.backend, "synthetic testbed")
+
+    def start(self):
+        return self.topology
+
+    def nodes_for(self, job, workers: int):
+        return self.topology.nodes[:nodes_needed(job, workers)]
+
+    def apply(self, run, seed: int) -> None:
+        self.executor.apply(ch.plan_apply(run.profile, self.topology, self.backend, seed=seed))
+        for fake in self.fakes:  # the fakes log every call for tests; a long sweep needs none of it
+            fake.calls.clear()
+        self._calls.clear()
+        self.job, self.workers = run.job or self.config.job, run.workers or self.config.workers
+
+    def verify(self, run, observer):
+        return None
+
+    def spawn(self, task: Task, log, env: dict) -> SyntheticProcess:
+        return SyntheticProcess(SyntheticStdout(task, self.job.warmup, self.job.steps, self.job.batch_size,
+                                                self.workers))
+
+    def finish(self, note) -> None:
+        self.executor.apply(ch.plan_clear(self.topology))
+        self.finished = True
