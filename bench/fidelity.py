@@ -22,7 +22,7 @@ Usage (root)::
 If a netbench testbed is already up (someone else is using the machine) it
 waits for it to go (polling every 10 s, up to 10 min) and never touches it.
 Everything this script creates is journaled in a private temporary state
-directory and removed with ``netbench.reset.reset`` in ``finally`` (Ctrl-C and
+directory and removed with ``netbench.state.reset.reset`` in ``finally`` (Ctrl-C and
 SIGTERM included). Traffic goes only between the testbed's own addresses.
 Exit status: 0 all checks passed, 1 a check failed, 2 could not run.
 """
@@ -211,7 +211,7 @@ def wait_listening(proc, node, port: int, proto: str = "t", timeout: float = 10.
 
 def iperf(client, server, seconds: int, workdir: Path) -> dict[str, Any]:
     """One iperf3 TCP test client -> server; returns receiver/sender rates and retransmits."""
-    from netbench.verify import DEFAULT_MSS, FRAME_OVERHEAD_BYTES, iperf3_report
+    from netbench.experiment.verify import DEFAULT_MSS, FRAME_OVERHEAD_BYTES, iperf3_report
 
     report = iperf3_report(client, server, seconds, server_log=workdir / "iperf3-server.log")
     end = report["end"]
@@ -262,7 +262,7 @@ class Bench:
     def __init__(self, settings: Settings, backend_name: str, topology, journal, console, seed: int) -> None:
         from netbench import proc
         from netbench.emulation import changes as ch
-        from netbench.emulation.apply import real_executor
+        from netbench.emulation.executor import real_executor
 
         self.s = settings
         self.backend = backend_name
@@ -279,7 +279,7 @@ class Bench:
 
     # emulation through netbench's own plan/executor
     def apply(self, **fields: Any):
-        from netbench.profile import Profile, validate
+        from netbench.model.profile import Profile, validate
 
         profile = validate(Profile(name="fidelity", **fields), "bench")
         t = time.monotonic()
@@ -562,11 +562,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from netbench.emulation.apply import choose_backend
+    from netbench.emulation.executor import choose_backend
     from netbench.errors import NetbenchError, TestbedError
-    from netbench.journal import Journal
-    from netbench.reset import reset
-    from netbench.testbed import local
+    from netbench.state.journal import Journal
+    from netbench.state.reset import reset
+    from netbench.testbed import netns as local
 
     console = Console(width=None if sys.stdout.isatty() else 150)
     if os.geteuid() != 0:

@@ -34,12 +34,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from netbench.jobs.cluster import JobSpec  # noqa: E402
-from netbench.journal import Journal  # noqa: E402
+from netbench.model.job import JobSpec  # noqa: E402
+from netbench.state.journal import Journal  # noqa: E402
 from netbench.metrics.state import MetricsObserver, MetricsState, ObserverTee  # noqa: E402
-from netbench.plan import RunPlan  # noqa: E402
-from netbench.profile import Profile  # noqa: E402
-from netbench.runner import SweepConfig, run_sweep  # noqa: E402
+from netbench.model.design import RunPlan  # noqa: E402
+from netbench.model.profile import Profile  # noqa: E402
+from netbench.experiment.runner import SweepConfig, run_sweep  # noqa: E402
 from tests.sweep_fakes import SyntheticTestbed  # noqa: E402
 
 MIB = 2**20

@@ -15,7 +15,7 @@ NETBENCH = [sys.executable, "-m", "netbench.cli"]  # the CLI, run as a separate 
 
 
 def _netbench_netns() -> list[str]:
-    from netbench.testbed import local
+    from netbench.testbed import netns as local
 
     return local.list_netbench_netns()
 
@@ -38,8 +38,8 @@ def clean_machine(state_dir):
     """
     if os.geteuid() != 0:
         pytest.skip("needs root (creates network namespaces)")
-    from netbench.journal import Journal
-    from netbench.reset import reset
+    from netbench.state.journal import Journal
+    from netbench.state.reset import reset
 
     deadline = time.monotonic() + 180
     while _netbench_netns():

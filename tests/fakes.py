@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
-from netbench.emulation import netem
+from netbench.emulation.netlink import netem
 from netbench.emulation.changes import IPT_CHAIN, ShapeDevice
-from netbench.emulation.netem import NetemParams
+from netbench.emulation.netlink.netem import NetemParams
 from netbench.errors import EmulationError
 
 Hook = Callable[[str, str, dict], None]

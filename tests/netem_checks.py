@@ -11,9 +11,9 @@ import dataclasses
 from typing import Any
 
 from netbench.emulation import changes as ch
-from netbench.emulation.netem import ratio_to_u32
-from netbench.profile import Profile
-from netbench.testbed.topology import Topology
+from netbench.emulation.netlink.netem import ratio_to_u32
+from netbench.model.profile import Profile
+from netbench.model.topology import Topology
 
 RATIO_FIELDS = ("loss", "jitter_correlation", "loss_correlation", "ge_p", "ge_r", "ge_bad_loss", "ge_good_loss",
                 "duplicate", "duplicate_correlation", "corrupt", "corrupt_correlation", "reorder",

@@ -13,7 +13,7 @@ import os
 import threading
 from typing import Callable
 
-from netbench.testbed.remote import CommandResult
+from netbench.remote.ssh import CommandResult
 
 Responder = CommandResult | Callable[[str, str | None], CommandResult]
 

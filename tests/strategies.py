@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from netbench import units
-from netbench.profile import DISTRIBUTIONS, MAX_DELAY_US, MAX_JITTER_US, Profile
+from netbench.model.profile import DISTRIBUTIONS, MAX_DELAY_US, MAX_JITTER_US, Profile
 
 exact_durations = st.one_of(st.integers(0, 999_999), st.integers(0, MAX_DELAY_US // 10).map(lambda k: k * 10))
 exact_rates = st.builds(lambda m, e: m * 10**e, st.integers(8, 999_999), st.integers(3, 5)).filter(

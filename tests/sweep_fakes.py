@@ -14,11 +14,11 @@ import json
 from typing import Iterator
 
 from netbench.emulation import changes as ch
-from netbench.emulation.apply import BackendChoice, Executor
+from netbench.emulation.executor import BackendChoice, Executor
 from netbench.jobs import worker
-from netbench.jobs.cluster import Task, nodes_needed
-from netbench.journal import Journal
-from netbench.testbed.topology import plan_topology
+from netbench.model.job import Task, nodes_needed
+from netbench.state.journal import Journal
+from netbench.model.topology import plan_topology
 from tests.fakes import make_fakes
 
 STEP_S = 0.01  # every synthetic step "takes" this long

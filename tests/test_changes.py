@@ -9,12 +9,12 @@ import pytest
 from tests.fakes import FakeEngines, FakeIptables, FakeQdiscs, make_fakes
 
 from netbench.emulation import changes as ch
-from netbench.emulation.apply import BackendChoice, Executor, choose_backend, read_emulation, recorded_distributions
-from netbench.emulation.netem import NETEM_RATE32_MAX_BPS
+from netbench.emulation.executor import BackendChoice, Executor, choose_backend, read_emulation, recorded_distributions
+from netbench.emulation.netlink.netem import NETEM_RATE32_MAX_BPS
 from netbench.errors import BackendUnavailable, EmulationError, StateError, UsageError
-from netbench.journal import Journal
-from netbench.profile import MAX_LIMIT_PACKETS, Profile
-from netbench.testbed.topology import plan_topology
+from netbench.state.journal import Journal
+from netbench.model.profile import MAX_LIMIT_PACKETS, Profile
+from netbench.model.topology import plan_topology
 
 TOPO = plan_topology(2, ipaddress.ip_network("10.213.0.0/24"))
 FULL = Profile(name="full", delay_us=10_000, jitter_us=1_000, loss=0.01, rate_bps=250_000_000)

@@ -12,10 +12,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from netbench import cli
+from netbench.cli import app as cli
 from netbench.emulation import changes as ch
-from netbench.profile import Profile
-from netbench.testbed import topology
+from netbench.model.profile import Profile
+from netbench.model import topology
 
 
 def _touches_the_testbed(*args, **kwargs):
@@ -24,7 +24,7 @@ def _touches_the_testbed(*args, **kwargs):
 
 @pytest.fixture(autouse=True)
 def not_root(monkeypatch, tmp_path):
-    from netbench.testbed import local
+    from netbench.testbed import netns as local
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     for name in ("discover", "up", "down"):  # belt and braces: never reach the real network
@@ -91,7 +91,7 @@ def test_profile_check_good(tmp_path):
 def expected_error(path):
     """The ProfileError that loading `path` raises, as the library words it."""
     from netbench.errors import ProfileError
-    from netbench.profile import load_profile
+    from netbench.model.profile import load_profile
 
     with pytest.raises(ProfileError) as info:
         load_profile(path)
@@ -302,11 +302,12 @@ def test_sweep_view_prints_worker_errors_and_names_as_written(monkeypatch, tmp_p
 
     from rich.console import Console
 
-    from netbench import console, ui
-    from netbench.jobs.cluster import JobSpec
-    from netbench.plan import RunPlan
-    from netbench.results import RunResult
-    from netbench.runner import SweepConfig
+    from netbench import console
+    from netbench.cli import render as ui
+    from netbench.model.job import JobSpec
+    from netbench.model.design import RunPlan
+    from netbench.experiment.store import RunResult
+    from netbench.experiment.runner import SweepConfig
 
     out = io.StringIO()
     monkeypatch.setattr(console, "out", Console(file=out, width=300, highlight=False, soft_wrap=True))
@@ -357,8 +358,8 @@ def test_sweep_into_an_empty_folder_is_fine(tmp_path):
 
 def test_reset_refuses_while_another_command_holds_the_lock(tmp_path, monkeypatch):
     """A reset beside a running sweep or apply would undo changes it is still making."""
-    from netbench import reset as reset_module
-    from netbench.journal import Lock
+    from netbench.state import reset as reset_module
+    from netbench.state.journal import Lock
 
     calls = []
     monkeypatch.setattr(cli, "require_root", lambda: None)
@@ -372,7 +373,7 @@ def test_reset_refuses_while_another_command_holds_the_lock(tmp_path, monkeypatc
 
 
 def test_reset_prints_warnings_on_stderr(monkeypatch):
-    from netbench import reset as reset_module
+    from netbench.state import reset as reset_module
 
     def reset_with_a_warning(journal, warn):
         warn("journal line 3: not valid JSON; skipped")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from netbench.cli import main
+from netbench.cli.app import main
 
 
 def invoke(*args):

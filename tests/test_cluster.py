@@ -1,4 +1,4 @@
-"""netbench.jobs.cluster: placement of roles on nodes, TF_CONFIG, ports and argv (pure)."""
+"""netbench.model.job: placement of roles on nodes, TF_CONFIG, ports and argv (pure)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from netbench.jobs.cluster import (JobSpec, check_job, describe_plan, images_per_step, nodes_needed, plan_job,
+from netbench.model.job import (JobSpec, check_job, describe_plan, images_per_step, nodes_needed, plan_job,
                                    worker_argv)
-from netbench.testbed.topology import plan_topology
+from netbench.model.topology import plan_topology
 
 NODES = plan_topology(8, ipaddress.ip_network("10.213.7.0/24")).nodes
 

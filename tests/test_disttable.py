@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from netbench.emulation import disttable
+from netbench.emulation.netlink import disttable
 
 IPROUTE2_DIRS = (Path("/usr/lib/x86_64-linux-gnu/tc"), Path("/usr/lib/tc"), Path("/usr/share/tc"),
                  Path("/usr/lib64/tc"))

@@ -16,9 +16,9 @@ import pytest
 from pyroute2 import netns as pnetns
 from rich.console import Console
 
-from netbench import doctor
-from netbench.doctor import Check, Outcome
-from netbench.emulation.apply import choose_backend
+from netbench.experiment import doctor
+from netbench.experiment.doctor import Check, Outcome
+from netbench.emulation.executor import choose_backend
 from tests.conftest import ROOT
 
 USERSPACE_PIECES = {"tbf", "iptables", "NFQUEUE", "physdev", "bridge netfilter"}

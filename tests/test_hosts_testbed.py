@@ -18,16 +18,16 @@ import pytest
 from click.testing import CliRunner
 from tests.remote_fakes import FakeHost, FakeStream, ok_json, task_stream
 
-from netbench.cli import main
+from netbench.cli.app import main
 from netbench.errors import BackendUnavailable, UsageError
-from netbench.inventory import inventory_from_mapping
-from netbench.jobs.cluster import JobSpec, plan_job
+from netbench.remote.inventory import inventory_from_mapping
+from netbench.model.job import JobSpec, plan_job
 from netbench.jobs.launch import Timeouts, run_job
-from netbench.journal import Journal
-from netbench.plan import RunPlan
-from netbench.profile import Profile
-from netbench.remote_node import run_task
-from netbench.runner import SweepConfig, run_sweep
+from netbench.state.journal import Journal
+from netbench.model.design import RunPlan
+from netbench.model.profile import Profile
+from netbench.remote.agent import run_task
+from netbench.experiment.runner import SweepConfig, run_sweep
 from netbench.testbed.hosts import HostsTestbed, host_node, place_hosts, task_command
 
 INV = inventory_from_mapping({
@@ -54,7 +54,7 @@ def fake_hosts(streams: dict[str, object] | None = None) -> list[FakeHost]:
     for name in ("a", "b"):
         host = FakeHost(name, [(" info ", ok_json(info())), (" apply ", ok_json({"applied": []})),
                                (" reset ", ok_json({"removed": ["qdisc 4e42: on nbhost-1/eth1"]})),
-                               ("netbench.lease renew", ok_json({}))])
+                               ("netbench.state.lease renew", ok_json({}))])
         make = (streams or {}).get(name) or (lambda command, n=len(hosts): task_stream(100 + n, *steps()))
         host.streams = [(" task ", make)]
         hosts.append(host)
@@ -304,7 +304,7 @@ def test_a_host_reset_stops_a_task_process_its_journal_records(tmp_path):
     """After a controller crash, `netbench node reset` (or an expired lease) stops the job
     processes `node task` journaled, as it removes the shaping."""
     from netbench import proc
-    from netbench.remote_node import reset_host
+    from netbench.remote.agent import reset_host
 
     journal = Journal(tmp_path / "state")
     child = proc.spawn([sys.executable, "-c", "import time; time.sleep(60)"], die_with_parent=False)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from netbench.inventory import InventoryError, inventory_from_mapping, load_inventory
+from netbench.remote.inventory import InventoryError, inventory_from_mapping, load_inventory
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "playbooks" / "inventory" / "example.yaml"
@@ -68,7 +68,7 @@ def test_broken_yaml_and_missing_file(tmp_path):
 def test_cli_reports_a_bad_inventory_in_one_line(tmp_path):
     from click.testing import CliRunner
 
-    from netbench.cli import main
+    from netbench.cli.app import main
 
     path = tmp_path / "inv.yaml"
     path.write_text("hosts:\n  a: {ssh: x, interface: eth1, port: zero}\n")
@@ -78,7 +78,7 @@ def test_cli_reports_a_bad_inventory_in_one_line(tmp_path):
 
 
 def test_ssh_config_beats_inventory_defaults_but_not_a_hosts_own_keys():
-    from netbench.testbed.remote import ssh_settings
+    from netbench.remote.ssh import ssh_settings
 
     inv = inventory_from_mapping({"defaults": {"interface": "eth1", "user": "root", "port": 2200, "key": "/k/default"},
                                   "hosts": {"alias": {"ssh": "alias"},

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from netbench.jobs import analysis
-from netbench.jobs import data as datasets
-from netbench.jobs.cluster import JobSpec
-from netbench.jobs.models import check_input, format_input_shape, parse_input_shape
-from netbench.jobs.ps import task_of
+from netbench.jobs.harness import data as datasets
+from netbench.model.job import JobSpec
+from netbench.jobs.harness.models import check_input, format_input_shape, parse_input_shape
+from netbench.jobs.harness.ps import task_of
 
 
 def step(worker, number, duration, phase="measured", role="worker", compute=None, comm=None, executor=None):

@@ -1,4 +1,4 @@
-"""netbench.journal: the write-ahead journal and the controller lock."""
+"""netbench.state.journal: the write-ahead journal and the controller lock."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from netbench import journal as jr
+from netbench.state import journal as jr
 from netbench.errors import StateError
-from netbench.journal import Journal, Lock
+from netbench.state.journal import Journal, Lock
 
 
 @pytest.fixture

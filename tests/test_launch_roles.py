@@ -9,9 +9,9 @@ import os
 import sys
 import time
 
-from netbench.jobs.cluster import Task
+from netbench.model.job import Task
 from netbench.jobs.launch import LocalSpawner, Timeouts, run_job
-from netbench.journal import Journal
+from netbench.state.journal import Journal
 
 SERVER = ("import json, os, time; print(json.dumps({'event': 'start', 'pid': os.getpid()}), flush=True); "
           "time.sleep({life})")

@@ -1,4 +1,4 @@
-"""netbench.measure: step statistics and throughput."""
+"""netbench.stats: step statistics and throughput."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from netbench import measure
+from netbench import stats as measure
 
 
 @pytest.mark.parametrize("values, q, expected", [

@@ -18,15 +18,15 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from netbench.cli import main
+from netbench.cli.app import main
 from netbench.errors import UsageError
 from netbench.metrics import catalogue
 from netbench.metrics.collector import NetbenchCollector
 from netbench.metrics.exporter import MetricsExporter, check_address, target_entry
 from netbench.metrics.network import NetworkReader
 from netbench.metrics.state import MetricsObserver, MetricsState, ObserverTee
-from netbench.profile import Profile
-from netbench.testbed.topology import plan_topology
+from netbench.model.profile import Profile
+from netbench.model.topology import plan_topology
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUNDED_LABELS = {"version", "python", "sweep", "backend", "model", "strategy", "state", "status", "run",
@@ -291,7 +291,7 @@ def test_observer_feeds_state_and_tee_passes_calls_on():
 
 def test_samples_follow_the_runs_own_job_and_accumulation():
     """A playbook run carries its own job; under allreduce-accum one step is k batches."""
-    from netbench.jobs.cluster import JobSpec
+    from netbench.model.job import JobSpec
 
     state = MetricsState(clock=Clock())
     observer = MetricsObserver(state)
@@ -422,8 +422,8 @@ def test_stop_waits_for_one_more_scrape_only_when_something_scrapes(tmp_path):
 def test_live_images_per_second_follows_each_runs_own_job(job, workers):
     """A playbook run's live images/s comes from its own job, through the function the
     terminal view uses (cluster.images_per_step), not from the sweep's batch x workers."""
-    from netbench.jobs.cluster import JobSpec, images_per_step
-    from netbench.ui import SweepView
+    from netbench.model.job import JobSpec, images_per_step
+    from netbench.cli.render import SweepView
 
     state = MetricsState(clock=Clock())
     observer = MetricsObserver(state)
@@ -520,8 +520,8 @@ def test_target_files_of_gone_controllers_are_removed_and_live_ones_kept(tmp_pat
 
 
 def test_reset_removes_the_target_file_a_killed_controller_left(tmp_path, monkeypatch):
-    from netbench import reset as reset_module
-    from netbench.journal import Journal
+    from netbench.state import reset as reset_module
+    from netbench.state.journal import Journal
 
     monkeypatch.setattr(reset_module.local, "list_netbench_netns", lambda: [])  # never touch real namespaces
     (tmp_path / "targets").mkdir()
@@ -545,12 +545,13 @@ def test_a_new_controller_sweeps_up_target_files_of_killed_ones(tmp_path):
 
 
 def test_the_sweep_view_shows_the_exporters_warning(tmp_path, monkeypatch, capsys):
-    from netbench import cli, runner
+    from netbench.cli import app as cli
+    from netbench.experiment import runner
 
     (tmp_path / "state").write_text("")  # a state dir this controller cannot use
     monkeypatch.setenv("NETBENCH_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setattr(runner, "run_sweep", lambda config, observer, testbed=None: [])
-    from netbench.jobs.cluster import JobSpec
+    from netbench.model.job import JobSpec
 
     config = runner.SweepConfig(sweep_id="s", runs=(), job=JobSpec(), workers=2, output=tmp_path / "out")
     assert cli._run_with_view(config, 0, None) == []

@@ -8,10 +8,10 @@ import time
 import pytest
 
 from netbench.emulation import changes as ch
-from netbench.emulation.apply import real_executor
+from netbench.emulation.executor import real_executor
 from netbench.metrics.network import NetworkReader
-from netbench.profile import Profile
-from netbench.testbed import local
+from netbench.model.profile import Profile
+from netbench.testbed import netns as local
 
 pytestmark = [pytest.mark.root]
 

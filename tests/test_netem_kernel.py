@@ -22,11 +22,11 @@ from tests.strategies import valid_profiles
 from netbench import units
 from netbench.emulation import changes as ch
 from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs, probe_netem
-from netbench.emulation.apply import real_executor, read_emulation, recorded_distributions
-from netbench.journal import Journal
-from netbench.profile import Profile, profile_from_mapping
-from netbench.reset import reset
-from netbench.testbed import local
+from netbench.emulation.executor import real_executor, read_emulation, recorded_distributions
+from netbench.state.journal import Journal
+from netbench.model.profile import Profile, profile_from_mapping
+from netbench.state.reset import reset
+from netbench.testbed import netns as local
 
 pytestmark = [pytest.mark.root, pytest.mark.netem]
 

@@ -15,11 +15,11 @@ from tests.netem_checks import kernel_view
 from tests.strategies import valid_profiles
 
 from netbench.emulation import changes as ch
-from netbench.emulation.apply import Executor, read_emulation, recorded_distributions
-from netbench.emulation.netem import NetemParams, options
-from netbench.journal import Journal
-from netbench.profile import Profile, profile_from_mapping
-from netbench.testbed.topology import plan_topology
+from netbench.emulation.executor import Executor, read_emulation, recorded_distributions
+from netbench.emulation.netlink.netem import NetemParams, options
+from netbench.state.journal import Journal
+from netbench.model.profile import Profile, profile_from_mapping
+from netbench.model.topology import plan_topology
 
 TOPO = plan_topology(2, ipaddress.ip_network("10.213.0.0/24"))
 
@@ -81,7 +81,7 @@ plain = tcmsg()
 plain["attrs"] = [["TCA_KIND", "netem"], ["TCA_OPTIONS", sched_netem.get_parameters({"delay": 1000})]]
 plain.encode()
 
-from netbench.emulation import netem
+from netbench.emulation.netlink import netem
 msg = netem.netem_tcmsg()
 msg["attrs"] = [["TCA_KIND", "netem"], ["TCA_OPTIONS", netem.options(netem.NetemParams(delay_us=10_000,
                  jitter_us=2_000, distribution="normal"))]]

@@ -1,4 +1,4 @@
-"""netbench.plan: sweep levels -> ordered runs."""
+"""netbench.model.design: sweep levels -> ordered runs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from netbench.errors import ProfileError
-from netbench.plan import RunPlan, SweepLevels, plan_sweep, profile_name
-from netbench.profile import Profile
+from netbench.model.design import RunPlan, SweepLevels, plan_sweep, profile_name
+from netbench.model.profile import Profile
 
 BASE = Profile(name="base")
 

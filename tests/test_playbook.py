@@ -1,4 +1,4 @@
-"""netbench.playbook: loading, validation, factorial expansion, seeded order, resume selection."""
+"""netbench.model.playbook: loading, validation, factorial expansion, seeded order, resume selection."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from netbench import cli
-from netbench import playbook as pb
-from netbench.jobs.cluster import JobSpec
-from netbench.playbook import PlaybookError, expand, load_playbook, pending, playbook_from_mapping
+from netbench.cli import app as cli
+from netbench.model import playbook as pb
+from netbench.model.job import JobSpec
+from netbench.model.playbook import PlaybookError, expand, load_playbook, pending, playbook_from_mapping
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "playbooks").glob("*.yaml"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from netbench.testbed import local
+from netbench.testbed import netns as local
 from tests.conftest import NETBENCH, ROOT, netbench_processes
 
 pytestmark = [pytest.mark.root, pytest.mark.tf]

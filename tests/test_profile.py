@@ -1,4 +1,4 @@
-"""netbench.profile: loading, validation, flags, levels, and the YAML round trip."""
+"""netbench.model.profile: loading, validation, flags, levels, and the YAML round trip."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from netbench import units
 from netbench.errors import ProfileError, UsageError
 from tests.strategies import valid_profiles
-from netbench.profile import (MAX_DELAY_US, Profile, load_profile, parse_levels, profile_from_flags,
+from netbench.model.profile import (MAX_DELAY_US, Profile, load_profile, parse_levels, profile_from_flags,
                               profile_from_mapping)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from netbench.profile import load_profile
+from netbench.model.profile import load_profile
 
 PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 SHIPPED = sorted(PROFILES.rglob("*.yaml"))

@@ -13,18 +13,19 @@ import pytest
 from click.testing import CliRunner
 from tests.remote_fakes import FakeHost, failed, ok_json
 
-from netbench import lease, remote
-from netbench.cli import main
+from netbench.state import lease
+from netbench.remote import controller as remote
+from netbench.cli.app import main
 from netbench.emulation import changes as ch
 from netbench.emulation import wire
 from netbench.errors import BackendUnavailable, EmulationError, UsageError
-from netbench.inventory import inventory_from_mapping
-from netbench.profile import Profile
-from netbench.journal import Journal
-from netbench.remote_node import (HOST_NETNS, LinkInfo, apply_plan, bind_plan, guard_control_path, ssh_endpoints,
+from netbench.remote.inventory import inventory_from_mapping
+from netbench.model.profile import Profile
+from netbench.state.journal import Journal
+from netbench.remote.agent import (HOST_NETNS, LinkInfo, apply_plan, bind_plan, guard_control_path, ssh_endpoints,
                                   stacked_devices, touched_interfaces)
-from netbench.testbed.remote import CommandResult
-from netbench.testbed.topology import plan_topology
+from netbench.remote.ssh import CommandResult
+from netbench.model.topology import plan_topology
 
 INV = inventory_from_mapping({
     "defaults": {"interface": "eth1", "venv": "/opt/nb"},
@@ -118,7 +119,7 @@ def test_control_path_guard():
     guard_control_path(plan, {"eth1"}, force=True)
     assert ssh_endpoints({"SSH_CONNECTION": "10.0.0.9 50000 10.0.0.1 22"}) == ("10.0.0.9", "10.0.0.1")
     assert ssh_endpoints({}) is None
-    from netbench.remote_node import _plain_address
+    from netbench.remote.agent import _plain_address
 
     assert [_plain_address(a) for a in ("fe80::1%eth0", "::ffff:10.0.0.1", "10.0.0.1")] == \
         ["fe80::1", "10.0.0.1", "10.0.0.1"]
@@ -154,14 +155,14 @@ def test_devices_stacked_with_the_ssh_interface_are_protected(ssh_on, protected)
 
 
 def test_node_passes_the_given_ssh_connection_to_apply_and_info(monkeypatch, tmp_path):
-    import netbench.cli
-    import netbench.remote_node
+    import netbench.cli.app
+    import netbench.remote.agent
 
     seen = []
-    monkeypatch.setattr(netbench.cli, "require_root", lambda: None)
-    monkeypatch.setattr(netbench.remote_node, "apply_plan",
+    monkeypatch.setattr(netbench.cli.app, "require_root", lambda: None)
+    monkeypatch.setattr(netbench.remote.agent, "apply_plan",
                         lambda plan, journal, **kw: seen.append(("apply", kw["environ"])) or {})
-    monkeypatch.setattr(netbench.remote_node, "host_info",
+    monkeypatch.setattr(netbench.remote.agent, "host_info",
                         lambda interface, probe, environ: seen.append(("info", environ)) or {})
     plan = wire.plan_to_json([ch.ClearQdisc("a", HOST_NETNS, "eth1")])
     base = ["node", "--state-dir", str(tmp_path)]
@@ -252,7 +253,7 @@ def test_renewal_runs_in_its_own_process_and_refuses_another_holders_lease(tmp_p
     _age_lease(tmp_path, 20)
 
     def renew(holder):
-        return subprocess.run([sys.executable, "-m", "netbench.lease", "renew", str(tmp_path), holder],
+        return subprocess.run([sys.executable, "-m", "netbench.state.lease", "renew", str(tmp_path), holder],
                               capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
 
     done = renew("c1")
@@ -285,8 +286,8 @@ def test_the_watcher_does_not_revert_a_lease_renewed_while_it_waited_for_the_loc
     lease; once it has the lock, the watcher looks again and goes on watching."""
     import threading
 
-    from netbench import remote_node
-    from netbench.journal import Journal, Lock
+    from netbench.remote import agent as remote_node
+    from netbench.state.journal import Journal, Lock
 
     journal = Journal(tmp_path)
     lease.write(tmp_path, 1, holder="c1")
@@ -314,14 +315,14 @@ def test_the_watcher_does_not_revert_a_lease_renewed_while_it_waited_for_the_loc
 
 
 def test_lease_keeper_reports_a_host_whose_lease_is_gone_or_taken_over():
-    a = FakeHost("a", [("netbench.lease renew", CommandResult(0, "", ""))])
-    b = FakeHost("b", [("netbench.lease renew", CommandResult(lease.GONE, "", ""))])
+    a = FakeHost("a", [("netbench.state.lease renew", CommandResult(0, "", ""))])
+    b = FakeHost("b", [("netbench.state.lease renew", CommandResult(lease.GONE, "", ""))])
     keeper = remote.LeaseKeeper(INV, [a, b], seconds=3, holder="me@ctl:1:ab")
     keeper.renew_once()
     assert keeper.lost == {"b": "its lease had expired and it reverted its shaping"}
-    assert a.commands[0][0] == "/opt/nb/bin/python -m netbench.lease renew /run/netbench me@ctl:1:ab"
-    assert b.commands[0][0] == "sudo -n /opt/nb/bin/python -m netbench.lease renew '/var/lib/nb state' me@ctl:1:ab"
-    c = FakeHost("a", [("netbench.lease renew", CommandResult(lease.TAKEN, "held by them@other:2:cd\n", ""))])
+    assert a.commands[0][0] == "/opt/nb/bin/python -m netbench.state.lease renew /run/netbench me@ctl:1:ab"
+    assert b.commands[0][0] == "sudo -n /opt/nb/bin/python -m netbench.state.lease renew '/var/lib/nb state' me@ctl:1:ab"
+    c = FakeHost("a", [("netbench.state.lease renew", CommandResult(lease.TAKEN, "held by them@other:2:cd\n", ""))])
     keeper = remote.LeaseKeeper(INV, [c], seconds=3, holder="me@ctl:1:ab")
     keeper.renew_once()
     assert keeper.lost == {"a": "another controller took it over (held by them@other:2:cd)"}
@@ -339,9 +340,9 @@ def test_one_stalled_or_broken_host_does_not_stop_renewals_for_the_others():
     def broken(command, input):
         raise RuntimeError("paramiko: SSHException leaked")
 
-    stalled = FakeHost("a", [("netbench.lease renew", stall)])
-    crashing = FakeHost("b", [("netbench.lease renew", broken)])
-    healthy = FakeHost("c", [("netbench.lease renew", CommandResult(0, "", ""))])
+    stalled = FakeHost("a", [("netbench.state.lease renew", stall)])
+    crashing = FakeHost("b", [("netbench.state.lease renew", broken)])
+    healthy = FakeHost("c", [("netbench.state.lease renew", CommandResult(0, "", ""))])
     inv = inventory_from_mapping({"defaults": {"interface": "eth1"},
                                   "hosts": {n: {"ssh": n} for n in ("a", "b", "c")}}, "inv.yaml")
     keeper = remote.LeaseKeeper(inv, [stalled, crashing, healthy], seconds=0.6, holder="me")
@@ -363,7 +364,7 @@ def test_one_stalled_or_broken_host_does_not_stop_renewals_for_the_others():
 def test_fabric_sessions_bound_channel_opens_and_send_keepalives():
     from types import SimpleNamespace
 
-    from netbench.testbed import remote as transport_mod
+    from netbench.remote import ssh as transport_mod
 
     calls = []
     transport = SimpleNamespace(channel_timeout=3600, set_keepalive=lambda s: calls.append(s))
@@ -448,9 +449,9 @@ class _FailingExecutor:
 def _host_apply(tmp_path, monkeypatch, executor=None, **kwargs):
     """`apply_plan` on a journal in tmp_path with the kernel left out: returns the journal,
     the plans the executor got, and a function that applies (keywords override)."""
-    from netbench import remote_node
-    from netbench.emulation import apply as apply_mod
-    from netbench.journal import Journal
+    from netbench.remote import agent as remote_node
+    from netbench.emulation import executor as apply_mod
+    from netbench.state.journal import Journal
 
     journal = Journal(tmp_path)
     applied = []
@@ -478,7 +479,7 @@ def test_a_host_whose_apply_fails_undoes_its_own_changes(tmp_path, monkeypatch):
 
 
 def test_a_failed_undo_does_not_hide_the_apply_error(tmp_path, monkeypatch):
-    from netbench import remote_node
+    from netbench.remote import agent as remote_node
     from netbench.errors import StateError
 
     _, _, apply = _host_apply(tmp_path, monkeypatch, executor=_FailingExecutor, lease_s=30, holder="c1")
@@ -605,10 +606,10 @@ def _provision_host(name: str, stat: str = "1000 700 directory\n1000\n") -> Fake
 
 
 def _provision(monkeypatch, tmp_path, hosts, pip_args="--no-index --find-links '/srv/my wheels'"):
-    import netbench.remote_cli
+    import netbench.cli.remote
 
     opened = []
-    monkeypatch.setattr(netbench.remote_cli, "_open",
+    monkeypatch.setattr(netbench.cli.remote, "_open",
                         lambda path, insecure: opened.append(path) or (PROVISION_INV, hosts))
     wheel = tmp_path / "netbench-0.1.0-py3-none-any.whl"
     wheel.write_bytes(b"")
@@ -664,7 +665,7 @@ def test_provision_refuses_unparsable_pip_args_before_contacting_any_host(monkey
 def test_every_proxyjump_hop_checks_host_keys_like_the_host(tmp_path):
     from paramiko import AutoAddPolicy, RejectPolicy
 
-    from netbench.testbed.remote import FabricHost
+    from netbench.remote.ssh import FabricHost
 
     (tmp_path / "ssh_config").write_text("Host target\n  HostName 10.0.0.5\n  ProxyJump jump1,jump2\n"
                                          "Host jump1\n  HostName 10.0.0.6\n")
@@ -725,11 +726,11 @@ def test_node_answers_of_the_wrong_shape_are_a_clear_error_naming_the_host(comma
 
 
 def test_a_wrong_answer_fails_the_command_line_with_one_line_not_a_traceback(monkeypatch):
-    import netbench.remote_cli
+    import netbench.cli.remote
 
     hosts = [FakeHost("a", [(" show ", ok_json({"nodes": [], "lease": "held"}))]),
              FakeHost("b", [(" show ", ok_json({"nodes": [], "lease": {"held": False}}))])]
-    monkeypatch.setattr(netbench.remote_cli, "_open", lambda path, insecure: (INV, hosts))
+    monkeypatch.setattr(netbench.cli.remote, "_open", lambda path, insecure: (INV, hosts))
     result = CliRunner().invoke(main, ["show", "--inventory", "inv.yaml"])
     assert result.exit_code == 1 and result.exception is None or isinstance(result.exception, SystemExit)
     assert "host a: 'netbench node show' answered JSON of the wrong shape: 'lease' is not a lease object" \
@@ -739,7 +740,7 @@ def test_a_wrong_answer_fails_the_command_line_with_one_line_not_a_traceback(mon
 
 
 def test_host_answers_with_brackets_are_printed_as_written(monkeypatch):
-    from netbench import remote_cli
+    from netbench.cli import remote as remote_cli
 
     removed = ["tbf qdisc [/] on eth1", "process [bold]1234[/bold]"]
     hosts = [FakeHost("a", [(" reset ", ok_json({"removed": removed}))]),
@@ -752,7 +753,7 @@ def test_host_answers_with_brackets_are_printed_as_written(monkeypatch):
 
 
 def test_host_show_with_brackets_is_printed_as_written(monkeypatch):
-    from netbench import remote_cli
+    from netbench.cli import remote as remote_cli
 
     row = {"node": "a", "backend": "netem", "qdisc": {"drops": 0}, "engine": None,
            "profile": {"name": "x", "delay": "[/]", "peers": ["[red]n2"]}}

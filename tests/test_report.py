@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from netbench import cli, report
+from netbench import report
+from netbench.cli import app as cli
 from netbench.report import Observation, axis_scale, baseline_slice, group_observations, scaling_efficiency, t_interval
 
 

@@ -1,4 +1,4 @@
-"""netbench.reset and netbench.proc on this machine's own processes (no root, no namespaces).
+"""netbench.state.reset and netbench.proc on this machine's own processes (no root, no namespaces).
 
 Every test hides /run/netns from reset (an empty listing): the machine's real namespaces,
 someone else's testbed among them, are never swept from a pure test.
@@ -13,8 +13,8 @@ import pytest
 from pyroute2 import netns as pnetns
 
 from netbench import proc
-from netbench.journal import Journal
-from netbench.reset import reset
+from netbench.state.journal import Journal
+from netbench.state.reset import reset
 
 
 @pytest.fixture
@@ -90,8 +90,8 @@ def test_host_namespace_references_are_recognised(tmp_path, monkeypatch):
 
 
 def test_scratch_namespaces_are_stale_only_once_their_maker_is_gone(monkeypatch, sleeper):
-    from netbench.testbed import local
-    from netbench.testbed import topology as topo
+    from netbench.testbed import netns as local
+    from netbench.model import topology as topo
 
     gone = subprocess.Popen(["sleep", "60"])
     gone_start = proc.start_time(gone.pid)

@@ -15,9 +15,9 @@ import pytest
 
 from netbench.errors import UsageError
 from netbench.jobs import resources
-from netbench.jobs.cluster import JobSpec, worker_argv
+from netbench.model.job import JobSpec, worker_argv
 from netbench.jobs.resources import Sample, Sampler, Usage, summarise, totals
-from netbench.results import CSV_COLUMNS, ResultStore, RunResult
+from netbench.experiment.store import CSV_COLUMNS, ResultStore, RunResult
 
 STAT = ("4242 (python3 -m net) S 1 4242 4242 0 -1 4194560 52086 0 0 0 "
         "1234 567 0 0 20 0 31 0 99999 3179667456 123456 18446744073709551615 1 1 0 0 0 0 0 4096 0 0 0 0 17 1 0 0 0 0 0")

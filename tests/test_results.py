@@ -1,4 +1,4 @@
-"""netbench.results (CSV rows, the results folder) and runner.make_result."""
+"""netbench.experiment.store (CSV rows, the results folder) and runner.make_result."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from netbench.jobs.cluster import JobSpec
+from netbench.model.job import JobSpec
 from netbench.jobs.launch import JobOutcome
-from netbench.plan import RunPlan
-from netbench.profile import Profile
-from netbench.results import CSV_COLUMNS, SCHEMA_VERSION, ResultStore, RunResult, write_json
-from netbench.runner import SweepConfig, make_result
+from netbench.model.design import RunPlan
+from netbench.model.profile import Profile
+from netbench.experiment.store import CSV_COLUMNS, SCHEMA_VERSION, ResultStore, RunResult, write_json
+from netbench.experiment.runner import SweepConfig, make_result
 
 PROFILE = Profile(name="wan", delay_us=10_000, jitter_us=1_500, loss=0.01, rate_bps=250_000_000)
 STATS = {"steps": 30, "mean_s": 0.1234567891, "median_s": 0.12, "p90_s": 0.15, "stderr_s": 0.001,
@@ -144,7 +144,7 @@ def test_make_result_uses_only_the_chief_for_stats():
 
 
 def test_a_new_or_empty_folder_starts_at_run_zero(tmp_path):
-    from netbench.results import first_run_index
+    from netbench.experiment.store import first_run_index
 
     assert first_run_index(tmp_path / "new", append=False) == 0
     (tmp_path / "empty").mkdir()
@@ -152,7 +152,7 @@ def test_a_new_or_empty_folder_starts_at_run_zero(tmp_path):
 
 
 def test_a_folder_with_results_is_refused_unless_appending(tmp_path):
-    from netbench.results import ResultsError, first_run_index
+    from netbench.experiment.store import ResultsError, first_run_index
 
     store = ResultStore(tmp_path)
     store.create()
@@ -165,7 +165,7 @@ def test_a_folder_with_results_is_refused_unless_appending(tmp_path):
 
 
 def test_any_file_makes_a_folder_non_empty(tmp_path):
-    from netbench.results import ResultsError, first_run_index
+    from netbench.experiment.store import ResultsError, first_run_index
 
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ResultsError):
@@ -178,8 +178,8 @@ def test_the_runner_keeps_summaries_of_stored_runs_not_their_events(tmp_path):
     keeps only each run's summary (the returned records have no events)."""
     from tests.sweep_fakes import SyntheticTestbed
 
-    from netbench.journal import Journal
-    from netbench.runner import SweepConfig, run_sweep
+    from netbench.state.journal import Journal
+    from netbench.experiment.runner import SweepConfig, run_sweep
 
     heard = []
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from netbench.testbed import local
+from netbench.testbed import netns as local
 from tests.conftest import netbench_processes
 from tests.test_root_sweep import run_sweep
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from netbench.reset import reset
-from netbench.testbed import local
+from netbench.state.reset import reset
+from netbench.testbed import netns as local
 from tests.conftest import NETBENCH, netbench_processes
 
 pytestmark = [pytest.mark.root, pytest.mark.tf]

@@ -13,10 +13,10 @@ import pytest
 from netbench import proc
 from netbench.emulation import changes as ch
 from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs
-from netbench.emulation.apply import read_emulation, real_executor
-from netbench.profile import Profile
-from netbench.reset import reset
-from netbench.testbed import local
+from netbench.emulation.executor import read_emulation, real_executor
+from netbench.model.profile import Profile
+from netbench.state.reset import reset
+from netbench.testbed import netns as local
 from tests.conftest import NETBENCH, netbench_processes
 
 pytestmark = pytest.mark.root
@@ -121,11 +121,11 @@ def test_reset_after_controller_sigkill(clean_machine):
     """A controller killed with SIGKILL mid-apply: reset finds and removes everything."""
     script = (
         "import os, signal\n"
-        "from netbench.journal import Journal\n"
+        "from netbench.state.journal import Journal\n"
         "from netbench.testbed import local\n"
         "from netbench.emulation import changes as ch\n"
-        "from netbench.emulation.apply import real_executor\n"
-        "from netbench.profile import Profile\n"
+        "from netbench.emulation.executor import real_executor\n"
+        "from netbench.model.profile import Profile\n"
         "j = Journal(); topo = local.up(2, j)\n"
         "real_executor(j).apply(ch.plan_apply(Profile(delay_us=3000, rate_bps=10**8), topo, 'userspace'))\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -149,7 +149,7 @@ import json, os, subprocess, sys
 from pathlib import Path
 from pyroute2 import netns
 from netbench import proc
-from netbench.testbed import topology as topo
+from netbench.model import topology as topo
 
 subprocess.run(["mount", "-t", "tmpfs", "nbtest", "/run/netns"], check=True)
 children = {}
@@ -250,8 +250,8 @@ def _tc(netns: str, *args, **kwargs) -> None:
 
 def test_a_hosts_own_root_and_ingress_qdiscs_are_never_replaced(host_like_netns, state_dir):
     from netbench.errors import EmulationError
-    from netbench.journal import Journal
-    from netbench.remote_node import host_topology
+    from netbench.state.journal import Journal
+    from netbench.remote.agent import host_topology
 
     netns, journal, qdiscs = host_like_netns, Journal(state_dir), NetlinkQdiscs()
     topo = host_topology("h1", "eth1", netns)

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from netbench.cli import _sigterm_as_interrupt
-from netbench.emulation.apply import BackendChoice
-from netbench.jobs.cluster import JobSpec, Task
+from netbench.cli.app import _sigterm_as_interrupt
+from netbench.emulation.executor import BackendChoice
+from netbench.model.job import JobSpec, Task
 from netbench.jobs.launch import Timeouts, run_job
-from netbench.plan import RunPlan
-from netbench.profile import Profile
-from netbench.runner import SweepConfig, run_sweep
-from netbench.testbed.topology import plan_topology
+from netbench.model.design import RunPlan
+from netbench.model.profile import Profile
+from netbench.experiment.runner import SweepConfig, run_sweep
+from netbench.model.topology import plan_topology
 
 
 @pytest.fixture

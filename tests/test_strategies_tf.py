@@ -152,7 +152,7 @@ def test_bad_dataset_is_an_error_event(tmp_path):
 
 
 def test_every_model_builds_with_its_size(tmp_path):
-    code = ("import json, keras; from netbench.jobs.models import MODELS, DEFAULT_INPUT_SHAPES, build_model, "
+    code = ("import json, keras; from netbench.jobs.harness.models import MODELS, DEFAULT_INPUT_SHAPES, build_model, "
             "model_size\nout = {}\nfor name in MODELS:\n"
             "    m = build_model(keras, name, DEFAULT_INPUT_SHAPES[name], 10)\n"
             "    out[name] = [*model_size(m), m.count_params(), list(m.outputs[0].shape)[1:]]\n"

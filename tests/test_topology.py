@@ -1,4 +1,4 @@
-"""netbench.testbed.topology: subnet choice and naming."""
+"""netbench.model.topology: subnet choice and naming."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pyroute2.netlink.exceptions import NetlinkError
 
 from netbench.errors import PrivilegeError
-from netbench.testbed import topology as topo
+from netbench.model import topology as topo
 
 
 def net(text):
@@ -166,8 +166,8 @@ def _fake_netns_class(fail_on_port: str, failure: BaseException):
 def test_a_testbed_that_fails_halfway_is_taken_down(tmp_path, monkeypatch, fail_on_port, failure, raised):
     """`up` failing (or interrupted) at a node left the switch and the nodes before it behind."""
     from netbench import proc
-    from netbench.journal import Journal
-    from netbench.testbed import local
+    from netbench.state.journal import Journal
+    from netbench.testbed import netns as local
 
     kernel = _FakeNetns()
     monkeypatch.setattr(local, "netns", kernel)

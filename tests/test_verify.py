@@ -6,10 +6,10 @@ import ipaddress
 
 import pytest
 
-from netbench import verify as v
+from netbench.experiment import verify as v
 from netbench.errors import NetbenchError
-from netbench.profile import Profile
-from netbench.testbed.topology import plan_topology
+from netbench.model.profile import Profile
+from netbench.model.topology import plan_topology
 
 TOPO = plan_topology(3, ipaddress.ip_network("10.213.0.0/24"))
 N1, N2, N3 = TOPO.nodes

@@ -8,11 +8,11 @@ import subprocess
 
 import pytest
 
-from netbench import verify
+from netbench.experiment import verify
 from netbench.emulation import changes as ch
-from netbench.emulation.apply import choose_backend, real_executor
-from netbench.profile import Profile
-from netbench.testbed import local
+from netbench.emulation.executor import choose_backend, real_executor
+from netbench.model.profile import Profile
+from netbench.testbed import netns as local
 from tests.conftest import NETBENCH
 
 pytestmark = pytest.mark.root

@@ -9,9 +9,9 @@ import threading
 import pytest
 
 from netbench.errors import shown, shown_key
-from netbench.inventory import InventoryError, load_inventory
-from netbench.playbook import PlaybookError, load_playbook
-from netbench.profile import ProfileError, load_profile
+from netbench.remote.inventory import InventoryError, load_inventory
+from netbench.model.playbook import PlaybookError, load_playbook
+from netbench.model.profile import ProfileError, load_profile
 
 LOADERS = [(load_profile, ProfileError), (load_playbook, PlaybookError), (load_inventory, InventoryError)]
 LOADER_IDS = ["profile", "playbook", "inventory"]

@@ -25,10 +25,11 @@ ETH_P_IP = 0x0800
 ETH_P_ALL = 0x0003
 
 from netbench import proc
-from netbench.emulation import netem, rtnl
+from netbench.emulation.netlink import netem
+from netbench.emulation.netlink import rtnl
 from netbench.emulation.changes import (CHILD_MAJOR, HANDLE_MAJOR, HTB_UNLIMITED_BPS, IPT_CHAIN, QDISC_HANDLE,
                                         ShapeDevice, htb_burst_bytes, htb_quantum)
-from netbench.emulation.netem import NetemParams
+from netbench.emulation.netlink.netem import NetemParams
 from netbench.errors import EmulationError, NetbenchError, PrivilegeError
 
 ENGINE_RT_PRIORITY = 10
@@ -542,7 +543,7 @@ def probe_netem(scratch_netns: str | None = None) -> tuple[bool, str]:
     so a reset removes it after a crash, and only then."""
     from pyroute2 import netns as pnetns
 
-    from netbench.testbed.topology import scratch_netns as scratch_name
+    from netbench.model.topology import scratch_netns as scratch_name
 
     scratch_netns = scratch_netns or scratch_name("probe", os.getpid(), proc.start_time(os.getpid()))
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import ipaddress
 
 from netbench import units
-from netbench.emulation.netem import NETEM_RATE32_MAX_BPS, NetemParams
+from netbench.emulation.netlink.netem import NETEM_RATE32_MAX_BPS, NetemParams
 from netbench.errors import BackendUnavailable, UsageError
-from netbench.profile import MAX_LIMIT_PACKETS, MAX_RATE_BPS, Profile
-from netbench.testbed.topology import Node, Topology
+from netbench.model.profile import MAX_LIMIT_PACKETS, MAX_RATE_BPS, Profile
+from netbench.model.topology import Node, Topology
 
 QDISC_HANDLE = "4e42:"  # "NB": a handle netbench owns; it never deletes a root it does not own
 HANDLE_MAJOR = 0x4E42

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from netbench.emulation.netem import NetemParams
-from netbench.profile import Profile
+from netbench.emulation.netlink.netem import NetemParams
+from netbench.model.profile import Profile
 
 
 def profile_from_netem(params: NetemParams, rate_bps: int | None, direction: str = "egress",

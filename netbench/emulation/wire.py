@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from netbench.emulation import changes as ch
-from netbench.emulation.netem import NetemParams
+from netbench.emulation.netlink.netem import NetemParams
 from netbench.errors import UsageError
 
 WIRE_VERSION = 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from netbench.jobs.cluster import COORDINATOR, WORKER, JobSpec, effective_accum_steps
+from netbench.model.job import COORDINATOR, WORKER, JobSpec, effective_accum_steps
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from typing import IO, Callable, Protocol
 
 from netbench import interrupts, proc
 from netbench.errors import JobError
-from netbench.jobs.cluster import Task
-from netbench.journal import Journal
+from netbench.model.job import Task
+from netbench.state.journal import Journal
 
 
 ERROR_SETTLE_S = 2.0  # how long a reported error waits for a peer's exit, the likelier root cause

@@ -13,7 +13,7 @@ Strategies (``--strategy``):
 * ``allreduce-accum``: the same, but each worker accumulates the gradients of
   ``--accum-steps`` local batches before one all-reduce and update;
 * ``single``: TF's default strategy in one process: no cluster, no network;
-* ``ps``: ``ParameterServerStrategy``; see ``netbench.jobs.ps``.
+* ``ps``: ``ParameterServerStrategy``; see ``netbench.jobs.harness.ps``.
 
 The synchronous strategies share one custom loop (Keras 3 ``model.fit`` fails
 under MWMS on TF 2.21).  One step is one optimizer update, run as two compiled
@@ -72,10 +72,10 @@ import threading
 import time
 from typing import IO, Any, Mapping, MutableMapping, Sequence
 
-from netbench.jobs import data as datasets
+from netbench.jobs.harness import data as datasets
 from netbench.jobs import resources
-from netbench.jobs.cluster import DEFAULT_ACCUM_STEPS, STRATEGIES
-from netbench.jobs.models import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPES, MODELS, check_input, parse_input_shape
+from netbench.model.job import DEFAULT_ACCUM_STEPS, STRATEGIES
+from netbench.jobs.harness.models import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPES, MODELS, check_input, parse_input_shape
 
 PHASE_WARMUP = "warmup"
 PHASE_MEASURED = "measured"
@@ -559,12 +559,12 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
     Returns the total number of steps run (warm-up + measured).
     """
     if args.strategy == "ps":
-        from netbench.jobs import ps
+        from netbench.jobs.harness import ps
 
         return ps.run(args, events)
     arm_startup_watchdog(args.startup_timeout)
     tf, keras = import_tf(args)
-    from netbench.jobs.models import build_model, model_size
+    from netbench.jobs.harness.models import build_model, model_size
 
     # The strategy must be created before any other TF op runs.
     strategy = _make_strategy(tf, args.strategy, args.collective_timeout)

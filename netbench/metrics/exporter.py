@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from netbench import proc
 from netbench.errors import UsageError
-from netbench.journal import state_dir as default_state_dir
+from netbench.state.journal import state_dir as default_state_dir
 from netbench.metrics.collector import NetbenchCollector
 from netbench.metrics.network import NetworkReader
 from netbench.metrics.state import MetricsObserver, MetricsState, ObserverTee

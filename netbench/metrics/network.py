@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from netbench.emulation import changes as ch
-from netbench.testbed.topology import Topology
+from netbench.model.topology import Topology
 
 ROOT_PARENT = 0xFFFFFFFF
 NETBENCH_HANDLE = ch.HANDLE_MAJOR << 16

@@ -198,7 +198,7 @@ class MetricsObserver:
                                  len(config.runs), config.workers, config.job.batch_size)
 
     def run_started(self, run) -> None:
-        from netbench.jobs.cluster import images_per_step
+        from netbench.model.job import images_per_step
 
         # the run's own job and workers, through the one function the live view uses too;
         # one process's step event: images_per_step with one worker (its batch x k; ps: a batch)

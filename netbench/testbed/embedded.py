@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Callable
 
 from netbench.emulation import changes as ch
-from netbench.emulation.apply import BackendChoice, choose_backend, real_executor
+from netbench.emulation.executor import BackendChoice, choose_backend, real_executor
 from netbench.errors import TestbedError
 from netbench.jobs.launch import LocalSpawner
-from netbench.journal import Journal, Lock
-from netbench.testbed import local
-from netbench.testbed.topology import Node, Topology
+from netbench.state.journal import Journal, Lock
+from netbench.testbed import netns as local
+from netbench.model.topology import Node, Topology
 
 
 class EmbeddedTestbed:
@@ -66,7 +66,7 @@ class EmbeddedTestbed:
         self.executor.apply(ch.plan_apply(run.profile, self.topology, self.backend.name, seed=seed))
 
     def verify(self, run, observer):
-        from netbench.runner import verify_point
+        from netbench.experiment.runner import verify_point
 
         return verify_point(run, self.topology, observer)
 

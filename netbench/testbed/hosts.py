@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from netbench.emulation.apply import BackendChoice
+from netbench.emulation.executor import BackendChoice
 from netbench.errors import NetbenchError, UsageError
-from netbench.inventory import Host, Inventory
-from netbench.jobs.cluster import COORDINATOR, PS, JobSpec, Task, nodes_needed, placement
+from netbench.remote.inventory import Host, Inventory
+from netbench.model.job import COORDINATOR, PS, JobSpec, Task, nodes_needed, placement
 from netbench.jobs.launch import TaskLost, Timeouts, copy_to_log, log_tail
-from netbench.lease import DEFAULT_LEASE_S
-from netbench.testbed.remote import HostConnection, StreamingCommand
-from netbench.testbed.topology import Node, Topology
+from netbench.state.lease import DEFAULT_LEASE_S
+from netbench.remote.ssh import HostConnection, StreamingCommand
+from netbench.model.topology import Node, Topology
 
 STOP_GRACE_S = 3.0  # TERM, then KILL this much later (on the host)
 
@@ -86,7 +86,7 @@ def place_hosts(inventory: Inventory, job: JobSpec, workers: int) -> tuple[Host,
 
 
 def host_node(host: Host) -> Node:
-    from netbench.remote_node import HOST_NETNS
+    from netbench.remote.agent import HOST_NETNS
 
     return Node(name=host.name, netns=HOST_NETNS, ifname=host.interface, address=host.tf_address or "",
                 prefixlen=32, port="")
@@ -96,7 +96,7 @@ def task_command(host: Host, task: Task, env: dict[str, str], grace: float = STO
     """The shell command that runs `task` on `host` through `netbench node task` (pure).
 
     The task's argv[0] (the controller's Python) becomes the Python of the host's venv."""
-    from netbench.remote import node_command
+    from netbench.remote.controller import node_command
 
     argv = [f"{host.venv}/bin/python", *task.argv[1:]]
     variables = {"TF_CONFIG": task.tf_config, **env} if task.tf_config else dict(env)
@@ -111,7 +111,7 @@ def task_command(host: Host, task: Task, env: dict[str, str], grace: float = STO
 def task_pid(first: bytes) -> int | None:
     """The pid in `node task`'s first line ("netbench-task pid=N"); None unless N > 1 (pure):
     the controller may kill that process group, and 0, 1 or -1 there would mean far more."""
-    from netbench.remote_node import TASK_MARK
+    from netbench.remote.agent import TASK_MARK
 
     match = re.fullmatch(rb"%s pid=([0-9]{1,10})\s*" % TASK_MARK.encode(), first)
     pid = int(match.group(1)) if match else None
@@ -135,7 +135,7 @@ class RemoteTask:
 
     def __init__(self, conn: HostConnection, host: Host, task: Task, log: Path, stream: StreamingCommand,
                  startup_s: float = Timeouts().startup_s) -> None:
-        from netbench.remote_node import TASK_MARK
+        from netbench.remote.agent import TASK_MARK
 
         self.conn, self.host, self.task, self.stream = conn, host, task, stream
         self.stdout = stream.stdout
@@ -212,7 +212,7 @@ class HostsTestbed:
     def __init__(self, inventory: Inventory, conns: Sequence[HostConnection], backend: str | None = None,
                  lease_s: float = DEFAULT_LEASE_S, takeover: bool = False,
                  startup_s: float = Timeouts().startup_s) -> None:
-        from netbench.lease import new_holder
+        from netbench.state.lease import new_holder
 
         self.inventory = inventory
         self.startup_s = startup_s  # for a task's first line (its pid); prepare() takes the sweep's
@@ -229,7 +229,7 @@ class HostsTestbed:
 
     def prepare(self, config, needed: int) -> BackendChoice:
         """Place every run, probe every host and plan every run's profile; changes nothing."""
-        from netbench import remote
+        from netbench.remote import controller as remote
 
         runs = config.runs
         self.startup_s = config.timeouts.startup_s
@@ -258,7 +258,7 @@ class HostsTestbed:
         return tuple(host_node(h) for h in place_hosts(self.inventory, job, workers))
 
     def apply(self, run, seed: int) -> None:
-        from netbench import remote
+        from netbench.remote import controller as remote
 
         if self.keeper is not None and self.keeper.lost:
             lost = "; ".join(f"host {name}: {why}" for name, why in self.keeper.lost.items())
@@ -284,7 +284,7 @@ class HostsTestbed:
     def finish(self, note: Callable[[str], None]) -> None:
         """Stop renewing and reset every host (its shaping, lease, watcher and processes). A
         host that cannot be reached now reverts by itself when its lease runs out."""
-        from netbench import remote
+        from netbench.remote import controller as remote
 
         if self.keeper is not None:
             self.keeper.__exit__(None, None, None)

@@ -8,17 +8,18 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Protocol
 
-from netbench import interrupts, measure
-from netbench.emulation.apply import BackendChoice
-from netbench import verify
+from netbench import interrupts
+from netbench import stats as measure
+from netbench.emulation.executor import BackendChoice
+from netbench.experiment import verify
 from netbench.errors import NetbenchError
 from netbench.jobs import analysis, resources
-from netbench.jobs.cluster import JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
+from netbench.model.job import JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
 from netbench.jobs.launch import JobOutcome, Spawner, Timeouts, run_job
-from netbench.journal import Journal
-from netbench.plan import RunPlan
-from netbench.results import ResultStore, RunResult, environment_facts
-from netbench.testbed.topology import Node, Topology
+from netbench.state.journal import Journal
+from netbench.model.design import RunPlan
+from netbench.experiment.store import ResultStore, RunResult, environment_facts
+from netbench.model.topology import Node, Topology
 
 PORT_RANGE = (20000, 60000)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from netbench.errors import TestbedError
-from netbench.inventory import Host, Inventory
+from netbench.remote.inventory import Host, Inventory
 
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15.0  # seconds of silence before an SSH keepalive goes out

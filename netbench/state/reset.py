@@ -15,8 +15,8 @@ from pyroute2 import netns as pnetns
 
 from netbench import proc
 from netbench.emulation.adapters import Iptables, NetlinkQdiscs
-from netbench.journal import Journal
-from netbench.testbed import local
+from netbench.state.journal import Journal
+from netbench.testbed import netns as local
 
 
 def _ignore(message: str) -> None:

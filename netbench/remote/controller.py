@@ -23,11 +23,11 @@ from netbench import __version__
 from netbench.emulation import changes as ch
 from netbench.emulation.wire import plan_to_json
 from netbench.errors import BackendUnavailable, NetbenchError, TestbedError, UsageError
-from netbench.inventory import Host, Inventory
-from netbench.profile import Profile
-from netbench.remote_node import HOST_NETNS
-from netbench.testbed.remote import HostConnection
-from netbench.testbed.topology import Node, Topology
+from netbench.remote.inventory import Host, Inventory
+from netbench.model.profile import Profile
+from netbench.remote.agent import HOST_NETNS
+from netbench.remote.ssh import HostConnection
+from netbench.model.topology import Node, Topology
 
 NODE_TIMEOUT_S = 120.0
 T = TypeVar("T")
@@ -319,7 +319,7 @@ class LeaseKeeper:
 
     def __init__(self, inventory: Inventory, conns: Sequence[HostConnection], seconds: float,
                  holder: str = "") -> None:
-        from netbench.lease import renew_command
+        from netbench.state.lease import renew_command
 
         self.by_name = {h.name: h for h in inventory.hosts}
         self.conns = list(conns)
@@ -337,7 +337,7 @@ class LeaseKeeper:
         self._thread = threading.Thread(target=self._loop, name="netbench-lease", daemon=True)
 
     def _renew(self, conn: HostConnection) -> None:
-        from netbench.lease import GONE, TAKEN
+        from netbench.state.lease import GONE, TAKEN
 
         try:
             result = conn.run(self.commands[conn.name], timeout=self.deadline)

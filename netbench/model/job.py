@@ -20,7 +20,7 @@ import json
 import sys
 from dataclasses import dataclass
 
-from netbench.testbed.topology import Node
+from netbench.model.topology import Node
 
 STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single")
 DEFAULT_ACCUM_STEPS = 4

@@ -29,8 +29,8 @@ import socket
 import time
 from typing import IO, Any
 
-from netbench.jobs import data as datasets
-from netbench.jobs.models import DEFAULT_CLASSES
+from netbench.jobs.harness import data as datasets
+from netbench.jobs.harness.models import DEFAULT_CLASSES
 
 # Steps dispatched but not yet fetched, per worker: enough to keep each worker busy
 # while the coordinator waits on the oldest one.
@@ -88,7 +88,7 @@ def _serve(args: argparse.Namespace, events: IO[str], task_type: str, index: int
 
 def _coordinate(args: argparse.Namespace, events: IO[str], cluster: dict[str, list[str]]) -> int:
     from netbench.jobs import worker as harness
-    from netbench.jobs.models import build_model, model_size
+    from netbench.jobs.harness.models import build_model, model_size
 
     harness.arm_startup_watchdog(args.startup_timeout)
     tf, keras = harness.import_tf(args)

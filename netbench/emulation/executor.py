@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from netbench import journal as jr
+from netbench.state import journal as jr
 from netbench.emulation import changes as ch
 from netbench.emulation import readback
 from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs, QdiscAdapter, probe_netem
 from netbench.errors import BackendUnavailable, EmulationError, UsageError
-from netbench.testbed.topology import Topology
+from netbench.model.topology import Topology
 
 BACKENDS = ("netem", "userspace")
 _QDISC_HANDLE_INT = ch.HANDLE_MAJOR << 16

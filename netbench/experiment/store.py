@@ -68,7 +68,7 @@ class RunResult:
     compute_time_mean_s: float | None = None  # local computation per measured step
     comm_time_mean_s: float | None = None  # communication (incl. waiting on peers) per measured step
     idle_ratio: float | None = None  # share of step time spent communicating
-    verify: dict[str, Any] | None = None  # sweep --verify: netbench.verify's record for this point
+    verify: dict[str, Any] | None = None  # sweep --verify: netbench.experiment.verify's record for this point
     # --sample-resources: per process (role, index, cpu_util, rss_peak_bytes, rx/tx_bytes, ...)
     resources: tuple[dict[str, Any], ...] = ()
     schema_version: int = SCHEMA_VERSION

@@ -13,8 +13,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from netbench import proc
 from netbench.errors import PrivilegeError, TestbedError
-from netbench.journal import Entry, Journal
-from netbench.testbed import topology as topo
+from netbench.state.journal import Entry, Journal
+from netbench.model import topology as topo
 
 
 def _netlink_error(action: str, exc: NetlinkError) -> TestbedError:

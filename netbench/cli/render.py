@@ -47,7 +47,7 @@ class SweepView:
     def step(self, run, event) -> None:
         if event.get("event") != "step" or event.get("worker") != 0:
             return
-        from netbench.jobs.cluster import images_per_step
+        from netbench.model.job import images_per_step
 
         duration = float(event.get("duration", 0)) or 1e-9
         phase = "warm-up" if event.get("phase") == "warmup" else "measured"

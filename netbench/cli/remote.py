@@ -23,7 +23,7 @@ import click
 from rich.markup import escape
 
 from netbench import console
-from netbench.clitypes import FiniteFloatRange
+from netbench.cli.types import FiniteFloatRange
 from netbench.errors import NetbenchError, UsageError
 
 INVENTORY_HELP = "Drive the SSH hosts of this inventory (YAML) instead of the local testbed."
@@ -33,11 +33,11 @@ TAKEOVER_HELP = ("With --inventory: apply even to hosts whose unexpired lease an
 
 
 def _node_errors(func):
-    """netbench.cli's error translation, looked up at call time (cli.py imports this module)."""
+    """the CLI's error translation, looked up at call time (cli.py imports this module)."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        from netbench.cli import handle_errors
+        from netbench.cli.app import handle_errors
 
         return handle_errors(func)(*args, **kwargs)
 
@@ -58,7 +58,7 @@ def node(ctx: click.Context, state_dir: Path | None, ssh_connection: str | None)
 
     Example: netbench plan JSON | netbench node apply --json --lease 60
     """
-    from netbench.journal import Journal
+    from netbench.state.journal import Journal
 
     if ssh_connection and len(ssh_connection.split()) != 4:
         raise click.BadParameter(f"expected 'CLIENT PORT SERVER PORT', got {ssh_connection!r}",
@@ -90,7 +90,7 @@ def node_info(interface: str | None, no_probe: bool) -> None:
 
     Example: netbench node info --interface eth1
     """
-    from netbench.remote_node import host_info
+    from netbench.remote.agent import host_info
 
     _emit(host_info(interface, probe=not no_probe, environ=_session_environ()))
 
@@ -109,9 +109,9 @@ def node_apply(journal, as_json: bool, lease_s: float, force: bool, holder: str 
 
     Example: netbench node apply --json --lease 60 < plan.json
     """
-    from netbench.cli import require_root
+    from netbench.cli.app import require_root
     from netbench.emulation.wire import plan_from_json
-    from netbench.remote_node import apply_plan
+    from netbench.remote.agent import apply_plan
 
     plan = plan_from_json(sys.stdin.read())
     require_root()
@@ -129,8 +129,8 @@ def node_show(journal, as_json: bool, interface: str) -> None:
 
     Example: netbench node show --json --interface eth1
     """
-    from netbench.cli import require_root
-    from netbench.remote_node import show_host
+    from netbench.cli.app import require_root
+    from netbench.remote.agent import show_host
 
     require_root()
     _emit(show_host(journal, interface))
@@ -145,9 +145,9 @@ def node_reset(journal, as_json: bool) -> None:
 
     Example: netbench node reset --json
     """
-    from netbench.cli import require_root
-    from netbench.journal import Lock
-    from netbench.remote_node import reset_host
+    from netbench.cli.app import require_root
+    from netbench.state.journal import Lock
+    from netbench.remote.agent import reset_host
 
     require_root()
     with Lock(journal.dir):
@@ -175,7 +175,7 @@ def node_task(journal, role: str, env: tuple[str, ...], grace: float, argv: tupl
 
     Example: netbench node task --role worker0 --env TF_CONFIG={...} -- python -m netbench.jobs.worker
     """
-    from netbench.remote_node import run_task
+    from netbench.remote.agent import run_task
 
     variables = {}
     for item in env:
@@ -194,8 +194,8 @@ def node_lease_watch(journal) -> None:
 
     Example: netbench node lease-watch
     """
-    from netbench import lease
-    from netbench.remote_node import watch_lease
+    from netbench.state import lease
+    from netbench.remote.agent import watch_lease
 
     def report(exc: Exception) -> None:  # this process's output goes to lease-watch.log
         console.plain(json.dumps({"event": "revert failed", "error": str(exc), "retry_s": lease.REVERT_RETRY_S}))
@@ -252,8 +252,8 @@ APPLY_EXTRA = (
 
 
 def _open(inventory_path: Path, insecure: bool):
-    from netbench.inventory import load_inventory
-    from netbench.testbed.remote import connect_all
+    from netbench.remote.inventory import load_inventory
+    from netbench.remote.ssh import connect_all
 
     inventory = load_inventory(inventory_path)
     return inventory, connect_all(inventory, insecure_host_keys=insecure)
@@ -269,9 +269,9 @@ def _close(conns) -> None:
 
 def remote_apply(*, inventory, insecure_host_keys, lease, force, takeover, profile_file, latency, jitter, bandwidth,
                  loss, backend, dry_run) -> None:
-    from netbench import remote
-    from netbench.lease import DEFAULT_LEASE_S, new_holder
-    from netbench.profile import load_profile, profile_from_flags
+    from netbench.remote import controller as remote
+    from netbench.state.lease import DEFAULT_LEASE_S, new_holder
+    from netbench.model.profile import load_profile, profile_from_flags
 
     base = load_profile(profile_file) if profile_file else None
     profile = profile_from_flags(base, latency=latency, jitter=jitter, bandwidth=bandwidth, loss=loss)
@@ -319,8 +319,8 @@ def _hold(inv, conns, lease_s: float, holder: str) -> None:
     shown as they come and go."""
     from rich.markup import escape
 
-    from netbench import remote
-    from netbench.cli import _sigterm_as_interrupt
+    from netbench.remote import controller as remote
+    from netbench.cli.app import _sigterm_as_interrupt
 
     _sigterm_as_interrupt()
     console.info(f"holding a {lease_s:g} s lease on every host as {escape(holder)}; Ctrl-C reverts them "
@@ -349,7 +349,7 @@ def _hold(inv, conns, lease_s: float, holder: str) -> None:
 
 
 def remote_show(*, inventory, insecure_host_keys, as_json) -> None:
-    from netbench import remote
+    from netbench.remote import controller as remote
 
     inv, conns = _open(inventory, insecure_host_keys)
     try:
@@ -361,7 +361,7 @@ def remote_show(*, inventory, insecure_host_keys, as_json) -> None:
         return
     from rich.table import Table
 
-    from netbench.cli import _show_cells
+    from netbench.cli.app import _show_cells
 
     table = Table(title="active emulation on each host's data-plane interface")
     for col in ("host", "backend", "delay", "jitter", "loss", "rate", "other", "engine", "qdisc drops", "lease"):
@@ -375,7 +375,7 @@ def remote_show(*, inventory, insecure_host_keys, as_json) -> None:
 
 
 def remote_reset(*, inventory, insecure_host_keys) -> None:
-    from netbench import remote
+    from netbench.remote import controller as remote
 
     inv, conns = _open(inventory, insecure_host_keys)
     try:
@@ -398,7 +398,7 @@ def remote_doctor(*, inventory, insecure_host_keys, as_json, no_tensorflow) -> N
 
     from rich.table import Table
 
-    from netbench import remote
+    from netbench.remote import controller as remote
 
     tensorflow = None
     if not no_tensorflow:
@@ -453,7 +453,7 @@ def hosts_options(func):
 
 def check_on_hosts(config, inventory_path: Path):
     """Load the inventory and place every run on its hosts (no connection); bad input raises."""
-    from netbench.inventory import load_inventory
+    from netbench.remote.inventory import load_inventory
     from netbench.testbed.hosts import place_hosts
 
     if config.verify:
@@ -470,7 +470,7 @@ def hosts_testbed(inventory_path: Path, insecure: bool, config, takeover: bool =
     """The inventory's hosts as the sweep's testbed; every run is placed on hosts first
     (pure checks, no connection), and the connections are closed afterwards."""
     from netbench.testbed.hosts import HostsTestbed
-    from netbench.testbed.remote import connect_all
+    from netbench.remote.ssh import connect_all
 
     inventory = check_on_hosts(config, inventory_path)
     conns = connect_all(inventory, insecure_host_keys=insecure)  # connects on first use
@@ -483,8 +483,8 @@ def hosts_testbed(inventory_path: Path, insecure: bool, config, takeover: bool =
 def print_hosts_plan(config, inventory) -> None:
     """A sweep's dry run over hosts: placement on hosts and each run's profile; no host is
     contacted, so the changes are listed only when --backend names the hosts' backend."""
-    from netbench import remote
-    from netbench.jobs.cluster import describe_plan, plan_job
+    from netbench.remote import controller as remote
+    from netbench.model.job import describe_plan, plan_job
     from netbench.testbed.hosts import host_node, place_hosts
 
     console.info(f"[yellow]dry run[/]: {len(config.runs)} runs on the hosts of {escape(inventory.path)}, strategy "
@@ -521,7 +521,7 @@ def provision(inventory: Path, insecure_host_keys: bool, wheel: Path | None, pip
 
     Example: netbench provision --inventory hosts.yaml
     """
-    from netbench.cli import handle_errors
+    from netbench.cli.app import handle_errors
 
     try:
         pip_words = shlex.split(pip_args)
@@ -532,7 +532,7 @@ def provision(inventory: Path, insecure_host_keys: bool, wheel: Path | None, pip
 
 def build_wheel(out_dir: Path) -> Path:
     """A wheel of the netbench this controller runs (its source tree, no dependencies)."""
-    source = Path(__file__).resolve().parents[1]
+    source = Path(__file__).resolve().parents[2]
     if not (source / "setup.cfg").exists():
         raise UsageError("this netbench was not installed from a source tree: cannot build a wheel",
                          hint="pass --wheel PATH")
@@ -546,14 +546,14 @@ def build_wheel(out_dir: Path) -> Path:
 
 
 def _provision(inventory_path: Path, insecure: bool, wheel: Path | None, pip_words: list[str]) -> None:
-    from netbench import remote
+    from netbench.remote import controller as remote
 
     inv, conns = _open(inventory_path, insecure)
     by_name = {h.name: h for h in inv.hosts}
     q = shlex.quote
     with tempfile.TemporaryDirectory(prefix="netbench-wheel-") as tmp:
         wheel = wheel or build_wheel(Path(tmp))
-        constraints = Path(__file__).resolve().parents[1] / "constraints.txt"
+        constraints = Path(__file__).resolve().parents[2] / "constraints.txt"
 
         def install(conn) -> str:
             host = by_name[conn.name]
@@ -592,7 +592,7 @@ def _provision(inventory_path: Path, insecure: bool, wheel: Path | None, pip_wor
 def private_stage(conn) -> str:
     """A fresh staging folder on the host (mktemp -d), checked to be a directory owned by
     the SSH user with mode 700, so no other local user can change what is installed."""
-    from netbench.remote import RemoteError
+    from netbench.remote.controller import RemoteError
 
     stage = run_checked(conn, 'mktemp -d "${TMPDIR:-/tmp}/netbench-provision.XXXXXXXXXX"').strip()
     if not stage.startswith("/") or "\n" in stage:
@@ -608,7 +608,7 @@ def private_stage(conn) -> str:
 
 
 def run_checked(conn, command: str, timeout: float = 120.0) -> str:
-    from netbench.remote import RemoteError
+    from netbench.remote.controller import RemoteError
 
     result = conn.run(command, timeout=timeout)
     if not result.ok:

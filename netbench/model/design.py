@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from netbench import units
-from netbench.profile import Profile, validate
+from netbench.model.profile import Profile, validate
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from rich.text import Text
 from netbench import proc
 from netbench.emulation.adapters import BRIDGE_NF_SYSCTL
 from netbench.errors import NetbenchError
-from netbench.testbed import topology as topo
+from netbench.model import topology as topo
 
 Status = Literal["ok", "missing", "skipped"]
 SCRATCH_PREFIX = topo.SCRATCH_PREFIX + "doctor-"  # `netbench reset` removes one whose maker is gone

@@ -8,7 +8,7 @@ The lease file records its last renewal on the host's CLOCK_BOOTTIME (seconds si
 suspend included): it never jumps when the wall clock is stepped, it means the same to
 every process on the host (the watcher, `node apply`, `node show`, the renewal), and
 controller and host clocks never need to agree. The boot id beside it makes a lease
-from before a reboot count as expired. A renewal is `python -m netbench.lease renew`,
+from before a reboot count as expired. A renewal is `python -m netbench.state.lease renew`,
 which imports nothing beyond the standard library, not the CLI.
 
 Each controller session names itself with a random holder token (`new_holder`): a renewal
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from netbench.journal import LOCK_NAME
+from netbench.state.journal import LOCK_NAME
 
 LEASE_NAME = "lease.json"
 DEFAULT_LEASE_S = 60.0
@@ -40,7 +40,7 @@ WATCH_POLL_S = 0.5
 REVERT_RETRY_S = 5.0  # a failed revert is tried again after this long
 RENEW_LOCK_WAIT_S = 2.0  # a renewal waits this long for an apply or revert that holds the lock
 
-# exit statuses of `python -m netbench.lease renew`
+# exit statuses of `python -m netbench.state.lease renew`
 RENEWED, GONE, TAKEN, BUSY = 0, 3, 4, 75
 
 
@@ -159,7 +159,7 @@ def renew(state_dir: Path, holder: str, lock_wait_s: float = RENEW_LOCK_WAIT_S) 
 
 def renew_command(python: str, state_dir: str, holder: str, sudo: bool = False) -> str:
     """The shell command a controller runs on the host to renew (see `renew` for its exit status)."""
-    return ("sudo -n " if sudo else "") + shlex.join([python, "-m", "netbench.lease", "renew", state_dir, holder])
+    return ("sudo -n " if sudo else "") + shlex.join([python, "-m", "netbench.state.lease", "renew", state_dir, holder])
 
 
 def watch(state_dir: Path, revert: Callable[[], bool], poll_s: float = WATCH_POLL_S,
@@ -186,9 +186,9 @@ def watch(state_dir: Path, revert: Callable[[], bool], poll_s: float = WATCH_POL
 
 
 def main(argv: list[str]) -> int:
-    """`python -m netbench.lease renew STATE_DIR HOLDER`, run by the controller over SSH."""
+    """`python -m netbench.state.lease renew STATE_DIR HOLDER`, run by the controller over SSH."""
     if len(argv) != 3 or argv[0] != "renew":
-        sys.stderr.write("usage: python -m netbench.lease renew STATE_DIR HOLDER\n")
+        sys.stderr.write("usage: python -m netbench.state.lease renew STATE_DIR HOLDER\n")
         return 2
     state_dir, holder = Path(argv[1]), argv[2]
     code = renew(state_dir, holder)

@@ -20,7 +20,7 @@ from typing import Any
 from pyroute2.netlink import nla
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
-from netbench.emulation import disttable
+from netbench.emulation.netlink import disttable
 
 U32_MAX = 2**32 - 1
 PSCHED_SHIFT = 6  # the kernel's psched tick is 64 ns

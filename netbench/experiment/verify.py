@@ -24,10 +24,10 @@ from statistics import NormalDist
 from typing import Any
 
 from netbench import proc
-from netbench.measure import percentile
+from netbench.stats import percentile
 from netbench.errors import NetbenchError
-from netbench.profile import Profile
-from netbench.testbed.topology import Node
+from netbench.model.profile import Profile
+from netbench.model.topology import Node
 
 # tbf, htb and netem count whole frames; TCP carries MSS of MSS + TCP/IP/Ethernet headers
 # (20 + 12 timestamps + 20 + 14 bytes)

@@ -26,11 +26,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from netbench import __version__, lease, proc
+from netbench import __version__, proc
+from netbench.state import lease
 from netbench.emulation import changes as ch
 from netbench.errors import NetbenchError, StateError, UsageError
-from netbench.journal import Journal, Lock
-from netbench.testbed.topology import Node, Topology
+from netbench.state.journal import Journal, Lock
+from netbench.model.topology import Node, Topology
 
 HOST_NETNS = "@host"  # in a plan: the host's own network namespace
 ATTACH_PREFIX = "nbhost-"
@@ -191,7 +192,7 @@ def apply_plan(plan: list[ch.Change], journal: Journal, *, lease_s: float = 0.0,
     and make sure a lease watcher runs. An unexpired lease another holder has is refused
     unless `takeover`. If applying fails, this host's changes are undone before the error is
     raised. Returns what was done, as JSON-able data."""
-    from netbench.emulation.apply import real_executor
+    from netbench.emulation.executor import real_executor
 
     guard_control_path(plan, control_interfaces(environ), force)
     if holder is None:
@@ -263,7 +264,7 @@ def _ensure_watcher(journal: Journal) -> int:
 def reset_host(journal: Journal, keep_pid: int | None = None) -> list[str]:
     """Undo this host's journal (qdiscs, ingress redirects, engines, rules, the lease and its
     watcher); never touches namespaces it did not attach. Idempotent."""
-    from netbench.reset import undo_entry
+    from netbench.state.reset import undo_entry
 
     removed: list[str] = []
     existing = {name for name in os.listdir(proc.NETNS_RUN_DIR)} if proc.NETNS_RUN_DIR.exists() else set()
@@ -298,7 +299,7 @@ class _NoSwitch:
 def show_host(journal: Journal, interface: str) -> dict[str, Any]:
     """What the host's data-plane interface holds now, its lease and its journal."""
     from netbench.emulation.adapters import NetlinkQdiscs
-    from netbench.emulation.apply import read_emulation, recorded_distributions
+    from netbench.emulation.executor import read_emulation, recorded_distributions
 
     netns = own_netns_name()
     rows: list[dict[str, Any]] = []

@@ -20,10 +20,10 @@ import click
 from rich.markup import escape
 
 from netbench import __version__, console, units
-from netbench.clitypes import FiniteFloatRange
+from netbench.cli.types import FiniteFloatRange
 from netbench.errors import NetbenchError, PrivilegeError, TestbedError, UsageError, VerifyFailed
-from netbench.profile import Profile, load_profile, parse_levels, profile_from_flags
-from netbench.remote_cli import (APPLY_EXTRA, hosts_options, node, provision, remote_apply, remote_doctor,
+from netbench.model.profile import Profile, load_profile, parse_levels, profile_from_flags
+from netbench.cli.remote import (APPLY_EXTRA, hosts_options, node, provision, remote_apply, remote_doctor,
                                  remote_reset, remote_show, with_inventory)
 
 BACKEND_CHOICES = ("auto", "netem", "userspace")
@@ -111,8 +111,8 @@ def testbed_up(nodes: int) -> None:
 
     Example: netbench testbed up --nodes 3
     """
-    from netbench.journal import Journal, Lock
-    from netbench.testbed import local
+    from netbench.state.journal import Journal, Lock
+    from netbench.testbed import netns as local
 
     require_root()
     journal = Journal()
@@ -129,8 +129,8 @@ def testbed_down() -> None:
 
     Example: netbench testbed down
     """
-    from netbench.journal import Journal, Lock
-    from netbench.testbed import local
+    from netbench.state.journal import Journal, Lock
+    from netbench.testbed import netns as local
 
     require_root()
     journal = Journal()
@@ -148,7 +148,7 @@ def testbed_show(as_json: bool) -> None:
 
     Example: netbench testbed show --json
     """
-    from netbench.testbed import local
+    from netbench.testbed import netns as local
 
     topo = local.discover()
     if as_json:
@@ -182,7 +182,7 @@ def exec_(node: str, command: tuple[str, ...]) -> None:
     Node names in COMMAND's arguments (n1, n2, ...) are replaced by their addresses.
     """
     from netbench import proc
-    from netbench.testbed import local
+    from netbench.testbed import netns as local
 
     require_root()
     topo = local.discover()
@@ -232,9 +232,9 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run) -> 
     Example: netbench apply profiles/wan.yaml --loss 1%
     """
     from netbench.emulation import changes as ch
-    from netbench.emulation.apply import choose_backend, real_executor
-    from netbench.journal import Journal, Lock
-    from netbench.testbed import local
+    from netbench.emulation.executor import choose_backend, real_executor
+    from netbench.state.journal import Journal, Lock
+    from netbench.testbed import netns as local
 
     base = load_profile(profile_file) if profile_file else None
     chosen_profile = profile_from_flags(base, latency=latency, jitter=jitter, bandwidth=bandwidth, loss=loss)
@@ -271,9 +271,9 @@ def show(as_json: bool) -> None:
     Example: netbench show --json
     """
     from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs
-    from netbench.emulation.apply import read_emulation
-    from netbench.journal import state_dir
-    from netbench.testbed import local
+    from netbench.emulation.executor import read_emulation
+    from netbench.state.journal import state_dir
+    from netbench.testbed import netns as local
 
     require_root()
     topo = local.discover()
@@ -283,8 +283,8 @@ def show(as_json: bool) -> None:
         else:
             console.info("no testbed is up")
         return
-    from netbench.emulation.apply import recorded_distributions
-    from netbench.journal import Journal
+    from netbench.emulation.executor import recorded_distributions
+    from netbench.state.journal import Journal
 
     rows = read_emulation(topo, NetlinkQdiscs(), Iptables(), Engines(state_dir()), recorded_distributions(Journal()))
     if as_json:
@@ -340,12 +340,12 @@ def verify_cmd(src_name, dst_name, count, interval, seconds, as_json) -> None:
 
     Example: netbench apply --latency 10ms --bandwidth 100mbit && netbench verify
     """
-    from netbench import verify
+    from netbench.experiment import verify
     from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs
-    from netbench.emulation.apply import read_emulation
-    from netbench.journal import Journal
-    from netbench.profile import profile_from_mapping
-    from netbench.testbed import local
+    from netbench.emulation.executor import read_emulation
+    from netbench.state.journal import Journal
+    from netbench.model.profile import profile_from_mapping
+    from netbench.testbed import netns as local
 
     require_root()
     topo = local.discover()
@@ -361,7 +361,7 @@ def verify_cmd(src_name, dst_name, count, interval, seconds, as_json) -> None:
     if src.name == dst.name:
         raise UsageError("flags --from and --to name the same node", hint="probe between two nodes")
     journal = Journal()
-    from netbench.emulation.apply import recorded_distributions
+    from netbench.emulation.executor import recorded_distributions
 
     rows = {row["node"]: row for row in read_emulation(topo, NetlinkQdiscs(), Iptables(), Engines(journal.dir),
                                                         recorded_distributions(journal))}
@@ -420,7 +420,7 @@ def doctor_cmd(as_json: bool, no_tensorflow: bool) -> None:
 
     Example: sudo netbench doctor --no-tensorflow
     """
-    from netbench import doctor
+    from netbench.experiment import doctor
 
     report = doctor.run_doctor(tensorflow=not no_tensorflow)
     if as_json:
@@ -440,8 +440,8 @@ def reset_cmd() -> None:
 
     Example: netbench reset
     """
-    from netbench.journal import Journal, Lock
-    from netbench.reset import reset
+    from netbench.state.journal import Journal, Lock
+    from netbench.state.reset import reset
 
     require_root()
     journal = Journal()
@@ -517,9 +517,9 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
     """
     from dataclasses import replace
 
-    from netbench import plan as sweep_plan
-    from netbench import results
-    from netbench.jobs.cluster import JobSpec
+    from netbench.model import design as sweep_plan
+    from netbench.experiment import store as results
+    from netbench.model.job import JobSpec
     from netbench.jobs.launch import Timeouts
 
     if seconds and warmup < 1:
@@ -544,7 +544,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
     config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
                                           batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
                                           sample_resources_s=sample_resources or 0.0)
-    from netbench.runner import SweepConfig
+    from netbench.experiment.runner import SweepConfig
 
     config = SweepConfig(sweep_id=sweep_id, runs=tuple(runs), job=config_job, workers=workers,
                          output=output,
@@ -569,7 +569,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
 def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metrics_port, metrics_address,
                   takeover: bool = False) -> list:
     """A sweep or playbook on the inventory's SSH hosts (the controller needs no root)."""
-    from netbench.remote_cli import hosts_testbed, print_hosts_plan
+    from netbench.cli.remote import hosts_testbed, print_hosts_plan
 
     with hosts_testbed(inventory, insecure, config, takeover) as hosts:
         if dry_run:
@@ -591,8 +591,8 @@ def _check_metrics_flags(metrics_port, metrics_address) -> None:
 def _run_with_view(config, metrics_port, metrics_address, testbed=None) -> list:
     """run_sweep under the live terminal view, serving metrics when a port is given."""
     from netbench.metrics import serving
-    from netbench.runner import run_sweep
-    from netbench.ui import SweepView
+    from netbench.experiment.runner import run_sweep
+    from netbench.cli.render import SweepView
 
     with serving(metrics_port, metrics_address or "127.0.0.1") as metrics, \
             SweepView(config, metrics_url=metrics.url if metrics else None) as view:
@@ -605,9 +605,9 @@ def _run_with_view(config, metrics_port, metrics_address, testbed=None) -> list:
 
 def _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes, **rest):
     """The JobSpec and worker count the sweep flags ask for; bad input names its flag."""
-    from netbench.jobs import data as datasets
-    from netbench.jobs.cluster import JobSpec
-    from netbench.jobs.models import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPES, check_input, parse_input_shape
+    from netbench.jobs.harness import data as datasets
+    from netbench.model.job import JobSpec
+    from netbench.jobs.harness.models import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPES, check_input, parse_input_shape
 
     if strategy == "single" and workers not in (None, 1):
         raise UsageError(f"flag --workers: strategy single runs one process, got {workers}",
@@ -634,7 +634,7 @@ def _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input
 
 
 def _plan_runs(base, levels, repeat):
-    from netbench import plan as sweep_plan
+    from netbench.model import design as sweep_plan
     from netbench.errors import ProfileError
 
     try:
@@ -648,8 +648,8 @@ def _plan_runs(base, levels, repeat):
 
 def _print_sweep_plan(config) -> None:
     from netbench.emulation import changes as ch
-    from netbench.jobs.cluster import describe_plan, nodes_needed, plan_job
-    from netbench.testbed import topology
+    from netbench.model.job import describe_plan, nodes_needed, plan_job
+    from netbench.model import topology
 
     topo = topology.plan_topology(nodes_needed(config.job, config.workers), topology.choose_subnet([]))
     accum = f" ({config.job.accum_steps} batches per all-reduce)" if config.job.strategy == "allreduce-accum" else ""
@@ -673,7 +673,7 @@ def _print_sweep_plan(config) -> None:
 
 
 def verify_settings_text() -> str:
-    from netbench.verify import QUICK
+    from netbench.experiment.verify import QUICK
 
     return (f"{QUICK.ping_count} pings every {QUICK.ping_interval_s:g} s"
             f" and {QUICK.iperf_seconds:g} s of iperf3 where a rate is set")
@@ -719,7 +719,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     """
     import random as _random
 
-    from netbench import playbook as pb
+    from netbench.model import playbook as pb
 
     _check_metrics_flags(metrics_port, metrics_address)
     book = pb.load_playbook(playbook_file)
@@ -735,11 +735,12 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     if dry_run:
         _print_playbook_plan(book, seed, runs, statuses, output)
         return
-    from netbench.jobs import cluster, worker
-    from netbench.jobs.cluster import JobSpec
+    from netbench.jobs import worker
+    from netbench.model import job as cluster
+    from netbench.model.job import JobSpec
     from netbench.jobs.launch import Timeouts
-    from netbench.plan import RunPlan
-    from netbench.results import write_json
+    from netbench.model.design import RunPlan
+    from netbench.experiment.store import write_json
 
     pb.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
     job_fields = pb.fields_of(JobSpec)
@@ -757,7 +758,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
             raise UsageError("flag --takeover: only with --inventory")
         require_root()
     _sigterm_as_interrupt()
-    from netbench.runner import SweepConfig
+    from netbench.experiment.runner import SweepConfig
 
     chosen = backend if backend else book.backend
     config = SweepConfig(sweep_id=f"playbook-{book.name}", runs=plans, job=plans[0].job,
@@ -766,7 +767,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                          timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points)
     if inventory is not None:
-        from netbench.remote_cli import check_on_hosts
+        from netbench.cli.remote import check_on_hosts
 
         check_on_hosts(config, inventory)  # before the results folder is written
     record = pb.plan_record(book, seed, runs)
@@ -789,7 +790,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
 def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) -> None:
     from rich.table import Table
 
-    from netbench import playbook as pb
+    from netbench.model import playbook as pb
 
     done = sum(1 for r in runs if statuses.get(r.run_id) in pb.COMPLETE_STATUSES)
     seed_note = "" if book.seed is not None else " (drawn: the playbook sets none; recorded in the results folder)"
@@ -809,8 +810,9 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
         table.add_row(run.run_id, str(run.point), str(run.repeat), *(escape(cells[k]) for k in shown),
                       str(run.settings.nodes), escape(run.profile.name), escape(statuses.get(run.run_id, "to run")))
     console.out.print(table)
-    from netbench.jobs import cluster, worker
-    from netbench.jobs.cluster import JobSpec
+    from netbench.jobs import worker
+    from netbench.model import job as cluster
+    from netbench.model.job import JobSpec
 
     try:  # a design may be ahead of this build (a strategy or model still to come): say so now
         pb.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)

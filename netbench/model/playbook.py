@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
-from netbench.plan import profile_name
-from netbench.profile import Profile, load_profile, validate
+from netbench.model.design import profile_name
+from netbench.model.profile import Profile, load_profile, validate
 from netbench.yamlfile import read_yaml
 
 STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single")
