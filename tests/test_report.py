@@ -279,3 +279,14 @@ def test_tables_print_recorded_text_as_written():
     console.print(report_tables.runs_table(observations))
     console.print(report_tables.groups_table(groups, 0.99))
     assert out.getvalue().count("[/]") >= 3 and "[bold]x" in out.getvalue()
+
+
+def test_load_takes_settings_from_playbook_json_and_words_an_unreadable_one(tmp_path):
+    rec = record("r000", strategy="allreduce-accum")
+    folder = write_results(tmp_path / "results", [rec])
+    (folder / "playbook.json").write_text(json.dumps({"runs": [{"run_id": "r000", "accum_steps": 8}]}))
+    [o] = report.load_observations(folder)
+    assert o.get("accum_steps") == 8
+    (folder / "playbook.json").write_text("{torn")
+    with pytest.raises(report.ReportError, match="playbook.json: unreadable"):
+        report.load_observations(folder)
