@@ -1,4 +1,9 @@
-"""Step events -> images/sec and step-time statistics (pure).
+"""All of netbench's statistics, as small pure functions.
+
+Step events -> images/sec and step-time statistics; percentiles and MAD; Student's t and
+Welch intervals; ratios of geometric means; the Wilson interval of a proportion; the
+tolerance a measured value is judged by. Nothing here has side effects, and scipy (only
+for t quantiles) is imported when a quantile is asked for, so it stays an optional extra.
 
 Warm-up steps are kept in the records but excluded here. Throughput is the global batch
 over the mean measured step time (total images / total time), which weights every step
@@ -10,6 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Iterable, Sequence
 
 MAD_TO_SIGMA = 1.4826  # scales the median absolute deviation to a normal's sigma
@@ -65,3 +71,95 @@ def measured_durations(events: Iterable[dict]) -> list[float]:
     """Durations of the measured (non-warm-up) step events, in step order."""
     steps = [e for e in events if e.get("event") == "step" and e.get("phase") == "measured"]
     return [float(e["duration"]) for e in sorted(steps, key=lambda e: e["step"])]
+
+
+# ---------------------------------------------------------------- intervals
+
+@dataclass(frozen=True)
+class Interval:
+    """Mean of n values with a two-sided interval [low, high]; None bounds when n < 2."""
+
+    n: int
+    mean: float
+    low: float | None
+    high: float | None
+    confidence: float
+
+    @property
+    def half_width(self) -> float | None:
+        return None if self.high is None else self.high - self.mean
+
+    def scaled(self, factor: float) -> "Interval":
+        """The same interval with mean and bounds multiplied by `factor` (e.g. 100 for %)."""
+        scale = lambda v: None if v is None else factor * v  # noqa: E731
+        return Interval(n=self.n, mean=factor * self.mean, low=scale(self.low), high=scale(self.high),
+                        confidence=self.confidence)
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0 < confidence < 1:
+        raise ValueError("confidence must be between 0 and 1")
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The p quantile of Student's t distribution with df degrees of freedom (needs scipy)."""
+    from scipy.stats import t
+
+    return float(t.ppf(p, df))
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.99) -> Interval:
+    """Mean and two-sided t confidence interval: mean +- t(1-a/2, n-1) x s / sqrt(n)."""
+    if not values:
+        raise ValueError("an interval needs at least one value")
+    _check_confidence(confidence)
+    n, mean = len(values), statistics.fmean(values)
+    if n < 2:
+        return Interval(n=n, mean=mean, low=None, high=None, confidence=confidence)
+    half = t_quantile(1 - (1 - confidence) / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    return Interval(n=n, mean=mean, low=mean - half, high=mean + half, confidence=confidence)
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    """The geometric mean of positive values (the centre of a ratio of throughputs)."""
+    return statistics.geometric_mean(values)
+
+
+def ratio_interval(numerator: Sequence[float], denominator: Sequence[float], confidence: float = 0.99,
+                   scale: float = 1.0) -> Interval:
+    """The ratio of two samples' geometric means (divided by `scale`) with a Welch t interval
+    on the difference of their mean logs, so both sides' spread counts. With one value on
+    either side there is no interval (its spread is unknown), only the ratio."""
+    if not numerator or not denominator or min(numerator) <= 0 or min(denominator) <= 0:
+        raise ValueError("a ratio needs positive values on both sides")
+    _check_confidence(confidence)
+    logs = [[math.log(v) for v in side] for side in (numerator, denominator)]
+    centre = statistics.fmean(logs[0]) - statistics.fmean(logs[1]) - math.log(scale)
+    n = min(len(numerator), len(denominator))
+    if n < 2:
+        return Interval(n=n, mean=math.exp(centre), low=None, high=None, confidence=confidence)
+    terms = [(statistics.variance(side) / len(side), len(side) - 1) for side in logs]
+    se2 = sum(v for v, _ in terms)
+    if se2 == 0:
+        return Interval(n=n, mean=math.exp(centre), low=math.exp(centre), high=math.exp(centre), confidence=confidence)
+    df = se2 ** 2 / sum(v ** 2 / d for v, d in terms if v > 0)  # Welch-Satterthwaite
+    half = t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(se2)
+    return Interval(n=n, mean=math.exp(centre), low=math.exp(centre - half), high=math.exp(centre + half),
+                    confidence=confidence)
+
+
+def wilson_interval(k: int, n: int, confidence: float = 0.99) -> tuple[float, float]:
+    """Wilson score interval for k successes in n trials ((0, 1) when there were none)."""
+    if n <= 0:
+        return 0.0, 1.0
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    phat = k / n
+    denom = 1 + z * z / n
+    centre = (phat + z * z / (2 * n)) / denom
+    half = z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def tolerance(expected: float, floor: float, relative: float) -> float:
+    """How far a measurement may stray from `expected`: `relative` of it, at least `floor`."""
+    return max(floor, relative * expected)

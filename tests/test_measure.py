@@ -76,3 +76,41 @@ def test_measured_durations_excludes_warmup_and_sorts_by_step():
 
 def test_measured_durations_of_nothing():
     assert measure.measured_durations([]) == []
+
+
+def test_tolerance_is_relative_with_a_floor():
+    assert measure.tolerance(2.0, 0.5, 0.05) == 0.5  # 5 % of 2 ms is below the 0.5 ms floor
+    assert measure.tolerance(200.0, 0.5, 0.05) == pytest.approx(10.0)
+
+
+def test_scaled_interval_scales_mean_and_bounds_and_keeps_missing_bounds():
+    i = measure.Interval(n=3, mean=0.5, low=0.4, high=0.6, confidence=0.99).scaled(100)
+    assert (i.n, i.mean, i.low, i.high, i.confidence) == (3, 50, 40, 60, 0.99)
+    assert i.half_width == pytest.approx(10)
+    one = measure.Interval(n=1, mean=0.5, low=None, high=None, confidence=0.9).scaled(100)
+    assert (one.mean, one.low, one.high, one.half_width) == (50, None, None, None)
+
+
+def test_ratio_of_geometric_means_without_spread_has_a_point_interval():
+    i = measure.ratio_interval([2.0, 2.0], [1.0, 1.0])
+    assert (i.mean, i.low, i.high) == (pytest.approx(2.0), pytest.approx(2.0), pytest.approx(2.0))
+    assert measure.geometric_mean([1.0, 4.0]) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        measure.ratio_interval([1.0], [0.0])
+    with pytest.raises(ValueError):
+        measure.t_interval([1.0, 2.0], confidence=1.0)
+
+
+def test_wilson_interval_without_trials_is_everything():
+    assert measure.wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_stats_and_report_import_no_optional_or_rendering_dependency():
+    # scipy and matplotlib stay optional extras, and the library leaves rich to the CLI
+    import subprocess
+    import sys
+
+    code = ("import sys, netbench.stats, netbench.report; "
+            "print(sorted(m for m in ('scipy', 'matplotlib', 'rich', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -15,7 +15,9 @@ from click.testing import CliRunner
 
 from netbench import report
 from netbench.cli import app as cli
-from netbench.report import Observation, axis_scale, baseline_slice, group_observations, scaling_efficiency, t_interval
+from netbench.cli import report_tables
+from netbench.report import Observation, axis_scale, baseline_slice, group_observations, scaling_efficiency
+from netbench.stats import ratio_interval, t_interval
 
 
 def record(run_id: str, *, delay_ms: float = 0, rate_mbit: float | None = None, loss_pct: float = 0,
@@ -100,20 +102,20 @@ def test_ratio_interval_hand_computed_with_one_side_fixed():
     # logs of 10 and 20 differ by ln 2: sample sd ln2/sqrt2, standard error ln2/2, df 1;
     # the denominator (5, 5, 5) has no spread: ratio sqrt(200)/5 = sqrt(8)
     t = 12.706205  # t(0.975, 1), tables
-    i = report.ratio_interval([10, 20], [5, 5, 5], 0.95)
+    i = ratio_interval([10, 20], [5, 5, 5], 0.95)
     assert i.mean == pytest.approx(math.sqrt(8))
     assert i.low == pytest.approx(math.sqrt(8) * 2 ** (-t / 2), rel=1e-5)
     assert i.high == pytest.approx(math.sqrt(8) * 2 ** (t / 2), rel=1e-5)
-    assert report.ratio_interval([10], [5, 6]).low is None  # one run on a side: spread unknown
+    assert ratio_interval([10], [5, 6]).low is None  # one run on a side: spread unknown
     with pytest.raises(ValueError):
-        report.ratio_interval([10, 0], [5])
+        ratio_interval([10, 0], [5])
 
 
 def test_ratio_interval_agrees_with_scipys_welch_test():
     from scipy import stats
 
     a, b = [310.0, 295.0, 330.0, 301.0, 322.0], [101.0, 97.5, 110.0, 93.0]
-    i = report.ratio_interval(a, b, 0.99)
+    i = ratio_interval(a, b, 0.99)
     low, high = stats.ttest_ind(np.log(a), np.log(b), equal_var=False).confidence_interval(0.99)
     assert (math.log(i.low), math.log(i.high)) == (pytest.approx(low), pytest.approx(high))
     assert i.n == 4
@@ -203,7 +205,7 @@ def test_report_renders_figures_and_summary(fixture_results, tmp_path):
     # the mlp latency slow-down at loss 0: 1 ms -> 100 ms means (1000/1.1+1) vs (1000/11+1)
     fast = [1000 / 1.1 + r for r in range(3)]
     slow = [1000 / 11 + r for r in range(3)]
-    ratio = report.ratio_interval(slow, fast)
+    ratio = ratio_interval(slow, fast)
     assert ratio.mean == pytest.approx(statistics.geometric_mean(slow) / statistics.geometric_mean(fast))
     row = f"| mlp | allreduce | 1 | 100 | {report.percent(ratio.mean)} | {report.percent(ratio.low)} .. "
     assert row + f"{report.percent(ratio.high)} |" in text
@@ -224,7 +226,7 @@ def test_ps_settings_and_idleness_come_from_the_record():
     rec = {**record("r000", strategy="ps", workers=3), "ps": 2, "idle_ratio": 0.25}
     o = report.observation_from_record(rec)
     assert (o.get("ps"), o.get("accum_steps"), o.idleness) == (2, None, 0.25)
-    table = report.runs_table([o, report.observation_from_record(record("r001", strategy="ps", workers=1))])
+    table = report_tables.runs_table([o, report.observation_from_record(record("r001", strategy="ps", workers=1))])
     assert [c.header for c in table.columns][-2] == "idle"
 
 
@@ -274,6 +276,17 @@ def test_tables_print_recorded_text_as_written():
     groups = group_observations(observations)
     out = io.StringIO()
     console = Console(file=out, width=200)
-    console.print(report.runs_table(observations))
-    console.print(report.groups_table(groups, 0.99))
+    console.print(report_tables.runs_table(observations))
+    console.print(report_tables.groups_table(groups, 0.99))
     assert out.getvalue().count("[/]") >= 3 and "[bold]x" in out.getvalue()
+
+
+def test_load_takes_settings_from_playbook_json_and_words_an_unreadable_one(tmp_path):
+    rec = record("r000", strategy="allreduce-accum")
+    folder = write_results(tmp_path / "results", [rec])
+    (folder / "playbook.json").write_text(json.dumps({"runs": [{"run_id": "r000", "accum_steps": 8}]}))
+    [o] = report.load_observations(folder)
+    assert o.get("accum_steps") == 8
+    (folder / "playbook.json").write_text("{torn")
+    with pytest.raises(report.ReportError, match="playbook.json: unreadable"):
+        report.load_observations(folder)

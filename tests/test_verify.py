@@ -6,6 +6,7 @@ import ipaddress
 
 import pytest
 
+from netbench import stats
 from netbench.experiment import verify as v
 from netbench.errors import NetbenchError
 from netbench.model.profile import Profile
@@ -48,10 +49,10 @@ def test_unshaped_path_and_gilbert_elliott_long_run_loss():
 
 
 def test_wilson_interval_matches_the_formula_at_the_edges():
-    lo, hi = v.proportion_interval(0, 100)
+    lo, hi = stats.wilson_interval(0, 100)
     z2 = 2.5758293035489004 ** 2
     assert lo == 0.0 and hi == pytest.approx(z2 / (100 + z2))
-    lo, hi = v.proportion_interval(50, 100)
+    lo, hi = stats.wilson_interval(50, 100)
     assert lo < 0.5 < hi and hi - 0.5 == pytest.approx(0.5 - lo)
 
 

@@ -835,14 +835,15 @@ def report_cmd(results_dir: Path, output: Path | None, confidence: float) -> Non
     Example: netbench report results/smoke
     """
     from netbench import report
+    from netbench.cli import report_tables
 
     out = output or results_dir / "report"
     written = report.write_report(results_dir, out, confidence=confidence)
-    console.out.print(report.runs_table(written.observations))
-    console.out.print(report.groups_table(written.groups, confidence))
+    console.out.print(report_tables.runs_table(written.observations))
+    console.out.print(report_tables.groups_table(written.groups, confidence))
     ratios = report.speedups(written.groups, confidence)
     if ratios:
-        console.out.print(report.speedups_table(ratios))
+        console.out.print(report_tables.speedups_table(ratios))
     for path in written.files:
         console.info(f"wrote {escape(str(path))}")
 

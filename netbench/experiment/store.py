@@ -141,6 +141,7 @@ class ResultStore:
         self.csv_path = directory / "results.csv"
         self.runs_dir = directory / "runs"
         self.logs_dir = directory / "logs"
+        self.playbook_path = directory / "playbook.json"
 
     def create(self) -> None:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -181,6 +182,15 @@ class ResultStore:
         with open(self.csv_path, newline="", encoding="utf-8") as fh:
             return list(csv.DictReader(fh))
 
+    def record_paths(self) -> list[Path]:
+        """runs/<id>.json, in run id order; none when the folder has no runs/."""
+        return sorted(self.runs_dir.glob("*.json")) if self.runs_dir.is_dir() else []
+
+    def read_playbook(self) -> Any:
+        """playbook.json (what a playbook run keeps about its design), or None without one;
+        an unreadable file raises OSError or ValueError for the caller to word."""
+        return read_json(self.playbook_path) if self.playbook_path.exists() else None
+
 
 def first_run_index(directory: Path, append: bool) -> int:
     """The index a sweep's first run takes in `directory`: 0 for a new or empty folder.
@@ -200,6 +210,11 @@ def first_run_index(directory: Path, append: bool) -> int:
         ids += [row.get("run_id") or "" for row in ResultStore(directory).read_rows()]
     numbers = [int(i[1:]) for i in ids if len(i) > 1 and i[0] == "r" and i[1:].isdigit()]
     return max(numbers, default=-1) + 1
+
+
+def read_json(path: Path) -> Any:
+    """One JSON file of a results folder (a run record, the manifest, playbook.json)."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -20,11 +20,10 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
 from netbench import proc
-from netbench.stats import percentile
+from netbench.stats import percentile, tolerance, wilson_interval
 from netbench.errors import NetbenchError
 from netbench.model.profile import Profile
 from netbench.model.topology import Node
@@ -122,29 +121,17 @@ def _loss(profile: Profile) -> float:
     return profile.loss
 
 
-def proportion_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Wilson score interval for k successes in n trials."""
-    if n <= 0:
-        return 0.0, 1.0
-    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
-    phat = k / n
-    denom = 1 + z * z / n
-    centre = (phat + z * z / (2 * n)) / denom
-    half = z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def compare(expected: Expected, measured: Measured) -> list[Check]:
     """Configured against measured, with the error and whether it is within tolerance."""
     checks = []
     rtt_ms = expected.rtt_us / 1000
-    tol = max(RTT_TOLERANCE_MS, RTT_TOLERANCE_REL * rtt_ms)
+    tol = tolerance(rtt_ms, RTT_TOLERANCE_MS, RTT_TOLERANCE_REL)
     got = None if measured.rtt_mean_us is None else measured.rtt_mean_us / 1000
     checks.append(Check("rtt", rtt_ms, got, None if got is None else got - rtt_ms, "ms",
                         None if got is None else abs(got - rtt_ms) <= tol,
                         f"mean RTT within {tol:.2f} ms of the configured delays"))
     n, k = measured.pings_sent, measured.pings_sent - measured.pings_received
-    lo, hi = proportion_interval(k, n)
+    lo, hi = wilson_interval(k, n, CONFIDENCE)
     lost = k / n if n else None
     checks.append(Check("loss", expected.loss_round_trip, lost,
                         None if lost is None else lost - expected.loss_round_trip, "ratio",
