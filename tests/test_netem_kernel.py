@@ -21,7 +21,10 @@ from tests.strategies import valid_profiles
 
 from netbench import units
 from netbench.emulation import changes as ch
-from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs, probe_netem
+from netbench.emulation.engines import Engines
+from netbench.emulation.iptables import Iptables
+from netbench.emulation.netlink.qdisc import NetlinkQdiscs
+from netbench.emulation.probe import probe_netem
 from netbench.emulation.executor import real_executor, read_emulation, recorded_distributions
 from netbench.state.journal import Journal
 from netbench.model.profile import Profile, profile_from_mapping

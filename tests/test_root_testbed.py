@@ -12,7 +12,9 @@ import pytest
 
 from netbench import proc
 from netbench.emulation import changes as ch
-from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs
+from netbench.emulation.engines import Engines
+from netbench.emulation.iptables import Iptables
+from netbench.emulation.netlink.qdisc import NetlinkQdiscs
 from netbench.emulation.executor import read_emulation, real_executor
 from netbench.model.profile import Profile
 from netbench.state.reset import reset

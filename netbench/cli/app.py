@@ -270,7 +270,9 @@ def show(as_json: bool) -> None:
 
     Example: netbench show --json
     """
-    from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs
+    from netbench.emulation.engines import Engines
+    from netbench.emulation.iptables import Iptables
+    from netbench.emulation.netlink.qdisc import NetlinkQdiscs
     from netbench.emulation.executor import read_emulation
     from netbench.state.journal import state_dir
     from netbench.testbed import netns as local
@@ -341,7 +343,9 @@ def verify_cmd(src_name, dst_name, count, interval, seconds, as_json) -> None:
     Example: netbench apply --latency 10ms --bandwidth 100mbit && netbench verify
     """
     from netbench.experiment import verify
-    from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs
+    from netbench.emulation.engines import Engines
+    from netbench.emulation.iptables import Iptables
+    from netbench.emulation.netlink.qdisc import NetlinkQdiscs
     from netbench.emulation.executor import read_emulation
     from netbench.state.journal import Journal
     from netbench.model.profile import profile_from_mapping

@@ -8,7 +8,10 @@ from typing import Any, Callable
 from netbench.state import journal as jr
 from netbench.emulation import changes as ch
 from netbench.emulation import readback
-from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs, QdiscAdapter, probe_netem
+from netbench.emulation.engines import Engines
+from netbench.emulation.iptables import Iptables
+from netbench.emulation.netlink.qdisc import NetlinkQdiscs, QdiscAdapter
+from netbench.emulation.probe import probe_netem
 from netbench.errors import BackendUnavailable, EmulationError, UsageError
 from netbench.model.topology import Topology
 

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from netbench import proc
-from netbench.emulation.adapters import BRIDGE_NF_SYSCTL
+from netbench.emulation.iptables import BRIDGE_NF_SYSCTL
 from netbench.errors import NetbenchError
 from netbench.model import topology as topo
 

@@ -298,7 +298,7 @@ class _NoSwitch:
 
 def show_host(journal: Journal, interface: str) -> dict[str, Any]:
     """What the host's data-plane interface holds now, its lease and its journal."""
-    from netbench.emulation.adapters import NetlinkQdiscs
+    from netbench.emulation.netlink.qdisc import NetlinkQdiscs
     from netbench.emulation.executor import read_emulation, recorded_distributions
 
     netns = own_netns_name()
@@ -347,7 +347,7 @@ def host_info(interface: str | None = None, probe: bool = True,
     if interface is not None:
         info["interface_ok"] = interface in interfaces
     if probe and info["root"]:
-        from netbench.emulation.adapters import probe_netem
+        from netbench.emulation.probe import probe_netem
 
         try:  # its scratch name is per process: several hosts may share one /run/netns (tests)
             has_netem, why = probe_netem()

@@ -14,7 +14,8 @@ from typing import Callable
 from pyroute2 import netns as pnetns
 
 from netbench import proc
-from netbench.emulation.adapters import Iptables, NetlinkQdiscs
+from netbench.emulation.iptables import Iptables
+from netbench.emulation.netlink.qdisc import NetlinkQdiscs
 from netbench.state.journal import Journal
 from netbench.testbed import netns as local
 
