@@ -124,7 +124,7 @@ def test_reset_after_controller_sigkill(clean_machine):
     script = (
         "import os, signal\n"
         "from netbench.state.journal import Journal\n"
-        "from netbench.testbed import local\n"
+        "from netbench.testbed import netns as local\n"
         "from netbench.emulation import changes as ch\n"
         "from netbench.emulation.executor import real_executor\n"
         "from netbench.model.profile import Profile\n"
