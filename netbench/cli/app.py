@@ -231,7 +231,7 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run) -> 
 
     Example: netbench apply profiles/wan.yaml --loss 1%
     """
-    from netbench.emulation import changes as ch
+    from netbench.emulation import backends, changes as ch
     from netbench.emulation.executor import choose_backend, real_executor
     from netbench.state.journal import Journal, Lock
     from netbench.testbed import netns as local
@@ -246,7 +246,7 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run) -> 
     if topo is None:
         raise TestbedError("no testbed is up", hint="start one with 'netbench testbed up'")
     choice = choose_backend(None if backend == "auto" else backend)
-    plan = ch.plan_apply(chosen_profile, topo, choice.name)
+    plan = backends.plan_apply(chosen_profile, topo, choice.name)
     console.info(f"profile [bold]{escape(chosen_profile.name)}[/] ({escape(chosen_profile.label())}), backend "
                  f"[bold]{choice.name}[/]: {escape(choice.reason)}")
     if dry_run:
@@ -651,7 +651,7 @@ def _plan_runs(base, levels, repeat):
 
 
 def _print_sweep_plan(config) -> None:
-    from netbench.emulation import changes as ch
+    from netbench.emulation import backends, changes as ch
     from netbench.model.job import describe_plan, nodes_needed, plan_job
     from netbench.model import topology
 
@@ -668,7 +668,7 @@ def _print_sweep_plan(config) -> None:
         console.plain("  " + line)
     for run in config.runs:
         console.plain(f"{run.run_id}  {run.profile.name}  repeat {run.repeat}")
-        for change in ch.plan_apply(run.profile, topo, config.backend or "userspace",
+        for change in backends.plan_apply(run.profile, topo, config.backend or "userspace",
                                     seed=config.seed + 100 * run.index):
             console.plain("    " + change.describe())
         if config.verify:
