@@ -261,7 +261,7 @@ def udp_oneway(proc, src, dst, count: int, pps: int) -> dict[str, Any]:
 class Bench:
     def __init__(self, settings: Settings, backend_name: str, topology, journal, console, seed: int) -> None:
         from netbench import proc
-        from netbench.emulation import changes as ch
+        from netbench.emulation import backends, changes as ch
         from netbench.emulation.executor import real_executor
 
         self.s = settings
@@ -273,6 +273,7 @@ class Bench:
         self.seed = seed
         self.proc = proc
         self.ch = ch
+        self.backends = backends
         self.executor = real_executor(journal)
         self.workdir = Path(journal.dir)
         self.emulation_s = 0.0  # time spent applying/clearing (engine start/stop), not measuring
@@ -283,7 +284,7 @@ class Bench:
 
         profile = validate(Profile(name="fidelity", **fields), "bench")
         t = time.monotonic()
-        self.executor.apply(self.ch.plan_apply(profile, self.topo, self.backend, seed=self.seed))
+        self.executor.apply(self.backends.plan_apply(profile, self.topo, self.backend, seed=self.seed))
         self.emulation_s += time.monotonic() - t
         return profile
 

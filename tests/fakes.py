@@ -1,4 +1,4 @@
-"""In-memory fakes of the emulation adapters (netbench/emulation/adapters.py).
+"""In-memory fakes of the emulation adapters (netlink/qdisc.py, iptables.py, engines.py).
 
 Each fake keeps the state the real adapter would leave in the kernel, so `read`/`rules`
 return what was set, and records every call in order in `calls`. Pass one shared list as

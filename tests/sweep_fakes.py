@@ -13,7 +13,7 @@ import ipaddress
 import json
 from typing import Iterator
 
-from netbench.emulation import changes as ch
+from netbench.emulation import backends, changes as ch
 from netbench.emulation.executor import BackendChoice, Executor
 from netbench.jobs import worker
 from netbench.model.job import Task, nodes_needed
@@ -92,7 +92,7 @@ class SyntheticTestbed:
         return self.topology.nodes[:nodes_needed(job, workers)]
 
     def apply(self, run, seed: int) -> None:
-        self.executor.apply(ch.plan_apply(run.profile, self.topology, self.backend, seed=seed))
+        self.executor.apply(backends.plan_apply(run.profile, self.topology, self.backend, seed=seed))
         for fake in self.fakes:  # the fakes log every call for tests; a long sweep needs none of it
             fake.calls.clear()
         self._calls.clear()

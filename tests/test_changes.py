@@ -8,7 +8,7 @@ import ipaddress
 import pytest
 from tests.fakes import FakeEngines, FakeIptables, FakeQdiscs, make_fakes
 
-from netbench.emulation import changes as ch
+from netbench.emulation import backends, changes as ch
 from netbench.emulation.executor import BackendChoice, Executor, choose_backend, read_emulation, recorded_distributions
 from netbench.emulation.netlink.netem import NETEM_RATE32_MAX_BPS
 from netbench.errors import BackendUnavailable, EmulationError, StateError, UsageError
@@ -28,7 +28,7 @@ def kinds(plan):
 
 
 def test_netem_plan_shapes_each_node_in_place():
-    plan = ch.plan_apply(FULL, TOPO, "netem")
+    plan = backends.plan_apply(FULL, TOPO, "netem")
     assert kinds(plan) == [
         ("ClearRules", "switch"), ("StopEngine", "n1"), ("StopEngine", "n2"),
         ("ShapeDevice", "n1"), ("ClearIngress", "n1"), ("ShapeDevice", "n2"), ("ClearIngress", "n2")]
@@ -40,24 +40,24 @@ def test_netem_plan_shapes_each_node_in_place():
 
 
 def test_netem_limit_from_the_profile_wins():
-    plan = ch.plan_apply(dataclasses.replace(FULL, limit_packets=77), TOPO, "netem")
+    plan = backends.plan_apply(dataclasses.replace(FULL, limit_packets=77), TOPO, "netem")
     assert {c.netem.limit for c in plan if isinstance(c, ch.ShapeDevice)} == {77}
 
 
 def test_rate_beyond_netem_32_bits_goes_to_an_htb_parent():
     fast = Profile(delay_us=1_000, rate_bps=40_000_000_000)
-    shape = next(c for c in ch.plan_apply(fast, TOPO, "netem") if isinstance(c, ch.ShapeDevice))
+    shape = next(c for c in backends.plan_apply(fast, TOPO, "netem") if isinstance(c, ch.ShapeDevice))
     assert shape.uses_htb and shape.htb_rate_bps == 40_000_000_000 and shape.netem.rate_bps is None
     assert ch.htb_burst_bytes(40_000_000_000) == 5_000_000  # 1 ms of the rate, not a fixed 15 KB
     just_fits = Profile(delay_us=1_000, rate_bps=NETEM_RATE32_MAX_BPS)
-    shape = next(c for c in ch.plan_apply(just_fits, TOPO, "netem") if isinstance(c, ch.ShapeDevice))
+    shape = next(c for c in backends.plan_apply(just_fits, TOPO, "netem") if isinstance(c, ch.ShapeDevice))
     assert not shape.uses_htb and shape.netem.rate_bps == NETEM_RATE32_MAX_BPS
 
 
 def test_peers_become_htb_classes_with_filters():
     topo3 = plan_topology(3, ipaddress.ip_network("10.213.0.0/24"))
     profile = Profile(delay_us=5_000, peers=("n2", "n1", "192.0.2.0/24"))
-    plan = [c for c in ch.plan_apply(profile, topo3, "netem") if isinstance(c, ch.ShapeDevice)]
+    plan = [c for c in backends.plan_apply(profile, topo3, "netem") if isinstance(c, ch.ShapeDevice)]
     n1, n2, n3 = plan
     assert n1.peers == (f"{topo3.nodes[1].address}/32", "192.0.2.0/24")  # not itself
     assert n3.peers == (f"{topo3.nodes[1].address}/32", f"{topo3.nodes[0].address}/32", "192.0.2.0/24")
@@ -69,21 +69,21 @@ def test_peers_become_htb_classes_with_filters():
 def test_duplicate_with_several_peers_is_refused_before_anything_is_applied():
     profile = Profile(delay_us=5_000, duplicate=0.01, peers=("n2", "192.0.2.0/24"))
     with pytest.raises(UsageError, match="n1: duplicate with 2 peers"):
-        ch.plan_apply(profile, TOPO, "netem")
-    one_peer = [c for c in ch.plan_apply(dataclasses.replace(profile, peers=("n2",)), TOPO, "netem")
+        backends.plan_apply(profile, TOPO, "netem")
+    one_peer = [c for c in backends.plan_apply(dataclasses.replace(profile, peers=("n2",)), TOPO, "netem")
                 if isinstance(c, ch.ShapeDevice)]
     assert [(c.node, c.class_count()) for c in one_peer] == [("n1", 1)] and one_peer[0].netem.duplicate == 0.01
 
 
 def test_unknown_peer_node_is_a_usage_error():
     with pytest.raises(UsageError, match="no node n7"):
-        ch.plan_apply(Profile(delay_us=1_000, peers=("n7",)), TOPO, "netem")
+        backends.plan_apply(Profile(delay_us=1_000, peers=("n7",)), TOPO, "netem")
 
 
 @pytest.mark.parametrize("direction, devices", [
     ("egress", ["eth0"]), ("ingress", ["nbifb-eth0"]), ("both", ["eth0", "nbifb-eth0"])])
 def test_direction_shapes_egress_ingress_or_both(direction, devices):
-    plan = [c for c in ch.plan_apply(dataclasses.replace(FULL, direction=direction), TOPO, "netem") if c.node == "n1"]
+    plan = [c for c in backends.plan_apply(dataclasses.replace(FULL, direction=direction), TOPO, "netem") if c.node == "n1"]
     assert [c.dev for c in plan if isinstance(c, ch.ShapeDevice)] == devices
     assert any(isinstance(c, ch.SetIngress) for c in plan) == (direction != "egress")
     assert any(isinstance(c, ch.ClearQdisc) for c in plan) == (direction == "ingress")
@@ -94,11 +94,11 @@ def test_direction_shapes_egress_ingress_or_both(direction, devices):
 
 def test_userspace_refuses_what_only_netem_can_do():
     with pytest.raises(BackendUnavailable, match="cannot emulate distribution, duplicate"):
-        ch.plan_apply(dataclasses.replace(FULL, distribution="normal", duplicate=0.01), TOPO, "userspace")
+        backends.plan_apply(dataclasses.replace(FULL, distribution="normal", duplicate=0.01), TOPO, "userspace")
 
 
 def test_userspace_plan_order():
-    plan = ch.plan_apply(FULL, TOPO, "userspace")
+    plan = backends.plan_apply(FULL, TOPO, "userspace")
     assert kinds(plan) == [
         ("ClearRules", "switch"), ("StopEngine", "n1"), ("StopEngine", "n2"),
         ("ClearIngress", "n1"), ("ClearIngress", "n2"),
@@ -108,33 +108,33 @@ def test_userspace_plan_order():
 
 
 def test_userspace_engines_get_distinct_seeds():
-    plan = ch.plan_apply(FULL, TOPO, "userspace", seed=7)
+    plan = backends.plan_apply(FULL, TOPO, "userspace", seed=7)
     seeds = [c.seed for c in plan if isinstance(c, ch.StartEngine)]
     assert seeds == [7, 8]
 
 
 def test_userspace_rate_only_needs_no_engine():
-    plan = ch.plan_apply(Profile(rate_bps=10**8), TOPO, "userspace")
+    plan = backends.plan_apply(Profile(rate_bps=10**8), TOPO, "userspace")
     assert [type(c).__name__ for c in plan if not isinstance(
         c, (ch.ClearRules, ch.StopEngine, ch.ClearQdisc, ch.ClearIngress))] == ["SetTbf", "SetTbf"]
 
 
 def test_userspace_delay_only_needs_no_tbf():
-    plan = ch.plan_apply(Profile(delay_us=1_000), TOPO, "userspace")
+    plan = backends.plan_apply(Profile(delay_us=1_000), TOPO, "userspace")
     assert not any(isinstance(c, ch.SetTbf) for c in plan)
     assert sum(isinstance(c, ch.StartEngine) for c in plan) == 2
 
 
 @pytest.mark.parametrize("backend", ["netem", "userspace"])
 def test_null_profile_only_clears(backend):
-    plan = ch.plan_apply(Profile(), TOPO, backend)
+    plan = backends.plan_apply(Profile(), TOPO, backend)
     assert sorted(map(repr, plan)) == sorted(map(repr, ch.plan_clear(TOPO)))
     assert plan
 
 
 def test_unknown_backend():
     with pytest.raises(ValueError):
-        ch.plan_apply(FULL, TOPO, "tc")
+        backends.plan_apply(FULL, TOPO, "tc")
 
 
 def test_netem_limit_packets():
@@ -154,7 +154,7 @@ def test_tbf_sizes():
 
 
 def test_describe_lines():
-    plan = {type(c).__name__: c for c in ch.plan_apply(FULL, TOPO, "netem") + ch.plan_apply(FULL, TOPO, "userspace")
+    plan = {type(c).__name__: c for c in backends.plan_apply(FULL, TOPO, "netem") + backends.plan_apply(FULL, TOPO, "userspace")
             if c.node == "n1"}
     assert plan["ShapeDevice"].describe() == (
         "n1: tc qdisc replace dev eth0 root handle 4e42: netem limit "
@@ -185,7 +185,7 @@ def pending_summary(journal):
 
 def test_netem_apply_sets_qdiscs(journal):
     ex, log = executor(journal)
-    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
+    ex.apply(backends.plan_apply(FULL, TOPO, "netem"))
     for node in TOPO.nodes:
         q = ex.qdiscs.read(node.netns, node.ifname)
         n = q["netem"]
@@ -195,12 +195,12 @@ def test_netem_apply_sets_qdiscs(journal):
     assert pending_summary(journal) == [("qdisc", "netbench-n1"), ("qdisc", "netbench-n2")]
     assert [e.data for e in journal.pending()][0] == {"netns": "netbench-n1", "ifname": "eth0",
                                                       "handle": ch.QDISC_HANDLE, "distribution": "uniform"}
-    assert ex.done == ch.plan_apply(FULL, TOPO, "netem")
+    assert ex.done == backends.plan_apply(FULL, TOPO, "netem")
 
 
 def test_userspace_apply_sets_tbf_engine_and_rule(journal):
     ex, log = executor(journal)
-    ex.apply(ch.plan_apply(FULL, TOPO, "userspace", seed=3))
+    ex.apply(backends.plan_apply(FULL, TOPO, "userspace", seed=3))
     for position, node in enumerate(TOPO.nodes):
         assert ex.qdiscs.read(node.netns, node.ifname)["kind"] == "tbf"
         assert ex.qdiscs.read(node.netns, node.ifname)["rate_bps"] == 250_000_000
@@ -227,8 +227,8 @@ def test_journal_entry_is_written_before_each_change(journal):
             seen.append(("iptables", kwargs["netns"]) in pending_summary(journal))
 
     ex, _ = executor(journal, before)
-    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
-    ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
+    ex.apply(backends.plan_apply(FULL, TOPO, "netem"))
+    ex.apply(backends.plan_apply(FULL, TOPO, "userspace"))
     assert seen == [True] * 6
 
 
@@ -241,7 +241,7 @@ class FailingJournal(Journal):
 def test_change_is_not_made_when_the_journal_cannot_be_written(tmp_path, backend, method):
     ex, _ = executor(FailingJournal(tmp_path))
     with pytest.raises(StateError):
-        ex.apply(ch.plan_apply(FULL, TOPO, backend))
+        ex.apply(backends.plan_apply(FULL, TOPO, backend))
     assert method not in ex.qdiscs.methods()
     assert ex.qdiscs.state == {}
 
@@ -256,7 +256,7 @@ def test_a_root_qdisc_netbench_did_not_set_is_refused_before_any_change(journal,
     ex, log = executor(journal)
     ex.qdiscs.foreign[("netbench-n2", "eth0")] = (kind, handle)
     with pytest.raises(EmulationError, match=f"n2: eth0 has a root qdisc {kind} {handle >> 16:x}: that netbench did not set"):
-        ex.apply(ch.plan_apply(FULL, TOPO, backend))
+        ex.apply(backends.plan_apply(FULL, TOPO, backend))
     assert log == [] and journal.pending() == []
     assert ex.qdiscs.foreign == {("netbench-n2", "eth0"): (kind, handle)}
 
@@ -266,7 +266,7 @@ def test_the_kernels_default_root_is_replaced(journal, kind):
     ex, _ = executor(journal)
     for node in TOPO.nodes:
         ex.qdiscs.foreign[(node.netns, node.ifname)] = (kind, 0)  # handle 0: the kernel's own
-    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
+    ex.apply(backends.plan_apply(FULL, TOPO, "netem"))
     assert all(ex.qdiscs.read(node.netns, node.ifname)["kind"] == "netem" for node in TOPO.nodes)
 
 
@@ -275,22 +275,22 @@ def test_an_ingress_qdisc_netbench_did_not_set_is_refused_before_any_change(jour
     ex, log = executor(journal)
     ex.qdiscs.foreign_ingress[("netbench-n1", "eth0")] = kind
     with pytest.raises(EmulationError, match=f"n1: eth0 has a qdisc {kind} at its ingress that netbench did not set"):
-        ex.apply(ch.plan_apply(dataclasses.replace(FULL, direction="both"), TOPO, "netem"))
+        ex.apply(backends.plan_apply(dataclasses.replace(FULL, direction="both"), TOPO, "netem"))
     assert log == [] and journal.pending() == []
 
 
 def test_netbench_replaces_its_own_root_and_ingress(journal):
     ex, _ = executor(journal)
     both = dataclasses.replace(FULL, direction="both")
-    ex.apply(ch.plan_apply(both, TOPO, "netem"))
-    ex.apply(ch.plan_apply(dataclasses.replace(both, delay_us=20_000), TOPO, "netem"))
-    ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
+    ex.apply(backends.plan_apply(both, TOPO, "netem"))
+    ex.apply(backends.plan_apply(dataclasses.replace(both, delay_us=20_000), TOPO, "netem"))
+    ex.apply(backends.plan_apply(FULL, TOPO, "userspace"))
     assert ex.qdiscs.read("netbench-n1", "eth0")["kind"] == "tbf"
 
 
 def test_clear_resolves_journal_entries(journal):
     ex, _ = executor(journal)
-    ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
+    ex.apply(backends.plan_apply(FULL, TOPO, "userspace"))
     assert journal.pending()
     ex.apply(ch.plan_clear(TOPO))
     assert journal.pending() == []
@@ -304,7 +304,7 @@ def test_clear_resolves_only_matching_entries(journal):
     other = journal.record("qdisc", netns="netbench-n9", ifname="eth0", handle=ch.QDISC_HANDLE)
     ns = journal.record("netns", name="netbench-n1")
     ex, _ = executor(journal)
-    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
+    ex.apply(backends.plan_apply(FULL, TOPO, "netem"))
     ex.apply(ch.plan_clear(TOPO))
     assert [e.id for e in journal.pending()] == [other.id, ns.id]
 
@@ -312,7 +312,7 @@ def test_clear_resolves_only_matching_entries(journal):
 @pytest.mark.parametrize("backend", ["netem", "userspace"])
 def test_apply_twice_is_idempotent(journal, backend):
     ex, _ = executor(journal)
-    plan = ch.plan_apply(FULL, TOPO, backend)
+    plan = backends.plan_apply(FULL, TOPO, backend)
     ex.apply(plan)
     def state():
         qdiscs = {k: {f: v for f, v in q.items() if f != "live_change"} for k, q in ex.qdiscs.state.items()}
@@ -329,8 +329,8 @@ def test_apply_twice_is_idempotent(journal, backend):
 
 def test_changing_profile_replaces_the_old_one(journal):
     ex, _ = executor(journal)
-    ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
-    ex.apply(ch.plan_apply(Profile(delay_us=50_000), TOPO, "userspace"))
+    ex.apply(backends.plan_apply(FULL, TOPO, "userspace"))
+    ex.apply(backends.plan_apply(Profile(delay_us=50_000), TOPO, "userspace"))
     assert len(ex.iptables.rules(TOPO.switch_netns)) == 2  # one per node, the old ones gone
     for position, node in enumerate(TOPO.nodes):
         assert ex.qdiscs.read(node.netns, node.ifname) is None  # the tbf went away with the rate
@@ -339,8 +339,8 @@ def test_changing_profile_replaces_the_old_one(journal):
 
 def test_userspace_clears_a_previous_netem(journal):
     ex, _ = executor(journal)
-    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
-    ex.apply(ch.plan_apply(Profile(delay_us=5_000), TOPO, "userspace"))
+    ex.apply(backends.plan_apply(FULL, TOPO, "netem"))
+    ex.apply(backends.plan_apply(Profile(delay_us=5_000), TOPO, "userspace"))
     for node in TOPO.nodes:
         assert ex.qdiscs.read(node.netns, node.ifname) is None
     assert ("qdisc", "netbench-n1") not in pending_summary(journal)
@@ -348,8 +348,8 @@ def test_userspace_clears_a_previous_netem(journal):
 
 def test_netem_clears_a_previous_userspace(journal):
     ex, _ = executor(journal)
-    ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
-    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
+    ex.apply(backends.plan_apply(FULL, TOPO, "userspace"))
+    ex.apply(backends.plan_apply(FULL, TOPO, "netem"))
     assert ex.iptables.rules(TOPO.switch_netns) == []
     for position, node in enumerate(TOPO.nodes):
         assert ex.engines.read(TOPO.switch_netns, position + 1) is None
@@ -359,7 +359,7 @@ def test_on_change_sees_every_change_in_order(journal):
     seen = []
     qdiscs, iptables, engines = FakeQdiscs(), FakeIptables(), FakeEngines()
     ex = Executor(journal=journal, qdiscs=qdiscs, iptables=iptables, engines=engines, on_change=seen.append)
-    plan = ch.plan_apply(FULL, TOPO, "userspace")
+    plan = backends.plan_apply(FULL, TOPO, "userspace")
     ex.apply(plan)
     assert seen == plan
 
@@ -369,7 +369,7 @@ def test_on_change_sees_every_change_in_order(journal):
 
 def test_read_emulation_netem(journal):
     ex, _ = executor(journal)
-    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
+    ex.apply(backends.plan_apply(FULL, TOPO, "netem"))
     rows = read_emulation(TOPO, ex.qdiscs, ex.iptables, ex.engines)
     assert [r["node"] for r in rows] == ["n1", "n2"]
     assert {r["backend"] for r in rows} == {"netem"}
@@ -380,8 +380,8 @@ def test_read_emulation_netem(journal):
 
 def test_a_second_profile_is_a_live_change_with_one_journal_entry(journal):
     ex, _ = executor(journal)
-    ex.apply(ch.plan_apply(FULL, TOPO, "netem"))
-    ex.apply(ch.plan_apply(dataclasses.replace(FULL, delay_us=50_000, distribution="pareto"), TOPO, "netem"))
+    ex.apply(backends.plan_apply(FULL, TOPO, "netem"))
+    ex.apply(backends.plan_apply(dataclasses.replace(FULL, delay_us=50_000, distribution="pareto"), TOPO, "netem"))
     q = ex.qdiscs.read("netbench-n1", "eth0")
     assert q["live_change"] and q["netem"].delay_us == 50_000
     assert pending_summary(journal) == [("qdisc", "netbench-n1"), ("qdisc", "netbench-n2")]
@@ -392,7 +392,7 @@ def test_read_emulation_userspace_and_empty(journal):
     ex, _ = executor(journal)
     rows = read_emulation(TOPO, ex.qdiscs, ex.iptables, ex.engines)
     assert [r["backend"] for r in rows] == [None, None]
-    ex.apply(ch.plan_apply(FULL, TOPO, "userspace"))
+    ex.apply(backends.plan_apply(FULL, TOPO, "userspace"))
     rows = read_emulation(TOPO, ex.qdiscs, ex.iptables, ex.engines)
     assert [r["backend"] for r in rows] == ["userspace", "userspace"]
     assert rows[1]["engine"]["params"]["delay_us"] == 10_000
@@ -435,11 +435,11 @@ def test_a_long_sweeps_changes_do_not_each_reread_the_journal(journal):
 
     ex, _ = executor(journal)
     for backend in ("netem", "userspace") * 50:
-        ex.apply(ch.plan_apply(FULL if backend == "netem" else dataclasses.replace(FULL, jitter_us=0), TOPO, backend))
+        ex.apply(backends.plan_apply(FULL if backend == "netem" else dataclasses.replace(FULL, jitter_us=0), TOPO, backend))
     size = journal.path.stat().st_size
     before = bytes_read()
     for delay_us in range(1_000, 101_000, 1_000):
-        ex.apply(ch.plan_apply(dataclasses.replace(FULL, delay_us=delay_us), TOPO, "netem"))
+        ex.apply(backends.plan_apply(dataclasses.replace(FULL, delay_us=delay_us), TOPO, "netem"))
     # per change, less than a tenth of the journal (before: the whole of it, ~8 times)
     assert (bytes_read() - before) / 100 < size / 10
     assert pending_summary(journal) == [("qdisc", "netbench-n1"), ("qdisc", "netbench-n2")]
@@ -450,5 +450,36 @@ def test_a_long_lived_executor_keeps_only_its_last_applys_changes(journal):
     change of every run."""
     ex, _ = executor(journal)
     for delay_us in range(1_000, 51_000, 1_000):
-        ex.apply(ch.plan_apply(dataclasses.replace(FULL, delay_us=delay_us), TOPO, "netem"))
-    assert ex.done == ch.plan_apply(dataclasses.replace(FULL, delay_us=50_000), TOPO, "netem")
+        ex.apply(backends.plan_apply(dataclasses.replace(FULL, delay_us=delay_us), TOPO, "netem"))
+    assert ex.done == backends.plan_apply(dataclasses.replace(FULL, delay_us=50_000), TOPO, "netem")
+
+
+# --- the backend registry (emulation/backends/) -------------------------------
+
+def test_registry_holds_each_backend_with_plan_refusal_readback_and_probe():
+    assert list(backends.BACKENDS) == ["netem", "userspace", "rateonly"]
+    assert backends.CHOOSABLE == ("netem", "userspace")  # rateonly is what "userspace" means on a host
+    for name, backend in backends.BACKENDS.items():
+        assert backend.name == name and callable(backend.plan) and callable(backend.refuse)
+        assert backend.on_hosts in backends.BACKENDS
+    assert backends.BACKENDS["netem"].probe is not None
+    assert backends.get_backend("userspace", on_host=True).name == "rateonly"
+    assert backends.get_backend("netem", on_host=True).name == "netem"
+    with pytest.raises(ValueError):
+        backends.get_backend("tc")
+
+
+def test_readback_names_the_backend_whose_state_a_node_holds():
+    assert backends.backend_held({"kind": "netem"}, None, []) == "netem"
+    assert backends.backend_held(None, {"kind": "htb"}, []) == "netem"
+    assert backends.backend_held({"kind": "tbf"}, None, []) == "userspace"
+    assert backends.backend_held(None, None, ["-A netbench ..."]) == "userspace"
+    assert backends.backend_held(None, None, []) is None
+
+
+def test_rateonly_refuses_delay_and_plans_a_tbf():
+    node = TOPO.nodes[0]
+    with pytest.raises(BackendUnavailable, match="host n1: without netem a remote host shapes rate only"):
+        backends.BACKENDS["rateonly"].plan(Profile(delay_us=1000), TOPO, (node,), 0)
+    plan = backends.BACKENDS["rateonly"].plan(Profile(rate_bps=10**8), TOPO, (node,), 0)
+    assert [type(c).__name__ for c in plan] == ["ClearIngress", "ClearQdisc", "SetTbf"]

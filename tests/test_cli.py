@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from netbench.cli import app as cli
-from netbench.emulation import changes as ch
+from netbench.emulation import backends, changes as ch
 from netbench.model.profile import Profile
 from netbench.model import topology
 
@@ -209,7 +209,7 @@ def test_sweep_dry_run_lists_runs_and_changes():
         ["r000", "d1ms", "repeat", "0"], ["r001", "d10ms", "repeat", "0"], ["r002", "d100ms", "repeat", "0"]]
     topo = topology.plan_topology(2, topology.choose_subnet([]))
     for index, delay in enumerate((1_000, 10_000, 100_000)):
-        for change in ch.plan_apply(Profile(delay_us=delay), topo, "userspace", seed=100 * index):
+        for change in backends.plan_apply(Profile(delay_us=delay), topo, "userspace", seed=100 * index):
             assert "    " + change.describe() in result.stdout.splitlines()
     assert "start delay engine on NFQUEUE 1: delay 100ms" in result.stdout
     assert not (os.path.exists("results"))  # a dry run writes nothing

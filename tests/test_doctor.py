@@ -240,7 +240,7 @@ def test_scratch_namespace_removed_when_a_probe_raises(no_scratch_left):
 @pytest.mark.root
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv to drop root")
 def test_real_probe_as_nobody_reports_without_traceback(no_scratch_left):
-    code = ("import json; from netbench import doctor; "
+    code = ("import json; from netbench.experiment import doctor; "
             "print(json.dumps(doctor.to_json(doctor.run_doctor(tensorflow=False))))")
     result = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",

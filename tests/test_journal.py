@@ -320,3 +320,56 @@ def test_a_line_still_being_written_is_read_once_it_is_complete(journal):
     with open(journal.path, "a") as fh:
         fh.write(line[20:] + "\n")
     assert [e.id for e in journal.pending()] == [a.id, "late"]
+
+
+# --- the undo registry (state/undo.py) ---------------------------------------
+
+def _journaled_kinds() -> set[str]:
+    """Every kind the code records: `record("<kind>"` anywhere under netbench/."""
+    import re
+    from pathlib import Path
+
+    import netbench
+
+    root = Path(netbench.__file__).parent
+    kinds: set[str] = set()
+    for path in root.rglob("*.py"):
+        kinds |= set(re.findall(r"\brecord\(\s*\"([a-z_]+)\"", path.read_text()))
+    return kinds
+
+
+def test_every_journaled_kind_has_an_undo():
+    from netbench.state.undo import UNDO
+
+    kinds = _journaled_kinds()
+    assert {"process", "qdisc", "ingress", "iptables", "netns", "attach"} <= kinds  # the scan finds them
+    assert kinds <= set(UNDO), f"no undo for {sorted(kinds - set(UNDO))}"
+    assert set(jr.REQUIRED) <= set(UNDO)
+
+
+def test_an_unknown_kind_is_left_alone_with_a_warning(journal):
+    from netbench.state.reset import undo_entry
+
+    entry = journal.record("teleporter", where="mars")
+    warnings: list[str] = []
+    assert undo_entry(entry, set(), warnings.append) is None
+    assert len(warnings) == 1 and "unknown kind 'teleporter'" in warnings[0] and "qdisc" in warnings[0]
+
+
+def test_undo_dispatches_through_the_registry():
+    from netbench.state.undo import UndoContext, undo
+
+    seen = []
+    registry = {"qdisc": lambda data, ctx: seen.append((data, ctx.existing)) or "removed"}
+    ctx = UndoContext(frozenset({"ns1"}))
+    assert undo("qdisc", {"netns": "ns1"}, ctx, registry) == "removed"
+    assert seen == [({"netns": "ns1"}, frozenset({"ns1"}))]
+
+
+def test_undo_skips_a_namespace_that_is_gone():
+    from netbench.state.undo import UndoContext, undo
+
+    ctx = UndoContext(frozenset())  # the namespace no longer exists: nothing to touch, no adapter call
+    assert undo("qdisc", {"netns": "gone", "ifname": "eth0"}, ctx) is None
+    assert undo("ingress", {"netns": "gone", "dev": "eth0", "ifb": "nbifb0"}, ctx) is None
+    assert undo("iptables", {"netns": "gone"}, ctx) is None

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from netbench.emulation import changes as ch
+from netbench.emulation import backends, changes as ch
 from netbench.emulation.executor import real_executor
 from netbench.metrics.network import NetworkReader
 from netbench.model.profile import Profile
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.root]
 def test_reader_sees_interfaces_qdiscs_and_engines_of_a_real_testbed(clean_machine, state_dir):
     topo = local.up(2, clean_machine)
     real_executor(clean_machine, detach_engines=True).apply(
-        ch.plan_apply(Profile(name="t", delay_us=2_000, rate_bps=50_000_000), topo, "userspace"))
+        backends.plan_apply(Profile(name="t", delay_us=2_000, rate_bps=50_000_000), topo, "userspace"))
     n1, n2 = topo.nodes
     reader = NetworkReader(state_dir, cache_s=0, topology=topo)
     before = {(i.node, i.interface): i for i in reader.sample().interfaces}

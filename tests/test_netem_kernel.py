@@ -20,8 +20,11 @@ from tests.netem_checks import kernel_view
 from tests.strategies import valid_profiles
 
 from netbench import units
-from netbench.emulation import changes as ch
-from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs, probe_netem
+from netbench.emulation import backends, changes as ch
+from netbench.emulation.engines import Engines
+from netbench.emulation.iptables import Iptables
+from netbench.emulation.netlink.qdisc import NetlinkQdiscs
+from netbench.emulation.probe import probe_netem
 from netbench.emulation.executor import real_executor, read_emulation, recorded_distributions
 from netbench.state.journal import Journal
 from netbench.model.profile import Profile, profile_from_mapping
@@ -63,7 +66,7 @@ def bed(netem_kernel, tmp_path_factory):
 
 def apply_and_read(bed, profile):
     topo, journal, ex = bed
-    ex.apply(ch.plan_apply(profile, topo, "netem"))
+    ex.apply(backends.plan_apply(profile, topo, "netem"))
     return read_emulation(topo, NetlinkQdiscs(), Iptables(), Engines(journal.dir), recorded_distributions(journal))
 
 
@@ -121,7 +124,7 @@ def test_feature_round_trips_through_the_kernel(bed, name):
         assert options["corrupt"]["corrupt"] == pytest.approx(profile.corrupt)
     if profile.limit_packets:
         assert options["limit"] == profile.limit_packets
-    shapes = [c for c in ch.plan_apply(profile, topo, "netem") if isinstance(c, ch.ShapeDevice) and c.node == "n1"]
+    shapes = [c for c in backends.plan_apply(profile, topo, "netem") if isinstance(c, ch.ShapeDevice) and c.node == "n1"]
     if shapes[0].uses_htb:
         # iproute2 6.1 prints htb classes as text even under -j
         classes = subprocess.run(["ip", "netns", "exec", "netbench-n1", "tc", "class", "show", "dev", dev],

@@ -14,7 +14,7 @@ from tests.fakes import make_fakes
 from tests.netem_checks import kernel_view
 from tests.strategies import valid_profiles
 
-from netbench.emulation import changes as ch
+from netbench.emulation import backends, changes as ch
 from netbench.emulation.executor import Executor, read_emulation, recorded_distributions
 from netbench.emulation.netlink.netem import NetemParams, options
 from netbench.state.journal import Journal
@@ -28,7 +28,7 @@ def applied_and_read(profile: Profile, state_dir) -> list[dict]:
     journal = Journal(state_dir)
     qdiscs, iptables, engines, _ = make_fakes()
     Executor(journal=journal, qdiscs=qdiscs, iptables=iptables, engines=engines).apply(
-        ch.plan_apply(profile, TOPO, "netem"))
+        backends.plan_apply(profile, TOPO, "netem"))
     return read_emulation(TOPO, qdiscs, iptables, engines, recorded_distributions(journal))
 
 
@@ -52,8 +52,8 @@ def test_a_change_leaves_nothing_of_the_old_profile(tmp_path):
     journal = Journal(tmp_path)
     qdiscs, iptables, engines, _ = make_fakes()
     ex = Executor(journal=journal, qdiscs=qdiscs, iptables=iptables, engines=engines)
-    ex.apply(ch.plan_apply(rich, TOPO, "netem"))
-    ex.apply(ch.plan_apply(plain, TOPO, "netem"))
+    ex.apply(backends.plan_apply(rich, TOPO, "netem"))
+    ex.apply(backends.plan_apply(plain, TOPO, "netem"))
     row = read_emulation(TOPO, qdiscs, iptables, engines, recorded_distributions(journal))[0]
     assert row["qdisc"]["live_change"]
     assert kernel_view(profile_from_mapping(row["profile"], "read-back")) == kernel_view(plain, TOPO)

@@ -16,7 +16,7 @@ from tests.remote_fakes import FakeHost, failed, ok_json
 from netbench.state import lease
 from netbench.remote import controller as remote
 from netbench.cli.app import main
-from netbench.emulation import changes as ch
+from netbench.emulation import backends, changes as ch
 from netbench.emulation import wire
 from netbench.errors import BackendUnavailable, EmulationError, UsageError
 from netbench.remote.inventory import inventory_from_mapping
@@ -43,7 +43,7 @@ RICH = Profile(name="rich", delay_us=20_000, jitter_us=5_000, distribution="pare
 def test_plans_round_trip_through_json(backend):
     topo = plan_topology(3, ipaddress.ip_network("10.213.0.0/24"))
     profile = RICH if backend == "netem" else Profile(name="u", delay_us=1000, loss=0.01, rate_bps=10**8)
-    plan = ch.plan_apply(profile, topo, backend, seed=7) + ch.plan_clear(topo)
+    plan = backends.plan_apply(profile, topo, backend, seed=7) + ch.plan_clear(topo)
     text = wire.plan_to_json(plan)
     back = wire.plan_from_json(text)
     assert back == plan

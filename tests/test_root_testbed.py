@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from netbench import proc
-from netbench.emulation import changes as ch
-from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs
+from netbench.emulation import backends, changes as ch
+from netbench.emulation.engines import Engines
+from netbench.emulation.iptables import Iptables
+from netbench.emulation.netlink.qdisc import NetlinkQdiscs
 from netbench.emulation.executor import read_emulation, real_executor
 from netbench.model.profile import Profile
 from netbench.state.reset import reset
@@ -65,7 +67,7 @@ def test_userspace_apply_show_and_reset(clean_machine):
     base = _rtt_ms(n1.netns, n2.address)
     profile = Profile(name="t", delay_us=20_000, rate_bps=50_000_000)
     executor = real_executor(clean_machine, detach_engines=True)
-    executor.apply(ch.plan_apply(profile, topo, "userspace"))
+    executor.apply(backends.plan_apply(profile, topo, "userspace"))
     rtt = _rtt_ms(n1.netns, n2.address)
     # 20 ms one-way at each egress: RTT near 40 ms over the unshaped base
     assert 39.0 <= rtt - base <= 44.0, (rtt, base)
@@ -86,14 +88,14 @@ def test_userspace_apply_show_and_reset(clean_machine):
 def test_apply_twice_is_idempotent_and_change_replaces(clean_machine):
     topo = local.up(2, clean_machine)
     executor = real_executor(clean_machine, detach_engines=True)
-    executor.apply(ch.plan_apply(Profile(delay_us=5_000, loss=0.0), topo, "userspace"))
-    executor.apply(ch.plan_apply(Profile(delay_us=15_000, rate_bps=100_000_000), topo, "userspace"))
+    executor.apply(backends.plan_apply(Profile(delay_us=5_000, loss=0.0), topo, "userspace"))
+    executor.apply(backends.plan_apply(Profile(delay_us=15_000, rate_bps=100_000_000), topo, "userspace"))
     rows = read_emulation(topo, NetlinkQdiscs(), Iptables(), Engines(clean_machine.dir))
     assert [len(r["nfqueue_rules"]) for r in rows] == [1, 1]
     assert [r["engine"]["params"]["delay_us"] for r in rows] == [15_000, 15_000]
     assert len([1 for _, cmd in netbench_processes() if "engine" in cmd]) == 2
     # a null profile clears everything but leaves the testbed
-    executor.apply(ch.plan_apply(Profile(), topo, "userspace"))
+    executor.apply(backends.plan_apply(Profile(), topo, "userspace"))
     rows = read_emulation(topo, NetlinkQdiscs(), Iptables(), Engines(clean_machine.dir))
     assert all(r["qdisc"] is None and r["nfqueue_rules"] == [] for r in rows)
     assert not [1 for _, cmd in netbench_processes() if "engine" in cmd]
@@ -122,12 +124,12 @@ def test_reset_after_controller_sigkill(clean_machine):
     script = (
         "import os, signal\n"
         "from netbench.state.journal import Journal\n"
-        "from netbench.testbed import local\n"
-        "from netbench.emulation import changes as ch\n"
+        "from netbench.testbed import netns as local\n"
+        "from netbench.emulation import backends, changes as ch\n"
         "from netbench.emulation.executor import real_executor\n"
         "from netbench.model.profile import Profile\n"
         "j = Journal(); topo = local.up(2, j)\n"
-        "real_executor(j).apply(ch.plan_apply(Profile(delay_us=3000, rate_bps=10**8), topo, 'userspace'))\n"
+        "real_executor(j).apply(backends.plan_apply(Profile(delay_us=3000, rate_bps=10**8), topo, 'userspace'))\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     result = subprocess.run([sys.executable, "-c", script], timeout=120)
@@ -259,20 +261,20 @@ def test_a_hosts_own_root_and_ingress_qdiscs_are_never_replaced(host_like_netns,
     assert qdiscs.ingress_qdisc(netns, "eth1") is None
     _tc(netns, "add", "htb", handle="1:", default=1)
     with pytest.raises(EmulationError, match="h1: eth1 has a root qdisc htb 1: that netbench did not set"):
-        real_executor(journal).apply(ch.plan_apply(Profile(rate_bps=100_000_000), topo, "userspace"))
+        real_executor(journal).apply(backends.plan_apply(Profile(rate_bps=100_000_000), topo, "userspace"))
     assert qdiscs.root_qdisc(netns, "eth1") == ("htb", 0x10000)
     assert journal.pending() == []
     _tc(netns, "add", "ingress", handle=0xFFFF0000)
     with pytest.raises(EmulationError, match="h1: eth1 has a qdisc ingress at its ingress that netbench did not set"):
-        real_executor(journal).apply(ch.plan_apply(Profile(delay_us=1_000, direction="ingress"), topo, "netem"))
+        real_executor(journal).apply(backends.plan_apply(Profile(delay_us=1_000, direction="ingress"), topo, "netem"))
     assert qdiscs.ingress_qdisc(netns, "eth1") == "ingress"
     assert qdiscs.root_qdisc(netns, "eth1") == ("htb", 0x10000)
     assert journal.pending() == []
     # once the host's own root is gone, netbench shapes, and replaces its own root next time
     _tc(netns, "del", "htb", handle="1:", root=True)
     executor = real_executor(journal)
-    executor.apply(ch.plan_apply(Profile(rate_bps=100_000_000), topo, "userspace"))
-    executor.apply(ch.plan_apply(Profile(rate_bps=50_000_000), topo, "userspace"))
+    executor.apply(backends.plan_apply(Profile(rate_bps=100_000_000), topo, "userspace"))
+    executor.apply(backends.plan_apply(Profile(rate_bps=50_000_000), topo, "userspace"))
     assert qdiscs.read(netns, "eth1")["rate_bps"] == 50_000_000
     executor.apply(ch.plan_clear(topo))
     assert qdiscs.root_qdisc(netns, "eth1")[1] == 0

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from netbench.experiment import verify
-from netbench.emulation import changes as ch
+from netbench.emulation import backends, changes as ch
 from netbench.emulation.executor import choose_backend, real_executor
 from netbench.model.profile import Profile
 from netbench.testbed import netns as local
@@ -22,7 +22,7 @@ def test_verify_reports_measured_against_configured(clean_machine):
     topo = local.up(2, clean_machine)
     profile = Profile(delay_us=10_000, rate_bps=50_000_000)
     backend = choose_backend(None).name
-    real_executor(clean_machine).apply(ch.plan_apply(profile, topo, backend))
+    real_executor(clean_machine).apply(backends.plan_apply(profile, topo, backend))
     result = subprocess.run([*NETBENCH, "verify", "--json", "--count", "40", "--interval", "0.02", "--seconds", "2"],
                             capture_output=True, text=True, timeout=180)
     record = json.loads(result.stdout)
@@ -39,7 +39,7 @@ def test_verify_reports_measured_against_configured(clean_machine):
 
 def test_verify_fails_when_the_link_is_not_what_was_claimed(clean_machine):
     topo = local.up(2, clean_machine)
-    real_executor(clean_machine).apply(ch.plan_apply(Profile(delay_us=5_000), topo, choose_backend(None).name))
+    real_executor(clean_machine).apply(backends.plan_apply(Profile(delay_us=5_000), topo, choose_backend(None).name))
     n1, n2 = topo.nodes
     claimed = Profile(delay_us=20_000)  # the link really has 5 ms each way
     record = verify.verify(n1, claimed, n2, claimed, verify.Settings(ping_count=20, iperf_seconds=0))

@@ -231,7 +231,7 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run) -> 
 
     Example: netbench apply profiles/wan.yaml --loss 1%
     """
-    from netbench.emulation import changes as ch
+    from netbench.emulation import backends, changes as ch
     from netbench.emulation.executor import choose_backend, real_executor
     from netbench.state.journal import Journal, Lock
     from netbench.testbed import netns as local
@@ -246,7 +246,7 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run) -> 
     if topo is None:
         raise TestbedError("no testbed is up", hint="start one with 'netbench testbed up'")
     choice = choose_backend(None if backend == "auto" else backend)
-    plan = ch.plan_apply(chosen_profile, topo, choice.name)
+    plan = backends.plan_apply(chosen_profile, topo, choice.name)
     console.info(f"profile [bold]{escape(chosen_profile.name)}[/] ({escape(chosen_profile.label())}), backend "
                  f"[bold]{choice.name}[/]: {escape(choice.reason)}")
     if dry_run:
@@ -270,7 +270,9 @@ def show(as_json: bool) -> None:
 
     Example: netbench show --json
     """
-    from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs
+    from netbench.emulation.engines import Engines
+    from netbench.emulation.iptables import Iptables
+    from netbench.emulation.netlink.qdisc import NetlinkQdiscs
     from netbench.emulation.executor import read_emulation
     from netbench.state.journal import state_dir
     from netbench.testbed import netns as local
@@ -341,7 +343,9 @@ def verify_cmd(src_name, dst_name, count, interval, seconds, as_json) -> None:
     Example: netbench apply --latency 10ms --bandwidth 100mbit && netbench verify
     """
     from netbench.experiment import verify
-    from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs
+    from netbench.emulation.engines import Engines
+    from netbench.emulation.iptables import Iptables
+    from netbench.emulation.netlink.qdisc import NetlinkQdiscs
     from netbench.emulation.executor import read_emulation
     from netbench.state.journal import Journal
     from netbench.model.profile import profile_from_mapping
@@ -647,7 +651,7 @@ def _plan_runs(base, levels, repeat):
 
 
 def _print_sweep_plan(config) -> None:
-    from netbench.emulation import changes as ch
+    from netbench.emulation import backends, changes as ch
     from netbench.model.job import describe_plan, nodes_needed, plan_job
     from netbench.model import topology
 
@@ -664,7 +668,7 @@ def _print_sweep_plan(config) -> None:
         console.plain("  " + line)
     for run in config.runs:
         console.plain(f"{run.run_id}  {run.profile.name}  repeat {run.repeat}")
-        for change in ch.plan_apply(run.profile, topo, config.backend or "userspace",
+        for change in backends.plan_apply(run.profile, topo, config.backend or "userspace",
                                     seed=config.seed + 100 * run.index):
             console.plain("    " + change.describe())
         if config.verify:

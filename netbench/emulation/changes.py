@@ -1,6 +1,7 @@
-"""Profile -> the exact list of changes for each node (pure; printed by --dry-run).
+"""Profile -> the exact changes for each node (pure; printed by --dry-run): the change types and
+the building blocks the backends (emulation/backends/) plan with.
 
-Two backends produce different plans for the same profile:
+Two backends produce different plans for the same profile (backends/netem.py, backends/userspace.py):
 - netem: a netem qdisc at the root of each node's egress interface (every netem control,
   and a queue limit sized to the bandwidth-delay product unless the profile sets one).
   An htb parent carries the rate when it exceeds netem's 32-bit field, and classifies
@@ -26,7 +27,7 @@ import ipaddress
 
 from netbench import units
 from netbench.emulation.netlink.netem import NETEM_RATE32_MAX_BPS, NetemParams
-from netbench.errors import BackendUnavailable, UsageError
+from netbench.errors import UsageError
 from netbench.model.profile import MAX_LIMIT_PACKETS, MAX_RATE_BPS, Profile
 from netbench.model.topology import Node, Topology
 
@@ -302,67 +303,4 @@ def plan_clear(topology: Topology) -> list[Change]:
     for node in topology.nodes:
         changes.append(ClearQdisc(node.name, node.netns, node.ifname))
         changes.append(ClearIngress(node.name, node.netns, node.ifname, ifb_name(node.ifname)))
-    return changes
-
-
-def _plan_netem_node(profile: Profile, topology: Topology, node: Node) -> list[Change]:
-    """No clearing first: replacing in place lets a live link keep its queue."""
-    ifb = ifb_name(node.ifname)
-    if profile.is_null:
-        return [ClearQdisc(node.name, node.netns, node.ifname), ClearIngress(node.name, node.netns, node.ifname, ifb)]
-    peers = resolve_peers(profile, topology, node)
-    if profile.peers and not peers:
-        return [ClearQdisc(node.name, node.netns, node.ifname), ClearIngress(node.name, node.netns, node.ifname, ifb)]
-    changes: list[Change] = []
-    if profile.direction in ("egress", "both"):
-        changes.append(shape_device(profile, node, node.ifname, peers, "dst"))
-    else:
-        changes.append(ClearQdisc(node.name, node.netns, node.ifname))
-    if profile.direction in ("ingress", "both"):
-        changes.append(SetIngress(node.name, node.netns, node.ifname, ifb))
-        changes.append(shape_device(profile, node, ifb, peers, "src"))
-    else:
-        changes.append(ClearIngress(node.name, node.netns, node.ifname, ifb))
-    return changes
-
-
-def _plan_userspace_node(profile: Profile, node: Node, position: int, switch: str, seed: int) -> list[Change]:
-    changes: list[Change] = [ClearQdisc(node.name, node.netns, node.ifname)]
-    if profile.rate_bps:
-        changes.append(SetTbf(node.name, node.netns, node.ifname, profile.rate_bps,
-                              tbf_burst_bytes(profile.rate_bps), tbf_limit_bytes(profile.rate_bps)))
-    if profile.delay_us or profile.jitter_us or profile.loss:
-        # the engine binds its queue before the rule exists: without --queue-bypass, packets
-        # queued to an unbound queue would be dropped
-        queue = queue_num(position)
-        changes.append(StartEngine(node.name, switch, queue, profile.delay_us,
-                                   profile.jitter_us, profile.loss, seed))
-        changes.append(AddNfqueueRule(node.name, switch, node.port, queue))
-    return changes
-
-
-def plan_apply(profile: Profile, topology: Topology, backend: str, seed: int = 0) -> list[Change]:
-    """Everything to turn every node's link into `profile`, replacing what was there.
-
-    The userspace backend clears and re-creates; the netem backend changes in place. Each
-    node's engine gets its own seed (seed + node position) so losses are independent.
-    """
-    if backend not in ("netem", "userspace"):
-        raise ValueError(f"unknown backend {backend!r}")
-    switch = topology.switch_netns
-    changes: list[Change] = [ClearRules("switch", switch)]
-    changes += [StopEngine(node.name, switch, queue_num(i)) for i, node in enumerate(topology.nodes)]
-    if backend == "netem":
-        for node in topology.nodes:
-            changes += _plan_netem_node(profile, topology, node)
-        return changes
-    unsupported = profile.netem_only_fields()
-    if unsupported:
-        raise BackendUnavailable(f"profile {profile.name}: the userspace backend cannot emulate "
-                                 f"{', '.join(unsupported)}", hint="these need a kernel with netem ('netbench doctor' "
-                                 "says what this host has); remove them to use the userspace backend")
-    for node in topology.nodes:
-        changes.append(ClearIngress(node.name, node.netns, node.ifname, ifb_name(node.ifname)))
-    for position, node in enumerate(topology.nodes):
-        changes += _plan_userspace_node(profile, node, position, switch, seed + position)
     return changes

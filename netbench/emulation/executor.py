@@ -8,11 +8,13 @@ from typing import Any, Callable
 from netbench.state import journal as jr
 from netbench.emulation import changes as ch
 from netbench.emulation import readback
-from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs, QdiscAdapter, probe_netem
-from netbench.errors import BackendUnavailable, EmulationError, UsageError
+from netbench.emulation.backends import BackendChoice, backend_held, choose_backend  # noqa: F401 - re-exported
+from netbench.emulation.engines import Engines
+from netbench.emulation.iptables import Iptables
+from netbench.emulation.netlink.qdisc import NetlinkQdiscs, QdiscAdapter
+from netbench.errors import EmulationError
 from netbench.model.topology import Topology
 
-BACKENDS = ("netem", "userspace")
 _QDISC_HANDLE_INT = ch.HANDLE_MAJOR << 16
 
 
@@ -108,30 +110,6 @@ def real_executor(journal: jr.Journal, detach_engines: bool = False, on_change=N
                     engines=Engines(journal.dir, detach=detach_engines), on_change=on_change)
 
 
-@dataclass(frozen=True)
-class BackendChoice:
-    name: str
-    reason: str
-
-
-def choose_backend(requested: str | None, probe: Callable[[], tuple[bool, str]] = probe_netem) -> BackendChoice:
-    """netem where the kernel has it, else userspace; `requested` overrides after a check."""
-    if requested not in (None, "auto", *BACKENDS):
-        raise UsageError(f"flag --backend: unknown backend {requested!r}",
-                         hint=f"use one of: auto, {', '.join(BACKENDS)}")
-    if requested == "userspace":
-        return BackendChoice("userspace", "requested with --backend")
-    has_netem, why = probe()
-    if requested == "netem":
-        if not has_netem:
-            raise BackendUnavailable(f"--backend netem: {why}",
-                                     hint="install your distribution's kernel modules (sch_netem) or use --backend userspace")
-        return BackendChoice("netem", "requested with --backend")
-    if has_netem:
-        return BackendChoice("netem", why)
-    return BackendChoice("userspace", why + "; using NFQUEUE + delay engines")
-
-
 def recorded_distributions(journal: jr.Journal) -> dict[tuple[str, str], str]:
     """(netns, device) -> the netem distribution netbench sent (the kernel does not report it)."""
     return {(e.data["netns"], e.data["ifname"]): e.data["distribution"] for e in journal.pending()
@@ -153,9 +131,7 @@ def read_emulation(topology: Topology, qdiscs: QdiscAdapter, iptables: Any, engi
         engine = engines.read(topology.switch_netns, ch.queue_num(position)) if rules else None
         row: dict[str, Any] = {"node": node.name, "ifname": node.ifname, "qdisc": egress, "ingress_qdisc": ingress,
                                "nfqueue_rules": rules, "engine": engine}
-        netem_held = any(tree and tree.get("kind") in ("netem", "htb") for tree in (egress, ingress))
-        row["backend"] = ("netem" if netem_held
-                          else "userspace" if (rules or (egress and egress.get("kind") == "tbf")) else None)
+        row["backend"] = backend_held(egress, ingress, rules)
         active = readback.profile_from_state(egress, ingress, engine)
         row["profile"] = active.to_yaml_dict() if active is not None else None
         rows.append(row)

@@ -19,14 +19,15 @@ from rich.table import Table
 from rich.text import Text
 
 from netbench import proc
-from netbench.emulation.adapters import BRIDGE_NF_SYSCTL
+from netbench.emulation.backends import BACKENDS
+from netbench.emulation.iptables import BRIDGE_NF_SYSCTL
 from netbench.errors import NetbenchError
 from netbench.model import topology as topo
 
 Status = Literal["ok", "missing", "skipped"]
 SCRATCH_PREFIX = topo.SCRATCH_PREFIX + "doctor-"  # `netbench reset` removes one whose maker is gone
 CAP_NET_ADMIN = 12
-USERSPACE_NEEDS = ("tbf", "iptables", "NFQUEUE", "physdev", "bridge netfilter")
+USERSPACE_NEEDS = BACKENDS["userspace"].needs  # the doctor checks the userspace backend needs
 TF_TIMEOUT_S = 120.0
 
 
@@ -152,7 +153,7 @@ def decide_backend(checks: tuple[Check, ...] | list[Check]) -> tuple[str, str]:
     userspace backend's pieces are missing, so the failure shows here and not mid-sweep.
     """
     by_name = {check.name: check for check in checks}
-    netem = by_name.get("netem")
+    netem = by_name.get(BACKENDS["netem"].needs[0])
     if netem is not None and netem.status == "ok":
         return "netem", netem.detail
     if netem is None:

@@ -92,7 +92,7 @@ def _qdisc_counters(msg: Any) -> dict[str, int]:
 
 def read_engine(state_dir: Path, switch_netns: str, position: int) -> dict[str, Any] | None:
     """The node's delay engine stats (the engine rewrites its file about once a second), or None."""
-    from netbench.emulation.adapters import Engines
+    from netbench.emulation.engines import Engines
 
     return Engines(state_dir).read(switch_netns, ch.queue_num(position))
 

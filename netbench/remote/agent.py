@@ -52,15 +52,6 @@ def attach_own_netns(journal: Journal) -> str:
     return name
 
 
-def detach_own_netns() -> bool:
-    name = own_netns_name()
-    if proc.netns_inode(name) is None:
-        return False
-    # `ip netns delete` of an attached name only unmounts the reference: nothing is killed
-    proc.run(["ip", "netns", "delete", name], check=False)
-    return True
-
-
 def host_topology(name: str, interface: str, netns: str = HOST_NETNS, address: str = "") -> Topology:
     """A host as a one-node topology: its data-plane interface in its own namespace."""
     node = Node(name=name, netns=netns, ifname=interface, address=address, prefixlen=32, port="")
@@ -263,27 +254,23 @@ def _ensure_watcher(journal: Journal) -> int:
 
 def reset_host(journal: Journal, keep_pid: int | None = None) -> list[str]:
     """Undo this host's journal (qdiscs, ingress redirects, engines, rules, the lease and its
-    watcher); never touches namespaces it did not attach. Idempotent."""
+    watcher) through the undo registry the local reset uses; never touches namespaces it did
+    not attach. Idempotent."""
     from netbench.state.reset import undo_entry
 
     removed: list[str] = []
     existing = {name for name in os.listdir(proc.NETNS_RUN_DIR)} if proc.NETNS_RUN_DIR.exists() else set()
     if lease.release(journal.dir):
         removed.append("lease")
-    for entry in reversed(journal.pending()):
-        if entry.kind == "attach":
-            continue  # after everything inside it is undone, below
+    pending = list(reversed(journal.pending()))
+    # the attached namespace reference goes last, after everything inside it is undone
+    for entry in [e for e in pending if e.kind != "attach"] + [e for e in pending if e.kind == "attach"]:
         if entry.kind == "netns" or (entry.kind == "process" and entry.data["pid"] == keep_pid):
             journal.done(entry)  # a host never removes namespaces; the watcher does not stop itself
             continue
         line = undo_entry(entry, existing)
         if line:
             removed.append(line)
-        journal.done(entry)
-    attached = [e for e in journal.pending() if e.kind == "attach"]
-    if attached and detach_own_netns():
-        removed.append(f"namespace reference {own_netns_name()}")
-    for entry in attached:
         journal.done(entry)
     journal.compact()
     return removed
@@ -298,7 +285,7 @@ class _NoSwitch:
 
 def show_host(journal: Journal, interface: str) -> dict[str, Any]:
     """What the host's data-plane interface holds now, its lease and its journal."""
-    from netbench.emulation.adapters import NetlinkQdiscs
+    from netbench.emulation.netlink.qdisc import NetlinkQdiscs
     from netbench.emulation.executor import read_emulation, recorded_distributions
 
     netns = own_netns_name()
@@ -347,7 +334,7 @@ def host_info(interface: str | None = None, probe: bool = True,
     if interface is not None:
         info["interface_ok"] = interface in interfaces
     if probe and info["root"]:
-        from netbench.emulation.adapters import probe_netem
+        from netbench.emulation.probe import probe_netem
 
         try:  # its scratch name is per process: several hosts may share one /run/netns (tests)
             has_netem, why = probe_netem()

@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from netbench import __version__
 from netbench.emulation import changes as ch
+from netbench.emulation.backends import get_backend
 from netbench.emulation.wire import plan_to_json
 from netbench.errors import BackendUnavailable, NetbenchError, TestbedError, UsageError
 from netbench.remote.inventory import Host, Inventory
@@ -142,25 +143,11 @@ def hosts_topology(inventory: Inventory) -> Topology:
 
 
 def plan_for_host(profile: Profile, host: Host, backend: str, topology: Topology) -> list[ch.Change]:
-    """Every change that turns `host`'s data-plane interface into `profile` (pure)."""
+    """Every change that turns `host`'s data-plane interface into `profile` (pure): the
+    registered backend that `backend` means on a host (netem: the same per-node plan a
+    local testbed node gets, peers by host name resolving to tf_address; userspace: rate only)."""
     node = next(n for n in topology.nodes if n.name == host.name)
-    ifb = ch.ifb_name(node.ifname)
-    if backend == "netem":
-        # the same per-node plan a local testbed node gets; peers by host name resolve to tf_address
-        return ch._plan_netem_node(profile, topology, node)
-    unsupported = [name for name, value in (("delay", profile.delay_us), ("jitter", profile.jitter_us),
-                                            ("loss", profile.loss)) if value]
-    unsupported += profile.netem_only_fields()
-    if unsupported:
-        raise BackendUnavailable(f"host {host.name}: without netem a remote host shapes rate only; "
-                                 f"profile {profile.name} sets {', '.join(dict.fromkeys(unsupported))}",
-                                 hint="load sch_netem on the host ('netbench doctor --inventory' says what it has)")
-    changes: list[ch.Change] = [ch.ClearIngress(node.name, node.netns, node.ifname, ifb),
-                                ch.ClearQdisc(node.name, node.netns, node.ifname)]
-    if profile.rate_bps:
-        changes.append(ch.SetTbf(node.name, node.netns, node.ifname, profile.rate_bps,
-                                 ch.tbf_burst_bytes(profile.rate_bps), ch.tbf_limit_bytes(profile.rate_bps)))
-    return changes
+    return get_backend(backend, on_host=True).plan(profile, topology, (node,), 0)
 
 
 def plan_clear_host(host: Host) -> list[ch.Change]:

@@ -14,8 +14,8 @@ from typing import Callable
 from pyroute2 import netns as pnetns
 
 from netbench import proc
-from netbench.emulation.adapters import Iptables, NetlinkQdiscs
 from netbench.state.journal import Journal
+from netbench.state.undo import UndoContext, undo
 from netbench.testbed import netns as local
 
 
@@ -24,31 +24,10 @@ def _ignore(message: str) -> None:
 
 
 def undo_entry(entry, existing: set[str], warn: Callable[[str], None] = _ignore) -> str | None:
-    """Undo one journal entry (its namespace must still exist in `existing`); a line saying
-    what was removed, or None when there was nothing left to remove."""
-    data = entry.data
-    if entry.kind == "process":
-        if data.get("start") is None:
-            if proc.start_time(data["pid"]) is not None:
-                warn(f"process {data['pid']} ({data.get('role', '?')}) left running: its start time was not "
-                     "recorded, so it cannot be told from a process that reused the pid")
-        elif proc.is_same_process(data["pid"], data.get("start")):
-            proc.stop_pids([data["pid"]], grace=3.0)
-            where = f" in {data['netns']}" if data.get("netns") else ""  # None: a host's own task
-            return f"process {data['pid']} ({data.get('role', '?')}{where})"
-    elif entry.kind == "iptables" and data.get("netns") in existing:
-        if Iptables().clear(data["netns"]):
-            return f"iptables chain {data.get('chain')} in {data['netns']}"
-    elif entry.kind == "qdisc" and data.get("netns") in existing:
-        if NetlinkQdiscs().clear(data["netns"], data["ifname"]):
-            return f"qdisc {data.get('handle')} on {data['netns']}/{data['ifname']}"
-    elif entry.kind == "ingress" and data.get("netns") in existing:
-        if NetlinkQdiscs().clear_ingress(data["netns"], data["dev"], data["ifb"]):
-            return f"ingress redirect {data['dev']} -> {data['ifb']} in {data['netns']}"
-    elif entry.kind == "netns":
-        if local.remove_netns(data["name"]):
-            return f"namespace {data['name']}"
-    return None
+    """Undo one journal entry through the undo registry (state/undo.py; its namespace must
+    still exist in `existing`); a line saying what was removed, or None when there was
+    nothing left to remove."""
+    return undo(entry.kind, entry.data, UndoContext(frozenset(existing), warn))
 
 
 def reset(journal: Journal, warn: Callable[[str], None] = _ignore) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from netbench.emulation import changes as ch
+from netbench.emulation import backends, changes as ch
 from netbench.emulation.executor import BackendChoice, choose_backend, real_executor
 from netbench.errors import TestbedError
 from netbench.jobs.launch import LocalSpawner
@@ -63,7 +63,7 @@ class EmbeddedTestbed:
         return self.topology.nodes
 
     def apply(self, run, seed: int) -> None:
-        self.executor.apply(ch.plan_apply(run.profile, self.topology, self.backend.name, seed=seed))
+        self.executor.apply(backends.plan_apply(run.profile, self.topology, self.backend.name, seed=seed))
 
     def verify(self, run, observer):
         from netbench.experiment.runner import verify_point

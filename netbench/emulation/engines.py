@@ -1,0 +1,112 @@
+"""Delay engine processes (the userspace backend): start, wait until ready, stop, read stats.
+
+Each engine is `python -m netbench.emulation.engine` in a node's namespace; its pid and start
+time are journaled before anything waits on it, so a reset finds it after any crash.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from netbench import proc
+from netbench.errors import EmulationError
+
+ENGINE_RT_PRIORITY = 10
+
+
+class Engines:
+    """Delay engine processes, one per node namespace; their state lives in the state dir."""
+
+    READY_TIMEOUT_S = 15.0
+
+    def __init__(self, state_dir: Path, detach: bool = False) -> None:
+        self.dir = state_dir / "engines"
+        self.detach = detach  # True: engines outlive this command (netbench apply)
+
+    def _paths(self, netns: str, queue_num: int) -> tuple[Path, Path, Path]:
+        stem = f"{netns}-q{queue_num}"
+        return self.dir / f"{stem}.json", self.dir / f"{stem}.out", self.dir / f"{stem}.log"
+
+    def start(self, netns: str, queue_num: int, delay_us: int, jitter_us: int, loss: float,
+              seed: int, journal) -> int:
+        stats, out, log = self._paths(netns, queue_num)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for path in (stats, out):
+            path.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "netbench.emulation.engine", "--queue-num", str(queue_num),
+                "--delay-us", str(delay_us), "--jitter-us", str(jitter_us), "--loss", repr(loss),
+                "--seed", str(seed), "--stats-file", str(stats),
+                # SCHED_FIFO: on a busy host the delay error comes from the engine waiting
+                # for a CPU, not from its own speed (see bench/engine_ceiling.py)
+                "--rt-priority", str(ENGINE_RT_PRIORITY)]
+        with open(out, "wb") as out_fh, open(log, "ab") as log_fh:
+            child = proc.spawn(argv, netns=netns, stdout=out_fh, stderr=log_fh,
+                               die_with_parent=not self.detach,
+                               env={"PYTHONPATH": proc.child_pythonpath()})
+        journal.record("process", pid=child.pid, start=proc.start_time(child.pid), netns=netns,
+                       queue=queue_num, role="engine")
+        self._wait_ready(child, out, log, netns)
+        return child.pid
+
+    def _wait_ready(self, child, out: Path, log: Path, netns: str) -> None:
+        deadline = time.monotonic() + self.READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for line in out.read_text(errors="replace").splitlines():
+                try:
+                    if json.loads(line).get("event") == "ready":
+                        return
+                except (json.JSONDecodeError, AttributeError):
+                    continue
+            if child.poll() is not None:
+                tail = log.read_text(errors="replace").strip().splitlines()
+                raise EmulationError(f"{netns}: delay engine exited with {child.returncode}: "
+                                     f"{tail[-1] if tail else 'no output'}", hint=f"see {log}")
+            time.sleep(0.05)
+        proc.stop(child)
+        raise EmulationError(f"{netns}: delay engine not ready after {self.READY_TIMEOUT_S:g}s", hint=f"see {log}")
+
+    def stop(self, netns: str, queue_num: int, journal) -> bool:
+        """Stop the engine serving `queue_num` in `netns` (TERM releases held packets, then KILL)."""
+        stopped = False
+        for entry in journal.pending():
+            data = entry.data
+            if (entry.kind == "process" and data.get("role") == "engine" and data.get("netns") == netns
+                    and data.get("queue") == queue_num):
+                pid, started = data["pid"], data.get("start")
+                if proc.is_same_process(pid, started):
+                    proc.stop_pids([pid], grace=3.0)
+                    stopped = True
+                journal.done(entry)
+        return stopped
+
+    def read(self, netns: str, queue_num: int) -> dict[str, Any] | None:
+        """The engine's last stats (params, counters) if its process is alive."""
+        stats, out, _ = self._paths(netns, queue_num)
+        try:
+            data = json.loads(stats.read_text())
+        except (OSError, json.JSONDecodeError):
+            data = _ready_line(out)  # stats are written ~1/s; right after start, the ready line
+            if data is None:
+                return None
+        pid = data.get("pid")
+        data["alive"] = bool(pid) and proc.start_time(int(pid)) is not None
+        return data
+
+
+def _ready_line(path: Path) -> dict[str, Any] | None:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and event.get("event") == "ready":
+            return event
+    return None

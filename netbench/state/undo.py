@@ -1,0 +1,100 @@
+"""The undo registry: journal entry kind -> the function that undoes it.
+
+One registry serves the local reset (state/reset.py) and a host's reset (remote/agent.py):
+a new kind of change is journaled under a new kind and gets its undo here, nowhere else.
+Each undo takes the entry's data and an UndoContext and returns a line saying what it
+removed, or None when there was nothing left to remove. An entry of a kind no undo is
+registered for is left alone with a warning (a newer netbench's journal, or a bug).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from netbench import proc
+from netbench.emulation.iptables import Iptables
+from netbench.emulation.netlink.qdisc import NetlinkQdiscs
+from netbench.testbed import netns as local
+
+
+def _ignore(message: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class UndoContext:
+    """What an undo may look at: the namespaces that still exist, and where warnings go."""
+
+    existing: frozenset[str] = field(default_factory=frozenset)
+    warn: Callable[[str], None] = _ignore
+
+
+UndoFn = Callable[[dict[str, Any], UndoContext], "str | None"]
+
+
+def _undo_process(data: dict[str, Any], ctx: UndoContext) -> str | None:
+    if data.get("start") is None:
+        if proc.start_time(data["pid"]) is not None:
+            ctx.warn(f"process {data['pid']} ({data.get('role', '?')}) left running: its start time was not "
+                     "recorded, so it cannot be told from a process that reused the pid")
+    elif proc.is_same_process(data["pid"], data.get("start")):
+        proc.stop_pids([data["pid"]], grace=3.0)
+        where = f" in {data['netns']}" if data.get("netns") else ""  # None: a host's own task
+        return f"process {data['pid']} ({data.get('role', '?')}{where})"
+    return None
+
+
+def _undo_iptables(data: dict[str, Any], ctx: UndoContext) -> str | None:
+    if data.get("netns") in ctx.existing and Iptables().clear(data["netns"]):
+        return f"iptables chain {data.get('chain')} in {data['netns']}"
+    return None
+
+
+def _undo_qdisc(data: dict[str, Any], ctx: UndoContext) -> str | None:
+    if data.get("netns") in ctx.existing and NetlinkQdiscs().clear(data["netns"], data["ifname"]):
+        return f"qdisc {data.get('handle')} on {data['netns']}/{data['ifname']}"
+    return None
+
+
+def _undo_ingress(data: dict[str, Any], ctx: UndoContext) -> str | None:
+    if data.get("netns") in ctx.existing and NetlinkQdiscs().clear_ingress(data["netns"], data["dev"], data["ifb"]):
+        return f"ingress redirect {data['dev']} -> {data['ifb']} in {data['netns']}"
+    return None
+
+
+def _undo_netns(data: dict[str, Any], ctx: UndoContext) -> str | None:
+    if local.remove_netns(data["name"]):
+        return f"namespace {data['name']}"
+    return None
+
+
+def _undo_attach(data: dict[str, Any], ctx: UndoContext) -> str | None:
+    """A host's own namespace attached under /run/netns: drop the reference only.
+    (`ip netns delete` of an attached name unmounts it; nothing is killed.)"""
+    name = data["name"]
+    if proc.netns_inode(name) is None:
+        return None
+    proc.run(["ip", "netns", "delete", name], check=False)
+    return f"namespace reference {name}"
+
+
+UNDO: dict[str, UndoFn] = {
+    "process": _undo_process,
+    "iptables": _undo_iptables,
+    "qdisc": _undo_qdisc,
+    "ingress": _undo_ingress,
+    "netns": _undo_netns,
+    "attach": _undo_attach,
+}
+
+
+def undo(kind: str, data: dict[str, Any], ctx: UndoContext,
+         registry: dict[str, UndoFn] | None = None) -> str | None:
+    """Undo one journaled change through the registry; an unknown kind is warned about."""
+    fn = (UNDO if registry is None else registry).get(kind)
+    if fn is None:
+        ctx.warn(f"journal entry of unknown kind {kind!r} left alone: this netbench cannot undo it "
+                 f"({', '.join(sorted(UNDO if registry is None else registry))} are known)")
+        return None
+    return fn(data, ctx)
