@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from rich.markup import escape
 
 from netbench.errors import UsageError
+from netbench.experiment.store import ResultStore
 
 # factors a run can differ in, in the order tables show them
 FACTORS = ("strategy", "model", "batch", "workers", "ps", "accum_steps", "data",
@@ -356,13 +357,13 @@ def observation_from_record(record: Mapping[str, Any], planned: Mapping[str, Any
 
 def load_observations(results_dir: Path) -> list[Observation]:
     """Every run record of a sweep's or playbook's results folder, in run id order."""
-    runs_dir = Path(results_dir) / "runs"
-    paths = sorted(runs_dir.glob("*.json")) if runs_dir.is_dir() else []
+    store = ResultStore(results_dir)
+    paths = store.record_paths()
     if not paths:
         raise ReportError(f"{results_dir}: no run records (runs/*.json)",
                           hint="give the folder a sweep or 'netbench run' wrote, e.g. results/smoke")
     planned: dict[str, Any] = {}
-    book = Path(results_dir) / "playbook.json"
+    book = store.playbook_path
     if book.exists():
         try:
             planned = {r["run_id"]: r for r in json.loads(book.read_text(encoding="utf-8")).get("runs", [])}
@@ -664,8 +665,9 @@ def write_report(results_dir: Path, out_dir: Path, confidence: float = 0.99) -> 
     if effs_shown:
         figures.append(efficiency_figure(effs_shown, out_dir / "scaling-efficiency.png", confidence))
     playbook = None
-    if (results_dir / "playbook.json").exists():
-        playbook = json.loads((results_dir / "playbook.json").read_text(encoding="utf-8"))
+    book = ResultStore(results_dir).playbook_path
+    if book.exists():
+        playbook = json.loads(book.read_text(encoding="utf-8"))
     summary = out_dir / "report.md"
     summary.write_text(markdown_summary(results_dir, observations, groups, effs_shown, figures, confidence, playbook),
                        encoding="utf-8")
