@@ -11,8 +11,6 @@ from typing import Callable, Protocol
 from netbench import interrupts
 from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
-from netbench.experiment import verify
-from netbench.errors import NetbenchError
 from netbench.jobs import analysis, resources
 from netbench.model.job import JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
 from netbench.jobs.launch import JobOutcome, Spawner, Timeouts, run_job
@@ -84,24 +82,6 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      comm_time_mean_s=phases.comm_mean_s if phases else None,
                      idle_ratio=phases.idle_ratio if phases else None,
                      resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)))
-
-
-def verify_point(run: Run, topology: Topology, observer: Observer) -> dict | None:
-    """Measure the point just applied between the first two nodes (quick settings); a
-    measurement that cannot be made is recorded as such and does not stop the sweep."""
-    if len(topology.nodes) < 2:
-        return None
-    src, dst = topology.nodes[:2]
-    try:
-        record = verify.verify(src, run.profile, dst, run.profile, verify.QUICK)
-    except NetbenchError as exc:
-        observer.note(f"{run.run_id}: verify could not measure: {exc.message}")
-        return {"error": exc.message}
-    checks = {c["metric"]: c for c in record["checks"]}
-    rtt = checks["rtt"]
-    observer.note(f"{run.run_id}: verify RTT {rtt['measured'] or 0:.2f} ms (configured {rtt['configured']:.2f} ms)"
-                  + ("" if record["ok"] else " [out of tolerance]"))
-    return record
 
 
 class Testbed(Protocol):
