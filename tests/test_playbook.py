@@ -160,6 +160,20 @@ def test_check_supported_names_the_key_of_a_missing_model():
 
 # ---------------------------------------------------------------- resume
 
+def test_expanded_runs_carry_their_own_job_and_workers():
+    b = book(factors={"strategy": ["allreduce", "ps"], "batch": [16, 32]}, fixed={"workers": 3},
+             extra_runs=[{"strategy": "single", "workers": 1}], warmup=2, steps=5, order="as-written")
+    runs = expand(b, 9, sample_resources_s=0.5)
+    for run in runs:
+        assert run.workers == run.settings.workers
+        assert run.job == JobSpec(**design.job_fields(b, run.settings, design.fields_of(JobSpec)), seed=9,
+                                  sample_resources_s=0.5)
+    assert {(r.job.strategy, r.job.batch_size, r.workers) for r in runs} == {
+        ("allreduce", 16, 3), ("allreduce", 32, 3), ("ps", 16, 3), ("ps", 32, 3), ("single", 16, 1),
+        ("single", 32, 1)}
+    assert all(r.job.warmup == 2 and r.job.steps == 5 for r in runs)
+
+
 def test_pending_skips_ok_and_timeout_and_repeats_failed_or_missing():
     runs = expand(book(factors={"latency": ["1ms", "2ms", "3ms", "4ms"]}), 0)
     statuses = {"r000": "ok", "r001": "timeout", "r002": "failed"}

@@ -197,3 +197,31 @@ def test_the_runner_keeps_summaries_of_stored_runs_not_their_events(tmp_path):
     assert sum(1 for e in stored["events"] if e["event"] == "step") == 2 * 7  # two workers, warm-up kept
     finished = [args[1] for name, args in heard if name == "run_finished"]
     assert len(finished[0].events) == 2 * 9  # the observer hears the whole record as the run ends
+
+
+# ---------------------------------------------------------------- the store reads what it wrote
+
+def test_the_store_owns_playbook_records_statuses_and_log_folders(tmp_path):
+    store = ResultStore(tmp_path / "out")
+    assert store.read_playbook() is None and store.statuses() == {} and store.record_paths() == []
+    store.write_playbook({"name": "p", "seed": 3}, "factors: {latency: [1ms]}\n")
+    assert store.read_playbook() == {"name": "p", "seed": 3}
+    assert (tmp_path / "out" / "playbook.yaml").read_text() == "factors: {latency: [1ms]}\n"
+    store.write_playbook({"name": "p", "seed": 3, "sessions": []})  # the copy of the playbook is kept
+    assert store.read_playbook()["sessions"] == [] and (tmp_path / "out" / "playbook.yaml").exists()
+    store.create()
+    store.add(result("r001", status="timeout"))
+    store.add(result("r000"))
+    (store.runs_dir / "r002.json").write_text("{torn")
+    assert [p.name for p in store.record_paths()] == ["r000.json", "r001.json", "r002.json"]
+    assert store.statuses() == {"r000": "ok", "r001": "timeout"}
+    assert store.log_dir("r001") == tmp_path / "out" / "logs" / "r001"
+
+
+def test_an_unreadable_playbook_record_is_refused_with_a_hint(tmp_path):
+    from netbench.experiment.store import ResultsError
+
+    (tmp_path / "playbook.json").write_text("{")
+    with pytest.raises(ResultsError, match=r"playbook\.json: unreadable: ") as err:
+        ResultStore(tmp_path).read_playbook()
+    assert err.value.hint == "give another folder with --output"
