@@ -105,3 +105,22 @@ def test_points_then_runs_is_plan_sweep():
     assert sweep_runs(points, 2, JobSpec(), 2) == plan_sweep(BASE, levels, repeat=2)
     with pytest.raises(ValueError):
         sweep_runs(points, 0, JobSpec(), 2)
+
+
+def test_one_design_type_orders_runs_for_sweeps_and_playbooks_alike():
+    import random
+
+    from netbench.model.design import Design, Point
+
+    points = tuple(Point(Profile(name=f"p{i}", delay_us=1000 * i), JobSpec(batch_size=8 * (i + 1)), i + 1)
+                   for i in range(3))
+    written = Design(points, repeat=2).runs(first=5)
+    assert [(r.run_id, r.point, r.repeat) for r in written] == [
+        ("r005", 0, 0), ("r006", 0, 1), ("r007", 1, 0), ("r008", 1, 1), ("r009", 2, 0), ("r010", 2, 1)]
+    shuffled = Design(points, repeat=2, order="random", seed=11).runs()
+    pairs = [(p, rep) for p in range(3) for rep in range(2)]
+    random.Random(11).shuffle(pairs)
+    assert [(r.point, r.repeat) for r in shuffled] == pairs and [r.index for r in shuffled] == list(range(6))
+    assert all(r.job is points[r.point].job and r.workers == points[r.point].workers for r in shuffled)
+    with pytest.raises(ValueError):
+        Design(points, order="sorted").runs()

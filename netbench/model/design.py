@@ -1,9 +1,11 @@
 """Designs -> the ordered tuple of runs, for sweep flags and playbooks alike (pure).
 
-A design is factors and their levels crossed over fixed settings, repeated, in an order
-(as written, or shuffled with a recorded seed). Sweep flags give a design over the
-network factors with one job (`plan_sweep`); a playbook gives one over every setting
-(`expand`). Both produce `Run`s whose job and worker count are resolved here, once.
+A design is factors and their levels crossed over fixed settings (its distinct points,
+each a profile with its job and worker count), repeated, in an order (as written, or
+shuffled with a recorded seed). Sweep flags give a `Design` over the network factors with
+one job (`sweep_design`); a playbook gives one over every setting (`playbook_design`).
+`Design.runs` turns either into `Run`s, so ids, order and each run's job and worker count
+are resolved in one place, once.
 """
 
 from __future__ import annotations
@@ -22,11 +24,49 @@ from netbench.model.playbook import Playbook, PlaybookError, design_points, fail
 from netbench.model.profile import Profile, validate
 from netbench.model.run import Run, Settings, profile_name
 
-__all__ = ["COMPLETE_STATUSES", "Run", "Settings", "SweepLevels", "check_resume", "check_supported",
+__all__ = ["COMPLETE_STATUSES", "Design", "Point", "Run", "Settings", "SweepLevels", "check_resume", "check_supported",
            "describe_settings", "design_digest", "expand", "fields_of", "job_fields", "pending",
-           "plan_record", "plan_sweep", "profile_name", "sweep_points", "sweep_runs"]
+           "plan_record", "plan_sweep", "playbook_design", "profile_name", "sweep_design", "sweep_points",
+           "sweep_runs"]
 
 COMPLETE_STATUSES = ("ok", "timeout")  # a timeout is a result (a cross on the figure), not a crash
+ORDERS = ("as-written", "random")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One distinct design point: the network and the job, with its worker count."""
+
+    profile: Profile
+    job: JobSpec
+    workers: int
+    settings: Settings | None = None  # the playbook settings it came from; None for sweep flags
+
+
+@dataclass(frozen=True)
+class Design:
+    """Distinct points in written order, each repeated `repeat` times, in `order`.
+
+    as-written keeps a point's repetitions adjacent; random shuffles every (point,
+    repetition) with random.Random(seed), the same on every machine."""
+
+    points: tuple[Point, ...]
+    repeat: int = 1
+    order: str = "as-written"
+    seed: int = 0
+
+    def runs(self, first: int = 0) -> tuple[Run, ...]:
+        """Every run in run order, numbered from `first` (r<first>, r<first+1>, ...)."""
+        if self.repeat < 1:
+            raise ValueError("repeat must be at least 1")
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        pairs = [(p, rep) for p in range(len(self.points)) for rep in range(self.repeat)]
+        if self.order == "random":
+            random.Random(self.seed).shuffle(pairs)
+        return tuple(Run(index=first + i, profile=self.points[p].profile, repeat=rep, job=self.points[p].job,
+                         workers=self.points[p].workers, point=p, settings=self.points[p].settings)
+                     for i, (p, rep) in enumerate(pairs))
 
 
 # ---------------------------------------------------------------- sweep flags
@@ -61,13 +101,14 @@ def sweep_points(base: Profile, levels: SweepLevels) -> tuple[Profile, ...]:
     return tuple(points)
 
 
+def sweep_design(points: Sequence[Profile], repeat: int, job: JobSpec, workers: int) -> Design:
+    """The design sweep flags give: every profile point with the one job, as written."""
+    return Design(points=tuple(Point(profile, job, workers) for profile in points), repeat=repeat)
+
+
 def sweep_runs(points: Sequence[Profile], repeat: int, job: JobSpec, workers: int, first: int = 0) -> tuple[Run, ...]:
     """Each point repeated `repeat` times (repetitions adjacent), numbered from `first`."""
-    if repeat < 1:
-        raise ValueError("repeat must be at least 1")
-    pairs = [(p, rep) for p in range(len(points)) for rep in range(repeat)]
-    return tuple(Run(index=first + i, profile=points[p], repeat=rep, job=job, workers=workers, point=p)
-                 for i, (p, rep) in enumerate(pairs))
+    return sweep_design(points, repeat, job, workers).runs(first)
 
 
 def plan_sweep(base: Profile, levels: SweepLevels, repeat: int = 1, job: JobSpec = JobSpec(), workers: int = 2,
@@ -80,24 +121,24 @@ def plan_sweep(base: Profile, levels: SweepLevels, repeat: int = 1, job: JobSpec
 
 # ---------------------------------------------------------------- playbooks
 
+def playbook_design(book: Playbook, seed: int, sample_resources_s: float = 0.0) -> Design:
+    """The design a playbook gives: its distinct points (factors crossed, first factor
+    outermost, then the extra runs), each with the job its settings make; every job
+    carries `seed` (data and draws) and the sampling interval of --sample-resources."""
+    available = fields_of(JobSpec)
+    points = tuple(Point(profile=profile_for(book, s), workers=s.workers, settings=s,
+                         job=JobSpec(**job_fields(book, s, available), seed=seed, sample_resources_s=sample_resources_s))
+                   for s in design_points(book))
+    return Design(points=points, repeat=book.repetitions, order=book.order, seed=seed)
+
+
 def expand(book: Playbook, seed: int, sample_resources_s: float = 0.0) -> tuple[Run, ...]:
     """Every run of the playbook, in run order, each with its own job and worker count.
 
-    Design points in written order (factors crossed, first factor outermost), each
-    repeated `repetitions` times; with order: random the whole list is shuffled with
-    random.Random(seed), so the same seed gives the same order on every machine. Every
-    job carries `seed` (data and draws) and the sampling interval of --sample-resources.
-    """
-    points = design_points(book)
-    runs = [(p, rep) for p in range(len(points)) for rep in range(book.repetitions)]
-    if book.order == "random":
-        random.Random(seed).shuffle(runs)
-    profiles = [profile_for(book, s) for s in points]
-    available = fields_of(JobSpec)
-    jobs = [JobSpec(**job_fields(book, s, available), seed=seed, sample_resources_s=sample_resources_s)
-            for s in points]
-    return tuple(Run(index=i, point=p, repeat=rep, settings=points[p], profile=profiles[p], job=jobs[p],
-                     workers=points[p].workers) for i, (p, rep) in enumerate(runs))
+    Design points in written order, each repeated `repetitions` times; with order: random
+    the whole list is shuffled with random.Random(seed), so the same seed gives the same
+    order on every machine."""
+    return playbook_design(book, seed, sample_resources_s).runs()
 
 
 def design_digest(book: Playbook, runs: Sequence[Run]) -> str:
