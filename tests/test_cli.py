@@ -305,14 +305,14 @@ def test_sweep_view_prints_worker_errors_and_names_as_written(monkeypatch, tmp_p
     from netbench import console
     from netbench.cli import render as ui
     from netbench.model.job import JobSpec
-    from netbench.model.design import RunPlan
+    from netbench.model.run import Run
     from netbench.experiment.store import RunResult
     from netbench.experiment.runner import SweepConfig
 
     out = io.StringIO()
     monkeypatch.setattr(console, "out", Console(file=out, width=300, highlight=False, soft_wrap=True))
     profile = Profile(name="[/]", delay_us=1000)
-    run = RunPlan(index=0, profile=profile, repeat=0)
+    run = Run(index=0, profile=profile, repeat=0, job=JobSpec(), workers=2)
     config = SweepConfig(sweep_id="s", runs=(run,), job=JobSpec(), workers=2, output=tmp_path / "[/out]")
     error = "worker1 exited with 1: OSError: [/usr/lib/x] [/] not found"
     result = RunResult(run_id="r000", profile=profile.to_record(), backend="netem", strategy="allreduce",

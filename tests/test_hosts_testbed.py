@@ -24,7 +24,7 @@ from netbench.remote.inventory import inventory_from_mapping
 from netbench.model.job import JobSpec, plan_job
 from netbench.jobs.launch import Timeouts, run_job
 from netbench.state.journal import Journal
-from netbench.model.design import RunPlan
+from netbench.model.run import Run
 from netbench.model.profile import Profile
 from netbench.remote.agent import run_task
 from netbench.experiment.runner import SweepConfig, run_sweep
@@ -200,8 +200,9 @@ def test_node_task_relays_lines_journals_the_process_and_stops_it_when_stdin_clo
 # ---------------------------------------------------------------- whole sweeps through the runner
 
 def _config(tmp_path, *profiles: Profile) -> SweepConfig:
-    runs = tuple(RunPlan(index=i, profile=p, repeat=1) for i, p in enumerate(profiles))
-    return SweepConfig(sweep_id="s", runs=runs, job=JobSpec(warmup=1, steps=3), workers=2, output=tmp_path / "out")
+    job = JobSpec(warmup=1, steps=3)
+    runs = tuple(Run(index=i, profile=p, repeat=1, job=job, workers=2) for i, p in enumerate(profiles))
+    return SweepConfig(sweep_id="s", runs=runs, job=job, workers=2, output=tmp_path / "out")
 
 
 def test_a_sweep_over_hosts_applies_each_point_records_results_and_resets_every_host(tmp_path):

@@ -273,9 +273,9 @@ def test_observer_feeds_state_and_tee_passes_calls_on():
             return lambda *a: heard.append(name)
 
     profile = Profile(name="wan", delay_us=10_000, rate_bps=100_000_000)
-    run = SimpleNamespace(run_id="r000", repeat=0, profile=profile, job=None, workers=None)
-    config = SimpleNamespace(sweep_id="s", runs=(run,), workers=1,
-                             job=SimpleNamespace(model="mlp", strategy="allreduce", batch_size=16))
+    job = SimpleNamespace(model="mlp", strategy="allreduce", batch_size=16, accum_steps=1)
+    run = SimpleNamespace(run_id="r000", repeat=0, profile=profile, job=job, workers=1)  # a run's own, always set
+    config = SimpleNamespace(sweep_id="s", runs=(run,), workers=1, job=job)
     tee = ObserverTee(Recorder(), observer)
     tee.sweep_started(config, SimpleNamespace(name="userspace"), SimpleNamespace())
     tee.run_started(run)

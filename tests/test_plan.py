@@ -1,4 +1,4 @@
-"""netbench.model.design: sweep levels -> ordered runs."""
+"""netbench.model.design: sweep levels -> ordered runs, each with its job and workers resolved."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from netbench.errors import ProfileError
-from netbench.model.design import RunPlan, SweepLevels, plan_sweep, profile_name
+from netbench.model.design import SweepLevels, plan_sweep, profile_name, sweep_points, sweep_runs
+from netbench.model.job import JobSpec
 from netbench.model.profile import Profile
+from netbench.model.run import Run
 
 BASE = Profile(name="base")
 
@@ -18,7 +20,7 @@ BASE = Profile(name="base")
 def test_no_levels_is_one_run_of_the_base():
     base = Profile(name="wan", delay_us=10_000, rate_bps=250_000_000)
     runs = plan_sweep(base, SweepLevels())
-    assert runs == [RunPlan(index=0, profile=base, repeat=0)]
+    assert runs == (Run(index=0, profile=base, repeat=0, job=JobSpec(), workers=2),)
     assert runs[0].profile.name == "wan"
 
 
@@ -87,3 +89,38 @@ def test_grid_size_and_coverage(delays, rates, repeat):
     assert len(runs) == len(delays) * len(rates) * repeat
     assert {(r.profile.delay_us, r.profile.rate_bps) for r in runs} == set(itertools.product(delays, rates))
     assert len({r.run_id for r in runs}) == len(runs)
+
+
+def test_every_run_carries_the_sweeps_job_and_workers_numbered_from_first():
+    job = JobSpec(strategy="ps", ps=2, batch_size=16)
+    runs = plan_sweep(BASE, SweepLevels(delay_us=(1_000, 2_000)), repeat=2, job=job, workers=3, first=7)
+    assert [r.run_id for r in runs] == ["r007", "r008", "r009", "r010"]
+    assert all(r.job is job and r.workers == 3 and r.settings is None for r in runs)
+    assert [r.point for r in runs] == [0, 0, 1, 1]
+
+
+def test_points_then_runs_is_plan_sweep():
+    levels = SweepLevels(delay_us=(1_000, 2_000), loss=(0.0, 0.01))
+    points = sweep_points(BASE, levels)
+    assert sweep_runs(points, 2, JobSpec(), 2) == plan_sweep(BASE, levels, repeat=2)
+    with pytest.raises(ValueError):
+        sweep_runs(points, 0, JobSpec(), 2)
+
+
+def test_one_design_type_orders_runs_for_sweeps_and_playbooks_alike():
+    import random
+
+    from netbench.model.design import Design, Point
+
+    points = tuple(Point(Profile(name=f"p{i}", delay_us=1000 * i), JobSpec(batch_size=8 * (i + 1)), i + 1)
+                   for i in range(3))
+    written = Design(points, repeat=2).runs(first=5)
+    assert [(r.run_id, r.point, r.repeat) for r in written] == [
+        ("r005", 0, 0), ("r006", 0, 1), ("r007", 1, 0), ("r008", 1, 1), ("r009", 2, 0), ("r010", 2, 1)]
+    shuffled = Design(points, repeat=2, order="random", seed=11).runs()
+    pairs = [(p, rep) for p in range(3) for rep in range(2)]
+    random.Random(11).shuffle(pairs)
+    assert [(r.point, r.repeat) for r in shuffled] == pairs and [r.index for r in shuffled] == list(range(6))
+    assert all(r.job is points[r.point].job and r.workers == points[r.point].workers for r in shuffled)
+    with pytest.raises(ValueError):
+        Design(points, order="sorted").runs()

@@ -14,7 +14,10 @@ from click.testing import CliRunner
 from netbench.cli import app as cli
 from netbench.model import playbook as pb
 from netbench.model.job import JobSpec
-from netbench.model.playbook import PlaybookError, expand, load_playbook, pending, playbook_from_mapping
+from netbench.model import design
+from netbench.model.design import expand, pending
+from netbench.experiment.store import recorded_statuses
+from netbench.model.playbook import PlaybookError, load_playbook, playbook_from_mapping
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "playbooks").glob("*.yaml"))
@@ -138,24 +141,38 @@ def test_job_fields_pass_through_and_refuse_what_the_job_cannot_carry():
     b = book(factors={"strategy": ["allreduce", "ps"]}, fixed={"batch": 16, "model": "cnn"}, steps=7)
     by_strategy = {r.settings.strategy: r.settings for r in expand(b, 0)}
     plain, ps_run = by_strategy["allreduce"], by_strategy["ps"]
-    fields = pb.fields_of(JobSpec)
-    job = JobSpec(**pb.job_fields(b, plain, fields))
+    fields = design.fields_of(JobSpec)
+    job = JobSpec(**design.job_fields(b, plain, fields))
     assert (job.strategy, job.model, job.batch_size, job.steps, job.warmup) == ("allreduce", "cnn", 16, 7, 10)
     without_ps = tuple(f for f in fields if f != "ps")
     with pytest.raises(PlaybookError, match=r"pb.yaml: ps: this netbench cannot run it yet: its job has no 'ps'"):
-        pb.job_fields(b, ps_run, without_ps)
+        design.job_fields(b, ps_run, without_ps)
     # a field JobSpec does have is passed through
-    assert pb.job_fields(b, ps_run, (*without_ps, "ps"))["ps"] == 1
+    assert design.job_fields(b, ps_run, (*without_ps, "ps"))["ps"] == 1
 
 
 def test_check_supported_names_the_key_of_a_missing_model():
     b = book(factors={"model": ["mlp", "resnet50"]})
     with pytest.raises(PlaybookError, match=r"pb.yaml: factors.model: model resnet50 is not available"):
-        pb.check_supported(b, expand(b, 0), ("allreduce",), ("mlp", "cnn"))
-    pb.check_supported(b, expand(b, 0), ("allreduce",), ("mlp", "resnet50"))
+        design.check_supported(b, expand(b, 0), ("allreduce",), ("mlp", "cnn"))
+    design.check_supported(b, expand(b, 0), ("allreduce",), ("mlp", "resnet50"))
 
 
 # ---------------------------------------------------------------- resume
+
+def test_expanded_runs_carry_their_own_job_and_workers():
+    b = book(factors={"strategy": ["allreduce", "ps"], "batch": [16, 32]}, fixed={"workers": 3},
+             extra_runs=[{"strategy": "single", "workers": 1}], warmup=2, steps=5, order="as-written")
+    runs = expand(b, 9, sample_resources_s=0.5)
+    for run in runs:
+        assert run.workers == run.settings.workers
+        assert run.job == JobSpec(**design.job_fields(b, run.settings, design.fields_of(JobSpec)), seed=9,
+                                  sample_resources_s=0.5)
+    assert {(r.job.strategy, r.job.batch_size, r.workers) for r in runs} == {
+        ("allreduce", 16, 3), ("allreduce", 32, 3), ("ps", 16, 3), ("ps", 32, 3), ("single", 16, 1),
+        ("single", 32, 1)}
+    assert all(r.job.warmup == 2 and r.job.steps == 5 for r in runs)
+
 
 def test_pending_skips_ok_and_timeout_and_repeats_failed_or_missing():
     runs = expand(book(factors={"latency": ["1ms", "2ms", "3ms", "4ms"]}), 0)
@@ -167,22 +184,22 @@ def test_recorded_statuses_reads_run_records_and_ignores_torn_ones(tmp_path):
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "r000.json").write_text(json.dumps({"run_id": "r000", "status": "ok"}))
     (tmp_path / "runs" / "r001.json").write_text('{"run_id": "r001", "sta')
-    assert pb.recorded_statuses(tmp_path) == {"r000": "ok"}
-    assert pb.recorded_statuses(tmp_path / "nothing") == {}
+    assert recorded_statuses(tmp_path) == {"r000": "ok"}
+    assert recorded_statuses(tmp_path / "nothing") == {}
 
 
 def test_resume_refuses_another_design(tmp_path):
     b = book(factors={"latency": ["1ms", "2ms"]}, repetitions=2)
     runs = expand(b, 3)
-    record = pb.plan_record(b, 3, runs)
-    pb.check_resume(b, runs, record, tmp_path, has_runs=True)  # same design: fine
+    record = design.plan_record(b, 3, runs)
+    design.check_resume(b, runs, record, tmp_path, has_runs=True)  # same design: fine
     with pytest.raises(PlaybookError, match="holds results of a different design"):
-        pb.check_resume(b, expand(b, 4), record, tmp_path, has_runs=True)  # another seed, another order
+        design.check_resume(b, expand(b, 4), record, tmp_path, has_runs=True)  # another seed, another order
     changed = book(factors={"latency": ["1ms", "3ms"]}, repetitions=2)
     with pytest.raises(PlaybookError, match="holds results of a different design"):
-        pb.check_resume(changed, expand(changed, 3), record, tmp_path, has_runs=True)
+        design.check_resume(changed, expand(changed, 3), record, tmp_path, has_runs=True)
     with pytest.raises(PlaybookError, match="no playbook.json"):
-        pb.check_resume(b, runs, None, tmp_path, has_runs=True)
+        design.check_resume(b, runs, None, tmp_path, has_runs=True)
 
 
 # ---------------------------------------------------------------- shipped playbooks and the CLI
@@ -231,7 +248,7 @@ def test_dry_run_marks_runs_already_done(not_root, tmp_path):
     runs = expand(b, b.seed)
     out = tmp_path / "out"
     (out / "runs").mkdir(parents=True)
-    (out / "playbook.json").write_text(json.dumps(pb.plan_record(b, b.seed, runs)))
+    (out / "playbook.json").write_text(json.dumps(design.plan_record(b, b.seed, runs)))
     (out / "runs" / f"{runs[0].run_id}.json").write_text(json.dumps({"run_id": runs[0].run_id, "status": "ok"}))
     result = CliRunner().invoke(cli.main, ["run", str(path), "--dry-run", "--output", str(out)])
     assert result.exit_code == 0, result.output

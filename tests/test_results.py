@@ -10,10 +10,10 @@ import pytest
 
 from netbench.model.job import JobSpec
 from netbench.jobs.launch import JobOutcome
-from netbench.model.design import RunPlan
 from netbench.model.profile import Profile
+from netbench.model.run import Run
 from netbench.experiment.store import CSV_COLUMNS, SCHEMA_VERSION, ResultStore, RunResult, write_json
-from netbench.experiment.runner import SweepConfig, make_result
+from netbench.experiment.runner import make_result
 
 PROFILE = Profile(name="wan", delay_us=10_000, jitter_us=1_500, loss=0.01, rate_bps=250_000_000)
 STATS = {"steps": 30, "mean_s": 0.1234567891, "median_s": 0.12, "p90_s": 0.15, "stderr_s": 0.001,
@@ -83,9 +83,10 @@ def test_store_manifest_and_atomic_json(tmp_path):
 # ---------------------------------------------------------------- make_result
 
 
-def config(workers=2, batch=32, warmup=2) -> SweepConfig:
-    return SweepConfig(sweep_id="s", runs=(), job=JobSpec(batch_size=batch, warmup=warmup, steps=3),
-                       workers=workers, output=Path("unused"))
+def run(workers=2, batch=32, warmup=2) -> Run:
+    """Run r004 (repeat 1) with its own job and worker count, as designs resolve them."""
+    return Run(index=4, profile=PROFILE, repeat=1, job=JobSpec(batch_size=batch, warmup=warmup, steps=3),
+               workers=workers)
 
 
 def steps(worker, warmup, measured):
@@ -96,12 +97,9 @@ def steps(worker, warmup, measured):
     return events
 
 
-RUN = RunPlan(index=4, profile=PROFILE, repeat=1)
-
-
 def test_make_result_excludes_warmup_and_uses_global_batch():
     events = steps(0, [5.0, 3.0], [0.1, 0.2, 0.3]) + steps(1, [5.0, 3.0], [0.2, 0.2, 0.2])
-    r = make_result(RUN, config(), "userspace", JobOutcome("ok", tuple(events)), 10.0, 20.0)
+    r = make_result(run(), "userspace", JobOutcome("ok", tuple(events)), 10.0, 20.0)
     assert r.status == "ok" and r.error == ""
     assert r.stats["steps"] == 3
     assert r.stats["mean_s"] == pytest.approx(0.2)  # the 5 s and 3 s warm-up steps are excluded
@@ -115,14 +113,14 @@ def test_make_result_excludes_warmup_and_uses_global_batch():
 
 def test_make_result_per_worker_numbers_differ():
     events = steps(0, [], [0.1, 0.1]) + steps(1, [], [0.4, 0.4]) + steps(2, [], [0.2, 0.2])
-    r = make_result(RUN, config(workers=3, batch=10), "netem", JobOutcome("ok", tuple(events)), 0, 1)
+    r = make_result(run(workers=3, batch=10), "netem", JobOutcome("ok", tuple(events)), 0, 1)
     assert r.per_worker_images_per_sec == pytest.approx((100.0, 25.0, 50.0))
     assert r.stats["images_per_sec"] == pytest.approx(30 / 0.1)  # the chief's steps, global batch
 
 
 def test_make_result_failed_when_no_measured_steps():
     events = steps(0, [1.0, 1.0], []) + [{"event": "ready", "worker": 0}]
-    r = make_result(RUN, config(), "netem", JobOutcome("ok", tuple(events)), 0, 1)
+    r = make_result(run(), "netem", JobOutcome("ok", tuple(events)), 0, 1)
     assert r.status == "failed"
     assert "no measured steps" in r.error
     assert r.stats is None
@@ -130,13 +128,13 @@ def test_make_result_failed_when_no_measured_steps():
 
 
 def test_make_result_keeps_an_earlier_failure():
-    r = make_result(RUN, config(), "netem", JobOutcome("timeout", (), "no step for 60s"), 0, 1)
+    r = make_result(run(), "netem", JobOutcome("timeout", (), "no step for 60s"), 0, 1)
     assert (r.status, r.error, r.stats) == ("timeout", "no step for 60s", None)
 
 
 def test_make_result_uses_only_the_chief_for_stats():
     events = steps(1, [], [0.5, 0.5]) + steps(0, [], [0.25, 0.25])
-    r = make_result(RUN, config(batch=8), "netem", JobOutcome("ok", tuple(events)), 0, 1)
+    r = make_result(run(batch=8), "netem", JobOutcome("ok", tuple(events)), 0, 1)
     assert r.stats["mean_s"] == pytest.approx(0.25)
 
 
@@ -187,8 +185,10 @@ def test_the_runner_keeps_summaries_of_stored_runs_not_their_events(tmp_path):
         def __getattr__(self, name):
             return lambda *args: heard.append((name, args))
 
-    runs = tuple(RunPlan(index=i, profile=Profile(name=f"d{i}", delay_us=1000 * (i + 1)), repeat=1) for i in range(3))
-    config = SweepConfig(sweep_id="s", runs=runs, job=JobSpec(warmup=2, steps=5), workers=2, output=tmp_path / "out")
+    job = JobSpec(warmup=2, steps=5)
+    runs = tuple(Run(index=i, profile=Profile(name=f"d{i}", delay_us=1000 * (i + 1)), repeat=1, job=job, workers=2)
+                 for i in range(3))
+    config = SweepConfig(sweep_id="s", runs=runs, job=job, workers=2, output=tmp_path / "out")
     testbed = SyntheticTestbed(Journal(tmp_path / "state"))
     results = run_sweep(config, Observer(), testbed=testbed)
     assert [r.status for r in results] == ["ok"] * 3 and testbed.finished
@@ -197,3 +197,31 @@ def test_the_runner_keeps_summaries_of_stored_runs_not_their_events(tmp_path):
     assert sum(1 for e in stored["events"] if e["event"] == "step") == 2 * 7  # two workers, warm-up kept
     finished = [args[1] for name, args in heard if name == "run_finished"]
     assert len(finished[0].events) == 2 * 9  # the observer hears the whole record as the run ends
+
+
+# ---------------------------------------------------------------- the store reads what it wrote
+
+def test_the_store_owns_playbook_records_statuses_and_log_folders(tmp_path):
+    store = ResultStore(tmp_path / "out")
+    assert store.read_playbook() is None and store.statuses() == {} and store.record_paths() == []
+    store.write_playbook({"name": "p", "seed": 3}, "factors: {latency: [1ms]}\n")
+    assert store.read_playbook() == {"name": "p", "seed": 3}
+    assert (tmp_path / "out" / "playbook.yaml").read_text() == "factors: {latency: [1ms]}\n"
+    store.write_playbook({"name": "p", "seed": 3, "sessions": []})  # the copy of the playbook is kept
+    assert store.read_playbook()["sessions"] == [] and (tmp_path / "out" / "playbook.yaml").exists()
+    store.create()
+    store.add(result("r001", status="timeout"))
+    store.add(result("r000"))
+    (store.runs_dir / "r002.json").write_text("{torn")
+    assert [p.name for p in store.record_paths()] == ["r000.json", "r001.json", "r002.json"]
+    assert store.statuses() == {"r000": "ok", "r001": "timeout"}
+    assert store.log_dir("r001") == tmp_path / "out" / "logs" / "r001"
+
+
+def test_an_unreadable_playbook_record_is_refused_with_a_hint(tmp_path):
+    from netbench.experiment.store import ResultsError
+
+    (tmp_path / "playbook.json").write_text("{")
+    with pytest.raises(ResultsError, match=r"playbook\.json: unreadable: ") as err:
+        ResultStore(tmp_path).read_playbook()
+    assert err.value.hint == "give another folder with --output"

@@ -14,7 +14,7 @@ from netbench.cli.app import _sigterm_as_interrupt
 from netbench.emulation.executor import BackendChoice
 from netbench.model.job import JobSpec, Task
 from netbench.jobs.launch import Timeouts, run_job
-from netbench.model.design import RunPlan
+from netbench.model.run import Run
 from netbench.model.profile import Profile
 from netbench.experiment.runner import SweepConfig, run_sweep
 from netbench.model.topology import plan_topology
@@ -77,7 +77,7 @@ class SignalledTestbed:
                          ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_a_second_signal_does_not_cut_the_sweeps_clean_up_short(cli_handlers, tmp_path, signum):
     testbed = SignalledTestbed(signum)
-    config = SweepConfig(sweep_id="s", runs=(RunPlan(index=0, profile=Profile(name="a"), repeat=1),),
+    config = SweepConfig(sweep_id="s", runs=(Run(index=0, profile=Profile(name="a"), repeat=1, job=JobSpec(), workers=2),),
                          job=JobSpec(), workers=2, output=tmp_path / "out")
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     with pytest.raises(KeyboardInterrupt):

@@ -519,8 +519,6 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
     Example: netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit
     """
-    from dataclasses import replace
-
     from netbench.model import design as sweep_plan
     from netbench.experiment import store as results
     from netbench.model.job import JobSpec
@@ -537,17 +535,17 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
         loss=tuple(parse_levels(loss, "--loss", units.parse_ratio)) if loss else (),
         jitter_us=tuple(parse_levels(jitter, "--jitter", units.parse_duration_us)) if jitter else (),
     )
-    runs = _plan_runs(base, levels, repeat)
+    points = _plan_runs(base, levels, repeat)
     sweep_id = time.strftime("sweep-%Y%m%d-%H%M%S")
     output = output or Path("results") / sweep_id
     try:  # a second sweep into a folder would overwrite its runs/r000.json and mix its results.csv
         first = results.first_run_index(output, append)
     except results.ResultsError as exc:
         raise UsageError(f"flag --output: {exc.message}", exc.hint) from None
-    runs = [replace(run, index=run.index + first) for run in runs]
     config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
                                           batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
                                           sample_resources_s=sample_resources or 0.0)
+    runs = sweep_plan.sweep_runs(points, repeat, config_job, workers, first)
     from netbench.experiment.runner import SweepConfig
 
     config = SweepConfig(sweep_id=sweep_id, runs=tuple(runs), job=config_job, workers=workers,
@@ -642,7 +640,7 @@ def _plan_runs(base, levels, repeat):
     from netbench.errors import ProfileError
 
     try:
-        return sweep_plan.plan_sweep(base, levels, repeat)
+        return sweep_plan.sweep_points(base, levels)
     except ProfileError as exc:
         # the swept value came from a flag; say which
         raise ProfileError(exc.message.replace("sweep: delay", "flag --latency").replace(
@@ -686,13 +684,9 @@ def verify_settings_text() -> str:
 # ---------------------------------------------------------------- playbooks and reports
 
 def _playbook_state(output: Path) -> dict | None:
-    path = output / "playbook.json"
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{path}: unreadable: {exc}", hint="give another folder with --output") from None
+    from netbench.experiment.store import ResultStore
+
+    return ResultStore(output).read_playbook()
 
 
 @main.command("run")
@@ -723,6 +717,8 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     """
     import random as _random
 
+    from netbench.experiment.store import ResultStore
+    from netbench.model import design
     from netbench.model import playbook as pb
 
     _check_metrics_flags(metrics_port, metrics_address)
@@ -732,25 +728,20 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     seed = book.seed if book.seed is not None else (state or {}).get("seed")
     if seed is None:
         seed = _random.SystemRandom().randrange(2**31)
-    runs = pb.expand(book, seed)
-    statuses = pb.recorded_statuses(output)
-    pb.check_resume(book, runs, state, output, has_runs=bool(statuses))
-    todo = pb.pending(runs, statuses)
+    runs = design.expand(book, seed, sample_resources_s=sample_resources or 0.0)
+    store = ResultStore(output)
+    statuses = store.statuses()
+    design.check_resume(book, runs, state, output, has_runs=bool(statuses))
+    todo = design.pending(runs, statuses)
     if dry_run:
         _print_playbook_plan(book, seed, runs, statuses, output)
         return
     from netbench.jobs import worker
     from netbench.model import job as cluster
-    from netbench.model.job import JobSpec
     from netbench.jobs.launch import Timeouts
-    from netbench.model.design import RunPlan
-    from netbench.experiment.store import write_json
 
-    pb.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
-    job_fields = pb.fields_of(JobSpec)
-    plans = tuple(RunPlan(index=r.index, profile=r.profile, repeat=r.repeat, workers=r.settings.workers,
-                          job=JobSpec(**pb.job_fields(book, r.settings, job_fields), seed=seed,
-                                      sample_resources_s=sample_resources or 0.0)) for r in todo)
+    design.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
+    plans = tuple(todo)
     if not plans:
         console.info(f"playbook [bold]{escape(book.name)}[/]: all {len(runs)} runs are done in {escape(str(output))}; "
                      f"'netbench report {escape(str(output))}' summarises them")
@@ -766,7 +757,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
 
     chosen = backend if backend else book.backend
     config = SweepConfig(sweep_id=f"playbook-{book.name}", runs=plans, job=plans[0].job,
-                         workers=max(r.settings.workers for r in todo), output=output,
+                         workers=max(r.workers for r in todo), output=output,
                          backend=None if chosen in (None, "auto") else chosen,
                          timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points)
@@ -774,11 +765,9 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
         from netbench.cli.remote import check_on_hosts
 
         check_on_hosts(config, inventory)  # before the results folder is written
-    record = pb.plan_record(book, seed, runs)
+    record = design.plan_record(book, seed, runs)
     record["sessions"] = (state or {}).get("sessions", []) + [{"started": time.time(), "pending": len(todo)}]
-    output.mkdir(parents=True, exist_ok=True)
-    write_json(output / "playbook.json", record)
-    (output / "playbook.yaml").write_text(playbook_file.read_text(encoding="utf-8"), encoding="utf-8")
+    store.write_playbook(record, playbook_file.read_text(encoding="utf-8"))
     console.info(f"playbook [bold]{escape(book.name)}[/]: {len(runs)} runs, seed {seed}; "
                  f"{len(runs) - len(todo)} already done, {len(todo)} to run")
 
@@ -787,16 +776,17 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     else:
         results = _run_with_view(config, metrics_port, metrics_address)
     record["sessions"][-1].update(ended=time.time(), completed=len(results))
-    write_json(output / "playbook.json", record)
+    store.write_playbook(record)
     console.info(f"figures and a summary: netbench report {escape(str(output))}")
 
 
 def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) -> None:
     from rich.table import Table
 
+    from netbench.model import design
     from netbench.model import playbook as pb
 
-    done = sum(1 for r in runs if statuses.get(r.run_id) in pb.COMPLETE_STATUSES)
+    done = sum(1 for r in runs if statuses.get(r.run_id) in design.COMPLETE_STATUSES)
     seed_note = "" if book.seed is not None else " (drawn: the playbook sets none; recorded in the results folder)"
     console.info(f"[yellow]dry run[/]: playbook [bold]{escape(book.name)}[/] ({escape(book.source)}): {len(runs)} runs "
                  f"= {len(runs) // book.repetitions} points x {book.repetitions} repetitions, "
@@ -810,7 +800,7 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
     for col in ("run", "point", "rep", *shown, "nodes", "profile", "state"):
         table.add_column(col)
     for run in runs:
-        cells = pb.describe_settings(run.settings)
+        cells = design.describe_settings(run.settings)
         table.add_row(run.run_id, str(run.point), str(run.repeat), *(escape(cells[k]) for k in shown),
                       str(run.settings.nodes), escape(run.profile.name), escape(statuses.get(run.run_id, "to run")))
     console.out.print(table)
@@ -819,9 +809,9 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
     from netbench.model.job import JobSpec
 
     try:  # a design may be ahead of this build (a strategy or model still to come): say so now
-        pb.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
+        design.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
         for run in runs:
-            pb.job_fields(book, run.settings, pb.fields_of(JobSpec))
+            design.job_fields(book, run.settings, design.fields_of(JobSpec))
     except pb.PlaybookError as exc:
         console.info(f"[yellow]not runnable by this netbench yet[/]: {escape(exc.message)}")
 

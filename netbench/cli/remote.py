@@ -461,7 +461,7 @@ def check_on_hosts(config, inventory_path: Path):
                          hint="measure the hosts' links with ping and iperf3 on the hosts themselves")
     inventory = load_inventory(inventory_path)
     for run in config.runs:
-        place_hosts(inventory, run.job or config.job, run.workers or config.workers)
+        place_hosts(inventory, run.job, run.workers)
     return inventory
 
 

@@ -52,7 +52,7 @@ class SweepView:
         duration = float(event.get("duration", 0)) or 1e-9
         phase = "warm-up" if event.get("phase") == "warmup" else "measured"
         # a playbook run carries its own job; a step stands for more than one batch under accum
-        images = images_per_step(run.job or self.config.job, run.workers or self.config.workers)
+        images = images_per_step(run.job, run.workers)
         self.progress.update(self.task, info=f"step {event.get('step')} ({phase}) "
                              f"{duration * 1000:.0f} ms, {images / duration:,.0f} img/s")
 

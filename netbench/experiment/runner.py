@@ -11,13 +11,11 @@ from typing import Callable, Protocol
 from netbench import interrupts
 from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
-from netbench.experiment import verify
-from netbench.errors import NetbenchError
 from netbench.jobs import analysis, resources
 from netbench.model.job import JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
 from netbench.jobs.launch import JobOutcome, Spawner, Timeouts, run_job
 from netbench.state.journal import Journal
-from netbench.model.design import RunPlan
+from netbench.model.run import Run
 from netbench.experiment.store import ResultStore, RunResult, environment_facts
 from netbench.model.topology import Node, Topology
 
@@ -26,8 +24,12 @@ PORT_RANGE = (20000, 60000)
 
 @dataclass(frozen=True)
 class SweepConfig:
+    """A sweep or a playbook session: its runs (each with its own job and worker count) and
+    what they share. `job` and `workers` describe the sweep as a whole (the manifest, the
+    views); a run's own are on the run."""
+
     sweep_id: str
-    runs: tuple[RunPlan, ...]
+    runs: tuple[Run, ...]
     job: JobSpec
     workers: int
     output: Path
@@ -42,10 +44,10 @@ class Observer(Protocol):
     """What the terminal (or a test) hears while a sweep runs."""
 
     def sweep_started(self, config: SweepConfig, backend: BackendChoice, topology: Topology) -> None: ...
-    def run_started(self, run: RunPlan) -> None: ...
-    def profile_applied(self, run: RunPlan) -> None: ...
-    def step(self, run: RunPlan, event: dict) -> None: ...
-    def run_finished(self, run: RunPlan, result: RunResult) -> None: ...
+    def run_started(self, run: Run) -> None: ...
+    def profile_applied(self, run: Run) -> None: ...
+    def step(self, run: Run, event: dict) -> None: ...
+    def run_finished(self, run: Run, result: RunResult) -> None: ...
     def note(self, text: str) -> None: ...
 
 
@@ -58,22 +60,21 @@ class _Quiet:
     def note(self, *a): pass
 
 
-def make_result(run: RunPlan, config: SweepConfig, backend: str, outcome: JobOutcome,
-                started: float, ended: float) -> RunResult:
+def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, ended: float) -> RunResult:
     """Turn a job's events into a run record; warm-up steps are kept but excluded."""
-    job = config.job
+    job, workers = run.job, run.workers
     status, error, stats = outcome.status, outcome.error, None
     durations = measure.measured_durations(analysis.reference_events(outcome.events, job))
     if durations:
-        stats = asdict(measure.step_stats(durations, images_per_step(job, config.workers)))
+        stats = asdict(measure.step_stats(durations, images_per_step(job, workers)))
     elif status == "ok":
         status, error = "failed", "no measured steps"
     phases = analysis.phase_times(outcome.events, job)
     return RunResult(run_id=run.run_id, profile=run.profile.to_record(), backend=backend,
-                     strategy=config.job.strategy, model=config.job.model, batch_size=config.job.batch_size,
-                     workers=config.workers, repeat=run.repeat, warmup_steps=config.job.warmup,
+                     strategy=job.strategy, model=job.model, batch_size=job.batch_size,
+                     workers=workers, repeat=run.repeat, warmup_steps=job.warmup,
                      status=status, error=error, stats=stats,
-                     per_worker_images_per_sec=analysis.per_worker_images_per_sec(outcome.events, job, config.workers),
+                     per_worker_images_per_sec=analysis.per_worker_images_per_sec(outcome.events, job, workers),
                      events=outcome.events, started=started, ended=ended,
                      ps=job.ps if job.strategy == "ps" else 0, accum_steps=effective_accum_steps(job),
                      data=job.data, **analysis.model_facts(outcome.events, job),
@@ -81,24 +82,6 @@ def make_result(run: RunPlan, config: SweepConfig, backend: str, outcome: JobOut
                      comm_time_mean_s=phases.comm_mean_s if phases else None,
                      idle_ratio=phases.idle_ratio if phases else None,
                      resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)))
-
-
-def verify_point(run: RunPlan, topology: Topology, observer: Observer) -> dict | None:
-    """Measure the point just applied between the first two nodes (quick settings); a
-    measurement that cannot be made is recorded as such and does not stop the sweep."""
-    if len(topology.nodes) < 2:
-        return None
-    src, dst = topology.nodes[:2]
-    try:
-        record = verify.verify(src, run.profile, dst, run.profile, verify.QUICK)
-    except NetbenchError as exc:
-        observer.note(f"{run.run_id}: verify could not measure: {exc.message}")
-        return {"error": exc.message}
-    checks = {c["metric"]: c for c in record["checks"]}
-    rtt = checks["rtt"]
-    observer.note(f"{run.run_id}: verify RTT {rtt['measured'] or 0:.2f} ms (configured {rtt['configured']:.2f} ms)"
-                  + ("" if record["ok"] else " [out of tolerance]"))
-    return record
 
 
 class Testbed(Protocol):
@@ -113,8 +96,8 @@ class Testbed(Protocol):
         """Check everything and probe the backend; raise on bad input with nothing changed."""
     def start(self) -> Topology: ...
     def nodes_for(self, job: JobSpec, workers: int) -> tuple[Node, ...]: ...
-    def apply(self, run: RunPlan, seed: int) -> None: ...
-    def verify(self, run: RunPlan, observer: Observer) -> dict | None: ...
+    def apply(self, run: Run, seed: int) -> None: ...
+    def verify(self, run: Run, observer: Observer) -> dict | None: ...
     def finish(self, note: Callable[[str], None]) -> None: ...
 
 
@@ -132,7 +115,7 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
     store = ResultStore(config.output)
     results: list[RunResult] = []
     # every run's placement must fit (a playbook's runs differ in strategy and workers)
-    needed = max((nodes_needed(run.job or config.job, run.workers or config.workers) for run in config.runs),
+    needed = max((nodes_needed(run.job, run.workers) for run in config.runs),
                  default=nodes_needed(config.job, config.workers))
     backend = testbed.prepare(config, needed)
     manifest = {"sweep_id": config.sweep_id, "command_line": config.command_line,
@@ -147,22 +130,17 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         manifest["testbed"] = topology.to_json()
         observer.sweep_started(config, backend, topology)
         rng = random.Random(config.seed ^ int(time.time()))
-        sweep_config = config
-        for run in sweep_config.runs:
+        for run in config.runs:
             observer.run_started(run)
-            # a playbook run carries its own job and worker count; below, config is this run's
-            config = replace(sweep_config, job=run.job or sweep_config.job,
-                             workers=run.workers or sweep_config.workers)
             testbed.apply(run, seed=config.seed + 100 * run.index)
             observer.profile_applied(run)
             verified = testbed.verify(run, observer) if config.verify else None
-            tasks = plan_job(config.job, testbed.nodes_for(config.job, config.workers), config.workers,
+            tasks = plan_job(run.job, testbed.nodes_for(run.job, run.workers), run.workers,
                              port=rng.randrange(*PORT_RANGE))
             started = time.time()
-            outcome = run_job(tasks, store.logs_dir / run.run_id, testbed.spawn, config.timeouts,
+            outcome = run_job(tasks, store.log_dir(run.run_id), testbed.spawn, config.timeouts,
                               on_event=lambda e, run=run: observer.step(run, e))
-            result = replace(make_result(run, config, backend.name, outcome, started, time.time()),
-                             verify=verified)
+            result = replace(make_result(run, backend.name, outcome, started, time.time()), verify=verified)
             del outcome  # its events live on in `result` until it is stored
             store.add(result)
             observer.run_finished(run, result)

@@ -1,7 +1,12 @@
-"""Run records and the results folder: results.csv, runs/<id>.json, manifest.json.
+"""Run records and the one owner of the results folder, writing and reading it.
 
-Each row is written (and flushed) as soon as its run ends, so an interrupted sweep keeps
-every completed run.
+A results folder holds results.csv (one row per run), runs/<id>.json (each run's whole
+record, step events included), logs/<id>/ (each process's output), manifest.json (the
+sweep: command line, backend, versions) and, for a playbook, playbook.json (its runs and
+sessions) beside playbook.yaml (the file as run). Nothing else in netbench names these
+paths: the runner, playbook resume, report and metrics all come through here. Each row is
+written (and flushed) as soon as its run ends, so an interrupted sweep keeps every
+completed run.
 """
 
 from __future__ import annotations
@@ -23,6 +28,13 @@ from netbench.jobs.resources import Usage, totals
 #    measured link beside the configured one (sweep --verify)
 # 3: per-process resource use (--sample-resources) and its csv columns
 SCHEMA_VERSION = 3
+
+RESULTS_CSV = "results.csv"
+RUNS_DIR = "runs"
+LOGS_DIR = "logs"
+MANIFEST = "manifest.json"
+PLAYBOOK_RECORD = "playbook.json"
+PLAYBOOK_COPY = "playbook.yaml"
 
 CSV_COLUMNS = (
     "run_id", "profile", "delay_ms", "jitter_ms", "rate_mbit", "loss_pct", "backend", "strategy",
@@ -137,11 +149,11 @@ class ResultStore:
     """The results folder of one sweep."""
 
     def __init__(self, directory: Path) -> None:
-        self.dir = directory
-        self.csv_path = directory / "results.csv"
-        self.runs_dir = directory / "runs"
-        self.logs_dir = directory / "logs"
-        self.playbook_path = directory / "playbook.json"
+        self.dir = directory = Path(directory)
+        self.csv_path = directory / RESULTS_CSV
+        self.runs_dir = directory / RUNS_DIR
+        self.logs_dir = directory / LOGS_DIR
+        self.playbook_path = directory / PLAYBOOK_RECORD
 
     def create(self) -> None:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -176,20 +188,53 @@ class ResultStore:
         write_json(self.runs_dir / f"{result.run_id}.json", {f.name: getattr(result, f.name) for f in fields(result)})
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        write_json(self.dir / "manifest.json", manifest)
+        write_json(self.dir / MANIFEST, manifest)
 
     def read_rows(self) -> list[dict[str, str]]:
         with open(self.csv_path, newline="", encoding="utf-8") as fh:
             return list(csv.DictReader(fh))
 
+    def log_dir(self, run_id: str) -> Path:
+        """Where a run's processes write their output (logs/<run id>/)."""
+        return self.logs_dir / run_id
+
     def record_paths(self) -> list[Path]:
-        """runs/<id>.json, in run id order; none when the folder has no runs/."""
+        """Every run record (runs/<id>.json), in run id order; none for a folder without runs/."""
         return sorted(self.runs_dir.glob("*.json")) if self.runs_dir.is_dir() else []
 
-    def read_playbook(self) -> Any:
-        """playbook.json (what a playbook run keeps about its design), or None without one;
-        an unreadable file raises OSError or ValueError for the caller to word."""
-        return read_json(self.playbook_path) if self.playbook_path.exists() else None
+    def statuses(self) -> dict[str, str]:
+        """run id -> status of every run record; a torn or unreadable record counts as not done."""
+        out: dict[str, str] = {}
+        for path in self.record_paths():
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError):
+                continue  # a torn record counts as not done; the run is repeated
+            if isinstance(record, dict) and isinstance(record.get("status"), str):
+                out[str(record.get("run_id", path.stem))] = record["status"]
+        return out
+
+    def read_playbook(self) -> dict[str, Any] | None:
+        """The playbook record (playbook.json) of a playbook's folder; None when there is none."""
+        if not self.playbook_path.exists():
+            return None
+        try:
+            return json.loads(self.playbook_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ResultsError(f"{self.playbook_path}: unreadable: {exc}",
+                               hint="give another folder with --output") from None
+
+    def write_playbook(self, record: dict[str, Any], source_text: str | None = None) -> None:
+        """Keep a playbook's record (playbook.json) and, when given, the playbook as run (playbook.yaml)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_json(self.playbook_path, record)
+        if source_text is not None:
+            (self.dir / PLAYBOOK_COPY).write_text(source_text, encoding="utf-8")
+
+
+def recorded_statuses(results_dir: Path) -> dict[str, str]:
+    """run id -> status of every run record in a results folder (runs/<id>.json)."""
+    return ResultStore(Path(results_dir)).statuses()
 
 
 def first_run_index(directory: Path, append: bool) -> int:
@@ -204,10 +249,10 @@ def first_run_index(directory: Path, append: bool) -> int:
     if not append:
         raise ResultsError(f"{directory}: already holds results (or other files)",
                            hint="give a new folder with --output, or --append to add this sweep's runs to it")
-    ids = [p.stem for p in (directory / "runs").glob("*.json")] + \
-        [p.name for p in (directory / "logs").glob("*")]
-    if (directory / "results.csv").is_file():
-        ids += [row.get("run_id") or "" for row in ResultStore(directory).read_rows()]
+    store = ResultStore(directory)
+    ids = [p.stem for p in store.runs_dir.glob("*.json")] + [p.name for p in store.logs_dir.glob("*")]
+    if store.csv_path.is_file():
+        ids += [row.get("run_id") or "" for row in store.read_rows()]
     numbers = [int(i[1:]) for i in ids if len(i) > 1 and i[0] == "r" and i[1:].isdigit()]
     return max(numbers, default=-1) + 1
 

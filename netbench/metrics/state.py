@@ -202,7 +202,7 @@ class MetricsObserver:
 
         # the run's own job and workers, through the one function the live view uses too;
         # one process's step event: images_per_step with one worker (its batch x k; ps: a batch)
-        job, workers = run.job or self.config.job, run.workers or self.config.workers
+        job, workers = run.job, run.workers
         self.state.run_started(run.run_id, run.repeat, images_per_worker_step=images_per_step(job, 1),
                                images_per_step=images_per_step(job, workers))
 

@@ -1,14 +1,75 @@
-"""Sweep planning: levels of each factor -> the ordered list of runs (pure)."""
+"""Designs -> the ordered tuple of runs, for sweep flags and playbooks alike (pure).
+
+A design is factors and their levels crossed over fixed settings (its distinct points,
+each a profile with its job and worker count), repeated, in an order (as written, or
+shuffled with a recorded seed). Sweep flags give a `Design` over the network factors with
+one job (`sweep_design`); a playbook gives one over every setting (`playbook_design`).
+`Design.runs` turns either into `Run`s, so ids, order and each run's job and worker count
+are resolved in one place, once.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
-from dataclasses import dataclass, replace
-from typing import Any, Sequence
+import json
+import random
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
 
 from netbench import units
+from netbench.model.job import JobSpec
+from netbench.model.playbook import Playbook, PlaybookError, design_points, fail, profile_for
 from netbench.model.profile import Profile, validate
+from netbench.model.run import Run, Settings, profile_name
 
+__all__ = ["COMPLETE_STATUSES", "Design", "Point", "Run", "Settings", "SweepLevels", "check_resume", "check_supported",
+           "describe_settings", "design_digest", "expand", "fields_of", "job_fields", "pending",
+           "plan_record", "plan_sweep", "playbook_design", "profile_name", "sweep_design", "sweep_points",
+           "sweep_runs"]
+
+COMPLETE_STATUSES = ("ok", "timeout")  # a timeout is a result (a cross on the figure), not a crash
+ORDERS = ("as-written", "random")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One distinct design point: the network and the job, with its worker count."""
+
+    profile: Profile
+    job: JobSpec
+    workers: int
+    settings: Settings | None = None  # the playbook settings it came from; None for sweep flags
+
+
+@dataclass(frozen=True)
+class Design:
+    """Distinct points in written order, each repeated `repeat` times, in `order`.
+
+    as-written keeps a point's repetitions adjacent; random shuffles every (point,
+    repetition) with random.Random(seed), the same on every machine."""
+
+    points: tuple[Point, ...]
+    repeat: int = 1
+    order: str = "as-written"
+    seed: int = 0
+
+    def runs(self, first: int = 0) -> tuple[Run, ...]:
+        """Every run in run order, numbered from `first` (r<first>, r<first+1>, ...)."""
+        if self.repeat < 1:
+            raise ValueError("repeat must be at least 1")
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        pairs = [(p, rep) for p in range(len(self.points)) for rep in range(self.repeat)]
+        if self.order == "random":
+            random.Random(self.seed).shuffle(pairs)
+        return tuple(Run(index=first + i, profile=self.points[p].profile, repeat=rep, job=self.points[p].job,
+                         workers=self.points[p].workers, point=p, settings=self.points[p].settings)
+                     for i, (p, rep) in enumerate(pairs))
+
+
+# ---------------------------------------------------------------- sweep flags
 
 @dataclass(frozen=True)
 class SweepLevels:
@@ -20,51 +81,156 @@ class SweepLevels:
     jitter_us: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
-class RunPlan:
-    index: int
-    profile: Profile
-    repeat: int
-    job: Any = None  # a JobSpec for this run only (playbooks); None: the sweep's job
-    workers: int | None = None  # nodes/processes for this run only; None: the sweep's workers
-
-    @property
-    def run_id(self) -> str:
-        return f"r{self.index:03d}"
-
-
 def _levels(values: Sequence, base_value) -> tuple:
     return tuple(values) if values else (base_value,)
 
 
-def profile_name(profile: Profile) -> str:
-    """A name for a swept point: "d10ms-r250mbit-l1%" style, stable and readable."""
-    parts = [f"d{units.format_duration_us(profile.delay_us)}"]
-    if profile.jitter_us:
-        parts.append(f"j{units.format_duration_us(profile.jitter_us)}")
-    if profile.rate_bps:
-        parts.append(f"r{units.format_rate_bps(profile.rate_bps)}")
-    if profile.loss:
-        parts.append(f"l{units.format_ratio(profile.loss)}")
-    return "-".join(parts)
+def sweep_points(base: Profile, levels: SweepLevels) -> tuple[Profile, ...]:
+    """The cartesian product of the levels over `base`, each point validated.
 
-
-def plan_sweep(base: Profile, levels: SweepLevels, repeat: int = 1) -> list[RunPlan]:
-    """The cartesian product of the levels over `base`, each point repeated `repeat` times.
-
-    Order: delay outermost, then rate, loss, jitter; repetitions of a point are adjacent.
-    """
-    if repeat < 1:
-        raise ValueError("repeat must be at least 1")
+    Order: delay outermost, then rate, loss, jitter. A swept point is named by its values."""
     grid = itertools.product(_levels(levels.delay_us, base.delay_us), _levels(levels.rate_bps, base.rate_bps),
                              _levels(levels.loss, base.loss), _levels(levels.jitter_us, base.jitter_us))
-    runs: list[RunPlan] = []
+    swept = bool(levels.delay_us or levels.rate_bps or levels.loss or levels.jitter_us)
+    points = []
     for delay, rate, loss, jitter in grid:
         point = replace(base, delay_us=delay, rate_bps=rate, loss=loss, jitter_us=jitter)
-        swept = bool(levels.delay_us or levels.rate_bps or levels.loss or levels.jitter_us)
         if swept:
             point = replace(point, name=profile_name(point))
-        point = validate(point, "sweep")
-        for rep in range(repeat):
-            runs.append(RunPlan(index=len(runs), profile=point, repeat=rep))
-    return runs
+        points.append(validate(point, "sweep"))
+    return tuple(points)
+
+
+def sweep_design(points: Sequence[Profile], repeat: int, job: JobSpec, workers: int) -> Design:
+    """The design sweep flags give: every profile point with the one job, as written."""
+    return Design(points=tuple(Point(profile, job, workers) for profile in points), repeat=repeat)
+
+
+def sweep_runs(points: Sequence[Profile], repeat: int, job: JobSpec, workers: int, first: int = 0) -> tuple[Run, ...]:
+    """Each point repeated `repeat` times (repetitions adjacent), numbered from `first`."""
+    return sweep_design(points, repeat, job, workers).runs(first)
+
+
+def plan_sweep(base: Profile, levels: SweepLevels, repeat: int = 1, job: JobSpec = JobSpec(), workers: int = 2,
+               first: int = 0) -> tuple[Run, ...]:
+    """The runs of a sweep from flags: `sweep_points`, each repeated, all with one job."""
+    if repeat < 1:
+        raise ValueError("repeat must be at least 1")
+    return sweep_runs(sweep_points(base, levels), repeat, job, workers, first)
+
+
+# ---------------------------------------------------------------- playbooks
+
+def playbook_design(book: Playbook, seed: int, sample_resources_s: float = 0.0) -> Design:
+    """The design a playbook gives: its distinct points (factors crossed, first factor
+    outermost, then the extra runs), each with the job its settings make; every job
+    carries `seed` (data and draws) and the sampling interval of --sample-resources."""
+    available = fields_of(JobSpec)
+    points = tuple(Point(profile=profile_for(book, s), workers=s.workers, settings=s,
+                         job=JobSpec(**job_fields(book, s, available), seed=seed, sample_resources_s=sample_resources_s))
+                   for s in design_points(book))
+    return Design(points=points, repeat=book.repetitions, order=book.order, seed=seed)
+
+
+def expand(book: Playbook, seed: int, sample_resources_s: float = 0.0) -> tuple[Run, ...]:
+    """Every run of the playbook, in run order, each with its own job and worker count.
+
+    Design points in written order, each repeated `repetitions` times; with order: random
+    the whole list is shuffled with random.Random(seed), so the same seed gives the same
+    order on every machine."""
+    return playbook_design(book, seed, sample_resources_s).runs()
+
+
+def design_digest(book: Playbook, runs: Sequence[Run]) -> str:
+    """A fingerprint of what was measured: run ids, settings, repetitions and the window.
+
+    A results folder only resumes a playbook whose digest is the same, so a playbook
+    edited between sessions never mixes two designs in one folder."""
+    doc = {"window": [book.warmup, book.steps, book.seconds], "base_profile": book.base_profile.to_record(),
+           "runs": [[r.run_id, r.point, r.repeat, asdict(r.settings)] for r in runs]}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def pending(runs: Sequence[Run], statuses: Mapping[str, str]) -> Sequence[Run]:
+    """The runs still to do: those without a record whose status is ok or timeout."""
+    return [r for r in runs if statuses.get(r.run_id) not in COMPLETE_STATUSES]
+
+
+def plan_record(book: Playbook, seed: int, runs: Sequence[Run]) -> dict[str, Any]:
+    """What a results folder keeps about its playbook (playbook.json)."""
+    return {"name": book.name, "source": book.source, "description": book.description, "seed": seed,
+            "order": book.order, "repetitions": book.repetitions, "digest": design_digest(book, runs),
+            "factors": [k for k, _ in book.factors],
+            "runs": [{"run_id": r.run_id, "point": r.point, "repeat": r.repeat, "profile": r.profile.name,
+                      **asdict(r.settings)} for r in runs]}
+
+
+def check_resume(book: Playbook, runs: Sequence[Run], recorded: Mapping[str, Any] | None,
+                 results_dir: Path, has_runs: bool) -> None:
+    """Refuse to resume into a folder that holds another design's results."""
+    if recorded is None:
+        if has_runs:
+            raise PlaybookError(f"{results_dir}: holds run records but no playbook.json, so they are not "
+                                f"from playbook {book.name}", hint="give another folder with --output")
+        return
+    if recorded.get("digest") != design_digest(book, runs):
+        raise PlaybookError(f"{results_dir}: holds results of a different design than {book.source} "
+                            f"(the playbook or its seed changed since)",
+                            hint="give another folder with --output, or restore the playbook as it was")
+
+
+# Settings field -> JobSpec field, for the settings that reach the training job
+_JOB_FIELDS = {"strategy": "strategy", "model": "model", "batch": "batch_size", "ps": "ps",
+               "accum_steps": "accum_steps", "data": "data"}
+
+
+def job_fields(book: Playbook, settings: Settings, available: Iterable[str]) -> dict[str, Any]:
+    """The JobSpec keyword arguments for a run, given the fields this build's JobSpec has.
+
+    A setting the run depends on that JobSpec cannot carry yet (e.g. ps before the
+    parameter-server strategy exists) is an error naming the playbook key, never dropped.
+    """
+    available = set(available)
+    used = settings.effective()
+    out: dict[str, Any] = {}
+    for name, job_field in _JOB_FIELDS.items():
+        value = getattr(used, name)
+        if job_field in available:
+            out[job_field] = value
+            continue
+        needed = (name == "ps" and settings.strategy == "ps") or \
+            (name == "accum_steps" and settings.strategy == "allreduce-accum") or \
+            (name == "data" and value != Settings.data)
+        if needed:
+            raise fail(book.source, book.where(name), f"this netbench cannot run it yet: its job has no "
+                       f"'{job_field}' field", "run a playbook without it, or update netbench")
+    out.update(warmup=book.warmup, steps=book.steps, seconds=book.seconds)
+    return out
+
+
+def check_supported(book: Playbook, runs: Sequence[Run], strategies: Iterable[str],
+                    models: Iterable[str]) -> None:
+    """Fail before the first run when a run needs a strategy or model this build lacks."""
+    strategies, models = set(strategies), set(models)
+    for run in runs:
+        if run.settings.strategy not in strategies:
+            raise fail(book.source, book.where("strategy"), f"strategy {run.settings.strategy} is not available "
+                       f"in this netbench (available: {', '.join(sorted(strategies))})")
+        if run.settings.model not in models:
+            raise fail(book.source, book.where("model"), f"model {run.settings.model} is not available in this "
+                       f"netbench (available: {', '.join(sorted(models))})")
+
+
+def describe_settings(settings: Settings) -> dict[str, str]:
+    """Settings as people write them, for tables: {'latency': '10ms', 'batch': '32', ...}."""
+    s = settings
+    out = {"strategy": s.strategy, "model": s.model, "batch": str(s.batch), "workers": str(s.workers),
+           "ps": str(s.ps) if s.strategy == "ps" else "-",
+           "accum_steps": str(s.accum_steps) if s.strategy == "allreduce-accum" else "-", "data": s.data,
+           "latency": units.format_duration_us(s.delay_us), "bandwidth": units.format_rate_bps(s.rate_bps),
+           "loss": units.format_ratio(s.loss), "jitter": units.format_duration_us(s.jitter_us)}
+    return out
+
+
+def fields_of(cls) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))

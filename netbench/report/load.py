@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from netbench.errors import UsageError
-from netbench.experiment.store import ResultStore, read_json
+from netbench.experiment.store import ResultsError, ResultStore, read_json
 
 # factors a run can differ in, in the order tables show them
 FACTORS = ("strategy", "model", "batch", "workers", "ps", "accum_steps", "data",
@@ -80,6 +80,8 @@ def load_observations(results_dir: Path) -> list[Observation]:
         book = store.read_playbook()
         if book is not None:
             planned = {r["run_id"]: r for r in book.get("runs", [])}
+    except ResultsError as exc:
+        raise ReportError(exc.message) from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ReportError(f"{store.playbook_path}: unreadable: {exc}") from None
     out = []

@@ -66,7 +66,7 @@ class EmbeddedTestbed:
         self.executor.apply(backends.plan_apply(run.profile, self.topology, self.backend.name, seed=seed))
 
     def verify(self, run, observer):
-        from netbench.experiment.runner import verify_point
+        from netbench.experiment.verify import verify_point
 
         return verify_point(run, self.topology, observer)
 

@@ -234,7 +234,7 @@ class HostsTestbed:
         runs = config.runs
         self.startup_s = config.timeouts.startup_s
         for run in runs:
-            place_hosts(self.inventory, run.job or config.job, run.workers or config.workers)
+            place_hosts(self.inventory, run.job, run.workers)
         infos = remote.probe_hosts(self.inventory, self.conns)
         backends: dict[str, str] = {}
         plans: dict[str, dict[str, list]] = {}

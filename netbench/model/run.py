@@ -1,0 +1,85 @@
+"""One run of an experiment, as sweeps and playbooks both plan it (pure).
+
+A `Run` is resolved once, when its design is expanded: its profile, its job and its
+worker count are always filled in, so nothing downstream (runner, testbeds, views,
+metrics) falls back to a sweep-wide job. `Settings` is what a playbook varies per run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from netbench import units
+from netbench.model.job import JobSpec
+from netbench.model.profile import Profile
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything one run varies: the job and the network, in canonical units.
+
+    batch is per worker; workers counts training processes (for `ps`, besides the
+    parameter servers); ps is used by the `ps` strategy only and accum_steps by
+    `allreduce-accum` only. delay_us/jitter_us are one-way microseconds at each node's
+    egress, rate_bps bits/s (None: unlimited), loss a ratio.
+    """
+
+    strategy: str = "allreduce"
+    model: str = "mlp"
+    batch: int = 64
+    workers: int = 2
+    ps: int = 1
+    accum_steps: int = 4
+    data: str = "synthetic"
+    delay_us: int = 0
+    rate_bps: int | None = None
+    loss: float = 0.0
+    jitter_us: int = 0
+
+    def effective(self) -> "Settings":
+        """The same settings with the ones this strategy ignores set to their defaults."""
+        changes: dict[str, Any] = {}
+        if self.strategy != "ps":
+            changes["ps"] = Settings.ps
+        if self.strategy != "allreduce-accum":
+            changes["accum_steps"] = Settings.accum_steps
+        return replace(self, **changes)
+
+    @property
+    def nodes(self) -> int:
+        """Testbed nodes the run needs, as the job's placement puts them: one per worker, plus
+        the parameter servers and the coordinator for ps."""
+        return self.workers + self.ps + 1 if self.strategy == "ps" else self.workers
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run: its place in the run order, its network profile, its job and worker count.
+
+    `point` is the design point (in written order) the run repeats; `settings` is the
+    playbook design point it came from (None for a sweep from flags)."""
+
+    index: int  # position in the run order; the run id
+    profile: Profile
+    repeat: int
+    job: JobSpec
+    workers: int
+    point: int = 0
+    settings: Settings | None = None
+
+    @property
+    def run_id(self) -> str:
+        return f"r{self.index:03d}"
+
+
+def profile_name(profile: Profile) -> str:
+    """A name for a swept point: "d10ms-r250mbit-l1%" style, stable and readable."""
+    parts = [f"d{units.format_duration_us(profile.delay_us)}"]
+    if profile.jitter_us:
+        parts.append(f"j{units.format_duration_us(profile.jitter_us)}")
+    if profile.rate_bps:
+        parts.append(f"r{units.format_rate_bps(profile.rate_bps)}")
+    if profile.loss:
+        parts.append(f"l{units.format_ratio(profile.loss)}")
+    return "-".join(parts)
