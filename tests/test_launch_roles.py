@@ -51,14 +51,15 @@ def test_job_ends_when_the_reporter_is_done_and_servers_are_stopped(tmp_path):
     outcome = run_job(tasks, tmp_path / "logs", LocalSpawner(Journal(tmp_path / "state")), Timeouts(startup_s=60, step_s=30))
     assert outcome.status == "ok", outcome.error
     assert time.monotonic() - started < 30  # did not wait for the servers' 600 s
-    starts = [e for e in outcome.events if e["event"] == "start"]
-    assert sorted((e["role"], e["worker"]) for e in starts) == [
+    starts = [e for e in outcome.events if e.kind == "start"]
+    assert sorted((e.role, e.worker) for e in starts) == [
         ("coordinator", 0), ("ps", 0), ("worker", 0), ("worker", 1)]
-    steps = [e for e in outcome.events if e["event"] == "step"]
-    assert [(e["role"], e["step"]) for e in steps] == [("coordinator", 0), ("coordinator", 1), ("coordinator", 2)]
+    steps = [e for e in outcome.events if e.kind == "step"]
+    assert [(e.role, e.step) for e in steps] == [("coordinator", 0), ("coordinator", 1), ("coordinator", 2)]
+    assert sum(1 for e in starts if e.pid) == 3  # every server said who it is
     for event in starts:
-        if "pid" in event:
-            assert not alive(event["pid"]), event
+        if event.pid:
+            assert not alive(event.pid), event
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == [
         "n1-coordinator0.log", "n1-ps0.log", "n1-worker0.log", "n2-worker1.log"]
 

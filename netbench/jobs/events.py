@@ -289,6 +289,11 @@ def as_event(value: Event | Mapping[str, Any]) -> Event:
     return value if isinstance(value, Event) else from_record(value)
 
 
+def as_record(value: Event | Mapping[str, Any]) -> dict[str, Any]:
+    """A run record's JSON object of a typed event (a JSON object is taken as it is)."""
+    return to_record(value) if isinstance(value, Event) else dict(value)
+
+
 def as_events(values: Sequence[Event | Mapping[str, Any]]) -> list[Event]:
     return [as_event(v) for v in values]
 
