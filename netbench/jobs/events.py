@@ -64,18 +64,18 @@ class Start(Event):
     task_index: int = 0
     num_workers: int = 1
     pid: int = 0
-    time: float = 0.0
+    time: float = 0.0  # monotonic s
     tf_version: str = ""
     model: str = ""
-    params: int = 0
-    batch_size: int = 0
-    global_batch_size: int = 0
+    params: int = 0  # weights, trainable or not
+    batch_size: int = 0  # per worker, examples
+    global_batch_size: int = 0  # batch_size x num_workers
     strategy: str = "allreduce"
-    accum_steps: int = 1
+    accum_steps: int = 1  # local batches per update
     model_bytes: int = 0
-    input_shape: tuple[int, ...] = ()
+    input_shape: tuple[int, ...] = ()  # per example
     classes: int = 0
-    data: str = "synthetic"
+    data: str = "synthetic"  # or the dataset's path
 
     def body(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "role": self.task_role, "accum_steps": self.accum_steps,
