@@ -85,3 +85,20 @@ def test_step_phase_is_checked_and_a_diverged_loss_is_none():
         ev.step_event(0, "train", 1.0, 2.0, 64, 0.1)
     assert ev.step_event(0, "warmup", 1.0, 2.0, 64, math.inf).loss is None
     assert ev.step_event(0, "warmup", 1.0, 2.0, 64, 0.1).duration == pytest.approx(1.0)
+
+
+def test_the_live_metrics_read_typed_events():
+    from netbench.metrics.state import MetricsState
+
+    state = MetricsState(clock=lambda: 100.0)
+    state.sweep_started("s", "userspace", "mlp", "allreduce", runs=1, workers=2, batch_size=32)
+    state.run_started("r000", 0)
+    state.worker_event(ev.Start(worker=1, role="worker"))
+    for k, duration in enumerate((5.0, 0.1, 0.3)):
+        state.worker_event(ev.Step(step=k, phase="warmup" if k == 0 else "measured", duration=duration,
+                                   worker=0, role="worker"))
+    snap = state.snapshot()
+    assert snap.run_images_per_s == pytest.approx(64 / 0.2)  # measured chief steps, global batch
+    assert snap.steps[("measured", "0")] == 2 and snap.workers_up["1"] == 1
+    state.worker_event(ev.Done(worker=1, role="worker"))
+    assert state.snapshot().workers_up["1"] == 0
