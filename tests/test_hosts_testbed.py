@@ -22,6 +22,7 @@ from netbench.cli.app import main
 from netbench.errors import BackendUnavailable, UsageError
 from netbench.remote.inventory import inventory_from_mapping
 from netbench.model.job import JobSpec, plan_job
+from netbench.jobs.events import to_record
 from netbench.jobs.launch import Timeouts, run_job
 from netbench.state.journal import Journal
 from netbench.model.run import Run
@@ -126,8 +127,8 @@ def test_step_events_stream_back_from_every_host(tmp_path):
     hosts = fake_hosts()
     outcome = _run(hosts, tmp_path)
     assert outcome.status == "ok", outcome.error
-    assert {(e["role"], e["worker"]) for e in outcome.events} == {("worker", 0), ("worker", 1)}
-    assert not any("netbench-task" in json.dumps(e) for e in outcome.events)  # the pid line is not an event
+    assert {(e.role, e.worker) for e in outcome.events} == {("worker", 0), ("worker", 1)}
+    assert not any("netbench-task" in json.dumps(to_record(e)) for e in outcome.events)  # the pid line is not an event
     assert all(stream.closed for host in hosts for _, stream in host.started)
 
 

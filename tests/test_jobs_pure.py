@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from netbench.jobs import analysis
+from netbench.jobs import events as ev
 from netbench.jobs.harness import data as datasets
 from netbench.model.job import JobSpec
 from netbench.jobs.harness.models import check_input, format_input_shape, parse_input_shape
@@ -13,11 +14,8 @@ from netbench.jobs.harness.ps import task_of
 
 
 def step(worker, number, duration, phase="measured", role="worker", compute=None, comm=None, executor=None):
-    event = {"event": "step", "step": number, "phase": phase, "duration": duration, "worker": worker, "role": role,
-             "compute": compute, "comm": comm}
-    if executor is not None:
-        event["executor"] = executor
-    return event
+    return ev.Step(step=number, phase=phase, duration=duration, worker=worker, role=role,
+                   compute=compute, comm=comm, executor=executor)
 
 
 # ---------------------------------------------------------------- analysis
@@ -33,14 +31,13 @@ def test_sync_per_worker_rates_count_accumulated_batches():
 
 def test_ps_reference_is_the_coordinator_and_rates_come_from_executors():
     job = JobSpec(strategy="ps", batch_size=8)
-    events = [{"event": "start", "worker": 0, "role": "worker"}, {"event": "start", "worker": 0, "role": "ps"},
-              {"event": "start", "worker": 0, "role": "coordinator", "params": 5, "model_bytes": 20,
-               "input_shape": [28, 28, 1], "classes": 7},
+    events = [ev.Start(worker=0, role="worker"), ev.Start(worker=0, role="ps"),
+              ev.Start(worker=0, role="coordinator", params=5, model_bytes=20, input_shape=(28, 28, 1), classes=7),
               step(0, 0, 3.0, "warmup", role="coordinator", executor=1),
               step(0, 1, 0.25, role="coordinator", executor=0), step(0, 2, 0.25, role="coordinator", executor=1),
               step(0, 3, 0.5, role="coordinator", executor=0)]
     ref = analysis.reference_events(events, job)
-    assert [e["role"] for e in ref] == ["coordinator"] * 5
+    assert [e.role for e in ref] == ["coordinator"] * 5
     # window 1.0 s: worker 0 completed 2 steps, worker 1 one (its warm-up step does not count)
     assert analysis.per_worker_images_per_sec(events, job, 2) == pytest.approx((16.0, 8.0))
     assert analysis.model_facts(events, job) == {"params": 5, "model_bytes": 20, "input_shape": "28x28x1",
@@ -49,9 +46,23 @@ def test_ps_reference_is_the_coordinator_and_rates_come_from_executors():
 
 def test_events_without_role_are_workers():
     job = JobSpec(batch_size=4)
-    events = [{"event": "step", "step": 0, "phase": "measured", "duration": 0.5, "worker": 0}]
+    events = [ev.Step(step=0, phase="measured", duration=0.5, worker=0)]
     assert analysis.reference_events(events, job) == events
     assert analysis.per_worker_images_per_sec(events, job, 1) == pytest.approx((8.0,))
+
+
+def test_run_record_objects_read_as_events():
+    job = JobSpec(batch_size=4)
+    records = [{"event": "step", "step": 1, "phase": "measured", "duration": 0.25, "worker": 0},
+               {"event": "step", "step": 0, "phase": "measured", "duration": 0.5, "worker": 0},
+               {"event": "step", "step": 0, "phase": "measured", "duration": 9.0, "worker": 1}]
+    assert analysis.measured_durations(records, job) == [0.5, 0.25]
+    assert analysis.per_worker_images_per_sec(records, job, 1) == pytest.approx((32 / 3,))
+
+
+def test_images_per_sec_needs_time():
+    assert analysis.images_per_sec(64, 0.5) == 128.0
+    assert analysis.images_per_sec(64, 0.0) is None
 
 
 def test_phase_times_and_idleness_over_measured_steps():

@@ -51,14 +51,15 @@ def test_job_ends_when_the_reporter_is_done_and_servers_are_stopped(tmp_path):
     outcome = run_job(tasks, tmp_path / "logs", LocalSpawner(Journal(tmp_path / "state")), Timeouts(startup_s=60, step_s=30))
     assert outcome.status == "ok", outcome.error
     assert time.monotonic() - started < 30  # did not wait for the servers' 600 s
-    starts = [e for e in outcome.events if e["event"] == "start"]
-    assert sorted((e["role"], e["worker"]) for e in starts) == [
+    starts = [e for e in outcome.events if e.kind == "start"]
+    assert sorted((e.role, e.worker) for e in starts) == [
         ("coordinator", 0), ("ps", 0), ("worker", 0), ("worker", 1)]
-    steps = [e for e in outcome.events if e["event"] == "step"]
-    assert [(e["role"], e["step"]) for e in steps] == [("coordinator", 0), ("coordinator", 1), ("coordinator", 2)]
+    steps = [e for e in outcome.events if e.kind == "step"]
+    assert [(e.role, e.step) for e in steps] == [("coordinator", 0), ("coordinator", 1), ("coordinator", 2)]
+    assert sum(1 for e in starts if e.pid) == 3  # every server said who it is
     for event in starts:
-        if "pid" in event:
-            assert not alive(event["pid"]), event
+        if event.pid:
+            assert not alive(event.pid), event
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == [
         "n1-coordinator0.log", "n1-ps0.log", "n1-worker0.log", "n2-worker1.log"]
 
@@ -141,3 +142,29 @@ def test_a_stream_without_read1_is_copied_in_small_reads(tmp_path):
     copy_to_log(channel, tmp_path / "h2-worker1.log")
     assert (tmp_path / "h2-worker1.log").read_bytes() == b"Traceback\nRuntimeError: boom\n"
     assert set(channel.asked) == {4096}
+
+
+def test_each_line_is_parsed_once_into_typed_events_and_stray_lines_are_skipped(tmp_path):
+    from netbench.jobs import events as ev
+
+    code = ("import json\n"
+            "print('tensorflow says hello', flush=True)\n"
+            "print('{\"event\": \"step\", \"step\"', flush=True)\n"  # looks like an event, is not one
+            "print(json.dumps({'event': 'step', 'step': 0, 'phase': 'measured', 'duration': 0.5}), flush=True)\n"
+            "print(json.dumps({'event': 'done', 'time': 1.0, 'steps': 1}), flush=True)\n")
+    outcome = run_job([task("worker", 0, code, serves=False)], tmp_path / "logs",
+                      LocalSpawner(Journal(tmp_path / "state")), Timeouts(startup_s=60, step_s=30))
+    assert outcome.status == "ok", outcome.error
+    step, done = outcome.events
+    assert isinstance(step, ev.Step) and (step.worker, step.role, step.duration) == (0, "worker", 0.5)
+    assert isinstance(done, ev.Done) and done.recv >= step.recv > 0
+
+
+def test_an_event_of_an_unknown_schema_version_fails_its_task(tmp_path):
+    code = ("import json, time\n"
+            "print(json.dumps({'v': 9, 'event': 'step', 'step': 0}), flush=True)\n"
+            "time.sleep(30)\n")
+    outcome = run_job([task("worker", 0, code, serves=False)], tmp_path / "logs",
+                      LocalSpawner(Journal(tmp_path / "state")), Timeouts(startup_s=60, step_s=30))
+    assert outcome.status == "failed"
+    assert "n1 worker0: UnsupportedEventVersion: event schema version 9" in outcome.error

@@ -47,7 +47,8 @@ def test_read_sample_from_a_proc_folder(tmp_path):
     sample = resources.read_sample(tmp_path, clock=lambda: 12.5, ticks_per_s=100)
     assert sample == Sample(time=12.5, cpu_s=pytest.approx(18.01), rss_bytes=482616 * 1024,
                             rx_bytes=1_520_000, tx_bytes=2_530_000)
-    assert sample.to_event()["event"] == "resources"
+    assert sample.to_event().kind == "resources"
+    assert sample.to_event().rss_bytes == 482616 * 1024
 
 
 def test_read_sample_of_this_process_is_real():
@@ -77,7 +78,7 @@ def test_sampler_samples_at_start_periodically_and_once_more_on_stop():
     count = len(emitted)
     sampler.stop()  # twice is harmless: no second final sample
     assert len(emitted) == count and count >= 4
-    assert [e["time"] for e in emitted] == sorted(e["time"] for e in emitted)
+    assert [e.time for e in emitted] == sorted(e.time for e in emitted)
 
 
 def test_sampler_without_proc_reports_nothing():

@@ -411,3 +411,18 @@ def test_missing_peer_hits_startup_timeout(tmp_path):
     assert proc.returncode == 1, err.read_text()[-3000:]
     assert [e["event"] for e in _parse_events(out)] == []  # never started
     assert "Timeout" in err.read_text()
+
+
+def test_every_strategy_has_a_training_loop():
+    from netbench.model.job import STRATEGIES
+
+    assert set(worker.LOOPS) == set(STRATEGIES)
+    assert all(callable(loop) for loop in worker.LOOPS.values())
+
+
+def test_the_harness_emits_typed_events_as_their_wire_objects():
+    from netbench.jobs import events as ev
+
+    out = io.StringIO()
+    worker.emit(ev.Done(time=1.5, steps=3), out)
+    assert json.loads(out.getvalue()) == worker.done_event(1.5, 3)

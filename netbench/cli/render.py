@@ -45,16 +45,19 @@ class SweepView:
         self.progress.update(self.task, info="starting workers")
 
     def step(self, run, event) -> None:
-        if event.get("event") != "step" or event.get("worker") != 0:
-            return
+        from netbench.jobs import events as ev
+        from netbench.jobs.analysis import images_per_sec
         from netbench.model.job import images_per_step
 
-        duration = float(event.get("duration", 0)) or 1e-9
-        phase = "warm-up" if event.get("phase") == "warmup" else "measured"
+        event = ev.as_event(event)
+        if not isinstance(event, ev.Step) or event.worker != 0:
+            return
+        duration = event.duration or 1e-9
+        phase = "warm-up" if event.phase == ev.PHASE_WARMUP else "measured"
         # a playbook run carries its own job; a step stands for more than one batch under accum
         images = images_per_step(run.job, run.workers)
-        self.progress.update(self.task, info=f"step {event.get('step')} ({phase}) "
-                             f"{duration * 1000:.0f} ms, {images / duration:,.0f} img/s")
+        self.progress.update(self.task, info=f"step {event.step} ({phase}) "
+                             f"{duration * 1000:.0f} ms, {images_per_sec(images, duration):,.0f} img/s")
 
     def run_finished(self, run, result) -> None:
         self.progress.advance(self.task)

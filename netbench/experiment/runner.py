@@ -11,7 +11,7 @@ from typing import Callable, Protocol
 from netbench import interrupts
 from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
-from netbench.jobs import analysis, resources
+from netbench.jobs import analysis, events, resources
 from netbench.model.job import JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
 from netbench.jobs.launch import JobOutcome, Spawner, Timeouts, run_job
 from netbench.state.journal import Journal
@@ -46,7 +46,7 @@ class Observer(Protocol):
     def sweep_started(self, config: SweepConfig, backend: BackendChoice, topology: Topology) -> None: ...
     def run_started(self, run: Run) -> None: ...
     def profile_applied(self, run: Run) -> None: ...
-    def step(self, run: Run, event: dict) -> None: ...
+    def step(self, run: Run, event: events.Event) -> None: ...
     def run_finished(self, run: Run, result: RunResult) -> None: ...
     def note(self, text: str) -> None: ...
 
@@ -64,7 +64,7 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
     """Turn a job's events into a run record; warm-up steps are kept but excluded."""
     job, workers = run.job, run.workers
     status, error, stats = outcome.status, outcome.error, None
-    durations = measure.measured_durations(analysis.reference_events(outcome.events, job))
+    durations = analysis.measured_durations(outcome.events, job)
     if durations:
         stats = asdict(measure.step_stats(durations, images_per_step(job, workers)))
     elif status == "ok":
@@ -75,7 +75,7 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      workers=workers, repeat=run.repeat, warmup_steps=job.warmup,
                      status=status, error=error, stats=stats,
                      per_worker_images_per_sec=analysis.per_worker_images_per_sec(outcome.events, job, workers),
-                     events=outcome.events, started=started, ended=ended,
+                     events=tuple(events.as_record(e) for e in outcome.events), started=started, ended=ended,
                      ps=job.ps if job.strategy == "ps" else 0, accum_steps=effective_accum_steps(job),
                      data=job.data, **analysis.model_facts(outcome.events, job),
                      compute_time_mean_s=phases.compute_mean_s if phases else None,

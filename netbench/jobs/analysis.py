@@ -1,18 +1,22 @@
 """What a job's step events say beyond step times (pure): who reports, per-worker
 throughput, computation versus communication, and the idleness ratio.
 
-Events are the controller's records: each carries "worker" (the task's index within its
-role) and "role" ("worker" when absent). Synchronous strategies: every worker times its
-own steps and worker 0 is the reference clock. ps: only the coordinator reports, one
-event per completed step with the worker that ran it as "executor".
+Events are the controller's typed events (netbench.jobs.events); each carries ``worker``
+(the task's index within its role) and ``role`` ("worker" when a record does not say).
+Synchronous strategies: every worker times its own steps and worker 0 is the reference
+clock. ps: only the coordinator reports, one event per completed step with the worker that
+ran it as ``executor``. A run record's JSON objects are read as events too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence, Union
 
+from netbench.jobs import events as ev
 from netbench.model.job import COORDINATOR, WORKER, JobSpec, effective_accum_steps
+
+EventLike = Union[ev.Event, Mapping]
 
 
 @dataclass(frozen=True)
@@ -24,13 +28,9 @@ class PhaseTimes:
     idle_ratio: float  # sum(comm) / sum(compute + comm), in [0, 1]
 
 
-def _role(event: dict) -> str:
-    return event.get("role", WORKER)
-
-
-def _measured(events: Iterable[dict]) -> list[dict]:
-    steps = [e for e in events if e.get("event") == "step" and e.get("phase") == "measured"]
-    return sorted(steps, key=lambda e: e["step"])
+def _measured(events: Iterable[ev.Event]) -> list[ev.Step]:
+    steps = [e for e in events if isinstance(e, ev.Step) and e.measured]
+    return sorted(steps, key=lambda e: e.step)
 
 
 def reporting_role(job: JobSpec) -> str:
@@ -38,59 +38,70 @@ def reporting_role(job: JobSpec) -> str:
     return COORDINATOR if job.strategy == "ps" else WORKER
 
 
-def reference_events(events: Sequence[dict], job: JobSpec) -> list[dict]:
+def reference_events(events: Sequence[EventLike], job: JobSpec) -> list[ev.Event]:
     """Events of the process whose steps define the run's step times (index 0 of the reporting role)."""
     role = reporting_role(job)
-    return [e for e in events if _role(e) == role and e.get("worker") == 0]
+    return [e for e in ev.as_events(events) if e.task_role == role and e.worker == 0]
 
 
-def per_worker_images_per_sec(events: Sequence[dict], job: JobSpec, workers: int) -> tuple[float, ...]:
+def measured_durations(events: Sequence[EventLike], job: JobSpec) -> list[float]:
+    """The reference process's measured step durations in seconds, in step order."""
+    return [e.duration for e in _measured(reference_events(events, job))]
+
+
+def images_per_sec(images: float, seconds: float) -> float | None:
+    """Throughput of `images` over `seconds`; None when no time passed. The one formula
+    behind every live and recorded images/sec."""
+    return images / seconds if seconds > 0 else None
+
+
+def per_worker_images_per_sec(events: Sequence[EventLike], job: JobSpec, workers: int) -> tuple[float, ...]:
     """images/sec each worker trained at, over measured steps, in worker order.
 
     Synchronous: the worker's own batch(es) per step over its mean step time. ps: the
     batches the worker completed over the coordinator's measured window. A worker with
     no measured step is left out.
     """
+    typed = ev.as_events(events)
     if job.strategy == "ps":
-        steps = _measured(e for e in events if _role(e) == COORDINATOR)
-        window = sum(float(e["duration"]) for e in steps)
+        steps = _measured(e for e in typed if e.task_role == COORDINATOR)
+        window = sum(e.duration for e in steps)
         if window <= 0:
             return ()
-        counts = [sum(1 for e in steps if e.get("executor") == w) for w in range(workers)]
+        counts = [sum(1 for e in steps if e.executor == w) for w in range(workers)]
         return tuple(count * job.batch_size / window for count in counts if count)
     per_step = job.batch_size * effective_accum_steps(job)
     rates = []
     for index in range(workers):
-        mine = [float(e["duration"]) for e in _measured(
-            e for e in events if _role(e) == WORKER and e.get("worker") == index)]
+        mine = [e.duration for e in _measured(e for e in typed if e.task_role == WORKER and e.worker == index)]
         if mine and sum(mine) > 0:
             rates.append(per_step * len(mine) / sum(mine))
     return tuple(rates)
 
 
-def phase_times(events: Sequence[dict], job: JobSpec) -> PhaseTimes | None:
+def phase_times(events: Sequence[EventLike], job: JobSpec) -> PhaseTimes | None:
     """Computation and communication per measured step, over every reporting process.
 
     None when the steps carry no split (older records) or took no time.
     """
     role = reporting_role(job)
-    steps = [e for e in _measured(e for e in events if _role(e) == role)
-             if e.get("compute") is not None and e.get("comm") is not None]
+    steps = [e for e in _measured(e for e in ev.as_events(events) if e.task_role == role)
+             if e.compute is not None and e.comm is not None]
     if not steps:
         return None
-    compute = sum(float(e["compute"]) for e in steps)
-    comm = sum(float(e["comm"]) for e in steps)
+    compute = sum(e.compute for e in steps)
+    comm = sum(e.comm for e in steps)
     if compute + comm <= 0:
         return None
     return PhaseTimes(compute_mean_s=compute / len(steps), comm_mean_s=comm / len(steps),
                       idle_ratio=comm / (compute + comm))
 
 
-def model_facts(events: Sequence[dict], job: JobSpec) -> dict:
+def model_facts(events: Sequence[EventLike], job: JobSpec) -> dict:
     """params, model_bytes, input_shape and classes from the reference process's start event."""
     for event in reference_events(events, job):
-        if event.get("event") == "start":
-            return {"params": int(event.get("params", 0)), "model_bytes": int(event.get("model_bytes", 0)),
-                    "input_shape": "x".join(str(d) for d in event.get("input_shape", ())),
-                    "classes": int(event.get("classes", 0))}
+        if isinstance(event, ev.Start):
+            return {"params": event.params, "model_bytes": event.model_bytes,
+                    "input_shape": "x".join(str(d) for d in event.input_shape),
+                    "classes": event.classes}
     return {"params": 0, "model_bytes": 0, "input_shape": "", "classes": 0}

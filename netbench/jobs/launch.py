@@ -9,6 +9,12 @@ Serving tasks (the ps strategy's workers and parameter servers) never finish by
 themselves: the job is over when every other task is done, and a server that exits
 before then fails the run. The step clock follows the first task that is not a server.
 
+Each stdout line is parsed once, here, into a typed event (netbench.jobs.events) that
+carries the task's index within its role, its role, and when it arrived; everything
+downstream reads attributes. Lines that are not events (stray output) are skipped, as are
+lines that look like JSON but do not parse; an event of an unknown schema version is an
+error of its task.
+
 Where a task runs is the spawner's business (`Spawner`): `LocalSpawner` starts it in a
 testbed namespace on this machine; netbench.testbed.hosts starts it on an SSH host. Each
 returns a `TaskProcess`, something popen-like: a stdout line stream, wait() and stop().
@@ -16,7 +22,6 @@ returns a `TaskProcess`, something popen-like: a stdout line stream, wait() and 
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
@@ -26,6 +31,7 @@ from typing import IO, Callable, Protocol
 
 from netbench import interrupts, proc
 from netbench.errors import JobError
+from netbench.jobs import events as ev
 from netbench.model.job import Task
 from netbench.state.journal import Journal
 
@@ -45,9 +51,9 @@ class Timeouts:
 @dataclass(frozen=True)
 class JobOutcome:
     status: str  # ok | timeout | failed | interrupted
-    # every event, each with "worker" (the task's index within its role), "role", and
-    # "recv" (monotonic s)
-    events: tuple[dict, ...]
+    # every event, each with its task's index within its role (worker), role, and the
+    # monotonic time it arrived (recv); ev.to_record gives each its run record's JSON
+    events: tuple[ev.Event, ...]
     error: str = ""
 
 
@@ -172,21 +178,16 @@ class _Live:
     log: Path | None = None
 
 
+_EOF = None  # what a reader puts in the sink when its task's stdout ends
+
+
 def _reader(position: int, task: Task, stream, sink: queue.Queue) -> None:
     for raw in iter(stream.readline, b""):
-        line = raw.decode("utf-8", "replace").strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(event, dict):
-            event["worker"] = task.index
-            event["role"] = task.role
-            event["recv"] = time.monotonic()
-            sink.put((position, event))
-    sink.put((position, {"event": "_eof"}))
+        event = ev.parse_line(raw)
+        if event is None or (isinstance(event, ev.Error) and event.type == ev.MALFORMED):
+            continue  # stray output, or a line that only looks like an event
+        sink.put((position, ev.received(event, task.index, task.role, time.monotonic())))
+    sink.put((position, _EOF))
 
 
 def log_tail(path: Path | None, lines: int = 1) -> str:
@@ -209,13 +210,13 @@ def log_tail(path: Path | None, lines: int = 1) -> str:
 
 
 def run_job(tasks: list[Task], log_dir: Path, spawn: Spawner, timeouts: Timeouts = Timeouts(),
-            on_event: Callable[[dict], None] | None = None, env: dict[str, str] | None = None) -> JobOutcome:
+            on_event: Callable[[ev.Event], None] | None = None, env: dict[str, str] | None = None) -> JobOutcome:
     """Run every task to completion (or failure); always stops every process it started.
     `spawn` starts each task where it runs (LocalSpawner: this machine's namespaces)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     sink: queue.Queue = queue.Queue()
     live: list[_Live] = []
-    events: list[dict] = []
+    events: list[ev.Event] = []
     try:
         try:
             for task in tasks:
@@ -236,7 +237,7 @@ def run_job(tasks: list[Task], log_dir: Path, spawn: Spawner, timeouts: Timeouts
     return JobOutcome(status=status, events=tuple(events), error=error)
 
 
-def _collect(live: list[_Live], sink: queue.Queue, events: list[dict], timeouts: Timeouts,
+def _collect(live: list[_Live], sink: queue.Queue, events: list[ev.Event], timeouts: Timeouts,
              on_event) -> tuple[str, str]:
     started = time.monotonic()
     last_step: float | None = None
@@ -261,8 +262,7 @@ def _collect(live: list[_Live], sink: queue.Queue, events: list[dict], timeouts:
         except queue.Empty:
             continue
         item = live[position]
-        kind = event.get("event")
-        if kind == "_eof":
+        if event is _EOF:
             code = item.popen.wait()
             lost = item.popen.failure(code)
             if lost:
@@ -276,12 +276,12 @@ def _collect(live: list[_Live], sink: queue.Queue, events: list[dict], timeouts:
         events.append(event)
         if on_event:
             on_event(event)
-        if kind == "step" and position == clock:
+        if isinstance(event, ev.Step) and position == clock:
             last_step = time.monotonic()
-        elif kind == "done":
+        elif isinstance(event, ev.Done):
             item.done = True
-        elif kind == "error":
-            item.error = f"{event.get('type', 'Error')}: {event.get('message', '')}"
+        elif isinstance(event, ev.Error):
+            item.error = f"{event.type}: {event.message}"
             if reported is None:
                 reported = (time.monotonic(), f"{item.task.node} {item.task.role}{item.task.index}: {item.error}")
     if reported is not None:

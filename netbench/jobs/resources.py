@@ -17,9 +17,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence, Union
 
-EVENT = "resources"
+from netbench.jobs import events as ev
+
+EVENT = ev.Resources.kind
 
 
 @dataclass(frozen=True)
@@ -30,9 +32,9 @@ class Sample:
     rx_bytes: int  # received by the namespace's interfaces (lo excluded) so far
     tx_bytes: int
 
-    def to_event(self) -> dict:
-        return {"event": EVENT, "time": self.time, "cpu_s": self.cpu_s, "rss_bytes": self.rss_bytes,
-                "rx_bytes": self.rx_bytes, "tx_bytes": self.tx_bytes}
+    def to_event(self) -> ev.Resources:
+        return ev.Resources(time=self.time, cpu_s=self.cpu_s, rss_bytes=self.rss_bytes,
+                            rx_bytes=self.rx_bytes, tx_bytes=self.tx_bytes)
 
 
 def cpu_seconds(stat: str, ticks_per_s: int) -> float:
@@ -76,7 +78,7 @@ class Sampler:
     """Emits a sample now and every `interval_s` from a daemon thread until `stop()`, which
     emits one last sample (call it before the process reports it is done)."""
 
-    def __init__(self, interval_s: float, emit: Callable[[dict], None],
+    def __init__(self, interval_s: float, emit: Callable[[ev.Resources], None],
                  read: Callable[[], Sample] = read_sample) -> None:
         self.interval_s = interval_s
         self._emit, self._read = emit, read
@@ -125,22 +127,23 @@ class Usage:
         return f"{self.role}{self.index}"
 
 
-def summarise(events: Iterable[dict]) -> tuple[Usage, ...]:
-    """One Usage per process that sent resources events, in (role, index) order."""
-    by_process: dict[tuple[str, int], list[dict]] = {}
-    for e in events:
-        if e.get("event") == EVENT:
-            by_process.setdefault((e.get("role", "worker"), int(e.get("worker", 0))), []).append(e)
+def summarise(events: Iterable[Union[ev.Event, Mapping]]) -> tuple[Usage, ...]:
+    """One Usage per process that sent resources events, in (role, index) order (events are
+    typed, or a run record's JSON objects)."""
+    by_process: dict[tuple[str, int], list[ev.Resources]] = {}
+    for e in map(ev.as_event, events):
+        if isinstance(e, ev.Resources):
+            by_process.setdefault((e.task_role, e.worker or 0), []).append(e)
     out = []
     for (role, index), samples in sorted(by_process.items()):
-        samples.sort(key=lambda e: e["time"])
+        samples.sort(key=lambda e: e.time)
         first, last = samples[0], samples[-1]
-        window = last["time"] - first["time"]
+        window = last.time - first.time
         out.append(Usage(role=role, index=index, samples=len(samples), window_s=window,
-                         cpu_util=(last["cpu_s"] - first["cpu_s"]) / window if window > 0 else None,
-                         rss_peak_bytes=max(int(e["rss_bytes"]) for e in samples),
-                         rx_bytes=int(last["rx_bytes"]) - int(first["rx_bytes"]),
-                         tx_bytes=int(last["tx_bytes"]) - int(first["tx_bytes"])))
+                         cpu_util=(last.cpu_s - first.cpu_s) / window if window > 0 else None,
+                         rss_peak_bytes=max(e.rss_bytes for e in samples),
+                         rx_bytes=last.rx_bytes - first.rx_bytes,
+                         tx_bytes=last.tx_bytes - first.tx_bytes))
     return tuple(out)
 
 

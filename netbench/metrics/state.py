@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from netbench import __version__
+from netbench.jobs import events as ev
+from netbench.jobs.analysis import images_per_sec
 from netbench.metrics.catalogue import PHASES, STEP_DURATION_BUCKETS_S
 
 
@@ -139,21 +141,22 @@ class MetricsState:
             s.profile_applications += 1
             s.state = "starting"
 
-    def worker_event(self, event: dict) -> None:
-        """One event from a worker's stdout (see netbench.jobs.worker for the keys)."""
-        worker = str(event.get("worker", 0))
-        kind = event.get("event")
+    def worker_event(self, event: ev.Event | dict) -> None:
+        """One event from a task's stdout (netbench.jobs.events; a record's JSON object is
+        read as one)."""
+        event = ev.as_event(event)
+        worker = str(event.worker or 0)
         with self._lock:
             s = self._s
             s.heartbeats[worker] = self._clock()
-            if kind in ("start", "step"):
+            if isinstance(event, (ev.Start, ev.Step)):
                 s.workers_up[worker] = 1
-            elif kind in ("done", "error"):
+            elif isinstance(event, (ev.Done, ev.Error)):
                 s.workers_up[worker] = 0
-            if kind != "step":
+            if not isinstance(event, ev.Step):
                 return
-            phase = "warmup" if event.get("phase") == "warmup" else "measured"
-            duration = float(event.get("duration", 0.0))
+            phase = ev.PHASE_WARMUP if event.phase == ev.PHASE_WARMUP else ev.PHASE_MEASURED
+            duration = event.duration
             key = (phase, worker)
             s.steps[key] = s.steps.get(key, 0) + 1
             s.samples[key] = s.samples.get(key, 0) + self._batch
@@ -168,7 +171,7 @@ class MetricsState:
                 if duration > 0:
                     self._chief_sum += duration
                     self._chief_count += 1
-                    s.run_images_per_s = self._global_batch * self._chief_count / self._chief_sum
+                    s.run_images_per_s = images_per_sec(self._global_batch * self._chief_count, self._chief_sum)
 
     def run_finished(self, status: str, profile: str, images_per_s: float | None) -> None:
         with self._lock:
@@ -210,7 +213,7 @@ class MetricsObserver:
         p = run.profile
         self.state.profile_applied(p.name, p.delay_us, p.jitter_us, p.rate_bps, p.loss)
 
-    def step(self, run, event: dict) -> None:
+    def step(self, run, event: ev.Event) -> None:
         self.state.worker_event(event)
 
     def run_finished(self, run, result) -> None:

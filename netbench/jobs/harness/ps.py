@@ -29,8 +29,12 @@ import socket
 import time
 from typing import IO, Any
 
+from netbench.jobs import events as ev
 from netbench.jobs.harness import data as datasets
+from netbench.jobs.harness import loop
+from netbench.jobs.harness.emit import arm_startup_watchdog, disarm_startup_watchdog, emit
 from netbench.jobs.harness.models import DEFAULT_CLASSES
+from netbench.jobs.harness.strategy import import_tf, restore_default_sigterm
 
 # Steps dispatched but not yet fetched, per worker: enough to keep each worker busy
 # while the coordinator waits on the oldest one.
@@ -75,37 +79,34 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
 
 def _serve(args: argparse.Namespace, events: IO[str], task_type: str, index: int,
            cluster: dict[str, list[str]]) -> None:
-    from netbench.jobs import worker as harness
-
-    tf, _ = harness.import_tf(args)
+    tf, _ = import_tf(args)
     server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=task_type,
                                   task_index=index, protocol="grpc", start=True)
-    harness.emit(harness.start_event(index, len(cluster.get("worker", [])), os.getpid(), time.monotonic(),
-                                     tf.__version__, args.model, 0, args.batch_size, strategy="ps",
-                                     role=task_type, input_shape=(), data=args.data), events)
+    emit(ev.start_event(index, len(cluster.get("worker", [])), os.getpid(), time.monotonic(),
+                        tf.__version__, args.model, 0, args.batch_size, strategy="ps",
+                        role=task_type, input_shape=(), data=args.data), events)
     server.join()  # until the controller stops this process
 
 
 def _coordinate(args: argparse.Namespace, events: IO[str], cluster: dict[str, list[str]]) -> int:
-    from netbench.jobs import worker as harness
     from netbench.jobs.harness.models import build_model, model_size
 
-    harness.arm_startup_watchdog(args.startup_timeout)
-    tf, keras = harness.import_tf(args)
+    arm_startup_watchdog(args.startup_timeout)
+    tf, keras = import_tf(args)
     # The servers were started beside us; connect only once they listen.
     wait_for_ports(cluster.get("worker", []) + cluster.get("ps", []), args.startup_timeout)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-    harness.restore_default_sigterm()
+    restore_default_sigterm()
     num_workers = len(cluster["worker"])
 
     if args.data == datasets.SYNTHETIC:
         data = None
-        shape, classes = harness.resolve_shape(args), args.classes or DEFAULT_CLASSES
+        shape, classes = loop.resolve_shape(args), args.classes or DEFAULT_CLASSES
     else:
         data = datasets.load(tf, args.data, args.input_shape)
-        harness.check_data_fits(data, args)
+        loop.check_data_fits(data, args)
         shape, classes = data.input_shape, args.classes or max(data.classes, 2)
 
     keras.utils.set_random_seed(args.seed)
@@ -118,11 +119,11 @@ def _coordinate(args: argparse.Namespace, events: IO[str], cluster: dict[str, li
         _dataset_fn(tf, strategy, args, data, shape, classes)))
     train_step = _make_step(tf, strategy, model, optimizer, args.batch_size)
 
-    harness.emit(harness.start_event(0, num_workers, os.getpid(), time.monotonic(), tf.__version__, args.model,
-                                     params, args.batch_size, strategy="ps", role="coordinator",
-                                     model_bytes=model_bytes, input_shape=shape, classes=classes,
-                                     data=args.data), events)
-    harness.disarm_startup_watchdog()
+    emit(ev.start_event(0, num_workers, os.getpid(), time.monotonic(), tf.__version__, args.model,
+                        params, args.batch_size, strategy="ps", role="coordinator",
+                        model_bytes=model_bytes, input_shape=shape, classes=classes,
+                        data=args.data), events)
+    disarm_startup_watchdog()
     # tf.timestamp() on the workers is wall-clock time; events carry monotonic time.
     wall_to_mono = time.monotonic() - time.time()
     window = IN_FLIGHT_PER_WORKER * num_workers
@@ -141,21 +142,21 @@ def _coordinate(args: argparse.Namespace, events: IO[str], cluster: dict[str, li
             loss, executor, stamps = remote.fetch()
             end = time.monotonic()
             t0, t1, t2, t3 = (float(t) + wall_to_mono for t in stamps)
-            harness.emit(harness.step_event(number, phase, previous_end, end, args.batch_size, float(loss),
-                                            compute=t2 - t1, comm=(t1 - t0) + (t3 - t2),
-                                            executor=int(executor)), events)
+            emit(ev.step_event(number, phase, previous_end, end, args.batch_size, float(loss),
+                               compute=t2 - t1, comm=(t1 - t0) + (t3 - t2),
+                               executor=int(executor)), events)
             durations.append(end - previous_end)
             previous_end = end
         return durations
 
-    warmup = run_phase(0, args.warmup, harness.PHASE_WARMUP) if args.warmup else []
+    warmup = run_phase(0, args.warmup, ev.PHASE_WARMUP) if args.warmup else []
     if args.seconds is not None:
-        measured = harness.measured_steps_from_mean(args.seconds, harness.warmup_mean(warmup))
+        measured = loop.measured_steps_from_mean(args.seconds, loop.warmup_mean(warmup))
     else:
         measured = args.steps
-    run_phase(args.warmup, measured, harness.PHASE_MEASURED)
+    run_phase(args.warmup, measured, ev.PHASE_MEASURED)
     total = args.warmup + measured
-    harness.emit(harness.done_event(time.monotonic(), total), events)
+    emit(ev.Done(time=time.monotonic(), steps=total), events)
     return total
 
 

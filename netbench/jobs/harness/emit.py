@@ -1,0 +1,74 @@
+"""The training process's side of the event stream: one JSON event per stdout line.
+
+Stdout is reserved for events (`take_stdout_for_events`); each event is written whole and
+flushed at once, so the controller sees it now. The resource sampler (``--sample-resources``)
+writes from its own thread, so writes are serialised, and it sends its last sample before
+the done event. Also here: the startup watchdog, the one way out of a cluster that never
+forms (TF blocks in C++ holding the GIL).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import sys
+import threading
+from typing import IO, Any, Mapping
+
+from netbench.jobs import events as ev
+from netbench.jobs import resources
+
+_LOCK = threading.Lock()
+_SAMPLER: resources.Sampler | None = None  # set by start_sampler under --sample-resources
+
+
+def emit(event: ev.Event | Mapping[str, Any], stream: IO[str]) -> None:
+    """Write one event (typed, or its wire object) as a JSON line and flush. The resource
+    sampler (if any) sends its last sample before the done event."""
+    wire = ev.to_wire(event) if isinstance(event, ev.Event) else dict(event)
+    if wire.get("event") == ev.Done.kind and _SAMPLER is not None:
+        _SAMPLER.stop()
+    line = json.dumps(wire, allow_nan=False) + "\n"
+    with _LOCK:  # the sampler's thread emits too
+        stream.write(line)
+        stream.flush()
+
+
+def start_sampler(interval_s: float, stream: IO[str]) -> resources.Sampler:
+    """Sample this process's resources every `interval_s` onto `stream` until the done event."""
+    global _SAMPLER
+    _SAMPLER = resources.Sampler(interval_s, lambda e: emit(e, stream)).start()
+    return _SAMPLER
+
+
+def take_stdout_for_events() -> IO[str]:
+    """Reserve the real stdout for events; send everything else to stderr.
+
+    Duplicates fd 1 for the event stream, then points fd 1 and sys.stdout at stderr, so
+    C++ or Python output from TF/Keras can never corrupt the JSON stream.
+    """
+    sys.stdout.flush()
+    stream = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return stream
+
+
+def arm_startup_watchdog(timeout_s: float, stream: IO[str] | None = None) -> None:
+    """Exit the process with status 1 if not disarmed within ``timeout_s`` s.
+
+    While the strategy connects to its peers, TF blocks in C++ with no timeout when a peer
+    never shows up, HOLDING THE GIL (so a Python thread or signal handler cannot run), and
+    in multi-worker mode it swallows SIGTERM. faulthandler's watchdog is a C thread that
+    needs no GIL: it dumps all Python tracebacks to ``stream`` (default stderr) and calls
+    _exit(1). No JSON error event can be written on this path. 0 disables.
+    """
+    if timeout_s > 0:
+        faulthandler.dump_traceback_later(
+            timeout_s, exit=True, file=stream if stream is not None else sys.stderr)
+
+
+def disarm_startup_watchdog() -> None:
+    """Cancel arm_startup_watchdog (no-op when not armed)."""
+    faulthandler.cancel_dump_traceback_later()
