@@ -2,7 +2,7 @@
 """Controller memory and journal reads over a long sweep (no root, no TensorFlow).
 
 Drives the real controller (runner.run_sweep -> launch.run_job -> results store, with the
-metrics observer feeding a MetricsState) over a synthetic testbed (tests/sweep_fakes.py):
+metrics observer feeding a MetricsState) over a synthetic testbed (tests/fakes/sweep.py):
 stand-in workers stream worker-format step events, and each run's profile is applied
 through a real Executor and Journal on in-memory adapters. By default 200 runs of 500
 measured steps (+10 warm-up) on 2 workers: a 100,000-step sweep, ~204,000 step events.
@@ -40,7 +40,7 @@ from netbench.metrics.state import MetricsObserver, MetricsState, ObserverTee  #
 from netbench.model.design import RunPlan  # noqa: E402
 from netbench.model.profile import Profile  # noqa: E402
 from netbench.experiment.runner import SweepConfig, run_sweep  # noqa: E402
-from tests.sweep_fakes import SyntheticTestbed  # noqa: E402
+from tests.fakes.sweep import SyntheticTestbed  # noqa: E402
 
 MIB = 2**20
 

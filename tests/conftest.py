@@ -1,5 +1,8 @@
-"""Shared fixtures. Tests are split by tier: pure (default), `root` (real namespaces),
-`tf` (real TensorFlow processes). Every root test resets what it made, also on failure."""
+"""Shared fixtures. The folder is the tier: unit/ (pure, no root, no TensorFlow), root/ (real
+namespaces), tf/ (real TensorFlow processes), kernel/ (netem on a real netem kernel, under
+`make test-kernel`), ssh/ (real sshd hosts in namespaces); fakes/ holds the shared fakes. Markers
+follow from the folder (set below), so `-m "not root and not tf"` still selects the unit tier.
+Every root test resets what it made, also on failure."""
 
 from __future__ import annotations
 
@@ -12,6 +15,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NETBENCH = [sys.executable, "-m", "netbench.cli"]  # the CLI, run as a separate process
+
+
+TIER_MARKS = {"root": ("root",), "tf": ("tf",), "kernel": ("root", "netem"), "ssh": ("root",)}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test by its folder; a unit test marked root or tf is in the wrong folder."""
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+        tier = parts[0] if len(parts) > 1 else ""
+        for mark in TIER_MARKS.get(tier, ()):
+            item.add_marker(mark)
+        if tier == "unit" and {m.name for m in item.iter_markers()} & {"root", "tf", "netem"}:
+            raise pytest.UsageError(f"{item.nodeid}: a unit test marked root/tf/netem belongs in another tier folder")
 
 
 def _netbench_netns() -> list[str]:

@@ -174,7 +174,7 @@ def test_any_file_makes_a_folder_non_empty(tmp_path):
 def test_the_runner_keeps_summaries_of_stored_runs_not_their_events(tmp_path):
     """The run records on disk keep every step event; the controller, over a long sweep,
     keeps only each run's summary (the returned records have no events)."""
-    from tests.sweep_fakes import SyntheticTestbed
+    from tests.fakes.sweep import SyntheticTestbed
 
     from netbench.state.journal import Journal
     from netbench.experiment.runner import SweepConfig, run_sweep

@@ -12,7 +12,7 @@ import pytest
 
 from netbench.testbed import netns as local
 from tests.conftest import netbench_processes
-from tests.test_root_sweep import run_sweep
+from tests.tf.test_root_sweep import run_sweep
 
 pytestmark = [pytest.mark.root, pytest.mark.tf]
 

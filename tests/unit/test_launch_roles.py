@@ -104,7 +104,7 @@ def test_a_chatty_tasks_log_is_rotated_at_its_cap_and_still_names_the_cause(tmp_
 
 def test_log_tail_reads_only_the_end_of_a_long_log(tmp_path):
     from netbench.jobs.launch import log_tail
-    from tests.test_journal import bytes_read
+    from tests.unit.test_journal import bytes_read
 
     log = tmp_path / "big.log"
     log.write_bytes(b"noise " * 1_000_000 + b"\nValueError: last words\n\n")

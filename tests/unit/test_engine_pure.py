@@ -198,7 +198,7 @@ def test_parse_args_rejects_with_one_line(argv, capsys):
 
 
 def test_cli_bad_args_exit_2():
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     res = subprocess.run([sys.executable, "-m", "netbench.emulation.engine", "--queue-num", "1",
                           "--delay-us", "5", "--loss", "2"], capture_output=True, text=True,
                          timeout=30, env=env)

@@ -26,7 +26,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (creates network namespaces)"),
 ]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ADDR_A, ADDR_B = "10.254.91.1", "10.254.91.2"
 QUEUE = 4
 _counter = itertools.count()

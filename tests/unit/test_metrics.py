@@ -28,7 +28,7 @@ from netbench.metrics.state import MetricsObserver, MetricsState, ObserverTee
 from netbench.model.profile import Profile
 from netbench.model.topology import plan_topology
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BOUNDED_LABELS = {"version", "python", "sweep", "backend", "model", "strategy", "state", "status", "run",
                   "repeat", "profile", "phase", "worker", "node", "interface", "direction"}
 

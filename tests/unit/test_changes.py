@@ -6,7 +6,7 @@ import dataclasses
 import ipaddress
 
 import pytest
-from tests.fakes import FakeEngines, FakeIptables, FakeQdiscs, make_fakes
+from tests.fakes.netlink import FakeEngines, FakeIptables, FakeQdiscs, make_fakes
 
 from netbench.emulation import backends, changes as ch
 from netbench.emulation.executor import BackendChoice, Executor, choose_backend, read_emulation, recorded_distributions
@@ -431,7 +431,7 @@ def test_choose_backend_requested():
 def test_a_long_sweeps_changes_do_not_each_reread_the_journal(journal):
     """Every live change looks up pending entries (to resolve or replace them); the journal
     grows with each change until the sweep ends, and must not be re-read whole each time."""
-    from tests.test_journal import bytes_read
+    from tests.unit.test_journal import bytes_read
 
     ex, _ = executor(journal)
     for backend in ("netem", "userspace") * 50:

@@ -1,4 +1,4 @@
-"""A sweep over an inventory of real sshd hosts (tests/sshd.py): TensorFlow workers start on
+"""A sweep over an inventory of real sshd hosts (tests/ssh/lab.py): TensorFlow workers start on
 the hosts over SSH, step events come back over the channels, the hosts' data-plane links are
 shaped with tbf (this kernel has no netem), and every host is put back afterwards, also when
 a host's worker dies or its SSH connection drops mid-run."""
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.sshd import root_lab
+from tests.ssh.lab import root_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.tf]
 

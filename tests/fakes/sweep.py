@@ -3,7 +3,7 @@
 Each task is a stand-in process whose stdout yields the events a real worker streams
 (netbench.jobs.worker's start, step and done events), made one line at a time as the
 controller reads them, so the stand-ins themselves hold no memory. Profiles are applied
-through a real Executor on the in-memory adapters of tests/fakes.py, journaled in a real
+through a real Executor on the in-memory adapters of tests/fakes/netlink.py, journaled in a real
 Journal, as the embedded testbed does. bench/sweep_memory.py uses it too.
 """
 
@@ -19,7 +19,7 @@ from netbench.jobs import worker
 from netbench.model.job import Task, nodes_needed
 from netbench.state.journal import Journal
 from netbench.model.topology import plan_topology
-from tests.fakes import make_fakes
+from tests.fakes.netlink import make_fakes
 
 STEP_S = 0.01  # every synthetic step "takes" this long
 

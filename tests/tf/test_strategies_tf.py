@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.test_worker import _env, _free_ports, _parse_events, _run_cluster, _stderr_tail
+from tests.tf.test_worker_tf import _env, _free_ports, _parse_events, _run_cluster, _stderr_tail
 
 pytestmark = pytest.mark.tf
 

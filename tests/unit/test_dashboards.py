@@ -14,7 +14,7 @@ import yaml
 from netbench.metrics import dashboards, lint
 from netbench.metrics.exporter import targets_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "grafana"
 
 

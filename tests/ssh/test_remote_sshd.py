@@ -1,5 +1,5 @@
 """Remote mode against real sshd servers (Debian's openssh-server) in test namespaces,
-driven through fabric by the netbench CLI running in a controller namespace (tests/sshd.py).
+driven through fabric by the netbench CLI running in a controller namespace (tests/ssh/lab.py).
 
 The hosts' shaping is real kernel state in their namespaces (tbf: this kernel has no netem),
 read back here with `tc`, independently of netbench.
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.sshd import root_lab
+from tests.ssh.lab import root_lab
 
 pytestmark = pytest.mark.root
 
@@ -210,7 +210,7 @@ def test_provision_installs_this_netbench_into_each_hosts_venv(lab, inventory):
     import yaml
 
     from netbench import __version__
-    from tests.sshd import VENV
+    from tests.ssh.lab import VENV
 
     site = next((VENV / "lib").glob("python3*/site-packages"))
     data = yaml.safe_load(open(inventory).read())

@@ -19,7 +19,7 @@ from netbench.model.design import expand, pending
 from netbench.experiment.store import recorded_statuses
 from netbench.model.playbook import PlaybookError, load_playbook, playbook_from_mapping
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "playbooks").glob("*.yaml"))
 
 

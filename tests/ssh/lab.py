@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv"
 SSHD = "/usr/sbin/sshd"
 CONTROL_NET = "10.251.0"

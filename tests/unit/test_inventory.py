@@ -8,7 +8,7 @@ import pytest
 
 from netbench.remote.inventory import InventoryError, inventory_from_mapping, load_inventory
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "playbooks" / "inventory" / "example.yaml"
 
 

@@ -1,6 +1,6 @@
 """Sweeps over an inventory without SSH: placement on hosts, the task command, remote tasks
 streaming step events, hosts that drop out, and whole sweeps through the runner against
-FakeHost (tests/remote_fakes.py)."""
+FakeHost (tests/fakes/remote.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from tests.remote_fakes import FakeHost, FakeStream, ok_json, task_stream
+from tests.fakes.remote import FakeHost, FakeStream, ok_json, task_stream
 
 from netbench.cli.app import main
 from netbench.errors import BackendUnavailable, UsageError
@@ -349,7 +349,7 @@ def test_a_playbook_over_too_small_an_inventory_is_refused_before_its_folder_is_
     from pathlib import Path
 
     inv = _inventory_file(tmp_path, a={"ssh": "192.0.2.1", "tf_address": "10.9.0.1"})
-    smoke = Path(__file__).resolve().parents[1] / "playbooks" / "smoke.yaml"
+    smoke = Path(__file__).resolve().parents[2] / "playbooks" / "smoke.yaml"
     result = CliRunner().invoke(main, ["run", str(smoke), "--inventory", inv, "--output", str(tmp_path / "out")])
     assert result.exit_code == 2, result.output
     assert f"{inv}: hosts: strategy allreduce with 2 workers needs 2 hosts, the inventory has 1" in result.output

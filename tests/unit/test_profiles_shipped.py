@@ -9,7 +9,7 @@ import pytest
 
 from netbench.model.profile import load_profile
 
-PROFILES = Path(__file__).resolve().parents[1] / "profiles"
+PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 SHIPPED = sorted(PROFILES.rglob("*.yaml"))
 GRID = PROFILES / "grid"
 

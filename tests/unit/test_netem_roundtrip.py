@@ -2,7 +2,7 @@
 
 Pure: the fake qdisc adapter keeps what the kernel would, by encoding the options with
 netbench's netem message class and decoding them from the bytes as a dump would be
-decoded. tests/test_netem_kernel.py runs the same property against a real kernel.
+decoded. tests/kernel/test_netem_kernel.py runs the same property against a real kernel.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 
 from hypothesis import given, settings
-from tests.fakes import make_fakes
+from tests.fakes.netlink import make_fakes
 from tests.netem_checks import kernel_view
 from tests.strategies import valid_profiles
 

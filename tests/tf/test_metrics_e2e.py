@@ -23,7 +23,7 @@ from tests.conftest import NETBENCH, netbench_processes
 
 pytestmark = [pytest.mark.root, pytest.mark.tf]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RATE_INTERVAL = "5s"  # what Grafana makes of $__rate_interval with a 1 s scrape interval
 ALL = ".+"  # each query variable's "All" value
 

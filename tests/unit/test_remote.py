@@ -1,5 +1,5 @@
 """Remote mode without SSH: wire format, per-host plans, control-path guard, leases, and the
-controller's orchestration against FakeHost (tests/remote_fakes.py)."""
+controller's orchestration against FakeHost (tests/fakes/remote.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from tests.remote_fakes import FakeHost, failed, ok_json
+from tests.fakes.remote import FakeHost, failed, ok_json
 
 from netbench.state import lease
 from netbench.remote import controller as remote
