@@ -19,7 +19,9 @@ from netbench.jobs.launch import JobOutcome, Spawner, Timeouts, run_job
 from netbench.state.journal import Journal
 from netbench.model.design import RunPlan
 from netbench.experiment.store import ResultStore, RunResult, environment_facts
+from netbench.experiment.verify import verify_point  # noqa: F401  (its home is verify.py; kept importable here)
 from netbench.model.topology import Node, Topology
+from netbench.testbed.base import Target
 
 PORT_RANGE = (20000, 60000)
 
@@ -83,39 +85,7 @@ def make_result(run: RunPlan, config: SweepConfig, backend: str, outcome: JobOut
                      resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)))
 
 
-def verify_point(run: RunPlan, topology: Topology, observer: Observer) -> dict | None:
-    """Measure the point just applied between the first two nodes (quick settings); a
-    measurement that cannot be made is recorded as such and does not stop the sweep."""
-    if len(topology.nodes) < 2:
-        return None
-    src, dst = topology.nodes[:2]
-    try:
-        record = verify.verify(src, run.profile, dst, run.profile, verify.QUICK)
-    except NetbenchError as exc:
-        observer.note(f"{run.run_id}: verify could not measure: {exc.message}")
-        return {"error": exc.message}
-    checks = {c["metric"]: c for c in record["checks"]}
-    rtt = checks["rtt"]
-    observer.note(f"{run.run_id}: verify RTT {rtt['measured'] or 0:.2f} ms (configured {rtt['configured']:.2f} ms)"
-                  + ("" if record["ok"] else " [out of tolerance]"))
-    return record
-
-
-class Testbed(Protocol):
-    """Where a sweep runs: the embedded namespaces (testbed/embedded.py) or SSH hosts
-    (testbed/hosts.py). The runner calls prepare, then (only if it succeeded) start, per
-    run apply/nodes_for/spawn, and finish whatever happened."""
-
-    kind: str
-    spawn: Spawner
-
-    def prepare(self, config: SweepConfig, needed: int) -> BackendChoice:
-        """Check everything and probe the backend; raise on bad input with nothing changed."""
-    def start(self) -> Topology: ...
-    def nodes_for(self, job: JobSpec, workers: int) -> tuple[Node, ...]: ...
-    def apply(self, run: RunPlan, seed: int) -> None: ...
-    def verify(self, run: RunPlan, observer: Observer) -> dict | None: ...
-    def finish(self, note: Callable[[str], None]) -> None: ...
+Testbed = Target  # where a sweep runs: the one Target protocol of every command (testbed/base.py)
 
 
 def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Journal | None = None,

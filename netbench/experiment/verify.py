@@ -251,3 +251,22 @@ def verify(src: Node, src_profile: Profile | None, dst: Node, dst_profile: Profi
         settings = Settings(settings.ping_count, settings.ping_interval_s, 0.0, False)
     measured = measure(src, dst, settings)
     return summary(expected, measured, compare(expected, measured))
+
+
+def verify_point(run, topology, observer) -> dict | None:
+    """Measure the point just applied between the first two nodes (quick settings); a
+    measurement that cannot be made is recorded as such and does not stop the sweep.
+    `run`: a design.RunPlan; `observer`: the runner's Observer (its note is called)."""
+    if len(topology.nodes) < 2:
+        return None
+    src, dst = topology.nodes[:2]
+    try:
+        record = verify(src, run.profile, dst, run.profile, QUICK)
+    except NetbenchError as exc:
+        observer.note(f"{run.run_id}: verify could not measure: {exc.message}")
+        return {"error": exc.message}
+    checks = {c["metric"]: c for c in record["checks"]}
+    rtt = checks["rtt"]
+    observer.note(f"{run.run_id}: verify RTT {rtt['measured'] or 0:.2f} ms (configured {rtt['configured']:.2f} ms)"
+                  + ("" if record["ok"] else " [out of tolerance]"))
+    return record

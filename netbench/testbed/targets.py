@@ -1,0 +1,30 @@
+"""The one place that chooses the Target (base.py) a command acts on, from its flags."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Iterator
+
+from netbench.testbed.base import Target
+
+
+@contextlib.contextmanager
+def open_target(inventory: Path | None = None, insecure_host_keys: bool = False, backend: str | None = None,
+                takeover: bool = False, journal=None) -> Iterator[Target]:
+    """The target the flags name: the inventory's SSH hosts, or without one the embedded
+    namespaces on this machine (journaled in `journal`, default the state folder's)."""
+    if inventory is None:
+        from netbench.state.journal import Journal
+        from netbench.testbed.embedded import EmbeddedTestbed
+
+        yield EmbeddedTestbed(journal or Journal(), backend)
+        return
+    from netbench.remote import controller
+    from netbench.testbed.hosts import HostsTestbed
+
+    loaded, conns = controller.open_inventory(inventory, insecure_host_keys)
+    try:
+        yield HostsTestbed(loaded, conns, backend, takeover=takeover)
+    finally:
+        controller.close_all(conns)
