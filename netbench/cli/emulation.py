@@ -21,6 +21,7 @@ from netbench.cli.common import (BACKEND_CHOICES, apply_remote_options, check_lo
 from netbench.cli.types import FiniteFloatRange
 from netbench.errors import NetbenchError, UsageError, VerifyFailed
 from netbench.model.profile import load_profile, profile_from_flags
+from netbench.testbed.base import common_profile
 from netbench.testbed.targets import open_target
 
 # ---------------------------------------------------------------- profiles
@@ -148,12 +149,17 @@ def _hold(inv, conns, lease_s: float, holder: str) -> None:
 
 @click.command("show")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the profile every node holds to this file (YAML), which 'netbench apply FILE' "
+                   "takes back; refused when nodes hold different profiles.")
 @handle_errors
 @inventory_options
-def show(as_json: bool, inventory, insecure_host_keys) -> None:
+def show(as_json: bool, output: Path | None, inventory, insecure_host_keys) -> None:
     """Read the active emulation back from the kernel and the delay engines.
 
     Example: netbench show --json
+
+    Example: netbench show --output active.yaml && netbench apply active.yaml
     """
     check_local_flags(inventory, insecure_host_keys)
     if inventory is None:
@@ -165,13 +171,29 @@ def show(as_json: bool, inventory, insecure_host_keys) -> None:
             console.plain(json.dumps(shown, indent=2, default=str))
         else:
             render.hosts_emulation_table(shown["hosts"])
-        return
-    if as_json:
+    elif as_json:
         console.plain(json.dumps(shown, indent=2, default=str) if shown["nodes"] else json.dumps(shown))
     elif shown["nodes"]:
         render.emulation_table(shown["nodes"])
     else:
         console.info("no testbed is up")
+    if output is not None:  # after the table, so a refusal can be read against it
+        _write_profile(output, common_profile(shown), quiet=as_json)
+
+
+def _write_profile(path: Path, mapping: dict, quiet: bool) -> None:
+    """The read-back profile as a profile file; it loads back to the same plan."""
+    import yaml
+
+    text = ("# read back by 'netbench show --output'; 'netbench apply FILE' takes it back\n"
+            + yaml.safe_dump(mapping, sort_keys=False, default_flow_style=False, allow_unicode=True))
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"flag --output: cannot write {path}: {exc.strerror or exc}") from None
+    if not quiet:
+        console.info(f"wrote profile {escape(str(mapping.get('name')))} to {escape(str(path))}; "
+                     f"apply it with 'netbench apply {escape(str(path))}'")
 
 
 # ---------------------------------------------------------------- verify

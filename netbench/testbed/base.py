@@ -54,3 +54,31 @@ class Target(Protocol):
     def apply(self, run, seed: int) -> None: ...  # one run's profile
     def verify(self, run, observer) -> dict | None: ...  # measure the point just applied
     def finish(self, note: Callable[[str], None]) -> None: ...  # leave everything as found
+
+
+def common_profile(shown: dict[str, Any]) -> dict[str, Any]:
+    """The one profile every node (or every host) holds, as profile-file keys, from what a
+    Target's show() returned: what 'netbench show --output FILE' writes and 'netbench apply
+    FILE' takes back. Nodes that hold different profiles (or some none) are refused: a
+    profile file holds one profile for every node."""
+    from netbench.errors import UsageError
+    from netbench.model.profile import profile_from_mapping
+
+    if "hosts" in shown:
+        rows = [dict(row, node=host) for host, data in shown["hosts"].items() for row in data["nodes"]]
+    else:
+        rows = list(shown.get("nodes", []))
+    if not rows:
+        raise UsageError("flag --output: nothing to write: no testbed is up",
+                         hint="start one with 'netbench testbed up', then 'netbench apply ...'")
+    held = {row["node"]: row.get("profile") for row in rows}
+    if all(profile is None for profile in held.values()):
+        raise UsageError("flag --output: nothing to write: no node is shaped", hint="e.g. netbench apply --latency 10ms")
+    first = next(iter(held.values()))
+    if any(profile != first for profile in held.values()):
+        labels = ", ".join(f"{name}: {profile_from_mapping(p, 'read-back').label() if p else 'none'}"
+                           for name, p in held.items())
+        raise UsageError(f"flag --output: the nodes hold different profiles ({labels}); a profile file holds "
+                         "one profile for every node",
+                         hint="apply one profile to every node first, or read each node's with 'netbench show --json'")
+    return dict(first)

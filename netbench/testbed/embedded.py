@@ -27,7 +27,15 @@ class EmbeddedTestbed:
 
     kind = "embedded"
 
-    def __init__(self, journal: Journal, backend: str | None = None) -> None:
+    def __init__(self, journal: Journal, backend: str | None = None, adapters: tuple | None = None,
+                 discover: Callable[[], Topology | None] | None = None,
+                 probe: Callable[[], tuple[bool, str]] | None = None) -> None:
+        """adapters: (qdiscs, iptables, engines) for the commands [default: the kernel's];
+        discover, probe: find the testbed that is up, probe for netem [default: this machine's].
+        Tests pass fakes for all three."""
+        self.adapters = adapters
+        self._discover = discover
+        self._probe = probe
         self.journal = journal
         self.requested = backend
         self.lock = Lock(journal.dir)
@@ -41,29 +49,37 @@ class EmbeddedTestbed:
 
     def plan(self, profile, backend: str | None, probe: bool = True) -> Planned:
         """The changes `profile` makes on the testbed that is up, with the backend chosen for it."""
-        topology = local.discover()
+        topology = (self._discover or local.discover)()
         if topology is None:
             raise TestbedError("no testbed is up", hint="start one with 'netbench testbed up'")
-        choice = choose_backend(None if backend == "auto" else backend)
+        requested = None if backend == "auto" else backend
+        choice = choose_backend(requested, self._probe) if self._probe else choose_backend(requested)
         return Planned(profile=profile, backends={EMBEDDED: choice.name}, reasons={EMBEDDED: choice.reason},
                        changes={EMBEDDED: tuple(ch.plan_apply(profile, topology, choice.name))})
 
     def apply_plan(self, planned: Planned, on_change: Callable | None = None, **options) -> None:
         """Make the changes under the journal's lock; delay engines outlive this process."""
+        from netbench.emulation.executor import Executor
+
+        if self.adapters is None:
+            executor = real_executor(self.journal, detach_engines=True, on_change=on_change)
+        else:
+            qdiscs, iptables, engines = self.adapters
+            executor = Executor(journal=self.journal, qdiscs=qdiscs, iptables=iptables, engines=engines,
+                                on_change=on_change)
         with Lock(self.journal.dir):
-            real_executor(self.journal, detach_engines=True, on_change=on_change).apply(
-                list(planned.changes[EMBEDDED]))
+            executor.apply(list(planned.changes[EMBEDDED]))
 
     def show(self) -> dict:
         """{"nodes": one row per node: backend, profile, qdisc, engine} ({"nodes": []}: no testbed)."""
         from netbench.emulation.adapters import Engines, Iptables, NetlinkQdiscs
         from netbench.emulation.executor import read_emulation, recorded_distributions
 
-        topology = local.discover()
+        topology = (self._discover or local.discover)()
         if topology is None:
             return {"nodes": []}
-        return {"nodes": read_emulation(topology, NetlinkQdiscs(), Iptables(), Engines(self.journal.dir),
-                                        recorded_distributions(self.journal))}
+        qdiscs, iptables, engines = self.adapters or (NetlinkQdiscs(), Iptables(), Engines(self.journal.dir))
+        return {"nodes": read_emulation(topology, qdiscs, iptables, engines, recorded_distributions(self.journal))}
 
     def reset(self, warn: Callable[[str], None]) -> dict[str, list[str]]:
         """Undo every journal entry, under the lock (never while a command is making changes)."""
