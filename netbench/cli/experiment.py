@@ -135,7 +135,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
 def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metrics_port, metrics_address,
                   takeover: bool = False) -> list:
     """A sweep or playbook on the inventory's SSH hosts (the controller needs no root)."""
-    from netbench.testbed.hosts import hosts_testbed
+    from netbench.testbed.targets import hosts_testbed
 
     with hosts_testbed(inventory, insecure, config, takeover) as hosts:
         if dry_run:

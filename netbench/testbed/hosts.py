@@ -20,7 +20,6 @@ A host that drops out (its SSH connection closes) ends the run as `failed`, nami
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import re
 import threading
@@ -401,18 +400,3 @@ def check_on_hosts(config, inventory_path: Path) -> Inventory:
     for run in config.runs:
         place_hosts(inventory, run.job or config.job, run.workers or config.workers)
     return inventory
-
-
-@contextlib.contextmanager
-def hosts_testbed(inventory_path: Path, insecure: bool, config, takeover: bool = False):
-    """The inventory's hosts as the sweep's testbed; every run is placed on hosts first
-    (pure checks, no connection), and the connections are closed afterwards."""
-    from netbench.remote import controller as remote
-    from netbench.remote.ssh import connect_all
-
-    inventory = check_on_hosts(config, inventory_path)
-    conns = connect_all(inventory, insecure_host_keys=insecure)  # connects on first use
-    try:
-        yield HostsTestbed(inventory, conns, config.backend, takeover=takeover)
-    finally:
-        remote.close_all(conns)

@@ -28,3 +28,14 @@ def open_target(inventory: Path | None = None, insecure_host_keys: bool = False,
         yield HostsTestbed(loaded, conns, backend, takeover=takeover)
     finally:
         controller.close_all(conns)
+
+
+@contextlib.contextmanager
+def hosts_testbed(inventory_path: Path, insecure: bool, config, takeover: bool = False) -> Iterator[Target]:
+    """The inventory's hosts as a sweep's or playbook's target: every run is placed on hosts
+    first (hosts.check_on_hosts: pure checks, no connection), then open_target opens them."""
+    from netbench.testbed.hosts import check_on_hosts
+
+    check_on_hosts(config, inventory_path)
+    with open_target(inventory_path, insecure, config.backend, takeover=takeover) as hosts:
+        yield hosts
