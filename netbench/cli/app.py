@@ -17,9 +17,6 @@ import click
 
 from netbench import __version__
 from netbench.cli import emulation, experiment, node, provision, report, testbed
-from netbench.cli.common import handle_errors, require_root, sigterm_as_interrupt  # noqa: F401 (the old names)
-
-_sigterm_as_interrupt = sigterm_as_interrupt
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
