@@ -1,12 +1,20 @@
-"""The sweep's live view and final table (rich); implements runner.Observer."""
+"""All of the CLI's rendering (rich): tables for the testbed, the emulation read back, verify's
+checks, doctor over hosts, apply's plan, the sweep's live view and final table (SweepView
+implements runner.Observer), and the report's tables. Recorded and user text is escaped, so a
+profile, a host or a results folder cannot inject markup."""
 
 from __future__ import annotations
+
+from typing import Sequence
 
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from netbench import console, units
+from netbench.report.groups import REFERENCE_STRATEGY, Group, Ratio, varying
+from netbench.report.load import Observation
+from netbench.report.summary import interval_text, level_text, ratio_text, strategy_label
 
 
 class SweepView:
@@ -94,3 +102,193 @@ class SweepView:
                           "ok" if result.status == "ok" else f"[red]{escape(result.status)}[/]")
         console.out.print(table)
         console.info(f"results: {escape(str(self.config.output))}/results.csv, manifest.json, runs/, logs/")
+
+
+# ---------------------------------------------------------------- testbed
+
+def topology_table(topo) -> None:
+    table = Table(title=f"testbed on {topo.subnet}")
+    for col in ("node", "namespace", "interface", "address"):
+        table.add_column(col)
+    for node in topo.nodes:
+        table.add_row(node.name, node.netns, node.ifname, f"{node.address}/{node.prefixlen}")
+    console.out.print(table)
+
+
+# ---------------------------------------------------------------- apply
+
+def planned(target_kind: str, planned, inventory_hosts=(), dry_run: bool = False) -> None:
+    """What apply is about to do: the profile and backend (embedded) or each host's backend,
+    and with dry_run every change."""
+    from netbench.testbed.base import EMBEDDED
+
+    profile = planned.profile
+    if target_kind == "embedded":
+        console.info(f"profile [bold]{escape(profile.name)}[/] ({escape(profile.label())}), backend "
+                     f"[bold]{planned.backends[EMBEDDED]}[/]: {escape(planned.reasons[EMBEDDED])}")
+        if dry_run:
+            console.info("[yellow]dry run[/]: these changes would be made:")
+            for change in planned.changes[EMBEDDED]:
+                console.plain("  " + change.describe())
+        return
+    for host in inventory_hosts:
+        console.info(f"host [bold]{host.name}[/] ({host.interface}): backend {escape(str(planned.backends[host.name]))}")
+        if dry_run:
+            for change in planned.changes[host.name]:
+                console.plain("  " + change.describe())
+
+
+# ---------------------------------------------------------------- show
+
+def show_cells(row: dict) -> list[str]:
+    """One node's row: the profile its links amount to, then the other netem keys."""
+    profile, qdisc, engine = row.get("profile") or {}, row.get("qdisc") or {}, row.get("engine") or {}
+    if engine:  # every cell is markup: what the kernel or a host reported is escaped
+        engine_text = ("running" if engine.get("alive") else "[red]dead[/]") + \
+            escape(f" pid {engine.get('pid')}, {engine.get('received', 0)} pkts, {engine.get('dropped', 0)} dropped")
+    else:
+        engine_text = "-"
+    shown = ("name", "delay", "jitter", "loss", "rate")
+    other = ", ".join(f"{key} {', '.join(value) if isinstance(value, list) else value}"
+                      for key, value in profile.items() if key not in shown) or "-"
+    loss = profile.get("loss", "-")
+    if isinstance(loss, dict):
+        loss = f"{loss.get('model')} p {loss.get('p')} r {loss.get('r')}"
+    cells = [row["node"], row.get("backend") or "none", profile.get("delay", "-"), profile.get("jitter", "-"),
+             loss, profile.get("rate", "unlimited" if profile else "-"), other]
+    return [escape(str(cell)) for cell in cells] + [engine_text, escape(str(qdisc.get("drops", "-")))]
+
+
+def emulation_table(rows: list[dict]) -> None:
+    table = Table(title="active emulation")
+    for col in ("node", "backend", "delay", "jitter", "loss", "rate", "other", "engine", "qdisc drops"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*show_cells(row))
+    console.out.print(table)
+
+
+def hosts_emulation_table(shown: dict) -> None:
+    table = Table(title="active emulation on each host's data-plane interface")
+    for col in ("host", "backend", "delay", "jitter", "loss", "rate", "other", "engine", "qdisc drops", "lease"):
+        table.add_column(col)
+    for name, data in shown.items():
+        lease = data["lease"]
+        lease_text = f"{lease['remaining_s']:.0f}/{lease['seconds']:g} s" if lease["held"] else "-"
+        for row in data["nodes"]:
+            table.add_row(name, *show_cells(row)[1:], lease_text)
+    console.out.print(table)
+
+
+# ---------------------------------------------------------------- verify
+
+def checks_table(checks: list[dict]) -> None:
+    def value(metric: str, number) -> str:
+        if number is None:
+            return "-"
+        return {"rtt": f"{number:.3f} ms", "loss": units.format_ratio(number),
+                "rate": units.format_rate_bps(int(number))}[metric]
+
+    table = Table(title="configured vs measured")
+    for col in ("metric", "configured", "measured", "error", "ok", "rule"):
+        table.add_column(col)
+    for c in checks:
+        if c["error"] is None:
+            error = "-"
+        elif c["metric"] == "rate":
+            error = f"{c['error']:+.1%}"
+        elif c["metric"] == "rtt":
+            error = f"{c['error']:+.3f} ms"
+        else:
+            error = f"{c['error']:+.4f}"
+        ok = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[c["ok"]]
+        table.add_row(c["metric"], value(c["metric"], c["configured"]), value(c["metric"], c["measured"]), error, ok,
+                      c["rule"])
+    console.out.print(table)
+
+
+# ---------------------------------------------------------------- doctor and reset
+
+def hosts_doctor(report, as_json: bool) -> None:
+    """doctor over an inventory (testbed.hosts.HostsReport)."""
+    import json
+
+    if as_json:
+        console.plain(json.dumps({"ready": report.ready, "hosts": {n: [{"check": c, "status": s, "detail": d}
+                                                                        for c, s, d in r]
+                                                                    for n, r in report.rows.items()}}, indent=2))
+        return
+    table = Table(title=f"hosts of {escape(report.path)}")
+    for col in ("host", "check", "status", "detail"):
+        table.add_column(col)
+    colour = {"ok": "green", "limited": "yellow"}
+    for name, r in report.rows.items():
+        for check, status, detail in r:
+            table.add_row(name, escape(str(check)), f"[{colour.get(status, 'red')}]{escape(str(status))}[/]",
+                          escape(str(detail)))
+    console.out.print(table)
+
+
+def removed(target_kind: str, removed: dict[str, list[str]]) -> None:
+    """What reset removed: on this machine, or per host then this controller's leftovers."""
+    from netbench.testbed.base import EMBEDDED
+
+    if target_kind == "embedded":
+        lines = removed[EMBEDDED]
+        for line in lines:
+            console.info(f"removed {escape(line)}")
+        console.info("[green]clean[/]: nothing netbench made is left" if lines
+                     else "nothing to remove: the machine is clean")
+        return
+    for name, lines in removed.items():
+        if name == EMBEDDED:
+            continue
+        for line in lines:
+            console.info(f"{name}: removed {escape(str(line))}")
+        if not lines:
+            console.info(f"{name}: nothing to remove")
+    for line in removed.get(EMBEDDED, ()):
+        console.info(f"removed {line}")
+
+
+# ---------------------------------------------------------------- the report's tables
+
+
+def runs_table(observations: Sequence[Observation]) -> Table:
+    shown = varying(observations) or ["model"]
+    idle = any(o.idleness is not None for o in observations)
+    table = Table(title=f"{len(observations)} runs")
+    for col in ("run", *shown, "rep", "images/s", *(["idle"] if idle else []), "status"):
+        table.add_column(col, justify="right" if col in ("images/s", "rep", "idle") else "left")
+    for o in observations:
+        idle_cell = ["-" if o.idleness is None else f"{o.idleness:.0%}"] if idle else []
+        table.add_row(escape(o.run_id), *(escape(level_text(s, o.get(s))) for s in shown), str(o.repeat),
+                      "-" if o.images_per_sec is None else f"{o.images_per_sec:,.1f}", *idle_cell,
+                      o.status if o.status == "ok" else f"[red]{escape(o.status)}[/]")
+    return table
+
+
+def groups_table(groups: Sequence[Group], confidence: float) -> Table:
+    shown = varying(groups) or ["model"]
+    table = Table(title=f"{len(groups)} design points: mean images/s over repetitions, {confidence:.0%} CI (t)")
+    for col in (*shown, "n", "mean", "CI", "timeouts", "failed"):
+        table.add_column(col)
+    for g in groups:
+        mean, ci = interval_text(g.interval)
+        table.add_row(*(escape(level_text(s, g.get(s))) for s in shown), str(len(g.values)), mean, ci, str(g.timeouts),
+                      str(g.failed))
+    return table
+
+
+def speedups_table(ratios: Sequence[Ratio]) -> Table:
+    groups = [r.numerator for r in ratios]
+    shown = [f for f in varying(groups) if f not in ("strategy",)]
+    table = Table(title=f"speed-up over per-step {REFERENCE_STRATEGY} (ratio of geometric means, "
+                        f"{ratios[0].interval.confidence:.0%} Welch t interval)" if ratios else "speed-ups")
+    for col in ("strategy", *shown, "n", "speed-up", "CI"):
+        table.add_column(col, justify="right" if col in ("n", "speed-up") else "left")
+    for r in ratios:
+        mean, ci = ratio_text(r.interval)
+        table.add_row(escape(strategy_label(r.numerator)), *(escape(level_text(s, r.numerator.get(s))) for s in shown),
+                      str(r.interval.n), mean, ci)
+    return table

@@ -1,4 +1,4 @@
-"""Parameter types shared by the click commands (cli.py, remote_cli.py)."""
+"""Parameter types shared by the click commands (cli/*.py)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from netbench.state.journal import Journal
 from netbench.model.run import Run
 from netbench.experiment.store import ResultStore, RunResult, environment_facts
 from netbench.model.topology import Node, Topology
+from netbench.testbed.base import Target
 
 PORT_RANGE = (20000, 60000)
 
@@ -84,21 +85,7 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)))
 
 
-class Testbed(Protocol):
-    """Where a sweep runs: the embedded namespaces (testbed/embedded.py) or SSH hosts
-    (testbed/hosts.py). The runner calls prepare, then (only if it succeeded) start, per
-    run apply/nodes_for/spawn, and finish whatever happened."""
-
-    kind: str
-    spawn: Spawner
-
-    def prepare(self, config: SweepConfig, needed: int) -> BackendChoice:
-        """Check everything and probe the backend; raise on bad input with nothing changed."""
-    def start(self) -> Topology: ...
-    def nodes_for(self, job: JobSpec, workers: int) -> tuple[Node, ...]: ...
-    def apply(self, run: Run, seed: int) -> None: ...
-    def verify(self, run: Run, observer: Observer) -> dict | None: ...
-    def finish(self, note: Callable[[str], None]) -> None: ...
+Testbed = Target  # where a sweep runs: the one Target protocol of every command (testbed/base.py)
 
 
 def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Journal | None = None,

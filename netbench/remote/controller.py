@@ -428,3 +428,23 @@ def doctor_host(conn: HostConnection, host: Host, tensorflow: str | None) -> lis
                  f"{backend}: {info.get('backend_reason')}" + ("" if backend == "netem" else
                                                               " (remote userspace shapes rate only)")))
     return rows
+
+
+# ---------------------------------------------------------------- opening an inventory
+
+def open_inventory(inventory_path, insecure: bool) -> tuple[Inventory, list[HostConnection]]:
+    """The inventory at `inventory_path` and a connection to each host (each connects on first use)."""
+    from netbench.remote.inventory import load_inventory
+    from netbench.remote.ssh import connect_all
+
+    inventory = load_inventory(inventory_path)
+    return inventory, connect_all(inventory, insecure_host_keys=insecure)
+
+
+def close_all(conns: Sequence[HostConnection]) -> None:
+    """Close every connection; a broken one has nothing left to close."""
+    for conn in conns:
+        try:
+            conn.close()
+        except Exception:  # closing a broken connection: nothing left to do
+            pass

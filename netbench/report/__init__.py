@@ -8,7 +8,7 @@ interval; its single observation is still drawn as a dot. Timed-out runs have no
 throughput: they are counted and marked with a cross on the figures. figures.py draws with
 matplotlib's Agg backend at fixed sizes (PANEL_PX per panel), so they can be checked;
 summary.py writes report.md. The library writes files and returns data; the CLI prints
-the tables (netbench/cli/report_tables.py).
+the tables (netbench/cli/render.py).
 """
 
 from netbench.report.figures import AXIS_LABELS, DPI, PANEL_PX, axis_scale, efficiency_figure, idleness_figure, \

@@ -1,8 +1,9 @@
-"""The embedded testbed as the runner sees it: namespaces on this machine (see local.py).
+"""The embedded testbed: network namespaces on this machine (netns.py), as a Target (base.py).
 
-`EmbeddedTestbed` is the runner's Testbed for the local case: it probes the backend, uses
-the testbed that is up (or brings one up and takes it down again), applies each run's
-profile through the executor into the journal, and starts tasks in the node namespaces.
+For commands it plans a profile for the testbed that is up, applies it through the executor
+into the journal, reads it back, resets and checks this machine. For sweeps it probes the
+backend, uses the testbed that is up (or brings one up and takes it down again), applies each
+run's profile and starts tasks in the node namespaces.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from typing import Callable
 
 from netbench.emulation import backends, changes as ch
 from netbench.emulation.executor import BackendChoice, choose_backend, real_executor
+from netbench.experiment.verify import verify_point
 from netbench.errors import TestbedError
+from netbench.testbed.base import EMBEDDED, Planned
 from netbench.jobs.launch import LocalSpawner
 from netbench.state.journal import Journal, Lock
 from netbench.testbed import netns as local
@@ -19,11 +22,20 @@ from netbench.model.topology import Node, Topology
 
 
 class EmbeddedTestbed:
-    """Network namespaces on this machine, under the journal's lock for the whole sweep."""
+    """Network namespaces on this machine (a base.Target), under the journal's lock for each
+    command's changes and for the whole of a sweep."""
 
     kind = "embedded"
 
-    def __init__(self, journal: Journal, backend: str | None = None) -> None:
+    def __init__(self, journal: Journal, backend: str | None = None, adapters: tuple | None = None,
+                 discover: Callable[[], Topology | None] | None = None,
+                 probe: Callable[[], tuple[bool, str]] | None = None) -> None:
+        """adapters: (qdiscs, iptables, engines) for the commands [default: the kernel's];
+        discover, probe: find the testbed that is up, probe for netem [default: this machine's].
+        Tests pass fakes for all three."""
+        self.adapters = adapters
+        self._discover = discover
+        self._probe = probe
         self.journal = journal
         self.requested = backend
         self.lock = Lock(journal.dir)
@@ -32,6 +44,59 @@ class EmbeddedTestbed:
         self.needed = 0
         self.executor = None
         self.spawn = LocalSpawner(journal)
+
+    # ---------------------------------------------------------------- commands
+
+    def plan(self, profile, backend: str | None, probe: bool = True) -> Planned:
+        """The changes `profile` makes on the testbed that is up, with the backend chosen for it."""
+        topology = (self._discover or local.discover)()
+        if topology is None:
+            raise TestbedError("no testbed is up", hint="start one with 'netbench testbed up'")
+        requested = None if backend == "auto" else backend
+        choice = choose_backend(requested, self._probe) if self._probe else choose_backend(requested)
+        return Planned(profile=profile, backends={EMBEDDED: choice.name}, reasons={EMBEDDED: choice.reason},
+                       changes={EMBEDDED: tuple(backends.plan_apply(profile, topology, choice.name))})
+
+    def apply_plan(self, planned: Planned, on_change: Callable | None = None, **options) -> None:
+        """Make the changes under the journal's lock; delay engines outlive this process."""
+        from netbench.emulation.executor import Executor
+
+        if self.adapters is None:
+            executor = real_executor(self.journal, detach_engines=True, on_change=on_change)
+        else:
+            qdiscs, iptables, engines = self.adapters
+            executor = Executor(journal=self.journal, qdiscs=qdiscs, iptables=iptables, engines=engines,
+                                on_change=on_change)
+        with Lock(self.journal.dir):
+            executor.apply(list(planned.changes[EMBEDDED]))
+
+    def show(self) -> dict:
+        """{"nodes": one row per node: backend, profile, qdisc, engine} ({"nodes": []}: no testbed)."""
+        from netbench.emulation.engines import Engines
+        from netbench.emulation.iptables import Iptables
+        from netbench.emulation.netlink.qdisc import NetlinkQdiscs
+        from netbench.emulation.executor import read_emulation, recorded_distributions
+
+        topology = (self._discover or local.discover)()
+        if topology is None:
+            return {"nodes": []}
+        qdiscs, iptables, engines = self.adapters or (NetlinkQdiscs(), Iptables(), Engines(self.journal.dir))
+        return {"nodes": read_emulation(topology, qdiscs, iptables, engines, recorded_distributions(self.journal))}
+
+    def reset(self, warn: Callable[[str], None]) -> dict[str, list[str]]:
+        """Undo every journal entry, under the lock (never while a command is making changes)."""
+        from netbench.state.reset import reset
+
+        with Lock(self.journal.dir):
+            return {EMBEDDED: reset(self.journal, warn=warn)}
+
+    def doctor(self, tensorflow: bool):
+        """This machine's checks (experiment.doctor.Report)."""
+        from netbench.experiment import doctor
+
+        return doctor.run_doctor(tensorflow=tensorflow)
+
+    # ---------------------------------------------------------------- sweeps and runs
 
     def prepare(self, config, needed: int) -> BackendChoice:
         """Take the lock, probe the backend and check the testbed that is up; changes nothing."""
@@ -66,8 +131,6 @@ class EmbeddedTestbed:
         self.executor.apply(backends.plan_apply(run.profile, self.topology, self.backend.name, seed=seed))
 
     def verify(self, run, observer):
-        from netbench.experiment.verify import verify_point
-
         return verify_point(run, self.topology, observer)
 
     def finish(self, note: Callable[[str], None]) -> None:

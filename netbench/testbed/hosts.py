@@ -1,6 +1,9 @@
-"""SSH hosts as the runner's testbed: a sweep over an inventory.
+"""SSH hosts as a Target (base.py): every command and a sweep over an inventory.
 
-`HostsTestbed` gives the runner (runner.Testbed) the inventory's hosts as nodes:
+For commands, `HostsTestbed` plans a profile per host (asking each what it has), sends each
+host its plan, reads back, resets and checks the hosts, all in parallel over SSH.
+
+For sweeps it gives the runner the inventory's hosts as nodes:
 
 - prepare: place every run's job on hosts (pure: enough hosts, roles, a tf_address for
   each), ask each host what it has (`netbench node info`), and plan every run's profile
@@ -32,6 +35,7 @@ from netbench.jobs.launch import TaskLost, Timeouts, copy_to_log, log_tail
 from netbench.state.lease import DEFAULT_LEASE_S
 from netbench.remote.ssh import HostConnection, StreamingCommand
 from netbench.model.topology import Node, Topology
+from netbench.testbed.base import Planned
 
 STOP_GRACE_S = 3.0  # TERM, then KILL this much later (on the host)
 
@@ -204,8 +208,30 @@ class _Applied:
     plans: dict[str, dict[str, list]]  # run id -> host -> changes
 
 
+@dataclass(frozen=True)
+class HostsReport:
+    """doctor over an inventory: (check, status, detail) rows per host; ready when every
+    host's checks are ok or limited."""
+
+    path: str
+    rows: dict[str, list[tuple[str, str, str]]]
+    ready: bool
+
+
+def controller_tensorflow() -> str | None:
+    """The TensorFlow version this controller has installed (None: none)."""
+    from importlib import metadata
+
+    for dist in ("tensorflow-cpu", "tensorflow"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 class HostsTestbed:
-    """The inventory's hosts as the runner's nodes (runner.Testbed)."""
+    """The inventory's hosts (a base.Target): commands drive them; a sweep runs on them."""
 
     kind = "hosts"
 
@@ -226,6 +252,65 @@ class HostsTestbed:
         self.planned: _Applied | None = None
         self.keeper = None
         self.applied = False
+
+    # ---------------------------------------------------------------- commands
+
+    def plan(self, profile, backend: str | None, probe: bool = True) -> Planned:
+        """Each host's backend (asked with 'netbench node info') and changes. probe=False with a
+        backend given plans without contacting any host."""
+        from netbench.remote import controller as remote
+
+        requested = None if backend in (None, "auto") else backend
+        if not probe and requested is not None:
+            topology = remote.hosts_topology(self.inventory)
+            return Planned(profile=profile, backends={h.name: requested for h in self.inventory.hosts},
+                           changes={h.name: tuple(remote.plan_for_host(profile, h, requested, topology))
+                                    for h in self.inventory.hosts}, probed=False)
+        planned = remote.plan_inventory(self.inventory, self.conns, profile, requested)
+        return Planned(profile=profile, backends=planned.backends,
+                       changes={name: tuple(changes) for name, changes in planned.plans.items()})
+
+    def apply_plan(self, planned: Planned, on_change: Callable | None = None, lease_s: float = 0.0,
+                   force: bool = False, holder: str | None = None) -> None:
+        """Send each host its plan with the lease taken for `holder`; a failure on any host
+        leaves every host unshaped (remote.apply_inventory)."""
+        from netbench.remote import controller as remote
+
+        remote.apply_inventory(self.inventory, self.conns,
+                               remote.RemoteApply(backends=dict(planned.backends),
+                                                  plans={k: list(v) for k, v in planned.changes.items()}),
+                               lease_s=lease_s, force=force, holder=holder, takeover=self.takeover)
+
+    def show(self) -> dict:
+        """{"hosts": host -> its 'netbench node show' answer (nodes, lease, watchers, pending)}."""
+        from netbench.remote import controller as remote
+
+        return {"hosts": remote.show_inventory(self.inventory, self.conns)}
+
+    def reset(self, warn: Callable[[str], None]) -> dict[str, list[str]]:
+        """Each host's journal undone (host -> what it removed), then this controller's own
+        leftovers (a killed sweep's metrics target file) under base.EMBEDDED."""
+        from netbench.metrics.exporter import remove_stale_targets, targets_dir
+        from netbench.remote import controller as remote
+        from netbench.testbed.base import EMBEDDED
+
+        removed = remote.reset_inventory(self.inventory, self.conns)
+        return {**removed, EMBEDDED: list(remove_stale_targets(targets_dir()))}
+
+    def doctor(self, tensorflow: bool) -> HostsReport:
+        """Every check on every host, in parallel; a host that fails early is 'missing'."""
+        from netbench.remote import controller as remote
+
+        version = controller_tensorflow() if tensorflow else None
+        results = remote.in_parallel(self.conns, lambda c: remote.doctor_host(c, self.by_name[c.name], version))
+        rows = {name: (r if not isinstance(r, Exception) else [("reachable", "missing", r.message)])
+                for name, r in results.items()}
+        if not tensorflow:
+            rows = {name: [row for row in r if row[0] != "tensorflow"] for name, r in rows.items()}
+        ready = all(all(status in ("ok", "limited") for _, status, _ in r) for r in rows.values())
+        return HostsReport(path=self.inventory.path, rows=rows, ready=ready)
+
+    # ---------------------------------------------------------------- sweeps and runs
 
     def prepare(self, config, needed: int) -> BackendChoice:
         """Place every run, probe every host and plan every run's profile; changes nothing."""
@@ -300,3 +385,18 @@ class HostsTestbed:
                      f"{self.lease_s:g} s lease runs out, or run 'netbench reset --inventory {self.inventory.path}'")
             elif result.get("removed"):
                 note(f"host {name}: removed {', '.join(result['removed'])}")
+
+
+# ---------------------------------------------------------------- sweeps and playbooks over hosts
+
+def check_on_hosts(config, inventory_path: Path) -> Inventory:
+    """Load the inventory and place every run on its hosts (no connection); bad input raises."""
+    from netbench.remote.inventory import load_inventory
+
+    if config.verify:
+        raise UsageError("flag --verify: not with --inventory (it measures between local namespaces)",
+                         hint="measure the hosts' links with ping and iperf3 on the hosts themselves")
+    inventory = load_inventory(inventory_path)
+    for run in config.runs:
+        place_hosts(inventory, run.job, run.workers)
+    return inventory

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from netbench.cli import app as cli
+from netbench.cli import common
 from netbench.emulation import backends, changes as ch
 from netbench.model.profile import Profile
 from netbench.model import topology
@@ -362,7 +363,7 @@ def test_reset_refuses_while_another_command_holds_the_lock(tmp_path, monkeypatc
     from netbench.state.journal import Lock
 
     calls = []
-    monkeypatch.setattr(cli, "require_root", lambda: None)
+    monkeypatch.setattr(common, "require_root", lambda: None)
     monkeypatch.setattr(reset_module, "reset", lambda journal, **kwargs: calls.append(journal) or [])
     with Lock(tmp_path / "state"):
         result = invoke("reset")
@@ -379,7 +380,7 @@ def test_reset_prints_warnings_on_stderr(monkeypatch):
         warn("journal line 3: not valid JSON; skipped")
         return []
 
-    monkeypatch.setattr(cli, "require_root", lambda: None)
+    monkeypatch.setattr(common, "require_root", lambda: None)
     monkeypatch.setattr(reset_module, "reset", reset_with_a_warning)
     result = invoke("reset")
     assert result.exit_code == 0

@@ -545,7 +545,7 @@ def test_a_new_controller_sweeps_up_target_files_of_killed_ones(tmp_path):
 
 
 def test_the_sweep_view_shows_the_exporters_warning(tmp_path, monkeypatch, capsys):
-    from netbench.cli import app as cli
+    from netbench.cli import experiment as cli
     from netbench.experiment import runner
 
     (tmp_path / "state").write_text("")  # a state dir this controller cannot use

@@ -155,11 +155,11 @@ def test_devices_stacked_with_the_ssh_interface_are_protected(ssh_on, protected)
 
 
 def test_node_passes_the_given_ssh_connection_to_apply_and_info(monkeypatch, tmp_path):
-    import netbench.cli.app
+    import netbench.cli.common
     import netbench.remote.agent
 
     seen = []
-    monkeypatch.setattr(netbench.cli.app, "require_root", lambda: None)
+    monkeypatch.setattr(netbench.cli.common, "require_root", lambda: None)
     monkeypatch.setattr(netbench.remote.agent, "apply_plan",
                         lambda plan, journal, **kw: seen.append(("apply", kw["environ"])) or {})
     monkeypatch.setattr(netbench.remote.agent, "host_info",
@@ -606,10 +606,10 @@ def _provision_host(name: str, stat: str = "1000 700 directory\n1000\n") -> Fake
 
 
 def _provision(monkeypatch, tmp_path, hosts, pip_args="--no-index --find-links '/srv/my wheels'"):
-    import netbench.cli.remote
+    import netbench.remote.controller
 
     opened = []
-    monkeypatch.setattr(netbench.cli.remote, "_open",
+    monkeypatch.setattr(netbench.remote.controller, "open_inventory",
                         lambda path, insecure: opened.append(path) or (PROVISION_INV, hosts))
     wheel = tmp_path / "netbench-0.1.0-py3-none-any.whl"
     wheel.write_bytes(b"")
@@ -726,11 +726,11 @@ def test_node_answers_of_the_wrong_shape_are_a_clear_error_naming_the_host(comma
 
 
 def test_a_wrong_answer_fails_the_command_line_with_one_line_not_a_traceback(monkeypatch):
-    import netbench.cli.remote
+    import netbench.remote.controller
 
     hosts = [FakeHost("a", [(" show ", ok_json({"nodes": [], "lease": "held"}))]),
              FakeHost("b", [(" show ", ok_json({"nodes": [], "lease": {"held": False}}))])]
-    monkeypatch.setattr(netbench.cli.remote, "_open", lambda path, insecure: (INV, hosts))
+    monkeypatch.setattr(netbench.remote.controller, "open_inventory", lambda path, insecure: (INV, hosts))
     result = CliRunner().invoke(main, ["show", "--inventory", "inv.yaml"])
     assert result.exit_code == 1 and result.exception is None or isinstance(result.exception, SystemExit)
     assert "host a: 'netbench node show' answered JSON of the wrong shape: 'lease' is not a lease object" \
@@ -740,12 +740,12 @@ def test_a_wrong_answer_fails_the_command_line_with_one_line_not_a_traceback(mon
 
 
 def test_host_answers_with_brackets_are_printed_as_written(monkeypatch):
-    from netbench.cli import remote as remote_cli
+    from netbench.remote import controller as remote_controller
 
     removed = ["tbf qdisc [/] on eth1", "process [bold]1234[/bold]"]
     hosts = [FakeHost("a", [(" reset ", ok_json({"removed": removed}))]),
              FakeHost("b", [(" reset ", ok_json({"removed": []}))])]
-    monkeypatch.setattr(remote_cli, "_open", lambda path, insecure: (INV, hosts))
+    monkeypatch.setattr(remote_controller, "open_inventory", lambda path, insecure: (INV, hosts))
     result = CliRunner().invoke(main, ["reset", "--inventory", "inv.yaml"])
     assert result.exit_code == 0, result.output
     assert "a: removed tbf qdisc [/] on eth1" in result.stdout
@@ -753,13 +753,13 @@ def test_host_answers_with_brackets_are_printed_as_written(monkeypatch):
 
 
 def test_host_show_with_brackets_is_printed_as_written(monkeypatch):
-    from netbench.cli import remote as remote_cli
+    from netbench.remote import controller as remote_controller
 
     row = {"node": "a", "backend": "netem", "qdisc": {"drops": 0}, "engine": None,
            "profile": {"name": "x", "delay": "[/]", "peers": ["[red]n2"]}}
     shown = {"host": "a", "interface": "eth1", "nodes": [row], "lease": {"held": False}, "watchers": [], "pending": []}
     hosts = [FakeHost("a", [(" show ", ok_json(shown))]), FakeHost("b", [(" show ", ok_json(shown))])]
-    monkeypatch.setattr(remote_cli, "_open", lambda path, insecure: (INV, hosts))
+    monkeypatch.setattr(remote_controller, "open_inventory", lambda path, insecure: (INV, hosts))
     result = CliRunner().invoke(main, ["show", "--inventory", "inv.yaml"], terminal_width=300)
     assert result.exit_code == 0, result.output
     assert "[/]" in result.stdout and "[red]n2" in result.stdout

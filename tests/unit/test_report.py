@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from netbench import report
 from netbench.cli import app as cli
-from netbench.cli import report_tables
+from netbench.cli import render
 from netbench.report import Observation, axis_scale, baseline_slice, group_observations, scaling_efficiency
 from netbench.stats import ratio_interval, t_interval
 
@@ -226,7 +226,7 @@ def test_ps_settings_and_idleness_come_from_the_record():
     rec = {**record("r000", strategy="ps", workers=3), "ps": 2, "idle_ratio": 0.25}
     o = report.observation_from_record(rec)
     assert (o.get("ps"), o.get("accum_steps"), o.idleness) == (2, None, 0.25)
-    table = report_tables.runs_table([o, report.observation_from_record(record("r001", strategy="ps", workers=1))])
+    table = render.runs_table([o, report.observation_from_record(record("r001", strategy="ps", workers=1))])
     assert [c.header for c in table.columns][-2] == "idle"
 
 
@@ -276,8 +276,8 @@ def test_tables_print_recorded_text_as_written():
     groups = group_observations(observations)
     out = io.StringIO()
     console = Console(file=out, width=200)
-    console.print(report_tables.runs_table(observations))
-    console.print(report_tables.groups_table(groups, 0.99))
+    console.print(render.runs_table(observations))
+    console.print(render.groups_table(groups, 0.99))
     assert out.getvalue().count("[/]") >= 3 and "[bold]x" in out.getvalue()
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from netbench.cli.app import _sigterm_as_interrupt
+from netbench.cli.common import sigterm_as_interrupt as _sigterm_as_interrupt
 from netbench.emulation.executor import BackendChoice
 from netbench.model.job import JobSpec, Task
 from netbench.jobs.launch import Timeouts, run_job

@@ -1,0 +1,129 @@
+"""What every command shares: error translation, the root check, exit statuses, options.
+
+Errors from the library (NetbenchError) become a one-line message and an exit status here,
+and nowhere else.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from netbench import console
+from netbench.cli.types import FiniteFloatRange
+from netbench.errors import PrivilegeError, NetbenchError, UsageError
+
+BACKEND_CHOICES = ("auto", "netem", "userspace")
+
+INVENTORY_HELP = "Drive the SSH hosts of this inventory (YAML) instead of the local testbed."
+INSECURE_HELP = "Accept any SSH host key (default: verify against known_hosts)."
+TAKEOVER_HELP = ("With --inventory: apply even to hosts whose unexpired lease another controller holds "
+                 "(one that is gone, or one you mean to stop).")
+
+
+class ExitStatus(enum.IntEnum):
+    """netbench's exit statuses (errors.NetbenchError.exit_code carries 1 to 3)."""
+
+    OK = 0
+    ERROR = 1  # a failure, a verify out of tolerance, no backend (doctor)
+    USAGE = 2  # bad input: flags, files, profiles
+    PRIVILEGE = 3  # needs root
+    INTERRUPTED = 130  # Ctrl-C, SIGTERM, SIGHUP
+
+
+def handle_errors(func):
+    """Translate library errors into a message and exit code; Ctrl-C exits 130."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except NetbenchError as exc:
+            console.error(exc.message, exc.hint)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            console.error("interrupted")
+            sys.exit(int(ExitStatus.INTERRUPTED))
+
+    return wrapper
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise PrivilegeError("this command changes network namespaces and needs root",
+                             hint="run it with sudo, or as root")
+
+
+def sigterm_as_interrupt() -> None:
+    """SIGTERM and SIGHUP (a closed terminal or SSH session) take the same path as Ctrl-C:
+    reset, then exit."""
+    from netbench import interrupts
+
+    interrupts.as_interrupt(signal.SIGTERM, signal.SIGHUP)
+
+
+_sigterm_as_interrupt = sigterm_as_interrupt  # the name the sweep and run bodies use
+
+
+def _options(func, options):
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def profile_options(func):
+    """--latency, --jitter, --bandwidth, --loss: one profile's values (apply)."""
+    return _options(func, [
+        click.option("--latency", metavar="DURATION", help="One-way delay at each node's egress, e.g. 10ms."),
+        click.option("--jitter", metavar="DURATION", help="Delay variation (+-), e.g. 1ms."),
+        click.option("--bandwidth", metavar="RATE", help="Egress rate limit, e.g. 250mbit."),
+        click.option("--loss", metavar="PERCENT", help="Packet loss at egress, e.g. 1%."),
+    ])
+
+
+def inventory_options(func):
+    """--inventory and --insecure-host-keys: which target a command drives (apply, show,
+    reset, doctor); testbed.base.open_target turns them into a Target."""
+    return _options(func, [
+        click.option("--inventory", type=click.Path(dir_okay=False, path_type=Path), help=INVENTORY_HELP),
+        click.option("--insecure-host-keys", is_flag=True, help=INSECURE_HELP),
+    ])
+
+
+def apply_remote_options(func):
+    """apply's options that only mean something with --inventory (None when not given)."""
+    return _options(func, [
+        click.option("--lease", type=FiniteFloatRange(0, 86400), default=None,
+                     help="With --inventory: lease in seconds [default: 60]; the command holds it until Ctrl-C, "
+                          "and hosts revert by themselves if it is not renewed. 0: no lease, return at once."),
+        click.option("--force", is_flag=True, default=None,
+                     help="With --inventory: shape even an interface that carries the SSH connection."),
+        click.option("--takeover", is_flag=True, default=None, help=TAKEOVER_HELP),
+    ])
+
+
+def check_local_flags(inventory, insecure_host_keys: bool, **remote_only) -> None:
+    """Without --inventory, the remote-only flags are refused, naming the flag."""
+    if inventory is not None:
+        return
+    for name, value in remote_only.items():
+        if value not in (None, False):
+            raise UsageError(f"flag --{name.replace('_', '-')}: only with --inventory")
+    if insecure_host_keys:
+        raise UsageError("flag --insecure-host-keys: only with --inventory")
+
+
+def hosts_options(func):
+    """--inventory, --insecure-host-keys and --takeover for sweep and run (their own bodies use them)."""
+    return _options(func, [
+        click.option("--inventory", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Run on the SSH hosts of this inventory (YAML) instead of the local testbed."),
+        click.option("--insecure-host-keys", is_flag=True, help=INSECURE_HELP),
+        click.option("--takeover", is_flag=True, help=TAKEOVER_HELP),
+    ])

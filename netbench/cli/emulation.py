@@ -1,0 +1,298 @@
+"""Emulation commands: profile check, apply, show, verify, reset, doctor.
+
+apply, show, reset and doctor act on one Target (testbed.base.open_target): the embedded
+namespaces, or with --inventory the inventory's SSH hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from netbench import console, units
+from netbench.cli import common, render
+from netbench.cli.common import (BACKEND_CHOICES, apply_remote_options, check_local_flags, handle_errors,
+                                 inventory_options, profile_options)
+from netbench.cli.types import FiniteFloatRange
+from netbench.errors import NetbenchError, UsageError, VerifyFailed
+from netbench.model.profile import load_profile, profile_from_flags
+from netbench.testbed.base import common_profile
+from netbench.testbed.targets import open_target
+
+# ---------------------------------------------------------------- profiles
+
+
+@click.group()
+def profile() -> None:
+    """Validate and inspect network profiles (YAML)."""
+
+
+@profile.command("check")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@handle_errors
+def profile_check(files: tuple[Path, ...]) -> None:
+    """Validate profile FILES without touching the network.
+
+    Example: netbench profile check profiles/wan.yaml
+    """
+    for path in files:
+        loaded = load_profile(path)
+        console.info(f"[green]ok[/] {escape(str(path))}: {escape(loaded.name)}: "
+                     f"delay {units.format_duration_us(loaded.delay_us)}, "
+                     f"jitter {units.format_duration_us(loaded.jitter_us)}, loss {units.format_ratio(loaded.loss)}, "
+                     f"rate {units.format_rate_bps(loaded.rate_bps)}")
+
+
+# ---------------------------------------------------------------- apply
+
+@click.command("apply")
+@click.argument("profile_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@profile_options
+@click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True,
+              help="Emulation backend; auto probes the kernel for netem.")
+@click.option("--dry-run", is_flag=True, help="Print the exact planned changes and make none.")
+@handle_errors
+@inventory_options
+@apply_remote_options
+def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run, inventory, insecure_host_keys,
+           lease, force, takeover) -> None:
+    """Apply a profile (a PROFILE_FILE, flags, or both) to every testbed link.
+
+    Flags override the file's values. Delay is one-way at each node's egress, so the
+    round trip between two nodes is twice the delay.
+
+    Example: netbench apply profiles/wan.yaml --loss 1%
+    """
+    check_local_flags(inventory, insecure_host_keys, lease=lease, force=force, takeover=takeover)
+    base = load_profile(profile_file) if profile_file else None
+    chosen = profile_from_flags(base, latency=latency, jitter=jitter, bandwidth=bandwidth, loss=loss)
+    if base is None and chosen.is_null:
+        raise UsageError("nothing to apply: give a PROFILE_FILE or at least one of --latency, --jitter, "
+                         "--bandwidth, --loss", hint="e.g. netbench apply --latency 10ms" if inventory is None
+                         else "e.g. netbench apply --inventory hosts.yaml --bandwidth 100mbit")
+    if inventory is None:
+        common.require_root()
+        with open_target() as target:
+            planned = target.plan(chosen, backend)
+            render.planned(target.kind, planned, dry_run=dry_run)
+            if dry_run:
+                return
+            target.apply_plan(planned, on_change=lambda c: console.info(f"  [dim]{escape(c.describe())}[/]"))
+        console.info("[green]applied[/]; read it back with 'netbench show', remove it with 'netbench reset'")
+        return
+    _apply_to_hosts(chosen, inventory, insecure_host_keys, backend, dry_run, lease, force, takeover)
+
+
+def _apply_to_hosts(chosen, inventory, insecure_host_keys, backend, dry_run, lease, force, takeover) -> None:
+    from netbench.remote import controller as remote
+    from netbench.state.lease import DEFAULT_LEASE_S, new_holder
+
+    lease_s = DEFAULT_LEASE_S if lease is None else lease
+    with open_target(inventory, insecure_host_keys, takeover=bool(takeover)) as target:
+        holder = new_holder()
+        remote.check_lease(lease_s, len(target.inventory.hosts))
+        probe = not (dry_run and backend != "auto")  # the backend is given: plan without contacting any host
+        if dry_run and probe:
+            console.info("asking each host for its backend ('netbench node info'; nothing is changed; "
+                         "--backend skips this)")
+        planned = target.plan(chosen, backend, probe=probe)
+        render.planned(target.kind, planned, target.inventory.hosts, dry_run=dry_run)
+        if dry_run:
+            console.info("[yellow]dry run[/]: no host was changed")
+            return
+        target.apply_plan(planned, lease_s=lease_s, force=bool(force), holder=holder)
+        console.info(f"[green]applied[/] profile {escape(chosen.name)} ({escape(chosen.label())}) "
+                     f"to {len(target.conns)} host(s)")
+        if lease_s <= 0:
+            console.info("no lease: it stays until 'netbench reset --inventory ...'")
+            return
+        _hold(target.inventory, target.conns, lease_s, holder)
+
+
+def _hold(inv, conns, lease_s: float, holder: str) -> None:
+    """Renew the lease until Ctrl-C or SIGTERM, then revert every host. Renewal failures are
+    shown as they come and go."""
+    from netbench.remote import controller as remote
+
+    common.sigterm_as_interrupt()
+    console.info(f"holding a {lease_s:g} s lease on every host as {escape(holder)}; Ctrl-C reverts them "
+                 "(if this process dies, each host reverts by itself when the lease runs out)")
+    keeper = remote.LeaseKeeper(inv, conns, lease_s, holder)
+    shown: dict[str, str] = {}
+    try:
+        with keeper:
+            while not keeper.lost:
+                failures = dict(keeper.failures)
+                for name, why in failures.items():
+                    if shown.get(name) != why:
+                        console.info(f"[yellow]{escape(why)}[/] (the host reverts by itself if this lasts {lease_s:g} s)")
+                for name in set(shown) - set(failures):
+                    console.info(f"host {name}: lease renewed again")
+                shown = failures
+                time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    # a lost host reverted by itself or is another controller's now: leave it alone
+    removed = remote.reset_inventory(inv, [c for c in conns if c.name not in keeper.lost])
+    console.info(f"reverted {', '.join(removed) or 'no host'}")
+    if keeper.lost:
+        lost = "; ".join(f"{name}: {why}" for name, why in keeper.lost.items())
+        raise NetbenchError(f"lost the lease on {lost}", hint="renewals did not reach the host in time")
+
+
+# ---------------------------------------------------------------- show
+
+@click.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the profile every node holds to this file (YAML), which 'netbench apply FILE' "
+                   "takes back; refused when nodes hold different profiles.")
+@handle_errors
+@inventory_options
+def show(as_json: bool, output: Path | None, inventory, insecure_host_keys) -> None:
+    """Read the active emulation back from the kernel and the delay engines.
+
+    Example: netbench show --json
+
+    Example: netbench show --output active.yaml && netbench apply active.yaml
+    """
+    check_local_flags(inventory, insecure_host_keys)
+    if inventory is None:
+        common.require_root()
+    with open_target(inventory, insecure_host_keys) as target:
+        shown = target.show()
+    if inventory is not None:
+        if as_json:
+            console.plain(json.dumps(shown, indent=2, default=str))
+        else:
+            render.hosts_emulation_table(shown["hosts"])
+    elif as_json:
+        console.plain(json.dumps(shown, indent=2, default=str) if shown["nodes"] else json.dumps(shown))
+    elif shown["nodes"]:
+        render.emulation_table(shown["nodes"])
+    else:
+        console.info("no testbed is up")
+    if output is not None:  # after the table, so a refusal can be read against it
+        _write_profile(output, common_profile(shown), quiet=as_json)
+
+
+def _write_profile(path: Path, mapping: dict, quiet: bool) -> None:
+    """The read-back profile as a profile file; it loads back to the same plan."""
+    import yaml
+
+    text = ("# read back by 'netbench show --output'; 'netbench apply FILE' takes it back\n"
+            + yaml.safe_dump(mapping, sort_keys=False, default_flow_style=False, allow_unicode=True))
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"flag --output: cannot write {path}: {exc.strerror or exc}") from None
+    if not quiet:
+        console.info(f"wrote profile {escape(str(mapping.get('name')))} to {escape(str(path))}; "
+                     f"apply it with 'netbench apply {escape(str(path))}'")
+
+
+# ---------------------------------------------------------------- verify
+
+@click.command("verify")
+@click.option("--from", "src_name", metavar="NODE", help="Node that sends the probes [default: the first].")
+@click.option("--to", "dst_name", metavar="NODE", help="Node probed [default: the second].")
+@click.option("--count", default=100, show_default=True, type=click.IntRange(5, 100000), help="Pings to send.")
+@click.option("--interval", default=0.02, show_default=True, type=FiniteFloatRange(0.002, 10),
+              help="Seconds between pings.")
+@click.option("--seconds", default=3.0, show_default=True, type=FiniteFloatRange(0, 3600),
+              help="Length of the iperf3 TCP test (0: no throughput test).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def verify_cmd(src_name, dst_name, count, interval, seconds, as_json) -> None:
+    """Measure the active profile between two nodes and compare it with what is configured.
+
+    RTT and loss come from ping, throughput from iperf3, both between the nodes; the
+    configured values are read back from the kernel and the delay engines. Exits 1 when a
+    measurement is outside its tolerance.
+
+    Example: netbench apply --latency 10ms --bandwidth 100mbit && netbench verify
+    """
+    from netbench.experiment import verify
+    from netbench.model.profile import profile_from_mapping
+    from netbench.testbed import netns as local
+
+    common.require_root()
+    topo = local.discover()
+    if topo is None or len(topo.nodes) < 2:
+        raise UsageError("netbench verify needs a testbed of at least 2 nodes",
+                         hint="netbench testbed up --nodes 2, then netbench apply ...")
+    by_name = {node.name: node for node in topo.nodes}
+    for flag, name in (("--from", src_name), ("--to", dst_name)):
+        if name is not None and name not in by_name:
+            raise UsageError(f"flag {flag}: no node {name} in the testbed ({', '.join(by_name)})")
+    src = by_name[src_name] if src_name else topo.nodes[0]
+    dst = by_name[dst_name] if dst_name else next(n for n in topo.nodes if n.name != src.name)
+    if src.name == dst.name:
+        raise UsageError("flags --from and --to name the same node", hint="probe between two nodes")
+    with open_target() as target:
+        rows = {row["node"]: row for row in target.show()["nodes"]}
+    profiles = {name: profile_from_mapping(rows[name]["profile"], "read-back") if rows[name]["profile"] else None
+                for name in (src.name, dst.name)}
+    if not as_json:
+        console.info(f"measuring {src.name} -> {dst.name}: {count} pings every {interval:g} s"
+                     + (f", iperf3 for {seconds:g} s" if seconds else ""))
+    record = verify.verify(src, profiles[src.name], dst, profiles[dst.name],
+                           verify.Settings(ping_count=count, ping_interval_s=interval, iperf_seconds=seconds))
+    if as_json:
+        console.plain(json.dumps({"from": src.name, "to": dst.name, **record}, indent=2))
+    else:
+        render.checks_table(record["checks"])
+    if not record["ok"]:
+        raise VerifyFailed("measured values differ from the configured profile beyond tolerance",
+                           hint="see the rows marked 'no'; a loaded machine inflates RTT")
+
+
+# ---------------------------------------------------------------- doctor and reset
+
+@click.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--no-tensorflow", is_flag=True, help="Skip the slow TensorFlow import check.")
+@handle_errors
+@inventory_options
+def doctor_cmd(as_json: bool, no_tensorflow: bool, inventory, insecure_host_keys) -> None:
+    """Check what this host can do, by trying it, and which emulation backend netbench will use.
+
+    Works without root (namespace checks are then skipped). Exits 1 when no backend can run.
+
+    Example: sudo netbench doctor --no-tensorflow
+    """
+    from netbench.experiment import doctor
+
+    check_local_flags(inventory, insecure_host_keys)
+    with open_target(inventory, insecure_host_keys) as target:
+        report = target.doctor(tensorflow=not no_tensorflow)
+    if inventory is not None:
+        render.hosts_doctor(report, as_json)
+    elif as_json:
+        console.plain(json.dumps(doctor.to_json(report), indent=2))
+    else:
+        console.out.print(doctor.render(report))
+    if not report.ready:
+        sys.exit(int(common.ExitStatus.ERROR))
+
+
+@click.command("reset")
+@handle_errors
+@inventory_options
+def reset_cmd(inventory, insecure_host_keys) -> None:
+    """Remove everything netbench made: qdiscs, iptables rules, delay engines, TF processes,
+    namespaces, veths and the bridge. Works after a crash; safe to run twice.
+
+    Example: netbench reset
+    """
+    check_local_flags(inventory, insecure_host_keys)
+    if inventory is None:
+        common.require_root()
+    with open_target(inventory, insecure_host_keys) as target:
+        removed = target.reset(warn=console.warning)
+        render.removed(target.kind, removed)

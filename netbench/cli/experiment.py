@@ -1,0 +1,405 @@
+"""Experiment commands: sweep (levels from flags) and run (a playbook), on the embedded
+testbed or with --inventory on SSH hosts, under the live view (render.SweepView)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from netbench import console, units
+from netbench.cli import common
+from netbench.cli.common import BACKEND_CHOICES, _sigterm_as_interrupt, handle_errors, hosts_options
+from netbench.cli.types import FiniteFloatRange
+from netbench.errors import UsageError
+from netbench.model.profile import Profile, load_profile, parse_levels
+
+# ---------------------------------------------------------------- sweep
+
+@click.command("sweep")
+@click.option("--profile", "profile_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Base profile; swept flags replace its values.")
+@click.option("--latency", metavar="LIST", help="One-way delays to sweep, e.g. 1,10,100ms.")
+@click.option("--bandwidth", metavar="LIST", help="Rates to sweep, e.g. 250,500,1000mbit.")
+@click.option("--loss", metavar="LIST", help="Losses to sweep, e.g. 0,1,10%.")
+@click.option("--jitter", metavar="LIST", help="Jitters to sweep, e.g. 0,1ms.")
+@click.option("--strategy", default="allreduce", show_default=True,
+              type=click.Choice(["allreduce", "allreduce-accum", "ps", "single"]),
+              help="allreduce: all-reduce every step; allreduce-accum: every --accum-steps batches; "
+                   "ps: parameter servers and a coordinator (asynchronous); single: one process, no network.")
+@click.option("--workers", type=click.IntRange(1, 64), help="Training workers, one per node [default: 2; 1 with single].")
+@click.option("--accum-steps", default=4, show_default=True, type=click.IntRange(1, 10000),
+              help="Local batches per all-reduce with --strategy allreduce-accum.")
+@click.option("--ps", "ps_count", default=1, show_default=True, type=click.IntRange(1, 16),
+              help="Parameter servers with --strategy ps (each on its own node, plus one for the coordinator).")
+@click.option("--model", default="mlp", show_default=True,
+              type=click.Choice(["mlp", "cnn", "resnet18", "mobilenetv2", "resnet50", "efficientnetb0", "vgg16"]),
+              help="Model to train (Keras applications with random weights; nothing is downloaded).")
+@click.option("--data", default="synthetic", show_default=True, metavar="SOURCE",
+              help="synthetic (in memory), an .npz with x_train/y_train, or a folder of class folders of images.")
+@click.option("--input-shape", metavar="SHAPE", help="Per-example input shape, e.g. 32x32x3 [default: the model's or the data's].")
+@click.option("--classes", type=click.IntRange(2, 100000), help="Output classes [default: 10, or the data's].")
+@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 65536), help="Per-worker batch size.")
+@click.option("--warmup", default=10, show_default=True, type=click.IntRange(0, 100000), help="Warm-up steps, excluded from statistics.")
+@click.option("--steps", default=30, show_default=True, type=click.IntRange(2, 1000000), help="Measured steps per run.")
+@click.option("--seconds", type=FiniteFloatRange(0.1, 86400), help="Measured window in seconds instead of --steps (all workers agree on the step count after warm-up).")
+@click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 1000), help="Repetitions of each point.")
+@click.option("--step-timeout", default=60.0, show_default=True, type=FiniteFloatRange(1, 86400), help="Seconds a step may take before the run ends as 'timeout'.")
+@click.option("--startup-timeout", default=240.0, show_default=True, type=FiniteFloatRange(1, 86400), help="Seconds until the first step.")
+@click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help="Emulation backend.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1),
+              help="Seed for loss/jitter draws and data (0 to 2^32-1).")
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+              help="Results folder [default: results/<sweep-id>]; one that holds files is refused without --append.")
+@click.option("--append", is_flag=True,
+              help="Add this sweep's runs to a --output folder that holds results (numbered after its runs).")
+@click.option("--verify", "verify_points", is_flag=True,
+              help="Before each point, measure the link (ping, iperf3 if a rate is set) and record it beside the profile.")
+@click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
+              help="Every process samples its CPU, memory and its node's network bytes this often; "
+                   "summaries per process go into each run's record.")
+@click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve live Prometheus metrics on this port (0: any free port).")
+@click.option("--metrics-address", metavar="IP", help="Address to serve metrics on [default: 127.0.0.1].")
+@hosts_options
+@handle_errors
+def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, accum_steps, ps_count, model, data,
+          input_shape, classes, batch_size, warmup, steps, seconds, repeat,
+          step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, dry_run,
+          metrics_port, metrics_address, inventory, insecure_host_keys, takeover) -> None:
+    """Train under every combination of the swept levels and record images/sec.
+
+    Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
+    --repeat times each. A unit on the last level applies to the bare numbers before it.
+
+    Example: netbench sweep --latency 1,10,100ms --repeat 2
+    Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
+    Example: netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit
+    """
+    from netbench.model import design as sweep_plan
+    from netbench.experiment import store as results
+    from netbench.model.job import JobSpec
+    from netbench.jobs.launch import Timeouts
+
+    if seconds and warmup < 1:
+        raise UsageError("flag --seconds needs --warmup of at least 1: workers agree on the step count "
+                         "from the warm-up step times", hint="e.g. --seconds 30 --warmup 10")
+    _check_metrics_flags(metrics_port, metrics_address)
+    base = load_profile(profile_file) if profile_file else Profile(name="base")
+    levels = sweep_plan.SweepLevels(
+        delay_us=tuple(parse_levels(latency, "--latency", units.parse_duration_us)) if latency else (),
+        rate_bps=tuple(parse_levels(bandwidth, "--bandwidth", units.parse_rate_bps)) if bandwidth else (),
+        loss=tuple(parse_levels(loss, "--loss", units.parse_ratio)) if loss else (),
+        jitter_us=tuple(parse_levels(jitter, "--jitter", units.parse_duration_us)) if jitter else (),
+    )
+    points = _plan_runs(base, levels, repeat)
+    sweep_id = time.strftime("sweep-%Y%m%d-%H%M%S")
+    output = output or Path("results") / sweep_id
+    try:  # a second sweep into a folder would overwrite its runs/r000.json and mix its results.csv
+        first = results.first_run_index(output, append)
+    except results.ResultsError as exc:
+        raise UsageError(f"flag --output: {exc.message}", exc.hint) from None
+    config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
+                                          batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
+                                          sample_resources_s=sample_resources or 0.0)
+    runs = sweep_plan.sweep_runs(points, repeat, config_job, workers, first)
+    from netbench.experiment.runner import SweepConfig
+
+    config = SweepConfig(sweep_id=sweep_id, runs=tuple(runs), job=config_job, workers=workers,
+                         output=output,
+                         backend=None if backend == "auto" else backend,
+                         timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
+                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points)
+    if inventory is not None:
+        _run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port, metrics_address, takeover)
+        return
+    if insecure_host_keys:
+        raise UsageError("flag --insecure-host-keys: only with --inventory")
+    if takeover:
+        raise UsageError("flag --takeover: only with --inventory")
+    if dry_run:
+        _print_sweep_plan(config)
+        return
+    common.require_root()
+    _sigterm_as_interrupt()
+    _run_with_view(config, metrics_port, metrics_address)
+
+
+def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metrics_port, metrics_address,
+                  takeover: bool = False) -> list:
+    """A sweep or playbook on the inventory's SSH hosts (the controller needs no root)."""
+    from netbench.testbed.targets import hosts_testbed
+
+    with hosts_testbed(inventory, insecure, config, takeover) as hosts:
+        if dry_run:
+            print_hosts_plan(config, hosts.inventory)
+            return []
+        _sigterm_as_interrupt()
+        return _run_with_view(config, metrics_port, metrics_address, testbed=hosts)
+
+
+def _check_metrics_flags(metrics_port, metrics_address) -> None:
+    if metrics_address is not None:
+        from netbench.metrics import check_address
+
+        if metrics_port is None:
+            raise UsageError("flag --metrics-address needs --metrics-port", hint="e.g. --metrics-port 9464")
+        check_address(metrics_address)
+
+
+def _run_with_view(config, metrics_port, metrics_address, testbed=None) -> list:
+    """run_sweep under the live terminal view, serving metrics when a port is given."""
+    from netbench.metrics import serving
+    from netbench.experiment.runner import run_sweep
+    from netbench.cli.render import SweepView
+
+    with serving(metrics_port, metrics_address or "127.0.0.1") as metrics, \
+            SweepView(config, metrics_url=metrics.url if metrics else None) as view:
+        for warning in metrics.warnings if metrics else ():
+            view.warn(warning)
+        results = run_sweep(config, metrics.observe(view) if metrics else view, testbed=testbed)
+    view.summary(results)
+    return results
+
+
+def _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes, **rest):
+    """The JobSpec and worker count the sweep flags ask for; bad input names its flag."""
+    from netbench.jobs.harness import data as datasets
+    from netbench.model.job import JobSpec
+    from netbench.jobs.harness.models import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPES, check_input, parse_input_shape
+
+    if strategy == "single" and workers not in (None, 1):
+        raise UsageError(f"flag --workers: strategy single runs one process, got {workers}",
+                         hint="drop --workers, or choose --strategy allreduce")
+    workers = workers or (1 if strategy == "single" else 2)
+    shape = None
+    if input_shape:
+        try:
+            shape = parse_input_shape(input_shape)
+        except ValueError as exc:
+            raise UsageError(f"flag --input-shape: {exc}", hint="e.g. --input-shape 32x32x3") from None
+    try:
+        datasets.check_source(data)
+    except datasets.DataError as exc:
+        raise UsageError(f"flag --data: {exc}") from None
+    if data == datasets.SYNTHETIC:
+        try:
+            check_input(model, shape or DEFAULT_INPUT_SHAPES[model], classes or DEFAULT_CLASSES)
+        except ValueError as exc:
+            raise UsageError(f"flag --input-shape: {exc}") from None
+    data = data if data == datasets.SYNTHETIC else str(Path(data).resolve())  # workers start elsewhere
+    return JobSpec(strategy=strategy, model=model, accum_steps=accum_steps, ps=ps_count, data=data,
+                   input_shape=shape, classes=classes, **rest), workers
+
+
+def _plan_runs(base, levels, repeat):
+    from netbench.model import design as sweep_plan
+    from netbench.errors import ProfileError
+
+    try:
+        return sweep_plan.sweep_points(base, levels)
+    except ProfileError as exc:
+        # the swept value came from a flag; say which
+        raise ProfileError(exc.message.replace("sweep: delay", "flag --latency").replace(
+            "sweep: rate", "flag --bandwidth").replace("sweep: jitter", "flag --jitter").replace(
+            "sweep: loss", "flag --loss"), exc.hint) from None
+
+
+def _print_sweep_plan(config) -> None:
+    from netbench.emulation import backends, changes as ch
+    from netbench.model.job import describe_plan, nodes_needed, plan_job
+    from netbench.model import topology
+
+    topo = topology.plan_topology(nodes_needed(config.job, config.workers), topology.choose_subnet([]))
+    accum = f" ({config.job.accum_steps} batches per all-reduce)" if config.job.strategy == "allreduce-accum" else ""
+    console.info(f"[yellow]dry run[/]: {len(config.runs)} runs, strategy {config.job.strategy}{accum}, "
+                 f"{config.workers} workers, "
+                 f"model {config.job.model}, batch {config.job.batch_size}/worker, "
+                 f"{config.job.warmup} warm-up + "
+                 + (f"{config.job.seconds:g} s of" if config.job.seconds else f"{config.job.steps}")
+                 + f" measured steps; results -> {escape(str(config.output))}")
+    console.plain(f"placement on {len(topo.nodes)} nodes (each run on a fresh port):")
+    for line in describe_plan(plan_job(config.job, topo.nodes, config.workers, port=0)):
+        console.plain("  " + line)
+    for run in config.runs:
+        console.plain(f"{run.run_id}  {run.profile.name}  repeat {run.repeat}")
+        for change in backends.plan_apply(run.profile, topo, config.backend or "userspace",
+                                    seed=config.seed + 100 * run.index):
+            console.plain("    " + change.describe())
+        if config.verify:
+            console.plain(f"    verify: {topo.nodes[0].name} -> {topo.nodes[1].name}, "
+                          f"{verify_settings_text()}" if len(topo.nodes) > 1 else "    verify: skipped (one node)")
+
+
+def verify_settings_text() -> str:
+    from netbench.experiment.verify import QUICK
+
+    return (f"{QUICK.ping_count} pings every {QUICK.ping_interval_s:g} s"
+            f" and {QUICK.iperf_seconds:g} s of iperf3 where a rate is set")
+
+
+# ---------------------------------------------------------------- playbooks and reports
+
+def _playbook_state(output: Path) -> dict | None:
+    from netbench.experiment.store import ResultStore
+
+    return ResultStore(output).read_playbook()
+
+
+@click.command("run")
+@click.argument("playbook_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+              help="Results folder [default: results/<playbook name>]; an existing one resumes.")
+@click.option("--backend", type=click.Choice(BACKEND_CHOICES), help="Override the playbook's emulation backend.")
+@click.option("--verify", "verify_points", is_flag=True,
+              help="Before each run, measure the link (ping, iperf3 if a rate is set) and record it.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve live Prometheus metrics on this port (0: any free port).")
+@click.option("--metrics-address", metavar="IP", help="Address to serve metrics on [default: 127.0.0.1].")
+@click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
+              help="Every process samples its CPU, memory and its node's network bytes this often; "
+                   "summaries per process go into each run's record.")
+@click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
+@hosts_options
+@handle_errors
+def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, verify_points: bool,
+                 metrics_port: int | None, metrics_address: str | None, sample_resources: float | None,
+                 dry_run: bool, inventory: Path | None, insecure_host_keys: bool, takeover: bool) -> None:
+    """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
+
+    An interrupted playbook resumes: run it again with the same results folder and the
+    runs already recorded as ok or timeout are skipped. The run order's seed is recorded.
+
+    Example: netbench run playbooks/smoke.yaml --dry-run
+    Example: netbench run playbooks/smoke.yaml --inventory hosts.yaml
+    """
+    import random as _random
+
+    from netbench.experiment.store import ResultStore
+    from netbench.model import design
+    from netbench.model import playbook as pb
+
+    _check_metrics_flags(metrics_port, metrics_address)
+    book = pb.load_playbook(playbook_file)
+    output = output or Path("results") / book.name
+    state = _playbook_state(output)
+    seed = book.seed if book.seed is not None else (state or {}).get("seed")
+    if seed is None:
+        seed = _random.SystemRandom().randrange(2**31)
+    runs = design.expand(book, seed, sample_resources_s=sample_resources or 0.0)
+    store = ResultStore(output)
+    statuses = store.statuses()
+    design.check_resume(book, runs, state, output, has_runs=bool(statuses))
+    todo = design.pending(runs, statuses)
+    if dry_run:
+        _print_playbook_plan(book, seed, runs, statuses, output)
+        return
+    from netbench.jobs import worker
+    from netbench.model import job as cluster
+    from netbench.jobs.launch import Timeouts
+
+    design.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
+    plans = tuple(todo)
+    if not plans:
+        console.info(f"playbook [bold]{escape(book.name)}[/]: all {len(runs)} runs are done in {escape(str(output))}; "
+                     f"'netbench report {escape(str(output))}' summarises them")
+        return
+    if inventory is None:
+        if insecure_host_keys:
+            raise UsageError("flag --insecure-host-keys: only with --inventory")
+        if takeover:
+            raise UsageError("flag --takeover: only with --inventory")
+        common.require_root()
+    _sigterm_as_interrupt()
+    from netbench.experiment.runner import SweepConfig
+
+    chosen = backend if backend else book.backend
+    config = SweepConfig(sweep_id=f"playbook-{book.name}", runs=plans, job=plans[0].job,
+                         workers=max(r.workers for r in todo), output=output,
+                         backend=None if chosen in (None, "auto") else chosen,
+                         timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
+                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points)
+    if inventory is not None:
+        from netbench.testbed.hosts import check_on_hosts
+
+        check_on_hosts(config, inventory)  # before the results folder is written
+    record = design.plan_record(book, seed, runs)
+    record["sessions"] = (state or {}).get("sessions", []) + [{"started": time.time(), "pending": len(todo)}]
+    store.write_playbook(record, playbook_file.read_text(encoding="utf-8"))
+    console.info(f"playbook [bold]{escape(book.name)}[/]: {len(runs)} runs, seed {seed}; "
+                 f"{len(runs) - len(todo)} already done, {len(todo)} to run")
+
+    if inventory is not None:
+        results = _run_on_hosts(config, inventory, insecure_host_keys, False, metrics_port, metrics_address, takeover)
+    else:
+        results = _run_with_view(config, metrics_port, metrics_address)
+    record["sessions"][-1].update(ended=time.time(), completed=len(results))
+    store.write_playbook(record)
+    console.info(f"figures and a summary: netbench report {escape(str(output))}")
+
+
+def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) -> None:
+    from rich.table import Table
+
+    from netbench.model import design
+    from netbench.model import playbook as pb
+
+    done = sum(1 for r in runs if statuses.get(r.run_id) in design.COMPLETE_STATUSES)
+    seed_note = "" if book.seed is not None else " (drawn: the playbook sets none; recorded in the results folder)"
+    console.info(f"[yellow]dry run[/]: playbook [bold]{escape(book.name)}[/] ({escape(book.source)}): {len(runs)} runs "
+                 f"= {len(runs) // book.repetitions} points x {book.repetitions} repetitions, "
+                 f"order {book.order}, seed {seed}{seed_note}")
+    console.info(f"{book.warmup} warm-up + " + (f"{book.seconds:g} s of" if book.seconds else f"{book.steps}")
+                 + f" measured steps per run; timeouts: startup {book.startup_timeout_s:g}s, step "
+                 f"{book.step_timeout_s:g}s; results -> {escape(str(output))} ({done} done, {len(runs) - done} to run)")
+    keys = [k for k, _ in book.factors] + [k for entry in book.extra_runs for k, _ in entry]
+    shown = list(dict.fromkeys(keys))
+    table = Table(box=None)
+    for col in ("run", "point", "rep", *shown, "nodes", "profile", "state"):
+        table.add_column(col)
+    for run in runs:
+        cells = design.describe_settings(run.settings)
+        table.add_row(run.run_id, str(run.point), str(run.repeat), *(escape(cells[k]) for k in shown),
+                      str(run.settings.nodes), escape(run.profile.name), escape(statuses.get(run.run_id, "to run")))
+    console.out.print(table)
+    from netbench.jobs import worker
+    from netbench.model import job as cluster
+    from netbench.model.job import JobSpec
+
+    try:  # a design may be ahead of this build (a strategy or model still to come): say so now
+        design.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
+        for run in runs:
+            design.job_fields(book, run.settings, design.fields_of(JobSpec))
+    except pb.PlaybookError as exc:
+        console.info(f"[yellow]not runnable by this netbench yet[/]: {escape(exc.message)}")
+
+
+def print_hosts_plan(config, inventory) -> None:
+    """A sweep's dry run over hosts: placement on hosts and each run's profile; no host is
+    contacted, so the changes are listed only when --backend names the hosts' backend."""
+    from netbench.remote import controller as remote
+    from netbench.model.job import describe_plan, plan_job
+    from netbench.testbed.hosts import host_node, place_hosts
+
+    console.info(f"[yellow]dry run[/]: {len(config.runs)} runs on the hosts of {escape(inventory.path)}, strategy "
+                 f"{config.job.strategy}, {config.workers} workers, model {config.job.model}; "
+                 f"results -> {escape(str(config.output))}")
+    nodes = tuple(host_node(h) for h in place_hosts(inventory, config.job, config.workers))
+    console.plain("placement on hosts (tf_address; each run on a fresh port):")
+    for line in describe_plan(plan_job(config.job, nodes, config.workers, port=0)):
+        console.plain("  " + line)
+    topology = remote.hosts_topology(inventory)
+    for run in config.runs:
+        console.plain(f"{run.run_id}  {run.profile.name}  repeat {run.repeat}")
+        if config.backend is None:
+            continue
+        for host in inventory.hosts:
+            for change in remote.plan_for_host(run.profile, host, config.backend, topology):
+                console.plain(f"    {change.describe()}")
+    if config.backend is None:
+        console.info("no host was contacted: each host's backend is probed when the sweep runs "
+                     "(give --backend to list the changes)")
