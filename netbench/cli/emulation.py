@@ -276,7 +276,7 @@ def doctor_cmd(as_json: bool, no_tensorflow: bool, inventory, insecure_host_keys
     elif as_json:
         console.plain(json.dumps(doctor.to_json(report), indent=2))
     else:
-        console.out.print(doctor.render(report))
+        console.out.print(render.doctor_table(report))
     if not report.ready:
         sys.exit(int(common.ExitStatus.ERROR))
 

@@ -10,6 +10,7 @@ from typing import Sequence
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from netbench import console, units
 from netbench.report.groups import REFERENCE_STRATEGY, Group, Ratio, varying
@@ -249,6 +250,20 @@ def removed(target_kind: str, removed: dict[str, list[str]]) -> None:
             console.info(f"{name}: nothing to remove")
     for line in removed.get(EMBEDDED, ()):
         console.info(f"removed {line}")
+
+
+_DOCTOR_STYLES = {"ok": "green", "missing": "red", "skipped": "dim"}
+
+
+def doctor_table(report) -> Table:
+    """doctor's report (experiment.doctor.Report) as a table; plain Text cells, since fixes hold brackets such as '.[tf]'."""
+    table = Table(title="netbench doctor", caption=f"backend: {report.backend} ({report.backend_reason})")
+    for column in ("check", "status", "needed by", "detail", "fix"):
+        table.add_column(column)
+    for check in report.checks:
+        table.add_row(Text(check.name), Text(check.status, style=_DOCTOR_STYLES[check.status]),
+                      Text(", ".join(check.needed_by) or "-"), Text(check.detail), Text(check.fix or "-"))
+    return table
 
 
 # ---------------------------------------------------------------- the report's tables

@@ -15,8 +15,6 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Protocol
 
-from rich.table import Table
-from rich.text import Text
 
 from netbench import proc
 from netbench.emulation.backends import BACKENDS
@@ -355,20 +353,6 @@ def run_doctor(tensorflow: bool = True, prober: HostProber | None = None) -> Rep
         return diagnose(prober, tensorflow=tensorflow)
     finally:
         prober.close()
-
-
-_STYLES = {"ok": "green", "missing": "red", "skipped": "dim"}
-
-
-def render(report: Report) -> Table:
-    """The report as a table; plain Text cells, since fixes hold brackets such as '.[tf]'."""
-    table = Table(title="netbench doctor", caption=f"backend: {report.backend} ({report.backend_reason})")
-    for column in ("check", "status", "needed by", "detail", "fix"):
-        table.add_column(column)
-    for check in report.checks:
-        table.add_row(Text(check.name), Text(check.status, style=_STYLES[check.status]),
-                      Text(", ".join(check.needed_by) or "-"), Text(check.detail), Text(check.fix or "-"))
-    return table
 
 
 def to_json(report: Report) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import pytest
 from pyroute2 import netns as pnetns
 from rich.console import Console
 
+from netbench.cli import render
 from netbench.experiment import doctor
 from netbench.experiment.doctor import Check, Outcome
 from netbench.emulation.executor import choose_backend
@@ -171,7 +172,7 @@ def test_json_shape():
 
 def test_render_shows_every_check_and_keeps_brackets():
     report = doctor.diagnose(FakeProber(failing={"netem", "tensorflow"}))
-    table = doctor.render(report)
+    table = render.doctor_table(report)
     assert table.row_count == len(report.checks)
     buffer = io.StringIO()
     Console(file=buffer, width=300, color_system=None).print(table)
