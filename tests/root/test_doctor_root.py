@@ -18,6 +18,7 @@ from netbench.experiment import doctor
 from netbench.experiment.doctor import Check, Outcome
 from netbench.emulation.executor import choose_backend
 from tests.conftest import ROOT
+from tests.unit.test_doctor import _by_name
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import math
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
