@@ -187,3 +187,20 @@ def test_clear_removes_every_netbench_qdisc_and_the_ifb(bed):
         assert "netem" not in kinds and "htb" not in kinds and "ingress" not in kinds
         links = subprocess.run(["ip", "-n", node.netns, "-o", "link"], capture_output=True, text=True).stdout
         assert "nbifb-" not in links
+
+
+@pytest.mark.parametrize("direction, peers", [("egress", ()), ("ingress", ("192.0.2.0/24",))])
+def test_a_live_change_from_gilbert_elliott_back_to_random_loss(bed, direction, peers):
+    """netem_change() keeps the loss model unless TCA_NETEM_LOSS is absent: a live change (the
+    same tree, netem `change`) from Gilbert-Elliott to random loss must not send an (empty) loss
+    attribute. Before the fix the Gilbert-Elliott model stayed."""
+    topo = bed[0]
+    ge = Profile(delay_us=5_000, loss_model="gilbert-elliott", ge_p=0.01, ge_r=0.3, ge_bad_loss=0.9,
+                 ge_good_loss=0.001, direction=direction, peers=peers)
+    plain = Profile(delay_us=6_000, loss=0.02, direction=direction, peers=peers)
+    apply_and_read(bed, ge)
+    rows = apply_and_read(bed, plain)
+    assert kernel_view(profile_from_mapping(rows[0]["profile"], "read-back")) == kernel_view(plain, topo, 0)
+    dev = "nbifb-eth0" if direction == "ingress" else "eth0"
+    netem = next(q for q in tc_json("netbench-n1", "qdisc", "show", "dev", dev) if q["kind"] == "netem")
+    assert "loss-gemodel" not in netem["options"] and netem["options"]["loss-random"]["loss"] == pytest.approx(0.02)

@@ -62,7 +62,16 @@ def test_a_change_leaves_nothing_of_the_old_profile(tmp_path):
 def test_every_attribute_is_sent_even_when_zero():
     attrs = [name for name, _ in options(NetemParams())["attrs"]]
     assert attrs == ["TCA_NETEM_CORR", "TCA_NETEM_DELAY_DIST", "TCA_NETEM_REORDER", "TCA_NETEM_CORRUPT",
-                     "TCA_NETEM_LOSS", "TCA_NETEM_RATE", "TCA_NETEM_LATENCY64", "TCA_NETEM_JITTER64"]
+                     "TCA_NETEM_RATE", "TCA_NETEM_LATENCY64", "TCA_NETEM_JITTER64"]
+
+
+def test_random_loss_sends_no_loss_model_and_gilbert_elliott_sends_one():
+    # netem_change() goes back to random loss only when TCA_NETEM_LOSS is absent: an empty
+    # attribute kept a Gilbert-Elliott model through a live change (make test-kernel)
+    random_loss = [name for name, _ in options(NetemParams(loss=0.01))["attrs"]]
+    ge = dict(options(NetemParams(ge=(0.01, 0.3, 0.9, 0.001)))["attrs"])
+    assert "TCA_NETEM_LOSS" not in random_loss
+    assert [name for name, _ in ge["TCA_NETEM_LOSS"]["attrs"]] == ["NETEM_LOSS_GE"]
 
 
 def test_rate_beyond_32_bits_is_sent_as_rate64():

@@ -130,7 +130,8 @@ def options(params: NetemParams) -> dict[str, Any]:
 
     A live `change` keeps any attribute the request leaves out (the kernel only parses
     what is there), so zeros are sent explicitly and the distribution table always goes
-    with it: nothing of an older profile survives.
+    with it: nothing of an older profile survives. The one exception is the loss model: an
+    absent TCA_NETEM_LOSS is what switches the kernel back to random loss.
     """
     delay_ns, jitter_ns = params.delay_us * 1000, params.jitter_us * 1000
     gap = params.gap or (1 if params.reorder else 0)  # tc's rule: reordering implies gap 1
@@ -148,9 +149,9 @@ def options(params: NetemParams) -> dict[str, Any]:
         attrs.append(["TCA_NETEM_LOSS", {"attrs": [["NETEM_LOSS_GE", {
             "p": ratio_to_u32(p), "r": ratio_to_u32(r), "h": U32_MAX - ratio_to_u32(bad_loss),
             "k1": ratio_to_u32(good_loss)}]]}])
-    else:
-        # an empty loss attribute switches the kernel back to random loss
-        attrs.append(["TCA_NETEM_LOSS", {"attrs": []}])
+    # else no TCA_NETEM_LOSS at all: netem_change() returns to random loss only when the
+    # attribute is absent; an empty one keeps whatever loss model the qdisc had (a live change
+    # from Gilbert-Elliott to random loss kept Gilbert-Elliott, found by make test-kernel)
     rate_bytes = (params.rate_bps or 0) // 8
     attrs.append(["TCA_NETEM_RATE", {"rate": min(rate_bytes, U32_MAX), "packet_overhead": 0,
                                      "cell_size": 0, "cell_overhead": 0}])
