@@ -51,6 +51,7 @@ bench: install
 	$(BIN)/python bench/fidelity.py
 	$(BIN)/python bench/engine_ceiling.py
 	$(BIN)/python bench/sweep_memory.py
+	$(BIN)/python bench/apply_speed.py
 
 reset: install
 	$(BIN)/netbench reset

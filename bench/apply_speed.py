@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""How long does changing the emulation take? netbench beside the ``tc`` CLI.
+
+Three measurements, in one run:
+
+1. rate on every link of a ``--nodes``-node embedded testbed (default 64), as whole commands:
+   ``netbench apply --bandwidth 100mbit`` (200mbit on alternate rounds), the wall time of the
+   process, beside ``--nodes`` separate processes run one after another,
+   ``ip netns exec netbench-nK tc qdisc replace dev eth0 root handle 4e42: tbf rate 100mbit
+   burst 32kbit latency 50ms`` (the ``tc`` CLI peer), on the same testbed;
+2. latency + rate on every link: ``netbench apply --latency 10ms --bandwidth 100mbit`` (20ms on
+   alternate rounds); there is no ``tc`` peer (this kernel has no netem);
+3. a change on 8 links through the library, in this process, as ``netbench apply`` makes it
+   (``backends.plan_apply`` + ``real_executor(...).apply`` under the journal's lock): only the
+   executor's apply is timed, in milliseconds; rate 100/200mbit and latency 10/20ms + 100mbit.
+
+Every timed sample is a real change: the state before it is the same tool's shaping with the
+other value (set, untimed, just before). The measurements of 1 and 2 run in rounds, in a
+rotating order, so the machine's noise falls on all of them alike; between tools the shaping is
+cleared (``tc qdisc del dev eth0 root`` for the tc-made qdiscs, which netbench refuses to replace;
+``netbench apply`` of a profile with no shaping for netbench's), untimed.
+
+Usage (root)::
+
+    .venv/bin/python bench/apply_speed.py [--nodes 64] [--repeat 5] [--quick] [--json PATH]
+
+It brings up its own testbed with ``netbench testbed up`` and refuses to run if a netbench
+testbed is already up (someone else's); ``netbench reset`` removes everything in ``finally``.
+Exit status: 0 done, 2 could not run, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+NETBENCH = REPO / ".venv" / "bin" / "netbench"
+LIB_NODES = 8
+RATES = ("100mbit", "200mbit")
+DELAYS = ("10ms", "20ms")
+TC_HANDLE = "4e42:"
+
+
+def run(argv: list[str]) -> None:
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
+
+
+def timed(action: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def netbench(*args: str) -> list[str]:
+    return [str(NETBENCH), *args]
+
+
+def testbed_nodes() -> list[dict]:
+    out = subprocess.run(netbench("testbed", "show", "--json"), capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["nodes"]
+
+
+class Testbed:
+    """The testbed's nodes and who shapes them now (None, "netbench" or "tc")."""
+
+    def __init__(self, nodes: list[dict], none_profile: Path) -> None:
+        self.nodes = nodes
+        self.none_profile = none_profile
+        self.owner: str | None = None
+
+    def tc_argv(self, node: dict, verb: str, rate: str | None = None) -> list[str]:
+        argv = ["ip", "netns", "exec", node["netns"], "tc", "qdisc", verb, "dev", node["ifname"], "root"]
+        if rate is not None:
+            argv += ["handle", TC_HANDLE, "tbf", "rate", rate, "burst", "32kbit", "latency", "50ms"]
+        return argv
+
+    def take(self, owner: str | None) -> None:
+        """Clear the other tool's shaping (untimed); None: clear whichever shapes now."""
+        if self.owner == "tc" and owner != "tc":
+            for node in self.nodes:
+                run(self.tc_argv(node, "del"))
+        elif self.owner == "netbench" and owner != "netbench":
+            run(netbench("apply", str(self.none_profile)))
+        self.owner = owner
+
+    def tc_all(self, rate: str) -> None:
+        for node in self.nodes:
+            run(self.tc_argv(node, "replace", rate))
+
+
+def other(values: tuple[str, str], value: str) -> str:
+    return values[1] if value == values[0] else values[0]
+
+
+def whole_commands(bed: Testbed, repeat: int, say: Callable[[str], None]) -> dict[str, list[float]]:
+    """Measurements 1 and 2: seconds per whole change, `repeat` rounds in rotating order."""
+    samples: dict[str, list[float]] = {"netbench_rate": [], "tc_rate": [], "netbench_latency_rate": []}
+
+    def netbench_rate(i: int) -> float:
+        rate = RATES[i % 2]
+        bed.take("netbench")
+        run(netbench("apply", "--bandwidth", other(RATES, rate)))
+        return timed(lambda: run(netbench("apply", "--bandwidth", rate)))
+
+    def tc_rate(i: int) -> float:
+        rate = RATES[i % 2]
+        bed.take("tc")
+        bed.tc_all(other(RATES, rate))
+        return timed(lambda: bed.tc_all(rate))
+
+    def netbench_latency_rate(i: int) -> float:
+        delay = DELAYS[i % 2]
+        bed.take("netbench")
+        run(netbench("apply", "--latency", other(DELAYS, delay), "--bandwidth", "100mbit"))
+        return timed(lambda: run(netbench("apply", "--latency", delay, "--bandwidth", "100mbit")))
+
+    order = [("netbench_rate", netbench_rate), ("tc_rate", tc_rate), ("netbench_latency_rate", netbench_latency_rate)]
+    for i in range(repeat):
+        shift = i % len(order)
+        for name, measure in order[shift:] + order[:shift]:
+            seconds = measure(i)
+            samples[name].append(seconds)
+            say(f"  round {i + 1}/{repeat}: {name} {seconds:.3f} s")
+    bed.take(None)  # leave nothing shaped
+    return samples
+
+
+def library_changes(repeat: int, say: Callable[[str], None]) -> tuple[dict[str, list[float]], str]:
+    """Measurement 3: the executor's apply of a change on the testbed that is up, in ms."""
+    sys.path.insert(0, str(REPO))
+    from netbench.emulation import backends
+    from netbench.emulation.executor import choose_backend, real_executor
+    from netbench.model.profile import profile_from_flags
+    from netbench.state.journal import Journal, Lock
+    from netbench.testbed import netns as local
+
+    journal = Journal()
+    topology = local.discover()
+    if topology is None or len(topology.nodes) != LIB_NODES:
+        raise RuntimeError(f"expected a testbed of {LIB_NODES} nodes")
+    choice = choose_backend(None)
+    executor = real_executor(journal, detach_engines=True)
+    variants = {
+        "library_rate": lambda i: profile_from_flags(None, latency=None, jitter=None, bandwidth=RATES[i % 2], loss=None),
+        "library_latency_rate": lambda i: profile_from_flags(None, latency=DELAYS[i % 2], jitter=None,
+                                                             bandwidth="100mbit", loss=None),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for name, make in variants.items():
+        for i in range(-1, repeat):  # i == -1: the untimed first state, so every timed apply is a change
+            changes = list(backends.plan_apply(make(i), topology, choice.name))
+            with Lock(journal.dir):
+                seconds = timed(lambda: executor.apply(changes))
+            if i >= 0:
+                samples[name].append(seconds * 1000)
+        say(f"  {name}: {len(samples[name])} changes, median {statistics.median(samples[name]):.1f} ms")
+    return samples, choice.name
+
+
+def on_sigterm(main_pid: int) -> None:
+    """SIGTERM as Ctrl-C in this process; a child the library forked (and that inherited this
+    handler) just exits, as it would without it."""
+    if os.getpid() != main_pid:
+        os._exit(128 + signal.SIGTERM)
+    raise KeyboardInterrupt
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=64, help="nodes of the whole-command testbed (1-64) [64]")
+    parser.add_argument("--repeat", type=int, default=None, help="rounds of the whole commands [5; --quick 2]")
+    parser.add_argument("--lib-repeat", type=int, default=None, help="library changes per variant [20; --quick 6]")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--json", metavar="PATH", help="also write every sample as JSON ('-': stdout)")
+    args = parser.parse_args(argv)
+    repeat = args.repeat or (2 if args.quick else 5)
+    lib_repeat = args.lib_repeat or (6 if args.quick else 20)
+    if not 1 <= args.nodes <= 64 or repeat < 1 or lib_repeat < 1:
+        print("error: --nodes must be 1-64, --repeat and --lib-repeat at least 1", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("error: run as root (namespaces, qdiscs, iptables): sudo .venv/bin/python bench/apply_speed.py",
+              file=sys.stderr)
+        return 2
+    if not NETBENCH.exists():
+        print(f"error: {NETBENCH} is missing (make install)", file=sys.stderr)
+        return 2
+    if testbed_nodes():
+        print("error: a netbench testbed is already up (someone else's?); not touching it "
+              "('netbench testbed down' if it is yours)", file=sys.stderr)
+        return 2
+
+    say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json == "-" else \
+        (lambda line: print(line, flush=True))
+    main_pid = os.getpid()
+    signal.signal(signal.SIGTERM, lambda *_: on_sigterm(main_pid))
+    started = time.monotonic()
+    record: dict = {"date": datetime.date.today().isoformat(), "host": platform.node(),
+                    "kernel": platform.release(), "cpus": os.cpu_count(), "nodes": args.nodes,
+                    "lib_nodes": LIB_NODES, "repeat": repeat, "lib_repeat": lib_repeat}
+    with tempfile.TemporaryDirectory(prefix="nb-apply-speed-") as tmp:
+        none_profile = Path(tmp) / "none.yaml"
+        none_profile.write_text("name: none\n")
+        try:
+            say(f"testbed up --nodes {args.nodes}")
+            run(netbench("testbed", "up", "--nodes", str(args.nodes)))
+            bed = Testbed(testbed_nodes(), none_profile)
+            say(f"whole commands on {args.nodes} links, {repeat} rounds")
+            whole = whole_commands(bed, repeat, say)
+            run(netbench("testbed", "down"))
+            say(f"testbed up --nodes {LIB_NODES}")
+            run(netbench("testbed", "up", "--nodes", str(LIB_NODES)))
+            say(f"library changes on {LIB_NODES} links, {lib_repeat} each")
+            lib, backend = library_changes(lib_repeat, say)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        except (RuntimeError, subprocess.CalledProcessError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            if os.getpid() == main_pid:  # never in a child the library forked (a delay engine)
+                subprocess.run(netbench("reset"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    record["backend"] = backend
+    record["runtime_s"] = round(time.monotonic() - started, 1)
+    record["samples"] = {**{f"{k}_s": v for k, v in whole.items()}, **{f"{k}_ms": v for k, v in lib.items()}}
+    stats = {k: summary(v) for k, v in {**whole, **lib}.items()}
+    record["summary"] = stats
+    tc = stats["tc_rate"]["median"]
+    record["ratio_netbench_over_tc"] = {"rate": stats["netbench_rate"]["median"] / tc,
+                                        "latency_rate_vs_tc_rate": stats["netbench_latency_rate"]["median"] / tc}
+
+    n = args.nodes
+    rows = [
+        (f"rate, {n} links: netbench apply --bandwidth 100/200mbit", "netbench_rate", "s",
+         f"{record['ratio_netbench_over_tc']['rate']:.1f}x"),
+        (f"rate, {n} links: {n} x ip netns exec .. tc qdisc replace .. tbf", "tc_rate", "s", "1.0x"),
+        (f"latency+rate, {n} links: netbench apply --latency 10/20ms --bandwidth 100mbit",
+         "netbench_latency_rate", "s", "- (no netem)"),
+        (f"rate, {LIB_NODES} links: library executor.apply, 100/200mbit", "library_rate", "ms", ""),
+        (f"latency+rate, {LIB_NODES} links: library executor.apply, 10/20ms", "library_latency_rate", "ms", ""),
+    ]
+    out = sys.stderr if args.json == "-" else sys.stdout
+    width = max(len(r[0]) for r in rows)
+    print(f"\nbackend {backend}; {os.cpu_count()} CPUs; {repeat} rounds, {lib_repeat} library changes; "
+          f"{record['runtime_s']:.0f} s", file=out)
+    print(f"{'measurement':<{width}}  {'median':>9}  {'min':>9}  {'max':>9}  netbench/tc", file=out)
+    for label, key, unit, ratio in rows:
+        cells = [f"{stats[key][k]:.3f} s" if unit == "s" else f"{stats[key][k]:.1f} ms" for k in ("median", "min", "max")]
+        print(f"{label:<{width}}  " + "  ".join(f"{c:>9}" for c in cells) + f"  {ratio}", file=out)
+    if args.json == "-":
+        print(json.dumps(record, indent=2))
+    elif args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {args.json}", file=out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
