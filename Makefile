@@ -14,7 +14,7 @@ help:
 	@echo "make test      the whole test suite (needs root for namespace tests)"
 	@echo "make test-fast pure unit tests only (no root, no TensorFlow)"
 	@echo "make test-kernel the netem backend on Debian's stock kernel under qemu (virtme-ng)"
-	@echo "make bench     emulation fidelity, delay-engine ceiling and sweep-memory benchmarks"
+	@echo "make bench     emulation fidelity, delay-engine ceiling, sweep-memory and apply-speed benchmarks"
 	@echo "make dashboards regenerate grafana/dashboards; Prometheus + Grafana with docker compose"
 	@echo "make reset     remove everything netbench made"
 
