@@ -120,26 +120,37 @@ class Journal:
         finally:
             os.close(fd)  # releases the flock
 
-    def _append(self, record: dict[str, Any]) -> None:
+    def _append(self, record: dict[str, Any], if_pending: str | None = None) -> None:
+        """Append `record` under the journal lock; with `if_pending`, only while that entry is
+        still pending (checked under the same lock)."""
         try:
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o755)
             check_state_dir(self.dir)
-            with self._locked(), open(self.path, "a+b") as fh:
-                fh.seek(0, os.SEEK_END)
-                if fh.tell() > 0:
-                    fh.seek(-1, os.SEEK_END)
-                    if fh.read(1) != b"\n":  # a torn last line: never glue a record onto it
-                        fh.write(b"\n")
-                fh.flush()
-                start = fh.tell()
-                line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
-                fh.write(line)
-                fh.flush()
-                os.fsync(fh.fileno())
-                self._indexed(record, line, start, fh.tell(), os.fstat(fh.fileno()).st_ino)
+            with self._locked():
+                if if_pending is not None:
+                    self._refresh()
+                    if if_pending not in self._index:
+                        return
+                self._write_line(record)
         except OSError as exc:
             raise StateError(f"cannot write journal {self.path}: {exc.strerror or exc}",
                              hint="netbench needs root; set NETBENCH_STATE_DIR to a writable folder") from None
+
+    def _write_line(self, record: dict[str, Any]) -> None:
+        """One record as one line; the caller holds the journal lock."""
+        with open(self.path, "a+b") as fh:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() > 0:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":  # a torn last line: never glue a record onto it
+                    fh.write(b"\n")
+            fh.flush()
+            start = fh.tell()
+            line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+            self._indexed(record, line, start, fh.tell(), os.fstat(fh.fileno()).st_ino)
 
     def record(self, kind: str, **data: Any) -> Entry:
         """Write the intent to create something; call before creating it."""
@@ -148,9 +159,12 @@ class Journal:
         return entry
 
     def done(self, entry: Entry | str) -> None:
-        """Mark an entry undone (the thing it created is gone)."""
+        """Mark an entry undone (the thing it created is gone). An entry that is no longer
+        pending (another process undid it and compacted the journal meanwhile, as a host's
+        reset does while its `node task` stops) gets no line: a lone `done` would outlive
+        the compaction that removed its entry."""
         entry_id = entry.id if isinstance(entry, Entry) else entry
-        self._append({"op": "done", "id": entry_id, "time": time.time()})
+        self._append({"op": "done", "id": entry_id, "time": time.time()}, if_pending=entry_id)
 
     def pending(self) -> list[Entry]:
         """Entries whose creation was recorded and not yet undone, oldest first.

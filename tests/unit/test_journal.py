@@ -373,3 +373,19 @@ def test_undo_skips_a_namespace_that_is_gone():
     assert undo("qdisc", {"netns": "gone", "ifname": "eth0"}, ctx) is None
     assert undo("ingress", {"netns": "gone", "dev": "eth0", "ifb": "nbifb0"}, ctx) is None
     assert undo("iptables", {"netns": "gone"}, ctx) is None
+
+
+def test_a_done_for_an_entry_already_undone_and_compacted_leaves_no_line(journal):
+    """A host's reset undoes a task's process entry and compacts the journal while the task's
+    own `node task` is still stopping; its late `done` must not leave a lone line behind
+    (seen in the sshd test of a killed controller)."""
+    entry = journal.record("netns", name="a")
+    other = Journal(journal.dir)  # another process: the reset
+    other.done(entry)
+    other.compact()
+    assert not journal.path.exists()
+    journal.done(entry)
+    assert not journal.path.exists()
+    kept = journal.record("netns", name="b")
+    journal.done("no-such-id")
+    assert journal.pending() == [kept] and "no-such-id" not in journal.path.read_text()
