@@ -82,6 +82,9 @@ CATALOGUE: tuple[MetricDef, ...] = (
     _m("profile", "netbench_profile_loss_ratio", "gauge", "Egress drop probability (0 to 1)."),
     _m("profile", "netbench_profile_applied_timestamp_seconds", "gauge",
        "When the active profile was applied (Unix time, seconds)."),
+    _m("profile", "netbench_profile_last_applied_timestamp_seconds", "gauge",
+       "When each profile of this sweep was last applied (Unix time, seconds); kept after a change, so a "
+       "scraper that starts late still sees every change.", "profile"),
     _m("profile", "netbench_profile_applications_total", "counter",
        "Profiles applied since the sweep started (one per run)."),
     # training, from the workers' step events

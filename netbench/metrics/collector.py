@@ -105,6 +105,10 @@ def profile_families(s: Snapshot) -> Iterator[Metric]:
             # only the active profile's label set exists: a change removes the old one
             fam.add_metric([p.name] if name == "netbench_profile_active" else [], 1.0 if value is None else value)
         yield fam
+    history = family("netbench_profile_last_applied_timestamp_seconds")
+    for name, applied_at in sorted(s.profile_applied_at.items()):
+        history.add_metric([name], applied_at)
+    yield history
     applications = family("netbench_profile_applications_total")
     applications.add_metric([], s.profile_applications)
     yield applications

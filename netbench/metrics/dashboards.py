@@ -40,10 +40,9 @@ ANNOTATIONS = {"list": [
     {"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True, "hide": True,
      "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"},
     # the series' value is the event's time in ms (useValueForTime): exact, and never missed when
-    # the first scrape comes after the event
+    # the first scrape comes after the event (each profile keeps its own series for the sweep)
     {"name": "Profile changes", "datasource": DATASOURCE, "enable": True, "iconColor": "orange",
-     "expr": f"netbench_profile_applied_timestamp_seconds{{{SEL}}} * 1000"
-             f" * on(instance) group_left(profile) netbench_profile_active{{{SEL}}}",
+     "expr": f"netbench_profile_last_applied_timestamp_seconds{{{SEL}}} * 1000",
      "useValueForTime": True, "step": "10s", "titleFormat": "profile {{profile}}", "tagKeys": "profile",
      "textFormat": "profile applied"},
     {"name": "Warm-up end", "datasource": DATASOURCE, "enable": True, "iconColor": "green",

@@ -67,6 +67,9 @@ class Snapshot:
     result_images_per_s: dict[str, float] = field(default_factory=dict)
     profile: ActiveProfile | None = None
     profile_applications: int = 0
+    # when each profile of this sweep was last applied: a scraper that first comes after a
+    # change (a late file_sd discovery, a short first run) still sees every change
+    profile_applied_at: dict[str, float] = field(default_factory=dict)
     steps: dict[tuple[str, str], int] = field(default_factory=dict)
     samples: dict[tuple[str, str], int] = field(default_factory=dict)
     durations: dict[tuple[str, str], Histogram] = field(default_factory=dict)
@@ -138,6 +141,7 @@ class MetricsState:
             s.profile = ActiveProfile(name=name, delay_s=delay_us / 1e6, jitter_s=jitter_us / 1e6,
                                       rate_bytes_per_s=(rate_bps or 0) / 8, loss=float(loss),
                                       applied_at=self._clock())
+            s.profile_applied_at[name] = s.profile.applied_at
             s.profile_applications += 1
             s.state = "starting"
 

@@ -151,6 +151,10 @@ def test_profile_change_removes_the_old_label_set():
     assert samples(families, "netbench_profile_rate_bytes_per_second") == {frozenset(): 0.0}  # no limit
     assert samples(families, "netbench_profile_applied_timestamp_seconds") == {frozenset(): 1050.0}
     assert samples(families, "netbench_profile_applications_total") == {frozenset(): 2.0}
+    # every profile of the sweep keeps its last application time: a scraper that first comes now
+    # still annotates both changes
+    assert samples(families, "netbench_profile_last_applied_timestamp_seconds") == {
+        frozenset({("profile", "d10ms-r250mbit")}): 1000.0, frozenset({("profile", "d100ms")}): 1050.0}
 
 
 def test_steps_samples_and_histogram_by_phase():
