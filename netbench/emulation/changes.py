@@ -197,6 +197,17 @@ class StartEngine(Change):
 
 
 @dataclass(frozen=True)
+class ReconfigureEngine(StartEngine):
+    """Give the running engine on `queue_num` new parameters through its control channel: no
+    restart, held packets keep their release time (one is started if none runs)."""
+
+    def describe(self) -> str:
+        return (f"{self.node}: in {self.netns}: reconfigure delay engine on NFQUEUE {self.queue_num} in place: "
+                f"delay {units.format_duration_us(self.delay_us)} jitter {units.format_duration_us(self.jitter_us)} "
+                f"loss {units.format_ratio(self.loss)} seed {self.seed}")
+
+
+@dataclass(frozen=True)
 class AddNfqueueRule(Change):
     """Queue what node `node` sends (it enters the bridge by `port`) to `queue_num`."""
 
@@ -208,6 +219,14 @@ class AddNfqueueRule(Change):
 
     def describe(self) -> str:
         return f"{self.node}: in {self.netns}: iptables -t mangle -A {IPT_CHAIN} {' '.join(self.iptables_args())}"
+
+
+@dataclass(frozen=True)
+class DeleteNfqueueRule(AddNfqueueRule):
+    """Stop queueing what `node` sends (before its engine stops: a queue nobody binds drops)."""
+
+    def describe(self) -> str:
+        return f"{self.node}: in {self.netns}: iptables -t mangle -D {IPT_CHAIN} {' '.join(self.iptables_args())}"
 
 
 def tbf_burst_bytes(rate_bps: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -10,6 +11,7 @@ from netbench.emulation import changes as ch
 from netbench.emulation import readback
 from netbench.emulation.backends import BackendChoice, backend_held, choose_backend  # noqa: F401 - re-exported
 from netbench.emulation.engines import Engines
+from netbench.emulation.held import Held, held_from_entries
 from netbench.emulation.iptables import Iptables
 from netbench.emulation.netlink.qdisc import NetlinkQdiscs, QdiscAdapter
 from netbench.errors import EmulationError
@@ -30,13 +32,33 @@ class Executor:
     done: list[ch.Change] = field(default_factory=list)  # of the last apply(): a sweep's executor lives long
 
     def apply(self, plan: list[ch.Change]) -> None:
-        self._refuse_foreign_qdiscs(plan)
-        self.done = []
-        for change in plan:
-            if self.on_change:
-                self.on_change(change)
-            self._dispatch(change)
-            self.done.append(change)
+        """Make `plan`'s changes in order, one netlink socket per namespace for all of them."""
+        session = getattr(self.qdiscs, "session", None)
+        with session() if session is not None else nullcontext():
+            self._refuse_foreign_qdiscs(plan)
+            self.done = []
+            for change in plan:
+                if self.on_change:
+                    self.on_change(change)
+                self._dispatch(change)
+                self.done.append(change)
+
+    def held(self) -> Held:
+        """What netbench holds now, from the journal (plan a change in place against it)."""
+        return held_from_entries(self.journal.pending())
+
+    def _record_root(self, netns: str, dev: str, kind: str, **extra: Any) -> None:
+        """One pending `qdisc` entry per device, however many live changes a sweep or a schedule
+        makes: a new one is written only when what it says changes (the old ones are then done)."""
+        j = self.journal
+        data = {"netns": netns, "ifname": dev, "handle": ch.QDISC_HANDLE, "qdisc_kind": kind, **extra}
+        older = [e for e in j.pending() if e.kind == "qdisc" and e.data.get("netns") == netns
+                 and e.data.get("ifname") == dev]
+        if any(e.data == data for e in older):
+            return
+        j.record("qdisc", **data)
+        for entry in older:
+            j.done(entry)
 
     def _refuse_foreign_qdiscs(self, plan: list[ch.Change]) -> None:
         """Before any change: refuse a plan that would replace a root or ingress qdisc netbench
@@ -77,29 +99,35 @@ class Executor:
             self.qdiscs.clear(change.netns, change.ifname)
             jr.resolve(j, "qdisc", netns=change.netns, ifname=change.ifname)
         elif isinstance(change, ch.SetTbf):
-            j.record("qdisc", netns=change.netns, ifname=change.ifname, handle=ch.QDISC_HANDLE)
+            self._record_root(change.netns, change.ifname, "tbf")
             self.qdiscs.replace_tbf(change.netns, change.ifname, change.rate_bps,
                                     change.burst_bytes, change.limit_bytes)
         elif isinstance(change, ch.ShapeDevice):
             # the kernel does not report netem's distribution table: the journal remembers it
-            older = [e for e in j.pending() if e.kind == "qdisc" and e.data.get("netns") == change.netns
-                     and e.data.get("ifname") == change.dev]
-            j.record("qdisc", netns=change.netns, ifname=change.dev, handle=ch.QDISC_HANDLE,
-                     distribution=change.netem.distribution)
+            self._record_root(change.netns, change.dev, "htb" if change.uses_htb else "netem",
+                              distribution=change.netem.distribution)
             self.qdiscs.shape(change)
-            for entry in older:  # one entry per device, however many live changes a sweep makes
-                j.done(entry)
         elif isinstance(change, ch.SetIngress):
             j.record("ingress", netns=change.netns, dev=change.dev, ifb=change.ifb)
             self.qdiscs.set_ingress(change.netns, change.dev, change.ifb)
         elif isinstance(change, ch.ClearIngress):
             self.qdiscs.clear_ingress(change.netns, change.dev, change.ifb)
             jr.resolve(j, "ingress", netns=change.netns, dev=change.dev)
+            jr.resolve(j, "qdisc", netns=change.netns, ifname=change.ifb)  # gone with the ifb
+        elif isinstance(change, ch.ReconfigureEngine):  # before StartEngine: it is one
+            if not self.engines.reconfigure(change.netns, change.queue_num, change.delay_us, change.jitter_us,
+                                            change.loss, change.seed, j):
+                self.engines.stop(change.netns, change.queue_num, j)  # its entry, if the engine died
+                self.engines.start(change.netns, change.queue_num, change.delay_us, change.jitter_us,
+                                   change.loss, change.seed, j)
         elif isinstance(change, ch.StartEngine):
             self.engines.start(change.netns, change.queue_num, change.delay_us, change.jitter_us,
                                change.loss, change.seed, j)
+        elif isinstance(change, ch.DeleteNfqueueRule):  # before AddNfqueueRule: it is one
+            self.iptables.delete_rule(change.netns, change.iptables_args())
+            jr.resolve(j, "iptables", netns=change.netns, port=change.port)
         elif isinstance(change, ch.AddNfqueueRule):
-            j.record("iptables", netns=change.netns, chain=ch.IPT_CHAIN)
+            j.record("iptables", netns=change.netns, chain=ch.IPT_CHAIN, port=change.port, queue=change.queue_num)
             self.iptables.add_rule(change.netns, change.iptables_args())
         else:  # pragma: no cover - a new change type without a handler is a bug
             raise TypeError(f"no handler for {type(change).__name__}")

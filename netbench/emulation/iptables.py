@@ -37,6 +37,10 @@ class Iptables:
             self._ipt(netns, "-I", IPT_HOOK, "1", "-j", IPT_CHAIN)
         self._ipt(netns, "-A", IPT_CHAIN, *args)
 
+    def delete_rule(self, netns: str, args: list[str]) -> bool:
+        """Delete one rule netbench added to its chain; False if it was not there."""
+        return self._ipt(netns, "-D", IPT_CHAIN, *args, check=False).returncode == 0
+
     def clear(self, netns: str) -> bool:
         """Flush and delete the netbench chain; False if there was none."""
         if self._ipt(netns, "-S", IPT_CHAIN, check=False).returncode != 0:

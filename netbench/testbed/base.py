@@ -25,6 +25,7 @@ class Planned:
     changes: Mapping[str, tuple]  # place -> emulation.changes.Change, in order
     reasons: Mapping[str, str] = field(default_factory=dict)
     probed: bool = True  # False: planned from the given backend, without asking any host
+    basis: Any = None  # what the changes were planned against (the embedded testbed: its Held and topology)
 
 
 class Target(Protocol):

@@ -12,6 +12,7 @@ from typing import Callable
 
 from netbench.emulation import backends, changes as ch
 from netbench.emulation.executor import BackendChoice, choose_backend, real_executor
+from netbench.emulation.held import held_from_entries
 from netbench.experiment.verify import verify_point
 from netbench.errors import TestbedError
 from netbench.testbed.base import EMBEDDED, Planned
@@ -54,11 +55,15 @@ class EmbeddedTestbed:
             raise TestbedError("no testbed is up", hint="start one with 'netbench testbed up'")
         requested = None if backend == "auto" else backend
         choice = choose_backend(requested, self._probe) if self._probe else choose_backend(requested)
+        held = held_from_entries(self.journal.pending())
         return Planned(profile=profile, backends={EMBEDDED: choice.name}, reasons={EMBEDDED: choice.reason},
-                       changes={EMBEDDED: tuple(backends.plan_apply(profile, topology, choice.name))})
+                       changes={EMBEDDED: tuple(backends.plan_apply(profile, topology, choice.name, held=held))},
+                       basis=(held, topology))
 
     def apply_plan(self, planned: Planned, on_change: Callable | None = None, **options) -> None:
-        """Make the changes under the journal's lock; delay engines outlive this process."""
+        """Make the changes under the journal's lock, in place where the link is live; delay
+        engines outlive this process. If what netbench holds changed since the plan was made
+        (another command in between), the same profile is planned again under the lock."""
         from netbench.emulation.executor import Executor
 
         if self.adapters is None:
@@ -68,7 +73,13 @@ class EmbeddedTestbed:
             executor = Executor(journal=self.journal, qdiscs=qdiscs, iptables=iptables, engines=engines,
                                 on_change=on_change)
         with Lock(self.journal.dir):
-            executor.apply(list(planned.changes[EMBEDDED]))
+            changes = list(planned.changes[EMBEDDED])
+            if planned.basis is not None:
+                held, topology = planned.basis
+                now = executor.held()
+                if now != held:
+                    changes = backends.plan_apply(planned.profile, topology, planned.backends[EMBEDDED], held=now)
+            executor.apply(changes)
 
     def show(self) -> dict:
         """{"nodes": one row per node: backend, profile, qdisc, engine} ({"nodes": []}: no testbed)."""
@@ -128,7 +139,9 @@ class EmbeddedTestbed:
         return self.topology.nodes
 
     def apply(self, run, seed: int) -> None:
-        self.executor.apply(backends.plan_apply(run.profile, self.topology, self.backend.name, seed=seed))
+        """One run's profile, changed in place from the last (the sweep holds the lock)."""
+        self.executor.apply(backends.plan_apply(run.profile, self.topology, self.backend.name, seed=seed,
+                                                held=self.executor.held()))
 
     def verify(self, run, observer):
         return verify_point(run, self.topology, observer)

@@ -10,9 +10,10 @@ changes state; tests use it to look at the journal at the moment a change is mad
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
@@ -59,6 +60,7 @@ class FakeQdiscs(_Recorder):
         self.ingress: dict[tuple[str, str], str] = {}
         self.foreign: dict[tuple[str, str], tuple[str, int]] = {}
         self.foreign_ingress: dict[tuple[str, str], str] = {}
+        self.sessions = 0
 
     def root_qdisc(self, netns: str, ifname: str) -> tuple[str, int] | None:
         if (netns, ifname) in self.state:
@@ -102,6 +104,12 @@ class FakeQdiscs(_Recorder):
         self._call("clear", netns=netns, ifname=ifname)
         return self.state.pop((netns, ifname), None) is not None
 
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """As NetlinkQdiscs.session: the calls inside share sockets (nothing to fake)."""
+        self.sessions += 1
+        yield
+
     def read(self, netns: str, ifname: str, distribution: str = "uniform") -> dict[str, Any] | None:
         qdisc = self.state.get((netns, ifname))
         if qdisc is None:
@@ -134,6 +142,14 @@ class FakeIptables(_Recorder):
     def add_rule(self, netns: str, args: list[str]) -> None:
         self._call("add_rule", netns=netns, args=list(args))
         self.chains.setdefault(netns, []).append(" ".join(["-A", IPT_CHAIN, *args]))
+
+    def delete_rule(self, netns: str, args: list[str]) -> bool:
+        self._call("delete_rule", netns=netns, args=list(args))
+        line = " ".join(["-A", IPT_CHAIN, *args])
+        if line not in self.chains.get(netns, []):
+            return False
+        self.chains[netns].remove(line)
+        return True
 
     def clear(self, netns: str) -> bool:
         self._call("clear", netns=netns)
@@ -170,6 +186,17 @@ class FakeEngines(_Recorder):
         self.running[key] = {"pid": pid, "params": {"queue_num": queue_num, "delay_us": delay_us,
                                                     "jitter_us": jitter_us, "loss": loss, "seed": seed}}
         return pid
+
+    def reconfigure(self, netns: str, queue_num: int, delay_us: int, jitter_us: int, loss: float,
+                    seed: int, journal) -> bool:
+        """New parameters for the running engine, same pid; False when none runs (as Engines)."""
+        self._call("reconfigure", netns=netns, queue_num=queue_num, delay_us=delay_us, jitter_us=jitter_us,
+                   loss=loss, seed=seed)
+        engine = self.running.get((netns, queue_num))
+        if engine is None:
+            return False
+        engine["params"].update(delay_us=delay_us, jitter_us=jitter_us, loss=loss, seed=seed)
+        return True
 
     def stop(self, netns: str, queue_num: int, journal) -> bool:
         self._call("stop", netns=netns, queue_num=queue_num)

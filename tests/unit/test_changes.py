@@ -194,7 +194,8 @@ def test_netem_apply_sets_qdiscs(journal):
         assert n.loss == pytest.approx(0.01, abs=1e-9)
     assert pending_summary(journal) == [("qdisc", "netbench-n1"), ("qdisc", "netbench-n2")]
     assert [e.data for e in journal.pending()][0] == {"netns": "netbench-n1", "ifname": "eth0",
-                                                      "handle": ch.QDISC_HANDLE, "distribution": "uniform"}
+                                                      "handle": ch.QDISC_HANDLE, "distribution": "uniform",
+                                                      "qdisc_kind": "netem"}
     assert ex.done == backends.plan_apply(FULL, TOPO, "netem")
 
 

@@ -14,12 +14,15 @@ from typing import Any, Callable
 from netbench.emulation import changes as ch
 from netbench.emulation.backends import netem, rateonly, userspace
 from netbench.emulation.backends.base import Backend
+from netbench.emulation.held import Held
 from netbench.errors import BackendUnavailable, UsageError
 from netbench.model.profile import Profile
 from netbench.model.topology import Topology
 
 # in order of preference: `auto` takes the first whose probe passes (or that needs none)
 BACKENDS: dict[str, Backend] = {b.name: b for b in (netem.BACKEND, userspace.BACKEND, rateonly.BACKEND)}
+# the backends that plan against what is held (a change in place); others clear and re-create
+IN_PLACE = ("netem", "userspace")
 CHOOSABLE: tuple[str, ...] = tuple(name for name, b in BACKENDS.items() if b.choosable)
 
 
@@ -31,12 +34,26 @@ def get_backend(name: str, on_host: bool = False) -> Backend:
     return BACKENDS[backend.on_hosts] if on_host else backend
 
 
-def plan_apply(profile: Profile, topology: Topology, backend: str, seed: int = 0) -> list[ch.Change]:
-    """Everything to turn every node's link into `profile`, replacing what was there: stop
-    the engines and clear the rules of either backend, then the backend's own plan."""
+def plan_apply(profile: Profile, topology: Topology, backend: str, seed: int = 0,
+               held: Held | None = None) -> list[ch.Change]:
+    """Everything to turn every node's link into `profile`.
+
+    Without `held` (or with a `held` that is not exact): replacing what was there: stop the
+    engines and clear the rules of either backend, then the backend's own plan. With `held`
+    (what the journal says netbench holds, emulation/held.py): in place, so a live link is
+    never unshaped; only what is held and no longer wanted is removed."""
     chosen = get_backend(backend)
     switch = topology.switch_netns
-    changes: list[ch.Change] = [ch.ClearRules("switch", switch)]
+    if held is not None and held.exact and chosen.name in IN_PLACE:
+        changes: list[ch.Change] = []
+        if chosen.name != "userspace":  # the other backend's engines and rules go
+            for i, node in enumerate(topology.nodes):
+                if held.has_rule(switch, node.port):
+                    changes.append(ch.DeleteNfqueueRule(node.name, switch, node.port, ch.queue_num(i)))
+            changes += [ch.StopEngine(node.name, switch, ch.queue_num(i)) for i, node in enumerate(topology.nodes)
+                        if (switch, ch.queue_num(i)) in held.engines]
+        return changes + chosen.plan(profile, topology, topology.nodes, seed, held)
+    changes = [ch.ClearRules("switch", switch)]
     changes += [ch.StopEngine(node.name, switch, ch.queue_num(i)) for i, node in enumerate(topology.nodes)]
     return changes + chosen.plan(profile, topology, topology.nodes, seed)
 

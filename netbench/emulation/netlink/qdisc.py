@@ -12,7 +12,9 @@ import ipaddress
 import struct
 from typing import Any, Protocol
 
-from pyroute2 import NetNS
+from contextlib import closing, contextmanager, nullcontext
+from typing import ContextManager, Iterator
+
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_NEWQDISC
@@ -35,16 +37,6 @@ def _nl_error(action: str, exc: NetlinkError) -> EmulationError:
         return EmulationError(f"{action}: the kernel does not support this qdisc",
                               hint="run 'netbench show --backend userspace' or use --backend userspace")
     return EmulationError(f"{action}: {exc.args[1] if len(exc.args) > 1 else exc}")
-
-
-def _netns(netns: str) -> NetNS:
-    """Open an existing namespace. flags=0: pyroute2's default (O_CREAT) would create a missing
-    one, unjournaled, which no reset would ever remove."""
-    try:
-        return NetNS(netns, flags=0)
-    except FileNotFoundError:
-        raise EmulationError(f"namespace {netns} does not exist",
-                             hint="is the testbed up? 'netbench testbed show'") from None
 
 
 class QdiscAdapter(Protocol):
@@ -95,14 +87,48 @@ class NetlinkQdiscs:
     queue), a different shape replaces only the netbench-owned root.
     """
 
-    def _index(self, ns: NetNS, netns: str, ifname: str) -> int:
+    def __init__(self) -> None:
+        self._open_sockets: dict[str, Any] | None = None  # namespace -> IPRoute, inside session()
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """One netlink socket per namespace for everything done inside (a whole apply)."""
+        if self._open_sockets is not None:
+            yield
+            return
+        self._open_sockets = {}
+        try:
+            yield
+        finally:
+            sockets, self._open_sockets = self._open_sockets, None
+            for ipr in sockets.values():
+                ipr.close()
+
+    def _open(self, netns: str) -> ContextManager[Any]:
+        """An IPRoute in `netns` (the session's, or one closed after use); FileNotFoundError
+        when the namespace does not exist. Never creates a namespace: pyroute2's NetNS would
+        (O_CREAT), unjournaled, which no reset would ever remove."""
+        if self._open_sockets is None:
+            return closing(rtnl.iproute_in(netns))
+        if netns not in self._open_sockets:
+            self._open_sockets[netns] = rtnl.iproute_in(netns)
+        return nullcontext(self._open_sockets[netns])
+
+    def _ns(self, netns: str) -> ContextManager[Any]:
+        try:
+            return self._open(netns)
+        except FileNotFoundError:
+            raise EmulationError(f"namespace {netns} does not exist",
+                                 hint="is the testbed up? 'netbench testbed show'") from None
+
+    def _index(self, ns: Any, netns: str, ifname: str) -> int:
         found = ns.link_lookup(ifname=ifname)
         if not found:
             raise EmulationError(f"{netns}: no interface {ifname}", hint="is the testbed up? 'netbench testbed show'")
         return found[0]
 
     def replace_tbf(self, netns, ifname, rate_bps, burst_bytes, limit_bytes):
-        with _netns(netns) as ns:
+        with self._ns(netns) as ns:
             index = self._index(ns, netns, ifname)
             try:
                 self._drop_root_unless(ns, index, "tbf")
@@ -113,13 +139,13 @@ class NetlinkQdiscs:
                 raise _nl_error(f"{netns}: tbf on {ifname}", exc) from None
 
     @staticmethod
-    def _root(ns: NetNS, index: int) -> Any | None:
+    def _root(ns: Any, index: int) -> Any | None:
         for qdisc in list(ns.get_qdiscs(index=index)):
             if qdisc["parent"] == ROOT_PARENT:
                 return qdisc
         return None
 
-    def _drop_root_unless(self, ns: NetNS, index: int, kind: str) -> bool:
+    def _drop_root_unless(self, ns: Any, index: int, kind: str) -> bool:
         """Delete the netbench-owned root if it is of another kind; True if one of `kind` stays."""
         root = self._root(ns, index)
         if root is None or root["handle"] != _HANDLE_INT:
@@ -132,7 +158,7 @@ class NetlinkQdiscs:
     def shape(self, change: ShapeDevice) -> None:
         netns, dev = change.netns, change.dev
         try:
-            with _netns(netns) as ns:
+            with self._ns(netns) as ns:
                 index = self._index(ns, netns, dev)
             if change.uses_htb:
                 self._shape_htb(netns, index, change)
@@ -160,14 +186,14 @@ class NetlinkQdiscs:
         except NetlinkError as exc:
             if exc.code not in (errno.EEXIST, errno.EINVAL) or parent != ROOT_PARENT:
                 raise
-        with _netns(netns) as ns:  # a netbench root of another kind (tbf, htb) is in the way
+        with self._ns(netns) as ns:  # a netbench root of another kind (tbf, htb) is in the way
             self._drop_root_unless(ns, index, root_kind)
         _send_netem(netns, "add", index, handle, parent, params)
 
     def _shape_htb(self, netns: str, index: int, change: ShapeDevice) -> None:
         rate_bps = change.htb_rate_bps or HTB_UNLIMITED_BPS
         default = 0 if change.peers else 1  # 0: traffic no filter claims leaves unshaped (htb's direct queue)
-        with _netns(netns) as ns:
+        with self._ns(netns) as ns:
             root = self._root(ns, index)
             owned = root is not None and root["handle"] == _HANDLE_INT
             if not (owned and root.get_attr("TCA_KIND") == "htb" and _htb_default(root) == default):
@@ -188,7 +214,7 @@ class NetlinkQdiscs:
             self._put_netem(netns, index, _handle(CHILD_MAJOR + i), _handle(HANDLE_MAJOR, i + 1), change.netem, "htb")
 
     @staticmethod
-    def _replace_filters(ns: NetNS, index: int, change: ShapeDevice) -> None:
+    def _replace_filters(ns: Any, index: int, change: ShapeDevice) -> None:
         try:
             ns.tc("del-filter", index=index, parent=_HANDLE_INT, prio=FILTER_PRIO, protocol=ETH_P_IP)
         except NetlinkError as exc:
@@ -202,7 +228,7 @@ class NetlinkQdiscs:
                   target=_handle(HANDLE_MAJOR, i + 1), keys=[key])
 
     def set_ingress(self, netns: str, dev: str, ifb: str) -> None:
-        with _netns(netns) as ns:
+        with self._ns(netns) as ns:
             try:
                 if not ns.link_lookup(ifname=ifb):
                     ns.link("add", ifname=ifb, kind="ifb")
@@ -226,7 +252,7 @@ class NetlinkQdiscs:
         """Remove the ingress redirect and the ifb device if netbench made them (the ifb's name
         says so); a missing one is not an error."""
         try:
-            with NetNS(netns, flags=0) as ns:
+            with self._open(netns) as ns:
                 found_ifb = ns.link_lookup(ifname=ifb)
                 if not found_ifb:
                     return False
@@ -245,7 +271,7 @@ class NetlinkQdiscs:
     def clear(self, netns, ifname):
         """Delete the root qdisc if netbench owns it; a missing one is not an error."""
         try:
-            with NetNS(netns, flags=0) as ns:
+            with self._open(netns) as ns:
                 found = ns.link_lookup(ifname=ifname)
                 if not found:
                     return False
@@ -265,7 +291,7 @@ class NetlinkQdiscs:
         """(kind, handle) of the root qdisc on `ifname`; handle 0 is the kernel's default.
         None when there is none, or no such interface or namespace (yet)."""
         try:
-            with NetNS(netns, flags=0) as ns:
+            with self._open(netns) as ns:
                 found = ns.link_lookup(ifname=ifname)
                 root = self._root(ns, found[0]) if found else None
         except FileNotFoundError:
@@ -277,7 +303,7 @@ class NetlinkQdiscs:
     def ingress_qdisc(self, netns: str, dev: str) -> str | None:
         """The kind of the qdisc at `dev`'s ingress hook (ingress or clsact), or None."""
         try:
-            with NetNS(netns, flags=0) as ns:
+            with self._open(netns) as ns:
                 found = ns.link_lookup(ifname=dev)
                 qdiscs = list(ns.get_qdiscs(index=found[0])) if found else []
         except FileNotFoundError:
@@ -289,7 +315,7 @@ class NetlinkQdiscs:
 
     def read(self, netns, ifname, distribution="uniform"):
         """The netbench-owned tree on `ifname` in canonical units, or None (see decode_tree)."""
-        with _netns(netns) as ns:
+        with self._ns(netns) as ns:
             found = ns.link_lookup(ifname=ifname)
             if not found:
                 return None

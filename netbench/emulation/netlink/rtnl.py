@@ -25,24 +25,46 @@ NLM_F_ACK_TLVS = 0x200
 _HDR = struct.Struct("=IHHII")
 
 
-@contextmanager
-def socket_in(netns: str | None) -> Iterator[socket.socket]:
-    """A NETLINK_ROUTE socket created inside `netns` (None: the current one). A socket stays
-    in the namespace it was created in, so the thread switches back at once."""
+def raw_socket_in(netns: str | None, kind: int = socket.SOCK_RAW) -> socket.socket:
+    """A NETLINK_ROUTE socket created inside `netns` (None: the current one), unbound. A socket
+    stays in the namespace it was created in, so the thread switches back at once: no child
+    process (pyroute2's NetNS forks one per socket, ~7 ms; this takes ~0.1 ms).
+    FileNotFoundError when the namespace does not exist."""
     original = os.open("/proc/self/ns/net", os.O_RDONLY)
-    target = os.open(f"/run/netns/{netns}", os.O_RDONLY) if netns else None
     try:
-        if target is not None:
-            _setns(target)
+        target = os.open(f"/run/netns/{netns}", os.O_RDONLY) if netns else None
         try:
-            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+            if target is not None:
+                _setns(target)
+            try:
+                return socket.socket(socket.AF_NETLINK, kind, socket.NETLINK_ROUTE)
+            finally:
+                if target is not None:
+                    _setns(original)
         finally:
             if target is not None:
-                _setns(original)
+                os.close(target)
     finally:
         os.close(original)
-        if target is not None:
-            os.close(target)
+
+
+def iproute_in(netns: str):
+    """A pyroute2 IPRoute whose socket lives in `netns` (created in-process, see raw_socket_in);
+    the caller closes it. FileNotFoundError when the namespace does not exist."""
+    from pyroute2 import IPRoute
+
+    sock = raw_socket_in(netns, socket.SOCK_DGRAM)
+    try:
+        return IPRoute(use_socket=sock)
+    except BaseException:
+        sock.close()
+        raise
+
+
+@contextmanager
+def socket_in(netns: str | None) -> Iterator[socket.socket]:
+    """A bound NETLINK_ROUTE socket with extended acks, created inside `netns`."""
+    sock = raw_socket_in(netns)
     try:
         sock.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
         sock.bind((0, 0))
