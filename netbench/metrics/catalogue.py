@@ -15,6 +15,9 @@ PHASES = ("warmup", "measured")
 SWEEP_STATES = ("setup", "applying", "starting", "warmup", "measured", "finished")
 RUN_STATUSES = ("ok", "timeout", "failed", "interrupted")
 DIRECTIONS = ("transmit", "receive")
+# why a packet on a delay engine's path was dropped: the engine's loss verdict, the kernel's
+# NFQUEUE at its maxlen, the engine's netlink socket buffer full (the kernel could not hand it over)
+ENGINE_DROP_REASONS = ("loss", "queue_full", "socket_full")
 
 # step durations from a 5 ms unshaped step to a 60 s step under a slow, lossy link
 STEP_DURATION_BUCKETS_S = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -110,6 +113,8 @@ CATALOGUE: tuple[MetricDef, ...] = (
        "node", "interface", "direction"),
     _m("network", "netbench_interface_drops_total", "counter", "Packets the interface dropped.",
        "node", "interface", "direction"),
+    _m("network", "netbench_qdisc_packets_total", "counter",
+       "Packets netbench's root qdisc sent.", "node", "interface"),
     _m("network", "netbench_qdisc_drops_total", "counter", "Packets dropped by netbench's root qdisc.",
        "node", "interface"),
     _m("network", "netbench_qdisc_overlimits_total", "counter",
@@ -121,11 +126,18 @@ CATALOGUE: tuple[MetricDef, ...] = (
     _m("network", "netbench_engine_up", "gauge",
        "1 while the node's delay engine (userspace backend) runs.", "node"),
     _m("network", "netbench_engine_queue_depth_packets", "gauge",
-       "Packets the node's delay engine holds now (userspace backend).", "node"),
+       "Packets the node's delay engine holds for their release time now (userspace backend).", "node"),
+    _m("network", "netbench_engine_kernel_queue_packets", "gauge",
+       "Packets waiting in the kernel's NFQUEUE for the node's delay engine to read them (userspace backend).",
+       "node"),
     _m("network", "netbench_engine_received_packets_total", "counter",
-       "Packets queued to the node's delay engine.", "node"),
-    _m("network", "netbench_engine_dropped_packets_total", "counter",
-       "Packets the node's delay engine dropped for loss.", "node"),
+       "Packets queued to the node's delay engine (userspace backend).", "node"),
+    _m("network", "netbench_engine_released_packets_total", "counter",
+       "Packets the node's delay engine released after their delay (userspace backend).", "node"),
+    _m("network", "netbench_engine_drops_total", "counter",
+       "Packets dropped on the node's delay engine path, by reason: loss (the engine's loss verdict), "
+       "queue_full (the kernel's NFQUEUE was full), socket_full (the engine's socket buffer was full).",
+       "node", "reason"),
     _m("network", "netbench_network_read_errors_total", "counter",
        "Scrapes that could not read a node's namespace (it was being created or removed)."),
 )

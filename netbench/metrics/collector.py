@@ -152,22 +152,35 @@ def network_families(n: NetworkSample) -> Iterator[Metric]:
             for direction, attr in zip(DIRECTIONS, (tx, rx)):
                 fam.add_metric([i.node, i.interface, direction], getattr(i, attr))
         yield fam
-    qdisc = {"netbench_qdisc_drops_total": "drops", "netbench_qdisc_overlimits_total": "overlimits",
-             "netbench_qdisc_backlog_bytes": "backlog_bytes", "netbench_qdisc_backlog_packets": "backlog_packets"}
+    qdisc = {"netbench_qdisc_packets_total": "sent_packets", "netbench_qdisc_drops_total": "drops",
+             "netbench_qdisc_overlimits_total": "overlimits", "netbench_qdisc_backlog_bytes": "backlog_bytes",
+             "netbench_qdisc_backlog_packets": "backlog_packets"}
     for name, attr in qdisc.items():
         fam = family(name)
         for q in n.qdiscs:
             fam.add_metric([q.node, q.interface], getattr(q, attr))
         yield fam
-    up, depth = family("netbench_engine_up"), family("netbench_engine_queue_depth_packets")
-    received, dropped = family("netbench_engine_received_packets_total"), family("netbench_engine_dropped_packets_total")
-    for e in n.engines:
-        up.add_metric([e.node], 1.0 if e.up else 0.0)
-        received.add_metric([e.node], e.received)
-        dropped.add_metric([e.node], e.dropped)
-        if e.up:
-            depth.add_metric([e.node], e.queue_depth)
-    yield from (up, depth, received, dropped)
+    yield from engine_families(n)
     errors = family("netbench_network_read_errors_total")
     errors.add_metric([], n.read_errors)
     yield errors
+
+
+def engine_families(n: NetworkSample) -> Iterator[Metric]:
+    """The delay engines' families; the gauges of what an engine holds exist only while it runs."""
+    up, depth = family("netbench_engine_up"), family("netbench_engine_queue_depth_packets")
+    kernel_queue = family("netbench_engine_kernel_queue_packets")
+    received = family("netbench_engine_received_packets_total")
+    released = family("netbench_engine_released_packets_total")
+    drops = family("netbench_engine_drops_total")
+    for e in n.engines:
+        up.add_metric([e.node], 1.0 if e.up else 0.0)
+        received.add_metric([e.node], e.received)
+        released.add_metric([e.node], e.released)
+        for reason, value in e.drops:
+            drops.add_metric([e.node, reason], value)
+        if e.up:
+            depth.add_metric([e.node], e.queue_depth)
+            if e.kernel_queue is not None:
+                kernel_queue.add_metric([e.node], e.kernel_queue)
+    yield from (up, depth, kernel_queue, received, released, drops)

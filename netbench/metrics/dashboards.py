@@ -181,24 +181,51 @@ def network() -> dict:
     lay.add("Interface drops", "timeseries",
             [target(f"sum by (node, direction) (rate(netbench_interface_drops_total{{{node}}}[$__rate_interval]))",
                     "{{node}} {{direction}}")], "pps", w=8)
-    lay.add("Qdisc drops and overlimits", "timeseries",
-            [target(f"sum by (node) (rate(netbench_qdisc_drops_total{{{node}}}[$__rate_interval]))", "{{node}} drops"),
-             target(f"sum by (node) (rate(netbench_qdisc_overlimits_total{{{node}}}[$__rate_interval]))",
-                    "{{node}} overlimits", ref="B")], "pps", w=8,
-            description="netbench's root qdisc on each node's interface.")
-    lay.add("Qdisc backlog", "timeseries",
-            [target(f"sum by (node) (netbench_qdisc_backlog_bytes{{{node}}})", "{{node}}")], "decbytes", w=8)
-    lay.add("Qdisc backlog packets", "timeseries",
-            [target(f"sum by (node) (netbench_qdisc_backlog_packets{{{node}}})", "{{node}}")], "short", w=8)
-    lay.add("Delay engine queue depth", "timeseries",
-            [target(f"netbench_engine_queue_depth_packets{{{node}}}", "{{node}}")], "short", w=8,
-            description="Packets each node's delay engine holds (userspace backend only).")
-    lay.add("Delay engine packets", "timeseries",
-            [target(f"rate(netbench_engine_received_packets_total{{{node}}}[$__rate_interval])", "{{node}} received"),
-             target(f"rate(netbench_engine_dropped_packets_total{{{node}}}[$__rate_interval])", "{{node}} dropped",
-                    ref="B")], "pps", w=8, description="Userspace backend only.")
+    _shaper_panels(lay, node)
     return _dashboard("netbench-network", "netbench / Network", lay, _variables(NODE_VARIABLE),
                       "The configured profile and what the testbed's interfaces, qdiscs and delay engines saw.")
+
+
+QDISC = "netbench's root qdisc on each node's interface (tbf for a rate, or netem/htb under the netem backend)"
+ENGINE = "each node's delay engine and the kernel NFQUEUE that feeds it (userspace backend, when a profile has delay, \
+jitter or loss)"
+
+
+def _right_axis(ref: str, unit: str) -> dict:
+    return {"matcher": {"id": "byFrameRefID", "options": ref},
+            "properties": [{"id": "unit", "value": unit}, {"id": "custom.axisPlacement", "value": "right"}]}
+
+
+def _shaper_panels(lay: Layout, node: str) -> None:
+    """Queues, drops and packets of what shapes the links: one target per mechanism, so each panel
+    shows what the active backend has (the qdisc for a rate or netem, the delay engine for delay)."""
+    lay.add("Drops and overlimits (qdisc, delay engine)", "timeseries",
+            [target(f"sum by (node) (rate(netbench_qdisc_drops_total{{{node}}}[$__rate_interval]))",
+                    "{{node}} qdisc drops"),
+             target(f"sum by (node) (rate(netbench_qdisc_overlimits_total{{{node}}}[$__rate_interval]))",
+                    "{{node}} qdisc overlimits", ref="B"),
+             target(f"sum by (node, reason) (rate(netbench_engine_drops_total{{{node}}}[$__rate_interval]))",
+                    "{{node}} delay engine drops: {{reason}}", ref="C")], "pps", w=8,
+            description=f"Qdisc: {QDISC}. Delay engine: {ENGINE}; drops by reason (loss, the kernel queue "
+                        "or the engine's socket full).")
+    lay.add("Queued packets (qdisc, delay engine)", "timeseries",
+            [target(f"sum by (node) (netbench_qdisc_backlog_packets{{{node}}})", "{{node}} qdisc"),
+             target(f"netbench_engine_queue_depth_packets{{{node}}}", "{{node}} delay engine", ref="B"),
+             target(f"netbench_engine_kernel_queue_packets{{{node}}}", "{{node}} delay engine: kernel NFQUEUE",
+                    ref="C"),
+             target(f"sum by (node) (netbench_qdisc_backlog_bytes{{{node}}})", "{{node}} qdisc bytes", ref="D")],
+            "short", w=8,
+            description=f"Packets held now. Qdisc: {QDISC} (its bytes on the right axis). Delay engine: {ENGINE}; "
+                        "the engine holds packets for their release time, the kernel queue those not yet read.")
+    lay.panels[-1]["fieldConfig"]["overrides"].append(_right_axis("D", "decbytes"))
+    lay.add("Packets through the shapers (qdisc, delay engine)", "timeseries",
+            [target(f"sum by (node) (rate(netbench_qdisc_packets_total{{{node}}}[$__rate_interval]))",
+                    "{{node}} qdisc sent"),
+             target(f"rate(netbench_engine_received_packets_total{{{node}}}[$__rate_interval])",
+                    "{{node}} delay engine received", ref="B"),
+             target(f"rate(netbench_engine_released_packets_total{{{node}}}[$__rate_interval])",
+                    "{{node}} delay engine released", ref="C")], "pps", w=24,
+            description=f"Qdisc: {QDISC}. Delay engine: {ENGINE}.")
 
 
 def sweep() -> dict:

@@ -41,15 +41,26 @@ class QdiscStats:
     overlimits: int
     backlog_bytes: int
     backlog_packets: int
+    sent_packets: int = 0
 
 
 @dataclass(frozen=True)
 class EngineStats:
+    """A node's delay engine (userspace backend) and the kernel NFQUEUE that feeds it.
+
+    `drops` has one count per reason of catalogue.ENGINE_DROP_REASONS that is known: `loss`
+    (the engine's loss verdicts) always, `queue_full` and `socket_full` (the kernel's queue
+    at its maxlen, the engine's netlink socket buffer full) only while the engine could read
+    the kernel's row. `kernel_queue` (packets waiting in the kernel for the engine) is None then.
+    """
+
     node: str
     up: bool
     queue_depth: int
     received: int
-    dropped: int
+    released: int
+    drops: tuple[tuple[str, int], ...] = ()
+    kernel_queue: int | None = None
 
 
 @dataclass(frozen=True)
@@ -86,12 +97,18 @@ def _qdisc_counters(msg: Any) -> dict[str, int]:
     queue = stats2.get_attr("TCA_STATS_QUEUE") if stats2 else None
     if not queue:
         return {}
+    basic = stats2.get_attr("TCA_STATS_BASIC")
     return {"drops": queue["drops"], "overlimits": queue["overlimits"], "backlog": queue["backlog"],
-            "qlen": queue["qlen"]}
+            "qlen": queue["qlen"], "packets": basic["packets"] if basic else 0}
 
 
 def read_engine(state_dir: Path, switch_netns: str, position: int) -> dict[str, Any] | None:
-    """The node's delay engine stats (the engine rewrites its file about once a second), or None."""
+    """The node's delay engine stats, or None.
+
+    The engine rewrites its file about once a second, with the kernel's NFQUEUE row as it reads
+    it from its own namespace (the switch's): /proc/net/netfilter/nfnetlink_queue read from
+    the controller would show the host namespace's queues, not the switch's.
+    """
     from netbench.emulation.engines import Engines
 
     return Engines(state_dir).read(switch_netns, ch.queue_num(position))
@@ -109,13 +126,21 @@ def decode(node: str, links: list[dict[str, Any]], engine: dict[str, Any] | None
         q = link.get("qdisc")
         if q:
             qdiscs.append(QdiscStats(node, link["interface"], q.get("drops", 0), q.get("overlimits", 0),
-                                     q.get("backlog", 0), q.get("qlen", 0)))
-    engine_stats = None
-    if engine is not None:
-        alive = bool(engine.get("alive"))
-        engine_stats = EngineStats(node, alive, int(engine.get("queue_depth", 0)) if alive else 0,
-                                   int(engine.get("received", 0)), int(engine.get("dropped", 0)))
-    return interfaces, qdiscs, engine_stats
+                                     q.get("backlog", 0), q.get("qlen", 0), q.get("packets", 0)))
+    return interfaces, qdiscs, decode_engine(node, engine) if engine is not None else None
+
+
+def decode_engine(node: str, engine: dict[str, Any]) -> EngineStats:
+    """One delay engine's stats (engine.DelayEngine.stats(), plus `alive`) -> EngineStats (pure)."""
+    alive = bool(engine.get("alive"))
+    drops = [("loss", int(engine.get("dropped", 0)))]
+    kernel = engine.get("kernel") if isinstance(engine.get("kernel"), dict) else None
+    if kernel is not None:
+        drops += [("queue_full", int(kernel.get("queue_dropped", 0))),
+                  ("socket_full", int(kernel.get("user_dropped", 0)))]
+    return EngineStats(node, alive, int(engine.get("queue_depth", 0)) if alive else 0,
+                       int(engine.get("received", 0)), int(engine.get("accepted", 0)), tuple(drops),
+                       int(kernel.get("queue_total", 0)) if kernel is not None and alive else None)
 
 
 @dataclass

@@ -159,6 +159,10 @@ def test_prometheus_scrapes_a_sweep_and_every_dashboard_query_returns_data(clean
     assert scalar(f"min_over_time(netbench_profile_delay_seconds{window})") == 0.001
     assert scalar(f"max_over_time(netbench_profile_rate_bytes_per_second{window})") == 500e6 / 8
     assert scalar(f"max_over_time(count(netbench_profile_active)[{range_s}s:1s])") == 1.0
+    # the userspace backend's two shapers both carried the training traffic: tbf for the rate,
+    # a delay engine per node for the delay
+    assert scalar(f"sum(max_over_time(netbench_qdisc_packets_total{window}))") > 0
+    assert scalar(f"sum(max_over_time(netbench_engine_released_packets_total{window}))") > 0
     results = prometheus.api("query", query=f"max_over_time(netbench_result_images_per_second[{range_s}s])",
                              time=end)["result"]
     by_profile = {r["metric"]["profile"]: float(r["value"][1]) for r in results}

@@ -27,10 +27,11 @@ from netbench.metrics.network import NetworkReader
 from netbench.metrics.state import MetricsObserver, MetricsState, ObserverTee
 from netbench.model.profile import Profile
 from netbench.model.topology import plan_topology
+from tests.fakes.metrics_network import engine_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUNDED_LABELS = {"version", "python", "sweep", "backend", "model", "strategy", "state", "status", "run",
-                  "repeat", "profile", "phase", "worker", "node", "interface", "direction"}
+                  "repeat", "profile", "phase", "worker", "node", "interface", "direction", "reason"}
 
 
 class Clock:
@@ -50,7 +51,7 @@ def fake_links(netns: str) -> list[dict]:
 
 
 def fake_engine(state_dir, switch_netns, position):
-    return {"alive": True, "queue_depth": 5 + position, "received": 900, "dropped": 9}
+    return engine_stats(queue_depth=5 + position, received=900, accepted=880, dropped=9)
 
 
 def fed_state(clock: Clock | None = None) -> tuple[MetricsState, NetworkReader]:
