@@ -7,11 +7,13 @@ any crash. Removing a namespace removes its veths, qdiscs and iptables rules wit
 from __future__ import annotations
 
 import errno
+from contextlib import closing
 
 from pyroute2 import IPRoute, NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
 from netbench import proc
+from netbench.emulation.netlink import rtnl
 from netbench.errors import PrivilegeError, TestbedError
 from netbench.state.journal import Entry, Journal
 from netbench.model import topology as topo
@@ -138,7 +140,8 @@ def discover() -> topo.Topology | None:
         short = name[len(topo.PREFIX):]
         address, prefixlen = "", 0
         try:
-            with NetNS(name, flags=0) as ns:  # flags=0: never re-create one removed meanwhile
+            # a socket made in-process (never a namespace re-created: pyroute2's NetNS would)
+            with closing(rtnl.iproute_in(name)) as ns:
                 found = ns.link_lookup(ifname=topo.NODE_IFNAME)
                 if found:
                     for addr in ns.get_addr(index=found[0], family=2):
