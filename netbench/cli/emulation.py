@@ -56,18 +56,33 @@ def profile_check(files: tuple[Path, ...]) -> None:
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True,
               help="Emulation backend; auto probes the kernel for netem.")
 @click.option("--dry-run", is_flag=True, help="Print the exact planned changes and make none.")
+@click.option("--schedule", "schedule_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Change the link over time as this schedule (YAML) says, in the foreground; Ctrl-C puts "
+                   "the link back as it was. Not with a PROFILE_FILE or profile flags.")
 @handle_errors
 @inventory_options
 @apply_remote_options
-def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run, inventory, insecure_host_keys,
-           lease, force, takeover) -> None:
+def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run, schedule_file, inventory,
+           insecure_host_keys, lease, force, takeover) -> None:
     """Apply a profile (a PROFILE_FILE, flags, or both) to every testbed link.
 
     Flags override the file's values. Delay is one-way at each node's egress, so the
     round trip between two nodes is twice the delay.
 
     Example: netbench apply profiles/wan.yaml --loss 1%
+
+    Example: netbench apply --schedule profiles/schedules/spike.yaml --dry-run
     """
+    if schedule_file is not None:
+        given = [name for name, value in (("PROFILE_FILE", profile_file), ("--latency", latency),
+                                          ("--jitter", jitter), ("--bandwidth", bandwidth), ("--loss", loss),
+                                          ("--inventory", inventory)) if value is not None]
+        if given:
+            raise UsageError(f"flag --schedule: not with {', '.join(given)}: the schedule says what to apply",
+                             hint="put the base profile in the schedule's 'profile:' key")
+        check_local_flags(None, insecure_host_keys, lease=lease, force=force, takeover=takeover)
+        _apply_schedule(schedule_file, backend, dry_run)
+        return
     check_local_flags(inventory, insecure_host_keys, lease=lease, force=force, takeover=takeover)
     base = load_profile(profile_file) if profile_file else None
     chosen = profile_from_flags(base, latency=latency, jitter=jitter, bandwidth=bandwidth, loss=loss)
@@ -86,6 +101,41 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run, inv
         console.info("[green]applied[/]; read it back with 'netbench show', remove it with 'netbench reset'")
         return
     _apply_to_hosts(chosen, inventory, insecure_host_keys, backend, dry_run, lease, force, takeover)
+
+
+def _apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
+    """Run a schedule on the local testbed in the foreground; Ctrl-C or SIGTERM put the link
+    back as it was before (read with show()), then exit 130."""
+    from netbench import interrupts
+    from netbench.experiment.schedule import PlanCache, lateness, link_before, run_schedule
+    from netbench.model.schedule import load_schedule, timeline
+
+    schedule = load_schedule(path)
+    common.require_root()
+    with open_target() as target:
+        before = link_before(target.show())
+        entries = timeline(schedule, before)
+        plans = PlanCache(target, backend)
+        for profile in [entry.profile for entry in entries] + [before]:
+            plans.plan(profile)  # every refusal (a backend, a key) comes before any change
+        chosen = plans.plan(entries[0].profile).backends
+        render.schedule_timeline(schedule, entries, before, ", ".join(sorted(set(chosen.values()))), dry_run)
+        if dry_run:
+            return
+        if schedule.by_step:
+            raise UsageError(f"{path}: at_step: a schedule of training steps runs within a sweep, which sees "
+                             "the chief's steps", hint="use at: times for 'netbench apply --schedule'")
+        common.sigterm_as_interrupt()
+        landed = []
+        try:
+            run_schedule(entries, plans.apply, repeat=schedule.repeat, period_s=schedule.period_s,
+                         on_change=lambda item: (landed.append(item), render.schedule_change(item)))
+        except KeyboardInterrupt:
+            with interrupts.held_off():
+                plans.apply(before)
+            render.schedule_summary(lateness(landed), restored=before)
+            raise
+    render.schedule_summary(lateness(landed))
 
 
 def _apply_to_hosts(chosen, inventory, insecure_host_keys, backend, dry_run, lease, force, takeover) -> None:

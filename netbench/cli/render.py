@@ -139,6 +139,43 @@ def planned(target_kind: str, planned, inventory_hosts=(), dry_run: bool = False
                 console.plain("  " + change.describe())
 
 
+# ---------------------------------------------------------------- apply --schedule
+
+def schedule_timeline(schedule, entries, before, backend: str, dry_run: bool) -> None:
+    """The schedule's timeline: when, the keys that change, the profile then in force."""
+    start = "its base profile" if schedule.profile is not None else f"the link as it is ({before.label()})"
+    loop = f", repeating every {schedule.cycle:g}{' steps' if schedule.by_step else 's'}" if schedule.repeat else ""
+    console.info(f"schedule [bold]{escape(schedule.name)}[/]: {len(entries)} change(s) from {escape(start)}, "
+                 f"backend [bold]{escape(backend)}[/]{loop}")
+    if not dry_run:
+        return
+    console.info("[yellow]dry run[/]: these changes would be made (nothing was changed):")
+    width = max(len(entry.when) for entry in entries)
+    for entry in entries:
+        changed = ", ".join(f"{key} {value}" for key, value in entry.changes) or "no change"
+        console.plain(f"  {entry.when:>{width}}  step {entry.step}: {changed} -> {entry.profile.name} "
+                      f"({entry.profile.label()})")
+
+
+def schedule_change(landed) -> None:
+    """One change as it landed: when, the profile, how late."""
+    when = f"step {landed.at_step}" if landed.at_step is not None else f"{landed.scheduled_s:8.3f}s"
+    loop = f" (loop {landed.cycle + 1})" if landed.cycle else ""
+    console.info(f"  {when}  {escape(landed.profile.name)} ({escape(landed.profile.label())}){loop}  "
+                 f"[dim]late {landed.lateness_s * 1000:.1f} ms[/]")
+
+
+def schedule_summary(summary, restored=None) -> None:
+    """The closing line: how many changes, their lateness; and what was put back."""
+    if restored is not None:
+        console.info(f"restored the link as it was: {escape(restored.name)} ({escape(restored.label())})")
+    if summary is None:
+        console.info("schedule: no change landed")
+        return
+    console.info(f"schedule: {summary.changes} change(s), lateness mean {summary.mean_s * 1000:.1f} ms, "
+                 f"p99 {summary.p99_s * 1000:.1f} ms, max {summary.max_s * 1000:.1f} ms")
+
+
 # ---------------------------------------------------------------- show
 
 def show_cells(row: dict) -> list[str]:

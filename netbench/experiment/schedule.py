@@ -1,0 +1,172 @@
+"""Running a schedule's timeline: each profile applied at its moment, lateness measured.
+
+`run_schedule` is the loop (clock, sleep and the step source are injected, so tests drive it
+with a fake clock); `PlanCache` plans each distinct profile once on a Target; `link_before`
+reads the profile a schedule starts from and restores at the end.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
+
+from netbench import stats
+from netbench.errors import UsageError
+from netbench.model.profile import Profile, profile_from_mapping
+from netbench.model.schedule import TimedProfile
+
+FINE_WAIT_S = 0.002  # the last stretch before a change is one short sleep, not a coarse one
+COARSE_CHUNK_S = 0.1  # the longest single sleep, so a stop event is seen within this
+STEP_POLL_S = 0.05  # how often a step-triggered schedule asks for the current training step
+
+
+@dataclass(frozen=True)
+class Landed:
+    """One change as it happened. Times are seconds from the schedule's start on its clock:
+    `scheduled_s` when it was due (for a training-step trigger: when the step was seen),
+    `started_s` when the apply began, `landed_s` when it returned; `lateness_s` = landed - scheduled."""
+
+    index: int  # position in the timeline
+    cycle: int  # the loop (0 without repeat)
+    step: int  # the schedule step (or trace row) it comes from
+    at_step: int | None
+    scheduled_s: float
+    started_s: float
+    landed_s: float
+    profile: Profile
+
+    @property
+    def lateness_s(self) -> float:
+        return self.landed_s - self.scheduled_s
+
+
+@dataclass(frozen=True)
+class Lateness:
+    changes: int
+    mean_s: float
+    p50_s: float
+    p99_s: float
+    max_s: float
+
+
+def lateness(landed: Sequence[Landed]) -> Lateness | None:
+    """Mean, median, p99 and max lateness of the changes (None when none landed)."""
+    values = [item.lateness_s for item in landed]
+    if not values:
+        return None
+    return Lateness(changes=len(values), mean_s=statistics.fmean(values), p50_s=stats.percentile(values, 50),
+                    p99_s=stats.percentile(values, 99), max_s=max(values))
+
+
+def _wait_until(deadline: float, clock: Callable[[], float], sleep: Callable[[float], None],
+                stop: threading.Event | None) -> bool:
+    """Sleep coarsely, then one short final sleep to `deadline`; False if `stop` was set first."""
+    while True:
+        if stop is not None and stop.is_set():
+            return False
+        remaining = deadline - clock()
+        if remaining <= 0:
+            return True
+        sleep(min(remaining - FINE_WAIT_S, COARSE_CHUNK_S) if remaining > FINE_WAIT_S else remaining)
+
+
+def _wait_for_step(target: int, current_step: Callable[[], int], sleep: Callable[[float], None],
+                   stop: threading.Event | None) -> bool:
+    while current_step() < target:
+        if stop is not None and stop.is_set():
+            return False
+        sleep(STEP_POLL_S)
+    return not (stop is not None and stop.is_set())
+
+
+def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], None], *,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 repeat: bool = False, period_s: float | None = None,
+                 current_step: Callable[[], int] | None = None,
+                 on_change: Callable[[Landed], None] | None = None,
+                 stop: threading.Event | None = None) -> list[Landed]:
+    """Apply each profile of `timeline` at its time (or once the training step reaches its
+    at_step, asking `current_step`), in order; with `repeat`, loop every `period_s` (seconds,
+    or training steps for a step-triggered timeline) until `stop` is set or the caller is
+    interrupted. A profile equal to the one just applied (a loop's first step where the last
+    one left the link) is not applied again. Returns what landed; `on_change` sees each."""
+    if not timeline:
+        return []
+    by_step = timeline[0].at_step is not None
+    if by_step and current_step is None:
+        raise UsageError("a schedule of training steps (at_step) needs the training run's step count",
+                         hint="run it within a sweep, or use at: times")
+    if repeat and not (period_s and period_s > 0):
+        raise UsageError("a repeating schedule needs a period above 0", hint="e.g. 'period: 10s'")
+    start = clock()
+    landed: list[Landed] = []
+    last: Profile | None = None
+    cycle = 0
+    while True:
+        offset = cycle * period_s if repeat else 0
+        for index, entry in enumerate(timeline):
+            if by_step:
+                if not _wait_for_step(int(entry.at_step + offset), current_step, sleep, stop):
+                    return landed
+                scheduled = clock() - start
+            else:
+                scheduled = entry.at_s + offset
+                if not _wait_until(start + scheduled, clock, sleep, stop):
+                    return landed
+            if last is not None and _same_link(entry.profile, last):
+                continue
+            began = clock() - start
+            apply(entry.profile)
+            done = clock() - start
+            last = entry.profile
+            item = Landed(index=index, cycle=cycle, step=entry.step, at_step=None if not by_step else
+                          int(entry.at_step + offset), scheduled_s=scheduled, started_s=began, landed_s=done,
+                          profile=entry.profile)
+            landed.append(item)
+            if on_change is not None:
+                on_change(item)
+        if not repeat or (stop is not None and stop.is_set()):
+            return landed
+        cycle += 1
+
+
+def _same_link(a: Profile, b: Profile) -> bool:
+    return replace(a, name="", description="") == replace(b, name="", description="")
+
+
+class PlanCache:
+    """Plans each distinct profile once on `target` (a testbed.base.Target), then applies the
+    cached plan: the schedule's changes cost only the apply."""
+
+    def __init__(self, target: Any, backend: str) -> None:
+        self.target = target
+        self.backend = backend
+        self.plans: dict[Profile, Any] = {}
+
+    def plan(self, profile: Profile) -> Any:
+        if profile not in self.plans:
+            self.plans[profile] = self.target.plan(profile, self.backend)
+        return self.plans[profile]
+
+    def apply(self, profile: Profile) -> None:
+        self.target.apply_plan(self.plan(profile))
+
+
+def link_before(shown: dict[str, Any]) -> Profile:
+    """The one profile every node holds now (from a Target's show()), which a schedule starts
+    from and puts back at the end; an unshaped link is Profile(name="none"), which clears."""
+    from netbench.testbed.base import common_profile
+
+    rows = list(shown.get("nodes", []))
+    if not rows:
+        raise UsageError("no testbed is up", hint="start one with 'netbench testbed up'")
+    held = [row.get("profile") for row in rows]
+    if all(profile is None for profile in held):
+        return Profile(name="none")
+    if any(profile != held[0] for profile in held):
+        raise UsageError("flag --schedule: the nodes hold different profiles, so there is no one link to start "
+                         "from and put back", hint="apply one profile to every node first, or 'netbench reset'")
+    return profile_from_mapping(common_profile(shown), "read-back")

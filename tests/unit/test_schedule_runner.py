@@ -1,0 +1,151 @@
+"""The schedule runner on a fake clock: order, lateness, stop, repeat, training steps."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from netbench.errors import UsageError
+from netbench.experiment.schedule import Landed, PlanCache, lateness, link_before, run_schedule
+from netbench.model.profile import Profile
+from netbench.model.schedule import TimedProfile
+
+
+class FakeClock:
+    """Time moves only when the runner sleeps, or when an apply takes `apply_s`."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def entries(*delays_at: tuple[float, int]) -> tuple[TimedProfile, ...]:
+    return tuple(TimedProfile(at_s=at, at_step=None, profile=Profile(name=f"p@{at}", delay_us=d), step=i + 1)
+                 for i, (at, d) in enumerate(delays_at))
+
+
+def test_changes_land_in_order_at_their_times_with_lateness_measured():
+    clock = FakeClock()
+    applied: list[tuple[float, int]] = []
+
+    def apply(profile):
+        applied.append((clock.now, profile.delay_us))
+        clock.now += 0.004  # an apply takes 4 ms
+
+    seen: list[Landed] = []
+    landed = run_schedule(entries((0.0, 5000), (2.0, 30000), (4.0, 5000)), apply, clock=clock, sleep=clock.sleep,
+                          on_change=seen.append)
+    assert applied == [(100.0, 5000), pytest.approx((102.0, 30000)), pytest.approx((104.0, 5000))]
+    assert seen == landed and [item.step for item in landed] == [1, 2, 3]
+    assert [item.scheduled_s for item in landed] == [0.0, 2.0, 4.0]
+    assert all(item.lateness_s == pytest.approx(0.004) for item in landed)
+    assert max(clock.sleeps) <= 0.1  # coarse sleeps in chunks, then a short final one
+    summary = lateness(landed)
+    assert summary.changes == 3 and summary.max_s == pytest.approx(0.004) and summary.p99_s == pytest.approx(0.004)
+
+
+def test_a_late_start_is_recorded_as_lateness():
+    clock = FakeClock()
+
+    def apply(profile):
+        clock.now += 0.5 if profile.delay_us == 1000 else 0.001  # the first apply overruns the second's time
+
+    landed = run_schedule(entries((0.0, 1000), (0.2, 2000)), apply, clock=clock, sleep=clock.sleep)
+    assert landed[1].started_s == pytest.approx(0.5)
+    assert landed[1].lateness_s == pytest.approx(0.301)
+
+
+def test_stop_ends_the_run_before_the_next_change():
+    clock = FakeClock()
+    stop = threading.Event()
+
+    def apply(profile):
+        if profile.delay_us == 2000:
+            stop.set()
+
+    landed = run_schedule(entries((0.0, 1000), (1.0, 2000), (2.0, 3000)), apply, clock=clock, sleep=clock.sleep,
+                          stop=stop)
+    assert [item.profile.delay_us for item in landed] == [1000, 2000]
+
+
+def test_repeat_loops_every_period_and_skips_a_change_that_leaves_the_link_as_it_is():
+    clock = FakeClock()
+    stop = threading.Event()
+    landed_at: list[tuple[float, int]] = []
+
+    def on_change(item):
+        landed_at.append((round(item.scheduled_s, 6), item.profile.delay_us))
+        if len(landed_at) == 5:
+            stop.set()
+
+    # the last step sets the first step's value at the period's end: the next loop's first step is no change
+    run_schedule(entries((0.0, 5000), (2.0, 30000), (4.0, 5000)), lambda p: None, clock=clock, sleep=clock.sleep,
+                 repeat=True, period_s=4.0, on_change=on_change, stop=stop)
+    assert landed_at == [(0.0, 5000), (2.0, 30000), (4.0, 5000), (6.0, 30000), (8.0, 5000)]
+
+
+def test_repeat_needs_a_period():
+    with pytest.raises(UsageError, match="period"):
+        run_schedule(entries((0.0, 1000)), lambda p: None, repeat=True, period_s=0)
+
+
+def test_training_step_triggers_wait_for_the_chief():
+    clock = FakeClock()
+    steps = iter(range(0, 10_000, 100))
+    current = {"step": 0}
+
+    def current_step():
+        current["step"] = next(steps)
+        return current["step"]
+
+    timeline = (TimedProfile(at_s=None, at_step=500, profile=Profile(name="a", delay_us=50_000), step=1),
+                TimedProfile(at_s=None, at_step=800, profile=Profile(name="b", delay_us=5_000), step=2))
+    applied_at: list[int] = []
+    landed = run_schedule(timeline, lambda p: applied_at.append(current["step"]), clock=clock, sleep=clock.sleep,
+                          current_step=current_step)
+    assert applied_at == [500, 800]
+    assert [item.at_step for item in landed] == [500, 800]
+    with pytest.raises(UsageError, match="at_step"):
+        run_schedule(timeline, lambda p: None)
+
+
+class FakeTarget:
+    def __init__(self) -> None:
+        self.planned: list[Profile] = []
+        self.applied: list[Profile] = []
+
+    def plan(self, profile, backend):
+        self.planned.append(profile)
+        return ("plan", profile)
+
+    def apply_plan(self, planned):
+        self.applied.append(planned[1])
+
+
+def test_the_plan_cache_plans_each_distinct_profile_once():
+    target = FakeTarget()
+    cache = PlanCache(target, "userspace")
+    a, b = Profile(name="a", delay_us=1000), Profile(name="b", delay_us=2000)
+    for profile in (a, b, a, b):
+        cache.apply(profile)
+    assert target.planned == [a, b] and target.applied == [a, b, a, b]
+
+
+def test_link_before():
+    assert link_before({"nodes": [{"node": "n1", "profile": None}]}) == Profile(name="none")
+    held = {"name": "wan", "delay": "10ms", "jitter": "0ms", "loss": "0%", "rate": "100mbit"}
+    before = link_before({"nodes": [{"node": "n1", "profile": held}, {"node": "n2", "profile": held}]})
+    assert (before.delay_us, before.rate_bps) == (10_000, 100_000_000)
+    with pytest.raises(UsageError, match="different profiles"):
+        link_before({"nodes": [{"node": "n1", "profile": held}, {"node": "n2", "profile": None}]})
+    with pytest.raises(UsageError, match="no testbed"):
+        link_before({"nodes": []})
