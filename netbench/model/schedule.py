@@ -258,7 +258,7 @@ def schedule_from_mapping(data: Any, source: str, default_name: str = "schedule"
 def load_schedule(path: str | Path) -> Schedule:
     """Load and check one schedule file; the name defaults to the file's stem."""
     path = Path(path)
-    data = read_yaml(path, "schedule", UsageError, "the shipped examples are in schedules/")
+    data = read_yaml(path, "schedule", UsageError, "the shipped examples are in profiles/schedules/")
     return schedule_from_mapping(data, str(path), default_name=path.stem)
 
 

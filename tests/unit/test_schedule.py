@@ -11,7 +11,7 @@ from netbench.errors import UsageError
 from netbench.model.profile import Profile
 from netbench.model.schedule import RAMP_STEP_S, load_schedule, timeline
 
-SHIPPED = sorted((Path(__file__).resolve().parents[2] / "schedules").glob("*.yaml"))
+SHIPPED = sorted((Path(__file__).resolve().parents[2] / "profiles" / "schedules").glob("*.yaml"))
 
 
 def write(tmp_path, text: str, name: str = "s.yaml") -> Path:
