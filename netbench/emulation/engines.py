@@ -47,8 +47,10 @@ class Engines:
         stats, out, log = self._paths(netns, queue_num)
         ctl = self.control_path(netns, queue_num)
         self.dir.mkdir(parents=True, exist_ok=True)
-        for path in (stats, out, ctl):
+        for path in (stats, out):
             path.unlink(missing_ok=True)
+        # a stale `ctl` is replaced by the engine once it holds the queue: a second engine on
+        # a queue still served fails before it, and leaves the live engine's socket alone
         argv = [sys.executable, "-m", "netbench.emulation.engine", "--queue-num", str(queue_num),
                 "--delay-us", str(delay_us), "--jitter-us", str(jitter_us), "--loss", repr(loss),
                 "--seed", str(seed), "--stats-file", str(stats), "--control", str(ctl),

@@ -359,3 +359,14 @@ def test_delay_changes_under_ping_never_release_early_nor_lose(pair, managed):
     assert all(rtt >= 20.0 for _, rtt in slow), slow
     assert sorted(rtt for _, rtt in fast)[len(fast) // 2] < 20.0  # the change took effect
     assert engines.read(pair.a, QUEUE)["reconfigurations"] == 2
+
+
+def test_a_second_start_on_a_served_queue_leaves_the_live_engines_socket(pair, managed):
+    from netbench.errors import EmulationError
+
+    engines, journal = managed
+    pid = engines.start(pair.a, QUEUE, 1_000, 0, 0.0, 1, journal)
+    with pytest.raises(EmulationError, match="already bound"):
+        engines.start(pair.a, QUEUE, 2_000, 0, 0.0, 1, journal)
+    assert engines.reconfigure(pair.a, QUEUE, 3_000, 0, 0.0, 1, journal) is True
+    assert engines.read(pair.a, QUEUE)["pid"] == pid
