@@ -24,9 +24,11 @@ Command line::
 
     python -m netbench.emulation.engine --queue-num N --delay-us D
         [--jitter-us J] [--loss RATIO] [--seed S] [--stats-file PATH]
-        [--maxlen N] [--spin-us US] [--rt-priority P]
+        [--maxlen N] [--spin-us US] [--rt-priority P] [--control PATH]
 
 Once bound it prints one JSON line ``{"event": "ready", ...}`` to stdout.
+``--control PATH``: a unix datagram socket that changes the parameters in place
+(engine_control.py); a change applies to packets arriving after it.
 SIGTERM/SIGINT accept every held packet, write final stats, unbind, exit 0.
 """
 
@@ -34,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import ctypes
 import json
 import os
 import random
@@ -45,16 +46,15 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from netbench.emulation import nfqueue
+from netbench.emulation import engine_control, nfqueue
 
 STATS_INTERVAL_S = 1.0
 # recv() calls per readability event before we look at due releases again;
 # bounds how long a burst of arrivals can postpone a release.
 MAX_RECV_PER_WAKEUP = 128
-SO_TIMESTAMP_LINUX = 29  # asm-generic/socket.h; Python's socket module does not export it
 MAX_STAMP_LAG_S = 0.05  # trust a kernel receive timestamp at most this far in the past
-PR_SET_TIMERSLACK = 29
 DEFAULT_SPIN_US = 100  # see DelayEngine docstring: precision vs CPU
+CONTROL_POLL_S = 0.001  # while spinning, look at the control socket this often
 
 
 @dataclass(frozen=True)
@@ -105,11 +105,7 @@ class DelayScheduler:
     """
 
     def __init__(self, params: EngineParams) -> None:
-        self.params = params
-        self._rng = random.Random(params.seed)
-        self._delay_s = params.delay_us / 1e6
-        self._jitter_s = params.jitter_us / 1e6
-        self._loss = float(params.loss)
+        self.set_params(params)
         # (release_time_s, packet_id) in arrival == release order
         self._held: collections.deque = collections.deque()
         self._last_release_s = float("-inf")
@@ -117,6 +113,18 @@ class DelayScheduler:
         self.released = 0
         self.dropped = 0
         self.lateness = LatenessStats()
+
+    def set_params(self, params: EngineParams) -> None:
+        """Use ``params`` for packets arriving from now on, with a generator seeded afresh.
+
+        Held packets keep their release time, and no later arrival is released before
+        them (the no-reordering rule), so nothing leaves earlier than it was scheduled.
+        """
+        self.params = params
+        self._rng = random.Random(params.seed)
+        self._delay_s = params.delay_us / 1e6
+        self._jitter_s = params.jitter_us / 1e6
+        self._loss = float(params.loss)
 
     def __len__(self) -> int:
         """Number of packets currently held."""
@@ -183,6 +191,7 @@ class EngineCounters:
     """Counters not owned by the scheduler or the socket."""
 
     received: int = 0
+    reconfigurations: int = 0
     started_wall: float = field(default_factory=time.time)
     started_mono: float = field(default_factory=time.monotonic)
 
@@ -203,8 +212,11 @@ class DelayEngine:
 
     def __init__(self, params: EngineParams, queue_num: int,
                  maxlen: int = nfqueue.DEFAULT_QUEUE_MAXLEN,
-                 stats_file: str | None = None, spin_us: int = DEFAULT_SPIN_US) -> None:
+                 stats_file: str | None = None, spin_us: int = DEFAULT_SPIN_US,
+                 control_path: str | None = None) -> None:
         self.params = params
+        self.control_path = control_path
+        self._control: engine_control.ControlSocket | None = None
         self.spin_s = spin_us / 1e6
         self.queue_num = queue_num
         self.maxlen = maxlen
@@ -220,12 +232,16 @@ class DelayEngine:
         self._queue = nfqueue.NfqueueSocket(self.queue_num, maxlen=self.maxlen)
         try:
             self._queue.bind()
+            if self.control_path:
+                self._control = engine_control.ControlSocket(self.control_path)
             wake_r = self._install_signal_wakeup()
             if on_ready is not None:
                 on_ready()
             self._loop(wake_r)
             self._shutdown()
         finally:
+            if self._control is not None:
+                self._control.close()
             self._queue.close()
 
     def stop(self) -> None:
@@ -247,8 +263,10 @@ class DelayEngine:
     # -- main loop ----------------------------------------------------------
     def _loop(self, wake_r: socket.socket) -> None:
         qfd = self._queue.fileno()
+        control = self._control
+        fds = [qfd, wake_r] + ([control.fileno()] if control else [])
         clock = time.monotonic
-        next_stats = clock() + STATS_INTERVAL_S
+        next_stats = next_control = clock() + STATS_INTERVAL_S
         while not self._stop:
             now = clock()
             if now >= next_stats:
@@ -259,11 +277,28 @@ class DelayEngine:
                 # Sleep until spin_s before the deadline; the rest is spent
                 # polling (timeout 0) because VM timer wakeups overshoot by
                 # ~0.1-1 ms.
-                ready, _, _ = select.select([qfd, wake_r], [], [], timeout - self.spin_s)
+                ready, _, _ = select.select(fds, [], [], timeout - self.spin_s)
                 if wake_r in ready:
                     _drain_wakeup(wake_r)
+                if control and control.fileno() in ready:
+                    self._serve_control()
+            elif control and now >= next_control:  # spinning: still answer within ~1 ms
+                self._serve_control()
+                next_control = now + CONTROL_POLL_S
             self._ingest()
             self._release(clock())
+
+    def _serve_control(self) -> None:
+        # packets already queued arrived before the change: they get the old parameters
+        self._ingest()
+        engine_control.serve_pending(self._control, lambda: self.params, self.set_params)
+
+    def set_params(self, params: EngineParams) -> None:
+        """Change the parameters in place (packets arriving from now on); stats at once."""
+        self.params = params
+        self.scheduler.set_params(params)
+        self.counters.reconfigurations += 1
+        self.write_stats(final=False)
 
     def _timeout_s(self, now: float, next_stats: float) -> float:
         """Seconds until the next release (or stats write), >= 0."""
@@ -338,6 +373,8 @@ class DelayEngine:
             "maxlen": self.maxlen,
             "spin_us": round(self.spin_s * 1e6),
             "received": self.counters.received,
+            "reconfigurations": self.counters.reconfigurations,
+            "control": self.control_path,
             "accepted": sched.released,
             "dropped": sched.dropped,
             "enobufs": q.enobufs if q else 0,
@@ -377,35 +414,6 @@ def _drain_wakeup(sock: socket.socket) -> None:
         pass
 
 
-def _enable_kernel_timestamps():
-    """Ask the kernel to timestamp received packets, so queued packets carry NFQA_TIMESTAMP.
-
-    Forwarded packets get a receive timestamp only while some socket on the host has asked
-    for timestamps; one UDP socket with SO_TIMESTAMP, held open, is enough. Returns it.
-    """
-    try:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMP", SO_TIMESTAMP_LINUX), 1)
-        return sock
-    except OSError:
-        return None  # best effort: without it arrival is when the engine reads the packet
-
-
-def _reduce_timer_slack() -> None:
-    """Ask for 1 us timer slack (default 50 us) so select() wakes on time."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)  # nanoseconds
-    except (OSError, AttributeError):
-        pass  # best effort: only costs ~50 us of precision
-
-
-def _set_rt_priority(priority: int) -> None:
-    """SCHED_FIFO at ``priority`` (1..99); 0 leaves normal scheduling."""
-    if priority:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-
-
 # --- command line -------------------------------------------------------------
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -430,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SCHED_FIFO priority 1..99 (0: normal scheduling)")
     p.add_argument("--maxlen", type=int, default=nfqueue.DEFAULT_QUEUE_MAXLEN,
                    help="kernel queue max length, packets")
+    p.add_argument("--control", default=None, help="unix datagram socket path for live changes")
     return p
 
 
@@ -445,10 +454,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, EngineParams]:
         parser.error(f"--rt-priority must be 0..99, got {args.rt_priority}")
     if args.maxlen < 1:
         parser.error(f"--maxlen must be >= 1, got {args.maxlen}")
-    if args.stats_file:
-        parent = os.path.dirname(os.path.abspath(args.stats_file))
-        if not os.path.isdir(parent):
-            parser.error(f"--stats-file directory does not exist: {parent}")
+    for flag, path in (("--stats-file", args.stats_file), ("--control", args.control)):
+        parent = os.path.dirname(os.path.abspath(path)) if path else None
+        if parent and not os.path.isdir(parent):
+            parser.error(f"{flag} directory does not exist: {parent}")
     if args.loss != args.loss:  # NaN
         parser.error("--loss must be a number in [0, 1]")
     try:
@@ -462,11 +471,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, EngineParams]:
 def main(argv: list[str] | None = None) -> int:
     args, params = parse_args(sys.argv[1:] if argv is None else argv)
     engine = DelayEngine(params, args.queue_num, args.maxlen, args.stats_file,
-                         args.spin_us)
-    _reduce_timer_slack()
-    stamp_switch = _enable_kernel_timestamps()  # noqa: F841 - held open: the kernel stamps while any socket asks
+                         args.spin_us, args.control)
+    nfqueue.reduce_timer_slack()
+    stamp_switch = nfqueue.enable_kernel_timestamps()  # noqa: F841 - held open: the kernel stamps while any socket asks
     try:
-        _set_rt_priority(args.rt_priority)
+        nfqueue.set_rt_priority(args.rt_priority)
     except OSError as exc:
         print(f"netbench-engine: error: cannot set SCHED_FIFO: {exc}", file=sys.stderr)
         return 1
@@ -474,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     def ready() -> None:
         line = {"event": "ready", "pid": os.getpid(), "queue_num": args.queue_num,
                 "params": asdict(params), "maxlen": args.maxlen,
-                "spin_us": args.spin_us, "stats_file": args.stats_file}
+                "spin_us": args.spin_us, "stats_file": args.stats_file, "control": args.control}
         print(json.dumps(line, sort_keys=True), flush=True)
 
     try:

@@ -1,11 +1,15 @@
-"""Delay engine processes (the userspace backend): start, wait until ready, stop, read stats.
+"""Delay engine processes (the userspace backend): start, wait until ready, reconfigure in
+place, stop, read stats.
 
 Each engine is `python -m netbench.emulation.engine` in a node's namespace; its pid and start
-time are journaled before anything waits on it, so a reset finds it after any crash.
+time are journaled before anything waits on it, so a reset finds it after any crash. Each
+listens on a control socket, `<state>/engines/<netns>-q<queue>.ctl`, through which a profile
+change reaches it without a restart (engine_control.py); a reset removes the whole folder.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -13,15 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from netbench import proc
+from netbench.emulation import engine_control
 from netbench.errors import EmulationError
 
 ENGINE_RT_PRIORITY = 10
+_request_ids = itertools.count(1)
 
 
 class Engines:
     """Delay engine processes, one per node namespace; their state lives in the state dir."""
 
     READY_TIMEOUT_S = 15.0
+    CONTROL_TIMEOUT_S = 1.0
 
     def __init__(self, state_dir: Path, detach: bool = False) -> None:
         self.dir = state_dir / "engines"
@@ -31,15 +38,22 @@ class Engines:
         stem = f"{netns}-q{queue_num}"
         return self.dir / f"{stem}.json", self.dir / f"{stem}.out", self.dir / f"{stem}.log"
 
+    def control_path(self, netns: str, queue_num: int) -> Path:
+        """Where the engine serving `queue_num` in `netns` listens for changes."""
+        return self.dir / f"{netns}-q{queue_num}.ctl"
+
     def start(self, netns: str, queue_num: int, delay_us: int, jitter_us: int, loss: float,
               seed: int, journal) -> int:
         stats, out, log = self._paths(netns, queue_num)
+        ctl = self.control_path(netns, queue_num)
         self.dir.mkdir(parents=True, exist_ok=True)
         for path in (stats, out):
             path.unlink(missing_ok=True)
+        # a stale `ctl` is replaced by the engine once it holds the queue: a second engine on
+        # a queue still served fails before it, and leaves the live engine's socket alone
         argv = [sys.executable, "-m", "netbench.emulation.engine", "--queue-num", str(queue_num),
                 "--delay-us", str(delay_us), "--jitter-us", str(jitter_us), "--loss", repr(loss),
-                "--seed", str(seed), "--stats-file", str(stats),
+                "--seed", str(seed), "--stats-file", str(stats), "--control", str(ctl),
                 # SCHED_FIFO: on a busy host the delay error comes from the engine waiting
                 # for a CPU, not from its own speed (see bench/engine_ceiling.py)
                 "--rt-priority", str(ENGINE_RT_PRIORITY)]
@@ -65,23 +79,56 @@ class Engines:
                 tail = log.read_text(errors="replace").strip().splitlines()
                 raise EmulationError(f"{netns}: delay engine exited with {child.returncode}: "
                                      f"{tail[-1] if tail else 'no output'}", hint=f"see {log}")
-            time.sleep(0.05)
+            time.sleep(0.01)
         proc.stop(child)
         raise EmulationError(f"{netns}: delay engine not ready after {self.READY_TIMEOUT_S:g}s", hint=f"see {log}")
+
+    def _entries(self, netns: str, queue_num: int, journal) -> list:
+        """The journal's pending process entries of the engine(s) serving `queue_num` in `netns`."""
+        return [entry for entry in journal.pending()
+                if entry.kind == "process" and entry.data.get("role") == "engine"
+                and entry.data.get("netns") == netns and entry.data.get("queue") == queue_num]
 
     def stop(self, netns: str, queue_num: int, journal) -> bool:
         """Stop the engine serving `queue_num` in `netns` (TERM releases held packets, then KILL)."""
         stopped = False
-        for entry in journal.pending():
-            data = entry.data
-            if (entry.kind == "process" and data.get("role") == "engine" and data.get("netns") == netns
-                    and data.get("queue") == queue_num):
-                pid, started = data["pid"], data.get("start")
-                if proc.is_same_process(pid, started):
-                    proc.stop_pids([pid], grace=3.0)
-                    stopped = True
-                journal.done(entry)
+        for entry in self._entries(netns, queue_num, journal):
+            pid, started = entry.data["pid"], entry.data.get("start")
+            if proc.is_same_process(pid, started):
+                proc.stop_pids([pid], grace=3.0)
+                stopped = True
+            journal.done(entry)
+        self.control_path(netns, queue_num).unlink(missing_ok=True)  # left behind by a KILL
         return stopped
+
+    def reconfigure(self, netns: str, queue_num: int, delay_us: int, jitter_us: int, loss: float,
+                    seed: int, journal) -> bool:
+        """Change the live engine's parameters in place, for packets arriving from now on.
+
+        Held packets keep their release time. True once the engine confirmed (its stats,
+        hence `read`, show the new parameters by then); False when no live engine with a
+        control socket serves `queue_num` in `netns` (the caller then starts one).
+        Raises EmulationError when the engine refuses the change or does not answer.
+        """
+        ctl = self.control_path(netns, queue_num)
+        live = any(proc.is_same_process(e.data["pid"], e.data.get("start"))
+                   for e in self._entries(netns, queue_num, journal))
+        if not live:
+            return False
+        message = {"op": "set", "delay_us": int(delay_us), "jitter_us": int(jitter_us),
+                   "loss": float(loss), "seed": int(seed), "id": next(_request_ids)}
+        log = self._paths(netns, queue_num)[2]
+        try:
+            reply = engine_control.request(str(ctl), message, timeout_s=self.CONTROL_TIMEOUT_S)
+        except (FileNotFoundError, ConnectionRefusedError):
+            return False  # an engine from before control sockets, or one that lost its socket
+        except (TimeoutError, OSError, ValueError) as exc:
+            raise EmulationError(f"{netns}: delay engine on queue {queue_num} did not take the change: {exc}",
+                                 hint=f"see {log}; `netbench reset` stops it") from None
+        if not reply.get("ok"):
+            raise EmulationError(f"{netns}: delay engine on queue {queue_num} refused the change: "
+                                 f"{reply.get('error')}", hint=f"see {log}")
+        return True
 
     def read(self, netns: str, queue_num: int) -> dict[str, Any] | None:
         """The engine's last stats (params, counters) if its process is alive."""

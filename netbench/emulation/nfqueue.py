@@ -8,6 +8,7 @@ lives in netbench/emulation/netlink/nfqueue_wire.py and is re-exported here, so
 
 from __future__ import annotations
 
+import ctypes
 import errno as errno_mod
 import os
 import socket
@@ -252,3 +253,38 @@ def read_kernel_queue_stats(queue_num: int) -> dict | None:
             return parse_proc_queue(fh.read(), queue_num)
     except (OSError, ValueError):
         return None
+
+
+# --- process setup for the delay engine --------------------------------------
+
+SO_TIMESTAMP_LINUX = 29  # asm-generic/socket.h; Python's socket module does not export it
+PR_SET_TIMERSLACK = 29
+
+
+def enable_kernel_timestamps():
+    """Ask the kernel to timestamp received packets, so queued packets carry NFQA_TIMESTAMP.
+
+    Forwarded packets get a receive timestamp only while some socket on the host has asked
+    for timestamps; one UDP socket with SO_TIMESTAMP, held open, is enough. Returns it.
+    """
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMP", SO_TIMESTAMP_LINUX), 1)
+        return sock
+    except OSError:
+        return None  # best effort: without it arrival is when the engine reads the packet
+
+
+def reduce_timer_slack() -> None:
+    """Ask for 1 us timer slack (default 50 us) so select() wakes on time."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)  # nanoseconds
+    except (OSError, AttributeError):
+        pass  # best effort: only costs ~50 us of precision
+
+
+def set_rt_priority(priority: int) -> None:
+    """SCHED_FIFO at ``priority`` (1..99); 0 leaves normal scheduling."""
+    if priority:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))

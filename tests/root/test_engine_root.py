@@ -241,3 +241,132 @@ def test_engine_exit_without_traffic_unbinds(pair, start_engine):
     assert first.terminate() == 0
     second = start_engine("--delay-us", "1000")  # queue is free again
     assert second.terminate() == 0
+
+
+# --- in-place changes through the control socket (Engines, as netbench runs them) -------------
+
+@pytest.fixture
+def managed(pair, tmp_path):
+    """Engines and a journal in a scratch state dir; every engine left is stopped."""
+    from netbench.emulation.engines import Engines
+    from netbench.state.journal import Journal
+
+    journal = Journal(tmp_path / "state")
+    engines = Engines(journal.dir)
+    yield engines, journal
+    from netbench.state.reset import undo_entry
+
+    for entry in reversed(journal.pending()):
+        undo_entry(entry, {pair.a, pair.b})
+        journal.done(entry)
+
+
+def _ping_lines(ns: str, count: int, interval: float) -> subprocess.Popen:
+    return subprocess.Popen(["ping", "-D", "-c", str(count), "-i", str(interval), "-W", "2", ADDR_B],
+                            preexec_fn=_in_ns(ns), stdout=subprocess.PIPE, text=True)
+
+
+def _sent_and_rtt(out: str) -> list[tuple[float, float]]:
+    """(send time as epoch seconds, rtt ms) of each reply in `ping -D` output."""
+    rows = []
+    for stamp, rtt in re.findall(r"^\[([\d.]+)\].*icmp_seq=\d+ .*time=([\d.]+) ms", out, re.M):
+        rows.append((float(stamp) - float(rtt) / 1000, float(rtt)))
+    return rows
+
+
+def test_reconfigure_changes_a_live_engine_without_a_restart(pair, managed):
+    engines, journal = managed
+    pid = engines.start(pair.a, QUEUE, 20_000, 0, 0.0, 1, journal)
+    ctl = engines.control_path(pair.a, QUEUE)
+    assert ctl.is_socket()
+    avg, sent, recv = _ping(pair.a, 5, 0.05)
+    assert sent == recv == 5 and avg >= 20.0
+    assert engines.reconfigure(pair.a, QUEUE, 5_000, 1_000, 0.0, 7, journal) is True
+    stats = engines.read(pair.a, QUEUE)  # written by the engine before it answered
+    assert stats["pid"] == pid and stats["alive"] is True
+    assert stats["params"] == {"delay_us": 5_000, "jitter_us": 1_000, "loss": 0.0, "seed": 7}
+    assert stats["reconfigurations"] == 1 and stats["received"] == 5
+    with pytest.raises(Exception, match="refused the change: loss must be"):
+        engines.reconfigure(pair.a, QUEUE, 5_000, 0, 1.5, 7, journal)
+    assert engines.read(pair.a, QUEUE)["params"]["delay_us"] == 5_000  # still running, unchanged
+    avg, sent, recv = _ping(pair.a, 5, 0.05)
+    assert sent == recv == 5 and 4.0 <= avg < 20.0
+    assert engines.stop(pair.a, QUEUE, journal) is True
+    assert not ctl.exists()
+    assert engines.reconfigure(pair.a, QUEUE, 5_000, 0, 0.0, 7, journal) is False
+
+
+def test_a_killed_engines_control_socket_is_removed(pair, managed):
+    from netbench import proc
+
+    engines, journal = managed
+    pid = engines.start(pair.a, QUEUE, 1_000, 0, 0.0, 1, journal)
+    ctl = engines.control_path(pair.a, QUEUE)
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(200):
+        if proc.start_time(pid) is None:
+            break
+        time.sleep(0.01)
+    assert ctl.exists()  # a KILL leaves it behind
+    assert engines.reconfigure(pair.a, QUEUE, 2_000, 0, 0.0, 1, journal) is False
+    engines.stop(pair.a, QUEUE, journal)
+    assert not ctl.exists()
+
+
+def test_reset_after_a_killed_controller_stops_the_engine_and_its_socket(pair, managed):
+    from netbench import proc
+    from netbench.state.reset import undo_entry
+
+    engines, journal = managed
+    pid = engines.start(pair.a, QUEUE, 1_000, 0, 0.0, 1, journal)
+    started = proc.start_time(pid)
+    assert engines.reconfigure(pair.a, QUEUE, 2_000, 0, 0.0, 1, journal) is True
+    # the controller is gone; what reset does with the journal:
+    lines = [undo_entry(entry, {pair.a, pair.b}) for entry in reversed(journal.pending())]
+    assert any(line and str(pid) in line for line in lines)
+    assert not proc.is_same_process(pid, started)
+    assert not engines.control_path(pair.a, QUEUE).exists()  # the engine removed it on TERM
+
+
+def test_delay_changes_under_ping_never_release_early_nor_lose(pair, managed):
+    """20 ms -> 10 ms -> 20 ms while pinging every 10 ms. Only echo requests are delayed (one
+    engine delay per RTT): a packet sent before a change keeps the delay it arrived under,
+    none is faster than the delay in force when it was sent, none is lost."""
+    engines, journal = managed
+    engines.start(pair.a, QUEUE, 20_000, 0, 0.0, 1, journal)
+    count = 150
+    ping = _ping_lines(pair.a, count, 0.01)
+    try:
+        time.sleep(0.4)
+        to_10 = time.time()
+        assert engines.reconfigure(pair.a, QUEUE, 10_000, 0, 0.0, 1, journal) is True
+        to_10_done = time.time()
+        time.sleep(0.4)
+        to_20 = time.time()
+        assert engines.reconfigure(pair.a, QUEUE, 20_000, 0, 0.0, 1, journal) is True
+        to_20_done = time.time()
+        out, _ = ping.communicate(timeout=30)
+    finally:
+        if ping.poll() is None:
+            ping.kill()
+            ping.wait()
+    rows = _sent_and_rtt(out)
+    assert len(rows) == count, out[-500:]  # none lost
+    assert min(rtt for _, rtt in rows) >= 10.0
+    slow = [(sent, rtt) for sent, rtt in rows if sent < to_10 or sent > to_20_done]
+    fast = [(sent, rtt) for sent, rtt in rows if to_10_done < sent < to_20]
+    assert len(slow) > 40 and len(fast) > 20
+    assert all(rtt >= 20.0 for _, rtt in slow), slow
+    assert sorted(rtt for _, rtt in fast)[len(fast) // 2] < 20.0  # the change took effect
+    assert engines.read(pair.a, QUEUE)["reconfigurations"] == 2
+
+
+def test_a_second_start_on_a_served_queue_leaves_the_live_engines_socket(pair, managed):
+    from netbench.errors import EmulationError
+
+    engines, journal = managed
+    pid = engines.start(pair.a, QUEUE, 1_000, 0, 0.0, 1, journal)
+    with pytest.raises(EmulationError, match="already bound"):
+        engines.start(pair.a, QUEUE, 2_000, 0, 0.0, 1, journal)
+    assert engines.reconfigure(pair.a, QUEUE, 3_000, 0, 0.0, 1, journal) is True
+    assert engines.read(pair.a, QUEUE)["pid"] == pid

@@ -1,0 +1,211 @@
+"""The delay engine's control channel: change its parameters in place, without a restart.
+
+The engine binds a unix datagram socket (``--control PATH``, mode 0600). One datagram is one
+JSON object; the engine answers to the sender's address with one JSON object:
+
+    {"op": "set", "delay_us": 10000, "jitter_us": 0, "loss": 0.0, "seed": 1, "id": 7}
+        -> {"ok": true, "id": 7, "params": {...}}  (the engine's parameters from now on)
+    {"op": "ping", "id": 8}  -> {"ok": true, "id": 8, "params": {...}}
+    anything else            -> {"ok": false, "id": ..., "error": "one line"}
+
+A ``set`` may leave out jitter_us, loss or seed: they keep their values. New parameters
+apply to packets arriving after the change; held packets keep their release time.
+
+:func:`handle_request` is pure (bytes and parameters in, reply and parameters out), for
+tests; :class:`ControlSocket` is the engine's side, :func:`request` the controller's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import json
+import math
+import os
+import socket
+import tempfile
+import time
+from typing import Any, Iterator
+
+MAX_DATAGRAM = 4096
+SET_FIELDS = ("delay_us", "jitter_us", "loss", "seed")
+MAX_UNIX_PATH = 100  # sun_path is 108 bytes; longer paths go through /proc/self/fd
+_client_ids = itertools.count()
+
+
+class ControlError(ValueError):
+    """A control request the engine refuses (its message is the reply's one-line error)."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _checked_fields(msg: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(msg) - {"op", "id", *SET_FIELDS})
+    if unknown:
+        raise ControlError(f"unknown field(s) {', '.join(unknown)}; a set takes {', '.join(SET_FIELDS)}")
+    if "delay_us" not in msg:
+        raise ControlError("set needs delay_us")
+    fields = {}
+    for name in SET_FIELDS:
+        if name not in msg:
+            continue
+        value = msg[name]
+        if name == "loss":
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ControlError(f"loss must be a number in [0, 1], got {value!r}")
+            value = float(value)
+        elif not _is_int(value):
+            raise ControlError(f"{name} must be an integer, got {value!r}")
+        fields[name] = value
+    return fields
+
+
+def handle_request(data: bytes, params: Any) -> tuple[dict[str, Any], Any | None]:
+    """Answer one datagram given the engine's current ``params`` (an EngineParams).
+
+    Returns (reply, new params or None when they do not change). Never raises: a bad
+    request gets ``{"ok": false, "error": ...}`` and the engine carries on.
+    """
+    request_id = None
+    try:
+        try:
+            msg = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ControlError(f"not a JSON object: {exc}") from None
+        if not isinstance(msg, dict):
+            raise ControlError(f"not a JSON object: {type(msg).__name__}")
+        request_id = msg.get("id")
+        op = msg.get("op")
+        if op == "ping":
+            return {"ok": True, "id": request_id, "params": dataclasses.asdict(params)}, None
+        if op != "set":
+            raise ControlError(f"unknown op {op!r}; known: ping, set")
+        try:
+            new = dataclasses.replace(params, **_checked_fields(msg))  # EngineParams validates
+        except ValueError as exc:
+            raise ControlError(str(exc)) from None
+        return {"ok": True, "id": request_id, "params": dataclasses.asdict(new)}, new
+    except ControlError as exc:
+        return {"ok": False, "id": request_id, "error": str(exc)}, None
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, sort_keys=True).encode("utf-8")
+
+
+@contextlib.contextmanager
+def _short_path(path: str) -> Iterator[str]:
+    """``path`` itself, or one through /proc/self/fd when it is too long for sun_path."""
+    if len(os.fsencode(path)) <= MAX_UNIX_PATH:
+        yield path
+        return
+    head, name = os.path.split(os.path.abspath(path))
+    fd = os.open(head, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{name}"
+    finally:
+        os.close(fd)
+
+
+def bind_unix(sock: socket.socket, path: str) -> None:
+    """Bind ``sock`` at ``path`` with mode 0600: a stale file there is removed first, and the
+    umask keeps the socket private from its creation on (no window with a wider mode)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    old = os.umask(0o177)
+    try:
+        with _short_path(path) as short:
+            sock.bind(short)
+    finally:
+        os.umask(old)
+
+
+class ControlSocket:
+    """The engine's end: a non-blocking datagram socket at ``path``, removed on close."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            bind_unix(self.sock, path)
+        except OSError:
+            self.sock.close()
+            raise
+        self.sock.setblocking(False)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def receive(self) -> tuple[bytes, Any] | None:
+        """One pending (datagram, sender address), or None when there is none."""
+        try:
+            return self.sock.recvfrom(MAX_DATAGRAM)
+        except (BlockingIOError, InterruptedError):
+            return None
+
+    def reply(self, address: Any, reply: dict[str, Any]) -> None:
+        """Send ``reply`` to ``address``; a sender without an address or gone is skipped."""
+        if not address:
+            return
+        with contextlib.suppress(OSError):
+            self.sock.sendto(encode(reply), address)
+
+    def close(self) -> None:
+        self.sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+def request(path: str, message: dict[str, Any], timeout_s: float = 1.0,
+            client_dir: str | None = None) -> dict[str, Any]:
+    """Send ``message`` to the engine's control socket at ``path`` and return its reply.
+
+    The client socket is bound in ``client_dir`` (default: next to ``path``; the temp dir
+    when that name would be too long for a socket address) so the engine, in any network
+    namespace, can answer; it is removed before returning. Raises
+    FileNotFoundError / ConnectionRefusedError when nothing listens at ``path``,
+    TimeoutError when no reply comes in ``timeout_s``.
+    """
+    name = f".client-{os.getpid()}-{next(_client_ids)}.sock"
+    client_path = os.path.join(client_dir or os.path.dirname(os.path.abspath(path)), name)
+    if len(os.fsencode(client_path)) > MAX_UNIX_PATH:  # the engine must be able to name it
+        client_path = os.path.join(tempfile.gettempdir(), f"netbench{name}")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        bind_unix(sock, client_path)
+        with _short_path(path) as short:
+            sock.sendto(encode(message), short)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no reply from {path} within {timeout_s:g}s")
+            sock.settimeout(left)
+            try:
+                data = sock.recv(MAX_DATAGRAM)
+            except socket.timeout:
+                continue
+            reply = json.loads(data.decode("utf-8"))
+            if reply.get("id") == message.get("id"):
+                return reply
+    finally:
+        sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(client_path)
+
+
+def serve_pending(control: ControlSocket, get_params, apply) -> int:
+    """Answer every pending datagram on ``control``; ``apply(params)`` is called for each
+    accepted set before its reply goes out. Returns how many sets were applied."""
+    applied = 0
+    while (received := control.receive()) is not None:
+        data, address = received
+        reply, new = handle_request(data, get_params())
+        if new is not None:
+            apply(new)
+            applied += 1
+        control.reply(address, reply)
+    return applied
