@@ -25,7 +25,7 @@ def engine_stats(alive: bool = True, received: int = 0, accepted: int = 0, dropp
              "enobufs": 0, "stale_verdicts": 0, "gso_packets": 0, "queue_depth": queue_depth,
              "max_queue_depth": queue_depth, "lateness_us": {"count": accepted, "mean": 80.0, "max": 900.0},
              "kernel": kernel if kernel is not None else kernel_row(), "started_at": 1000.0, "updated_at": 1010.0,
-             "uptime_s": 10.0, "final": False, "alive": alive}
+             "uptime_s": 10.0, "final": False, "reconfigurations": 0, "control": None, "alive": alive}
     stats.update(extra)
     return stats
 
