@@ -1,0 +1,85 @@
+"""Root tier: a live link changed in place is never unshaped (userspace backend, real kernel).
+
+A ping every 10 ms from n1 to n2 runs while `netbench apply` moves the one-way delay of both
+nodes between 10 and 20 ms, 50 times: no ping is lost and none comes back faster than the lower
+delay allows (2 x 10 ms: the request passes n1's engine, the reply n2's). Before, each change
+stopped the engines (releasing held packets at once) and cleared the rules: replies of 0.03 ms.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import NETBENCH, netbench_processes
+
+pytestmark = pytest.mark.root
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([*NETBENCH, *args], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def _engine_pids() -> set[int]:
+    return {pid for pid, cmd in netbench_processes() if "netbench.emulation.engine" in cmd}
+
+
+def test_fifty_live_delay_changes_under_a_ping_lose_nothing_and_never_go_below_the_delay(clean_machine):
+    _cli("testbed", "up", "--nodes", "2")
+    _cli("apply", "--latency", "10ms", "--backend", "userspace")
+    engines = _engine_pids()
+    assert len(engines) == 2
+    ping = subprocess.Popen(["ip", "netns", "exec", "netbench-n1", "ping", "-n", "-i", "0.01", "10.213.0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(0.5)
+        for i in range(50):
+            _cli("apply", "--latency", "20ms" if i % 2 == 0 else "10ms", "--backend", "userspace")
+        time.sleep(0.5)
+    finally:
+        ping.send_signal(signal.SIGINT)
+        out, _ = ping.communicate(timeout=30)
+    rtts = [float(m) for m in re.findall(r"time=([\d.]+) ms", out)]
+    summary = re.search(r"(\d+) packets transmitted, (\d+) received", out)
+    assert summary, out[-2000:]
+    sent = int(summary[1])
+    assert sent > 100, out[-500:]
+    # ping stops without waiting for the requests still in flight (a 20 ms round trip holds
+    # two or three): every request before the last five must have its reply
+    answered = {int(m) for m in re.findall(r"icmp_seq=(\d+)", out)}
+    lost = sorted(set(range(1, sent - 5)) - answered)
+    assert lost == [], f"{len(lost)} of {sent} pings lost: icmp_seq {lost[:20]}"
+    assert min(rtts) >= 20.0, f"{sum(r < 20.0 for r in rtts)} replies under 20 ms: {sorted(rtts)[:10]}"
+    assert _engine_pids() == engines  # reconfigured, never restarted
+    shown = _cli("show", "--json").stdout
+    assert '"delay": "10ms"' in shown
+
+
+def test_a_sigkill_in_the_middle_of_changes_leaves_reset_able_to_remove_everything(clean_machine, state_dir):
+    _cli("testbed", "up", "--nodes", "3")
+    _cli("apply", "--latency", "10ms", "--bandwidth", "100mbit", "--backend", "userspace")
+    killed = 0
+    for i in range(6):  # kill applies at different moments: right away and later
+        child = subprocess.Popen([*NETBENCH, "apply", "--latency", f"{11 + i}ms", "--bandwidth",
+                                  "90mbit" if i % 2 else "100mbit", "--backend", "userspace"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.05 * i)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        killed += child.returncode == -signal.SIGKILL
+    assert killed >= 1
+    # whatever state the killed applies left, a new apply still works, and reset removes everything
+    _cli("apply", "--latency", "5ms", "--backend", "userspace")
+    assert len(_engine_pids()) == 3
+    _cli("reset")
+    assert _engine_pids() == set()
+    assert not list((state_dir / "engines").glob("*.ctl")) if (state_dir / "engines").exists() else True
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "netbench-" not in left, left
