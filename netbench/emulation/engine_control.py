@@ -197,6 +197,53 @@ def request(path: str, message: dict[str, Any], timeout_s: float = 1.0,
             os.unlink(client_path)
 
 
+def request_many(messages: list[tuple[str, dict[str, Any]]], timeout_s: float = 1.0,
+                 client_dir: str | None = None) -> list[dict[str, Any] | BaseException]:
+    """`request` to several engines at once, from one client socket: every message is sent
+    first, then the replies are collected (by id), so N engines answer in about the time of
+    one. Each result is the reply, or the exception `request` would have raised for it."""
+    if not messages:
+        return []
+    name = f".client-{os.getpid()}-{next(_client_ids)}.sock"
+    first = messages[0][0]
+    client_path = os.path.join(client_dir or os.path.dirname(os.path.abspath(first)), name)
+    if len(os.fsencode(client_path)) > MAX_UNIX_PATH:
+        client_path = os.path.join(tempfile.gettempdir(), f"netbench{name}")
+    results: list[dict[str, Any] | BaseException | None] = [None] * len(messages)
+    waiting: dict[Any, int] = {}
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        bind_unix(sock, client_path)
+        for i, (path, message) in enumerate(messages):
+            try:
+                with _short_path(path) as short:
+                    sock.sendto(encode(message), short)
+                waiting[message.get("id")] = i
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                results[i] = exc
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            sock.settimeout(left)
+            try:
+                data = sock.recv(MAX_DATAGRAM)
+            except socket.timeout:
+                continue
+            reply = json.loads(data.decode("utf-8"))
+            index = waiting.pop(reply.get("id"), None)
+            if index is not None:
+                results[index] = reply
+        for index in waiting.values():
+            results[index] = TimeoutError(f"no reply from {messages[index][0]} within {timeout_s:g}s")
+    finally:
+        sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(client_path)
+    return results  # type: ignore[return-value]
+
+
 def serve_pending(control: ControlSocket, get_params, apply) -> int:
     """Answer every pending datagram on ``control``; ``apply(params)`` is called for each
     accepted set before its reply goes out. Returns how many sets were applied."""

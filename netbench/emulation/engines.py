@@ -130,6 +130,35 @@ class Engines:
                                  f"{reply.get('error')}", hint=f"see {log}")
         return True
 
+    def reconfigure_many(self, changes: list[tuple[str, int, int, int, float, int]], journal) -> list[bool]:
+        """`reconfigure` for several engines at once, (netns, queue_num, delay_us, jitter_us,
+        loss, seed) each: every request goes out before any reply is awaited. One False per
+        engine that is not live (the caller starts it); EmulationError on the first refusal."""
+        results = [False] * len(changes)
+        messages: list[tuple[str, dict[str, Any]]] = []
+        sent: list[int] = []
+        for i, (netns, queue_num, delay_us, jitter_us, loss, seed) in enumerate(changes):
+            if any(proc.is_same_process(e.data["pid"], e.data.get("start"))
+                   for e in self._entries(netns, queue_num, journal)):
+                messages.append((str(self.control_path(netns, queue_num)),
+                                 {"op": "set", "delay_us": int(delay_us), "jitter_us": int(jitter_us),
+                                  "loss": float(loss), "seed": int(seed), "id": next(_request_ids)}))
+                sent.append(i)
+        replies = engine_control.request_many(messages, timeout_s=self.CONTROL_TIMEOUT_S)
+        for i, reply in zip(sent, replies):
+            netns, queue_num = changes[i][:2]
+            log = self._paths(netns, queue_num)[2]
+            if isinstance(reply, (FileNotFoundError, ConnectionRefusedError)):
+                continue  # an engine from before control sockets, or one that lost its socket
+            if isinstance(reply, BaseException):
+                raise EmulationError(f"{netns}: delay engine on queue {queue_num} did not take the change: {reply}",
+                                     hint=f"see {log}; `netbench reset` stops it")
+            if not reply.get("ok"):
+                raise EmulationError(f"{netns}: delay engine on queue {queue_num} refused the change: "
+                                     f"{reply.get('error')}", hint=f"see {log}")
+            results[i] = True
+        return results
+
     def read(self, netns: str, queue_num: int) -> dict[str, Any] | None:
         """The engine's last stats (params, counters) if its process is alive."""
         stats, out, _ = self._paths(netns, queue_num)

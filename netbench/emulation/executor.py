@@ -37,11 +37,44 @@ class Executor:
         with session() if session is not None else nullcontext():
             self._refuse_foreign_qdiscs(plan)
             self.done = []
-            for change in plan:
-                if self.on_change:
-                    self.on_change(change)
-                self._dispatch(change)
-                self.done.append(change)
+            i = 0
+            while i < len(plan):
+                batch = self._reconfigure_batch(plan, i)
+                for change in batch or plan[i:i + 1]:
+                    if self.on_change:
+                        self.on_change(change)
+                if batch:
+                    self._reconfigure(batch)
+                else:
+                    self._dispatch(plan[i])
+                self.done.extend(batch or plan[i:i + 1])
+                i += len(batch) or 1
+
+    def _reconfigure_batch(self, plan: list[ch.Change], start: int) -> list[ch.ReconfigureEngine]:
+        """The run of engine reconfigurations from `start` (sent together: the engines answer in
+        about the time of one), when the engines adapter can batch them; else []."""
+        if not hasattr(self.engines, "reconfigure_many"):
+            return []
+        end = start
+        while end < len(plan) and isinstance(plan[end], ch.ReconfigureEngine):
+            end += 1
+        return list(plan[start:end]) if end - start > 1 else []
+
+    def _reconfigure(self, batch: list[ch.ReconfigureEngine]) -> None:
+        j = self.journal
+        taken = self.engines.reconfigure_many([(c.netns, c.queue_num, c.delay_us, c.jitter_us, c.loss, c.seed)
+                                               for c in batch], j)
+        for change, ok in zip(batch, taken):
+            if not ok:  # not live (it died): its entry goes, a new one starts
+                self.engines.stop(change.netns, change.queue_num, j)
+                self.engines.start(change.netns, change.queue_num, change.delay_us, change.jitter_us,
+                                   change.loss, change.seed, j)
+
+    def close(self) -> None:
+        """Close the netlink sockets a long-lived executor held (real_executor(hold=True))."""
+        release = getattr(self.qdiscs, "release", None)
+        if release is not None:
+            release()
 
     def held(self) -> Held:
         """What netbench holds now, from the journal (plan a change in place against it)."""
@@ -133,8 +166,14 @@ class Executor:
             raise TypeError(f"no handler for {type(change).__name__}")
 
 
-def real_executor(journal: jr.Journal, detach_engines: bool = False, on_change=None) -> Executor:
-    return Executor(journal=journal, qdiscs=NetlinkQdiscs(), iptables=Iptables(),
+def real_executor(journal: jr.Journal, detach_engines: bool = False, on_change=None,
+                  hold: bool = False) -> Executor:
+    """The kernel's adapters. `hold`: keep one netlink socket per namespace open across applies
+    (a sweep, a schedule) until close()."""
+    qdiscs = NetlinkQdiscs()
+    if hold:
+        qdiscs.hold()
+    return Executor(journal=journal, qdiscs=qdiscs, iptables=Iptables(),
                     engines=Engines(journal.dir, detach=detach_engines), on_change=on_change)
 
 

@@ -44,6 +44,7 @@ class EmbeddedTestbed:
         self.brought_up = False
         self.needed = 0
         self.executor = None
+        self._commands = None  # the executor of apply_plan (commands), made on first use
         self.spawn = LocalSpawner(journal)
 
     # ---------------------------------------------------------------- commands
@@ -67,7 +68,12 @@ class EmbeddedTestbed:
         from netbench.emulation.executor import Executor
 
         if self.adapters is None:
-            executor = real_executor(self.journal, detach_engines=True, on_change=on_change)
+            # one executor for every command-line change this process makes (a schedule makes
+            # many): its netlink sockets stay open between them
+            if self._commands is None:
+                self._commands = real_executor(self.journal, detach_engines=True, hold=True)
+            executor = self._commands
+            executor.on_change = on_change
         else:
             qdiscs, iptables, engines = self.adapters
             executor = Executor(journal=self.journal, qdiscs=qdiscs, iptables=iptables, engines=engines,
@@ -98,6 +104,8 @@ class EmbeddedTestbed:
         """Undo every journal entry, under the lock (never while a command is making changes)."""
         from netbench.state.reset import reset
 
+        if self._commands is not None:  # its sockets would keep the removed namespaces alive
+            self._commands.close()
         with Lock(self.journal.dir):
             return {EMBEDDED: reset(self.journal, warn=warn)}
 
@@ -131,7 +139,7 @@ class EmbeddedTestbed:
         if self.topology is None:
             self.topology = local.up(self.needed, self.journal)
             self.brought_up = True
-        self.executor = real_executor(self.journal)
+        self.executor = real_executor(self.journal, hold=True)
         return self.topology
 
     def nodes_for(self, job, workers: int) -> tuple[Node, ...]:
@@ -151,9 +159,13 @@ class EmbeddedTestbed:
         try:
             if self.executor is not None and self.topology is not None and not self.brought_up:
                 self.executor.apply(ch.plan_clear(self.topology))
+            if self.executor is not None:
+                self.executor.close()  # a socket would keep a removed namespace alive
             if self.brought_up:
                 local.down(self.journal)
                 note("took down the testbed this sweep brought up")
             self.journal.compact()
         finally:
+            if self.executor is not None:
+                self.executor.close()
             self.lock.__exit__(None, None, None)

@@ -198,6 +198,10 @@ class FakeEngines(_Recorder):
         engine["params"].update(delay_us=delay_us, jitter_us=jitter_us, loss=loss, seed=seed)
         return True
 
+    def reconfigure_many(self, changes: list[tuple], journal) -> list[bool]:
+        """As Engines.reconfigure_many: every engine asked before any answer is used."""
+        return [self.reconfigure(*change, journal) for change in changes]
+
     def stop(self, netns: str, queue_num: int, journal) -> bool:
         self._call("stop", netns=netns, queue_num=queue_num)
         stopped = self.running.pop((netns, queue_num), None) is not None

@@ -105,7 +105,7 @@ def test_an_engine_that_died_is_started_again(ex):
     apply(ex, LAT10)
     ex.engines.running.clear()  # died: the journal still says it runs
     apply(ex, LAT20)
-    assert ex.engines.methods() == ["reconfigure", "stop", "start", "reconfigure", "stop", "start"]
+    assert ex.engines.methods() == ["reconfigure", "reconfigure", "stop", "start", "stop", "start"]
     assert ex.engines.read(TOPO.switch_netns, 1)["params"]["delay_us"] == 20_000
     engines = [e for e in ex.journal.pending() if e.kind == "process"]
     assert len(engines) == 2  # the dead ones' entries done, the new ones' written

@@ -89,20 +89,38 @@ class NetlinkQdiscs:
 
     def __init__(self) -> None:
         self._open_sockets: dict[str, Any] | None = None  # namespace -> IPRoute, inside session()
+        # (netns, device) -> (index, root qdisc) read by root_qdisc() in this session and not yet
+        # changed: the foreign-qdisc check's dump serves the change that follows it
+        self._peeked: dict[tuple[str, str], tuple[int, Any]] = {}
 
     @contextmanager
     def session(self) -> Iterator[None]:
-        """One netlink socket per namespace for everything done inside (a whole apply)."""
+        """One netlink socket per namespace for everything done inside (a whole apply); inside
+        hold(), the held sockets. What root_qdisc() read is used only within one session."""
+        self._peeked = {}
         if self._open_sockets is not None:
-            yield
+            try:
+                yield
+            finally:
+                self._peeked = {}
             return
         self._open_sockets = {}
         try:
             yield
         finally:
-            sockets, self._open_sockets = self._open_sockets, None
-            for ipr in sockets.values():
-                ipr.close()
+            self.release()
+
+    def hold(self) -> None:
+        """Keep one socket per namespace open across sessions until release() (a sweep's or a
+        schedule's many changes: opening them is most of a small change's cost)."""
+        if self._open_sockets is None:
+            self._open_sockets = {}
+
+    def release(self) -> None:
+        sockets, self._open_sockets = self._open_sockets or {}, None
+        self._peeked = {}
+        for ipr in sockets.values():
+            ipr.close()
 
     def _open(self, netns: str) -> ContextManager[Any]:
         """An IPRoute in `netns` (the session's, or one closed after use); FileNotFoundError
@@ -121,6 +139,10 @@ class NetlinkQdiscs:
             raise EmulationError(f"namespace {netns} does not exist",
                                  hint="is the testbed up? 'netbench testbed show'") from None
 
+    def _forget(self, netns: str) -> None:
+        for key in [key for key in self._peeked if key[0] == netns]:
+            del self._peeked[key]
+
     def _index(self, ns: Any, netns: str, ifname: str) -> int:
         found = ns.link_lookup(ifname=ifname)
         if not found:
@@ -129,9 +151,10 @@ class NetlinkQdiscs:
 
     def replace_tbf(self, netns, ifname, rate_bps, burst_bytes, limit_bytes):
         with self._ns(netns) as ns:
-            index = self._index(ns, netns, ifname)
+            peeked = self._peeked.pop((netns, ifname), None)
+            index = peeked[0] if peeked else self._index(ns, netns, ifname)
             try:
-                self._drop_root_unless(ns, index, "tbf")
+                self._drop_root_unless(ns, index, "tbf", peeked[1] if peeked else False)
                 # pyroute2 takes an integer rate in bytes/s; burst and limit in bytes
                 ns.tc("replace", "tbf", index, handle=QDISC_HANDLE, rate=rate_bps // 8,
                       burst=burst_bytes, limit=limit_bytes)
@@ -145,9 +168,10 @@ class NetlinkQdiscs:
                 return qdisc
         return None
 
-    def _drop_root_unless(self, ns: Any, index: int, kind: str) -> bool:
-        """Delete the netbench-owned root if it is of another kind; True if one of `kind` stays."""
-        root = self._root(ns, index)
+    def _drop_root_unless(self, ns: Any, index: int, kind: str, root: Any = False) -> bool:
+        """Delete the netbench-owned root if it is of another kind; True if one of `kind` stays.
+        `root`: the root as just read (None: there is none), else it is read now."""
+        root = self._root(ns, index) if root is False else root
         if root is None or root["handle"] != _HANDLE_INT:
             return False
         if root.get_attr("TCA_KIND") == kind:
@@ -157,6 +181,7 @@ class NetlinkQdiscs:
 
     def shape(self, change: ShapeDevice) -> None:
         netns, dev = change.netns, change.dev
+        self._forget(netns)
         try:
             with self._ns(netns) as ns:
                 index = self._index(ns, netns, dev)
@@ -228,6 +253,7 @@ class NetlinkQdiscs:
                   target=_handle(HANDLE_MAJOR, i + 1), keys=[key])
 
     def set_ingress(self, netns: str, dev: str, ifb: str) -> None:
+        self._forget(netns)
         with self._ns(netns) as ns:
             try:
                 if not ns.link_lookup(ifname=ifb):
@@ -251,6 +277,7 @@ class NetlinkQdiscs:
     def clear_ingress(self, netns: str, dev: str, ifb: str) -> bool:
         """Remove the ingress redirect and the ifb device if netbench made them (the ifb's name
         says so); a missing one is not an error."""
+        self._forget(netns)
         try:
             with self._open(netns) as ns:
                 found_ifb = ns.link_lookup(ifname=ifb)
@@ -270,6 +297,7 @@ class NetlinkQdiscs:
 
     def clear(self, netns, ifname):
         """Delete the root qdisc if netbench owns it; a missing one is not an error."""
+        self._forget(netns)
         try:
             with self._open(netns) as ns:
                 found = ns.link_lookup(ifname=ifname)
@@ -294,6 +322,8 @@ class NetlinkQdiscs:
             with self._open(netns) as ns:
                 found = ns.link_lookup(ifname=ifname)
                 root = self._root(ns, found[0]) if found else None
+                if found and self._open_sockets is not None:
+                    self._peeked[(netns, ifname)] = (found[0], root)
         except FileNotFoundError:
             return None
         except NetlinkError as exc:
