@@ -5,17 +5,17 @@ profile, a host or a results folder cannot inject markup."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from netbench import console, units
-from netbench.report.groups import REFERENCE_STRATEGY, Group, Ratio, varying
-from netbench.report.load import Observation
-from netbench.report.summary import interval_text, level_text, ratio_text, strategy_label
+
+if TYPE_CHECKING:  # the report's modules load with the report's tables (a quick command skips them)
+    from netbench.report.groups import Group, Ratio
+    from netbench.report.load import Observation
 
 
 class SweepView:
@@ -24,6 +24,8 @@ class SweepView:
     def __init__(self, config, metrics_url: str | None = None) -> None:
         self.config = config
         self.metrics_url = metrics_url
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         self.progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
@@ -307,6 +309,9 @@ def doctor_table(report) -> Table:
 
 
 def runs_table(observations: Sequence[Observation]) -> Table:
+    from netbench.report.groups import varying
+    from netbench.report.summary import level_text
+
     shown = varying(observations) or ["model"]
     idle = any(o.idleness is not None for o in observations)
     table = Table(title=f"{len(observations)} runs")
@@ -321,6 +326,9 @@ def runs_table(observations: Sequence[Observation]) -> Table:
 
 
 def groups_table(groups: Sequence[Group], confidence: float) -> Table:
+    from netbench.report.groups import varying
+    from netbench.report.summary import interval_text, level_text
+
     shown = varying(groups) or ["model"]
     table = Table(title=f"{len(groups)} design points: mean images/s over repetitions, {confidence:.0%} CI (t)")
     for col in (*shown, "n", "mean", "CI", "timeouts", "failed"):
@@ -333,6 +341,9 @@ def groups_table(groups: Sequence[Group], confidence: float) -> Table:
 
 
 def speedups_table(ratios: Sequence[Ratio]) -> Table:
+    from netbench.report.groups import REFERENCE_STRATEGY, varying
+    from netbench.report.summary import level_text, ratio_text, strategy_label
+
     groups = [r.numerator for r in ratios]
     shown = [f for f in varying(groups) if f not in ("strategy",)]
     table = Table(title=f"speed-up over per-step {REFERENCE_STRATEGY} (ratio of geometric means, "

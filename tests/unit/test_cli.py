@@ -41,8 +41,9 @@ def invoke(*args):
 def walk(command, path=("netbench",)):
     yield path, command
     if isinstance(command, click.Group):
-        for name, sub in command.commands.items():
-            yield from walk(sub, (*path, name))
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):  # the top group loads its commands on demand
+            yield from walk(command.get_command(ctx, name), (*path, name))
 
 
 ALL = list(walk(cli.main))
