@@ -164,7 +164,7 @@ def schedule_change(landed) -> None:
     when = f"step {landed.at_step}" if landed.at_step is not None else f"{landed.scheduled_s:8.3f}s"
     loop = f" (loop {landed.cycle + 1})" if landed.cycle else ""
     console.info(f"  {when}  {escape(landed.profile.name)} ({escape(landed.profile.label())}){loop}  "
-                 f"[dim]late {landed.lateness_s * 1000:.1f} ms[/]")
+                 f"[dim]landed {landed.lateness_s * 1000:+.1f} ms from its time[/]")
 
 
 def schedule_summary(summary, restored=None) -> None:
@@ -175,7 +175,8 @@ def schedule_summary(summary, restored=None) -> None:
         console.info("schedule: no change landed")
         return
     console.info(f"schedule: {summary.changes} change(s), lateness mean {summary.mean_s * 1000:.1f} ms, "
-                 f"p99 {summary.p99_s * 1000:.1f} ms, max {summary.max_s * 1000:.1f} ms")
+                 f"p99 {summary.p99_s * 1000:.1f} ms, max {summary.max_s * 1000:.1f} ms "
+                 f"(furthest from its time: {summary.worst_s * 1000:.1f} ms)")
 
 
 # ---------------------------------------------------------------- show

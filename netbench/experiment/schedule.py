@@ -21,6 +21,7 @@ from netbench.model.schedule import TimedProfile
 FINE_WAIT_S = 0.002  # the last stretch before a change is one short sleep, not a coarse one
 COARSE_CHUNK_S = 0.1  # the longest single sleep, so a stop event is seen within this
 STEP_POLL_S = 0.05  # how often a step-triggered schedule asks for the current training step
+LEAD_WINDOW = 5  # a timed change starts early by the median time of the last few changes
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Lateness:
     p50_s: float
     p99_s: float
     max_s: float
+    worst_s: float = 0.0  # the largest distance from its time, early or late
 
 
 def lateness(landed: Sequence[Landed]) -> Lateness | None:
@@ -58,7 +60,7 @@ def lateness(landed: Sequence[Landed]) -> Lateness | None:
     if not values:
         return None
     return Lateness(changes=len(values), mean_s=statistics.fmean(values), p50_s=stats.percentile(values, 50),
-                    p99_s=stats.percentile(values, 99), max_s=max(values))
+                    p99_s=stats.percentile(values, 99), max_s=max(values), worst_s=max(abs(v) for v in values))
 
 
 def _wait_until(deadline: float, clock: Callable[[], float], sleep: Callable[[float], None],
@@ -92,7 +94,11 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
     at_step, asking `current_step`), in order; with `repeat`, loop every `period_s` (seconds,
     or training steps for a step-triggered timeline) until `stop` is set or the caller is
     interrupted. A profile equal to the one just applied (a loop's first step where the last
-    one left the link) is not applied again. Returns what landed; `on_change` sees each."""
+    one left the link) is not applied again. Returns what landed; `on_change` sees each.
+
+    A change takes time to make (milliseconds per link): a timed change starts early by the
+    median duration of the last LEAD_WINDOW changes, so it lands at its time rather than that
+    much after it (lateness can then be slightly negative: early)."""
     if not timeline:
         return []
     by_step = timeline[0].at_step is not None
@@ -104,6 +110,7 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
     start = clock()
     landed: list[Landed] = []
     last: Profile | None = None
+    durations: list[float] = []
     cycle = 0
     while True:
         offset = cycle * period_s if repeat else 0
@@ -114,13 +121,15 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
                 scheduled = clock() - start
             else:
                 scheduled = entry.at_s + offset
-                if not _wait_until(start + scheduled, clock, sleep, stop):
+                lead = statistics.median(durations[-LEAD_WINDOW:]) if durations else 0.0
+                if not _wait_until(start + scheduled - lead, clock, sleep, stop):
                     return landed
             if last is not None and _same_link(entry.profile, last):
                 continue
             began = clock() - start
             apply(entry.profile)
             done = clock() - start
+            durations.append(done - began)
             last = entry.profile
             item = Landed(index=index, cycle=cycle, step=entry.step, at_step=None if not by_step else
                           int(entry.at_step + offset), scheduled_s=scheduled, started_s=began, landed_s=done,

@@ -44,13 +44,29 @@ def test_changes_land_in_order_at_their_times_with_lateness_measured():
     seen: list[Landed] = []
     landed = run_schedule(entries((0.0, 5000), (2.0, 30000), (4.0, 5000)), apply, clock=clock, sleep=clock.sleep,
                           on_change=seen.append)
-    assert applied == [(100.0, 5000), pytest.approx((102.0, 30000)), pytest.approx((104.0, 5000))]
+    # the first change starts at its time; once one change's duration is known, the next ones
+    # start that much early, so they land at their time
+    assert applied == [(100.0, 5000), pytest.approx((101.996, 30000)), pytest.approx((103.996, 5000))]
     assert seen == landed and [item.step for item in landed] == [1, 2, 3]
     assert [item.scheduled_s for item in landed] == [0.0, 2.0, 4.0]
-    assert all(item.lateness_s == pytest.approx(0.004) for item in landed)
+    assert [item.lateness_s for item in landed] == pytest.approx([0.004, 0.0, 0.0], abs=1e-9)
     assert max(clock.sleeps) <= 0.1  # coarse sleeps in chunks, then a short final one
     summary = lateness(landed)
-    assert summary.changes == 3 and summary.max_s == pytest.approx(0.004) and summary.p99_s == pytest.approx(0.004)
+    assert summary.changes == 3 and summary.max_s == pytest.approx(0.004) and summary.worst_s == pytest.approx(0.004)
+
+
+def test_a_timed_change_starts_early_by_the_median_of_recent_durations():
+    clock = FakeClock()
+    durations = iter([0.010, 0.002, 0.010, 0.010, 0.010])
+
+    def apply(profile):
+        clock.now += next(durations)
+
+    landed = run_schedule(entries((0.0, 1000), (1.0, 2000), (2.0, 3000), (3.0, 4000), (4.0, 5000)), apply,
+                          clock=clock, sleep=clock.sleep)
+    # leads: none, 10 ms, median(10, 2) = 6 ms, median(10, 2, 10) = 10 ms, 10 ms
+    assert [round(item.started_s, 6) for item in landed] == [0.0, 0.99, 1.994, 2.99, 3.99]
+    assert [round(item.lateness_s, 6) for item in landed] == [0.01, -0.008, 0.004, 0.0, 0.0]
 
 
 def test_a_late_start_is_recorded_as_lateness():
