@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How long does changing the emulation take? netbench beside the ``tc`` CLI.
 
-Three measurements, in one run:
+Four measurements, in one run:
 
 1. rate on every link of a ``--nodes``-node embedded testbed (default 64), as whole commands:
    ``netbench apply --bandwidth 100mbit`` (200mbit on alternate rounds), the wall time of the
@@ -11,8 +11,12 @@ Three measurements, in one run:
 2. latency + rate on every link: ``netbench apply --latency 10ms --bandwidth 100mbit`` (20ms on
    alternate rounds); there is no ``tc`` peer (this kernel has no netem);
 3. a change on 8 links through the library, in this process, as ``netbench apply`` makes it
-   (``backends.plan_apply`` + ``real_executor(...).apply`` under the journal's lock): only the
-   executor's apply is timed, in milliseconds; rate 100/200mbit and latency 10/20ms + 100mbit.
+   (``backends.plan_apply(..., held=executor.held())`` + ``real_executor(..., hold=True).apply``
+   under the journal's lock, as a sweep's or a schedule's long-lived executor does): the plan and
+   the apply are timed, in milliseconds; rate 100/200mbit and latency 10/20ms + 100mbit.
+4. a schedule on the same 8 links, as ``netbench apply --schedule`` runs it: a change of delay
+   and rate every 100 ms; each change's distance from its time (landed - scheduled) and the time
+   it took to make.
 
 Every timed sample is a real change: the state before it is the same tool's shaping with the
 other value (set, untimed, just before). The measurements of 1 and 2 run in rounds, in a
@@ -51,6 +55,7 @@ LIB_NODES = 8
 RATES = ("100mbit", "200mbit")
 DELAYS = ("10ms", "20ms")
 TC_HANDLE = "4e42:"
+SCHEDULE_GAP_S = 0.1
 
 
 def run(argv: list[str]) -> None:
@@ -153,7 +158,7 @@ def library_changes(repeat: int, say: Callable[[str], None]) -> tuple[dict[str, 
     if topology is None or len(topology.nodes) != LIB_NODES:
         raise RuntimeError(f"expected a testbed of {LIB_NODES} nodes")
     choice = choose_backend(None)
-    executor = real_executor(journal, detach_engines=True)
+    executor = real_executor(journal, detach_engines=True, hold=True)
     variants = {
         "library_rate": lambda i: profile_from_flags(None, latency=None, jitter=None, bandwidth=RATES[i % 2], loss=None),
         "library_latency_rate": lambda i: profile_from_flags(None, latency=DELAYS[i % 2], jitter=None,
@@ -171,6 +176,33 @@ def library_changes(repeat: int, say: Callable[[str], None]) -> tuple[dict[str, 
                 samples[name].append(seconds * 1000)
         say(f"  {name}: {len(samples[name])} changes, median {statistics.median(samples[name]):.1f} ms")
     return samples, choice.name
+
+
+def schedule_lateness(steps: int, say: Callable[[str], None]) -> dict[str, list[float]]:
+    """Measurement 4: a schedule on the testbed that is up, as `netbench apply --schedule` runs
+    it (the embedded target, PlanCache, run_schedule): every SCHEDULE_GAP_S a change of delay
+    (10/20 ms) and rate (100/200 mbit) on every link; each change's distance from its time, in
+    ms (landed - scheduled; negative: early)."""
+    sys.path.insert(0, str(REPO))
+    from netbench.experiment.schedule import PlanCache, run_schedule
+    from netbench.model.profile import Profile
+    from netbench.model.schedule import TimedProfile
+    from netbench.state.journal import Journal
+    from netbench.testbed.embedded import EmbeddedTestbed
+
+    target = EmbeddedTestbed(Journal())
+    plans = PlanCache(target, "auto")
+    timeline = tuple(TimedProfile(at_s=i * SCHEDULE_GAP_S, at_step=None, step=i + 1, changes=(),
+                                  profile=Profile(name=f"s{i}", delay_us=(10_000, 20_000)[i % 2],
+                                                  rate_bps=(100_000_000, 200_000_000)[i % 2]))
+                     for i in range(steps + 1))
+    for entry in timeline[:2]:
+        plans.plan(entry.profile)  # planned before the clock starts, as apply --schedule does
+    landed = run_schedule(timeline, plans.apply)
+    values = [item.lateness_s * 1000 for item in landed[1:]]  # the first only sets the state before
+    say(f"  schedule: {len(values)} changes, median {statistics.median(values):+.2f} ms from their time, "
+        f"furthest {max(abs(v) for v in values):.2f} ms")
+    return {"schedule_lateness": values, "schedule_apply": [(i.landed_s - i.started_s) * 1000 for i in landed[1:]]}
 
 
 def on_sigterm(main_pid: int) -> None:
@@ -195,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     repeat = args.repeat or (2 if args.quick else 5)
     lib_repeat = args.lib_repeat or (6 if args.quick else 20)
+    schedule_steps = 20 if args.quick else 100
     if not 1 <= args.nodes <= 64 or repeat < 1 or lib_repeat < 1:
         print("error: --nodes must be 1-64, --repeat and --lib-repeat at least 1", file=sys.stderr)
         return 2
@@ -232,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
             run(netbench("testbed", "up", "--nodes", str(LIB_NODES)))
             say(f"library changes on {LIB_NODES} links, {lib_repeat} each")
             lib, backend = library_changes(lib_repeat, say)
+            say(f"a schedule on {LIB_NODES} links, {schedule_steps} changes {SCHEDULE_GAP_S * 1000:.0f} ms apart")
+            lib.update(schedule_lateness(schedule_steps, say))
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130
@@ -259,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
          "netbench_latency_rate", "s", "- (no netem)"),
         (f"rate, {LIB_NODES} links: library executor.apply, 100/200mbit", "library_rate", "ms", ""),
         (f"latency+rate, {LIB_NODES} links: library executor.apply, 10/20ms", "library_latency_rate", "ms", ""),
+        (f"schedule on {LIB_NODES} links: each change's time to make (latency+rate)", "schedule_apply", "ms", ""),
+        (f"schedule on {LIB_NODES} links: landed - scheduled (negative: early)", "schedule_lateness", "ms", ""),
     ]
     out = sys.stderr if args.json == "-" else sys.stdout
     width = max(len(r[0]) for r in rows)
