@@ -44,7 +44,9 @@ REQUIRED: dict[str, dict[str, type]] = {
 
 
 def state_dir() -> Path:
-    return Path(os.environ.get("NETBENCH_STATE_DIR", "/run/netbench"))
+    """NETBENCH_STATE_DIR, or /run/netbench when it is unset or empty (an empty one would be
+    the current directory: a journal and engine sockets among the user's files)."""
+    return Path(os.environ.get("NETBENCH_STATE_DIR") or "/run/netbench")
 
 
 def check_state_dir(path: Path) -> None:

@@ -115,6 +115,8 @@ def test_state_dir_from_environment(tmp_path, monkeypatch):
     assert Journal().path == tmp_path / "s" / jr.JOURNAL_NAME
     monkeypatch.delenv("NETBENCH_STATE_DIR")
     assert jr.state_dir() == jr.Path("/run/netbench")
+    monkeypatch.setenv("NETBENCH_STATE_DIR", "")  # empty is unset, never the current directory
+    assert jr.state_dir() == jr.Path("/run/netbench")
 
 
 # ---------------------------------------------------------------- lock
