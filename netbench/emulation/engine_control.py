@@ -197,11 +197,18 @@ def request(path: str, message: dict[str, Any], timeout_s: float = 1.0,
             os.unlink(client_path)
 
 
+# requests in flight at once: the replies queue on one client socket, and a unix datagram
+# socket queues at most net.unix.max_dgram_qlen (10 by default) datagrams: an engine whose
+# reply finds the queue full would lose it (its socket does not block)
+MAX_IN_FLIGHT = 8
+
+
 def request_many(messages: list[tuple[str, dict[str, Any]]], timeout_s: float = 1.0,
                  client_dir: str | None = None) -> list[dict[str, Any] | BaseException]:
-    """`request` to several engines at once, from one client socket: every message is sent
-    first, then the replies are collected (by id), so N engines answer in about the time of
-    one. Each result is the reply, or the exception `request` would have raised for it."""
+    """`request` to several engines from one client socket, up to MAX_IN_FLIGHT at a time
+    (a reply lets the next request go), so N engines answer in about N / MAX_IN_FLIGHT times
+    one's time. Each result is the reply, or the exception `request` would have raised for it;
+    `timeout_s` bounds the wait for each reply."""
     if not messages:
         return []
     name = f".client-{os.getpid()}-{next(_client_ids)}.sock"
@@ -210,33 +217,39 @@ def request_many(messages: list[tuple[str, dict[str, Any]]], timeout_s: float = 
     if len(os.fsencode(client_path)) > MAX_UNIX_PATH:
         client_path = os.path.join(tempfile.gettempdir(), f"netbench{name}")
     results: list[dict[str, Any] | BaseException | None] = [None] * len(messages)
-    waiting: dict[Any, int] = {}
+    waiting: dict[Any, tuple[int, float]] = {}  # request id -> (index, deadline)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
         bind_unix(sock, client_path)
-        for i, (path, message) in enumerate(messages):
-            try:
-                with _short_path(path) as short:
-                    sock.sendto(encode(message), short)
-                waiting[message.get("id")] = i
-            except (FileNotFoundError, ConnectionRefusedError) as exc:
-                results[i] = exc
-        deadline = time.monotonic() + timeout_s
-        while waiting:
-            left = deadline - time.monotonic()
+        pending = list(enumerate(messages))
+        pending.reverse()
+        while pending or waiting:
+            while pending and len(waiting) < MAX_IN_FLIGHT:
+                i, (path, message) = pending.pop()
+                try:
+                    with _short_path(path) as short:
+                        sock.sendto(encode(message), short)
+                    waiting[message.get("id")] = (i, time.monotonic() + timeout_s)
+                except (FileNotFoundError, ConnectionRefusedError) as exc:
+                    results[i] = exc
+            if not waiting:
+                continue
+            left = min(deadline for _, deadline in waiting.values()) - time.monotonic()
             if left <= 0:
-                break
+                for key, (i, deadline) in list(waiting.items()):
+                    if deadline <= time.monotonic():
+                        results[i] = TimeoutError(f"no reply from {messages[i][0]} within {timeout_s:g}s")
+                        del waiting[key]
+                continue
             sock.settimeout(left)
             try:
                 data = sock.recv(MAX_DATAGRAM)
             except socket.timeout:
                 continue
             reply = json.loads(data.decode("utf-8"))
-            index = waiting.pop(reply.get("id"), None)
-            if index is not None:
-                results[index] = reply
-        for index in waiting.values():
-            results[index] = TimeoutError(f"no reply from {messages[index][0]} within {timeout_s:g}s")
+            found = waiting.pop(reply.get("id"), None)
+            if found is not None:
+                results[found[0]] = reply
     finally:
         sock.close()
         with contextlib.suppress(FileNotFoundError):

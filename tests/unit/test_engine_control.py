@@ -175,6 +175,20 @@ def test_request_roundtrip_and_client_socket_removed(tmp_path, server):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.ctl"]
 
 
+def test_request_many_gets_every_reply_from_more_engines_than_a_socket_queue_holds(tmp_path, server):
+    """64 engines asked at once: a unix datagram socket queues at most max_dgram_qlen (10)
+    replies, and an engine's reply to a full queue is lost (its socket does not block); sent
+    all at once, most of 64 replies were lost and the change timed out."""
+    servers = [server(tmp_path / f"e{i}.ctl") for i in range(64)]
+    messages = [(str(s.sock.path), {"op": "set", "delay_us": 10_000 + i, "jitter_us": 0, "loss": 0.0, "seed": i,
+                                    "id": i}) for i, s in enumerate(servers)]
+    replies = ec.request_many(messages, timeout_s=5.0)
+    assert [r["ok"] for r in replies] == [True] * 64
+    assert [s.params.delay_us for s in servers] == [10_000 + i for i in range(64)]
+    missing = ec.request_many([(str(tmp_path / "nobody.ctl"), {"op": "ping", "id": "x"})])
+    assert isinstance(missing[0], FileNotFoundError)
+
+
 def test_request_over_a_path_too_long_for_a_socket_address(tmp_path, server):
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
