@@ -75,12 +75,16 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run, sch
     """
     if schedule_file is not None:
         given = [name for name, value in (("PROFILE_FILE", profile_file), ("--latency", latency),
-                                          ("--jitter", jitter), ("--bandwidth", bandwidth), ("--loss", loss),
-                                          ("--inventory", inventory)) if value is not None]
+                                          ("--jitter", jitter), ("--bandwidth", bandwidth), ("--loss", loss))
+                 if value is not None]
         if given:
             raise UsageError(f"flag --schedule: not with {', '.join(given)}: the schedule says what to apply",
                              hint="put the base profile in the schedule's 'profile:' key")
-        check_local_flags(None, insecure_host_keys, lease=lease, force=force, takeover=takeover)
+        check_local_flags(inventory, insecure_host_keys, lease=lease, force=force, takeover=takeover)
+        if inventory is not None:
+            _apply_schedule_to_hosts(schedule_file, backend, dry_run, inventory, insecure_host_keys, lease, force,
+                                     takeover)
+            return
         _apply_schedule(schedule_file, backend, dry_run)
         return
     check_local_flags(inventory, insecure_host_keys, lease=lease, force=force, takeover=takeover)
@@ -136,6 +140,64 @@ def _apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
             render.schedule_summary(lateness(landed), restored=before)
             raise
     render.schedule_summary(lateness(landed))
+
+
+def _apply_schedule_to_hosts(path: Path, backend: str, dry_run: bool, inventory, insecure_host_keys, lease,
+                             force, takeover) -> None:
+    """Run a schedule on the controller, each change sent to every host through its agent over
+    connections kept open; Ctrl-C or SIGTERM put every host back as it was before (then exit
+    130). While it runs, the changes hold a lease that is renewed; at the end the last step
+    stays (the lease released), as on the local testbed, until 'netbench reset --inventory'."""
+    import contextlib
+    import statistics
+
+    from netbench import interrupts
+    from netbench.experiment.schedule import lateness, run_schedule
+    from netbench.model.schedule import load_schedule, timeline
+    from netbench.remote import controller as remote
+    from netbench.remote.schedule import HostsPlanCache, hosts_link_before
+    from netbench.state.lease import DEFAULT_LEASE_S, new_holder
+
+    schedule = load_schedule(path)
+    lease_s = DEFAULT_LEASE_S if lease is None else lease
+    with open_target(inventory, insecure_host_keys, takeover=bool(takeover)) as target:
+        remote.check_lease(lease_s, len(target.inventory.hosts))
+        before = hosts_link_before(target.show())
+        entries = timeline(schedule, before)
+        plans = HostsPlanCache(target, backend, lease_s=lease_s, force=bool(force), holder=new_holder())
+        for profile in [entry.profile for entry in entries] + [before]:
+            plans.plan(profile)  # every refusal (a host's backend, a key) comes before any change
+        chosen = plans.plan(entries[0].profile).backends
+        render.schedule_timeline(schedule, entries, before, ", ".join(sorted(set(chosen.values()))), dry_run)
+        if dry_run:
+            console.info("[yellow]dry run[/]: no host was changed")
+            return
+        if schedule.by_step:
+            raise UsageError(f"{path}: at_step: a schedule of training steps runs within a sweep, which sees "
+                             "the chief's steps", hint="use at: times for 'netbench apply --schedule'")
+        common.sigterm_as_interrupt()
+        landed = []
+        keeper = remote.LeaseKeeper(target.inventory, target.conns, lease_s, plans.holder) if lease_s > 0 else None
+        if keeper is not None:
+            plans.lost = lambda: dict(keeper.lost)
+        try:
+            with keeper if keeper is not None else contextlib.nullcontext():
+                run_schedule(entries, plans.apply, repeat=schedule.repeat, period_s=schedule.period_s,
+                             on_change=lambda item: (landed.append(item), render.schedule_change(item)))
+        except KeyboardInterrupt:
+            with interrupts.held_off():
+                plans.apply(before, lease_s=0)
+            render.schedule_summary(lateness(landed), restored=before)
+            raise
+        trips = plans.round_trips_s[:len(landed)]
+        if keeper is not None and landed:
+            plans.apply(landed[-1].profile, lease_s=0)  # unchanged in place; the lease released, the step stays
+        hosts = len(target.conns)
+    render.schedule_summary(lateness(landed))
+    if trips:
+        console.info(f"each change: one SSH round trip to {hosts} host(s) in parallel, "
+                     f"mean {statistics.fmean(trips) * 1000:.1f} ms, max {max(trips) * 1000:.1f} ms")
+    console.info("the last step stays; remove it with 'netbench reset --inventory ...'")
 
 
 def _apply_to_hosts(chosen, inventory, insecure_host_keys, backend, dry_run, lease, force, takeover) -> None:

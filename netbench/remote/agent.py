@@ -184,6 +184,8 @@ def apply_plan(plan: list[ch.Change], journal: Journal, *, lease_s: float = 0.0,
     unless `takeover`. If applying fails, this host's changes are undone before the error is
     raised. Returns what was done, as JSON-able data."""
     from netbench.emulation.executor import real_executor
+    from netbench.emulation.held import held_from_entries
+    from netbench.emulation.in_place import in_place
 
     guard_control_path(plan, control_interfaces(environ), force)
     if holder is None:
@@ -192,7 +194,8 @@ def apply_plan(plan: list[ch.Change], journal: Journal, *, lease_s: float = 0.0,
         check_holder(lease.read(journal.dir), holder, takeover)
         try:
             netns = attach_own_netns(journal)
-            bound = bind_plan(plan, netns)
+            # planned without this host's journal: made in place against what it holds here
+            bound = in_place(bind_plan(plan, netns), held_from_entries(journal.pending()))
             executor = real_executor(journal, detach_engines=True)
             executor.apply(bound)
             watcher = None

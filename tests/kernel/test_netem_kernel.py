@@ -204,3 +204,75 @@ def test_a_live_change_from_gilbert_elliott_back_to_random_loss(bed, direction, 
     dev = "nbifb-eth0" if direction == "ingress" else "eth0"
     netem = next(q for q in tc_json("netbench-n1", "qdisc", "show", "dev", dev) if q["kind"] == "netem")
     assert "loss-gemodel" not in netem["options"] and netem["options"]["loss-random"]["loss"] == pytest.approx(0.02)
+
+
+def _apply_in_place(bed, profile):
+    """A change planned against what the journal says netbench holds (in place, as a sweep or a
+    schedule makes it); returns the plan."""
+    topo, _, ex = bed
+    plan = backends.plan_apply(profile, topo, "netem", held=ex.held())
+    ex.apply(plan)
+    return plan
+
+
+def test_live_delay_changes_under_a_running_ping_lose_nothing(bed):
+    """Delay 10 ms, 20 ms, alternately, 20 changes in place while ping runs every 10 ms: no
+    echo is lost (icmp_seq has no gap) and no RTT is below 2 x 10 ms (the link is never unshaped)."""
+    import signal
+    import time
+
+    topo = bed[0]
+    _apply_in_place(bed, Profile())  # from nothing shaped
+    _apply_in_place(bed, Profile(delay_us=10_000))
+    ping = subprocess.Popen(["ip", "netns", "exec", topo.nodes[0].netns, "ping", "-n", "-i", "0.01",
+                             topo.nodes[1].address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        for i in range(20):
+            plan = _apply_in_place(bed, Profile(delay_us=20_000 if i % 2 == 0 else 10_000))
+            assert not any(isinstance(c, (ch.ClearQdisc, ch.ClearIngress)) for c in plan), plan
+            time.sleep(0.1)
+        time.sleep(0.5)
+    finally:
+        ping.send_signal(signal.SIGINT)
+        out, err = ping.communicate(timeout=30)
+    seqs = [int(m) for m in re.findall(r"icmp_seq=(\d+)", out)]
+    rtts = [float(m) for m in re.findall(r"time=([0-9.]+) ms", out)]
+    assert len(seqs) > 40, (out, err)
+    assert sorted(seqs) == list(range(1, max(seqs) + 1)), f"lost: {set(range(1, max(seqs) + 1)) - set(seqs)}"
+    assert min(rtts) >= 20.0, sorted(rtts)[:5]
+    _apply_in_place(bed, Profile())
+
+
+def test_a_schedules_steps_read_back_through_tc_as_each_lands(bed, tmp_path):
+    """`run_schedule` on the embedded target, 3 steps (delay, then rate, then loss): as each
+    change lands, `tc -j qdisc show` in the namespace shows that step's netem options."""
+    from netbench.experiment.schedule import PlanCache, link_before, run_schedule
+    from netbench.model.schedule import load_schedule, timeline
+    from netbench.testbed.embedded import EmbeddedTestbed
+
+    topo, journal, _ = bed
+    _apply_in_place(bed, Profile())
+    path = tmp_path / "steps.yaml"
+    path.write_text("name: steps\nsteps:\n  - {at: 0s, delay: 10ms}\n  - {at: 200ms, rate: 50mbit}\n"
+                    "  - {at: 400ms, loss: 5%}\n")
+    target = EmbeddedTestbed(journal)
+    entries = timeline(load_schedule(path), link_before(target.show()))
+    seen = []
+
+    def check(landed):
+        (netem,) = [q for q in tc_json(topo.nodes[0].netns, "qdisc", "show", "dev", topo.nodes[0].ifname)
+                    if q["kind"] == "netem"]
+        options = netem["options"]
+        seen.append(landed.index)
+        assert options["delay"]["delay"] == pytest.approx(0.010), options
+        if landed.index >= 1:
+            assert options["rate"]["rate"] == 50_000_000 // 8, options
+        else:
+            assert "rate" not in options, options
+        loss = options.get("loss-random", {}).get("loss", 0)
+        assert loss == (pytest.approx(0.05) if landed.index == 2 else 0), options
+
+    landed = run_schedule(entries, PlanCache(target, "netem").apply, on_change=check)
+    assert seen == [0, 1, 2] and len(landed) == 3
+    _apply_in_place(bed, Profile())

@@ -763,3 +763,19 @@ def test_host_show_with_brackets_is_printed_as_written(monkeypatch):
     result = CliRunner().invoke(main, ["show", "--inventory", "inv.yaml"], terminal_width=300)
     assert result.exit_code == 0, result.output
     assert "[/]" in result.stdout and "[red]n2" in result.stdout
+
+
+def test_a_host_makes_the_controllers_plan_in_place_against_its_own_journal(tmp_path, monkeypatch):
+    """The controller plans without the host's journal; the host drops the clears of what it
+    does not hold and the clear a tbf on the same device replaces in place."""
+    from netbench.remote import agent as remote_node
+
+    journal, applied, _ = _host_apply(tmp_path, monkeypatch)
+    plan = [ch.ClearIngress("a", HOST_NETNS, "eth1", "nbifb-eth1"), ch.ClearQdisc("a", HOST_NETNS, "eth1"),
+            ch.SetTbf("a", HOST_NETNS, "eth1", 10_000_000, 15140, 62500)]
+    result = remote_node.apply_plan(plan, journal, environ={})
+    assert [type(c).__name__ for c in applied[-1]] == ["SetTbf"] and applied[-1][0].netns == "nbhost-test-none"
+    assert len(result["applied"]) == 1
+    journal.record("qdisc", netns="nbhost-test-none", ifname="eth1", handle="4e42:", qdisc_kind="tbf")
+    remote_node.apply_plan(plan[:2], journal, environ={})  # held and no longer wanted: cleared
+    assert [type(c).__name__ for c in applied[-1]] == ["ClearQdisc"]
