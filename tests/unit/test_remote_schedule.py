@@ -81,7 +81,7 @@ def test_each_change_goes_to_every_host_and_the_last_step_stays(agents):
     result = invoke()
     assert result.exit_code == 0, result.output
     for rate in ("10", "20", "30"):
-        assert f"(0ms/{rate}mbit/0%)  late" in result.output, result.output
+        assert f"(0ms/{rate}mbit/0%)  landed" in result.output, result.output
     assert "schedule: 3 change(s), lateness mean" in result.output
     assert "each change: one SSH round trip to 2 host(s) in parallel, mean" in result.output
     assert agents[0].opened == ["inv.yaml"]  # the connections were opened once, for the whole schedule
