@@ -98,7 +98,7 @@ def _driver(run: Run, testbed: Target, seed: int, observer: Observer):
     def landed(item) -> None:
         observer.profile_applied(replace(run, profile=item.profile))
         when = f"step {item.at_step}" if item.at_step is not None else f"{item.scheduled_s:.3f}s"
-        observer.note(f"{run.run_id} schedule {run.schedule.name}: {when} -> {item.profile.label()} "
+        observer.note(f"{run.run_id} schedule {run.schedule.name}: {when} -> {item.profile.name} ({item.profile.label()}) "
                       f"(landed {item.lateness_s * 1000:.1f} ms after due)")
 
     return RunDriver(run.schedule, run.timeline, run.profile, apply, on_change=landed)
@@ -164,7 +164,8 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
                                   on_event=lambda e, run=run, d=driver: _heard(observer, run, d, e))
             finally:
                 if driver is not None:  # however the run ended, no change is made after it
-                    driver.stop()
+                    with interrupts.held_off():
+                        driver.stop()
             result = replace(make_result(run, backend.name, outcome, started, time.time()), verify=verified)
             if driver is not None:
                 result = _with_schedule(result, driver)
