@@ -114,7 +114,7 @@ class Playbook:
     backend: str | None = None
     base_profile: Profile = field(default_factory=lambda: Profile(name="base"))
     fixed_keys: tuple[str, ...] = ()  # keys written under fixed:, for error messages
-    # schedule: (its file as a path string, the loaded model.schedule.Schedule), in file order;
+    # schedule: (its path as written, the loaded model.schedule.Schedule), in file order;
     # every design point runs once under each (none: the points' profiles hold for the whole run)
     schedules: tuple[tuple[str, Any], ...] = ()
 
@@ -319,7 +319,7 @@ def _schedules(raw: Any, source: str, base_dir: Path | None) -> tuple[tuple[str,
             raise fail(source, key, f"two schedules are named {shown(schedule.name)}; a schedule names its runs",
                        "give one of them another 'name:'")
         names.add(schedule.name)
-        out.append((str(path), schedule))
+        out.append((ref.strip(), schedule))  # as written: a results folder resumes from any directory
     return tuple(out)
 
 
