@@ -30,6 +30,7 @@ class SweepView:
             console=console.out, transient=False,
         )
         self.task = None
+        self._stepping: str | None = None  # the run whose steps are coming in
 
     def __enter__(self) -> "SweepView":
         self.progress.start()
@@ -51,7 +52,7 @@ class SweepView:
         self.progress.update(self.task, description=f"{run.run_id} {escape(run.profile.name)}", info="applying profile")
 
     def profile_applied(self, run) -> None:
-        if getattr(self, "_stepping", None) != run.run_id:  # a schedule's change mid-run keeps the step info
+        if self._stepping != run.run_id:  # a schedule's change mid-run keeps the step info
             self.progress.update(self.task, info="starting workers")
 
     def step(self, run, event) -> None:

@@ -178,6 +178,10 @@ def design_digest(book: Playbook, runs: Sequence[Run]) -> str:
     edited between sessions never mixes two designs in one folder."""
     doc = {"window": [book.warmup, book.steps, book.seconds], "base_profile": book.base_profile.to_record(),
            "runs": [[r.run_id, r.point, r.repeat, _settings_record(r.settings)] for r in runs]}
+    if book.schedules:  # a schedule edited between sessions is another design too
+        doc["schedules"] = {ref: [schedule.repeat, schedule.cycle, [[e.at_s, e.at_step, e.profile.to_record()]
+                                                                    for e in timeline(schedule, None)]]
+                            for ref, schedule in book.schedules}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -326,3 +326,12 @@ def test_playbook_dry_run_shows_its_schedules(tmp_path):
     result = invoke("run", str(path), "--dry-run", "--output", str(tmp_path / "out"))
     assert result.exit_code == 0, result.output
     assert "schedule spike" in result.output and "2 change(s) over 2s" in result.output
+
+
+def test_a_playbook_whose_schedule_changed_has_another_digest(tmp_path):
+    path = write_book(tmp_path, "factors: {latency: [1ms]}\nschedule: sched/spike.yaml\n")
+    book = load_playbook(path)
+    before = design.design_digest(book, design.expand(book, seed=1))
+    (tmp_path / "sched" / "spike.yaml").write_text(SPIKE.replace("30ms", "40ms"))
+    book = load_playbook(path)
+    assert design.design_digest(book, design.expand(book, seed=1)) != before
