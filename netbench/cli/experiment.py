@@ -28,6 +28,9 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @click.option("--bandwidth", metavar="LIST", help="Rates to sweep, e.g. 250,500,1000mbit.")
 @click.option("--loss", metavar="LIST", help="Losses to sweep, e.g. 0,1,10%.")
 @click.option("--jitter", metavar="LIST", help="Jitters to sweep, e.g. 0,1ms.")
+@click.option("--schedule", "schedule_files", multiple=True, metavar="FILE[,FILE]",
+              help="A schedule (YAML) the link follows during a run; each is one more point after the "
+                   "--latency/... grid (or the only points without one), starting from --profile. Repeatable.")
 @click.option("--strategy", default="allreduce", show_default=True,
               type=click.Choice(["allreduce", "allreduce-accum", "ps", "single"]),
               help="allreduce: all-reduce every step; allreduce-accum: every --accum-steps batches; "
@@ -68,7 +71,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @click.option("--metrics-address", metavar="IP", help="Address to serve metrics on [default: 127.0.0.1].")
 @hosts_options
 @handle_errors
-def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, accum_steps, ps_count, model, data,
+def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strategy, workers, accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, dry_run,
           metrics_port, metrics_address, inventory, insecure_host_keys, takeover) -> None:
@@ -80,6 +83,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
     Example: netbench sweep --latency 1,10,100ms --repeat 2
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
     Example: netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit
+    Example: netbench sweep --schedule profiles/schedules/spike.yaml --latency 10ms
     """
     from netbench.model import design as sweep_plan
     from netbench.experiment import store as results
@@ -97,7 +101,12 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
         loss=tuple(parse_levels(loss, "--loss", units.parse_ratio)) if loss else (),
         jitter_us=tuple(parse_levels(jitter, "--jitter", units.parse_duration_us)) if jitter else (),
     )
-    points = _plan_runs(base, levels, repeat)
+    schedules = _load_schedules(schedule_files)
+    if schedules and inventory is not None:
+        raise UsageError("flag --schedule: not with --inventory: schedules run on the embedded testbed only",
+                         hint="drop --inventory, or sweep static levels on the hosts")
+    swept = bool(latency or bandwidth or loss or jitter)
+    points = _plan_runs(base, levels, repeat) if swept or not schedules else ()
     sweep_id = time.strftime("sweep-%Y%m%d-%H%M%S")
     output = output or Path("results") / sweep_id
     try:  # a second sweep into a folder would overwrite its runs/r000.json and mix its results.csv
@@ -107,7 +116,10 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, strategy, workers, acc
     config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
                                           batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
                                           sample_resources_s=sample_resources or 0.0)
-    runs = sweep_plan.sweep_runs(points, repeat, config_job, workers, first)
+    try:
+        runs = sweep_plan.sweep_runs(points, repeat, config_job, workers, first, schedules=schedules, base=base)
+    except UsageError as exc:
+        raise UsageError(f"flag --schedule: {exc.message}", exc.hint) from None
     from netbench.experiment.runner import SweepConfig
 
     config = SweepConfig(sweep_id=sweep_id, runs=tuple(runs), job=config_job, workers=workers,
@@ -141,6 +153,28 @@ def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metric
             return []
         _sigterm_as_interrupt()
         return _run_with_view(config, metrics_port, metrics_address, testbed=hosts)
+
+
+def _load_schedules(values) -> tuple:
+    """Every --schedule file (repeatable, or a comma list), loaded; one name per schedule."""
+    from netbench.model.schedule import load_schedule
+
+    paths = [part.strip() for value in values for part in value.split(",")]
+    if any(not path for path in paths):
+        raise UsageError("flag --schedule: an empty file name in the list", hint="e.g. --schedule a.yaml,b.yaml")
+    schedules, names = [], {}
+    for path in paths:
+        try:
+            schedule = load_schedule(path)
+        except UsageError as exc:
+            raise UsageError(f"flag --schedule: {exc.message}", exc.hint) from None
+        if schedule.name in names:
+            raise UsageError(f"flag --schedule: {path} and {names[schedule.name]} are both named "
+                             f"{schedule.name!r}; a schedule names its point",
+                             hint="give one of them another 'name:'")
+        names[schedule.name] = path
+        schedules.append(schedule)
+    return tuple(schedules)
 
 
 def _check_metrics_flags(metrics_port, metrics_address) -> None:
@@ -226,11 +260,15 @@ def _print_sweep_plan(config) -> None:
     console.plain(f"placement on {len(topo.nodes)} nodes (each run on a fresh port):")
     for line in describe_plan(plan_job(config.job, topo.nodes, config.workers, port=0)):
         console.plain("  " + line)
+    from netbench.cli.render import schedule_plan_line
+
     for run in config.runs:
         console.plain(f"{run.run_id}  {run.profile.name}  repeat {run.repeat}")
         for change in backends.plan_apply(run.profile, topo, config.backend or "userspace",
                                     seed=config.seed + 100 * run.index):
             console.plain("    " + change.describe())
+        if run.schedule is not None:
+            console.plain("    " + schedule_plan_line(run.schedule, run.timeline))
         if config.verify:
             console.plain(f"    verify: {topo.nodes[0].name} -> {topo.nodes[1].name}, "
                           f"{verify_settings_text()}" if len(topo.nodes) > 1 else "    verify: skipped (one node)")
@@ -356,7 +394,8 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
     console.info(f"{book.warmup} warm-up + " + (f"{book.seconds:g} s of" if book.seconds else f"{book.steps}")
                  + f" measured steps per run; timeouts: startup {book.startup_timeout_s:g}s, step "
                  f"{book.step_timeout_s:g}s; results -> {escape(str(output))} ({done} done, {len(runs) - done} to run)")
-    keys = [k for k, _ in book.factors] + [k for entry in book.extra_runs for k, _ in entry]
+    keys = [k for k, _ in book.factors] + [k for entry in book.extra_runs for k, _ in entry] + \
+        (["schedule"] if book.schedules else [])
     shown = list(dict.fromkeys(keys))
     table = Table(box=None)
     for col in ("run", "point", "rep", *shown, "nodes", "profile", "state"):
@@ -366,6 +405,14 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
         table.add_row(run.run_id, str(run.point), str(run.repeat), *(escape(cells[k]) for k in shown),
                       str(run.settings.nodes), escape(run.profile.name), escape(statuses.get(run.run_id, "to run")))
     console.out.print(table)
+    from netbench.cli.render import schedule_plan_line
+
+    shown_schedules = {}
+    for run in runs:
+        if run.schedule is not None:
+            shown_schedules.setdefault(run.schedule.name, schedule_plan_line(run.schedule, run.timeline))
+    for line in shown_schedules.values():
+        console.plain(line)
     from netbench.jobs import worker
     from netbench.model import job as cluster
     from netbench.model.job import JobSpec

@@ -32,6 +32,7 @@ class SweepView:
             console=console.out, transient=False,
         )
         self.task = None
+        self._stepping: str | None = None  # the run whose steps are coming in
 
     def __enter__(self) -> "SweepView":
         self.progress.start()
@@ -53,7 +54,8 @@ class SweepView:
         self.progress.update(self.task, description=f"{run.run_id} {escape(run.profile.name)}", info="applying profile")
 
     def profile_applied(self, run) -> None:
-        self.progress.update(self.task, info="starting workers")
+        if self._stepping != run.run_id:  # a schedule's change mid-run keeps the step info
+            self.progress.update(self.task, info="starting workers")
 
     def step(self, run, event) -> None:
         from netbench.jobs import events as ev
@@ -63,6 +65,7 @@ class SweepView:
         event = ev.as_event(event)
         if not isinstance(event, ev.Step) or event.worker != 0:
             return
+        self._stepping = run.run_id
         duration = event.duration or 1e-9
         phase = "warm-up" if event.phase == ev.PHASE_WARMUP else "measured"
         # a playbook run carries its own job; a step stands for more than one batch under accum
@@ -157,6 +160,15 @@ def schedule_timeline(schedule, entries, before, backend: str, dry_run: bool) ->
         changed = ", ".join(f"{key} {value}" for key, value in entry.changes) or "no change"
         console.plain(f"  {entry.when:>{width}}  step {entry.step}: {changed} -> {entry.profile.name} "
                       f"({entry.profile.label()})")
+
+
+def schedule_plan_line(schedule, entries) -> str:
+    """A sweep's or playbook's dry run: a schedule's timeline length and duration (plain text)."""
+    unit = " steps" if schedule.by_step else "s"
+    last = entries[-1].at_step if schedule.by_step else entries[-1].at_s
+    loop = f", repeating every {schedule.cycle:g}{unit} until the run ends" if schedule.repeat else ""
+    return (f"schedule {schedule.name} ({schedule.source}): {len(entries)} change(s) over {last:g}{unit} "
+            f"from the first measured step{loop}")
 
 
 def schedule_change(landed) -> None:

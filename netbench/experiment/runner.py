@@ -85,6 +85,39 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)))
 
 
+def _driver(run: Run, testbed: Target, seed: int, observer: Observer):
+    """The RunDriver of a run with a schedule (None without): each change goes through the
+    target as a run's profile does, and the observers hear it as a profile applied."""
+    if run.schedule is None:
+        return None
+    from netbench.experiment.schedule import RunDriver
+
+    def apply(profile) -> None:
+        testbed.apply(replace(run, profile=profile), seed=seed)
+
+    def landed(item) -> None:
+        observer.profile_applied(replace(run, profile=item.profile))
+        when = f"step {item.at_step}" if item.at_step is not None else f"{item.scheduled_s:.3f}s"
+        observer.note(f"{run.run_id} schedule {run.schedule.name}: {when} -> {item.profile.name} ({item.profile.label()}) "
+                      f"(landed {item.lateness_s * 1000:.1f} ms after due)")
+
+    return RunDriver(run.schedule, run.timeline, run.profile, apply, on_change=landed)
+
+
+def _heard(observer: Observer, run: Run, driver, event: events.Event) -> None:
+    observer.step(run, event)
+    if driver is not None:
+        driver.event(event)
+
+
+def _with_schedule(result: RunResult, driver) -> RunResult:
+    """The record with its schedule section; a schedule that failed fails an ok run."""
+    record = driver.record()
+    if driver.error and result.status == "ok":
+        return replace(result, schedule=record, status="failed", error=f"schedule: {driver.error}")
+    return replace(result, schedule=record)
+
+
 Testbed = Target  # where a sweep runs: the one Target protocol of every command (testbed/base.py)
 
 
@@ -125,9 +158,17 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
             tasks = plan_job(run.job, testbed.nodes_for(run.job, run.workers), run.workers,
                              port=rng.randrange(*PORT_RANGE))
             started = time.time()
-            outcome = run_job(tasks, store.log_dir(run.run_id), testbed.spawn, config.timeouts,
-                              on_event=lambda e, run=run: observer.step(run, e))
+            driver = _driver(run, testbed, config.seed + 100 * run.index, observer)
+            try:
+                outcome = run_job(tasks, store.log_dir(run.run_id), testbed.spawn, config.timeouts,
+                                  on_event=lambda e, run=run, d=driver: _heard(observer, run, d, e))
+            finally:
+                if driver is not None:  # however the run ended, no change is made after it
+                    with interrupts.held_off():
+                        driver.stop()
             result = replace(make_result(run, backend.name, outcome, started, time.time()), verify=verified)
+            if driver is not None:
+                result = _with_schedule(result, driver)
             del outcome  # its events live on in `result` until it is stored
             store.add(result)
             observer.run_finished(run, result)

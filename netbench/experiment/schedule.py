@@ -89,12 +89,13 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
                  repeat: bool = False, period_s: float | None = None,
                  current_step: Callable[[], int] | None = None,
                  on_change: Callable[[Landed], None] | None = None,
-                 stop: threading.Event | None = None) -> list[Landed]:
+                 stop: threading.Event | None = None, already: Profile | None = None) -> list[Landed]:
     """Apply each profile of `timeline` at its time (or once the training step reaches its
     at_step, asking `current_step`), in order; with `repeat`, loop every `period_s` (seconds,
     or training steps for a step-triggered timeline) until `stop` is set or the caller is
     interrupted. A profile equal to the one just applied (a loop's first step where the last
-    one left the link) is not applied again. Returns what landed; `on_change` sees each.
+    one left the link) is not applied again; `already` is what the link holds at the start (an
+    entry equal to it is not applied either). Returns what landed; `on_change` sees each.
 
     A change takes time to make (milliseconds per link): a timed change starts early by the
     median duration of the last LEAD_WINDOW changes, so it lands at its time rather than that
@@ -109,7 +110,7 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
         raise UsageError("a repeating schedule needs a period above 0", hint="e.g. 'period: 10s'")
     start = clock()
     landed: list[Landed] = []
-    last: Profile | None = None
+    last: Profile | None = already
     durations: list[float] = []
     cycle = 0
     while True:
@@ -179,3 +180,79 @@ def link_before(shown: dict[str, Any]) -> Profile:
         raise UsageError("flag --schedule: the nodes hold different profiles, so there is no one link to start "
                          "from and put back", hint="apply one profile to every node first, or 'netbench reset'")
     return profile_from_mapping(common_profile(shown), "read-back")
+
+
+class RunDriver:
+    """Drives a run's schedule (its timeline after the first profile) while the job trains.
+
+    The runner feeds it the job's events (`event`): the chief's (worker 0's) first measured
+    step starts a background thread running `run_schedule` from that moment (times are
+    relative to it; `at_step` N is due once the chief has finished N measured steps).
+    `apply(profile)` makes each change; `on_change(landed)` hears each. `stop()` ends the
+    thread and waits for it (a change being made finishes first); call it however the run
+    ends. `error` holds what stopped the thread early, if anything."""
+
+    def __init__(self, schedule: Any, entries: Sequence[TimedProfile], start: Profile,
+                 apply: Callable[[Profile], None], on_change: Callable[[Landed], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] | None = None) -> None:
+        self.schedule, self.entries, self.start_profile = schedule, tuple(entries), start
+        self.apply, self.on_change, self.clock = apply, on_change, clock
+        self.sleep = sleep
+        self.landed: list[Landed] = []
+        self.error: str | None = None
+        self.steps = 0  # measured steps the chief has finished
+        self.measuring_since: float | None = None  # wall time (time.time()) measuring began
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def event(self, event: Any) -> None:
+        from netbench.jobs import events as ev
+
+        if not isinstance(event, ev.Step) or event.worker != 0 or event.task_role != "worker" or not event.measured:
+            return
+        self.steps += 1
+        if self._thread is None and not self._stop.is_set():
+            self.measuring_since = time.time()
+            self._thread = threading.Thread(target=self._drive, name="netbench-schedule", daemon=True)
+            self._thread.start()
+
+    def _drive(self) -> None:
+        sleep = self.sleep or (lambda s: self._stop.wait(s))
+        try:
+            run_schedule(self.entries, self.apply, clock=self.clock, sleep=sleep, repeat=self.schedule.repeat,
+                         period_s=self.schedule.cycle if self.schedule.repeat else None,
+                         current_step=lambda: self.steps, on_change=self._landed, stop=self._stop,
+                         already=self.start_profile)
+        except Exception as exc:  # noqa: BLE001 - recorded and reported by the runner
+            self.error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+
+    def _landed(self, item: Landed) -> None:
+        self.landed.append(item)
+        if self.on_change is not None:
+            self.on_change(item)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def record(self) -> dict[str, Any]:
+        """The run record's `schedule` section: the schedule, and every change as it landed."""
+        summary = lateness(self.landed)
+        return {
+            "name": self.schedule.name, "source": self.schedule.source, "by_step": self.schedule.by_step,
+            "repeat": self.schedule.repeat, "entries": len(self.entries), "start": self.start_profile.to_record(),
+            "measuring_started": self.measuring_since,
+            "changes": [{"index": item.index, "cycle": item.cycle, "step": item.step, "at_step": item.at_step,
+                         "scheduled_s": round(item.scheduled_s, 6), "started_s": round(item.started_s, 6),
+                         "landed_s": round(item.landed_s, 6), "lateness_ms": round(item.lateness_s * 1000, 3),
+                         "profile": item.profile.to_record()} for item in self.landed],
+            "lateness_ms": None if summary is None else {
+                "changes": summary.changes, "mean": round(summary.mean_s * 1000, 3),
+                "p99": round(summary.p99_s * 1000, 3), "max": round(summary.max_s * 1000, 3)},
+            "error": self.error,
+        }

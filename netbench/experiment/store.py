@@ -27,7 +27,8 @@ from netbench.jobs.resources import Usage, totals
 # 2: strategy settings (ps, accum_steps), data, model size, computation/communication split,
 #    measured link beside the configured one (sweep --verify)
 # 3: per-process resource use (--sample-resources) and its csv columns
-SCHEMA_VERSION = 3
+# 4: a run's schedule (its landed changes and lateness) and the csv's schedule column
+SCHEMA_VERSION = 4
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -46,7 +47,7 @@ CSV_COLUMNS = (
     "verify_rtt_configured_ms", "verify_rtt_measured_ms", "verify_loss_configured_pct", "verify_loss_measured_pct",
     "verify_rate_measured_mbit", "verify_ok",
     "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
-    "status", "error",
+    "status", "error", "schedule",
 )
 
 
@@ -83,6 +84,9 @@ class RunResult:
     verify: dict[str, Any] | None = None  # sweep --verify: netbench.experiment.verify's record for this point
     # --sample-resources: per process (role, index, cpu_util, rss_peak_bytes, rx/tx_bytes, ...)
     resources: tuple[dict[str, Any], ...] = ()
+    # a run under a schedule: name, source, every landed change and the lateness summary
+    # (netbench.experiment.schedule.RunDriver.record); None when its profile held throughout
+    schedule: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -116,6 +120,7 @@ class RunResult:
             **self._verify_cells(),
             **self._resource_cells(),
             "status": self.status, "error": self.error,
+            "schedule": (self.schedule or {}).get("name", ""),
         }
 
     def _resource_cells(self) -> dict[str, Any]:

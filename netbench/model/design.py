@@ -23,11 +23,12 @@ from netbench.model.job import JobSpec
 from netbench.model.playbook import Playbook, PlaybookError, design_points, fail, profile_for
 from netbench.model.profile import Profile, validate
 from netbench.model.run import Run, Settings, profile_name
+from netbench.model.schedule import Schedule, timeline
 
 __all__ = ["COMPLETE_STATUSES", "Design", "Point", "Run", "Settings", "SweepLevels", "check_resume", "check_supported",
            "describe_settings", "design_digest", "expand", "fields_of", "job_fields", "pending",
-           "plan_record", "plan_sweep", "playbook_design", "profile_name", "sweep_design", "sweep_points",
-           "sweep_runs"]
+           "plan_record", "plan_sweep", "playbook_design", "profile_name", "scheduled_point", "sweep_design",
+           "sweep_points", "sweep_runs"]
 
 COMPLETE_STATUSES = ("ok", "timeout")  # a timeout is a result (a cross on the figure), not a crash
 ORDERS = ("as-written", "random")
@@ -41,6 +42,8 @@ class Point:
     job: JobSpec
     workers: int
     settings: Settings | None = None  # the playbook settings it came from; None for sweep flags
+    schedule: Any = None  # model.schedule.Schedule: the link changes during the run (profile: where it starts)
+    timeline: tuple = ()  # the schedule's TimedProfile entries over its base
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,8 @@ class Design:
         if self.order == "random":
             random.Random(self.seed).shuffle(pairs)
         return tuple(Run(index=first + i, profile=self.points[p].profile, repeat=rep, job=self.points[p].job,
-                         workers=self.points[p].workers, point=p, settings=self.points[p].settings)
+                         workers=self.points[p].workers, point=p, settings=self.points[p].settings,
+                         schedule=self.points[p].schedule, timeline=self.points[p].timeline)
                      for i, (p, rep) in enumerate(pairs))
 
 
@@ -101,14 +105,34 @@ def sweep_points(base: Profile, levels: SweepLevels) -> tuple[Profile, ...]:
     return tuple(points)
 
 
-def sweep_design(points: Sequence[Profile], repeat: int, job: JobSpec, workers: int) -> Design:
-    """The design sweep flags give: every profile point with the one job, as written."""
-    return Design(points=tuple(Point(profile, job, workers) for profile in points), repeat=repeat)
+def scheduled_point(schedule: Schedule, base: Profile, job: JobSpec, workers: int,
+                    settings: Settings | None = None) -> Point:
+    """A point whose link follows `schedule` (its timeline expanded over `base`).
+
+    The run starts on the timeline's first entry when that is due at once (at: 0 or
+    at_step: 0), else on the schedule's own profile (or `base`); the runner makes the
+    rest of the changes once measuring begins. The starting profile is named after the
+    schedule, which labels the point."""
+    entries = timeline(schedule, base)
+    first = entries[0]
+    starts_at_once = (first.at_s or 0) == 0 and (first.at_step or 0) == 0
+    start = first.profile if starts_at_once else (schedule.profile or base)
+    return Point(profile=replace(start, name=schedule.name), job=job, workers=workers, settings=settings,
+                 schedule=schedule, timeline=entries)
 
 
-def sweep_runs(points: Sequence[Profile], repeat: int, job: JobSpec, workers: int, first: int = 0) -> tuple[Run, ...]:
+def sweep_design(points: Sequence[Profile], repeat: int, job: JobSpec, workers: int,
+                 schedules: Sequence[Schedule] = (), base: Profile | None = None) -> Design:
+    """The design sweep flags give: every profile point with the one job, as written, then
+    one point per schedule (its timeline over `base`)."""
+    scheduled = tuple(scheduled_point(s, base or Profile(name="base"), job, workers) for s in schedules)
+    return Design(points=tuple(Point(profile, job, workers) for profile in points) + scheduled, repeat=repeat)
+
+
+def sweep_runs(points: Sequence[Profile], repeat: int, job: JobSpec, workers: int, first: int = 0,
+               schedules: Sequence[Schedule] = (), base: Profile | None = None) -> tuple[Run, ...]:
     """Each point repeated `repeat` times (repetitions adjacent), numbered from `first`."""
-    return sweep_design(points, repeat, job, workers).runs(first)
+    return sweep_design(points, repeat, job, workers, schedules, base).runs(first)
 
 
 def plan_sweep(base: Profile, levels: SweepLevels, repeat: int = 1, job: JobSpec = JobSpec(), workers: int = 2,
@@ -126,9 +150,15 @@ def playbook_design(book: Playbook, seed: int, sample_resources_s: float = 0.0) 
     outermost, then the extra runs), each with the job its settings make; every job
     carries `seed` (data and draws) and the sampling interval of --sample-resources."""
     available = fields_of(JobSpec)
-    points = tuple(Point(profile=profile_for(book, s), workers=s.workers, settings=s,
-                         job=JobSpec(**job_fields(book, s, available), seed=seed, sample_resources_s=sample_resources_s))
-                   for s in design_points(book))
+    schedules = dict(book.schedules)
+    points = []
+    for s in design_points(book):
+        job = JobSpec(**job_fields(book, s, available), seed=seed, sample_resources_s=sample_resources_s)
+        if s.schedule:
+            points.append(scheduled_point(schedules[s.schedule], profile_for(book, s), job, s.workers, s))
+        else:
+            points.append(Point(profile=profile_for(book, s), workers=s.workers, settings=s, job=job))
+    points = tuple(points)
     return Design(points=points, repeat=book.repetitions, order=book.order, seed=seed)
 
 
@@ -147,8 +177,20 @@ def design_digest(book: Playbook, runs: Sequence[Run]) -> str:
     A results folder only resumes a playbook whose digest is the same, so a playbook
     edited between sessions never mixes two designs in one folder."""
     doc = {"window": [book.warmup, book.steps, book.seconds], "base_profile": book.base_profile.to_record(),
-           "runs": [[r.run_id, r.point, r.repeat, asdict(r.settings)] for r in runs]}
+           "runs": [[r.run_id, r.point, r.repeat, _settings_record(r.settings)] for r in runs]}
+    if book.schedules:  # a schedule edited between sessions is another design too
+        doc["schedules"] = {ref: [schedule.repeat, schedule.cycle, [[e.at_s, e.at_step, e.profile.to_record()]
+                                                                    for e in timeline(schedule, None)]]
+                            for ref, schedule in book.schedules}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _settings_record(settings: Settings) -> dict[str, Any]:
+    """asdict(settings), without an unset schedule (so folders written before schedules resume)."""
+    record = asdict(settings)
+    if not record.get("schedule"):
+        record.pop("schedule", None)
+    return record
 
 
 def pending(runs: Sequence[Run], statuses: Mapping[str, str]) -> Sequence[Run]:
@@ -162,7 +204,7 @@ def plan_record(book: Playbook, seed: int, runs: Sequence[Run]) -> dict[str, Any
             "order": book.order, "repetitions": book.repetitions, "digest": design_digest(book, runs),
             "factors": [k for k, _ in book.factors],
             "runs": [{"run_id": r.run_id, "point": r.point, "repeat": r.repeat, "profile": r.profile.name,
-                      **asdict(r.settings)} for r in runs]}
+                      **_settings_record(r.settings)} for r in runs]}
 
 
 def check_resume(book: Playbook, runs: Sequence[Run], recorded: Mapping[str, Any] | None,
@@ -228,7 +270,8 @@ def describe_settings(settings: Settings) -> dict[str, str]:
            "ps": str(s.ps) if s.strategy == "ps" else "-",
            "accum_steps": str(s.accum_steps) if s.strategy == "allreduce-accum" else "-", "data": s.data,
            "latency": units.format_duration_us(s.delay_us), "bandwidth": units.format_rate_bps(s.rate_bps),
-           "loss": units.format_ratio(s.loss), "jitter": units.format_duration_us(s.jitter_us)}
+           "loss": units.format_ratio(s.loss), "jitter": units.format_duration_us(s.jitter_us),
+           "schedule": Path(s.schedule).name if s.schedule else "-"}
     return out
 
 

@@ -30,7 +30,7 @@ STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single")
 MODELS = ("mlp", "cnn", "mobilenetv2", "resnet50", "efficientnetb0", "vgg16", "resnet18")
 ORDERS = ("random", "as-written")
 TOP_KEYS = ("name", "description", "factors", "fixed", "extra_runs", "repetitions", "order", "seed",
-            "warmup", "steps", "seconds", "timeouts", "backend", "profile")
+            "warmup", "steps", "seconds", "timeouts", "backend", "profile", "schedule")
 TIMEOUT_KEYS = ("startup", "step")
 BACKENDS = ("auto", "netem", "userspace")
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: a name that is one folder
@@ -90,7 +90,7 @@ SETTING_KEYS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "accum_steps": ("accum_steps", _whole(1, 10000), "accum_steps: [4]"),
     "data": ("data", _data, "data: synthetic"),
 }
-FIELD_TO_KEY = {spec[0]: key for key, spec in SETTING_KEYS.items()}
+FIELD_TO_KEY = {**{spec[0]: key for key, spec in SETTING_KEYS.items()}, "schedule": "schedule"}
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,9 @@ class Playbook:
     backend: str | None = None
     base_profile: Profile = field(default_factory=lambda: Profile(name="base"))
     fixed_keys: tuple[str, ...] = ()  # keys written under fixed:, for error messages
+    # schedule: (its path as written, the loaded model.schedule.Schedule), in file order;
+    # every design point runs once under each (none: the points' profiles hold for the whole run)
+    schedules: tuple[tuple[str, Any], ...] = ()
 
     def where(self, key: str) -> str:
         """Where a setting's value came from, as the user wrote it: factors.X or fixed.X."""
@@ -246,6 +249,7 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
             base_profile = load_profile(path)
         except ProfileError as exc:
             raise fail(source, "profile", exc.message, exc.hint) from None
+    schedules = _schedules(data.get("schedule"), source, base_dir) if "schedule" in data else ()
     base = Settings(delay_us=base_profile.delay_us, rate_bps=base_profile.rate_bps, loss=base_profile.loss,
                     jitter_us=base_profile.jitter_us)
     factors = _factors(data.get("factors"), source)
@@ -282,11 +286,51 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
         startup_timeout_s=_seconds(source, "timeouts.startup", timeouts.get("startup", "240s")),
         step_timeout_s=_seconds(source, "timeouts.step", timeouts.get("step", "60s")),
         backend=None if backend == "auto" else backend, base_profile=base_profile,
-        fixed_keys=tuple(fixed_data or ()),
+        fixed_keys=tuple(fixed_data or ()), schedules=schedules,
     )
     for point in design_points(book):  # every combination must make sense; fail at load, not mid-study
-        profile_for(book, point)
+        profile = profile_for(book, point)
+        if point.schedule:
+            _check_schedule(book, dict(book.schedules)[point.schedule], profile)
     return book
+
+
+def _schedules(raw: Any, source: str, base_dir: Path | None) -> tuple[tuple[str, Any], ...]:
+    """`schedule: path` or a list of paths (relative to the playbook), each loaded and checked."""
+    from netbench.model.schedule import load_schedule
+
+    paths = raw if isinstance(raw, (list, tuple)) else [raw]
+    if not paths:
+        raise fail(source, "schedule", "must be a path to a schedule file or a non-empty list of them",
+                   "e.g. 'schedule: ../profiles/schedules/spike.yaml'")
+    out: list[tuple[str, Any]] = []
+    names: set[str] = set()
+    for i, ref in enumerate(paths):
+        key = "schedule" if not isinstance(raw, (list, tuple)) else f"schedule[{i}]"
+        if not isinstance(ref, str) or not ref.strip():
+            raise fail(source, key, f"must be a path to a schedule file, got {shown(ref)}",
+                       "e.g. 'schedule: ../profiles/schedules/spike.yaml'")
+        path = Path(ref) if Path(ref).is_absolute() else (base_dir or Path(".")) / ref
+        try:
+            schedule = load_schedule(path)
+        except UsageError as exc:
+            raise fail(source, key, exc.message, exc.hint) from None
+        if schedule.name in names:
+            raise fail(source, key, f"two schedules are named {shown(schedule.name)}; a schedule names its runs",
+                       "give one of them another 'name:'")
+        names.add(schedule.name)
+        out.append((ref.strip(), schedule))  # as written: a results folder resumes from any directory
+    return tuple(out)
+
+
+def _check_schedule(book: Playbook, schedule: Any, base: Profile) -> None:
+    """The schedule's timeline over a point's profile must be valid (a ramp, a jitter above the delay)."""
+    from netbench.model.schedule import timeline
+
+    try:
+        timeline(schedule, base)
+    except UsageError as exc:
+        raise fail(book.source, "schedule", exc.message, exc.hint) from None
 
 
 def load_playbook(path: str | Path) -> Playbook:
@@ -300,7 +344,7 @@ def _cross(book: Playbook, factors: tuple[tuple[str, tuple[Any, ...]], ...]) -> 
     keys = [k for k, _ in factors]
     out = []
     for combo in itertools.product(*(levels for _, levels in factors)):
-        out.append(replace(book.fixed, **{SETTING_KEYS[k][0]: v for k, v in zip(keys, combo)}))
+        out.append(replace(book.fixed, **{SETTING_KEYS[k][0] if k in SETTING_KEYS else k: v for k, v in zip(keys, combo)}))
     return out
 
 
@@ -325,6 +369,9 @@ def design_points(book: Playbook) -> list[Settings]:
         fixed_here = dict(entry)
         crossed = tuple((k, levels) for k, levels in book.factors if k not in fixed_here)
         groups.append((crossed + tuple((k, (v,)) for k, v in entry), f"extra_runs[{i}]"))
+    if book.schedules:  # each schedule crosses every point, as one more factor (innermost)
+        groups = [(factors + (("schedule", tuple(path for path, _ in book.schedules)),), what)
+                  for factors, what in groups]
     for factors, what in groups:
         for settings in _cross(book, factors):
             _check_point(book, settings, what)

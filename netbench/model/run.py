@@ -36,6 +36,7 @@ class Settings:
     rate_bps: int | None = None
     loss: float = 0.0
     jitter_us: int = 0
+    schedule: str = ""  # the schedule file the network follows during the run ("": a static profile)
 
     def effective(self) -> "Settings":
         """The same settings with the ones this strategy ignores set to their defaults."""
@@ -58,7 +59,9 @@ class Run:
     """One run: its place in the run order, its network profile, its job and worker count.
 
     `point` is the design point (in written order) the run repeats; `settings` is the
-    playbook design point it came from (None for a sweep from flags)."""
+    playbook design point it came from (None for a sweep from flags). With a `schedule`
+    (model.schedule.Schedule), `profile` is the link the run starts on (named after the
+    schedule) and `timeline` the changes the runner makes once the measured phase begins."""
 
     index: int  # position in the run order; the run id
     profile: Profile
@@ -67,6 +70,8 @@ class Run:
     workers: int
     point: int = 0
     settings: Settings | None = None
+    schedule: Any = None  # model.schedule.Schedule, or None: the profile holds for the whole run
+    timeline: tuple = ()  # model.schedule.TimedProfile entries of `schedule`, expanded over its base
 
     @property
     def run_id(self) -> str:

@@ -316,6 +316,7 @@ class HostsTestbed:
         """Place every run, probe every host and plan every run's profile; changes nothing."""
         from netbench.remote import controller as remote
 
+        refuse_schedules(config)
         runs = config.runs
         self.startup_s = config.timeouts.startup_s
         for run in runs:
@@ -389,6 +390,14 @@ class HostsTestbed:
 
 # ---------------------------------------------------------------- sweeps and playbooks over hosts
 
+def refuse_schedules(config) -> None:
+    """Schedules change the link during a run on the embedded testbed only."""
+    scheduled = next((run for run in config.runs if getattr(run, "schedule", None) is not None), None)
+    if scheduled is not None:
+        raise UsageError(f"schedule {scheduled.schedule.name}: not with --inventory: a schedule changes the link "
+                         "during a run on the embedded testbed only", hint="drop --inventory, or the schedule")
+
+
 def check_on_hosts(config, inventory_path: Path) -> Inventory:
     """Load the inventory and place every run on its hosts (no connection); bad input raises."""
     from netbench.remote.inventory import load_inventory
@@ -396,6 +405,7 @@ def check_on_hosts(config, inventory_path: Path) -> Inventory:
     if config.verify:
         raise UsageError("flag --verify: not with --inventory (it measures between local namespaces)",
                          hint="measure the hosts' links with ping and iperf3 on the hosts themselves")
+    refuse_schedules(config)
     inventory = load_inventory(inventory_path)
     for run in config.runs:
         place_hosts(inventory, run.job, run.workers)

@@ -27,17 +27,25 @@ STEP_S = 0.01  # every synthetic step "takes" this long
 class SyntheticStdout:
     """A worker's stdout: start, `warmup` + `steps` step events, done; generated as read."""
 
-    def __init__(self, task: Task, warmup: int, steps: int, batch_size: int, workers: int) -> None:
-        self._lines = self._generate(task, warmup, steps, batch_size, workers)
+    def __init__(self, task: Task, warmup: int, steps: int, batch_size: int, workers: int,
+                 hold=None, stop_after: int | None = None) -> None:
+        self._lines = self._generate(task, warmup, steps, batch_size, workers, hold, stop_after)
 
     @staticmethod
-    def _generate(task: Task, warmup: int, steps: int, batch_size: int, workers: int) -> Iterator[bytes]:
+    def _generate(task: Task, warmup: int, steps: int, batch_size: int, workers: int,
+                  hold=None, stop_after: int | None = None) -> Iterator[bytes]:
+        """hold(task, k), if given, is called before step k is made (a test paces the steps);
+        with stop_after the output ends after that many steps, with no done event."""
         def line(event: dict) -> bytes:
             return (json.dumps(event) + "\n").encode()
 
         yield line(worker.start_event(task.index, workers, 1000 + task.index, 0.0, "synthetic", "mlp", 669_706,
                                       batch_size, role=task.role, model_bytes=2_678_824, input_shape=(784,)))
         for k in range(warmup + steps):
+            if stop_after is not None and k >= stop_after:
+                return
+            if hold is not None:
+                hold(task, k)
             start = k * STEP_S
             phase = worker.PHASE_WARMUP if k < warmup else worker.PHASE_MEASURED
             yield line(worker.step_event(k, phase, start, start + STEP_S, batch_size * workers, 0.5,
@@ -51,12 +59,13 @@ class SyntheticStdout:
 class SyntheticProcess:
     """A TaskProcess that has already run: its stdout is all there is to read."""
 
-    def __init__(self, stdout: SyntheticStdout) -> None:
+    def __init__(self, stdout: SyntheticStdout, code: int = 0) -> None:
         self.stdout = stdout
         self.stopped = False
+        self.code = code
 
     def wait(self) -> int:
-        return 0
+        return self.code
 
     def stop(self, grace: float) -> None:
         self.stopped = True
@@ -71,8 +80,14 @@ class SyntheticTestbed:
 
     kind = "synthetic"
 
-    def __init__(self, journal: Journal, backend: str = "userspace") -> None:
+    def __init__(self, journal: Journal, backend: str = "userspace", hold=None,
+                 chief_stops_after: int | None = None) -> None:
+        """hold(task, k): called by each stand-in before its step k (tests pace the steps with it);
+        chief_stops_after: the chief (worker 0) stops after that many steps and exits with 1.
+        `applied` lists every profile applied, in order."""
         self.journal, self.backend = journal, backend
+        self.hold, self.chief_stops_after = hold, chief_stops_after
+        self.applied: list = []
         qdiscs, iptables, engines, self._calls = make_fakes()
         self.fakes = (qdiscs, iptables, engines)
         self.executor = Executor(journal=journal, qdiscs=qdiscs, iptables=iptables, engines=engines)
@@ -93,6 +108,7 @@ class SyntheticTestbed:
 
     def apply(self, run, seed: int) -> None:
         self.executor.apply(backends.plan_apply(run.profile, self.topology, self.backend, seed=seed))
+        self.applied.append(run.profile)
         for fake in self.fakes:  # the fakes log every call for tests; a long sweep needs none of it
             fake.calls.clear()
         self._calls.clear()
@@ -102,8 +118,11 @@ class SyntheticTestbed:
         return None
 
     def spawn(self, task: Task, log, env: dict) -> SyntheticProcess:
+        chief = task.index == 0 and task.role == "worker"
+        stop_after = self.chief_stops_after if chief else None
         return SyntheticProcess(SyntheticStdout(task, self.job.warmup, self.job.steps, self.job.batch_size,
-                                                self.workers))
+                                                self.workers, self.hold, stop_after),
+                                code=1 if stop_after is not None else 0)
 
     def finish(self, note) -> None:
         self.executor.apply(ch.plan_clear(self.topology))
