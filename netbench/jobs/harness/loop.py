@@ -158,18 +158,17 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         return t0, t1, time.monotonic(), loss / accum_steps
 
     def fused_update() -> tuple[float, float, float]:
-        """One fused update: (start, end, loss); the loss is fetched after the end is read."""
+        """One fused update: (start, end, loss)."""
         nonlocal micro
         t0 = time.monotonic()
         if stacked is None:
             x, y = batches[micro % len(batches)]
-            loss = fused(x, y)
+            loss = float(fused(x, y).numpy())  # blocks until the update finished
         else:
-            loss = fused(stacked[0], stacked[1], tf.constant(micro % len(batches), tf.int64))
-        # A tf.function returns once all its stateful ops (the update) ran; the loss is ready.
+            loss = float(fused(stacked[0], stacked[1], tf.constant(micro % len(batches), tf.int64)).numpy())
         t1 = time.monotonic()
         micro += accum_steps
-        return t0, t1, float(loss.numpy())
+        return t0, t1, loss
 
     def timed_step(step: int, phase: str) -> float:
         """Run one update, emit its event, return its duration in seconds."""
