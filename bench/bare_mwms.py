@@ -5,7 +5,7 @@ as netbench's worker), the MLP 784-512-512-10, SGD(0.01), one synthetic batch of
 --batch-size examples per worker, and ONE compiled step (forward, backward, all-reduce,
 update) called once per step. Like netbench's step it returns this worker's own loss (no
 extra collective for it). Each step is timed from the call to the loss being on the host;
-prints one JSON line on stdout: {"mean_step_s", "steps", "worker"}.
+prints one JSON line on stdout: {"mean_step_s", "steps", "worker", "durations_s"}.
 
     TF_CONFIG=... python bench/bare_mwms.py --warmup 10 --steps 30
 """
@@ -69,7 +69,7 @@ def main() -> int:
         if step >= args.warmup:
             durations.append(time.monotonic() - t0)
     out.write(json.dumps({"mean_step_s": sum(durations) / len(durations), "steps": len(durations),
-                          "worker": worker}) + "\n")
+                          "worker": worker, "durations_s": durations}) + "\n")
     out.flush()
     return 0
 

@@ -13,8 +13,10 @@ On a 2-node embedded testbed (``netbench testbed up --nodes 2``), at each one-wa
 Every run is 2 processes started in the nodes' namespaces as netbench's runner starts
 them (netbench.proc.spawn with TF_CONFIG of both nodes' addresses, a fresh port each run),
 with the same warm-up and measured step counts. The figure of a run is worker 0's mean
-measured step time (netbench: its measured step events; bare: what it prints). Reported per
-delay: mean step time of each over the rounds, and netbench/bare per round (mean, min-max).
+measured step times (netbench: its measured step events; bare: what it prints). Reported per
+delay: mean step time of each over the rounds, and netbench/bare of each round's mean step
+(mean and min-max over rounds), with the same of each round's median step beside it (less
+moved by load from elsewhere on the machine; the load average is printed too).
 
 It refuses to run if a netbench testbed is already up (someone else's); ``netbench
 reset`` removes everything in ``finally``. Run as root, under the shared lock:
@@ -62,19 +64,19 @@ def argv_of(variant: str, args: argparse.Namespace) -> list[str]:
     return [*worker_argv(job, sys.executable), *(["--step", "split"] if variant == "split" else [])]
 
 
-def mean_step_s(variant: str, stdout: str) -> float:
-    """Worker 0's mean measured step time from its stdout."""
+def step_times(variant: str, stdout: str) -> list[float]:
+    """Worker 0's measured step times (seconds) from its stdout."""
     lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     if variant == "bare":
-        return float(lines[-1]["mean_step_s"])
+        return [float(d) for d in lines[-1]["durations_s"]]
     steps = [e["duration"] for e in lines if e.get("event") == "step" and e.get("phase") == "measured"]
     if not steps:
         raise RuntimeError(f"no measured steps: {stdout[-500:]}")
-    return sum(steps) / len(steps)
+    return steps
 
 
-def one_run(variant: str, bed: list[dict], args: argparse.Namespace, log: Path) -> float:
-    """Start both tasks in their namespaces with TF_CONFIG; worker 0's mean step in seconds."""
+def one_run(variant: str, bed: list[dict], args: argparse.Namespace, log: Path) -> list[float]:
+    """Start both tasks in their namespaces with TF_CONFIG; worker 0's measured steps in seconds."""
     from netbench import proc
     port = random.randint(20000, 40000)
     cluster = [f"{n['address']}:{port}" for n in bed]
@@ -95,20 +97,27 @@ def one_run(variant: str, bed: list[dict], args: argparse.Namespace, log: Path) 
     for p in procs:
         if p.returncode != 0:
             raise RuntimeError(f"{variant} exited with {p.returncode} (log: {log})")
-    return mean_step_s(variant, outs[0])
+    return step_times(variant, outs[0])
 
 
 def on_sigterm(*_: object) -> None:
     raise KeyboardInterrupt
 
 
-def summarise(times: dict[str, list[float]]) -> dict:
-    out: dict = {v: {"mean_step_ms": 1000 * statistics.mean(t), "rounds_ms": [1000 * x for x in t]}
-                 for v, t in times.items()}
-    for v in times:
+def summarise(runs: dict[str, list[list[float]]]) -> dict:
+    """Per variant: mean step over all rounds, each round's mean and median (ms), and against
+    bare, per round: the ratio of means (the figure) and of medians (less moved by a burst of
+    load from elsewhere on the machine)."""
+    means = {v: [statistics.mean(r) for r in rs] for v, rs in runs.items()}
+    medians = {v: [statistics.median(r) for r in rs] for v, rs in runs.items()}
+    out: dict = {v: {"mean_step_ms": 1000 * statistics.mean(means[v]),
+                     "rounds_mean_ms": [1000 * x for x in means[v]],
+                     "rounds_median_ms": [1000 * x for x in medians[v]]} for v in runs}
+    for v in runs:
         if v != "bare":
-            ratios = [a / b for a, b in zip(times[v], times["bare"])]
-            out[v]["ratio"] = {"mean": statistics.mean(ratios), "min": min(ratios), "max": max(ratios),
+            for key, per in (("ratio", means), ("median_ratio", medians)):
+                ratios = [a / b for a, b in zip(per[v], per["bare"])]
+                out[v][key] = {"mean": statistics.mean(ratios), "min": min(ratios), "max": max(ratios),
                                "rounds": ratios}
     return out
 
@@ -137,16 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"workers": 2, "model": "mlp", "batch_size": args.batch_size, "warmup": args.warmup,
                      "steps": args.steps, "rounds": args.rounds, "delays": {}}
     started = time.monotonic()
+    results["load_before"] = os.getloadavg()
     try:
         run("testbed", "up", "--nodes", "2")
         bed = nodes()
         for delay in args.delays.split(","):
             run("apply", "--latency", delay)
-            times: dict[str, list[float]] = {v: [] for v in variants}
+            times: dict[str, list[list[float]]] = {v: [] for v in variants}
             for r in range(args.rounds):
                 for v in variants:
                     times[v].append(one_run(v, bed, args, log))
-                    print(f"{delay} round {r + 1}: {v} {1000 * times[v][-1]:.2f} ms", file=sys.stderr, flush=True)
+                    print(f"{delay} round {r + 1}: {v} mean {1000 * statistics.mean(times[v][-1]):.2f} ms, "
+                          f"median {1000 * statistics.median(times[v][-1]):.2f} ms", file=sys.stderr, flush=True)
             results["delays"][delay] = summarise(times)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -157,15 +168,22 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         subprocess.run([str(NETBENCH), "reset"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results["runtime_s"] = round(time.monotonic() - started, 1)
+    results["load_after"] = os.getloadavg()
     print(f"2 workers, mlp, batch {args.batch_size}/worker, {args.warmup} warm-up + {args.steps} measured steps, "
           f"{args.rounds} rounds ({', '.join(variants)} in turn); mean step of worker 0")
-    print(f"{'delay':>6} {'variant':>7} {'step ms':>9} {'netbench/bare':>14} {'min-max over rounds':>21}")
+    print(f"{'delay':>6} {'variant':>7} {'step ms':>9} {'netbench/bare':>14} {'min-max':>13} "
+          f"{'medians':>8} {'min-max':>13}")
     for delay, figures in results["delays"].items():
         for v in variants:
             f = figures[v]
-            ratio = f.get("ratio")
-            cells = f"{ratio['mean']:>14.3f} {ratio['min']:>10.3f}-{ratio['max']:.3f}" if ratio else ""
+            cells = ""
+            if "ratio" in f:
+                r, m = f["ratio"], f["median_ratio"]
+                cells = (f"{r['mean']:>14.3f} {r['min']:>6.3f}-{r['max']:.3f} "
+                         f"{m['mean']:>8.3f} {m['min']:>6.3f}-{m['max']:.3f}")
             print(f"{delay:>6} {v:>7} {f['mean_step_ms']:>9.2f} {cells}")
+    print(f"load average before {results['load_before'][0]:.2f}, after {results['load_after'][0]:.2f} "
+          f"({os.cpu_count()} CPUs)")
     fused = [f["fused"]["ratio"]["mean"] for f in results["delays"].values()]
     print(f"target: fused within {100 * TARGET:.0f} % of bare: "
           + ("met" if all(abs(r - 1) <= TARGET for r in fused) else "NOT met"))
