@@ -6,6 +6,11 @@ Events are the controller's typed events (netbench.jobs.events); each carries ``
 Synchronous strategies: every worker times its own steps and worker 0 is the reference
 clock. ps: only the coordinator reports, one event per completed step with the worker that
 ran it as ``executor``. A run record's JSON objects are read as events too.
+
+Only ``measured`` steps are measured: warm-up, calibration and any phase a later version
+adds are left out of every step time and throughput. The computation/communication split
+comes from the measured steps when they carry it (split steps, ps), else from the
+calibration steps (split steps run after the measured window of a fused run).
 """
 
 from __future__ import annotations
@@ -26,10 +31,15 @@ class PhaseTimes:
     compute_mean_s: float
     comm_mean_s: float
     idle_ratio: float  # sum(comm) / sum(compute + comm), in [0, 1]
+    source: str = ev.PHASE_MEASURED  # the phase of the steps it comes from (measured or calibration)
 
 
 def _measured(events: Iterable[ev.Event]) -> list[ev.Step]:
-    steps = [e for e in events if isinstance(e, ev.Step) and e.measured]
+    return _in_phase(events, ev.PHASE_MEASURED)
+
+
+def _in_phase(events: Iterable[ev.Event], phase: str) -> list[ev.Step]:
+    steps = [e for e in events if isinstance(e, ev.Step) and e.phase == phase]
     return sorted(steps, key=lambda e: e.step)
 
 
@@ -80,21 +90,32 @@ def per_worker_images_per_sec(events: Sequence[EventLike], job: JobSpec, workers
 
 
 def phase_times(events: Sequence[EventLike], job: JobSpec) -> PhaseTimes | None:
-    """Computation and communication per measured step, over every reporting process.
+    """Computation and communication per step, over every reporting process: from the
+    measured steps when they carry the split, else from the calibration steps.
 
-    None when the steps carry no split (older records) or took no time.
+    None when no step carries a split (older records) or they took no time.
     """
     role = reporting_role(job)
-    steps = [e for e in _measured(e for e in ev.as_events(events) if e.task_role == role)
-             if e.compute is not None and e.comm is not None]
-    if not steps:
-        return None
-    compute = sum(e.compute for e in steps)
-    comm = sum(e.comm for e in steps)
-    if compute + comm <= 0:
-        return None
-    return PhaseTimes(compute_mean_s=compute / len(steps), comm_mean_s=comm / len(steps),
-                      idle_ratio=comm / (compute + comm))
+    mine = [e for e in ev.as_events(events) if e.task_role == role]
+    for phase in (ev.PHASE_MEASURED, ev.PHASE_CALIBRATION):
+        steps = [e for e in _in_phase(mine, phase) if e.compute is not None and e.comm is not None]
+        if steps:
+            compute = sum(e.compute for e in steps)
+            comm = sum(e.comm for e in steps)
+            if compute + comm <= 0:
+                return None
+            return PhaseTimes(compute_mean_s=compute / len(steps), comm_mean_s=comm / len(steps),
+                              idle_ratio=comm / (compute + comm), source=phase)
+    return None
+
+
+def step_kind(events: Sequence[EventLike], job: JobSpec) -> str | None:
+    """How the reference process compiled its steps (events.STEP_FUSED or STEP_SPLIT), from
+    its start event; None when it does not say (older records, ps)."""
+    for event in reference_events(events, job):
+        if isinstance(event, ev.Start):
+            return event.step
+    return None
 
 
 def model_facts(events: Sequence[EventLike], job: JobSpec) -> dict:

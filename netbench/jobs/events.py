@@ -12,6 +12,13 @@ Schema version 1 is the format without a version key (every worker so far writes
 line that names another version (``"v": 2``), or that is not an event at all, parses into
 an `Error` that says so, never an exception. Times are ``time.monotonic()`` seconds
 (CLOCK_MONOTONIC: comparable between processes on one Linux host), durations seconds.
+
+Additions that stay version 1 (a version-1 reader keeps what it does not know): a step's
+``phase`` is ``warmup``, ``measured`` or ``calibration`` (split steps run after the
+measured window to time computation against communication; see harness.loop), and readers
+count ONLY ``measured`` steps as measured, whatever other phase they meet; a start event
+may carry ``step`` ("fused" or "split": how the synchronous loop's steps were compiled;
+absent from older records, whose steps were split, and from ps).
 """
 
 from __future__ import annotations
@@ -26,7 +33,12 @@ VERSION_KEY = "v"  # absent: version 1
 
 PHASE_WARMUP = "warmup"
 PHASE_MEASURED = "measured"
-PHASES = (PHASE_WARMUP, PHASE_MEASURED)
+PHASE_CALIBRATION = "calibration"  # after the measured window, never measured
+PHASES = (PHASE_WARMUP, PHASE_MEASURED, PHASE_CALIBRATION)
+
+STEP_FUSED = "fused"  # one compiled function per update (forward, backward, all-reduce, update)
+STEP_SPLIT = "split"  # compute, then sync: two compiled functions with a host round trip
+STEP_KINDS = (STEP_FUSED, STEP_SPLIT)
 
 # Error.type of the errors the parser makes (the others come from the training process)
 MALFORMED = "MalformedEvent"
@@ -76,22 +88,25 @@ class Start(Event):
     input_shape: tuple[int, ...] = ()  # per example
     classes: int = 0
     data: str = "synthetic"  # or the dataset's path
+    step: str | None = None  # STEP_FUSED or STEP_SPLIT; None: not said (older records, ps)
 
     def body(self) -> dict[str, Any]:
+        tail: dict[str, Any] = {} if self.step is None else {"step": self.step}
         return {"strategy": self.strategy, "role": self.task_role, "accum_steps": self.accum_steps,
                 "model_bytes": self.model_bytes, "input_shape": list(self.input_shape),
                 "classes": self.classes, "data": self.data, "event": self.kind,
                 "task_index": self.task_index, "num_workers": self.num_workers, "pid": self.pid,
                 "time": self.time, "tf_version": self.tf_version, "model": self.model,
                 "params": self.params, "batch_size": self.batch_size,
-                "global_batch_size": self.global_batch_size}
+                "global_batch_size": self.global_batch_size, **tail}
 
 
 @dataclass(frozen=True, kw_only=True)
 class Step(Event):
     """One training step. ``step`` counts from 0 over warm-up + measured steps; ``images``
     is what the whole cluster trained on; ``compute`` and ``comm`` split the step into local
-    computation and communication (None when unknown); ``executor`` is the worker that ran
+    computation and communication (None when unknown: a fused step cannot be split, the
+    calibration steps after the measured window are); ``executor`` is the worker that ran
     a ps step (None otherwise); ``loss`` is None when it was not finite."""
 
     kind: ClassVar[str] = "step"
@@ -110,6 +125,10 @@ class Step(Event):
     def measured(self) -> bool:
         return self.phase == PHASE_MEASURED
 
+    @property
+    def calibration(self) -> bool:
+        return self.phase == PHASE_CALIBRATION
+
     def body(self) -> dict[str, Any]:
         head: dict[str, Any] = {"compute": self.compute, "comm": self.comm}
         if self.executor is not None:
@@ -120,7 +139,8 @@ class Step(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class Done(Event):
-    """Sent after the last step; ``steps`` = warm-up + measured steps."""
+    """Sent after the last step; ``steps`` = the step events sent (warm-up + measured +
+    calibration)."""
 
     kind: ClassVar[str] = "done"
     time: float = 0.0
@@ -200,7 +220,8 @@ _READ: dict[str, dict[str, Any]] = {
     "start": {"task_index": int, "num_workers": int, "pid": int, "time": float, "tf_version": str,
               "model": str, "params": int, "batch_size": int, "global_batch_size": int,
               "strategy": str, "accum_steps": int, "model_bytes": int,
-              "input_shape": lambda v: tuple(int(d) for d in v), "classes": int, "data": str},
+              "input_shape": lambda v: tuple(int(d) for d in v), "classes": int, "data": str,
+              "step": lambda v: None if v is None else str(v)},
     "step": {"step": int, "phase": str, "start": float, "end": float, "duration": float, "images": int,
              "loss": _finite_or_none, "compute": _optional_float, "comm": _optional_float,
              "executor": lambda v: None if v is None else int(v)},
@@ -301,13 +322,15 @@ def as_events(values: Sequence[Event | Mapping[str, Any]]) -> list[Event]:
 def start_event(task_index: int, num_workers: int, pid: int, time_s: float, tf_version: str,
                 model: str, params: int, batch_size: int, *, strategy: str = "allreduce",
                 role: str = "worker", accum_steps: int = 1, model_bytes: int = 0,
-                input_shape: Sequence[int] = (), classes: int = 10, data: str = "synthetic") -> Start:
+                input_shape: Sequence[int] = (), classes: int = 10, data: str = "synthetic",
+                step: str | None = None) -> Start:
     """A Start with ``global_batch_size`` = batch_size x num_workers."""
     return Start(task_index=int(task_index), num_workers=int(num_workers), pid=int(pid), time=float(time_s),
                  tf_version=str(tf_version), model=str(model), params=int(params), batch_size=int(batch_size),
                  global_batch_size=int(batch_size) * int(num_workers), strategy=str(strategy), role=str(role),
                  accum_steps=int(accum_steps), model_bytes=int(model_bytes),
-                 input_shape=tuple(int(d) for d in input_shape), classes=int(classes), data=str(data))
+                 input_shape=tuple(int(d) for d in input_shape), classes=int(classes), data=str(data),
+                 step=None if step is None else str(step))
 
 
 def step_event(step: int, phase: str, start: float, end: float, images: int, loss: float,
@@ -315,7 +338,7 @@ def step_event(step: int, phase: str, start: float, end: float, images: int, los
                executor: int | None = None) -> Step:
     """A Step with ``duration`` = end - start; raises ValueError on an unknown phase."""
     if phase not in PHASES:
-        raise ValueError(f"phase must be {PHASE_WARMUP!r} or {PHASE_MEASURED!r}, got {phase!r}")
+        raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")
     return Step(step=int(step), phase=phase, start=float(start), end=float(end),
                 duration=float(end) - float(start), images=int(images), loss=_finite_or_none(loss),
                 compute=_optional_float(compute), comm=_optional_float(comm),

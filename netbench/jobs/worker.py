@@ -11,7 +11,10 @@ runs inside the training process lives in netbench.jobs.harness, the only packag
 imports TensorFlow (and only inside functions, so importing this module stays cheap):
 
 * ``allreduce``: ``tf.distribute.MultiWorkerMirroredStrategy`` (ring all-reduce over
-  gRPC), one all-reduce of the gradients per step (harness.loop);
+  gRPC), one all-reduce of the gradients per step (harness.loop); each step is one
+  compiled function (``--step fused``, the default) and the computation/communication
+  split comes from ``--calibration-steps`` split steps after the measured window
+  (``--step split``: every step split, as before);
 * ``allreduce-accum``: the same, but each worker accumulates the gradients of
   ``--accum-steps`` local batches before one all-reduce and update;
 * ``single``: TF's default strategy in one process: no cluster, no network;
@@ -135,6 +138,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--accum-steps", type=_positive_int, default=DEFAULT_ACCUM_STEPS,
                         help="local batches per all-reduce with allreduce-accum "
                              "(default: %(default)s)")
+    parser.add_argument("--step", choices=ev.STEP_KINDS, default=ev.STEP_FUSED,
+                        help="fused: each update is one compiled function (forward, backward, "
+                             "all-reduce, update), as users run it; split: compute, then sync, "
+                             "timed apart in every step (allreduce, allreduce-accum, single; "
+                             "default: %(default)s)")
+    parser.add_argument("--calibration-steps", type=_non_negative_int, default=loop.DEFAULT_CALIBRATION_STEPS,
+                        help="split steps after the measured window of a fused run, sent as "
+                             "phase 'calibration' to time computation against communication; "
+                             "0 = none (default: %(default)s)")
     parser.add_argument("--model", choices=MODELS, default=DEFAULT_MODEL,
                         help="mlp: 784-512-512-10 (~670k params); cnn: small conv net; "
                              "resnet18; keras.applications mobilenetv2, resnet50, "

@@ -157,9 +157,9 @@ class MetricsState:
                 s.workers_up[worker] = 1
             elif isinstance(event, (ev.Done, ev.Error)):
                 s.workers_up[worker] = 0
-            if not isinstance(event, ev.Step):
-                return
-            phase = ev.PHASE_WARMUP if event.phase == ev.PHASE_WARMUP else ev.PHASE_MEASURED
+            if not isinstance(event, ev.Step) or event.phase not in (ev.PHASE_WARMUP, ev.PHASE_MEASURED):
+                return  # calibration steps (and phases a later version adds) are no measured steps
+            phase = event.phase
             duration = event.duration
             key = (phase, worker)
             s.steps[key] = s.steps.get(key, 0) + 1

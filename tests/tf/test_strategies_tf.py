@@ -24,7 +24,8 @@ pytestmark = pytest.mark.tf
 
 
 def test_allreduce_accum_two_workers(tmp_path):
-    results = _run_cluster(2, ["--strategy", "allreduce-accum", "--accum-steps", "3", "--warmup", "1",
+    # the split step (the fused one and its calibration: test_worker_tf.py)
+    results = _run_cluster(2, ["--strategy", "allreduce-accum", "--step", "split", "--accum-steps", "3", "--warmup", "1",
                                "--steps", "3", "--batch-size", "8", "--startup-timeout", "120"], tmp_path, 240)
     for i, (rc, _) in enumerate(results):
         assert rc == 0, _stderr_tail(tmp_path, i)

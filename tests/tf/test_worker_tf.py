@@ -75,11 +75,14 @@ def _stderr_tail(tmp_path: Path, index: int) -> str:
 
 
 def _check_run(events: list[dict], warmup: int, measured: int, num_workers: int,
-               batch_size: int) -> None:
-    """Assert the event stream of one successful worker."""
+               batch_size: int, step: str = "fused", calibration: int = 5, accum: int = 1,
+               strategy: str = "allreduce") -> None:
+    """Assert the event stream of one successful worker: warm-up and measured steps of the
+    `step` kind, then (fused) `calibration` split steps after the measured window."""
     assert events[0]["event"] == "start"
-    assert set(events[0]) == START_KEYS
+    assert set(events[0]) == START_KEYS | {"step"}
     start = events[0]
+    assert (start["step"], start["strategy"], start["accum_steps"]) == (step, strategy, accum)
     assert start["num_workers"] == num_workers
     assert start["batch_size"] == batch_size
     assert start["global_batch_size"] == batch_size * num_workers
@@ -87,10 +90,14 @@ def _check_run(events: list[dict], warmup: int, measured: int, num_workers: int,
     assert start["params"] == 669706
     assert start["tf_version"].startswith("2.")
 
+    if step == "split":
+        calibration = 0
     steps = events[1:-1]
-    assert [e["event"] for e in steps] == ["step"] * (warmup + measured)
-    assert [e["step"] for e in steps] == list(range(warmup + measured))
-    assert [e["phase"] for e in steps] == ["warmup"] * warmup + ["measured"] * measured
+    total = warmup + measured + calibration
+    assert [e["event"] for e in steps] == ["step"] * total
+    assert [e["step"] for e in steps] == list(range(total))
+    assert [e["phase"] for e in steps] == ["warmup"] * warmup + ["measured"] * measured + \
+        ["calibration"] * calibration
     previous_end = start["time"]
     for e in steps:
         assert set(e) == STEP_KEYS
@@ -98,15 +105,18 @@ def _check_run(events: list[dict], warmup: int, measured: int, num_workers: int,
         assert e["duration"] == pytest.approx(e["end"] - e["start"])
         assert e["start"] >= previous_end  # monotonic, non-overlapping
         previous_end = e["end"]
-        assert e["images"] == batch_size * num_workers
+        assert e["images"] == batch_size * num_workers * accum
         assert isinstance(e["loss"], float) and math.isfinite(e["loss"])
-        # the step is its computation and its all-reduce + update, timed back to back
-        assert e["compute"] > 0 and e["comm"] > 0
-        assert e["compute"] + e["comm"] == pytest.approx(e["duration"], abs=1e-3)
+        if step == "split" or e["phase"] == "calibration":
+            # computation, then the all-reduce + update, timed back to back
+            assert e["compute"] > 0 and e["comm"] > 0
+            assert e["compute"] + e["comm"] == pytest.approx(e["duration"], abs=1e-3)
+        else:  # one compiled function: no split inside the measured window
+            assert e["compute"] is None and e["comm"] is None
 
     assert events[-1]["event"] == "done"
     assert set(events[-1]) == DONE_KEYS
-    assert events[-1]["steps"] == warmup + measured
+    assert events[-1]["steps"] == total
     assert events[-1]["time"] >= previous_end
 
 
@@ -131,13 +141,43 @@ def test_two_workers_on_loopback(tmp_path, length_args):
         assert rc == 0, _stderr_tail(tmp_path, i)
     totals = [events[-1]["steps"] for _, events in results]
     assert totals[0] == totals[1]  # same step count on all workers, or MWMS deadlocks
-    measured = totals[0] - 3
+    measured = totals[0] - 3 - 5  # warm-up and calibration steps
     if length_args[0] == "--steps":
         assert measured == 3
     for _, events in results:
         _check_run(events, warmup=3, measured=measured, num_workers=2, batch_size=16)
     assert sorted(events[0]["task_index"] for _, events in results) == [0, 1]
     assert results[0][1][0]["pid"] != results[1][1][0]["pid"]
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("strategy, accum, step", [("allreduce", 1, "fused"), ("allreduce-accum", 3, "fused"),
+                                                   ("allreduce", 1, "split")])
+def test_two_workers_fused_step_and_calibration(tmp_path, strategy, accum, step):
+    """The fused step (one compiled function per update) on 2 workers: its measured steps carry
+    no split; the calibration steps after them do, are not measured, and the controller's
+    analysis reads the split from them. --step split: every step split, no calibration."""
+    from netbench.jobs import analysis, events as ev
+    from netbench.model.job import JobSpec
+
+    results = _run_cluster(
+        2, ["--strategy", strategy, "--accum-steps", str(accum), "--step", step, "--warmup", "2",
+            "--steps", "4", "--calibration-steps", "3", "--batch-size", "8", "--collective-timeout", "60",
+            "--startup-timeout", "120"], tmp_path, timeout_s=240)
+    for i, (rc, _) in enumerate(results):
+        assert rc == 0, _stderr_tail(tmp_path, i)
+    typed = []
+    for _, events in results:
+        _check_run(events, warmup=2, measured=4, num_workers=2, batch_size=8, step=step, calibration=3,
+                   accum=accum, strategy=strategy)
+        typed += [ev.received(ev.from_record(e), events[0]["task_index"], "worker", 0.0) for e in events]
+    job = JobSpec(strategy=strategy, batch_size=8, accum_steps=accum, warmup=2, steps=4)
+    assert len(analysis.measured_durations(typed, job)) == 4  # calibration steps not counted
+    assert len(analysis.per_worker_images_per_sec(typed, job, 2)) == 2
+    times = analysis.phase_times(typed, job)
+    assert times.source == ("calibration" if step == "fused" else "measured")
+    assert times.compute_mean_s > 0 and times.comm_mean_s > 0 and 0 < times.idle_ratio < 1
+    assert analysis.step_kind(typed, job) == step
 
 
 @pytest.mark.tf

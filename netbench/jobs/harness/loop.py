@@ -2,13 +2,16 @@
 every strategy's loop shares: this worker's data, and how a --seconds window becomes a
 step count.
 
-One step is one optimizer update, run as two compiled functions so that their times can
-be told apart: ``compute`` (forward and backward on a local batch, gradients added to
-per-worker accumulators; no network) runs k times (k = accum steps, else 1), then
-``sync`` (the Keras 3 optimizer all-reduces (sums) the accumulated gradients in replica
-context, applies them, and the accumulators are zeroed). The step event carries both
-times; ``comm`` is the all-reduce plus the (local) update, including any wait for a
-slower peer. (Keras 3 ``model.fit`` fails under MWMS on TF 2.21, hence the custom loop.)
+One step is one optimizer update (k local batches with allreduce-accum, else 1). With
+``--step fused`` (the default) each measured step is ONE compiled function, as a user's
+loop runs it (harness.steps.make_fused_step), so the step time is what users get; its
+event carries no computation/communication split. The split is measured afterwards,
+outside the measured window: ``--calibration-steps`` split steps (compute k times, then
+sync, timed apart; harness.steps.make_split_steps) after the last measured step, each
+sent as a ``calibration`` step (first one untimed and unsent: it traces the functions).
+``comm`` is the all-reduce plus the (local) update, including any wait for a slower peer.
+With ``--step split`` every step is a split step (netbench before the fused step) and there
+is no calibration.
 
 TensorFlow is imported only inside functions.
 """
@@ -26,6 +29,9 @@ from netbench.jobs.harness import data as datasets
 from netbench.jobs.harness import strategy as strategies
 from netbench.jobs.harness.emit import arm_startup_watchdog, disarm_startup_watchdog, emit
 from netbench.jobs.harness.models import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPES, check_input
+from netbench.jobs.harness.steps import make_fused_step, make_split_steps
+
+DEFAULT_CALIBRATION_STEPS = 5
 
 
 def resolve_shape(args: argparse.Namespace) -> tuple[int, ...]:
@@ -88,60 +94,6 @@ def check_data_fits(loaded: datasets.Dataset, args: argparse.Namespace) -> None:
         raise datasets.DataError(f"{args.data}: {exc}") from None
 
 
-def make_sync_steps(tf: Any, strategy: Any, model: Any, optimizer: Any,
-                    global_batch_size: int, accum_steps: int) -> tuple[Any, Any]:
-    """Compiled (compute, sync) functions of one synchronous optimizer update.
-
-    compute(x, y): forward and backward on the local batch; gradients added to
-    per-worker accumulators (ON_READ variables: a replica-local copy each, so
-    no network); returns this worker's mean loss.  The loss is deliberately NOT
-    all-reduced: an extra scalar collective per step would add a latency-bound
-    round trip to every measured step under network emulation.
-
-    sync(): the optimizer all-reduces (sums) the accumulated gradients across
-    workers, applies them, and the accumulators are zeroed; returns the
-    optimizer's iteration count.  The loss is scaled by the global batch times
-    accum_steps, so the summed gradient is the mean over every image used.
-    """
-    with strategy.scope():
-        accumulators = [
-            tf.Variable(tf.zeros(v.shape, dtype=v.dtype), trainable=False,
-                        synchronization=tf.VariableSynchronization.ON_READ,
-                        aggregation=tf.VariableAggregation.SUM)
-            for v in model.trainable_variables]
-    scale = global_batch_size * accum_steps
-
-    def compute_fn(x: Any, y: Any) -> Any:
-        with tf.GradientTape() as tape:
-            logits = model(x, training=True)
-            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=scale)
-        grads = tape.gradient(loss, model.trainable_variables)
-        for accumulator, grad in zip(accumulators, grads):
-            accumulator.assign_add(grad)
-        return tf.reduce_mean(per_example)
-
-    def sync_fn() -> Any:
-        grads = [tf.identity(accumulator) for accumulator in accumulators]
-        # Keras 3's optimizer all-reduces (SUM) the gradients in replica context.
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        for accumulator in accumulators:
-            accumulator.assign(tf.zeros_like(accumulator))
-        return tf.identity(optimizer.iterations)
-
-    @tf.function
-    def compute(x: Any, y: Any) -> Any:
-        per_replica = strategy.run(compute_fn, args=(x, y))
-        # One replica per worker on CPU: the first local result is ours.
-        return strategy.experimental_local_results(per_replica)[0]
-
-    @tf.function
-    def sync() -> Any:
-        return strategy.experimental_local_results(strategy.run(sync_fn))[0]
-
-    return compute, sync
-
-
 def run(args: argparse.Namespace, events: IO[str]) -> int:
     """Synchronous strategies: build strategy and model, train, and emit events on ``events``.
 
@@ -173,21 +125,26 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         # Create the optimizer's variables (iteration counter, slots) now,
         # under the scope, rather than lazily inside the traced step.
         optimizer.build(model.trainable_variables)
-    compute, sync = make_sync_steps(tf, strategy, model, optimizer, global_batch_size, accum_steps)
+    kind = getattr(args, "step", ev.STEP_FUSED)
+    calibration = getattr(args, "calibration_steps", DEFAULT_CALIBRATION_STEPS) if kind == ev.STEP_FUSED else 0
+    # Made on every worker at the same point (the accumulators' creation is collective).
+    compute, sync = make_split_steps(tf, strategy, model, optimizer, global_batch_size, accum_steps)
+    fused = make_fused_step(tf, strategy, model, optimizer, global_batch_size, accum_steps)
+    stacked = (tf.stack([x for x, _ in batches]), tf.stack([y for _, y in batches])) if accum_steps > 1 else None
     params, model_bytes = model_size(model)
 
     event = ev.start_event(task_index, num_workers, os.getpid(), time.monotonic(),
                            tf.__version__, args.model, params, args.batch_size,
                            strategy=args.strategy, role="worker", accum_steps=accum_steps,
                            model_bytes=model_bytes, input_shape=data.input_shape,
-                           classes=classes, data=args.data)
+                           classes=classes, data=args.data, step=kind)
     disarm_startup_watchdog()
     emit(event, events)
     images = global_batch_size * accum_steps
     micro = 0
 
-    def timed_step(step: int, phase: str) -> float:
-        """Run one update, emit its event, return its duration in seconds."""
+    def split_update() -> tuple[float, float, float, float]:
+        """One split update: (start, end of compute, end, mean loss)."""
         nonlocal micro
         t0 = time.monotonic()
         loss = 0.0
@@ -198,9 +155,29 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
             loss += float(compute(x, y).numpy())
         t1 = time.monotonic()
         sync().numpy()  # blocks until the all-reduce and the update finished
-        t2 = time.monotonic()
-        emit(ev.step_event(step, phase, t0, t2, images, loss / accum_steps,
-                        compute=t1 - t0, comm=t2 - t1), events)
+        return t0, t1, time.monotonic(), loss / accum_steps
+
+    def fused_update() -> tuple[float, float, float]:
+        """One fused update: (start, end, loss)."""
+        nonlocal micro
+        t0 = time.monotonic()
+        if stacked is None:
+            x, y = batches[micro % len(batches)]
+            loss = float(fused(x, y).numpy())  # blocks until the update finished
+        else:
+            loss = float(fused(stacked[0], stacked[1], tf.constant(micro % len(batches), tf.int64)).numpy())
+        t1 = time.monotonic()
+        micro += accum_steps
+        return t0, t1, loss
+
+    def timed_step(step: int, phase: str) -> float:
+        """Run one update, emit its event, return its duration in seconds."""
+        if kind == ev.STEP_SPLIT or phase == ev.PHASE_CALIBRATION:
+            t0, t1, t2, loss = split_update()
+            emit(ev.step_event(step, phase, t0, t2, images, loss, compute=t1 - t0, comm=t2 - t1), events)
+            return t2 - t0
+        t0, t2, loss = fused_update()
+        emit(ev.step_event(step, phase, t0, t2, images, loss), events)
         return t2 - t0
 
     warmup_durations = [timed_step(k, ev.PHASE_WARMUP) for k in range(args.warmup)]
@@ -219,5 +196,10 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         timed_step(k, ev.PHASE_MEASURED)
 
     total = args.warmup + measured
+    if calibration:
+        split_update()  # traces and optimises the split functions: not timed, not sent
+        for k in range(total, total + calibration):
+            timed_step(k, ev.PHASE_CALIBRATION)
+        total += calibration
     emit(ev.Done(time=time.monotonic(), steps=total), events)
     return total
