@@ -67,7 +67,7 @@ class SweepView:
             return
         self._stepping = run.run_id
         duration = event.duration or 1e-9
-        phase = "warm-up" if event.phase == ev.PHASE_WARMUP else "measured"
+        phase = {ev.PHASE_WARMUP: "warm-up"}.get(event.phase, event.phase)  # measured, calibration
         # a playbook run carries its own job; a step stands for more than one batch under accum
         images = images_per_step(run.job, run.workers)
         self.progress.update(self.task, info=f"step {event.step} ({phase}) "

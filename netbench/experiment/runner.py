@@ -82,6 +82,7 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      compute_time_mean_s=phases.compute_mean_s if phases else None,
                      comm_time_mean_s=phases.comm_mean_s if phases else None,
                      idle_ratio=phases.idle_ratio if phases else None,
+                     step=analysis.step_kind(outcome.events, job), split_from=phases.source if phases else None,
                      resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)))
 
 

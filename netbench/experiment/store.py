@@ -47,7 +47,7 @@ CSV_COLUMNS = (
     "verify_rtt_configured_ms", "verify_rtt_measured_ms", "verify_loss_configured_pct", "verify_loss_measured_pct",
     "verify_rate_measured_mbit", "verify_ok",
     "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
-    "status", "error", "schedule",
+    "status", "error", "schedule", "step", "split_from",
 )
 
 
@@ -87,6 +87,10 @@ class RunResult:
     # a run under a schedule: name, source, every landed change and the lateness summary
     # (netbench.experiment.schedule.RunDriver.record); None when its profile held throughout
     schedule: dict[str, Any] | None = None
+    # the measured step: "fused" (one compiled function, as users run it) or "split" (compute
+    # and sync apart); where compute/comm/idle come from: "measured" steps or "calibration" ones
+    step: str | None = None
+    split_from: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -121,6 +125,7 @@ class RunResult:
             **self._resource_cells(),
             "status": self.status, "error": self.error,
             "schedule": (self.schedule or {}).get("name", ""),
+            "step": self.step or "", "split_from": self.split_from or "",
         }
 
     def _resource_cells(self) -> dict[str, Any]:
