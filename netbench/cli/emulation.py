@@ -120,15 +120,8 @@ def _apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
         before = link_before(target.show())
         entries = timeline(schedule, before)
         plans = PlanCache(target, backend)
-        for profile in [entry.profile for entry in entries] + [before]:
-            plans.plan(profile)  # every refusal (a backend, a key) comes before any change
-        chosen = plans.plan(entries[0].profile).backends
-        render.schedule_timeline(schedule, entries, before, ", ".join(sorted(set(chosen.values()))), dry_run)
-        if dry_run:
+        if not _plan_schedule(path, schedule, entries, before, plans, dry_run):
             return
-        if schedule.by_step:
-            raise UsageError(f"{path}: at_step: a schedule of training steps runs within a sweep, which sees "
-                             "the chief's steps", hint="use at: times for 'netbench apply --schedule'")
         common.sigterm_as_interrupt()
         landed = []
         try:
@@ -140,6 +133,21 @@ def _apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
             render.schedule_summary(lateness(landed), restored=before)
             raise
     render.schedule_summary(lateness(landed))
+
+
+def _plan_schedule(path: Path, schedule, entries, before, plans, dry_run: bool) -> bool:
+    """Plan every profile of the timeline and the one to restore (every refusal, a backend's or
+    a key's, comes before any change), print the timeline; False under --dry-run."""
+    for profile in [entry.profile for entry in entries] + [before]:
+        plans.plan(profile)
+    chosen = plans.plan(entries[0].profile).backends
+    render.schedule_timeline(schedule, entries, before, ", ".join(sorted(set(chosen.values()))), dry_run)
+    if dry_run:
+        return False
+    if schedule.by_step:
+        raise UsageError(f"{path}: at_step: a schedule of training steps runs within a sweep, which sees "
+                         "the chief's steps", hint="use at: times for 'netbench apply --schedule'")
+    return True
 
 
 def _apply_schedule_to_hosts(path: Path, backend: str, dry_run: bool, inventory, insecure_host_keys, lease,
@@ -165,16 +173,9 @@ def _apply_schedule_to_hosts(path: Path, backend: str, dry_run: bool, inventory,
         before = hosts_link_before(target.show())
         entries = timeline(schedule, before)
         plans = HostsPlanCache(target, backend, lease_s=lease_s, force=bool(force), holder=new_holder())
-        for profile in [entry.profile for entry in entries] + [before]:
-            plans.plan(profile)  # every refusal (a host's backend, a key) comes before any change
-        chosen = plans.plan(entries[0].profile).backends
-        render.schedule_timeline(schedule, entries, before, ", ".join(sorted(set(chosen.values()))), dry_run)
-        if dry_run:
+        if not _plan_schedule(path, schedule, entries, before, plans, dry_run):
             console.info("[yellow]dry run[/]: no host was changed")
             return
-        if schedule.by_step:
-            raise UsageError(f"{path}: at_step: a schedule of training steps runs within a sweep, which sees "
-                             "the chief's steps", hint="use at: times for 'netbench apply --schedule'")
         common.sigterm_as_interrupt()
         landed = []
         keeper = remote.LeaseKeeper(target.inventory, target.conns, lease_s, plans.holder) if lease_s > 0 else None

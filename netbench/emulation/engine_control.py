@@ -169,32 +169,10 @@ def request(path: str, message: dict[str, Any], timeout_s: float = 1.0,
     FileNotFoundError / ConnectionRefusedError when nothing listens at ``path``,
     TimeoutError when no reply comes in ``timeout_s``.
     """
-    name = f".client-{os.getpid()}-{next(_client_ids)}.sock"
-    client_path = os.path.join(client_dir or os.path.dirname(os.path.abspath(path)), name)
-    if len(os.fsencode(client_path)) > MAX_UNIX_PATH:  # the engine must be able to name it
-        client_path = os.path.join(tempfile.gettempdir(), f"netbench{name}")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        bind_unix(sock, client_path)
-        with _short_path(path) as short:
-            sock.sendto(encode(message), short)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no reply from {path} within {timeout_s:g}s")
-            sock.settimeout(left)
-            try:
-                data = sock.recv(MAX_DATAGRAM)
-            except socket.timeout:
-                continue
-            reply = json.loads(data.decode("utf-8"))
-            if reply.get("id") == message.get("id"):
-                return reply
-    finally:
-        sock.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(client_path)
+    (result,) = request_many([(path, message)], timeout_s, client_dir)
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 # requests in flight at once: the replies queue on one client socket, and a unix datagram
