@@ -221,8 +221,11 @@ def run_job(tasks: list[Task], log_dir: Path, spawn: Spawner, timeouts: Timeouts
         try:
             for task in tasks:
                 log = log_dir / f"{task.node}-{task.role}{task.index}.log"
-                popen = spawn(task, log, dict(env or {}))
-                live.append(_Live(task, popen, log=log))
+                # a signal while a process starts is taken once it is in `live`: never between
+                # its start and the list that `finally` stops (it would be left running)
+                with interrupts.held_off():
+                    popen = spawn(task, log, dict(env or {}))
+                    live.append(_Live(task, popen, log=log))
                 threading.Thread(target=_reader, args=(len(live) - 1, task, popen.stdout, sink), daemon=True).start()
         except TaskLost as exc:
             return JobOutcome(status="failed", events=(), error=exc.message)

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from netbench.experiment.store import SCHEMA_VERSION
 from netbench.testbed import netns as local
 from tests.conftest import netbench_processes
 from tests.tf.test_root_sweep import run_sweep
@@ -31,7 +32,7 @@ def test_ps_sweep_places_roles_and_records_the_coordinators_view(clean_machine, 
     assert float(row["compute_time_mean_s"]) > 0 and float(row["comm_time_mean_s"]) > 0
     assert row["params"] == "669706" and row["model_bytes"] == str(4 * 669706)
     record = json.loads((out / "runs" / "r000.json").read_text())
-    assert record["schema_version"] == 3 and record["resources"] == []  # no --sample-resources: none
+    assert record["schema_version"] == SCHEMA_VERSION and record["resources"] == []  # no --sample-resources: none
     starts = {(e["role"], e["worker"]) for e in record["events"] if e["event"] == "start"}
     assert starts == {("worker", 0), ("worker", 1), ("ps", 0), ("coordinator", 0)}
     manifest = json.loads((out / "manifest.json").read_text())

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from netbench.jobs.harness.loop import DEFAULT_CALIBRATION_STEPS
 from tests.tf.test_worker_tf import _env, _free_ports, _parse_events, _run_cluster, _stderr_tail
 
 pytestmark = pytest.mark.tf
@@ -126,7 +127,9 @@ def test_single_trains_on_an_npz_archive(tmp_path):
     # the mlp flattens 8x8x1: 64*512+512 + 512*512+512 + 512*5+5
     assert start["params"] == 64 * 512 + 512 + 512 * 512 + 512 + 512 * 5 + 5
     assert (start["num_workers"], start["global_batch_size"]) == (1, 8)
-    assert [e["event"] for e in events[1:]] == ["step"] * 4 + ["done"]
+    # 1 warm-up, 3 measured, then the calibration steps (the compute/comm split, outside the window)
+    assert [(e["event"], e.get("phase")) for e in events[1:]] == [("step", "warmup")] + [("step", "measured")] * 3 + \
+        [("step", "calibration")] * DEFAULT_CALIBRATION_STEPS + [("done", None)]
 
 
 def test_single_trains_a_cnn_on_a_folder_of_images(tmp_path):
@@ -139,7 +142,7 @@ def test_single_trains_a_cnn_on_a_folder_of_images(tmp_path):
                           "--warmup", "1", "--steps", "2", "--batch-size", "4"], tmp_path)
     start = events[0]
     assert (start["input_shape"], start["classes"], start["model"]) == ([16, 16, 3], 3, "cnn")
-    assert events[-1] == {"event": "done", "time": events[-1]["time"], "steps": 3}
+    assert events[-1] == {"event": "done", "time": events[-1]["time"], "steps": 3 + DEFAULT_CALIBRATION_STEPS}
 
 
 def test_bad_dataset_is_an_error_event(tmp_path):
