@@ -196,8 +196,8 @@ def schedule_lateness(steps: int, say: Callable[[str], None]) -> dict[str, list[
                                   profile=Profile(name=f"s{i}", delay_us=(10_000, 20_000)[i % 2],
                                                   rate_bps=(100_000_000, 200_000_000)[i % 2]))
                      for i in range(steps + 1))
-    for entry in timeline[:2]:
-        plans.plan(entry.profile)  # planned before the clock starts, as apply --schedule does
+    for entry in timeline:
+        plans.plan(entry.profile)  # every profile planned before the clock starts, as apply --schedule does
     landed = run_schedule(timeline, plans.apply)
     values = [item.lateness_s * 1000 for item in landed[1:]]  # the first only sets the state before
     say(f"  schedule: {len(values)} changes, median {statistics.median(values):+.2f} ms from their time, "
