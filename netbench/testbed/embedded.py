@@ -51,7 +51,10 @@ class EmbeddedTestbed:
 
     def plan(self, profile, backend: str | None, probe: bool = True) -> Planned:
         """The changes `profile` makes on the testbed that is up, with the backend chosen for it."""
-        topology = (self._discover or local.discover)()
+        if self._discover is not None:
+            topology = self._discover()
+        else:  # read back through the sockets the change will use
+            topology = local.discover(self._command_executor().qdiscs.socket)
         if topology is None:
             raise TestbedError("no testbed is up", hint="start one with 'netbench testbed up'")
         requested = None if backend == "auto" else backend
@@ -68,11 +71,7 @@ class EmbeddedTestbed:
         from netbench.emulation.executor import Executor
 
         if self.adapters is None:
-            # one executor for every command-line change this process makes (a schedule makes
-            # many): its netlink sockets stay open between them
-            if self._commands is None:
-                self._commands = real_executor(self.journal, detach_engines=True, hold=True)
-            executor = self._commands
+            executor = self._command_executor()
             executor.on_change = on_change
         else:
             qdiscs, iptables, engines = self.adapters
@@ -86,6 +85,13 @@ class EmbeddedTestbed:
                 if now != held:
                     changes = backends.plan_apply(planned.profile, topology, planned.backends[EMBEDDED], held=now)
             executor.apply(changes)
+
+    def _command_executor(self):
+        """One executor for every command-line change this process makes (a schedule makes many):
+        its netlink sockets stay open between them."""
+        if self._commands is None:
+            self._commands = real_executor(self.journal, detach_engines=True, hold=True)
+        return self._commands
 
     def show(self) -> dict:
         """{"nodes": one row per node: backend, profile, qdisc, engine} ({"nodes": []}: no testbed)."""

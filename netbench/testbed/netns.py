@@ -127,8 +127,10 @@ def _set_up(ipr: NetNS, ifname: str) -> int:
     return index
 
 
-def discover() -> topo.Topology | None:
-    """Read the testbed back from the kernel: None when no netbench namespace exists."""
+def discover(open_socket=None) -> topo.Topology | None:
+    """Read the testbed back from the kernel: None when no netbench namespace exists.
+    `open_socket(netns)`: a context manager giving an IPRoute in netns (a pool the caller's
+    changes reuse); by default one made and closed here per namespace."""
     names = list_netbench_netns()
     if not names:
         return None
@@ -141,7 +143,7 @@ def discover() -> topo.Topology | None:
         address, prefixlen = "", 0
         try:
             # a socket made in-process (never a namespace re-created: pyroute2's NetNS would)
-            with closing(rtnl.iproute_in(name)) as ns:
+            with (open_socket(name) if open_socket else closing(rtnl.iproute_in(name))) as ns:
                 found = ns.link_lookup(ifname=topo.NODE_IFNAME)
                 if found:
                     for addr in ns.get_addr(index=found[0], family=2):

@@ -132,6 +132,11 @@ class NetlinkQdiscs:
             self._open_sockets[netns] = rtnl.iproute_in(netns)
         return nullcontext(self._open_sockets[netns])
 
+    def socket(self, netns: str) -> ContextManager[Any]:
+        """An IPRoute in `netns` (held ones are shared: reading the testbed back and changing it
+        then use one socket per namespace); FileNotFoundError when the namespace does not exist."""
+        return self._open(netns)
+
     def _ns(self, netns: str) -> ContextManager[Any]:
         try:
             return self._open(netns)
