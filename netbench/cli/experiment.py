@@ -302,6 +302,10 @@ def _print_sweep_plan(config) -> None:
         if config.verify:
             console.plain(f"    verify: {topo.nodes[0].name} -> {topo.nodes[1].name}, "
                           f"{verify_settings_text()}" if len(topo.nodes) > 1 else "    verify: skipped (one node)")
+    from netbench.experiment.launch import describe_launches
+
+    for line in describe_launches(config.runs, config.order_seed, config.isolate):
+        console.plain(line)
 
 
 def verify_settings_text() -> str:
@@ -366,7 +370,11 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     design.check_resume(book, runs, state, output, has_runs=bool(statuses))
     todo = design.pending(runs, statuses)
     if dry_run:
+        from netbench.experiment.launch import describe_launches
+
         _print_playbook_plan(book, seed, runs, statuses, output)
+        for line in describe_launches(todo, seed, isolate):
+            console.plain(line)
         return
     from netbench.jobs import worker
     from netbench.model import job as cluster

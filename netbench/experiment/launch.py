@@ -72,6 +72,21 @@ def plan_launches(runs: tuple[Run, ...] | list[Run], seed: int) -> tuple[LaunchP
     return tuple(plans)
 
 
+def describe_launches(runs, seed: int | None, isolate: bool = False) -> list[str]:
+    """Lines for a dry run: each launch and its points in the order they will run (with seed
+    None, as grouped: the order is drawn when the sweep starts)."""
+    if isolate:
+        return ["--isolate: the job's processes start anew for every point"]
+    plans = plan_launches(list(runs), 0 if seed is None else seed)
+    note = f"order seed {seed}" if seed is not None else "order drawn at the start; --order-seed fixes it"
+    lines = [f"{len(plans)} launch(es), points in a random order within each ({note}); "
+             f"schedules and --verify launch each point on its own:"]
+    for plan in plans:
+        runs_text = " ".join(r.run_id for r in (plan.runs if seed is not None else sorted(plan.runs, key=lambda r: r.index)))
+        lines.append(f"  launch {plan.group}: {runs_text}")
+    return lines
+
+
 def controller_start(step: ev.Step) -> float:
     """When the step started on the controller's monotonic clock: its arrival less its duration
     (workers' clocks need not be the controller's)."""
