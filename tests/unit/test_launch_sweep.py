@@ -255,3 +255,31 @@ def test_observers_hear_each_point_start_and_no_settle_step_as_measured(tmp_path
     assert any(note.startswith("launch 0: 3 point(s)") for note in notes)
     settle = [a[1] for n, a in heard if n == "step" and isinstance(a[1], ev.Step) and a[1].phase == "settle"]
     assert settle
+
+
+def test_the_worker_accepts_until_stopped():
+    from netbench.jobs import worker
+
+    assert worker.parse_args(["--until-stopped"]).until_stopped is True
+    assert worker.parse_args([]).until_stopped is False
+
+
+def test_dry_run_lines_list_each_launch_in_its_order():
+    runs = _runs(repeat=2)
+    lines = launch.describe_launches(runs, 7)
+    plans = plan_launches(runs, 7)
+    assert lines[1:] == [f"  launch {p.group}: " + " ".join(r.run_id for r in p.runs) for p in plans]
+    assert launch.describe_launches(runs, 7, isolate=True)[0].startswith("--isolate")
+
+
+def test_live_metrics_count_no_settle_step():
+    from netbench.metrics.state import MetricsState
+
+    state = MetricsState(clock=lambda: 1.0)
+    state.sweep_started("s", "userspace", "mlp", "allreduce", runs=2, workers=2, batch_size=32)
+    state.run_started("r001", 0)
+    state.profile_applied("d10ms", 10_000, 0, None, 0.0)
+    for phase in ("settle", "settle", "measured"):
+        state.worker_event({"event": "step", "worker": 0, "phase": phase, "duration": 0.04})
+    snap = state.snapshot()
+    assert {k: v for k, v in snap.steps.items() if v} == {("measured", "0"): 1} and snap.warmups_completed == 1
