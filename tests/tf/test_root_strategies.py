@@ -10,6 +10,8 @@ import json
 
 import pytest
 
+from netbench.experiment.store import SCHEMA_VERSION
+
 from netbench.testbed import netns as local
 from tests.conftest import netbench_processes
 from tests.tf.test_root_sweep import run_sweep
@@ -31,7 +33,7 @@ def test_ps_sweep_places_roles_and_records_the_coordinators_view(clean_machine, 
     assert float(row["compute_time_mean_s"]) > 0 and float(row["comm_time_mean_s"]) > 0
     assert row["params"] == "669706" and row["model_bytes"] == str(4 * 669706)
     record = json.loads((out / "runs" / "r000.json").read_text())
-    assert record["schema_version"] == 3 and record["resources"] == []  # no --sample-resources: none
+    assert record["schema_version"] == SCHEMA_VERSION and record["resources"] == []  # no --sample-resources: none
     starts = {(e["role"], e["worker"]) for e in record["events"] if e["event"] == "start"}
     assert starts == {("worker", 0), ("worker", 1), ("ps", 0), ("coordinator", 0)}
     manifest = json.loads((out / "manifest.json").read_text())
@@ -54,7 +56,8 @@ def test_single_sweep_runs_one_process_on_one_node(clean_machine, tmp_path):
 def test_accum_beats_per_step_allreduce_at_low_bandwidth(clean_machine, tmp_path):
     """20 mbit/s: the 2.7 MB gradient all-reduce dominates a step (~1 s), so 4 batches per
     all-reduce should give well over twice the images/sec (about 3.5x if compute were free)."""
-    common = ("--bandwidth", "20mbit", "--warmup", "2", "--steps", "4", "--batch-size", "32")
+    # --isolate: the compute/comm split comes from calibration steps, run only in a launch of its own
+    common = ("--bandwidth", "20mbit", "--warmup", "2", "--steps", "4", "--batch-size", "32", "--isolate")
     (plain,) = run_sweep(tmp_path / "allreduce", "--strategy", "allreduce", *common)
     (accum,) = run_sweep(tmp_path / "accum", "--strategy", "allreduce-accum", "--accum-steps", "4", *common)
     assert plain["status"] == accum["status"] == "ok", (plain, accum)
