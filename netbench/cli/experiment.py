@@ -21,6 +21,29 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 
 # ---------------------------------------------------------------- sweep
 
+
+def launch_options(command):
+    """--isolate, --settle-steps, --settle: how points share the job's processes."""
+    command = click.option("--settle", "settle_text", default="1.5s", show_default=True, metavar="DURATION",
+                           help="In a shared launch, measure a point no sooner than this after its change.")(command)
+    command = click.option("--settle-steps", default=3, show_default=True, type=click.IntRange(0, 100000),
+                           help="In a shared launch, drop at least this many steps after a point's change.")(command)
+    return click.option("--isolate", is_flag=True,
+                        help="Start the job's processes anew for every point (with warm-up each time) "
+                             "instead of once per job configuration and repetition.")(command)
+
+
+def _launch_settings(isolate: bool, settle_text: str, settle_steps: int) -> dict:
+    """SweepConfig's isolate and settle from the flags."""
+    from netbench.experiment.launch import Settle
+
+    try:
+        seconds = units.parse_duration_us(settle_text) / 1e6
+    except ValueError as exc:
+        raise UsageError(f"flag --settle: {exc}", hint="e.g. --settle 1.5s") from None
+    return {"isolate": isolate, "settle": Settle(steps=settle_steps, seconds=seconds)}
+
+
 @click.command("sweep")
 @click.option("--profile", "profile_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Base profile; swept flags replace its values.")
@@ -69,16 +92,22 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve live Prometheus metrics on this port (0: any free port).")
 @click.option("--metrics-address", metavar="IP", help="Address to serve metrics on [default: 127.0.0.1].")
+@click.option("--order-seed", type=click.IntRange(0, 2**31 - 1),
+              help="Seed of the points' random order within each launch [default: drawn; recorded in the manifest].")
+@launch_options
 @hosts_options
 @handle_errors
 def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strategy, workers, accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, dry_run,
-          metrics_port, metrics_address, inventory, insecure_host_keys, takeover) -> None:
+          metrics_port, metrics_address, order_seed, isolate, settle_text, settle_steps,
+          inventory, insecure_host_keys, takeover) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
     --repeat times each. A unit on the last level applies to the bare numbers before it.
+    The job's processes start once per repetition (a launch) and go through the points in a
+    random order, each applied in place; --isolate starts them anew for every point.
 
     Example: netbench sweep --latency 1,10,100ms --repeat 2
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
@@ -126,7 +155,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strate
                          output=output,
                          backend=None if backend == "auto" else backend,
                          timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
-                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points)
+                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
+                         order_seed=order_seed, **_launch_settings(isolate, settle_text, settle_steps))
     if inventory is not None:
         _run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port, metrics_address, takeover)
         return
@@ -272,6 +302,10 @@ def _print_sweep_plan(config) -> None:
         if config.verify:
             console.plain(f"    verify: {topo.nodes[0].name} -> {topo.nodes[1].name}, "
                           f"{verify_settings_text()}" if len(topo.nodes) > 1 else "    verify: skipped (one node)")
+    from netbench.experiment.launch import describe_launches
+
+    for line in describe_launches(config.runs, config.order_seed, config.isolate):
+        console.plain(line)
 
 
 def verify_settings_text() -> str:
@@ -302,11 +336,13 @@ def _playbook_state(output: Path) -> dict | None:
               help="Every process samples its CPU, memory and its node's network bytes this often; "
                    "summaries per process go into each run's record.")
 @click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
+@launch_options
 @hosts_options
 @handle_errors
 def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, verify_points: bool,
                  metrics_port: int | None, metrics_address: str | None, sample_resources: float | None,
-                 dry_run: bool, inventory: Path | None, insecure_host_keys: bool, takeover: bool) -> None:
+                 dry_run: bool, isolate: bool, settle_text: str, settle_steps: int,
+                 inventory: Path | None, insecure_host_keys: bool, takeover: bool) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
 
     An interrupted playbook resumes: run it again with the same results folder and the
@@ -334,7 +370,11 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     design.check_resume(book, runs, state, output, has_runs=bool(statuses))
     todo = design.pending(runs, statuses)
     if dry_run:
+        from netbench.experiment.launch import describe_launches
+
         _print_playbook_plan(book, seed, runs, statuses, output)
+        for line in describe_launches(todo, seed, isolate):
+            console.plain(line)
         return
     from netbench.jobs import worker
     from netbench.model import job as cluster
@@ -360,7 +400,8 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                          workers=max(r.workers for r in todo), output=output,
                          backend=None if chosen in (None, "auto") else chosen,
                          timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
-                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points)
+                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
+                         order_seed=seed, **_launch_settings(isolate, settle_text, settle_steps))
     if inventory is not None:
         from netbench.testbed.hosts import check_on_hosts
 

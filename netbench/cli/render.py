@@ -55,7 +55,8 @@ class SweepView:
 
     def profile_applied(self, run) -> None:
         if self._stepping != run.run_id:  # a schedule's change mid-run keeps the step info
-            self.progress.update(self.task, info="starting workers")
+            # in a shared launch the workers run on: the first steps after the change settle
+            self.progress.update(self.task, info="starting workers" if self._stepping is None else "settling")
 
     def step(self, run, event) -> None:
         from netbench.jobs import events as ev
@@ -67,7 +68,7 @@ class SweepView:
             return
         self._stepping = run.run_id
         duration = event.duration or 1e-9
-        phase = {ev.PHASE_WARMUP: "warm-up"}.get(event.phase, event.phase)  # measured, calibration
+        phase = {ev.PHASE_WARMUP: "warm-up", ev.PHASE_SETTLE: "settling"}.get(event.phase, event.phase)
         # a playbook run carries its own job; a step stands for more than one batch under accum
         images = images_per_step(run.job, run.workers)
         self.progress.update(self.task, info=f"step {event.step} ({phase}) "
@@ -80,7 +81,8 @@ class SweepView:
             text = f"{stats.get('images_per_sec', 0):,.1f} img/s"
         else:
             text = f"[red]{escape(result.status)}[/]: {escape(result.error)}"
-        self.progress.console.print(f"  {run.run_id} {escape(run.profile.name)} (repeat {run.repeat}): {text}")
+        launch = "" if result.launch is None else f", launch {result.launch}"
+        self.progress.console.print(f"  {run.run_id} {escape(run.profile.name)} (repeat {run.repeat}{launch}): {text}")
 
     def note(self, text: str) -> None:
         self.progress.console.print(f"[dim]{escape(text)}[/]")

@@ -14,13 +14,14 @@ from netbench.emulation.executor import BackendChoice
 from netbench.jobs import analysis, events, resources
 from netbench.model.job import JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
 from netbench.jobs.launch import JobOutcome, Spawner, Timeouts, run_job
+from netbench.experiment import launch as launches
+from netbench.experiment.launch import PORT_RANGE, Settle
 from netbench.state.journal import Journal
 from netbench.model.run import Run
 from netbench.experiment.store import ResultStore, RunResult, environment_facts
 from netbench.model.topology import Node, Topology
 from netbench.testbed.base import Target
 
-PORT_RANGE = (20000, 60000)
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,16 @@ class SweepConfig:
     command_line: str = ""
     seed: int = 0
     verify: bool = False  # measure each point (ping, iperf3) before training on it
+    isolate: bool = False  # one launch (start of the job's processes) per point, as before launches
+    settle: Settle = Settle()  # how long a point's change settles in a shared launch
+    order_seed: int | None = None  # the points' order within each launch; None: drawn (and recorded)
 
 
 class Observer(Protocol):
     """What the terminal (or a test) hears while a sweep runs."""
 
     def sweep_started(self, config: SweepConfig, backend: BackendChoice, topology: Topology) -> None: ...
-    def run_started(self, run: Run) -> None: ...
+    def run_started(self, run: Run) -> None: ...  # each point, whether or not it has its own launch
     def profile_applied(self, run: Run) -> None: ...
     def step(self, run: Run, event: events.Event) -> None: ...
     def run_finished(self, run: Run, result: RunResult) -> None: ...
@@ -119,6 +123,43 @@ def _with_schedule(result: RunResult, driver) -> RunResult:
     return replace(result, schedule=record)
 
 
+def split_runs(config: SweepConfig, testbed_kind: str) -> tuple[list[Run], list[Run]]:
+    """(runs that get a launch of their own, runs that share launches).
+
+    A run launches on its own under --isolate, with a schedule (its changes are driven from
+    its own first measured step), with --verify (the measurement must not share the links with
+    training), and on the hosts target (workers' clocks are not the controller's)."""
+    if config.isolate or config.verify or testbed_kind == "hosts":
+        return list(config.runs), []
+    own = [r for r in config.runs if r.schedule is not None]
+    return own, [r for r in config.runs if r.schedule is None]
+
+
+def _run_isolated(run: Run, config: SweepConfig, testbed: Target, store: ResultStore, observer: Observer,
+                  backend: str, rng: random.Random, finish: Callable[[Run, RunResult], None]) -> None:
+    """One point in a launch of its own: apply, start the job, run it to its end, record."""
+    observer.run_started(run)
+    testbed.apply(run, seed=config.seed + 100 * run.index)
+    observer.profile_applied(run)
+    verified = testbed.verify(run, observer) if config.verify else None
+    tasks = plan_job(run.job, testbed.nodes_for(run.job, run.workers), run.workers,
+                     port=rng.randrange(*PORT_RANGE))
+    started = time.time()
+    driver = _driver(run, testbed, config.seed + 100 * run.index, observer)
+    try:
+        outcome = run_job(tasks, store.log_dir(run.run_id), testbed.spawn, config.timeouts,
+                          on_event=lambda e, d=driver: _heard(observer, run, d, e))
+    finally:
+        if driver is not None:  # however the run ended, no change is made after it
+            with interrupts.held_off():
+                driver.stop()
+    result = replace(make_result(run, backend, outcome, started, time.time()), verify=verified)
+    if driver is not None:
+        result = _with_schedule(result, driver)
+    del outcome  # its events live on in `result` until it is stored
+    finish(run, result)
+
+
 Testbed = Target  # where a sweep runs: the one Target protocol of every command (testbed/base.py)
 
 
@@ -151,32 +192,29 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         manifest["testbed"] = topology.to_json()
         observer.sweep_started(config, backend, topology)
         rng = random.Random(config.seed ^ int(time.time()))
-        for run in config.runs:
-            observer.run_started(run)
-            testbed.apply(run, seed=config.seed + 100 * run.index)
-            observer.profile_applied(run)
-            verified = testbed.verify(run, observer) if config.verify else None
-            tasks = plan_job(run.job, testbed.nodes_for(run.job, run.workers), run.workers,
-                             port=rng.randrange(*PORT_RANGE))
-            started = time.time()
-            driver = _driver(run, testbed, config.seed + 100 * run.index, observer)
-            try:
-                outcome = run_job(tasks, store.log_dir(run.run_id), testbed.spawn, config.timeouts,
-                                  on_event=lambda e, run=run, d=driver: _heard(observer, run, d, e))
-            finally:
-                if driver is not None:  # however the run ended, no change is made after it
-                    with interrupts.held_off():
-                        driver.stop()
-            result = replace(make_result(run, backend.name, outcome, started, time.time()), verify=verified)
-            if driver is not None:
-                result = _with_schedule(result, driver)
-            del outcome  # its events live on in `result` until it is stored
+
+        def finish(run: Run, result: RunResult) -> None:
             store.add(result)
             observer.run_finished(run, result)
             # the stored record keeps the step events; the controller keeps only the summary, so a
             # long sweep's memory does not grow with every step of every run
             results.append(replace(result, events=()))
-            del result
+
+        own, shared = split_runs(config, testbed.kind)
+        order_seed = config.order_seed if config.order_seed is not None else random.SystemRandom().randrange(2**31)
+        plans = launches.plan_launches(shared, order_seed)
+        ctx = launches.Context(config=config, testbed=testbed, store=store, observer=observer,
+                               make_result=make_result, finish=finish, backend_name=backend.name,
+                               settle=config.settle, ports=rng, started=manifest.setdefault("launches", []))
+        manifest.update(isolate=config.isolate, order_seed=order_seed, settle=asdict(config.settle),
+                        isolated_runs=[r.run_id for r in own],
+                        launch_plan=[{"group": p.group, "seed": p.seed, "runs": [r.run_id for r in p.runs]}
+                                     for p in plans])
+        store.write_manifest(manifest)
+        for run in own:
+            _run_isolated(run, config, testbed, store, observer, backend.name, rng, finish)
+        for plan in plans:
+            launches.run_launch(plan, ctx)
     finally:
         with interrupts.held_off():  # a second Ctrl-C, SIGTERM or SIGHUP must not stop the clean-up
             testbed.finish(observer.note)

@@ -48,6 +48,7 @@ CSV_COLUMNS = (
     "verify_rate_measured_mbit", "verify_ok",
     "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error", "schedule", "step", "split_from",
+    "launch", "settle_s", "settle_steps",
 )
 
 
@@ -91,6 +92,12 @@ class RunResult:
     # and sync apart); where compute/comm/idle come from: "measured" steps or "calibration" ones
     step: str | None = None
     split_from: str | None = None
+    # the launch (one start of the job's processes, numbered in the sweep) that measured the
+    # point; None: launched on its own (--isolate). settle_s/settle_steps: from the network
+    # change to the first measured step, in seconds and in the chief's dropped steps
+    launch: int | None = None
+    settle_s: float | None = None
+    settle_steps: int | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -126,6 +133,8 @@ class RunResult:
             "status": self.status, "error": self.error,
             "schedule": (self.schedule or {}).get("name", ""),
             "step": self.step or "", "split_from": self.split_from or "",
+            "launch": "" if self.launch is None else self.launch, "settle_s": opt(self.settle_s, 4),
+            "settle_steps": "" if self.settle_steps is None else self.settle_steps,
         }
 
     def _resource_cells(self) -> dict[str, Any]:

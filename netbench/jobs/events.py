@@ -34,6 +34,9 @@ VERSION_KEY = "v"  # absent: version 1
 PHASE_WARMUP = "warmup"
 PHASE_MEASURED = "measured"
 PHASE_CALIBRATION = "calibration"  # after the measured window, never measured
+# set by the controller (never by a worker) on the steps of a launch dropped while a network
+# change settles; like any phase but measured, never measured
+PHASE_SETTLE = "settle"
 PHASES = (PHASE_WARMUP, PHASE_MEASURED, PHASE_CALIBRATION)
 
 STEP_FUSED = "fused"  # one compiled function per update (forward, backward, all-reduce, update)

@@ -147,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="split steps after the measured window of a fused run, sent as "
                              "phase 'calibration' to time computation against communication; "
                              "0 = none (default: %(default)s)")
+    parser.add_argument("--until-stopped", action="store_true",
+                        help="after warm-up, run measured steps until the process is stopped "
+                             "(SIGTERM): the controller slices them into network points; "
+                             "--steps/--seconds are ignored, there are no calibration steps "
+                             "and no done event")
     parser.add_argument("--model", choices=MODELS, default=DEFAULT_MODEL,
                         help="mlp: 784-512-512-10 (~670k params); cnn: small conv net; "
                              "resnet18; keras.applications mobilenetv2, resnet50, "

@@ -3,7 +3,9 @@
 load.py reads the folder (through experiment/store.py) into one Observation per run;
 groups.py groups runs by every factor but the repetition, and a group's throughput is the
 mean over its repetitions with a confidence interval from Student's t distribution (99 % by
-default; the statistics themselves live in netbench.stats). A group of one run has no
+default; the statistics themselves live in netbench.stats). A repetition is a launch (one
+start of the job's processes measuring every point of a job configuration in turn), so the
+intervals are over launches, the unit of replication. A group of one run has no
 interval; its single observation is still drawn as a dot. Timed-out runs have no
 throughput: they are counted and marked with a cross on the figures. figures.py draws with
 matplotlib's Agg backend at fixed sizes (PANEL_PX per panel), so they can be checked;

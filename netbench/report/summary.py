@@ -63,7 +63,10 @@ def markdown_summary(results_dir: Path, observations: Sequence[Observation], gro
                   f"{playbook.get('order')}).", "", str(playbook.get("description", "")).strip(), ""]
     lines += [f"{len(observations)} runs ({', '.join(f'{n} {s}' for s, n in statuses.items())}) in "
               f"{len(groups)} design points. Throughput is images/s (global batch / mean step time); "
-              f"intervals are {confidence:.0%} t intervals over repetitions; a point with one run has none.", ""]
+              f"intervals are {confidence:.0%} t intervals over repetitions; a point with one run has none. "
+              f"A repetition is a launch: the job's processes start once per repetition and measure "
+              f"every point of it in turn, so launches are the replicates (one launch per run "
+              f"with --isolate).", ""]
     for x in NETWORK:
         rows = slowdown(groups, x, confidence)
         if rows:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import threading
+import time
 from typing import Iterator
 
 from netbench.emulation import backends, changes as ch
@@ -56,6 +58,59 @@ class SyntheticStdout:
         return next(self._lines, b"")
 
 
+class ContinuousStdout:
+    """A worker started with --until-stopped: start, `warmup` warm-up steps, then measured
+    steps until stopped, each made `pace` s after the last on the real clock (so the
+    controller's clock sees steps of that length); with stop_after the stream ends after that
+    many steps (the process died). hold(task, k) is called before step k, as for SyntheticStdout."""
+
+    def __init__(self, task: Task, warmup: int, batch_size: int, workers: int, pace: float = STEP_S,
+                 hold=None, stop_after: int | None = None, pid: int | None = None) -> None:
+        self.task, self.warmup, self.batch_size, self.workers = task, warmup, batch_size, workers
+        self.pace, self.hold, self.stop_after = pace, hold, stop_after
+        self.pid = pid if pid is not None else 1000 + task.index
+        self.stopped = threading.Event()
+        self.k = -1  # -1: the start event is next
+
+    def readline(self) -> bytes:
+        if self.stopped.is_set() or (self.stop_after is not None and self.k >= self.stop_after):
+            return b""
+        if self.k < 0:
+            self.k = 0
+            return (json.dumps(worker.start_event(
+                self.task.index, self.workers, self.pid, time.monotonic(), "synthetic", "mlp", 669_706,
+                self.batch_size, role=self.task.role, model_bytes=2_678_824, input_shape=(784,))) + "\n").encode()
+        k = self.k
+        if self.hold is not None:
+            self.hold(self.task, k)
+        start = time.monotonic()
+        if self.stopped.wait(self.pace):
+            return b""
+        self.k += 1
+        phase = worker.PHASE_WARMUP if k < self.warmup else worker.PHASE_MEASURED
+        return (json.dumps(worker.step_event(k, phase, start, time.monotonic(), self.batch_size * self.workers,
+                                             0.5)) + "\n").encode()
+
+
+class ContinuousProcess:
+    """A TaskProcess that steps until stopped (exit code -15 then, as SIGTERM gives)."""
+
+    def __init__(self, stdout: ContinuousStdout, code: int = -15) -> None:
+        self.stdout = stdout
+        self.code = code
+        self.stopped = False
+
+    def wait(self) -> int:
+        return self.code
+
+    def stop(self, grace: float) -> None:
+        self.stopped = True
+        self.stdout.stopped.set()
+
+    def failure(self, code: int) -> str | None:
+        return None
+
+
 class SyntheticProcess:
     """A TaskProcess that has already run: its stdout is all there is to read."""
 
@@ -81,13 +136,15 @@ class SyntheticTestbed:
     kind = "synthetic"
 
     def __init__(self, journal: Journal, backend: str = "userspace", hold=None,
-                 chief_stops_after: int | None = None) -> None:
+                 chief_stops_after: int | None = None, pace: float = STEP_S) -> None:
         """hold(task, k): called by each stand-in before its step k (tests pace the steps with it);
-        chief_stops_after: the chief (worker 0) stops after that many steps and exits with 1.
-        `applied` lists every profile applied, in order."""
+        chief_stops_after: the chief (worker 0) stops after that many steps and exits with 1
+        (in every launch). A task started with --until-stopped steps every `pace` s until
+        stopped. `applied` lists every profile applied, in order; `spawned` every task started."""
         self.journal, self.backend = journal, backend
-        self.hold, self.chief_stops_after = hold, chief_stops_after
+        self.hold, self.chief_stops_after, self.pace = hold, chief_stops_after, pace
         self.applied: list = []
+        self.spawned: list = []
         qdiscs, iptables, engines, self._calls = make_fakes()
         self.fakes = (qdiscs, iptables, engines)
         self.executor = Executor(journal=journal, qdiscs=qdiscs, iptables=iptables, engines=engines)
@@ -117,9 +174,15 @@ class SyntheticTestbed:
     def verify(self, run, observer):
         return None
 
-    def spawn(self, task: Task, log, env: dict) -> SyntheticProcess:
+    def spawn(self, task: Task, log, env: dict):
         chief = task.index == 0 and task.role == "worker"
         stop_after = self.chief_stops_after if chief else None
+        self.spawned.append(task)
+        if "--until-stopped" in task.argv:
+            pid = 1000 + len(self.spawned)  # a fresh pid per started process
+            return ContinuousProcess(ContinuousStdout(task, self.job.warmup, self.job.batch_size, self.workers,
+                                                      self.pace, self.hold, stop_after, pid=pid),
+                                     code=1 if stop_after is not None else -15)
         return SyntheticProcess(SyntheticStdout(task, self.job.warmup, self.job.steps, self.job.batch_size,
                                                 self.workers, self.hold, stop_after),
                                 code=1 if stop_after is not None else 0)

@@ -59,7 +59,9 @@ def test_smoke_playbook_runs_reports_and_resumes(clean_machine, tmp_path):
     again = records(out)
     assert again["r000"]["status"] == "ok" and again["r000"]["profile"]["delay_us"] == 40_000
     with open(out / "results.csv", newline="") as fh:
-        assert [row["run_id"] for row in csv.DictReader(fh)] == ["r000", "r001", "r000"]
+        rows = [row["run_id"] for row in csv.DictReader(fh)]
+    # the first session ran both points in one launch, in its own seeded order; the second only r000
+    assert sorted(rows[:2]) == ["r000", "r001"] and rows[2] == "r000"
     assert len(json.loads((out / "playbook.json").read_text())["sessions"]) == 2
     third = netbench("run", str(SMOKE), "--output", str(out))
     assert "all 2 runs are done" in third.stdout

@@ -188,7 +188,8 @@ def test_the_runner_keeps_summaries_of_stored_runs_not_their_events(tmp_path):
     job = JobSpec(warmup=2, steps=5)
     runs = tuple(Run(index=i, profile=Profile(name=f"d{i}", delay_us=1000 * (i + 1)), repeat=1, job=job, workers=2)
                  for i in range(3))
-    config = SweepConfig(sweep_id="s", runs=runs, job=job, workers=2, output=tmp_path / "out")
+    # one launch per point: each record holds its own launch's warm-up
+    config = SweepConfig(sweep_id="s", runs=runs, job=job, workers=2, output=tmp_path / "out", isolate=True)
     testbed = SyntheticTestbed(Journal(tmp_path / "state"))
     results = run_sweep(config, Observer(), testbed=testbed)
     assert [r.status for r in results] == ["ok"] * 3 and testbed.finished

@@ -182,6 +182,14 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
 
     warmup_durations = [timed_step(k, ev.PHASE_WARMUP) for k in range(args.warmup)]
 
+    if getattr(args, "until_stopped", False):
+        # continuous mode: measured steps until the controller stops this process (SIGTERM);
+        # it slices them into points; no calibration, no done event
+        k = args.warmup
+        while True:
+            timed_step(k, ev.PHASE_MEASURED)
+            k += 1
+
     if args.seconds is not None:
         # All workers must run the same number of steps or the collectives
         # deadlock, so derive it from a value that is identical everywhere.

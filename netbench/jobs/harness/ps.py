@@ -41,6 +41,9 @@ from netbench.jobs.harness.strategy import import_tf, restore_default_sigterm
 IN_FLIGHT_PER_WORKER = 2
 
 
+UNTIL_STOPPED_CHUNK = 64  # steps scheduled at a time with --until-stopped
+
+
 def task_of(tf_config: str) -> tuple[str, int, dict[str, list[str]]]:
     """(task type, index, cluster) from a TF_CONFIG JSON string."""
     try:
@@ -150,6 +153,11 @@ def _coordinate(args: argparse.Namespace, events: IO[str], cluster: dict[str, li
         return durations
 
     warmup = run_phase(0, args.warmup, ev.PHASE_WARMUP) if args.warmup else []
+    if getattr(args, "until_stopped", False):  # until the controller stops this process
+        first = args.warmup
+        while True:
+            run_phase(first, UNTIL_STOPPED_CHUNK, ev.PHASE_MEASURED)
+            first += UNTIL_STOPPED_CHUNK
     if args.seconds is not None:
         measured = loop.measured_steps_from_mean(args.seconds, loop.warmup_mean(warmup))
     else:

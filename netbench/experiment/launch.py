@@ -1,0 +1,328 @@
+"""Launches: one start of a job's processes serving many network points.
+
+A sweep's runs that share a job configuration (everything but the network: strategy, model,
+batch, workers, ps, data, accumulation, warm-up and window) and a repetition form one
+*launch*: the controller starts the job's processes once, with ``--until-stopped``, and
+moves them through the launch's points in a random order (`plan_launches`; the order's
+seed is recorded). For each point it applies the profile in place, drops the chief's steps
+that overlap the change plus a settle window (`Settle`: at least `steps` steps AND at least
+`seconds` after the change; the dropped steps are kept with phase "settle"), measures the
+next `job.steps` steps (or `job.seconds`), and goes on (`PointWindow` decides each step).
+The launch is the unit of replication: a run's `repeat` is its launch's index within its
+job configuration.
+
+Failure is per point: a point whose next step does not come within the step timeout, or
+whose processes die, is recorded as timeout/failed; its launch is ended and a new one is
+started for the points left. Ending a launch (SIGTERM, then KILL) is no failure.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from netbench.jobs import events as ev
+from netbench.jobs.launch import JobOutcome, TaskLost
+from netbench.jobs.live import JobBroken, LiveJob
+from netbench.model.job import JobSpec, plan_job
+from netbench.model.run import Run
+
+UNTIL_STOPPED = "--until-stopped"
+PORT_RANGE = (20000, 60000)
+
+
+@dataclass(frozen=True)
+class Settle:
+    """How long a network change settles before a point's measured window: at least `steps`
+    of the chief's steps started after the change AND at least `seconds` after it."""
+
+    steps: int = 3
+    seconds: float = 1.5
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The runs one launch serves, in the order it runs them (shuffled with `seed`)."""
+
+    group: int  # the launch's place in the sweep's plan
+    runs: tuple[Run, ...]
+    seed: int
+
+
+def group_key(run: Run) -> tuple[JobSpec, int, int]:
+    """What runs must share to be served by one launch: the job, its worker count, the repetition."""
+    return run.job, run.workers, run.repeat
+
+
+def plan_launches(runs: tuple[Run, ...] | list[Run], seed: int) -> tuple[LaunchPlan, ...]:
+    """The runs grouped into launches (in order of each group's first run), each group's
+    runs shuffled with random.Random(seed * 1_000_003 + group), so one seed gives every
+    launch its own order, the same on every machine."""
+    groups: dict[tuple, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(group_key(run), []).append(run)
+    plans = []
+    for number, members in enumerate(groups.values()):
+        order_seed = seed * 1_000_003 + number
+        order = list(members)
+        random.Random(order_seed).shuffle(order)
+        plans.append(LaunchPlan(group=number, runs=tuple(order), seed=order_seed))
+    return tuple(plans)
+
+
+def describe_launches(runs, seed: int | None, isolate: bool = False) -> list[str]:
+    """Lines for a dry run: each launch and its points in the order they will run (with seed
+    None, as grouped: the order is drawn when the sweep starts)."""
+    if isolate:
+        return ["--isolate: the job's processes start anew for every point"]
+    plans = plan_launches(list(runs), 0 if seed is None else seed)
+    note = f"order seed {seed}" if seed is not None else "order drawn at the start; --order-seed fixes it"
+    lines = [f"{len(plans)} launch(es), points in a random order within each ({note}); "
+             f"schedules and --verify launch each point on its own:"]
+    for plan in plans:
+        runs_text = " ".join(r.run_id for r in (plan.runs if seed is not None else sorted(plan.runs, key=lambda r: r.index)))
+        lines.append(f"  launch {plan.group}: {runs_text}")
+    return lines
+
+
+def controller_start(step: ev.Step) -> float:
+    """When the step started on the controller's monotonic clock: its arrival less its duration
+    (workers' clocks need not be the controller's)."""
+    if step.recv is None:
+        return step.start
+    return step.recv - (step.end - step.start)
+
+
+class PointWindow:
+    """Which of a launch's steps belong to one point, and in which phase (pure).
+
+    Feed it the chief's steps in order (`chief`); `phase_for` gives any task's step its
+    phase by step number. Warm-up steps stay warm-up (and count as settled steps: the first
+    point of a launch is applied before the processes start)."""
+
+    def __init__(self, changed_at: float, settle: Settle, steps: int, seconds: float | None = None) -> None:
+        self.changed_at, self.settle, self.steps, self.seconds = changed_at, settle, steps, seconds
+        self.phase_of: dict[int, str] = {}
+        self.first_index: int | None = None
+        self.after = 0  # chief steps started after the change
+        self.dropped = 0  # chief steps dropped to settle
+        self.measured = 0
+        self.window_start: float | None = None
+        self.window_end: float | None = None
+        self.last_index: int | None = None
+
+    @property
+    def done(self) -> bool:
+        if self.window_start is None or self.window_end is None:
+            return False
+        if self.seconds:
+            return self.window_end - self.window_start >= self.seconds
+        return self.measured >= self.steps
+
+    def chief(self, step: ev.Step) -> str:
+        """The phase of the chief's `step` in this point (it must not be done yet)."""
+        start = controller_start(step)
+        if self.first_index is None:
+            self.first_index = step.step
+        if start >= self.changed_at:
+            self.after += 1
+        if step.phase == ev.PHASE_WARMUP:
+            phase = ev.PHASE_WARMUP
+        elif self.window_start is None and (start < self.changed_at or self.after <= self.settle.steps
+                                            or start < self.changed_at + self.settle.seconds):
+            phase = ev.PHASE_SETTLE
+            self.dropped += 1
+        else:
+            phase = ev.PHASE_MEASURED
+            if self.window_start is None:
+                self.window_start = start
+            self.window_end = step.recv if step.recv is not None else step.end
+            self.measured += 1
+            self.last_index = step.step
+        self.phase_of[step.step] = phase
+        return phase
+
+    def phase_for(self, index: int) -> str | None:
+        """A step's phase by its number: None while the chief has not reached it."""
+        if index in self.phase_of:
+            return self.phase_of[index]
+        if self.first_index is not None and index < self.first_index:
+            return ev.PHASE_SETTLE  # late from before this point's first step
+        return None
+
+    def settle_s(self) -> float | None:
+        return None if self.window_start is None else max(0.0, self.window_start - self.changed_at)
+
+
+@dataclass
+class Context:
+    """What a launch needs from the runner: where it runs and where each point's result goes."""
+
+    config: Any  # runner.SweepConfig
+    testbed: Any  # testbed.base.Target
+    store: Any  # experiment.store.ResultStore
+    observer: Any  # runner.Observer
+    make_result: Callable  # runner.make_result
+    finish: Callable  # (run, result): store it, tell the observers, keep its summary
+    backend_name: str = ""
+    settle: Settle = Settle()
+    ports: random.Random = field(default_factory=random.Random)
+    started: list = field(default_factory=list)  # the manifest's record of every launch started
+
+    def seed_of(self, run: Run) -> int:
+        return self.config.seed + 100 * run.index
+
+
+@dataclass
+class _Clock:
+    """When the chief last stepped (None: not yet, the start-up timeout applies), from when."""
+
+    since: float
+    stepped: bool = False
+
+
+def run_launch(plan: LaunchPlan, ctx: Context) -> None:
+    """Every run of `plan`, in its order, through as few launches as failures allow."""
+    left = list(plan.runs)
+    while left:
+        number = len(ctx.started)
+        ctx.started.append({"launch": number, "group": plan.group, "seed": plan.seed,
+                            "runs": [r.run_id for r in left], "started": time.time()})
+        ctx.observer.note(f"launch {number}: {len(left)} point(s), order " + " ".join(r.run_id for r in left))
+        left = _one_launch(number, left, ctx)
+        ctx.started[number]["ended"] = time.time()
+
+
+def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
+    """Start the job once and measure `runs` in order; returns the runs left after a failure."""
+    job, workers = runs[0].job, runs[0].workers
+    tasks = plan_job(job, ctx.testbed.nodes_for(job, workers), workers, port=ctx.ports.randrange(*PORT_RANGE))
+    tasks = [replace(t, argv=t.argv + (UNTIL_STOPPED,)) for t in tasks]
+    live: LiveJob | None = None
+    starts: list[ev.Event] = []  # the processes' start events: every point's record has them
+    carry: list[ev.Event] = []  # events read after a point's window, before the next change
+    clock = _Clock(since=time.monotonic())
+    try:
+        for i, run in enumerate(runs):
+            ctx.observer.run_started(run)
+            started, changed_at = time.time(), time.monotonic()
+            ctx.testbed.apply(run, seed=ctx.seed_of(run))
+            ctx.observer.profile_applied(run)
+            window = PointWindow(changed_at, ctx.settle, job.steps, job.seconds)
+            if live is None:
+                try:
+                    live = LiveJob(tasks, ctx.store.log_dir(f"launch{number:03d}"), ctx.testbed.spawn)
+                except TaskLost as exc:
+                    _record(ctx, run, number, window, JobOutcome("failed", (), exc.message), started)
+                    return runs[i + 1:]
+                clock = _Clock(since=time.monotonic())
+            status, error, got = _measure(live, run, window, starts, carry, clock, ctx)
+            _record(ctx, run, number, window, JobOutcome(status, tuple(got), error), started)
+            if status != "ok":
+                return runs[i + 1:]
+        return []
+    finally:
+        if live is not None:
+            live.stop()
+
+
+def _record(ctx: Context, run: Run, number: int, window: PointWindow, outcome: JobOutcome, started: float) -> None:
+    result = ctx.make_result(run, ctx.backend_name, outcome, started, time.time())
+    ctx.finish(run, replace(result, launch=number, settle_s=window.settle_s(), settle_steps=window.dropped))
+
+
+def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: list, clock: _Clock,
+             ctx: Context) -> tuple[str, str, list[ev.Event]]:
+    """Read the launch's events into this point until its window is measured (or it fails)."""
+    timeouts = ctx.config.timeouts
+    chief = (live.clock_task.role, live.clock_task.index)
+    got: list[ev.Event] = list(starts)
+    waiting: list[ev.Step] = []  # other tasks' steps the chief has not reached yet
+
+    def take(event: ev.Event) -> None:
+        got.append(event)
+        ctx.observer.step(run, event)
+
+    def settle_others() -> None:
+        for step in list(waiting):
+            phase = window.phase_for(step.step)
+            if phase is not None:
+                waiting.remove(step)
+                take(replace(step, phase=phase))
+
+    def handle(event: ev.Event) -> None:
+        if isinstance(event, ev.Start):
+            starts.append(event)
+            take(event)
+        elif isinstance(event, ev.Step) and (event.role, event.worker) == chief:
+            take(replace(event, phase=window.chief(event)))
+            clock.since, clock.stepped = time.monotonic(), True
+            settle_others()
+        elif isinstance(event, ev.Step):
+            waiting.append(event)
+            settle_others()
+        else:
+            take(event)
+
+    pending, carry[:] = list(carry), []
+    for event in pending:
+        if window.done:
+            carry.append(event)
+        else:
+            handle(event)
+    while not window.done:
+        limit = timeouts.step_s if clock.stepped else timeouts.startup_s
+        wait = clock.since + limit - time.monotonic()
+        if wait <= 0:
+            what = "the next step" if clock.stepped else "the first step"
+            return "timeout", f"no {what} within {limit:g}s", got + _unmeasured(waiting)
+        try:
+            event = live.read(min(wait, 1.0))
+        except JobBroken as exc:
+            return "failed", exc.message, got + _unmeasured(waiting)
+        if event is not None:
+            handle(event)
+    _drain(live, window, chief, waiting, carry, timeouts.step_s, take)
+    return "ok", "", got
+
+
+def _unmeasured(steps: list[ev.Step]) -> list[ev.Step]:
+    """Other tasks' steps past the chief's last one when a point fails: kept, never measured."""
+    return [replace(s, phase=ev.PHASE_SETTLE) for s in steps]
+
+
+def _drain(live: LiveJob, window: PointWindow, chief, waiting: list, carry: list, limit: float, take) -> None:
+    """After the window, read until every other stepping task reported the window's last step
+    (at most `limit` s); what belongs after the window is carried to the next point."""
+    last = window.last_index
+    others = {s for s in live.steppers() if s != chief}
+    seen = {s: -1 for s in others}
+    for step in waiting:
+        seen[(step.role, step.worker)] = max(seen.get((step.role, step.worker), -1), step.step)
+    carry.extend(waiting)
+    waiting.clear()
+    deadline = time.monotonic() + limit
+    while last is not None and any(v < last for v in seen.values()) and time.monotonic() < deadline:
+        try:
+            event = live.read(min(deadline - time.monotonic(), 1.0))
+        except JobBroken:
+            return  # the next point hears of it
+        if event is None:
+            continue
+        if isinstance(event, ev.Step) and (event.role, event.worker) in seen:
+            seen[(event.role, event.worker)] = max(seen[(event.role, event.worker)], event.step)
+            phase = window.phase_for(event.step)
+            if event.step <= last and phase is not None:
+                take(replace(event, phase=phase))
+                continue
+        carry.append(event)
+    kept = []
+    for event in carry:  # other tasks' steps of this window that arrived before the drain
+        if isinstance(event, ev.Step) and (event.role, event.worker) in seen and last is not None \
+                and event.step <= last and window.phase_for(event.step) is not None:
+            take(replace(event, phase=window.phase_for(event.step)))
+        else:
+            kept.append(event)
+    carry[:] = kept

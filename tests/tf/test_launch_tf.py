@@ -1,0 +1,43 @@
+"""A real sweep's launch: the workers start once and serve every point (root, TensorFlow)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from netbench.testbed import netns as local
+from tests.conftest import NETBENCH, netbench_processes
+
+pytestmark = [pytest.mark.root, pytest.mark.tf]
+
+
+def test_a_sweep_starts_each_worker_once_and_records_every_point(clean_machine, tmp_path):
+    out = tmp_path / "results"
+    argv = [*NETBENCH, "sweep", "--latency", "1,5,20ms", "--workers", "2", "--batch-size", "16", "--warmup", "3",
+            "--steps", "6", "--settle", "0.3s", "--settle-steps", "2", "--order-seed", "11", "--output", str(out)]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    with open(out / "results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted(r["delay_ms"] for r in rows) == ["1.0", "20.0", "5.0"]
+    assert all(r["status"] == "ok" and r["steps"] == "6" and r["launch"] == "0" for r in rows), rows
+    pids, workers = set(), set()
+    for row in rows:
+        record = json.loads((out / "runs" / f"{row['run_id']}.json").read_text())
+        pids |= {e["pid"] for e in record["events"] if e["event"] == "start"}
+        steps = [e for e in record["events"] if e["event"] == "step"]
+        for worker in (0, 1):
+            assert sum(e["worker"] == worker and e["phase"] == "measured" for e in steps) == 6
+        workers |= {e["worker"] for e in steps}
+        assert int(row["settle_steps"]) == sum(e["worker"] == 0 and e["phase"] == "settle" for e in steps)
+    assert len(pids) == 2 and workers == {0, 1}  # each worker started once, for all three points
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["order_seed"] == 11 and len(manifest["launches"]) == 1
+    assert manifest["launches"][0]["runs"] == [r["run_id"] for r in rows]  # stored in the order run
+    speed = {r["delay_ms"]: float(r["images_per_sec"]) for r in rows}
+    assert speed["20.0"] < speed["1.0"], speed  # each point measured its own network
+    assert local.list_netbench_netns() == [] and netbench_processes() == []

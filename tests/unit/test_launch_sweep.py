@@ -1,0 +1,285 @@
+"""Launches: a job's processes started once per job configuration and repetition, serving
+many network points (netbench.experiment.launch, through runner.run_sweep on the synthetic
+testbed of tests/fakes/sweep.py)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import threading
+from dataclasses import replace
+
+import pytest
+
+from netbench.experiment import launch
+from netbench.experiment.launch import PointWindow, Settle, plan_launches
+from netbench.experiment.runner import SweepConfig, run_sweep, split_runs
+from netbench.jobs import events as ev
+from netbench.jobs.launch import Timeouts
+from netbench.model import design
+from netbench.model.job import JobSpec
+from netbench.model.profile import Profile
+from netbench.state.journal import Journal
+from tests.fakes.sweep import SyntheticTestbed
+
+JOB = JobSpec(warmup=2, steps=5)
+FAST = Settle(steps=3, seconds=0.0)
+
+
+def _runs(delays=(1, 2, 3), repeat=1, job=JOB, workers=2):
+    levels = design.SweepLevels(delay_us=tuple(1000 * d for d in delays))
+    return design.plan_sweep(Profile(name="base"), levels, repeat, job, workers)
+
+
+def _config(tmp_path, runs, **kw):
+    kw.setdefault("settle", FAST)
+    kw.setdefault("order_seed", 7)
+    return SweepConfig(sweep_id="s", runs=tuple(runs), job=runs[0].job, workers=runs[0].workers,
+                       output=tmp_path / "out", **kw)
+
+
+def _record(tmp_path, run_id):
+    return json.loads((tmp_path / "out" / "runs" / f"{run_id}.json").read_text())
+
+
+def _steps(record, phase=None, role="worker", worker=None):
+    return [e for e in record["events"] if e["event"] == "step" and (phase is None or e["phase"] == phase)
+            and e.get("role", "worker") == role and (worker is None or e["worker"] == worker)]
+
+
+# ---------------------------------------------------------------- planning (pure)
+
+def test_runs_are_grouped_by_job_configuration_and_repetition():
+    small, big = JOB, replace(JOB, batch_size=128)
+    runs = design.Design(points=tuple(design.Point(Profile(name=f"p{i}", delay_us=i * 1000), job, 2)
+                                      for i, job in enumerate([small, big, small, big])), repeat=2).runs()
+    plans = plan_launches(runs, seed=1)
+    assert len(plans) == 4  # two job configurations x two repetitions
+    for plan in plans:
+        assert len({(r.job, r.workers, r.repeat) for r in plan.runs}) == 1
+        assert len(plan.runs) == 2
+    assert sorted(r.run_id for p in plans for r in p.runs) == sorted(r.run_id for r in runs)
+
+
+def test_each_launch_has_its_own_order_from_the_recorded_seed():
+    runs = _runs(delays=range(1, 9), repeat=3)
+    plans = plan_launches(runs, seed=5)
+    assert plan_launches(runs, seed=5) == plans  # the same seed, the same order
+    orders = [[r.point for r in p.runs] for p in plans]
+    assert all(sorted(o) == list(range(8)) for o in orders)
+    assert len({tuple(o) for o in orders}) > 1  # each launch its own order
+    assert orders != [[r.point for r in p.runs] for p in plan_launches(runs, seed=6)]
+    assert [r.repeat for r in plans[2].runs] == [2] * 8  # the launch is the replicate
+
+
+def test_schedules_verify_isolate_and_the_hosts_target_launch_each_point_alone(tmp_path):
+    runs = list(_runs())
+    runs[1] = replace(runs[1], schedule=object())
+    own, shared = split_runs(_config(tmp_path, runs), "embedded")
+    assert [r.run_id for r in own] == ["r001"] and [r.run_id for r in shared] == ["r000", "r002"]
+    for config, kind in [(_config(tmp_path, runs, isolate=True), "embedded"),
+                         (_config(tmp_path, runs, verify=True), "embedded"), (_config(tmp_path, runs), "hosts")]:
+        own, shared = split_runs(config, kind)
+        assert len(own) == 3 and shared == []
+
+
+def _step(k, recv, phase=ev.PHASE_MEASURED, duration=0.1):
+    return ev.Step(step=k, phase=phase, start=100.0 + k, end=100.0 + k + duration, duration=duration,
+                   recv=recv, worker=0, role="worker")
+
+
+def test_the_window_drops_the_overlapping_step_and_settles_by_steps_and_seconds():
+    window = PointWindow(changed_at=10.0, settle=Settle(steps=2, seconds=1.0), steps=3)
+    # started before the change (it overlaps it), then 2 settle steps, then not yet 1 s after
+    phases = [window.chief(_step(k, recv)) for k, recv in
+              [(20, 10.05), (21, 10.2), (22, 10.4), (23, 10.9), (24, 11.15), (25, 11.3), (26, 11.5)]]
+    assert phases == ["settle", "settle", "settle", "settle", "measured", "measured", "measured"]
+    assert window.done and window.dropped == 4 and window.last_index == 26
+    assert window.settle_s() == pytest.approx(1.05)
+    assert window.phase_for(22) == "settle" and window.phase_for(25) == "measured" and window.phase_for(27) is None
+    assert window.phase_for(3) == "settle"  # a late step from before the point
+
+
+def test_warm_up_steps_count_as_settled_in_a_launchs_first_point():
+    window = PointWindow(changed_at=0.0, settle=Settle(steps=2, seconds=0.0), steps=2)
+    phases = [window.chief(_step(k, 5.0 + k, phase)) for k, phase in
+              [(0, "warmup"), (1, "warmup"), (2, "measured"), (3, "measured")]]
+    assert phases == ["warmup", "warmup", "measured", "measured"] and window.dropped == 0
+
+
+# ---------------------------------------------------------------- sweeps on the synthetic testbed
+
+def test_a_launch_starts_the_job_once_and_measures_every_point(tmp_path):
+    testbed = SyntheticTestbed(Journal(tmp_path / "state"))
+    results = run_sweep(_config(tmp_path, _runs()), testbed=testbed)
+    assert [r.status for r in results] == ["ok"] * 3
+    assert len(testbed.spawned) == 2 and all("--until-stopped" in t.argv for t in testbed.spawned)
+    assert {r.launch for r in results} == {0} and all(r.stats["steps"] == 5 for r in results)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["order_seed"] == 7 and manifest["settle"] == {"steps": 3, "seconds": 0.0}
+    order = manifest["launches"][0]["runs"]
+    assert order == [r.run_id for r in plan_launches(_runs(), 7)[0].runs] == [r.run_id for r in results]
+    assert [p.name for p in testbed.applied] == [r.profile.name for r in plan_launches(_runs(), 7)[0].runs]
+    pids = set()
+    for result in results:
+        record = _record(tmp_path, result.run_id)
+        pids |= {e["pid"] for e in record["events"] if e["event"] == "start"}
+        for worker in (0, 1):  # every worker's steps of the window are in the point's record
+            assert len(_steps(record, "measured", worker=worker)) == 5
+        assert len(_steps(record, "settle", worker=0)) == result.settle_steps
+    assert len(pids) == 2
+    later = [r for r in results if r.run_id != order[0]]
+    assert all(r.settle_steps >= 3 for r in later)  # at least --settle-steps after each change
+    with open(tmp_path / "out" / "results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [row["launch"] for row in rows] == ["0"] * 3 and all(row["settle_steps"] for row in rows)
+
+
+def test_the_settle_window_holds_for_its_seconds(tmp_path):
+    testbed = SyntheticTestbed(Journal(tmp_path / "state"), pace=0.005)
+    results = run_sweep(_config(tmp_path, _runs(delays=(1, 2)), settle=Settle(steps=1, seconds=0.08)),
+                        testbed=testbed)
+    assert [r.status for r in results] == ["ok", "ok"]
+    for result in results:
+        assert result.settle_s >= 0.08
+        record = _record(tmp_path, result.run_id)
+        assert len(_steps(record, "settle", worker=0)) == result.settle_steps
+        measured = _steps(record, "measured", worker=0)
+        assert min(e["step"] for e in measured) > max(e["step"] for e in _steps(record, "settle", worker=0))
+    assert min(r.settle_steps for r in results[1:]) >= 8  # 0.08 s of 0.005 s steps, not just 1 step
+
+
+def test_repeat_gives_a_launch_per_repetition_each_with_its_own_order(tmp_path):
+    testbed = SyntheticTestbed(Journal(tmp_path / "state"))
+    results = run_sweep(_config(tmp_path, _runs(delays=range(1, 6), repeat=2)), testbed=testbed)
+    assert len(results) == 10 and all(r.status == "ok" for r in results)
+    assert len(testbed.spawned) == 4
+    by_launch = {}
+    for r in results:
+        by_launch.setdefault(r.launch, []).append(r)
+    assert sorted(by_launch) == [0, 1]
+    assert all({r.repeat for r in rs} == {n} for n, rs in by_launch.items())  # repeat = launch index
+    assert [r.profile["name"] for r in by_launch[0]] != [r.profile["name"] for r in by_launch[1]]
+
+
+def test_a_point_whose_processes_die_fails_and_a_new_launch_serves_the_rest(tmp_path):
+    # the chief dies after 12 steps in every launch: a launch's first point (2 warm-up + 1
+    # settle + 5) fits, its second does not
+    testbed = SyntheticTestbed(Journal(tmp_path / "state"), chief_stops_after=12)
+    results = run_sweep(_config(tmp_path, _runs()), testbed=testbed)
+    assert [r.status for r in results] == ["ok", "failed", "ok"]
+    assert [r.launch for r in results] == [0, 0, 1]
+    assert "exited with 1" in results[1].error
+    assert len(testbed.spawned) == 4  # two launches of two workers
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [len(entry["runs"]) for entry in manifest["launches"]] == [3, 1]
+    failed = _record(tmp_path, results[1].run_id)
+    assert _steps(failed, "measured", worker=0) == [] or len(_steps(failed, "measured", worker=0)) < 5
+
+
+def test_a_point_whose_steps_stop_coming_times_out_and_the_rest_relaunch(tmp_path):
+    release = threading.Event()
+    launches_seen = []
+
+    def hold(task, k):  # the first launch's chief stalls at step 12
+        if task.index == 0 and k == 0:
+            launches_seen.append(task)
+        if task.index == 0 and k == 12 and len(launches_seen) == 1:
+            release.wait(10)
+
+    testbed = SyntheticTestbed(Journal(tmp_path / "state"), hold=hold)
+    config = _config(tmp_path, _runs(), timeouts=Timeouts(startup_s=10, step_s=0.3))
+    try:
+        results = run_sweep(config, testbed=testbed)
+    finally:
+        release.set()
+    assert [r.status for r in results] == ["ok", "timeout", "ok"]
+    assert results[1].error == "no the next step within 0.3s"
+    assert [r.launch for r in results] == [0, 0, 1]
+
+
+def test_an_interrupted_launch_resumes_with_only_the_points_left(tmp_path):
+    runs = _runs(delays=range(1, 5))
+
+    class StopAfterTwo:
+        def __init__(self):
+            self.done = 0
+
+        def __getattr__(self, name):
+            return lambda *a: None
+
+        def run_finished(self, run, result):
+            self.done += 1
+            if self.done == 2:
+                raise KeyboardInterrupt
+
+    testbed = SyntheticTestbed(Journal(tmp_path / "state"))
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(_config(tmp_path, runs), StopAfterTwo(), testbed=testbed)
+    assert testbed.finished  # the testbed was cleaned up
+    from netbench.experiment.store import ResultStore
+
+    statuses = ResultStore(tmp_path / "out").statuses()
+    assert len(statuses) == 2
+    left = design.pending(runs, statuses)
+    assert len(left) == 2 and not {r.run_id for r in left} & set(statuses)
+    testbed = SyntheticTestbed(Journal(tmp_path / "state2"))
+    config = replace(_config(tmp_path, runs), runs=tuple(left))
+    results = run_sweep(config, testbed=testbed)
+    assert sorted(r.run_id for r in results) == sorted(r.run_id for r in left)
+    assert len(ResultStore(tmp_path / "out").statuses()) == 4
+
+
+def test_isolate_starts_the_job_anew_for_every_point(tmp_path):
+    testbed = SyntheticTestbed(Journal(tmp_path / "state"))
+    results = run_sweep(_config(tmp_path, _runs(), isolate=True), testbed=testbed)
+    assert [r.status for r in results] == ["ok"] * 3 and [r.run_id for r in results] == ["r000", "r001", "r002"]
+    assert len(testbed.spawned) == 6 and not any("--until-stopped" in t.argv for t in testbed.spawned)
+    assert all(r.launch is None and r.settle_steps is None for r in results)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["isolate"] is True and manifest["launches"] == []
+
+
+def test_observers_hear_each_point_start_and_no_settle_step_as_measured(tmp_path):
+    heard = []
+
+    class Observer:
+        def __getattr__(self, name):
+            return lambda *a: heard.append((name, a))
+
+    testbed = SyntheticTestbed(Journal(tmp_path / "state"))
+    run_sweep(_config(tmp_path, _runs()), Observer(), testbed=testbed)
+    assert [n for n, _ in heard].count("run_started") == 3
+    assert [n for n, _ in heard].count("profile_applied") == 3
+    notes = [a[0] for n, a in heard if n == "note"]
+    assert any(note.startswith("launch 0: 3 point(s)") for note in notes)
+    settle = [a[1] for n, a in heard if n == "step" and isinstance(a[1], ev.Step) and a[1].phase == "settle"]
+    assert settle
+
+
+def test_the_worker_accepts_until_stopped():
+    from netbench.jobs import worker
+
+    assert worker.parse_args(["--until-stopped"]).until_stopped is True
+    assert worker.parse_args([]).until_stopped is False
+
+
+def test_dry_run_lines_list_each_launch_in_its_order():
+    runs = _runs(repeat=2)
+    lines = launch.describe_launches(runs, 7)
+    plans = plan_launches(runs, 7)
+    assert lines[1:] == [f"  launch {p.group}: " + " ".join(r.run_id for r in p.runs) for p in plans]
+    assert launch.describe_launches(runs, 7, isolate=True)[0].startswith("--isolate")
+
+
+def test_live_metrics_count_no_settle_step():
+    from netbench.metrics.state import MetricsState
+
+    state = MetricsState(clock=lambda: 1.0)
+    state.sweep_started("s", "userspace", "mlp", "allreduce", runs=2, workers=2, batch_size=32)
+    state.run_started("r001", 0)
+    state.profile_applied("d10ms", 10_000, 0, None, 0.0)
+    for phase in ("settle", "settle", "measured"):
+        state.worker_event({"event": "step", "worker": 0, "phase": phase, "duration": 0.04})
+    snap = state.snapshot()
+    assert {k: v for k, v in snap.steps.items() if v} == {("measured", "0"): 1} and snap.warmups_completed == 1
