@@ -12,7 +12,7 @@ Usage::
     .venv/bin/python bench/sweep_efficiency.py --run [--latency 1,10,50ms --bandwidth 100mbit,1gbit]
 
 With --run (root, TensorFlow; what ``make bench`` does) it runs the sweep twice on the
-embedded testbed, ``--isolate`` (a launch per point) and then the default (a launch per job
+embedded testbed, ``--isolate`` (a launch per point, the default) and then ``--launch`` (a launch per job
 configuration), into a fresh folder each, and reports both. Exit status: 0 done, 2 could not
 run, 130 interrupted.
 """
@@ -60,10 +60,10 @@ def efficiency(results: Path) -> dict:
 
 
 def run_sweeps(args) -> list[Path]:
-    """The sweep with --isolate, then the default, each into its own fresh folder."""
+    """The sweep with --isolate, then with --launch, each into its own fresh folder."""
     out = Path(tempfile.mkdtemp(prefix="netbench-sweep-efficiency-"))
     folders = []
-    for name, extra in [("isolate", ["--isolate"]), ("launch", [])]:
+    for name, extra in [("isolate", ["--isolate"]), ("launch", ["--launch"])]:
         folder = out / name
         cmd = [sys.executable, "-m", "netbench.cli", "sweep", "--latency", args.latency,
                "--bandwidth", args.bandwidth, "--output", str(folder), *extra]
@@ -78,7 +78,7 @@ def run_sweeps(args) -> list[Path]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("results", nargs="*", type=Path, help="results folders")
-    parser.add_argument("--run", action="store_true", help="run the sweep with --isolate and without, then report")
+    parser.add_argument("--run", action="store_true", help="run the sweep with --isolate and --launch, then report")
     parser.add_argument("--latency", default="1,10,50ms")
     parser.add_argument("--bandwidth", default="100mbit,1gbit")
     parser.add_argument("--json", type=Path, help="also write the figures here")

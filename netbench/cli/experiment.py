@@ -28,9 +28,12 @@ def launch_options(command):
                            help="In a shared launch, measure a point no sooner than this after its change.")(command)
     command = click.option("--settle-steps", default=3, show_default=True, type=click.IntRange(0, 100000),
                            help="In a shared launch, drop at least this many steps after a point's change.")(command)
-    return click.option("--isolate", is_flag=True,
-                        help="Start the job's processes anew for every point (with warm-up each time) "
-                             "instead of once per job configuration and repetition.")(command)
+    return click.option("--isolate/--launch", default=True, show_default=True,
+                        help="--isolate: start the job's processes anew for every point (with warm-up each "
+                             "time). --launch: start them once per job configuration and repetition and move "
+                             "them through the points (far less time outside measurement, but TCP connections "
+                             "carry their congestion state from point to point: a fast, far point measured "
+                             "after a slow one came out up to 40 % low; see README 'Launches').")(command)
 
 
 def _launch_settings(isolate: bool, settle_text: str, settle_steps: int) -> dict:

@@ -40,7 +40,9 @@ class SweepConfig:
     command_line: str = ""
     seed: int = 0
     verify: bool = False  # measure each point (ping, iperf3) before training on it
-    isolate: bool = False  # one launch (start of the job's processes) per point, as before launches
+    # one launch (start of the job's processes) per point; False: a launch serves many points
+    # (opt-in: TCP's congestion state carries over from point to point, see README 'Launches')
+    isolate: bool = True
     settle: Settle = Settle()  # how long a point's change settles in a shared launch
     order_seed: int | None = None  # the points' order within each launch; None: drawn (and recorded)
 

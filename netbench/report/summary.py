@@ -64,9 +64,9 @@ def markdown_summary(results_dir: Path, observations: Sequence[Observation], gro
     lines += [f"{len(observations)} runs ({', '.join(f'{n} {s}' for s, n in statuses.items())}) in "
               f"{len(groups)} design points. Throughput is images/s (global batch / mean step time); "
               f"intervals are {confidence:.0%} t intervals over repetitions; a point with one run has none. "
-              f"A repetition is a launch: the job's processes start once per repetition and measure "
-              f"every point of it in turn, so launches are the replicates (one launch per run "
-              f"with --isolate).", ""]
+              f"A repetition is a launch, the unit of replication: by default (--isolate) each run is "
+              f"its own launch; under --launch the job's processes start once per repetition and "
+              f"measure every point of it in turn, and launches are still the replicates.", ""]
     for x in NETWORK:
         rows = slowdown(groups, x, confidence)
         if rows:

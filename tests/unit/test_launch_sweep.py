@@ -34,6 +34,7 @@ def _runs(delays=(1, 2, 3), repeat=1, job=JOB, workers=2):
 def _config(tmp_path, runs, **kw):
     kw.setdefault("settle", FAST)
     kw.setdefault("order_seed", 7)
+    kw.setdefault("isolate", False)  # launches are opt-in (--launch); these tests are about them
     return SweepConfig(sweep_id="s", runs=tuple(runs), job=runs[0].job, workers=runs[0].workers,
                        output=tmp_path / "out", **kw)
 
