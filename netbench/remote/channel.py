@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import queue
+import time
 import threading
 from typing import Any, Sequence
 
@@ -53,8 +54,6 @@ class AgentChannel:
         """Send one request and return its reply (an {"ok": ...} object); TestbedError naming
         the host if the channel is gone, the reply does not come within `timeout` seconds, or
         is not JSON (the channel is then closed)."""
-        import time
-
         with self._lock:
             if not self.alive:
                 raise TestbedError(f"host {self.name}: its netbench node serve channel is closed")
@@ -72,7 +71,8 @@ class AgentChannel:
                 except queue.Empty:
                     self._broken()
                     raise TestbedError(f"host {self.name}: netbench node serve: no answer to {op} within {timeout:g}s",
-                                       hint="the host's lease watcher reverts it when the lease runs out") from None
+                                       hint="the host or its connection stalled; with a lease it reverts by itself "
+                                            "when the lease runs out") from None
                 if line is None:
                     self._broken()
                     raise TestbedError(f"host {self.name}: netbench node serve ended before answering {op}")
