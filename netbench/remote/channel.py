@@ -10,6 +10,7 @@ out from then on, so a late reply is never read as the answer to a later request
 
 from __future__ import annotations
 
+import collections
 import json
 import queue
 import time
@@ -40,7 +41,11 @@ class AgentChannel:
         self._next_id = 0
         self._lock = threading.Lock()
         self._lines: queue.Queue = queue.Queue()
+        self.stderr: collections.deque[str] = collections.deque(maxlen=20)  # its last lines there
         threading.Thread(target=self._read, name=f"netbench-agent-{name}", daemon=True).start()
+        self._stderr_thread = threading.Thread(target=self._read_stderr, name=f"netbench-agent-{name}-err",
+                                               daemon=True)
+        self._stderr_thread.start()
 
     def _read(self) -> None:
         try:
@@ -49,6 +54,14 @@ class AgentChannel:
         except (OSError, ValueError, EOFError):
             pass
         self._lines.put(None)  # EOF: the agent ended (or never started)
+
+    def _read_stderr(self) -> None:
+        # drained, so an agent's warnings can never fill the channel's window and stall it
+        try:
+            for line in iter(self.stream.stderr.readline, b""):
+                self.stderr.append(line.decode("utf-8", "replace").strip())
+        except (OSError, ValueError, EOFError, AttributeError):
+            pass
 
     def request(self, op: str, timeout: float = REQUEST_TIMEOUT_S, **fields: Any) -> dict[str, Any]:
         """Send one request and return its reply (an {"ok": ...} object); TestbedError naming
@@ -75,7 +88,10 @@ class AgentChannel:
                                             "when the lease runs out") from None
                 if line is None:
                     self._broken()
-                    raise TestbedError(f"host {self.name}: netbench node serve ended before answering {op}")
+                    self._stderr_thread.join(1.0)  # its last words, if it had any
+                    said = next((line for line in reversed(self.stderr) if line), "")
+                    raise TestbedError(f"host {self.name}: netbench node serve ended before answering {op}"
+                                       + (f": {said}" if said else ""))
                 try:
                     reply = json.loads(line)
                 except json.JSONDecodeError:

@@ -67,8 +67,9 @@ def test_a_reply_that_is_not_json_or_an_ended_agent_is_an_error_naming_the_host(
     stream.emit("Traceback (most recent call last):")
     with pytest.raises(TestbedError, match="host a: netbench node serve answered 'Traceback"):
         agent.request("ping")
-    ended = AgentChannel("b", FakeStream(code=1))
-    with pytest.raises(TestbedError, match="host b: netbench node serve ended before answering ping"):
+    ended = AgentChannel("b", FakeStream(stderr="Error: No such command 'serve'.\n", code=2))
+    with pytest.raises(TestbedError, match="host b: netbench node serve ended before answering ping: "
+                                           "Error: No such command 'serve'."):
         ended.request("ping")
 
 
