@@ -48,7 +48,7 @@ def test_a_three_step_schedule_changes_every_host_and_the_last_step_stays(lab):
         assert result.returncode == 0, (result.stdout, result.stderr)
         out = result.stdout + result.stderr
         for rate in ("10", "20", "30"):
-            assert re.search(rf"ramp@\S+ \(0ms/{rate}mbit/0%\)\s+late \d+\.\d ms", out), out
+            assert re.search(rf"ramp@\S+ \(0ms/{rate}mbit/0%\)\s+landed [+-]\d+\.\d ms from its time", out), out
         assert "schedule: 3 change(s), lateness mean" in out
         trip = re.search(r"one SSH round trip to 2 host\(s\) in parallel, mean (\d+\.\d) ms", out)
         assert trip, out
