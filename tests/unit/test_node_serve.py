@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import threading
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -148,14 +149,17 @@ def test_a_hangup_while_waiting_ends_the_loop(host):
         os.write(write, b'{"op": "ping", "id": 1}\n')
         answered.wait(10)
         os.kill(os.getpid(), signal.SIGHUP)  # stdin stays open: only the hangup ends the loop
+        os.write(write, b'{"op": "ping", "id": 2}\n')  # not read: the loop has ended
+        time.sleep(0.5)
+        os.close(write)  # (never left hanging, should the hangup not arrive)
 
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGHUP])
     thread = threading.Thread(target=controller)
     thread.start()
     try:
         assert serve(host.journal, stdin, out, environ={}, make_executor=host.make_executor) == 1
     finally:
         thread.join()
-        os.close(write)
         stdin.close()
     assert json.loads(out.getvalue())["ok"] and host.closed == 1
     assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGHUP))
