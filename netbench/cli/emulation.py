@@ -168,7 +168,7 @@ def _apply_schedule_to_hosts(path: Path, backend: str, dry_run: bool, inventory,
 
     schedule = load_schedule(path)
     lease_s = DEFAULT_LEASE_S if lease is None else lease
-    with open_target(inventory, insecure_host_keys, takeover=bool(takeover)) as target:
+    with open_target(inventory, insecure_host_keys, takeover=bool(takeover)) as target, contextlib.ExitStack() as stack:
         remote.check_lease(lease_s, len(target.inventory.hosts))
         before = hosts_link_before(target.show())
         entries = timeline(schedule, before)
@@ -177,6 +177,7 @@ def _apply_schedule_to_hosts(path: Path, backend: str, dry_run: bool, inventory,
             console.info("[yellow]dry run[/]: no host was changed")
             return
         common.sigterm_as_interrupt()
+        stack.enter_context(plans).open()  # one `node serve` per host for the schedule, closed at the end
         landed = []
         keeper = remote.LeaseKeeper(target.inventory, target.conns, lease_s, plans.holder) if lease_s > 0 else None
         if keeper is not None:

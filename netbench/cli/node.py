@@ -94,6 +94,23 @@ def node_apply(journal, as_json: bool, lease_s: float, force: bool, holder: str 
                      environ=_session_environ()))
 
 
+@node.command("serve")
+@click.pass_obj
+@handle_errors
+def node_serve(journal) -> None:
+    """Answer the controller's requests, one JSON line each, until stdin closes (a schedule's agent).
+
+    Requests: {"op": "apply", "plan": {...}, "lease_s": 60, "holder": "..."} (as 'node apply'),
+    {"op": "ping"}, {"op": "bye"}; one JSON reply line each, {"ok": false, "error": ...} on failure.
+
+    Example: netbench node serve < requests.jsonl
+    """
+    from netbench.remote.serve import serve
+
+    common.require_root()
+    serve(journal, sys.stdin, sys.stdout, environ=_session_environ())
+
+
 @node.command("show")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (the only format).")
 @click.option("--interface", required=True, help="The data-plane interface to read.")

@@ -178,11 +178,12 @@ def guard_control_path(plan: list[ch.Change], protected: set[str] | None, force:
 
 def apply_plan(plan: list[ch.Change], journal: Journal, *, lease_s: float = 0.0, force: bool = False,
                environ: dict[str, str] | None = None, holder: str | None = None,
-               takeover: bool = False) -> dict[str, Any]:
+               takeover: bool = False, executor: Any = None) -> dict[str, Any]:
     """Apply a controller's plan on this host; with `lease_s` > 0 take a lease for `holder`
     and make sure a lease watcher runs. An unexpired lease another holder has is refused
     unless `takeover`. If applying fails, this host's changes are undone before the error is
-    raised. Returns what was done, as JSON-able data."""
+    raised. `executor`: a long-lived one (`node serve`'s, its netlink sockets held) instead
+    of a fresh one. Returns what was done, as JSON-able data."""
     from netbench.emulation.executor import real_executor
     from netbench.emulation.held import held_from_entries
     from netbench.emulation.in_place import in_place
@@ -196,8 +197,7 @@ def apply_plan(plan: list[ch.Change], journal: Journal, *, lease_s: float = 0.0,
             netns = attach_own_netns(journal)
             # planned without this host's journal: made in place against what it holds here
             bound = in_place(bind_plan(plan, netns), held_from_entries(journal.pending()))
-            executor = real_executor(journal, detach_engines=True)
-            executor.apply(bound)
+            (executor or real_executor(journal, detach_engines=True)).apply(bound)
             watcher = None
             if lease_s > 0:
                 lease.write(journal.dir, lease_s, holder=holder)

@@ -239,14 +239,18 @@ def plan_inventory(inventory: Inventory, conns: Sequence[HostConnection], profil
 
 def apply_inventory(inventory: Inventory, conns: Sequence[HostConnection], planned: RemoteApply,
                     lease_s: float = 0.0, force: bool = False, holder: str | None = None,
-                    takeover: bool = False) -> RemoteApply:
+                    takeover: bool = False, agents: dict[str, Any] | None = None) -> RemoteApply:
     """Send each host its plan, with the lease taken for `holder` (the controller session's
-    token). If any host fails, it undoes its own changes and the hosts that succeeded are
-    reset, so a failed apply leaves every host unshaped, and the first apply error is raised
-    (a reset that fails too is named in its hint)."""
+    token): through its `node serve` channel where `agents` (channel.open_agents) has a live
+    one, else with a `node apply`. If any host fails, it undoes its own changes and the hosts
+    that succeeded are reset, so a failed apply leaves every host unshaped, and the first
+    apply error is raised (a reset that fails too is named in its hint)."""
     by_name = {h.name: h for h in inventory.hosts}
 
     def one(conn: HostConnection) -> dict[str, Any]:
+        agent = (agents or {}).get(conn.name)
+        if agent is not None and agent.alive:
+            return agent.apply(planned.plans[conn.name], lease_s, force, holder, takeover)
         args = ["apply", "--json", "--lease", f"{lease_s:g}"] + (["--force"] if force else [])
         args += (["--holder", holder] if holder else []) + (["--takeover"] if takeover else [])
         return call_node(conn, by_name[conn.name], args, input=plan_to_json(planned.plans[conn.name]))

@@ -1,8 +1,12 @@
 """A schedule on SSH hosts: the timeline runs on the controller (experiment/schedule.py), and
-each change goes to every host at once through its agent (`netbench node apply`), over the
-connections the command opened, kept open for the whole schedule. A change costs one SSH
-round trip per host (in parallel) and a `netbench node apply` there, which makes it in place
-against the host's own journal (emulation/in_place.py).
+each change goes to every host at once through its agent, over the connections the command
+opened, kept open for the whole schedule.
+
+At the start (`open`) each host gets one `netbench node serve` on its own SSH channel, kept
+open until `close`: a change is then one JSON line to every host (in parallel) and one reply
+back from each, made in place against the host's own journal (emulation/in_place.py) by a
+process that imported everything and opened its netlink sockets once. A host whose netbench
+has no `node serve` (an older one) gets a `netbench node apply` per change instead.
 
 While a schedule runs, every change takes the lease for this controller and a LeaseKeeper
 renews it, so a controller that dies mid-schedule leaves each host reverting by itself.
@@ -30,6 +34,8 @@ class HostsPlanCache(PlanCache):
     info`, unless `probe` is False and a backend is given), each distinct profile is planned
     once, and `apply` sends every host its cached plan in parallel with the lease for `holder`.
 
+    `open()` starts a `node serve` channel per host (`agents`), used by every apply until
+    `close()` (also as a context manager); without it each apply is a `node apply` per host.
     `round_trips_s` holds how long each apply took (its SSH round trips, in parallel);
     `lost` (a callable, e.g. a LeaseKeeper's) names hosts whose lease is gone: no change then."""
 
@@ -45,6 +51,30 @@ class HostsPlanCache(PlanCache):
         self.infos: dict[str, dict[str, Any]] | None = None
         self.round_trips_s: list[float] = []
         self.lost: Callable[[], dict[str, str]] = dict
+        self.agents: dict[str, Any] = {}
+
+    def open(self) -> dict[str, Any]:
+        """One `netbench node serve` channel per host that has it, all started at once; the
+        hosts without one are named in the answer's `fallback` (host -> 'node apply')."""
+        from netbench.remote.channel import open_agents
+
+        if not self.agents:
+            self.agents = open_agents(self.target.inventory, self.target.conns)
+        return {"serving": sorted(self.agents),
+                "fallback": {c.name: "node apply" for c in self.target.conns if c.name not in self.agents}}
+
+    def close(self) -> None:
+        """Close every channel (each agent says bye and exits)."""
+        from netbench.remote.channel import close_agents
+
+        agents, self.agents = self.agents, {}
+        close_agents(agents)
+
+    def __enter__(self) -> "HostsPlanCache":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def plan(self, profile: Profile) -> Planned:
         from netbench.remote import controller as remote
@@ -65,6 +95,7 @@ class HostsPlanCache(PlanCache):
 
     def apply(self, profile: Profile, lease_s: float | None = None) -> None:
         """Every host gets `profile`'s plan (with the lease, or `lease_s`: 0 releases it)."""
+        from netbench.remote import controller as remote
         from netbench.remote.controller import RemoteError
 
         lost = self.lost()
@@ -73,6 +104,9 @@ class HostsPlanCache(PlanCache):
             raise RemoteError(f"lost the lease on {names}", hint="renewals did not reach the host in time")
         planned = self.plan(profile)
         began = self.clock()
-        self.target.apply_plan(planned, lease_s=self.lease_s if lease_s is None else lease_s,
-                               force=self.force, holder=self.holder)
+        remote.apply_inventory(self.target.inventory, self.target.conns,
+                               remote.RemoteApply(backends=dict(planned.backends),
+                                                  plans={k: list(v) for k, v in planned.changes.items()}),
+                               lease_s=self.lease_s if lease_s is None else lease_s, force=self.force,
+                               holder=self.holder, takeover=self.target.takeover, agents=self.agents)
         self.round_trips_s.append(self.clock() - began)

@@ -68,6 +68,10 @@ class ChannelCommand:
         self.stdout = channel.makefile("rb")
         self.stderr = channel.makefile_stderr("rb")
 
+    def write(self, data: bytes) -> None:
+        """Send `data` to the command's stdin."""
+        self.channel.sendall(data)
+
     def close_stdin(self) -> None:
         try:
             self.channel.shutdown_write()

@@ -41,10 +41,15 @@ class FakeStream:
         self.code = code
         self.stdin_closed = False
         self.closed = False
+        self.input: list[str] = []
         self._done = threading.Event()
         self.emit(*lines)
         if not running:
             self.end(code)
+
+    def write(self, data: bytes) -> None:
+        """What the controller sends to the command's stdin (kept in `input`)."""
+        self.input.append(data.decode())
 
     def emit(self, *lines: str) -> None:
         self._write.write("".join(line + "\n" for line in lines).encode())
@@ -65,6 +70,50 @@ class FakeStream:
 
     def close(self) -> None:
         self.closed = True
+
+
+class FakeServe(FakeStream):
+    """A `netbench node serve` channel: each request line written to it goes to `handler`
+    (request -> reply object, or None: no answer, as a host that hangs), whose reply comes
+    back as one line with the request's id. `requests` holds every request, in order; bye
+    and a closed stdin end it (exit 0)."""
+
+    def __init__(self, handler: Callable[[dict], dict | None]) -> None:
+        super().__init__(running=True)
+        self.handler = handler
+        self.requests: list[dict] = []
+
+    def write(self, data: bytes) -> None:
+        if self._write.closed:
+            raise OSError("channel closed")
+        super().write(data)
+        for line in data.decode().splitlines():
+            request = json.loads(line)
+            self.requests.append(request)
+            reply = self.handler(request)
+            if reply is not None:
+                self.emit(json.dumps({**reply, "id": request.get("id")}))
+            if request.get("op") == "bye":
+                self.end(0)
+
+    def close(self) -> None:
+        super().close()
+        self.end(self.code)  # the channel's reader sees EOF, as on a closed SSH channel
+
+    def ops(self) -> list[str]:
+        return [request["op"] for request in self.requests]
+
+
+def serve_handler(apply: Callable[[dict], dict] | None = None) -> Callable[[dict], dict | None]:
+    """A handler for FakeServe: ping and bye answered as `node serve` does, apply by `apply`
+    (default: applied, nothing to say)."""
+    def handle(request: dict) -> dict | None:
+        if request["op"] == "ping":
+            return {"ok": True, "op": "ping", "pid": 4321, "ops": ["apply", "ping", "bye"]}
+        if request["op"] == "bye":
+            return {"ok": True, "op": "bye"}
+        return {"ok": True, "op": "apply", **(apply(request) if apply else {"applied": []})}
+    return handle
 
 
 def task_stream(pid: int, *lines: str, **kwargs) -> FakeStream:

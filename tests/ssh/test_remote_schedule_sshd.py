@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+from pathlib import Path
 
 import pytest
-from tests.ssh.lab import root_lab
+from tests.ssh.lab import VENV, root_lab
 
 pytestmark = pytest.mark.root
 
@@ -21,8 +23,24 @@ def lab(tmp_path_factory):
     yield from root_lab(tmp_path_factory, "nbsch")
 
 
+def logging_venv(lab) -> tuple[Path, Path]:
+    """A venv for the inventory whose `netbench` logs each start (its arguments) to a file,
+    then runs the real one: how many `node` processes a schedule started, and which."""
+    venv, log = lab.dir / "logging-venv", lab.dir / "netbench-starts.log"
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    real = shlex.quote(str(VENV / "bin"))
+    scripts = {"python": f'exec {real}/python "$@"',
+               "netbench": f'echo "$*" >> {shlex.quote(str(log))}\nexec {real}/netbench "$@"'}
+    for name, body in scripts.items():
+        (venv / "bin" / name).write_text(f"#!/bin/sh\n{body}\n")
+        (venv / "bin" / name).chmod(0o755)
+    log.write_text("")
+    return venv, log
+
+
 def test_a_three_step_schedule_changes_every_host_and_the_last_step_stays(lab):
-    inventory = str(lab.write_inventory())
+    venv, log = logging_venv(lab)
+    inventory = str(lab.write_inventory(defaults={"interface": "data0", "venv": str(venv), "agent": False}))
     schedule = lab.dir / "ramp.yaml"
     schedule.write_text(SCHEDULE)
     try:
@@ -35,6 +53,9 @@ def test_a_three_step_schedule_changes_every_host_and_the_last_step_stays(lab):
         trip = re.search(r"one SSH round trip to 2 host\(s\) in parallel, mean (\d+\.\d) ms", out)
         assert trip, out
         print(f"\nSSH round trip per change (2 hosts): mean {trip.group(1)} ms; {out.splitlines()[-3]}")
+        for host in lab.hosts:  # one `node serve` for the whole schedule, not a `node apply` per change
+            started = [line.split()[-1] for line in log.read_text().splitlines() if str(host.state_dir) in line]
+            assert started.count("serve") == 1 and "apply" not in started, started
         shown = json.loads(lab.netbench("show", "--inventory", inventory, "--json", check=True).stdout)["hosts"]
         for host in lab.hosts:
             (row,) = shown[host.name]["nodes"]

@@ -3,11 +3,12 @@ through its agent, in parallel, over the connections opened once; Ctrl-C puts ev
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 from click.testing import CliRunner
-from tests.fakes.remote import FakeHost, ok_json
+from tests.fakes.remote import FakeHost, FakeServe, ok_json, serve_handler
 
 from netbench import units
 from netbench.cli import common
@@ -28,26 +29,38 @@ THREE = ("name: three\nsteps:\n  - {at: 0s, rate: 10mbit}\n  - {at: 10ms, rate: 
 
 
 class Agent:
-    """A host's `netbench node` over FakeHost: rate-only (tbf), remembers what it holds."""
+    """A host's `netbench node` over FakeHost: rate-only (tbf), remembers what it holds.
+    `serving`: it has `node serve` (FakeServe channels in `serves`); else an older netbench."""
 
-    def __init__(self, name: str, barrier: threading.Barrier | None = None) -> None:
+    def __init__(self, name: str, barrier: threading.Barrier | None = None, serving: bool = False) -> None:
         self.name = name
         self.rate: int | None = None
-        self.applies: list[tuple[str, list]] = []  # (command, plan)
+        self.applies: list[tuple[str, list]] = []  # (command, plan): `node apply`s
         self.barrier = barrier
+        self.serves: list[FakeServe] = []
         self.host = FakeHost(name, [(" info ", ok_json({"interfaces": {"eth1": ["10.9.0.1/24"]}, "interface_ok": True,
                                                         "backend": "userspace", "backend_reason": "no sch_netem"})),
                                     (" apply ", self.apply), (" show ", self.show),
-                                    ("netbench.state.lease renew", CommandResult(0, "", ""))])
+                                    ("netbench.state.lease renew", CommandResult(0, "", ""))],
+                             streams=[(" serve", self.serve)] if serving else [])
 
     def apply(self, command: str, input: str | None) -> CommandResult:
         plan = wire.plan_from_json(input)
+        self.applies.append((command, plan))
+        return ok_json({"applied": self.make(plan)})
+
+    def serve(self, command: str) -> FakeServe:
+        stream = FakeServe(serve_handler(lambda request: {"applied": self.make(
+            wire.plan_from_json(json.dumps(request["plan"])))}))
+        self.serves.append(stream)
+        return stream
+
+    def make(self, plan: list) -> list[str]:
         if self.barrier is not None:
             self.barrier.wait()  # every host's change is in flight at once, or this breaks
-        self.applies.append((command, plan))
         tbfs = [c for c in plan if isinstance(c, ch.SetTbf)]
         self.rate = tbfs[-1].rate_bps if tbfs else None
-        return ok_json({"applied": [c.describe() for c in plan]})
+        return [c.describe() for c in plan]
 
     def show(self, command: str, input: str | None) -> CommandResult:
         profile = {"name": "read-back", "rate": units.format_rate_bps(self.rate)} if self.rate else None
@@ -57,10 +70,10 @@ class Agent:
                         "watchers": [], "pending": []})
 
 
-@pytest.fixture
-def agents(monkeypatch, tmp_path):
+@pytest.fixture(params=[False], ids=["node-apply"])
+def agents(monkeypatch, tmp_path, request):
     barrier = threading.Barrier(2, timeout=10)
-    made = [Agent("a", barrier), Agent("b", barrier)]
+    made = [Agent("a", barrier, request.param), Agent("b", barrier, request.param)]
     opened = []
     monkeypatch.setattr(remote, "open_inventory",
                         lambda path, insecure: opened.append(str(path)) or (INV, [agent.host for agent in made]))
@@ -130,3 +143,59 @@ def test_dry_run_changes_no_host(agents):
 def test_without_inventory_the_remote_flags_are_still_refused(agents):
     result = CliRunner().invoke(main, ["apply", "--schedule", "three.yaml", "--lease", "5"])
     assert result.exit_code == 2 and "flag --lease: only with --inventory" in result.output
+
+
+# ---------------------------------------------------------------- through `node serve`
+
+@pytest.mark.parametrize("agents", [True], ids=["serve"], indirect=True)
+def test_the_schedule_goes_through_one_node_serve_per_host(agents):
+    result = invoke()
+    assert result.exit_code == 0, result.output
+    assert "schedule: 3 change(s), lateness mean" in result.output
+    for agent in agents:
+        assert agent.applies == [] and agent.host.ran(" apply ") == []  # no `node apply` process per change
+        (stream,) = agent.serves  # one `node serve` for the whole schedule
+        assert stream.ops() == ["ping", "apply", "apply", "apply", "apply", "bye"]
+        applies = [r for r in stream.requests if r["op"] == "apply"]
+        rates = [next(c["rate_bps"] for c in r["plan"]["changes"] if c["type"] == "SetTbf") for r in applies]
+        assert rates == [10_000_000, 20_000_000, 30_000_000, 30_000_000]  # the last again, releasing the lease
+        assert [r["lease_s"] for r in applies] == [60, 60, 60, 0]
+        assert len({r["holder"] for r in applies}) == 1 and not any(r["force"] or r["takeover"] for r in applies)
+        assert stream.stdin_closed and stream.closed and agent.rate == 30_000_000
+        (command, _), = agent.host.started
+        assert "node --state-dir" in command and command.endswith(" serve")
+
+
+@pytest.mark.parametrize("agents", [True], ids=["serve"], indirect=True)
+def test_ctrl_c_restores_through_the_channel_then_closes_it(agents, monkeypatch):
+    real = runner.run_schedule
+
+    def interrupted(timeline, apply, **kwargs):
+        real(timeline[:2], apply, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run_schedule", interrupted)
+    result = invoke()
+    assert result.exit_code == 130, result.output
+    for agent in agents:
+        (stream,) = agent.serves
+        assert stream.ops() == ["ping", "apply", "apply", "apply", "bye"] and stream.closed
+        restore = stream.requests[-2]
+        assert restore["lease_s"] == 0 and not any(c["type"] == "SetTbf" for c in restore["plan"]["changes"])
+        assert agent.rate is None and agent.applies == []
+
+
+def test_a_host_without_node_serve_gets_node_apply_per_change(monkeypatch, tmp_path):
+    barrier = threading.Barrier(2, timeout=10)
+    new, old = Agent("a", barrier, serving=True), Agent("b", barrier, serving=False)
+    monkeypatch.setattr(remote, "open_inventory", lambda path, insecure: (INV, [new.host, old.host]))
+    monkeypatch.setattr(common, "sigterm_as_interrupt", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "three.yaml").write_text(THREE)
+    result = invoke()
+    assert result.exit_code == 0, result.output
+    assert new.applies == [] and new.serves[0].ops().count("apply") == 4
+    (command, refused), = old.host.started  # its netbench has no `serve`: the shell says 127, no reply
+    assert command.endswith(" serve") and refused.input and json.loads(refused.input[0])["op"] == "ping"
+    assert [c.split("--lease ")[1].split()[0] for c, _ in old.applies] == ["60", "60", "60", "0"]
+    assert new.rate == old.rate == 30_000_000
