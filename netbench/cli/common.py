@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from netbench import console
+from netbench import console, units
 from netbench.cli.types import FiniteFloatRange
 from netbench.errors import PrivilegeError, NetbenchError, UsageError
 
@@ -127,3 +127,32 @@ def hosts_options(func):
         click.option("--insecure-host-keys", is_flag=True, help=INSECURE_HELP),
         click.option("--takeover", is_flag=True, help=TAKEOVER_HELP),
     ])
+
+
+def metrics_options(command):
+    """--metrics-port, --metrics-address, --metrics-wait (sweep and run)."""
+    command = click.option("--metrics-wait", "metrics_wait", default="0s", show_default=True, metavar="DURATION",
+                           help="With --metrics-port: before the first run, wait up to this long for a first scrape, "
+                                "so a Prometheus that discovers the target file late (file_sd: a few seconds) sees "
+                                "every point.")(command)
+    command = click.option("--metrics-address", metavar="IP",
+                           help="Address to serve metrics on [default: 127.0.0.1].")(command)
+    return click.option("--metrics-port", type=click.IntRange(0, 65535),
+                        help="Serve live Prometheus metrics on this port (0: any free port).")(command)
+
+
+def check_metrics_flags(metrics_port, metrics_address, metrics_wait: str = "0s") -> float:
+    """The flags' errors in one line; returns --metrics-wait in seconds."""
+    try:
+        wait_s = units.parse_duration_us(metrics_wait) / 1e6
+    except ValueError as exc:
+        raise UsageError(f"flag --metrics-wait: {exc}", hint="e.g. --metrics-wait 15s") from None
+    if wait_s and metrics_port is None:
+        raise UsageError("flag --metrics-wait needs --metrics-port", hint="e.g. --metrics-port 9464 --metrics-wait 15s")
+    if metrics_address is not None:
+        from netbench.metrics import check_address
+
+        if metrics_port is None:
+            raise UsageError("flag --metrics-address needs --metrics-port", hint="e.g. --metrics-port 9464")
+        check_address(metrics_address)
+    return wait_s

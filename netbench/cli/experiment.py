@@ -3,7 +3,6 @@ testbed or with --inventory on SSH hosts, under the live view (render.SweepView)
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import time
@@ -14,7 +13,8 @@ from rich.markup import escape
 
 from netbench import console, units
 from netbench.cli import common
-from netbench.cli.common import BACKEND_CHOICES, _sigterm_as_interrupt, handle_errors, hosts_options
+from netbench.cli.common import (BACKEND_CHOICES, _sigterm_as_interrupt, check_metrics_flags, handle_errors, hosts_options,
+                                 metrics_options)
 from netbench.cli.types import FiniteFloatRange
 from netbench.errors import UsageError
 from netbench.model.profile import Profile, load_profile, parse_levels
@@ -93,8 +93,7 @@ def _launch_settings(isolate: bool, settle_text: str, settle_steps: int) -> dict
               help="Every process samples its CPU, memory and its node's network bytes this often; "
                    "summaries per process go into each run's record.")
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve live Prometheus metrics on this port (0: any free port).")
-@click.option("--metrics-address", metavar="IP", help="Address to serve metrics on [default: 127.0.0.1].")
+@metrics_options
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1),
               help="Seed of the points' random order within each launch [default: drawn; recorded in the manifest].")
 @launch_options
@@ -103,14 +102,15 @@ def _launch_settings(isolate: bool, settle_text: str, settle_steps: int) -> dict
 def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strategy, workers, accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, dry_run,
-          metrics_port, metrics_address, order_seed, isolate, settle_text, settle_steps,
+          metrics_port, metrics_address, metrics_wait, order_seed, isolate, settle_text, settle_steps,
           inventory, insecure_host_keys, takeover) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
     --repeat times each. A unit on the last level applies to the bare numbers before it.
-    The job's processes start once per repetition (a launch) and go through the points in a
-    random order, each applied in place; --isolate starts them anew for every point.
+    Each point starts the job's processes anew (--isolate, the default); --launch starts them
+    once per repetition and moves them through the points in a random order, each applied in
+    place (far less time outside measurement; see the README on what TCP carries over).
 
     Example: netbench sweep --latency 1,10,100ms --repeat 2
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
@@ -119,13 +119,12 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strate
     """
     from netbench.model import design as sweep_plan
     from netbench.experiment import store as results
-    from netbench.model.job import JobSpec
     from netbench.jobs.launch import Timeouts
 
     if seconds and warmup < 1:
         raise UsageError("flag --seconds needs --warmup of at least 1: workers agree on the step count "
                          "from the warm-up step times", hint="e.g. --seconds 30 --warmup 10")
-    _check_metrics_flags(metrics_port, metrics_address)
+    metrics_wait_s = check_metrics_flags(metrics_port, metrics_address, metrics_wait)
     base = load_profile(profile_file) if profile_file else Profile(name="base")
     levels = sweep_plan.SweepLevels(
         delay_us=tuple(parse_levels(latency, "--latency", units.parse_duration_us)) if latency else (),
@@ -161,7 +160,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strate
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
                          order_seed=order_seed, **_launch_settings(isolate, settle_text, settle_steps))
     if inventory is not None:
-        _run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port, metrics_address, takeover)
+        _run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port, metrics_address, takeover,
+                      metrics_wait_s)
         return
     if insecure_host_keys:
         raise UsageError("flag --insecure-host-keys: only with --inventory")
@@ -172,11 +172,11 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strate
         return
     common.require_root()
     _sigterm_as_interrupt()
-    _run_with_view(config, metrics_port, metrics_address)
+    _run_with_view(config, metrics_port, metrics_address, metrics_wait_s=metrics_wait_s)
 
 
 def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metrics_port, metrics_address,
-                  takeover: bool = False) -> list:
+                  takeover: bool = False, metrics_wait_s: float = 0.0) -> list:
     """A sweep or playbook on the inventory's SSH hosts (the controller needs no root)."""
     from netbench.testbed.targets import hosts_testbed
 
@@ -185,7 +185,7 @@ def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metric
             print_hosts_plan(config, hosts.inventory)
             return []
         _sigterm_as_interrupt()
-        return _run_with_view(config, metrics_port, metrics_address, testbed=hosts)
+        return _run_with_view(config, metrics_port, metrics_address, testbed=hosts, metrics_wait_s=metrics_wait_s)
 
 
 def _load_schedules(values) -> tuple:
@@ -210,17 +210,9 @@ def _load_schedules(values) -> tuple:
     return tuple(schedules)
 
 
-def _check_metrics_flags(metrics_port, metrics_address) -> None:
-    if metrics_address is not None:
-        from netbench.metrics import check_address
-
-        if metrics_port is None:
-            raise UsageError("flag --metrics-address needs --metrics-port", hint="e.g. --metrics-port 9464")
-        check_address(metrics_address)
-
-
-def _run_with_view(config, metrics_port, metrics_address, testbed=None) -> list:
-    """run_sweep under the live terminal view, serving metrics when a port is given."""
+def _run_with_view(config, metrics_port, metrics_address, testbed=None, metrics_wait_s: float = 0.0) -> list:
+    """run_sweep under the live terminal view, serving metrics when a port is given (and, with
+    `metrics_wait_s`, waiting up to that long for a first scrape before the first run)."""
     from netbench.metrics import serving
     from netbench.experiment.runner import run_sweep
     from netbench.cli.render import SweepView
@@ -229,6 +221,8 @@ def _run_with_view(config, metrics_port, metrics_address, testbed=None) -> list:
             SweepView(config, metrics_url=metrics.url if metrics else None) as view:
         for warning in metrics.warnings if metrics else ():
             view.warn(warning)
+        if metrics and metrics_wait_s > 0 and not metrics.wait_for_scrape(metrics_wait_s):
+            view.warn(f"no scrape of {metrics.url} within {metrics_wait_s:g}s; running anyway")
         results = run_sweep(config, metrics.observe(view) if metrics else view, testbed=testbed)
     view.summary(results)
     return results
@@ -278,7 +272,7 @@ def _plan_runs(base, levels, repeat):
 
 
 def _print_sweep_plan(config) -> None:
-    from netbench.emulation import backends, changes as ch
+    from netbench.emulation import backends
     from netbench.model.job import describe_plan, nodes_needed, plan_job
     from netbench.model import topology
 
@@ -333,8 +327,7 @@ def _playbook_state(output: Path) -> dict | None:
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), help="Override the playbook's emulation backend.")
 @click.option("--verify", "verify_points", is_flag=True,
               help="Before each run, measure the link (ping, iperf3 if a rate is set) and record it.")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve live Prometheus metrics on this port (0: any free port).")
-@click.option("--metrics-address", metavar="IP", help="Address to serve metrics on [default: 127.0.0.1].")
+@metrics_options
 @click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
               help="Every process samples its CPU, memory and its node's network bytes this often; "
                    "summaries per process go into each run's record.")
@@ -343,7 +336,8 @@ def _playbook_state(output: Path) -> dict | None:
 @hosts_options
 @handle_errors
 def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, verify_points: bool,
-                 metrics_port: int | None, metrics_address: str | None, sample_resources: float | None,
+                 metrics_port: int | None, metrics_address: str | None, metrics_wait: str,
+                 sample_resources: float | None,
                  dry_run: bool, isolate: bool, settle_text: str, settle_steps: int,
                  inventory: Path | None, insecure_host_keys: bool, takeover: bool) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
@@ -360,7 +354,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     from netbench.model import design
     from netbench.model import playbook as pb
 
-    _check_metrics_flags(metrics_port, metrics_address)
+    metrics_wait_s = check_metrics_flags(metrics_port, metrics_address, metrics_wait)
     book = pb.load_playbook(playbook_file)
     output = output or Path("results") / book.name
     state = _playbook_state(output)
@@ -416,9 +410,10 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                  f"{len(runs) - len(todo)} already done, {len(todo)} to run")
 
     if inventory is not None:
-        results = _run_on_hosts(config, inventory, insecure_host_keys, False, metrics_port, metrics_address, takeover)
+        results = _run_on_hosts(config, inventory, insecure_host_keys, False, metrics_port, metrics_address, takeover,
+                                metrics_wait_s)
     else:
-        results = _run_with_view(config, metrics_port, metrics_address)
+        results = _run_with_view(config, metrics_port, metrics_address, metrics_wait_s=metrics_wait_s)
     record["sessions"][-1].update(ended=time.time(), completed=len(results))
     store.write_playbook(record)
     console.info(f"figures and a summary: netbench report {escape(str(output))}")

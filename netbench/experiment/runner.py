@@ -13,13 +13,13 @@ from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
 from netbench.jobs import analysis, events, resources
 from netbench.model.job import JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
-from netbench.jobs.launch import JobOutcome, Spawner, Timeouts, run_job
+from netbench.jobs.launch import JobOutcome, Timeouts, run_job
 from netbench.experiment import launch as launches
 from netbench.experiment.launch import PORT_RANGE, Settle
 from netbench.state.journal import Journal
 from netbench.model.run import Run
 from netbench.experiment.store import ResultStore, RunResult, environment_facts
-from netbench.model.topology import Node, Topology
+from netbench.model.topology import Topology
 from netbench.testbed.base import Target
 
 

@@ -146,6 +146,13 @@ class MetricsExporter:
                                  f"NETBENCH_STATE_DIR to a folder you may write (prometheus.yml watches "
                                  f"its targets/*.json)")
 
+    def wait_for_scrape(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` until something has scraped this exporter; True if it has."""
+        deadline = time.monotonic() + timeout_s
+        while not self.collector.scrapes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return bool(self.collector.scrapes)
+
     def stop(self, final_scrape_s: float = 0.0) -> None:
         """Stop serving. With `final_scrape_s`, first wait that long at most for one more scrape,
         if anything has scraped at all, so the final state (last result, 'finished') is recorded."""

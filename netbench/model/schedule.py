@@ -138,7 +138,7 @@ def _check_fields(fields: Mapping[str, Any], where: str) -> None:
     for key, value in fields.items():
         if key not in PROFILE_KEYS:
             close = difflib.get_close_matches(str(key), PROFILE_KEYS + TRIGGER_KEYS, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"a step takes at or at_step, ramp, and profile keys"
+            hint = f"did you mean '{close[0]}'?" if close else "a step takes at or at_step, ramp, and profile keys"
             raise _fail(where, shown_key(key), "unknown key", hint=hint)
         if key in _ALONE_INVALID:
             try:

@@ -23,7 +23,6 @@ import platform
 import sys
 import time
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from netbench import __version__, proc

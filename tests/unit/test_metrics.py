@@ -358,6 +358,8 @@ def test_address_checks_and_target_hosts():
     (["--metrics-address", "127.0.0.1"], "flag --metrics-address needs --metrics-port"),
     (["--metrics-port", "9464", "--metrics-address", "nowhere"], "flag --metrics-address: 'nowhere' is not an IP"),
     (["--metrics-port", "70000"], "--metrics-port"),
+    (["--metrics-wait", "15s"], "flag --metrics-wait needs --metrics-port"),
+    (["--metrics-port", "0", "--metrics-wait", "soon"], "flag --metrics-wait:"),
 ])
 @pytest.mark.parametrize("command", [["sweep", "--latency", "1ms"], ["run", "playbooks/smoke.yaml"]])
 def test_cli_rejects_bad_metrics_flags(args, message, command):
@@ -395,6 +397,22 @@ def test_readme_documents_every_metric():
     section = readme[readme.index("## Live metrics"):]
     for metric in catalogue.CATALOGUE:
         assert f"`{metric.name}`" in section, metric.name
+
+
+def test_wait_for_scrape_is_true_once_something_scraped(tmp_path):
+    import threading
+
+    state, network = fed_state()
+    exporter = MetricsExporter(0, state=state, network=network, state_path=tmp_path)
+    exporter.start()
+    try:
+        assert exporter.wait_for_scrape(0.2) is False  # nobody scrapes
+        later = threading.Timer(0.2, lambda: urllib.request.urlopen(exporter.url, timeout=5).read())
+        later.start()
+        assert exporter.wait_for_scrape(30) is True
+        later.join()
+    finally:
+        exporter.stop()
 
 
 def test_stop_waits_for_one_more_scrape_only_when_something_scrapes(tmp_path):
