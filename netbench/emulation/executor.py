@@ -62,8 +62,12 @@ class Executor:
 
     def _reconfigure(self, batch: list[ch.ReconfigureEngine]) -> None:
         j = self.journal
-        taken = self.engines.reconfigure_many([(c.netns, c.queue_num, c.delay_us, c.jitter_us, c.loss, c.seed)
-                                               for c in batch], j)
+        if hasattr(self.engines, "reconfigure_many"):
+            taken = self.engines.reconfigure_many([(c.netns, c.queue_num, c.delay_us, c.jitter_us, c.loss, c.seed)
+                                                   for c in batch], j)
+        else:
+            taken = [self.engines.reconfigure(c.netns, c.queue_num, c.delay_us, c.jitter_us, c.loss, c.seed, j)
+                     for c in batch]
         for change, ok in zip(batch, taken):
             if not ok:  # not live (it died): its entry goes, a new one starts
                 self.engines.stop(change.netns, change.queue_num, j)
@@ -148,11 +152,7 @@ class Executor:
             jr.resolve(j, "ingress", netns=change.netns, dev=change.dev)
             jr.resolve(j, "qdisc", netns=change.netns, ifname=change.ifb)  # gone with the ifb
         elif isinstance(change, ch.ReconfigureEngine):  # before StartEngine: it is one
-            if not self.engines.reconfigure(change.netns, change.queue_num, change.delay_us, change.jitter_us,
-                                            change.loss, change.seed, j):
-                self.engines.stop(change.netns, change.queue_num, j)  # its entry, if the engine died
-                self.engines.start(change.netns, change.queue_num, change.delay_us, change.jitter_us,
-                                   change.loss, change.seed, j)
+            self._reconfigure([change])
         elif isinstance(change, ch.StartEngine):
             self.engines.start(change.netns, change.queue_num, change.delay_us, change.jitter_us,
                                change.loss, change.seed, j)

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 from netbench.emulation import changes as ch
 from netbench.emulation.backends.base import Backend
 from netbench.emulation.held import Held
+from netbench.emulation.in_place import in_place
 from netbench.emulation.probe import probe_netem
 from netbench.model.profile import Profile
 from netbench.model.topology import Node, Topology
@@ -37,15 +38,11 @@ def plan_node(profile: Profile, topology: Topology, node: Node) -> list[ch.Chang
 def plan(profile: Profile, topology: Topology, nodes: Sequence[Node], seed: int = 0,
          held: Held | None = None) -> list[ch.Change]:
     """With `held`, nothing that is not held is cleared (everything else is changed in place
-    already: netem `change`, htb classes replaced, filters re-made)."""
+    already: netem `change`, htb classes replaced, filters re-made): in_place, as on a host."""
     changes: list[ch.Change] = []
     for node in nodes:
         changes += plan_node(profile, topology, node)
-    if held is None:
-        return changes
-    return [c for c in changes
-            if not (isinstance(c, ch.ClearQdisc) and (c.netns, c.ifname) not in held.roots)
-            and not (isinstance(c, ch.ClearIngress) and (c.netns, c.dev) not in held.ingress)]
+    return changes if held is None else in_place(changes, held)
 
 
 def refuse(profile: Profile, where: str = "") -> None:
