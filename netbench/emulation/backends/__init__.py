@@ -16,6 +16,7 @@ from netbench.emulation.backends import netem, rateonly, userspace
 from netbench.emulation.backends.base import Backend
 from netbench.emulation.held import Held
 from netbench.errors import BackendUnavailable, UsageError
+from netbench.model.pairs import PairTopology
 from netbench.model.profile import Profile
 from netbench.model.topology import Topology
 
@@ -43,6 +44,23 @@ def plan_apply(profile: Profile, topology: Topology, backend: str, seed: int = 0
     (what the journal says netbench holds, emulation/held.py): in place, so a live link is
     never unshaped; only what is held and no longer wanted is removed."""
     chosen = get_backend(backend)
+    return _with_prelude(chosen, topology, held, lambda h: chosen.plan(profile, topology, topology.nodes, seed, *h))
+
+
+def plan_pairs_apply(pairs: PairTopology, topology: Topology, backend: str, seed: int = 0,
+                     held: Held | None = None) -> list[ch.Change]:
+    """Everything to shape every node's egress per destination as `pairs` says (the same
+    prelude and in-place rules as plan_apply)."""
+    chosen = get_backend(backend)
+    if chosen.plan_pairs is None:
+        raise BackendUnavailable(f"the {chosen.name} backend cannot shape per destination (a topology)",
+                                 hint=f"use one of: {', '.join(n for n, b in BACKENDS.items() if b.plan_pairs)}")
+    plan_pairs = chosen.plan_pairs
+    return _with_prelude(chosen, topology, held, lambda h: plan_pairs(pairs, topology, topology.nodes, seed, *h))
+
+
+def _with_prelude(chosen: Backend, topology: Topology, held: Held | None,
+                  plan: Callable[[tuple], list[ch.Change]]) -> list[ch.Change]:
     switch = topology.switch_netns
     if held is not None and held.exact and chosen.name in IN_PLACE:
         changes: list[ch.Change] = []
@@ -52,10 +70,10 @@ def plan_apply(profile: Profile, topology: Topology, backend: str, seed: int = 0
                     changes.append(ch.DeleteNfqueueRule(node.name, switch, node.port, ch.queue_num(i)))
             changes += [ch.StopEngine(node.name, switch, ch.queue_num(i)) for i, node in enumerate(topology.nodes)
                         if (switch, ch.queue_num(i)) in held.engines]
-        return changes + chosen.plan(profile, topology, topology.nodes, seed, held)
+        return changes + plan((held,))
     changes = [ch.ClearRules("switch", switch)]
     changes += [ch.StopEngine(node.name, switch, ch.queue_num(i)) for i, node in enumerate(topology.nodes)]
-    return changes + chosen.plan(profile, topology, topology.nodes, seed)
+    return changes + plan(())
 
 
 def backend_held(egress: Any, ingress: Any, rules: list[str]) -> str | None:
