@@ -11,15 +11,18 @@ Usage::
     .venv/bin/python bench/sweep_efficiency.py RESULTS [RESULTS ...] [--json PATH]
     .venv/bin/python bench/sweep_efficiency.py --run [--latency 1,10,50ms --bandwidth 100mbit,1gbit]
 
-With --run (root, TensorFlow; what ``make bench`` does) it runs the sweep twice on the
-embedded testbed, ``--isolate`` (a launch per point, the default) and then ``--launch`` (a launch per job
-configuration), into a fresh folder each, and reports both. Exit status: 0 done, 2 could not
-run, 130 interrupted.
+With --run (root, TensorFlow; what ``make bench`` does) it runs the sweep on the embedded
+testbed once per mode in --modes, into a fresh folder each: ``isolate`` (a launch per point),
+``launch`` (a launch per job configuration, points by decreasing TCP window: the default) and
+``random`` (a launch with the points shuffled), and reports each folder's share of wall time
+measured and, per point, each mode's images/sec against the first folder's (the bias a shared
+launch may carry). Exit status: 0 done, 2 could not run, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import subprocess
@@ -59,11 +62,27 @@ def efficiency(results: Path) -> dict:
             "share": round(measured / wall, 4) if wall > 0 else None}
 
 
+MODES = {"isolate": ["--isolate"], "launch": ["--launch"], "random": ["--launch", "--order", "random"]}
+
+
+def per_point(results: Path) -> dict[str, float]:
+    """images/sec of each ok point by profile name (a mean over its repetitions)."""
+    rates: dict[str, list[float]] = {}
+    with open(results / "results.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            if row["status"] == "ok" and row["images_per_sec"]:
+                rates.setdefault(row["profile"], []).append(float(row["images_per_sec"]))
+    return {name: sum(v) / len(v) for name, v in rates.items()}
+
+
 def run_sweeps(args) -> list[Path]:
-    """The sweep with --isolate, then with --launch, each into its own fresh folder."""
+    """The sweep once per mode in args.modes, each into its own fresh folder."""
     out = Path(tempfile.mkdtemp(prefix="netbench-sweep-efficiency-"))
     folders = []
-    for name, extra in [("isolate", ["--isolate"]), ("launch", ["--launch"])]:
+    for name in args.modes.split(","):
+        if name not in MODES:
+            raise ValueError(f"--modes: unknown mode {name!r} (use {', '.join(MODES)})")
+        extra = MODES[name]
         folder = out / name
         cmd = [sys.executable, "-m", "netbench.cli", "sweep", "--latency", args.latency,
                "--bandwidth", args.bandwidth, "--output", str(folder), *extra]
@@ -78,7 +97,9 @@ def run_sweeps(args) -> list[Path]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("results", nargs="*", type=Path, help="results folders")
-    parser.add_argument("--run", action="store_true", help="run the sweep with --isolate and --launch, then report")
+    parser.add_argument("--run", action="store_true", help="run the sweep once per mode, then report")
+    parser.add_argument("--modes", default="isolate,launch", help="with --run: modes in order, of "
+                        + ", ".join(MODES))
     parser.add_argument("--latency", default="1,10,50ms")
     parser.add_argument("--bandwidth", default="100mbit,1gbit")
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -102,6 +123,22 @@ def main(argv=None) -> int:
         share = "-" if row["share"] is None else f"{row['share']:.0%}"
         print(f"{row['results'][-50:]:50} {row['points']:>6} {row['launches']:>8} {row['wall_s']:>8.1f} "
               f"{row['measured_s']:>10.1f} {share:>6}")
+    points = [per_point(folder) for folder in args.results]
+    names = sorted({n for p in points for n in p}, key=lambda n: [int("".join(c for c in part if c.isdigit()) or 0)
+                                                                    for part in n.split("-")])
+    if len(points) > 1 and names:
+        print(f"\nimages/sec per point, and against {args.results[0].name}:")
+        print(f"{'point':24}" + "".join(f" {folder.name[-12:]:>20}" for folder in args.results))
+        for name in names:
+            base = points[0].get(name)
+            cells = []
+            for p in points:
+                value = p.get(name)
+                ratio = f" ({value / base:.2f})" if value and base else ""
+                cells.append(f" {('-' if value is None else f'{value:.1f}') + ratio:>20}")
+            print(f"{name:24}" + "".join(cells))
+    for row, p in zip(rows, points):
+        row["images_per_sec"] = {n: round(v, 2) for n, v in p.items()}
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

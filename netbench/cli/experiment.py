@@ -23,28 +23,33 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 
 
 def launch_options(command):
-    """--isolate, --settle-steps, --settle: how points share the job's processes."""
+    """--isolate/--launch, --order, --settle-steps, --settle: how points share the job's processes."""
     command = click.option("--settle", "settle_text", default="1.5s", show_default=True, metavar="DURATION",
-                           help="In a shared launch, measure a point no sooner than this after its change.")(command)
+                           help="In a shared launch, measure a point no sooner than this after its change "
+                                "(and not before the step time is steady again).")(command)
     command = click.option("--settle-steps", default=3, show_default=True, type=click.IntRange(0, 100000),
                            help="In a shared launch, drop at least this many steps after a point's change.")(command)
-    return click.option("--isolate/--launch", default=True, show_default=True,
-                        help="--isolate: start the job's processes anew for every point (with warm-up each "
-                             "time). --launch: start them once per job configuration and repetition and move "
-                             "them through the points (far less time outside measurement, but TCP connections "
-                             "carry their congestion state from point to point: a fast, far point measured "
-                             "after a slow one came out up to 40 % low; see README 'Launches').")(command)
+    command = click.option("--order", "launch_order", type=click.Choice(["capacity", "random"]), default="capacity",
+                           show_default=True,
+                           help="The points' order within a launch. capacity: by decreasing TCP window "
+                                "(bandwidth x delay, capped by loss), so a point never follows one that left "
+                                "TCP's congestion window too small for it; ties in a random order. random: "
+                                "every point shuffled (TCP carries its state over; see README 'Launches').")(command)
+    return click.option("--isolate/--launch", default=False, show_default=True,
+                        help="--launch: start the job's processes once per job configuration and repetition "
+                             "and move them through the points, each applied in place. --isolate: start them "
+                             "anew for every point (with warm-up each time).")(command)
 
 
-def _launch_settings(isolate: bool, settle_text: str, settle_steps: int) -> dict:
-    """SweepConfig's isolate and settle from the flags."""
+def _launch_settings(isolate: bool, settle_text: str, settle_steps: int, order: str) -> dict:
+    """SweepConfig's isolate, order and settle from the flags."""
     from netbench.experiment.launch import Settle
 
     try:
         seconds = units.parse_duration_us(settle_text) / 1e6
     except ValueError as exc:
         raise UsageError(f"flag --settle: {exc}", hint="e.g. --settle 1.5s") from None
-    return {"isolate": isolate, "settle": Settle(steps=settle_steps, seconds=seconds)}
+    return {"isolate": isolate, "order": order, "settle": Settle(steps=settle_steps, seconds=seconds)}
 
 
 @click.command("sweep")
@@ -95,22 +100,23 @@ def _launch_settings(isolate: bool, settle_text: str, settle_steps: int) -> dict
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
 @metrics_options
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1),
-              help="Seed of the points' random order within each launch [default: drawn; recorded in the manifest].")
+              help="Seed of the points' order within each launch (ties under --order capacity) "
+                   "[default: drawn; recorded in the manifest].")
 @launch_options
 @hosts_options
 @handle_errors
 def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strategy, workers, accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, dry_run,
-          metrics_port, metrics_address, metrics_wait, order_seed, isolate, settle_text, settle_steps,
+          metrics_port, metrics_address, metrics_wait, order_seed, isolate, launch_order, settle_text, settle_steps,
           inventory, insecure_host_keys, takeover) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
     --repeat times each. A unit on the last level applies to the bare numbers before it.
-    Each point starts the job's processes anew (--isolate, the default); --launch starts them
-    once per repetition and moves them through the points in a random order, each applied in
-    place (far less time outside measurement; see the README on what TCP carries over).
+    The job's processes start once per repetition (a launch) and move through the points, each
+    applied in place, by decreasing TCP window (--order); --isolate starts them anew for every
+    point. See the README's 'Launches' for what a shared launch carries over and how it settles.
 
     Example: netbench sweep --latency 1,10,100ms --repeat 2
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
@@ -158,7 +164,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strate
                          backend=None if backend == "auto" else backend,
                          timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
-                         order_seed=order_seed, **_launch_settings(isolate, settle_text, settle_steps))
+                         order_seed=order_seed, **_launch_settings(isolate, settle_text, settle_steps, launch_order))
     if inventory is not None:
         _run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port, metrics_address, takeover,
                       metrics_wait_s)
@@ -301,7 +307,7 @@ def _print_sweep_plan(config) -> None:
                           f"{verify_settings_text()}" if len(topo.nodes) > 1 else "    verify: skipped (one node)")
     from netbench.experiment.launch import describe_launches
 
-    for line in describe_launches(config.runs, config.order_seed, config.isolate):
+    for line in describe_launches(config.runs, config.order_seed, config.isolate, config.order):
         console.plain(line)
 
 
@@ -338,7 +344,7 @@ def _playbook_state(output: Path) -> dict | None:
 def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, verify_points: bool,
                  metrics_port: int | None, metrics_address: str | None, metrics_wait: str,
                  sample_resources: float | None,
-                 dry_run: bool, isolate: bool, settle_text: str, settle_steps: int,
+                 dry_run: bool, isolate: bool, launch_order: str, settle_text: str, settle_steps: int,
                  inventory: Path | None, insecure_host_keys: bool, takeover: bool) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
 
@@ -370,7 +376,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
         from netbench.experiment.launch import describe_launches
 
         _print_playbook_plan(book, seed, runs, statuses, output)
-        for line in describe_launches(todo, seed, isolate):
+        for line in describe_launches(todo, seed, isolate, launch_order):
             console.plain(line)
         return
     from netbench.jobs import worker
@@ -398,7 +404,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                          backend=None if chosen in (None, "auto") else chosen,
                          timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
-                         order_seed=seed, **_launch_settings(isolate, settle_text, settle_steps))
+                         order_seed=seed, **_launch_settings(isolate, settle_text, settle_steps, launch_order))
     if inventory is not None:
         from netbench.testbed.hosts import check_on_hosts
 

@@ -41,8 +41,8 @@ class SweepConfig:
     seed: int = 0
     verify: bool = False  # measure each point (ping, iperf3) before training on it
     # one launch (start of the job's processes) per point; False: a launch serves many points
-    # (opt-in: TCP's congestion state carries over from point to point, see README 'Launches')
-    isolate: bool = True
+    isolate: bool = False
+    order: str = "capacity"  # the points' order within a launch (experiment/launch.py ORDERS)
     settle: Settle = Settle()  # how long a point's change settles in a shared launch
     order_seed: int | None = None  # the points' order within each launch; None: drawn (and recorded)
 
@@ -204,11 +204,11 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
 
         own, shared = split_runs(config, testbed.kind)
         order_seed = config.order_seed if config.order_seed is not None else random.SystemRandom().randrange(2**31)
-        plans = launches.plan_launches(shared, order_seed)
+        plans = launches.plan_launches(shared, order_seed, config.order)
         ctx = launches.Context(config=config, testbed=testbed, store=store, observer=observer,
                                make_result=make_result, finish=finish, backend_name=backend.name,
                                settle=config.settle, ports=rng, started=manifest.setdefault("launches", []))
-        manifest.update(isolate=config.isolate, order_seed=order_seed, settle=asdict(config.settle),
+        manifest.update(isolate=config.isolate, order=config.order, order_seed=order_seed, settle=asdict(config.settle),
                         isolated_runs=[r.run_id for r in own],
                         launch_plan=[{"group": p.group, "seed": p.seed, "runs": [r.run_id for r in p.runs]}
                                      for p in plans])

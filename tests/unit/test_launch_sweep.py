@@ -34,7 +34,7 @@ def _runs(delays=(1, 2, 3), repeat=1, job=JOB, workers=2):
 def _config(tmp_path, runs, **kw):
     kw.setdefault("settle", FAST)
     kw.setdefault("order_seed", 7)
-    kw.setdefault("isolate", False)  # launches are opt-in (--launch); these tests are about them
+    kw.setdefault("order", "random")  # most tests here are about the shuffled order's bookkeeping
     return SweepConfig(sweep_id="s", runs=tuple(runs), job=runs[0].job, workers=runs[0].workers,
                        output=tmp_path / "out", **kw)
 
@@ -64,13 +64,80 @@ def test_runs_are_grouped_by_job_configuration_and_repetition():
 
 def test_each_launch_has_its_own_order_from_the_recorded_seed():
     runs = _runs(delays=range(1, 9), repeat=3)
-    plans = plan_launches(runs, seed=5)
-    assert plan_launches(runs, seed=5) == plans  # the same seed, the same order
+    plans = plan_launches(runs, seed=5, order="random")
+    assert plan_launches(runs, seed=5, order="random") == plans  # the same seed, the same order
     orders = [[r.point for r in p.runs] for p in plans]
     assert all(sorted(o) == list(range(8)) for o in orders)
     assert len({tuple(o) for o in orders}) > 1  # each launch its own order
-    assert orders != [[r.point for r in p.runs] for p in plan_launches(runs, seed=6)]
+    assert orders != [[r.point for r in p.runs] for p in plan_launches(runs, seed=6, order="random")]
     assert [r.repeat for r in plans[2].runs] == [2] * 8  # the launch is the replicate
+
+
+def _point(name, delay_ms=0, rate=None, loss=0.0):
+    return Profile(name=name, delay_us=int(delay_ms * 1000), rate_bps=rate, loss=loss)
+
+
+def test_tcp_window_is_the_bandwidth_delay_product_capped_by_loss():
+    # 1 gbit at 50 ms one-way: 100 ms round trip = 12.5 MB in flight, ~8,600 segments
+    assert launch.tcp_window_packets(_point("a", 50, 10**9)) == pytest.approx(10**9 * 0.1001 / (1448 * 8))
+    # 1 % loss holds a window of 1.22 / sqrt(0.01) = 12.2 segments, however wide the path
+    assert launch.tcp_window_packets(_point("b", 50, 10**9, 0.01)) == pytest.approx(12.2)
+    uncapped = launch.tcp_window_packets(_point("c", 10))
+    assert uncapped == pytest.approx(launch.UNLIMITED_BPS * 0.0201 / (1448 * 8))
+
+
+def test_capacity_order_never_raises_the_window_within_a_launch():
+    profiles = [_point("1ms-100m", 1, 10**8), _point("50ms-100m", 50, 10**8), _point("50ms-1g", 50, 10**9),
+                _point("10ms-1g", 10, 10**9), _point("50ms-1g-1%", 50, 10**9, 0.01), _point("1ms-1g", 1, 10**9)]
+    runs = design.Design(points=tuple(design.Point(p, JOB, 2) for p in profiles), repeat=2).runs()
+    plans = plan_launches(runs, seed=3)
+    for plan in plans:
+        assert plan.order == "capacity"
+        windows = [launch.tcp_window_packets(r.profile) for r in plan.runs]
+        assert windows == sorted(windows, reverse=True)
+        assert [r.profile.name for r in plan.runs] == ["50ms-1g", "10ms-1g", "50ms-100m", "1ms-1g", "1ms-100m",
+                                                       "50ms-1g-1%"]
+    with pytest.raises(ValueError):
+        plan_launches(runs, seed=3, order="sideways")
+
+
+def test_capacity_order_breaks_ties_with_the_seed():
+    runs = design.Design(points=tuple(design.Point(_point(f"p{i}", 10, 10**8), JOB, 2) for i in range(6)),
+                         repeat=1).runs()
+    orders = {tuple(r.point for r in plan_launches(runs, seed=s)[0].runs) for s in range(6)}
+    assert len(orders) > 1  # equal windows: the seeded shuffle decides
+    assert plan_launches(runs, seed=2) == plan_launches(runs, seed=2)
+
+
+def test_the_window_waits_for_the_step_time_to_steady_after_a_change():
+    # retransmissions after a fall in rate: the first steps after the change take seconds
+    window = PointWindow(changed_at=0.0, settle=Settle(steps=3, seconds=0.5), steps=2)
+    times = [2.0, 0.8, 1.5, 0.05, 0.06, 0.05, 0.05, 0.06]
+    phases, at = [], 0.1
+    for k, duration in enumerate(times):
+        step = ev.Step(step=k, phase="measured", start=at, end=at + duration, duration=duration, recv=at + duration,
+                       worker=0, role="worker")
+        at += duration
+        phases.append(window.chief(step))
+        if window.done:
+            break
+    # three slow steps (past the 3-step, 0.5 s minimum), then fast ones: measured once the median of
+    # the last three is within 1.5x the fastest
+    assert phases == ["settle"] * 4 + ["measured"] * 2
+    assert window.dropped == 4 and window.done
+
+
+def test_the_steadiness_rule_gives_up_after_max_seconds():
+    window = PointWindow(changed_at=0.0, settle=Settle(steps=1, seconds=0.0, steady=1.5, max_seconds=3.0), steps=1)
+    at, phases = 0.0, []
+    for k, duration in enumerate([0.1, 1.0, 1.0] * 4):  # two slow steps in every three: never steady
+        step = ev.Step(step=k, phase="measured", start=at, end=at + duration, duration=duration, recv=at + duration,
+                       worker=0, role="worker")
+        at += duration
+        phases.append(window.chief(step))
+        if window.done:
+            break
+    assert phases[-1] == "measured" and window.window_start >= 3.0
 
 
 def test_schedules_verify_isolate_and_the_hosts_target_launch_each_point_alone(tmp_path):
@@ -117,10 +184,10 @@ def test_a_launch_starts_the_job_once_and_measures_every_point(tmp_path):
     assert len(testbed.spawned) == 2 and all("--until-stopped" in t.argv for t in testbed.spawned)
     assert {r.launch for r in results} == {0} and all(r.stats["steps"] == 5 for r in results)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert manifest["order_seed"] == 7 and manifest["settle"] == {"steps": 3, "seconds": 0.0}
+    assert manifest["order_seed"] == 7 and manifest["settle"] == {"steps": 3, "seconds": 0.0, "steady": 1.5, "max_seconds": 30.0}
     order = manifest["launches"][0]["runs"]
-    assert order == [r.run_id for r in plan_launches(_runs(), 7)[0].runs] == [r.run_id for r in results]
-    assert [p.name for p in testbed.applied] == [r.profile.name for r in plan_launches(_runs(), 7)[0].runs]
+    assert order == [r.run_id for r in plan_launches(_runs(), 7, "random")[0].runs] == [r.run_id for r in results]
+    assert [p.name for p in testbed.applied] == [r.profile.name for r in plan_launches(_runs(), 7, "random")[0].runs]
     pids = set()
     for result in results:
         record = _record(tmp_path, result.run_id)
@@ -267,8 +334,8 @@ def test_the_worker_accepts_until_stopped():
 
 def test_dry_run_lines_list_each_launch_in_its_order():
     runs = _runs(repeat=2)
-    lines = launch.describe_launches(runs, 7)
-    plans = plan_launches(runs, 7)
+    lines = launch.describe_launches(runs, 7, order="random")
+    plans = plan_launches(runs, 7, "random")
     assert lines[1:] == [f"  launch {p.group}: " + " ".join(r.run_id for r in p.runs) for p in plans]
     assert launch.describe_launches(runs, 7, isolate=True)[0].startswith("--isolate")
 
