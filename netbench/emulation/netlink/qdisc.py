@@ -20,7 +20,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_NEWQDISC
 
 from netbench.emulation.changes import (CHILD_MAJOR, HANDLE_MAJOR, HTB_UNLIMITED_BPS, QDISC_HANDLE, ShapeDevice,
-                                        htb_burst_bytes, htb_quantum)
+                                        htb_burst_bytes, htb_quantum, tbf_burst_bytes)
 from netbench.emulation.netlink import netem, rtnl
 from netbench.emulation.netlink.netem import NetemParams
 from netbench.errors import EmulationError, PrivilegeError
@@ -159,7 +159,15 @@ class NetlinkQdiscs:
             peeked = self._peeked.pop((netns, ifname), None)
             index = peeked[0] if peeked else self._index(ns, netns, ifname)
             try:
-                self._drop_root_unless(ns, index, "tbf", peeked[1] if peeked else False)
+                root = peeked[1] if peeked else self._root(ns, index)
+                if self._drop_root_unless(ns, index, "tbf", root) and _tbf_burst(root) > burst_bytes:
+                    # tbf keeps its queue when changed, and a packet queued under a larger burst
+                    # than the new one (a 64 KB GSO segment under 1gbit's, then 100mbit's
+                    # 12.5 KB) never gathers the tokens to leave: the link stalls for good. A
+                    # smaller burst gets a new tbf (the queue is dropped, as a fall in rate
+                    # would drop much of it anyway; the link is unshaped between the two
+                    # messages, tens of microseconds)
+                    ns.tc("del", index=index, handle=QDISC_HANDLE, root=True)
                 # pyroute2 takes an integer rate in bytes/s; burst and limit in bytes
                 ns.tc("replace", "tbf", index, handle=QDISC_HANDLE, rate=rate_bps // 8,
                       burst=burst_bytes, limit=limit_bytes)
@@ -373,6 +381,12 @@ def _stats(qdisc: Any) -> dict[str, Any]:
     if queue:
         out["drops"], out["backlog"], out["overlimits"] = queue["drops"], queue["backlog"], queue["overlimits"]
     return out
+
+
+def _tbf_burst(root: Any) -> int:
+    """The burst, in bytes, netbench gave the tbf `root` (it sizes burst from the rate)."""
+    rate_bps = decode_qdisc(root).get("rate_bps")
+    return tbf_burst_bytes(rate_bps) if rate_bps else 0
 
 
 def decode_qdisc(qdisc: Any, distribution: str = "uniform") -> dict[str, Any]:
