@@ -29,12 +29,13 @@ def launch_options(command):
                                 "(and not before the step time is steady again).")(command)
     command = click.option("--settle-steps", default=3, show_default=True, type=click.IntRange(0, 100000),
                            help="In a shared launch, drop at least this many steps after a point's change.")(command)
-    command = click.option("--order", "launch_order", type=click.Choice(["capacity", "random"]), default="capacity",
-                           show_default=True,
-                           help="The points' order within a launch. capacity: by decreasing TCP window "
-                                "(bandwidth x delay, capped by loss), so a point never follows one that left "
-                                "TCP's congestion window too small for it; ties in a random order. random: "
-                                "every point shuffled (TCP carries its state over; see README 'Launches').")(command)
+    command = click.option("--order", "launch_order", type=click.Choice(["descending", "random"]),
+                           default="descending", show_default=True,
+                           help="The points' order in launches. descending: each change only lowers rate, "
+                                "delay or jitter or raises loss, so TCP's congestion state never carries into "
+                                "a wider path (a grid takes a few launches per job configuration). random: one "
+                                "launch per job configuration, shuffled (TCP carries its state over; see "
+                                "README 'Launches').")(command)
     return click.option("--isolate/--launch", default=False, show_default=True,
                         help="--launch: start the job's processes once per job configuration and repetition "
                              "and move them through the points, each applied in place. --isolate: start them "
@@ -100,7 +101,7 @@ def _launch_settings(isolate: bool, settle_text: str, settle_steps: int, order: 
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
 @metrics_options
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1),
-              help="Seed of the points' order within each launch (ties under --order capacity) "
+              help="Seed of the points' order within each launch (ties under --order descending) "
                    "[default: drawn; recorded in the manifest].")
 @launch_options
 @hosts_options
@@ -115,8 +116,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strate
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
     --repeat times each. A unit on the last level applies to the bare numbers before it.
     The job's processes start once per repetition (a launch) and move through the points, each
-    applied in place, by decreasing TCP window (--order); --isolate starts them anew for every
-    point. See the README's 'Launches' for what a shared launch carries over and how it settles.
+    applied in place, each change only narrowing the path (--order); --isolate starts them anew
+    for every point. See the README's 'Launches' for what a shared launch carries over and how it settles.
 
     Example: netbench sweep --latency 1,10,100ms --repeat 2
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit

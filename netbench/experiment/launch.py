@@ -10,26 +10,24 @@ the change AND until the step time is steady; the dropped steps are kept with ph
 "settle"), measures the next `job.steps` steps (or `job.seconds`), and goes on
 (`PointWindow` decides each step).
 
-The order within a launch is "capacity" by default: points by decreasing TCP window
-(`tcp_window_packets`: the path's bandwidth-delay product, capped by the loss bound of
-Mathis et al.), ties in a seeded random order. The job's TCP connections live through the
-whole launch and carry their congestion state from point to point: after a point that
-holds a small window, a point that needs a larger one is measured while cubic grows back
-from the old ssthresh, which takes far longer than a settle window (measured here: 1gbit
-at 50 ms gave 342 img/s right after 100mbit, 483 img/s as a launch's first point). A fall in
-capacity is absorbed within a few round trips. "random" shuffles every point (the
-textbook split-plot; use it with short-RTT, uncapped points or to measure the carry-over).
-The launch is the unit of replication: a run's `repeat` is its launch's index within its
-job configuration.
-
-Failure is per point: a point whose next step does not come within the step timeout, or
-whose processes die, is recorded as timeout/failed; its launch is ended and a new one is
-started for the points left. Ending a launch (SIGTERM, then KILL) is no failure.
+Launches go "descending" by default: a job configuration's points are cut into chains in
+which every change only narrows the path (rate and delay and jitter lower or the same, loss
+higher or the same: `follows`), as few chains as a first-fit over the points sorted widest
+first gives, and each chain is one launch (ties in a seeded random order). The job's TCP
+connections live through the whole launch and carry their congestion state from point to
+point, and measured here both directions of a change across two factors hurt: 1gbit at
+50 ms gave 342 img/s right after 100mbit at 50 ms against 483 img/s as a launch's first point
+(cubic grows its window back from the old ssthresh for minutes); 100mbit at 50 ms gave
+184 img/s right after 1gbit at 10 ms against 264 (a fall in rate with a rise in delay),
+and 100mbit at 10 ms right after 1gbit at 1 ms stalled a worker's heartbeats past TF's
+deadline. A fall in rate alone (1gbit to 100mbit at 50 ms: 288 against 290 img/s) is
+absorbed. "random" puts every point of a configuration in one launch, shuffled (the
+textbook split-plot; for latency-only sweeps at an uncapped rate, or to measure the
+carry-over).
 """
 
 from __future__ import annotations
 
-import math
 import random
 import statistics
 import time
@@ -46,7 +44,7 @@ UNTIL_STOPPED = "--until-stopped"
 PORT_RANGE = (20000, 60000)
 
 
-ORDERS = ("capacity", "random")
+ORDERS = ("descending", "random")
 MSS_BITS = 1448 * 8  # a full TCP segment on a 1500-byte MTU, with timestamps
 UNLIMITED_BPS = 10_000_000_000  # what an uncapped veth path counts as when ordering points
 BASE_RTT_S = 100e-6  # a round trip between namespaces with no emulated delay
@@ -66,16 +64,29 @@ class Settle:
     max_seconds: float = 30.0
 
 
-def tcp_window_packets(profile: Any) -> float:
-    """The congestion window, in full segments, that a TCP flow holds on `profile`'s path in
-    steady state: the bandwidth-delay product (an uncapped rate counts as UNLIMITED_BPS; the
-    round trip crosses each node's egress once), capped by 1.22 / sqrt(loss) (Mathis, Semke,
-    Mahdavi and Ott, 1997). Pure; used to order a launch's points."""
-    rtt_s = BASE_RTT_S + 2 * (profile.delay_us + profile.jitter_us) / 1e6
-    window = (profile.rate_bps or UNLIMITED_BPS) * rtt_s / MSS_BITS
-    if profile.loss > 0:
-        window = min(window, 1.22 / math.sqrt(profile.loss))
-    return window
+def follows(before: Any, after: Any) -> bool:
+    """Whether profile `after` may follow profile `before` in a launch: the change only
+    narrows the path (no rate, delay or jitter rises, no loss falls; no rate is unlimited)."""
+    unlimited = float("inf")
+    return ((after.rate_bps or unlimited) <= (before.rate_bps or unlimited) and after.delay_us <= before.delay_us
+            and after.jitter_us <= before.jitter_us and after.loss >= before.loss)
+
+
+def descending_chains(runs: list[Run]) -> list[list[Run]]:
+    """`runs` cut into chains in which each run `follows` the one before (pure): sorted widest
+    first (rate, then delay, jitter, then loss; stable, so equal points keep their order),
+    each run joins the first chain it may follow, else starts one."""
+    unlimited = float("inf")
+    ordered = sorted(runs, key=lambda r: (-(r.profile.rate_bps or unlimited), -r.profile.delay_us,
+                                          -r.profile.jitter_us, r.profile.loss))
+    chains: list[list[Run]] = []
+    for run in ordered:
+        chain = next((c for c in chains if follows(c[-1].profile, run.profile)), None)
+        if chain is None:
+            chains.append([run])
+        else:
+            chain.append(run)
+    return chains
 
 
 @dataclass(frozen=True)
@@ -85,7 +96,7 @@ class LaunchPlan:
     group: int  # the launch's place in the sweep's plan
     runs: tuple[Run, ...]
     seed: int
-    order: str = "capacity"
+    order: str = "descending"
 
 
 def group_key(run: Run) -> tuple[JobSpec, int, int]:
@@ -93,11 +104,11 @@ def group_key(run: Run) -> tuple[JobSpec, int, int]:
     return run.job, run.workers, run.repeat
 
 
-def plan_launches(runs: tuple[Run, ...] | list[Run], seed: int, order: str = "capacity") -> tuple[LaunchPlan, ...]:
-    """The runs grouped into launches (in order of each group's first run), each group's
-    runs shuffled with random.Random(seed * 1_000_003 + group), so one seed gives every
-    launch its own order, the same on every machine; with order "capacity", then sorted
-    (stably, so ties keep the shuffle) by decreasing tcp_window_packets."""
+def plan_launches(runs: tuple[Run, ...] | list[Run], seed: int, order: str = "descending") -> tuple[LaunchPlan, ...]:
+    """The runs grouped by job configuration and repetition (in order of each group's first
+    run), each group's runs shuffled with random.Random(seed * 1_000_003 + group), so one seed
+    gives every group its own order, the same on every machine. "random": one launch per
+    group in that order; "descending": the group's descending_chains, a launch each."""
     if order not in ORDERS:
         raise ValueError(f"unknown launch order {order!r}")
     groups: dict[tuple, list[Run]] = {}
@@ -108,27 +119,26 @@ def plan_launches(runs: tuple[Run, ...] | list[Run], seed: int, order: str = "ca
         order_seed = seed * 1_000_003 + number
         shuffled = list(members)
         random.Random(order_seed).shuffle(shuffled)
-        if order == "capacity":
-            shuffled.sort(key=lambda r: -round(math.log(tcp_window_packets(r.profile)), 6))
-        plans.append(LaunchPlan(group=number, runs=tuple(shuffled), seed=order_seed, order=order))
+        chains = descending_chains(shuffled) if order == "descending" else [shuffled]
+        plans += [LaunchPlan(group=number, runs=tuple(chain), seed=order_seed, order=order) for chain in chains]
     return tuple(plans)
 
 
-def describe_launches(runs, seed: int | None, isolate: bool = False, order: str = "capacity") -> list[str]:
+def describe_launches(runs, seed: int | None, isolate: bool = False, order: str = "descending") -> list[str]:
     """Lines for a dry run: each launch and its points in the order they will run (with seed
     None and order random, as grouped: the order is drawn when the sweep starts)."""
     if isolate:
         return ["--isolate: the job's processes start anew for every point"]
     plans = plan_launches(list(runs), 0 if seed is None else seed, order)
     note = f"order seed {seed}" if seed is not None else "order drawn at the start; --order-seed fixes it"
-    how = ("by decreasing TCP window (bandwidth x delay, loss-capped), ties in a random order"
-           if order == "capacity" else "in a random order")
-    lines = [f"{len(plans)} launch(es), points {how} within each ({note}); "
+    how = ("each change only lowering rate, delay or jitter or raising loss; equal points in a random order"
+           if order == "descending" else "in a random order")
+    lines = [f"{len(plans)} launch(es), points {how} ({note}); "
              f"schedules and --verify launch each point on its own:"]
-    for plan in plans:
-        shown = plan.runs if seed is not None or order == "capacity" else sorted(plan.runs, key=lambda r: r.index)
+    for number, plan in enumerate(plans):
+        shown = plan.runs if seed is not None or order == "descending" else sorted(plan.runs, key=lambda r: r.index)
         runs_text = " ".join(r.run_id for r in shown)
-        lines.append(f"  launch {plan.group}: {runs_text}")
+        lines.append(f"  launch {number} (job configuration {plan.group}): {runs_text}")
     return lines
 
 

@@ -42,7 +42,7 @@ class SweepConfig:
     verify: bool = False  # measure each point (ping, iperf3) before training on it
     # one launch (start of the job's processes) per point; False: a launch serves many points
     isolate: bool = False
-    order: str = "capacity"  # the points' order within a launch (experiment/launch.py ORDERS)
+    order: str = "descending"  # the points' order within a launch (experiment/launch.py ORDERS)
     settle: Settle = Settle()  # how long a point's change settles in a shared launch
     order_seed: int | None = None  # the points' order within each launch; None: drawn (and recorded)
 

@@ -77,35 +77,35 @@ def _point(name, delay_ms=0, rate=None, loss=0.0):
     return Profile(name=name, delay_us=int(delay_ms * 1000), rate_bps=rate, loss=loss)
 
 
-def test_tcp_window_is_the_bandwidth_delay_product_capped_by_loss():
-    # 1 gbit at 50 ms one-way: 100 ms round trip = 12.5 MB in flight, ~8,600 segments
-    assert launch.tcp_window_packets(_point("a", 50, 10**9)) == pytest.approx(10**9 * 0.1001 / (1448 * 8))
-    # 1 % loss holds a window of 1.22 / sqrt(0.01) = 12.2 segments, however wide the path
-    assert launch.tcp_window_packets(_point("b", 50, 10**9, 0.01)) == pytest.approx(12.2)
-    uncapped = launch.tcp_window_packets(_point("c", 10))
-    assert uncapped == pytest.approx(launch.UNLIMITED_BPS * 0.0201 / (1448 * 8))
+def test_a_point_follows_another_only_when_the_path_narrows():
+    wide = _point("wide", 10, 10**9)
+    assert launch.follows(wide, _point("slower", 10, 10**8)) and launch.follows(wide, _point("nearer", 1, 10**9))
+    assert launch.follows(wide, _point("lossier", 10, 10**9, 0.01)) and launch.follows(wide, wide)
+    assert not launch.follows(wide, _point("farther", 50, 10**9))
+    assert not launch.follows(wide, _point("slower-but-farther", 50, 10**8))  # measured: 30 % low
+    assert not launch.follows(wide, _point("uncapped", 10))
+    assert not launch.follows(_point("lossy", 10, 10**9, 0.01), wide)
 
 
-def test_capacity_order_never_raises_the_window_within_a_launch():
-    profiles = [_point("1ms-100m", 1, 10**8), _point("50ms-100m", 50, 10**8), _point("50ms-1g", 50, 10**9),
-                _point("10ms-1g", 10, 10**9), _point("50ms-1g-1%", 50, 10**9, 0.01), _point("1ms-1g", 1, 10**9)]
+def test_descending_order_cuts_a_grid_into_chains_that_only_narrow():
+    profiles = [_point(f"{d}ms-{r // 10**6}m", d, r) for d in (1, 10, 50) for r in (10**8, 10**9)]
     runs = design.Design(points=tuple(design.Point(p, JOB, 2) for p in profiles), repeat=2).runs()
     plans = plan_launches(runs, seed=3)
+    assert len(plans) == 4  # two chains (the grid's width) per repetition
     for plan in plans:
-        assert plan.order == "capacity"
-        windows = [launch.tcp_window_packets(r.profile) for r in plan.runs]
-        assert windows == sorted(windows, reverse=True)
-        assert [r.profile.name for r in plan.runs] == ["50ms-1g", "10ms-1g", "50ms-100m", "1ms-1g", "1ms-100m",
-                                                       "50ms-1g-1%"]
+        assert plan.order == "descending"
+        assert all(launch.follows(a.profile, b.profile) for a, b in zip(plan.runs, plan.runs[1:]))
+    assert sorted(r.run_id for p in plans for r in p.runs) == sorted(r.run_id for r in runs)
+    assert [r.profile.name for r in plans[0].runs] == ["50ms-1000m", "10ms-1000m", "1ms-1000m", "1ms-100m"]
     with pytest.raises(ValueError):
         plan_launches(runs, seed=3, order="sideways")
 
 
-def test_capacity_order_breaks_ties_with_the_seed():
+def test_descending_order_shuffles_equal_points_with_the_seed():
     runs = design.Design(points=tuple(design.Point(_point(f"p{i}", 10, 10**8), JOB, 2) for i in range(6)),
                          repeat=1).runs()
     orders = {tuple(r.point for r in plan_launches(runs, seed=s)[0].runs) for s in range(6)}
-    assert len(orders) > 1  # equal windows: the seeded shuffle decides
+    assert len(orders) > 1 and len(plan_launches(runs, seed=0)) == 1
     assert plan_launches(runs, seed=2) == plan_launches(runs, seed=2)
 
 
@@ -336,7 +336,8 @@ def test_dry_run_lines_list_each_launch_in_its_order():
     runs = _runs(repeat=2)
     lines = launch.describe_launches(runs, 7, order="random")
     plans = plan_launches(runs, 7, "random")
-    assert lines[1:] == [f"  launch {p.group}: " + " ".join(r.run_id for r in p.runs) for p in plans]
+    assert lines[1:] == [f"  launch {n} (job configuration {p.group}): " + " ".join(r.run_id for r in p.runs)
+                         for n, p in enumerate(plans)]
     assert launch.describe_launches(runs, 7, isolate=True)[0].startswith("--isolate")
 
 
