@@ -70,15 +70,21 @@ class PairTopology:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        """For manifests and run records: canonical numbers (Profile.to_record), every
-        shaped pair as {src, dst, profile}."""
+        """For manifests and run records (JSON-native: equal after a JSON round trip):
+        canonical numbers (Profile.to_record), every shaped pair as {src, dst, profile}."""
         out: dict[str, Any] = {"name": self.name, "source": self.source, "scale": self.scale,
                                "nodes": list(self.nodes)}
         if self.groups:
             out["groups"] = {group: list(members) for group, members in self.groups}
-        out["links"] = [{"src": item.src, "dst": item.dst, "profile": item.profile.to_record()}
-                        for item in self.links]
+        out["links"] = [{"src": item.src, "dst": item.dst, "profile": _record(item.profile)} for item in self.links]
         return out
+
+
+def _record(profile: Profile) -> dict[str, Any]:
+    """Profile.to_record as JSON reads it back (peers a list)."""
+    record = profile.to_record()
+    record["peers"] = list(record["peers"])
+    return record
 
 
 def scaled(pairs: PairTopology, factor: float) -> PairTopology:
