@@ -10,8 +10,10 @@ import pytest
 from netbench.model.profile import load_profile
 
 PROFILES = Path(__file__).resolve().parents[2] / "profiles"
-# schedules (profiles/schedules/) are not profiles: test_schedule.py loads them
-SHIPPED = sorted(p for p in PROFILES.rglob("*.yaml") if p.relative_to(PROFILES).parts[0] != "schedules")
+# schedules (profiles/schedules/) and topologies (profiles/topologies/) are not profiles:
+# test_schedule.py and test_pairs.py load them
+NOT_PROFILES = ("schedules", "topologies")
+SHIPPED = sorted(p for p in PROFILES.rglob("*.yaml") if p.relative_to(PROFILES).parts[0] not in NOT_PROFILES)
 GRID = PROFILES / "grid"
 
 
