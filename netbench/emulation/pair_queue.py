@@ -193,8 +193,7 @@ class PairScheduler:
         """Pop every packet whose release time is <= now_s; their ids, in release order per
         destination (the caller accepts each right away; lateness is recorded here)."""
         out = self._immediate
-        if out:
-            self._immediate = []
+        self._immediate = []
         heap = self._heap
         if not heap or heap[0][0] > now_s:
             return out
