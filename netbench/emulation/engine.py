@@ -38,7 +38,6 @@ SIGTERM/SIGINT accept every held packet, write final stats, unbind, exit 0.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import select
@@ -50,7 +49,8 @@ from dataclasses import dataclass, field
 
 from netbench.emulation import engine_control, nfqueue
 from netbench.emulation.delay_queue import (  # noqa: F401 - re-exported: the engine's parameters
-    DelayScheduler, DestParams, EngineParams, LatenessStats, dest_params_from_dict)
+    DelayScheduler, DestParams, EngineParams, LatenessStats)
+from netbench.emulation.engine_args import DEFAULT_SPIN_US, build_parser, parse_args  # noqa: F401 - re-exported
 from netbench.emulation.pair_queue import PairScheduler
 
 STATS_INTERVAL_S = 1.0
@@ -58,7 +58,6 @@ STATS_INTERVAL_S = 1.0
 # bounds how long a burst of arrivals can postpone a release.
 MAX_RECV_PER_WAKEUP = 128
 MAX_STAMP_LAG_S = 0.05  # trust a kernel receive timestamp at most this far in the past
-DEFAULT_SPIN_US = 100  # see DelayEngine docstring: precision vs CPU
 CONTROL_POLL_S = 0.001  # while spinning, look at the control socket this often
 
 
@@ -308,6 +307,14 @@ class DelayEngine:
         ``kernel`` (/proc/net/netfilter/nfnetlink_queue row: queue_total,
         queue_dropped (maxlen overflow), user_dropped, ...; None if absent).
         ``started_at`` / ``updated_at`` are wall-clock epoch seconds.
+        ``params``: delay_us, jitter_us, loss, seed: the one profile, or with a
+        table the default of destinations not in it (all zero: unshaped).
+        With a per-destination table, also ``pairs`` (one row per destination,
+        in table order: ``{"dst": "10.213.0.3", "delay_us", "jitter_us",
+        "loss", "rate_bps" (None: unlimited), "packets", "accepted",
+        "dropped" (loss), "overlimits" (its queue limit), "queue_depth",
+        "max_queue_depth"}``), ``overlimits`` and ``passed`` (released
+        unshaped). The ready line carries ``pairs`` (the parameters only).
         """
         sched, q = self.scheduler, self._queue
         return {
@@ -372,84 +379,6 @@ def _drain_wakeup(sock: socket.socket) -> None:
             pass
     except BlockingIOError:
         pass
-
-
-# --- command line -------------------------------------------------------------
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse that reports usage errors as a single stderr line, exit 2."""
-
-    def error(self, message: str):  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(prog="netbench-engine",
-                       description="NFQUEUE delay/jitter/loss engine for one namespace")
-    p.add_argument("--queue-num", type=int, required=True, help="NFQUEUE number 0..65535")
-    p.add_argument("--delay-us", type=int, default=None,
-                   help="one-way delay, microseconds (required without --pairs-file; with it: the default)")
-    p.add_argument("--jitter-us", type=int, default=0, help="uniform +/- jitter, microseconds")
-    p.add_argument("--loss", type=float, default=0.0, help="drop probability, ratio 0..1")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--stats-file", default=None, help="JSON stats path, rewritten ~1/s")
-    p.add_argument("--spin-us", type=int, default=DEFAULT_SPIN_US,
-                   help="busy-poll this long before each release instead of sleeping, us")
-    p.add_argument("--rt-priority", type=int, default=0,
-                   help="SCHED_FIFO priority 1..99 (0: normal scheduling)")
-    p.add_argument("--maxlen", type=int, default=nfqueue.DEFAULT_QUEUE_MAXLEN,
-                   help="kernel queue max length, packets")
-    p.add_argument("--control", default=None, help="unix datagram socket path for live changes")
-    p.add_argument("--pairs-file", default=None,
-                   help='per-destination table, JSON {"pairs": [{"dst", "delay_us", "jitter_us", "loss", "rate_bps"}]}')
-    return p
-
-
-def read_pairs_file(path: str) -> tuple[DestParams, ...]:
-    """The table of a --pairs-file; ValueError (one line) when it is unreadable or wrong."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"--pairs-file {path}: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("pairs"), list) or not data["pairs"]:
-        raise ValueError(f"--pairs-file {path}: want an object with a non-empty list \"pairs\"")
-    try:
-        return tuple(dest_params_from_dict(item) for item in data["pairs"])
-    except ValueError as exc:
-        raise ValueError(f"--pairs-file {path}: {exc}") from None
-
-
-def parse_args(argv: list[str]) -> tuple[argparse.Namespace, EngineParams]:
-    """Parse and validate; exits 2 with one line on bad input."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not 0 <= args.queue_num <= 0xFFFF:
-        parser.error(f"--queue-num must be 0..65535, got {args.queue_num}")
-    if args.spin_us < 0:
-        parser.error(f"--spin-us must be >= 0, got {args.spin_us}")
-    if not 0 <= args.rt_priority <= 99:
-        parser.error(f"--rt-priority must be 0..99, got {args.rt_priority}")
-    if args.maxlen < 1:
-        parser.error(f"--maxlen must be >= 1, got {args.maxlen}")
-    for flag, path in (("--stats-file", args.stats_file), ("--control", args.control)):
-        parent = os.path.dirname(os.path.abspath(path)) if path else None
-        if parent and not os.path.isdir(parent):
-            parser.error(f"{flag} directory does not exist: {parent}")
-    if args.loss != args.loss:  # NaN
-        parser.error("--loss must be a number in [0, 1]")
-    if args.delay_us is None and args.pairs_file is None:
-        parser.error("the following arguments are required: --delay-us (or --pairs-file)")
-    try:
-        pairs = read_pairs_file(args.pairs_file) if args.pairs_file else ()
-    except ValueError as exc:
-        parser.error(str(exc))
-    try:
-        params = EngineParams(args.delay_us or 0, args.jitter_us, args.loss, args.seed, pairs)
-    except ValueError as exc:
-        parser.error(str(exc).replace("delay_us", "--delay-us")
-                     .replace("jitter_us", "--jitter-us").replace("loss", "--loss"))
-    return args, params
 
 
 def main(argv: list[str] | None = None) -> int:
