@@ -1,6 +1,6 @@
 """Root tier: per-destination shaping by the userspace backend's delay engines (real kernel).
 
-A 4-node testbed gets a two-group PairTopology (n1, n2 near: 2 ms one way; n3, n4 far from them:
+A 4-node testbed with one profile (10 ms, 100 Mbit/s) gets, in place, a two-group PairTopology (n1, n2 near: 2 ms one way; n3, n4 far from them:
 25 ms one way). n1 pings its near peer n2 and its far peer n3 at the same time, while UDP from n1
 to n3 loads n1's engine with far traffic: every RTT is above twice its one-way delay, and the near
 pair's RTT stays below the far pair's one-way delay (before, one queue per node released in
@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.conftest import NETBENCH
+from tests.conftest import NETBENCH, netbench_processes
 
 pytestmark = pytest.mark.root
 
@@ -27,6 +27,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     result = subprocess.run([*NETBENCH, *args], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     return result
+
+
+def _engine_pids() -> set[int]:
+    return {pid for pid, cmd in netbench_processes() if "netbench.emulation.engine" in cmd}
 
 
 def _two_groups():
@@ -70,11 +74,15 @@ def _rtts(ping: subprocess.Popen) -> list[float]:
 
 def test_a_near_pair_is_not_held_back_by_a_loaded_far_pair(clean_machine, state_dir):
     _cli("testbed", "up", "--nodes", "4")
-    _apply_pairs(clean_machine)
+    _cli("apply", "--latency", "10ms", "--bandwidth", "100mbit", "--backend", "userspace")
+    engines = _engine_pids()
+    _apply_pairs(clean_machine)  # in place: the running engines take their tables, the tbf goes
+    assert _engine_pids() == engines and len(engines) == 4
     shown = {row["node"]: row for row in json.loads(_cli("show", "--json").stdout)["nodes"]}
     # `show` reads each engine's table back (its stats, or its ready line before the first stats)
     assert [(p["dst"], p["delay_us"]) for p in shown["n1"]["engine"]["pairs"]] == [
         ("10.213.0.2", NEAR_US), ("10.213.0.3", FAR_US), ("10.213.0.4", FAR_US)]
+    assert shown["n1"]["qdisc"] is None  # no aggregate tbf: each pair's rate is the engine's
     server = subprocess.Popen(["ip", "netns", "exec", "netbench-n3", "iperf3", "-s", "-1"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     load = None
