@@ -15,7 +15,10 @@ Usage::
 
     sudo .venv/bin/python bench/engine_ceiling.py [--delay-us 10000]
         [--rates 1000,2000,5000,10000,20000,50000] [--duration 3]
-        [--spin-us N] [--rt-priority P] [--json out.json]
+        [--spin-us N] [--rt-priority P] [--table N] [--json out.json]
+
+``--table N``: the engine gets a per-destination table of N destinations (B's address at
+--delay-us, N-1 others at other delays) instead of one profile: the per-destination path.
 
 Everything is torn down in ``finally``.  Traffic stays inside the two
 namespaces the script creates.
@@ -175,10 +178,17 @@ def queue_rule(action: str) -> None:
 
 
 def start_engine(delay_us: int, spin_us: int | None, stats: str,
-                 rt_priority: int = 0) -> subprocess.Popen:
+                 rt_priority: int = 0, table: int = 0) -> subprocess.Popen:
     argv = [sys.executable, "-m", "netbench.emulation.engine", "--queue-num",
-            str(QUEUE_NUM), "--delay-us", str(delay_us), "--stats-file", stats,
+            str(QUEUE_NUM), "--delay-us", str(0 if table else delay_us), "--stats-file", stats,
             "--rt-priority", str(rt_priority)]
+    if table:
+        pairs = [{"dst": ADDR_B, "delay_us": delay_us}]
+        pairs += [{"dst": f"10.254.78.{i}", "delay_us": 1000 * i} for i in range(1, table)]
+        path = stats + ".pairs.json"
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump({"pairs": pairs}, fh)
+        argv += ["--pairs-file", path]
     if spin_us is not None:
         argv += ["--spin-us", str(spin_us)]
     env = dict(os.environ, PYTHONPATH=REPO)
@@ -235,7 +245,7 @@ def _pct(sorted_vals: list, q: float) -> float:
 def run_rate(rate: int, args: argparse.Namespace, tmpdir: str) -> RateResult:
     duration, delay_us = args.duration, args.delay_us
     stats_path = os.path.join(tmpdir, f"engine-{rate}.json")
-    engine = start_engine(delay_us, args.spin_us, stats_path, args.rt_priority)
+    engine = start_engine(delay_us, args.spin_us, stats_path, args.rt_priority, args.table)
     try:
         cpu0, t0 = _cpu_s(engine.pid), time.monotonic()
         sent, elapsed, lat = measure(rate, duration)
@@ -329,6 +339,7 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=3.0, help="seconds per rate")
     p.add_argument("--spin-us", type=int, default=None, help="engine --spin-us")
     p.add_argument("--rt-priority", type=int, default=0, help="engine --rt-priority")
+    p.add_argument("--table", type=int, default=0, help="a per-destination table of N destinations")
     p.add_argument("--json", default=None)
     p.add_argument("--role", choices=("send", "recv"), help=argparse.SUPPRESS)
     p.add_argument("--rate", type=int, help=argparse.SUPPRESS)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import ipaddress
 
 from netbench import units
+from netbench.emulation.delay_queue import DestParams
 from netbench.emulation.netlink.netem import NETEM_RATE32_MAX_BPS, NetemParams
 from netbench.errors import UsageError
 from netbench.model.profile import MAX_LIMIT_PACKETS, MAX_RATE_BPS, Profile
@@ -182,18 +183,35 @@ def describe_netem(n: NetemParams) -> str:
 
 @dataclass(frozen=True)
 class StartEngine(Change):
-    """A delay engine holding queue `queue_num`: delay/jitter in us, loss ratio."""
+    """A delay engine holding queue `queue_num`: delay/jitter in us, loss ratio.
+
+    `pairs`: a per-destination table (delay_queue.DestParams: dst address, delay, jitter, loss,
+    rate); delay/jitter/loss are then the default of destinations not in it (all zero: they
+    pass unshaped)."""
 
     queue_num: int
     delay_us: int
     jitter_us: int
     loss: float
     seed: int
+    pairs: tuple[DestParams, ...] = ()
 
     def describe(self) -> str:
-        return (f"{self.node}: in {self.netns}: start delay engine on NFQUEUE {self.queue_num}: delay "
-                f"{units.format_duration_us(self.delay_us)} jitter {units.format_duration_us(self.jitter_us)} "
-                f"loss {units.format_ratio(self.loss)} seed {self.seed}")
+        return (f"{self.node}: in {self.netns}: start delay engine on NFQUEUE {self.queue_num}: "
+                f"{self._settings()}")
+
+    def _settings(self) -> str:
+        one = (f"delay {units.format_duration_us(self.delay_us)} jitter {units.format_duration_us(self.jitter_us)} "
+               f"loss {units.format_ratio(self.loss)}")
+        if not self.pairs:
+            return f"{one} seed {self.seed}"
+        rows = [f"per destination, seed {self.seed}; other destinations: "
+                f"{one if self.delay_us or self.jitter_us or self.loss else 'unshaped'}"]
+        for pair in self.pairs:
+            rate = units.format_rate_bps(pair.rate_bps) if pair.rate_bps else "unlimited"
+            rows.append(f"  to {pair.dst}: delay {units.format_duration_us(pair.delay_us)} jitter "
+                        f"{units.format_duration_us(pair.jitter_us)} loss {units.format_ratio(pair.loss)} rate {rate}")
+        return "\n".join(rows)
 
 
 @dataclass(frozen=True)
@@ -203,8 +221,7 @@ class ReconfigureEngine(StartEngine):
 
     def describe(self) -> str:
         return (f"{self.node}: in {self.netns}: reconfigure delay engine on NFQUEUE {self.queue_num} in place: "
-                f"delay {units.format_duration_us(self.delay_us)} jitter {units.format_duration_us(self.jitter_us)} "
-                f"loss {units.format_ratio(self.loss)} seed {self.seed}")
+                f"{self._settings()}")
 
 
 @dataclass(frozen=True)

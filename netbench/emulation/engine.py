@@ -1,4 +1,4 @@
-"""Per-namespace delay engine: delay, jitter and loss via NFQUEUE.
+"""Per-namespace delay engine: delay, jitter, loss (and per destination, rate) via NFQUEUE.
 
 The node's iptables rule sends egress packets to NFQUEUE ``N``; this process
 binds queue ``N`` in the same network namespace, holds every packet for its
@@ -7,15 +7,14 @@ scheduled delay and then accepts it, or drops it at arrival with probability
 
 Design notes
 ------------
-* :class:`DelayScheduler` is pure (no I/O, injected times) so it is unit
-  testable.  All times are ``time.monotonic()`` seconds (float); parameters
-  are integer microseconds.
-* NO REORDERING: a packet is never released before the packet queued before
-  it (``release_i = max(release_i, release_{i-1})``).  Jitter therefore
-  stretches gaps instead of reordering, like netem when a rate is set.  This
-  is what makes the kernel's batch verdict ("accept every id <= N") valid:
-  one verdict per wakeup instead of one per packet keeps a Python engine
-  fast.
+* The schedulers are pure (no I/O, injected times) so they are unit testable:
+  delay_queue.DelayScheduler for one profile (releases in arrival order, one
+  batch verdict "accept every id <= N" per wakeup: the fast path), and
+  pair_queue.PairScheduler for a per-destination table (a queue per destination
+  IPv4 address, each with its delay, jitter, loss and rate: a packet to a far
+  peer never holds back one to a near peer; one verdict per packet, sent
+  together). An engine switches between them in place when its parameters gain
+  or lose a table; held packets keep their release times.
 * Dropped packets get an individual NF_DROP verdict at arrival, which
   removes them from the kernel queue, so later batch accepts never touch
   them.
@@ -25,7 +24,12 @@ Command line::
     python -m netbench.emulation.engine --queue-num N --delay-us D
         [--jitter-us J] [--loss RATIO] [--seed S] [--stats-file PATH]
         [--maxlen N] [--spin-us US] [--rt-priority P] [--control PATH]
+        [--pairs-file PATH]
 
+``--pairs-file PATH``: JSON ``{"pairs": [{"dst": "10.213.0.3", "delay_us": 25000,
+"jitter_us": 0, "loss": 0.001, "rate_bps": 1000000000}, ...]}``, a per-destination
+table; --delay-us/--jitter-us/--loss (default 0 with a table: unshaped) are then the
+default of destinations not in it.
 Once bound it prints one JSON line ``{"event": "ready", ...}`` to stdout.
 ``--control PATH``: a unix datagram socket that changes the parameters in place
 (engine_control.py); a change applies to packets arriving after it.
@@ -34,156 +38,27 @@ SIGTERM/SIGINT accept every held packet, write final stats, unbind, exit 0.
 
 from __future__ import annotations
 
-import argparse
-import collections
 import json
 import os
-import random
 import select
 import signal
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from netbench.emulation import engine_control, nfqueue
+from netbench.emulation.delay_queue import (  # noqa: F401 - re-exported: the engine's parameters
+    DelayScheduler, DestParams, EngineParams, LatenessStats)
+from netbench.emulation.engine_args import DEFAULT_SPIN_US, build_parser, parse_args  # noqa: F401 - re-exported
+from netbench.emulation.pair_queue import PairScheduler
 
 STATS_INTERVAL_S = 1.0
 # recv() calls per readability event before we look at due releases again;
 # bounds how long a burst of arrivals can postpone a release.
 MAX_RECV_PER_WAKEUP = 128
 MAX_STAMP_LAG_S = 0.05  # trust a kernel receive timestamp at most this far in the past
-DEFAULT_SPIN_US = 100  # see DelayEngine docstring: precision vs CPU
 CONTROL_POLL_S = 0.001  # while spinning, look at the control socket this often
-
-
-@dataclass(frozen=True)
-class EngineParams:
-    """Emulation parameters.
-
-    delay_us: constant one-way delay added, microseconds (>= 0).
-    jitter_us: half-width of a uniform jitter, microseconds (>= 0); each
-        packet gets delay + U(-jitter, +jitter), clamped at >= 0.
-    loss: drop probability per packet, ratio in [0, 1].
-    seed: seed of the random generator (loss and jitter draws).
-    """
-
-    delay_us: int
-    jitter_us: int = 0
-    loss: float = 0.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.delay_us, int) or self.delay_us < 0:
-            raise ValueError(f"delay_us must be an int >= 0, got {self.delay_us!r}")
-        if not isinstance(self.jitter_us, int) or self.jitter_us < 0:
-            raise ValueError(f"jitter_us must be an int >= 0, got {self.jitter_us!r}")
-        if not 0.0 <= float(self.loss) <= 1.0:
-            raise ValueError(f"loss must be a ratio in [0, 1], got {self.loss!r}")
-
-
-@dataclass
-class LatenessStats:
-    """How late releases were vs. schedule (verdict time - release time), s."""
-
-    count: int = 0
-    total_s: float = 0.0
-    max_s: float = 0.0
-
-    def as_dict_us(self) -> dict:
-        mean = self.total_s / self.count if self.count else 0.0
-        return {"count": self.count, "mean": round(mean * 1e6, 1),
-                "max": round(self.max_s * 1e6, 1)}
-
-
-class DelayScheduler:
-    """Decides drop / release time for each arriving packet (pure, no I/O).
-
-    Call :meth:`arrive` for each packet in kernel queue order, then
-    :meth:`due` with the current time to learn the highest packet id that may
-    be accepted with one batch verdict.
-    """
-
-    def __init__(self, params: EngineParams) -> None:
-        self.set_params(params)
-        # (release_time_s, packet_id) in arrival == release order
-        self._held: collections.deque = collections.deque()
-        self._last_release_s = float("-inf")
-        self.max_depth = 0
-        self.released = 0
-        self.dropped = 0
-        self.lateness = LatenessStats()
-
-    def set_params(self, params: EngineParams) -> None:
-        """Use ``params`` for packets arriving from now on, with a generator seeded afresh.
-
-        Held packets keep their release time, and no later arrival is released before
-        them (the no-reordering rule), so nothing leaves earlier than it was scheduled.
-        """
-        self.params = params
-        self._rng = random.Random(params.seed)
-        self._delay_s = params.delay_us / 1e6
-        self._jitter_s = params.jitter_us / 1e6
-        self._loss = float(params.loss)
-
-    def __len__(self) -> int:
-        """Number of packets currently held."""
-        return len(self._held)
-
-    def arrive(self, packet_id: int, arrival_s: float) -> float | None:
-        """Register a packet; return its release time (s) or None to drop it."""
-        if self._loss and self._rng.random() < self._loss:
-            self.dropped += 1
-            return None
-        release = arrival_s + self._sample_delay_s()
-        # No reordering: never release before the previous packet.
-        if release < self._last_release_s:
-            release = self._last_release_s
-        self._last_release_s = release
-        self._held.append((release, packet_id))
-        if len(self._held) > self.max_depth:
-            self.max_depth = len(self._held)
-        return release
-
-    def _sample_delay_s(self) -> float:
-        """delay + uniform(-jitter, +jitter), clamped at >= 0, seconds."""
-        if not self._jitter_s:
-            return self._delay_s
-        return max(0.0, self._delay_s + self._rng.uniform(-self._jitter_s, self._jitter_s))
-
-    def next_release_time(self) -> float | None:
-        """Release time (s) of the oldest held packet, or None if none held."""
-        return self._held[0][0] if self._held else None
-
-    def due(self, now_s: float) -> int | None:
-        """Pop every packet with release time <= now_s; return the highest id.
-
-        The caller sends one batch ACCEPT for that id right away, so lateness
-        (now_s - scheduled release) is recorded here per packet.
-        """
-        held = self._held
-        if not held or held[0][0] > now_s:
-            return None
-        late = self.lateness
-        last_id = None
-        while held and held[0][0] <= now_s:
-            release, last_id = held.popleft()
-            lag = now_s - release
-            late.count += 1
-            late.total_s += lag
-            if lag > late.max_s:
-                late.max_s = lag
-            self.released += 1
-        return last_id
-
-    def flush(self) -> int | None:
-        """Pop everything regardless of time (shutdown); return highest id."""
-        if not self._held:
-            return None
-        last_id = self._held[-1][1]
-        self.released += len(self._held)
-        self._held.clear()
-        return last_id
 
 
 @dataclass
@@ -221,7 +96,10 @@ class DelayEngine:
         self.queue_num = queue_num
         self.maxlen = maxlen
         self.stats_file = stats_file
-        self.scheduler = DelayScheduler(params)
+        self.scheduler: DelayScheduler | PairScheduler = (
+            PairScheduler(params) if params.pairs else DelayScheduler(params))
+        self._verdicts_per_packet = bool(params.pairs)  # PairScheduler: releases out of id order
+        self._drops: list[int] = []  # per-packet mode: drop verdicts to send with the next release
         self.counters = EngineCounters()
         self._queue: nfqueue.NfqueueSocket | None = None
         self._stop = False
@@ -230,6 +108,7 @@ class DelayEngine:
     def run(self, on_ready=None) -> None:
         """Bind, call ``on_ready()``, loop until stopped, then hand back."""
         self._queue = nfqueue.NfqueueSocket(self.queue_num, maxlen=self.maxlen)
+        self._queue.destinations = self._verdicts_per_packet
         try:
             self._queue.bind()
             if self.control_path:
@@ -294,11 +173,36 @@ class DelayEngine:
         engine_control.serve_pending(self._control, lambda: self.params, self.set_params)
 
     def set_params(self, params: EngineParams) -> None:
-        """Change the parameters in place (packets arriving from now on); stats at once."""
+        """Change the parameters in place (packets arriving from now on); stats at once.
+
+        Held packets keep their release time, whichever scheduler takes over: a table
+        arriving turns a DelayScheduler into a PairScheduler (which releases what the old one
+        held); a table leaving keeps the PairScheduler (every destination on the one profile)
+        until it has released everything, then the fast DelayScheduler takes over."""
         self.params = params
-        self.scheduler.set_params(params)
+        old = self.scheduler
+        if params.pairs and isinstance(old, DelayScheduler):
+            self._verdicts_per_packet = True  # before the batch verdicts stop: none may accept a new packet
+            if self._queue is not None:
+                self._queue.destinations = True
+            new = PairScheduler(params)
+            new.adopt(old)
+            _carry_counters(old, new)
+            self.scheduler = new
+        else:
+            old.set_params(params)
         self.counters.reconfigurations += 1
         self.write_stats(final=False)
+
+    def _back_to_one_profile(self) -> None:
+        """The table is gone and the PairScheduler holds nothing: the fast path takes over."""
+        old = self.scheduler
+        new = DelayScheduler(self.params)
+        _carry_counters(old, new)
+        self.scheduler = new
+        self._verdicts_per_packet = False
+        if self._queue is not None:
+            self._queue.destinations = False
 
     def _timeout_s(self, now: float, next_stats: float) -> float:
         """Seconds until the next release (or stats write), >= 0."""
@@ -308,6 +212,9 @@ class DelayEngine:
 
     def _ingest(self) -> None:
         """Read pending queue messages, timestamping each recv(); drop losers."""
+        if self._verdicts_per_packet:
+            self._ingest_pairs()
+            return
         q, sched, clock = self._queue, self.scheduler, time.monotonic
         for _ in range(MAX_RECV_PER_WAKEUP):
             packets = q.recv_batch()
@@ -327,17 +234,53 @@ class DelayEngine:
                 if sched.arrive(packet_id, arrival) is None:
                     q.verdict(packet_id, nfqueue.NF_DROP)
 
+    def _ingest_pairs(self) -> None:
+        """_ingest for the PairScheduler: each packet to its destination's queue."""
+        q, sched, clock, drops = self._queue, self.scheduler, time.monotonic, self._drops
+        for _ in range(MAX_RECV_PER_WAKEUP):
+            packets = q.recv_batch()
+            if packets is None:
+                return
+            now = clock()
+            stamps = q.last_timestamps
+            dsts = q.last_destinations
+            wall = time.time() if stamps else 0.0
+            for index, (packet_id, length) in enumerate(packets):
+                self.counters.received += 1
+                arrival = now
+                stamp = stamps[index] if index < len(stamps) else None
+                if stamp is not None:
+                    arrival = now - min(max(wall - stamp, 0.0), MAX_STAMP_LAG_S)
+                dst = dsts[index] if index < len(dsts) else -1
+                if sched.arrive(packet_id, arrival, dst, length) is None:
+                    drops.append(packet_id)
+
     def _release(self, now: float) -> None:
+        if self._verdicts_per_packet:
+            self._release_pairs(self.scheduler.due(now))
+            return
         last_id = self.scheduler.due(now)
         if last_id is not None:
             self._queue.verdict_batch(last_id, nfqueue.NF_ACCEPT)
 
+    def _release_pairs(self, ids: list[int]) -> None:
+        if self._drops:
+            self._queue.verdict_many(self._drops, nfqueue.NF_DROP)
+            self._drops = []
+        if ids:
+            self._queue.verdict_many(ids, nfqueue.NF_ACCEPT)
+        if not self.params.pairs and not len(self.scheduler):
+            self._back_to_one_profile()
+
     def _shutdown(self) -> None:
         """Accept everything held or still pending, write final stats."""
         self._ingest_all_pending()
-        last_id = self.scheduler.flush()
-        if last_id is not None:
-            self._queue.verdict_batch(last_id, nfqueue.NF_ACCEPT)
+        if self._verdicts_per_packet:
+            self._release_pairs(self.scheduler.flush())
+        else:
+            last_id = self.scheduler.flush()
+            if last_id is not None:
+                self._queue.verdict_batch(last_id, nfqueue.NF_ACCEPT)
         self.write_stats(final=True)
 
     def _ingest_all_pending(self, max_rounds: int = 64) -> None:
@@ -364,12 +307,20 @@ class DelayEngine:
         ``kernel`` (/proc/net/netfilter/nfnetlink_queue row: queue_total,
         queue_dropped (maxlen overflow), user_dropped, ...; None if absent).
         ``started_at`` / ``updated_at`` are wall-clock epoch seconds.
+        ``params``: delay_us, jitter_us, loss, seed: the one profile, or with a
+        table the default of destinations not in it (all zero: unshaped).
+        With a per-destination table, also ``pairs`` (one row per destination,
+        in table order: ``{"dst": "10.213.0.3", "delay_us", "jitter_us",
+        "loss", "rate_bps" (None: unlimited), "packets", "accepted",
+        "dropped" (loss), "overlimits" (its queue limit), "queue_depth",
+        "max_queue_depth"}``), ``overlimits`` and ``passed`` (released
+        unshaped). The ready line carries ``pairs`` (the parameters only).
         """
         sched, q = self.scheduler, self._queue
         return {
             "pid": os.getpid(),
             "queue_num": self.queue_num,
-            "params": asdict(self.params),
+            "params": self.params.profile_dict(),
             "maxlen": self.maxlen,
             "spin_us": round(self.spin_s * 1e6),
             "received": self.counters.received,
@@ -388,13 +339,29 @@ class DelayEngine:
             "updated_at": time.time(),
             "uptime_s": round(time.monotonic() - self.counters.started_mono, 3),
             "final": final,
+            **self._table_stats(),
         }
+
+    def _table_stats(self) -> dict:
+        """With a per-destination table: "pairs", one row per destination (dst, delay_us,
+        jitter_us, loss, rate_bps; its packets, accepted, dropped (loss), overlimits (queue
+        limit), queue_depth, max_queue_depth), "overlimits" and "passed" (released unshaped:
+        destinations not in the table, with an all-zero default)."""
+        sched = self.scheduler
+        if not self.params.pairs or not isinstance(sched, PairScheduler):
+            return {}
+        return {"pairs": sched.table_stats(), "overlimits": sched.overlimits, "passed": sched.passed}
 
     def write_stats(self, final: bool) -> None:
         """Atomically replace ``stats_file`` with the current snapshot."""
         if not self.stats_file:
             return
         write_json_atomic(self.stats_file, self.stats(final))
+
+
+def _carry_counters(old, new) -> None:
+    """A scheduler taking over keeps the totals of the one before it."""
+    new.released, new.dropped, new.max_depth, new.lateness = old.released, old.dropped, old.max_depth, old.lateness
 
 
 def write_json_atomic(path: str, data: dict) -> None:
@@ -414,60 +381,6 @@ def _drain_wakeup(sock: socket.socket) -> None:
         pass
 
 
-# --- command line -------------------------------------------------------------
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse that reports usage errors as a single stderr line, exit 2."""
-
-    def error(self, message: str):  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(prog="netbench-engine",
-                       description="NFQUEUE delay/jitter/loss engine for one namespace")
-    p.add_argument("--queue-num", type=int, required=True, help="NFQUEUE number 0..65535")
-    p.add_argument("--delay-us", type=int, required=True, help="one-way delay, microseconds")
-    p.add_argument("--jitter-us", type=int, default=0, help="uniform +/- jitter, microseconds")
-    p.add_argument("--loss", type=float, default=0.0, help="drop probability, ratio 0..1")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--stats-file", default=None, help="JSON stats path, rewritten ~1/s")
-    p.add_argument("--spin-us", type=int, default=DEFAULT_SPIN_US,
-                   help="busy-poll this long before each release instead of sleeping, us")
-    p.add_argument("--rt-priority", type=int, default=0,
-                   help="SCHED_FIFO priority 1..99 (0: normal scheduling)")
-    p.add_argument("--maxlen", type=int, default=nfqueue.DEFAULT_QUEUE_MAXLEN,
-                   help="kernel queue max length, packets")
-    p.add_argument("--control", default=None, help="unix datagram socket path for live changes")
-    return p
-
-
-def parse_args(argv: list[str]) -> tuple[argparse.Namespace, EngineParams]:
-    """Parse and validate; exits 2 with one line on bad input."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not 0 <= args.queue_num <= 0xFFFF:
-        parser.error(f"--queue-num must be 0..65535, got {args.queue_num}")
-    if args.spin_us < 0:
-        parser.error(f"--spin-us must be >= 0, got {args.spin_us}")
-    if not 0 <= args.rt_priority <= 99:
-        parser.error(f"--rt-priority must be 0..99, got {args.rt_priority}")
-    if args.maxlen < 1:
-        parser.error(f"--maxlen must be >= 1, got {args.maxlen}")
-    for flag, path in (("--stats-file", args.stats_file), ("--control", args.control)):
-        parent = os.path.dirname(os.path.abspath(path)) if path else None
-        if parent and not os.path.isdir(parent):
-            parser.error(f"{flag} directory does not exist: {parent}")
-    if args.loss != args.loss:  # NaN
-        parser.error("--loss must be a number in [0, 1]")
-    try:
-        params = EngineParams(args.delay_us, args.jitter_us, args.loss, args.seed)
-    except ValueError as exc:
-        parser.error(str(exc).replace("delay_us", "--delay-us")
-                     .replace("jitter_us", "--jitter-us").replace("loss", "--loss"))
-    return args, params
-
-
 def main(argv: list[str] | None = None) -> int:
     args, params = parse_args(sys.argv[1:] if argv is None else argv)
     engine = DelayEngine(params, args.queue_num, args.maxlen, args.stats_file,
@@ -482,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def ready() -> None:
         line = {"event": "ready", "pid": os.getpid(), "queue_num": args.queue_num,
-                "params": asdict(params), "maxlen": args.maxlen,
+                "params": params.profile_dict(), "maxlen": args.maxlen,
+                **({"pairs": [pair.as_dict() for pair in params.pairs]} if params.pairs else {}),
                 "spin_us": args.spin_us, "stats_file": args.stats_file, "control": args.control}
         print(json.dumps(line, sort_keys=True), flush=True)
 

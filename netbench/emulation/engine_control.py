@@ -8,8 +8,12 @@ JSON object; the engine answers to the sender's address with one JSON object:
     {"op": "ping", "id": 8}  -> {"ok": true, "id": 8, "params": {...}}
     anything else            -> {"ok": false, "id": ..., "error": "one line"}
 
-A ``set`` may leave out jitter_us, loss or seed: they keep their values. New parameters
-apply to packets arriving after the change; held packets keep their release time.
+A ``set`` may leave out jitter_us, loss or seed: they keep their values. A ``set`` may carry
+a per-destination table, ``"pairs": [{"dst": "10.213.0.3", "delay_us": 25000, "jitter_us": 0,
+"loss": 0.001, "rate_bps": 1000000000}, ...]`` (delay_us/jitter_us/loss are then the default of
+destinations not in it; all zero: unshaped); a ``set`` without "pairs" drops the table (one
+profile for every destination). New parameters apply to packets arriving after the change;
+held packets keep their release time.
 
 :func:`handle_request` is pure (bytes and parameters in, reply and parameters out), for
 tests; :class:`ControlSocket` is the engine's side, :func:`request` the controller's.
@@ -28,8 +32,10 @@ import tempfile
 import time
 from typing import Any, Iterator
 
-MAX_DATAGRAM = 4096
-SET_FIELDS = ("delay_us", "jitter_us", "loss", "seed")
+from netbench.emulation.delay_queue import dest_params_from_dict
+
+MAX_DATAGRAM = 65536  # a table of 63 destinations is ~6 KB of JSON
+SET_FIELDS = ("delay_us", "jitter_us", "loss", "seed", "pairs")
 MAX_UNIX_PATH = 100  # sun_path is 108 bytes; longer paths go through /proc/self/fd
 _client_ids = itertools.count()
 
@@ -53,13 +59,21 @@ def _checked_fields(msg: dict[str, Any]) -> dict[str, Any]:
         if name not in msg:
             continue
         value = msg[name]
-        if name == "loss":
+        if name == "pairs":
+            if not isinstance(value, list) or not value:
+                raise ControlError(f"pairs must be a non-empty list, got {value!r}"[:200])
+            try:
+                value = tuple(dest_params_from_dict(item) for item in value)
+            except ValueError as exc:
+                raise ControlError(f"pairs: {exc}") from None
+        elif name == "loss":
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 raise ControlError(f"loss must be a number in [0, 1], got {value!r}")
             value = float(value)
         elif not _is_int(value):
             raise ControlError(f"{name} must be an integer, got {value!r}")
         fields[name] = value
+    fields.setdefault("pairs", ())  # no table given: one profile for every destination
     return fields
 
 
@@ -80,14 +94,14 @@ def handle_request(data: bytes, params: Any) -> tuple[dict[str, Any], Any | None
         request_id = msg.get("id")
         op = msg.get("op")
         if op == "ping":
-            return {"ok": True, "id": request_id, "params": dataclasses.asdict(params)}, None
+            return {"ok": True, "id": request_id, "params": params.as_dict()}, None
         if op != "set":
             raise ControlError(f"unknown op {op!r}; known: ping, set")
         try:
             new = dataclasses.replace(params, **_checked_fields(msg))  # EngineParams validates
         except ValueError as exc:
             raise ControlError(str(exc)) from None
-        return {"ok": True, "id": request_id, "params": dataclasses.asdict(new)}, new
+        return {"ok": True, "id": request_id, "params": new.as_dict()}, new
     except ControlError as exc:
         return {"ok": False, "id": request_id, "error": str(exc)}, None
 

@@ -43,11 +43,14 @@ class Engines:
         return self.dir / f"{netns}-q{queue_num}.ctl"
 
     def start(self, netns: str, queue_num: int, delay_us: int, jitter_us: int, loss: float,
-              seed: int, journal) -> int:
+              seed: int, journal, pairs: tuple = ()) -> int:
+        """Start the engine; `pairs` (delay_queue.DestParams): its per-destination table, written
+        to `<netns>-q<queue>.pairs.json` beside its stats (delay/jitter/loss are then the default)."""
         stats, out, log = self._paths(netns, queue_num)
         ctl = self.control_path(netns, queue_num)
+        table = self.dir / f"{netns}-q{queue_num}.pairs.json"
         self.dir.mkdir(parents=True, exist_ok=True)
-        for path in (stats, out):
+        for path in (stats, out, table):
             path.unlink(missing_ok=True)
         # a stale `ctl` is replaced by the engine once it holds the queue: a second engine on
         # a queue still served fails before it, and leaves the live engine's socket alone
@@ -57,6 +60,9 @@ class Engines:
                 # SCHED_FIFO: on a busy host the delay error comes from the engine waiting
                 # for a CPU, not from its own speed (see bench/engine_ceiling.py)
                 "--rt-priority", str(ENGINE_RT_PRIORITY)]
+        if pairs:
+            table.write_text(json.dumps({"pairs": [pair.as_dict() for pair in pairs]}, sort_keys=True))
+            argv += ["--pairs-file", str(table)]
         with open(out, "wb") as out_fh, open(log, "ab") as log_fh:
             child = proc.spawn(argv, netns=netns, stdout=out_fh, stderr=log_fh,
                                die_with_parent=not self.detach,
@@ -102,7 +108,7 @@ class Engines:
         return stopped
 
     def reconfigure(self, netns: str, queue_num: int, delay_us: int, jitter_us: int, loss: float,
-                    seed: int, journal) -> bool:
+                    seed: int, journal, pairs: tuple = ()) -> bool:
         """Change the live engine's parameters in place, for packets arriving from now on.
 
         Held packets keep their release time. True once the engine confirmed (its stats,
@@ -110,22 +116,24 @@ class Engines:
         control socket serves `queue_num` in `netns` (the caller then starts one).
         Raises EmulationError when the engine refuses the change or does not answer.
         """
-        (taken,) = self.reconfigure_many([(netns, queue_num, delay_us, jitter_us, loss, seed)], journal)
+        (taken,) = self.reconfigure_many([(netns, queue_num, delay_us, jitter_us, loss, seed, pairs)], journal)
         return taken
 
-    def reconfigure_many(self, changes: list[tuple[str, int, int, int, float, int]], journal) -> list[bool]:
+    def reconfigure_many(self, changes: list[tuple], journal) -> list[bool]:
         """`reconfigure` for several engines at once, (netns, queue_num, delay_us, jitter_us,
-        loss, seed) each: every request goes out before any reply is awaited. One False per
-        engine that is not live (the caller starts it); EmulationError on the first refusal."""
+        loss, seed[, pairs]) each: every request goes out before any reply is awaited. One False
+        per engine that is not live (the caller starts it); EmulationError on the first refusal."""
         results = [False] * len(changes)
         messages: list[tuple[str, dict[str, Any]]] = []
         sent: list[int] = []
-        for i, (netns, queue_num, delay_us, jitter_us, loss, seed) in enumerate(changes):
+        for i, (netns, queue_num, delay_us, jitter_us, loss, seed, *rest) in enumerate(changes):
             if any(proc.is_same_process(e.data["pid"], e.data.get("start"))
                    for e in self._entries(netns, queue_num, journal)):
-                messages.append((str(self.control_path(netns, queue_num)),
-                                 {"op": "set", "delay_us": int(delay_us), "jitter_us": int(jitter_us),
-                                  "loss": float(loss), "seed": int(seed), "id": next(_request_ids)}))
+                message = {"op": "set", "delay_us": int(delay_us), "jitter_us": int(jitter_us),
+                           "loss": float(loss), "seed": int(seed), "id": next(_request_ids)}
+                if rest and rest[0]:
+                    message["pairs"] = [pair.as_dict() for pair in rest[0]]
+                messages.append((str(self.control_path(netns, queue_num)), message))
                 sent.append(i)
         try:
             replies = engine_control.request_many(messages, timeout_s=self.CONTROL_TIMEOUT_S)

@@ -62,17 +62,18 @@ class Executor:
 
     def _reconfigure(self, batch: list[ch.ReconfigureEngine]) -> None:
         j = self.journal
+        # a table (pairs) travels only when there is one: adapters from before tables take six
         if hasattr(self.engines, "reconfigure_many"):
-            taken = self.engines.reconfigure_many([(c.netns, c.queue_num, c.delay_us, c.jitter_us, c.loss, c.seed)
-                                                   for c in batch], j)
+            taken = self.engines.reconfigure_many([(c.netns, c.queue_num, c.delay_us, c.jitter_us, c.loss, c.seed,
+                                                    *((c.pairs,) if c.pairs else ())) for c in batch], j)
         else:
-            taken = [self.engines.reconfigure(c.netns, c.queue_num, c.delay_us, c.jitter_us, c.loss, c.seed, j)
-                     for c in batch]
+            taken = [self.engines.reconfigure(c.netns, c.queue_num, c.delay_us, c.jitter_us, c.loss, c.seed, j,
+                                              **_pairs(c)) for c in batch]
         for change, ok in zip(batch, taken):
             if not ok:  # not live (it died): its entry goes, a new one starts
                 self.engines.stop(change.netns, change.queue_num, j)
                 self.engines.start(change.netns, change.queue_num, change.delay_us, change.jitter_us,
-                                   change.loss, change.seed, j)
+                                   change.loss, change.seed, j, **_pairs(change))
 
     def close(self) -> None:
         """Close the netlink sockets a long-lived executor held (real_executor(hold=True))."""
@@ -155,7 +156,7 @@ class Executor:
             self._reconfigure([change])
         elif isinstance(change, ch.StartEngine):
             self.engines.start(change.netns, change.queue_num, change.delay_us, change.jitter_us,
-                               change.loss, change.seed, j)
+                               change.loss, change.seed, j, **_pairs(change))
         elif isinstance(change, ch.DeleteNfqueueRule):  # before AddNfqueueRule: it is one
             self.iptables.delete_rule(change.netns, change.iptables_args())
             jr.resolve(j, "iptables", netns=change.netns, port=change.port)
@@ -164,6 +165,11 @@ class Executor:
             self.iptables.add_rule(change.netns, change.iptables_args())
         else:  # pragma: no cover - a new change type without a handler is a bug
             raise TypeError(f"no handler for {type(change).__name__}")
+
+
+def _pairs(change: ch.StartEngine) -> dict[str, Any]:
+    """The engine's per-destination table as a keyword, only when it has one."""
+    return {"pairs": change.pairs} if change.pairs else {}
 
 
 def real_executor(journal: jr.Journal, detach_engines: bool = False, on_change=None,

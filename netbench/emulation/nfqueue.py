@@ -1,7 +1,7 @@
 """Minimal NFQUEUE client speaking nfnetlink_queue directly over AF_NETLINK: the socket.
 
-Only what the delay engine needs: bind a queue, receive packet ids (and lengths), and
-send single or batch verdicts. The wire layout (constants, pure encoders and parsers)
+Only what the delay engine needs: bind a queue, receive packet ids (and lengths, and with
+``destinations`` each packet's IPv4 destination), and send single, batch or many verdicts. The wire layout (constants, pure encoders and parsers)
 lives in netbench/emulation/netlink/nfqueue_wire.py and is re-exported here, so
 ``nfqueue.encode_verdict`` and friends keep working.
 """
@@ -15,6 +15,9 @@ import socket
 
 from netbench.emulation.netlink.nfqueue_wire import *  # noqa: F401,F403 - the wire layout, re-exported
 from netbench.emulation.netlink.nfqueue_wire import _NLMSGHDR, _RECV_BUFSIZE, _hint  # noqa: F401
+
+
+VERDICTS_PER_SEND = 1024  # 28 bytes each: one send stays well inside the socket's send buffer
 
 
 class NfqueueSocket:
@@ -50,6 +53,11 @@ class NfqueueSocket:
         self.enobufs = 0
         self.stale_verdicts = 0
         self.gso_packets = 0
+        # True: recv_batch also reads each packet's IPv4 destination into last_destinations
+        # (the copy range must reach past the IPv4 header: IPV4_HEADER_BYTES)
+        self.destinations = False
+        self.last_destinations: list = []
+        self.last_timestamps: list = []
         self.bound = False
         self._seq = 0
         self._buf = bytearray(_RECV_BUFSIZE)
@@ -173,12 +181,13 @@ class NfqueueSocket:
                 self.enobufs += 1
                 return []
             raise
-        batch = parse_messages(self._buf, nbytes)
+        batch = parse_messages(self._buf, nbytes, self.destinations)
         if batch.gso_packets:
             self.gso_packets += batch.gso_packets
         if batch.errors:
             self._handle_async_errors(batch.errors)
         self.last_timestamps = batch.timestamps
+        self.last_destinations = batch.destinations
         return batch.packets
 
     def receive(self, max_messages: int = 1024) -> list:
@@ -209,6 +218,12 @@ class NfqueueSocket:
     def verdict_batch(self, max_id: int, verdict: int) -> None:
         """Same verdict for every queued packet with id <= ``max_id``."""
         self._send(encode_verdict(self.queue_num, max_id, verdict, batch=True))
+
+    def verdict_many(self, packet_ids: list, verdict: int) -> None:
+        """``verdict`` for each of ``packet_ids`` (one message each), in as few sends as fit
+        (VERDICTS_PER_SEND each): for packets released out of id order."""
+        for start in range(0, len(packet_ids), VERDICTS_PER_SEND):
+            self._send(encode_verdicts(self.queue_num, packet_ids[start:start + VERDICTS_PER_SEND], verdict))
 
     def _send(self, msg: bytes) -> None:
         # Netlink sends to the kernel are synchronous; EAGAIN here would only

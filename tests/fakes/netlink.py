@@ -174,9 +174,9 @@ class FakeEngines(_Recorder):
         self._pids = itertools.count(40000)
 
     def start(self, netns: str, queue_num: int, delay_us: int, jitter_us: int, loss: float,
-              seed: int, journal) -> int:
+              seed: int, journal, pairs: tuple = ()) -> int:
         self._call("start", netns=netns, queue_num=queue_num, delay_us=delay_us, jitter_us=jitter_us,
-                   loss=loss, seed=seed)
+                   loss=loss, seed=seed, **({"pairs": pairs} if pairs else {}))
         key = (netns, queue_num)
         if key in self.running:
             raise EmulationError(f"{netns}: NFQUEUE {queue_num} is already bound by engine "
@@ -185,22 +185,27 @@ class FakeEngines(_Recorder):
         journal.record("process", pid=pid, start=None, netns=netns, queue=queue_num, role="engine")
         self.running[key] = {"pid": pid, "params": {"queue_num": queue_num, "delay_us": delay_us,
                                                     "jitter_us": jitter_us, "loss": loss, "seed": seed}}
+        if pairs:
+            self.running[key]["pairs"] = [pair.as_dict() for pair in pairs]
         return pid
 
     def reconfigure(self, netns: str, queue_num: int, delay_us: int, jitter_us: int, loss: float,
-                    seed: int, journal) -> bool:
+                    seed: int, journal, pairs: tuple = ()) -> bool:
         """New parameters for the running engine, same pid; False when none runs (as Engines)."""
         self._call("reconfigure", netns=netns, queue_num=queue_num, delay_us=delay_us, jitter_us=jitter_us,
-                   loss=loss, seed=seed)
+                   loss=loss, seed=seed, **({"pairs": pairs} if pairs else {}))
         engine = self.running.get((netns, queue_num))
         if engine is None:
             return False
         engine["params"].update(delay_us=delay_us, jitter_us=jitter_us, loss=loss, seed=seed)
+        engine.pop("pairs", None)
+        if pairs:
+            engine["pairs"] = [pair.as_dict() for pair in pairs]
         return True
 
     def reconfigure_many(self, changes: list[tuple], journal) -> list[bool]:
         """As Engines.reconfigure_many: every engine asked before any answer is used."""
-        return [self.reconfigure(*change, journal) for change in changes]
+        return [self.reconfigure(*change[:6], journal, *change[6:]) for change in changes]
 
     def stop(self, netns: str, queue_num: int, journal) -> bool:
         self._call("stop", netns=netns, queue_num=queue_num)
@@ -217,7 +222,7 @@ class FakeEngines(_Recorder):
         if engine is None:
             return None
         return {"pid": engine["pid"], "alive": True, "params": dict(engine["params"]),
-                "received": 0, "dropped": 0}
+                "received": 0, "dropped": 0, **({"pairs": engine["pairs"]} if "pairs" in engine else {})}
 
 
 def make_fakes(before: Hook | None = None) -> tuple[FakeQdiscs, FakeIptables, FakeEngines, list]:

@@ -15,9 +15,10 @@ MAX_LINES = 500
 # dashboards generator): they own their stdout and exit status
 ENTRY_POINTS = {"netbench.jobs.worker", "netbench.emulation.engine", "netbench.state.lease",
                 "netbench.metrics.dashboards"}
-PURE = ("netbench.model", "netbench.stats", "netbench.emulation.changes", "netbench.units", "netbench.errors")
+PURE = ("netbench.model", "netbench.stats", "netbench.emulation.changes", "netbench.units", "netbench.errors",
+        "netbench.emulation.delay_queue", "netbench.emulation.pair_queue")
 PURE_MAY_IMPORT = ("netbench.model", "netbench.stats", "netbench.units", "netbench.errors", "netbench.yamlfile",
-                   "netbench.emulation.changes", "netbench.emulation.netlink.netem",
+                   "netbench.emulation.changes", "netbench.emulation.netlink.netem", "netbench.emulation.delay_queue",
                    "netbench.emulation.netlink.disttable")
 
 

@@ -130,6 +130,9 @@ class ParsedBatch:
     gso_packets: int = 0
     # kernel receive time of each packet (CLOCK_REALTIME seconds) or None, parallel to packets
     timestamps: list = field(default_factory=list)
+    # with parse_messages(destinations=True): each packet's IPv4 destination (the header's
+    # big-endian u32) or -1 (not IPv4, or fewer than 20 bytes copied), parallel to packets
+    destinations: list = field(default_factory=list)
 
 
 # --- pure encoders -----------------------------------------------------------
@@ -185,6 +188,14 @@ def encode_config_flags(queue_num: int, flags: int, mask: int,
                               NLM_F_REQUEST | NLM_F_ACK)
 
 
+def encode_verdicts(queue_num: int, packet_ids: list, verdict: int) -> bytes:
+    """One buffer of single-packet verdict messages, the same verdict for each id: sent at
+    once, the kernel handles every message in it (nfnetlink walks the whole buffer)."""
+    prefix = encode_verdict(queue_num, 0, verdict)[:-4]  # the id is the message's last 4 bytes
+    pack = _BE32.pack
+    return b"".join([prefix + pack(packet_id) for packet_id in packet_ids])
+
+
 def encode_verdict(queue_num: int, packet_id: int, verdict: int,
                    batch: bool = False, seq: int = 0) -> bytes:
     """A verdict for one id, or with ``batch`` for every queued id <= packet_id.
@@ -213,12 +224,12 @@ def parse_attrs(buf, start: int, end: int) -> dict:
 
 
 def _parse_packet(buf, start: int, end: int) -> tuple:
-    """(packet_id, length, is_gso) from an NFQNL_MSG_PACKET body.
+    """(packet_id, length, is_gso, timestamp, payload offset or -1) from an NFQNL_MSG_PACKET body.
 
     Hot path (once per packet): attributes are scanned inline rather than
     via parse_attrs() to avoid building a dict.
     """
-    packet_id = length = payload_len = -1
+    packet_id = length = payload_len = payload_off = -1
     gso = False
     stamp = None
     off = start + NFGEN_HDRLEN
@@ -234,6 +245,7 @@ def _parse_packet(buf, start: int, end: int) -> tuple:
             length = unpack_be32(buf, off + 4)[0]
         elif atype == NFQA_PAYLOAD:
             payload_len = alen - 4
+            payload_off = off + 4
         elif atype == NFQA_SKB_INFO:
             gso = bool(unpack_be32(buf, off + 4)[0] & NFQA_SKB_GSO)
         elif atype == NFQA_TIMESTAMP and alen >= 20:
@@ -244,18 +256,30 @@ def _parse_packet(buf, start: int, end: int) -> tuple:
         raise ValueError("NFQNL_MSG_PACKET without NFQA_PACKET_HDR")
     # CAP_LEN is only sent when the copy was truncated; otherwise the
     # payload is the whole packet.
-    return packet_id, (length if length >= 0 else payload_len), gso, stamp
+    if payload_len < IPV4_HEADER_BYTES:
+        payload_off = -1
+    return packet_id, (length if length >= 0 else payload_len), gso, stamp, payload_off
 
 
-def parse_messages(buf, nbytes: int | None = None) -> ParsedBatch:
+IPV4_HEADER_BYTES = 20  # what must be copied to read a packet's destination
+
+
+def ipv4_destination(buf, payload_off: int) -> int:
+    """The destination of the IPv4 packet at ``payload_off`` (a big-endian u32), or -1."""
+    if payload_off < 0 or buf[payload_off] >> 4 != 4:
+        return -1
+    return _BE32.unpack_from(buf, payload_off + 16)[0]
+
+
+def parse_messages(buf, nbytes: int | None = None, destinations: bool = False) -> ParsedBatch:
     """Parse every netlink message in ``buf[:nbytes]``.
 
     Returns packets as ``(packet_id, length)`` and NLMSG_ERROR records (ACKs
-    included, errno 0).  Unknown message types are ignored.  Raises
-    ValueError on a truncated/malformed buffer.
+    included, errno 0), and with ``destinations`` each packet's IPv4 destination.
+    Unknown message types are ignored.  Raises ValueError on a truncated/malformed buffer.
     """
     end = len(buf) if nbytes is None else nbytes
-    packets, errors, gso, stamps = [], [], 0, []
+    packets, errors, gso, stamps, dsts = [], [], 0, [], []
     off = 0
     while off + NLMSG_HDRLEN <= end:
         mlen, mtype, _flags, seq, _pid = _NLMSGHDR.unpack_from(buf, off)
@@ -263,16 +287,18 @@ def parse_messages(buf, nbytes: int | None = None) -> ParsedBatch:
             raise ValueError(f"malformed netlink message at offset {off}")
         body = off + NLMSG_HDRLEN
         if mtype == NFQNL_MSG_PACKET:
-            packet_id, length, is_gso, stamp = _parse_packet(buf, body, off + mlen)
+            packet_id, length, is_gso, stamp, payload_off = _parse_packet(buf, body, off + mlen)
             packets.append((packet_id, length))
             stamps.append(stamp)
             gso += is_gso
+            if destinations:
+                dsts.append(ipv4_destination(buf, payload_off))
         elif mtype == NLMSG_ERROR:
             errors.append(_parse_error(buf, body, off + mlen, seq))
         elif mtype == NLMSG_DONE:
             break
         off += _align4(mlen)
-    return ParsedBatch(packets, errors, gso, stamps)
+    return ParsedBatch(packets, errors, gso, stamps, dsts)
 
 
 def _parse_error(buf, start: int, end: int, seq: int) -> NetlinkError:

@@ -1,0 +1,247 @@
+"""The delay engine's parameters and its single-profile scheduler (pure: no I/O, injected times).
+
+All times are ``time.monotonic()`` seconds (float); parameters are integer microseconds.
+
+* :class:`EngineParams`: one delay/jitter/loss for every packet (the node's profile), and,
+  when ``pairs`` is not empty, a per-destination table (:class:`DestParams`, scheduled by
+  pair_queue.PairScheduler) for which delay/jitter/loss are the default of destinations not
+  in the table (all zero: they pass unshaped).
+* :class:`DelayScheduler`: the single-profile path. NO REORDERING: a packet is never released
+  before the packet queued before it (``release_i = max(release_i, release_{i-1})``). Jitter
+  therefore stretches gaps instead of reordering, like netem when a rate is set. This is what
+  makes the kernel's batch verdict ("accept every id <= N") valid: one verdict per wakeup
+  instead of one per packet keeps a Python engine fast. Dropped packets get an individual
+  NF_DROP verdict at arrival, which removes them from the kernel queue, so later batch
+  accepts never touch them.
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import random
+from dataclasses import dataclass
+
+
+def _check_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+
+
+def _check_loss(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"loss must be a ratio in [0, 1], got {value!r}")
+
+
+@dataclass(frozen=True)
+class DestParams:
+    """What the engine does to packets for one destination IPv4 address.
+
+    dst: the destination address ("10.213.0.3"); delay_us, jitter_us: as EngineParams;
+    loss: drop ratio; rate_bps: the pair's rate in bits/s (a serialization clock per
+    destination, with a queue limit sized from its bandwidth-delay product), or None.
+    """
+
+    dst: str
+    delay_us: int = 0
+    jitter_us: int = 0
+    loss: float = 0.0
+    rate_bps: int | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            ipaddress.IPv4Address(self.dst)
+        except (ipaddress.AddressValueError, ValueError, TypeError):
+            raise ValueError(f"dst must be an IPv4 address, got {self.dst!r}") from None
+        _check_int("delay_us", self.delay_us)
+        _check_int("jitter_us", self.jitter_us)
+        _check_loss(self.loss)
+        if self.rate_bps is not None and (not isinstance(self.rate_bps, int) or isinstance(self.rate_bps, bool)
+                                          or self.rate_bps <= 0):
+            raise ValueError(f"rate_bps must be an int > 0 or None, got {self.rate_bps!r}")
+
+    @property
+    def key(self) -> int:
+        """The destination as the engine reads it from the IPv4 header (a big-endian u32)."""
+        return int(ipaddress.IPv4Address(self.dst))
+
+    def as_dict(self) -> dict:
+        return {"dst": self.dst, "delay_us": self.delay_us, "jitter_us": self.jitter_us,
+                "loss": self.loss, "rate_bps": self.rate_bps}
+
+
+def dest_params_from_dict(data: object) -> DestParams:
+    """A DestParams from its JSON form (``as_dict``); ValueError naming the bad field."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a pair must be an object, got {type(data).__name__}")
+    unknown = sorted(set(data) - {"dst", "delay_us", "jitter_us", "loss", "rate_bps"})
+    if unknown:
+        raise ValueError(f"unknown pair field(s) {', '.join(unknown)}")
+    if "dst" not in data:
+        raise ValueError("a pair needs dst")
+    loss = data.get("loss", 0.0)
+    _check_loss(loss)
+    return DestParams(data["dst"], data.get("delay_us", 0), data.get("jitter_us", 0), float(loss),
+                      data.get("rate_bps"))
+
+
+@dataclass(frozen=True)
+class EngineParams:
+    """Emulation parameters.
+
+    delay_us: constant one-way delay added, microseconds (>= 0).
+    jitter_us: half-width of a uniform jitter, microseconds (>= 0); each
+        packet gets delay + U(-jitter, +jitter), clamped at >= 0.
+    loss: drop probability per packet, ratio in [0, 1].
+    seed: seed of the random generator (loss and jitter draws).
+    pairs: per-destination parameters (no two for one dst); empty: every packet gets the
+        above. Not empty: the above apply to destinations not in `pairs`.
+    """
+
+    delay_us: int
+    jitter_us: int = 0
+    loss: float = 0.0
+    seed: int = 0
+    pairs: tuple[DestParams, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_int("delay_us", self.delay_us)
+        _check_int("jitter_us", self.jitter_us)
+        if not 0.0 <= float(self.loss) <= 1.0:
+            raise ValueError(f"loss must be a ratio in [0, 1], got {self.loss!r}")
+        seen: set[str] = set()
+        for pair in self.pairs:
+            if not isinstance(pair, DestParams):
+                raise ValueError(f"pairs must be DestParams, got {type(pair).__name__}")
+            if pair.dst in seen:
+                raise ValueError(f"pairs: {pair.dst} is given twice")
+            seen.add(pair.dst)
+
+    def profile_dict(self) -> dict:
+        """delay_us, jitter_us, loss, seed (the single profile, or the table's default)."""
+        return {"delay_us": self.delay_us, "jitter_us": self.jitter_us, "loss": self.loss, "seed": self.seed}
+
+    def as_dict(self) -> dict:
+        """JSON form: profile_dict, plus "pairs" when there is a table."""
+        out = self.profile_dict()
+        if self.pairs:
+            out["pairs"] = [pair.as_dict() for pair in self.pairs]
+        return out
+
+
+@dataclass
+class LatenessStats:
+    """How late releases were vs. schedule (verdict time - release time), s."""
+
+    count: int = 0
+    total_s: float = 0.0
+    max_s: float = 0.0
+
+    def as_dict_us(self) -> dict:
+        mean = self.total_s / self.count if self.count else 0.0
+        return {"count": self.count, "mean": round(mean * 1e6, 1),
+                "max": round(self.max_s * 1e6, 1)}
+
+
+class DelayScheduler:
+    """Decides drop / release time for each arriving packet (pure, no I/O).
+
+    Call :meth:`arrive` for each packet in kernel queue order, then
+    :meth:`due` with the current time to learn the highest packet id that may
+    be accepted with one batch verdict.
+    """
+
+    def __init__(self, params: EngineParams) -> None:
+        self.set_params(params)
+        # (release_time_s, packet_id) in arrival == release order
+        self._held: collections.deque = collections.deque()
+        self._last_release_s = float("-inf")
+        self.max_depth = 0
+        self.released = 0
+        self.dropped = 0
+        self.lateness = LatenessStats()
+
+    def set_params(self, params: EngineParams) -> None:
+        """Use ``params`` for packets arriving from now on, with a generator seeded afresh.
+
+        Held packets keep their release time, and no later arrival is released before
+        them (the no-reordering rule), so nothing leaves earlier than it was scheduled.
+        """
+        self.params = params
+        self._rng = random.Random(params.seed)
+        self._delay_s = params.delay_us / 1e6
+        self._jitter_s = params.jitter_us / 1e6
+        self._loss = float(params.loss)
+
+    def __len__(self) -> int:
+        """Number of packets currently held."""
+        return len(self._held)
+
+    @property
+    def last_release_s(self) -> float:
+        """The latest release time given so far (-inf before any)."""
+        return self._last_release_s
+
+    def raise_floor(self, floor_s: float) -> None:
+        """No packet arriving from now on is released before `floor_s` (a scheduler taking
+        over from another keeps that one's order)."""
+        self._last_release_s = max(self._last_release_s, floor_s)
+
+    def arrive(self, packet_id: int, arrival_s: float) -> float | None:
+        """Register a packet; return its release time (s) or None to drop it."""
+        if self._loss and self._rng.random() < self._loss:
+            self.dropped += 1
+            return None
+        release = arrival_s + self._sample_delay_s()
+        # No reordering: never release before the previous packet.
+        if release < self._last_release_s:
+            release = self._last_release_s
+        self._last_release_s = release
+        self._held.append((release, packet_id))
+        if len(self._held) > self.max_depth:
+            self.max_depth = len(self._held)
+        return release
+
+    def _sample_delay_s(self) -> float:
+        """delay + uniform(-jitter, +jitter), clamped at >= 0, seconds."""
+        if not self._jitter_s:
+            return self._delay_s
+        return max(0.0, self._delay_s + self._rng.uniform(-self._jitter_s, self._jitter_s))
+
+    def next_release_time(self) -> float | None:
+        """Release time (s) of the oldest held packet, or None if none held."""
+        return self._held[0][0] if self._held else None
+
+    def due(self, now_s: float) -> int | None:
+        """Pop every packet with release time <= now_s; return the highest id.
+
+        The caller sends one batch ACCEPT for that id right away, so lateness
+        (now_s - scheduled release) is recorded here per packet.
+        """
+        held = self._held
+        if not held or held[0][0] > now_s:
+            return None
+        late = self.lateness
+        last_id = None
+        while held and held[0][0] <= now_s:
+            release, last_id = held.popleft()
+            lag = now_s - release
+            late.count += 1
+            late.total_s += lag
+            if lag > late.max_s:
+                late.max_s = lag
+            self.released += 1
+        return last_id
+
+    def held_packets(self) -> list[tuple[float, int]]:
+        """(release time, id) of every held packet, in release order (a scheduler taking over)."""
+        return list(self._held)
+
+    def flush(self) -> int | None:
+        """Pop everything regardless of time (shutdown); return highest id."""
+        if not self._held:
+            return None
+        last_id = self._held[-1][1]
+        self.released += len(self._held)
+        self._held.clear()
+        return last_id
