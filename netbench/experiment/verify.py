@@ -267,13 +267,13 @@ def iperf3_report(src: Node, dst: Node, seconds: float, server_log: Path | None 
 
 
 def verify(src: Node, src_profile: Profile | None, dst: Node, dst_profile: Profile | None,
-           settings: Settings = Settings()) -> dict[str, Any]:
+           settings: Settings = Settings(), rtt_tolerance: Tolerance = Tolerance()) -> dict[str, Any]:
     """Measure src <-> dst and compare with the profiles each holds; a summary record."""
     expected = expected_path(src, src_profile, dst, dst_profile)
     if expected.rate_bps is None and not settings.unshaped_rate:
         settings = Settings(settings.ping_count, settings.ping_interval_s, 0.0, False)
     measured = measure(src, dst, settings)
-    return summary(expected, measured, compare(expected, measured))
+    return summary(expected, measured, compare(expected, measured, rtt_tolerance))
 
 
 def verify_point(run, topology: Topology, observer) -> dict | None:
