@@ -262,6 +262,14 @@ def checks_table(checks: list[dict]) -> None:
     console.out.print(table)
 
 
+def _rate_short(bps: float) -> str:
+    """A rate to three significant figures in tc's units: 2.39gbit, 95.3mbit, 512kbit."""
+    for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.3g}{unit}"
+    return f"{bps:.0f}bit"
+
+
 def pairs_matrix(record: dict) -> None:
     """verify --all-pairs (verify_pairs.matrix_record): the RTT matrix, each cell "measured /
     configured (error)" in ms, out-of-tolerance cells marked; throughput beside it when
@@ -284,10 +292,10 @@ def pairs_matrix(record: dict) -> None:
         rate = check(cell, "rate")
         if rate["measured"] is None:
             return "-"
-        got = units.format_rate_bps(int(rate["measured"]))
+        got = _rate_short(rate["measured"])
         if rate["configured"] is None:
             return got
-        text = f"{got} / {units.format_rate_bps(int(rate['configured']))}" + (
+        text = f"{got} / {_rate_short(rate['configured'])}" + (
             "" if rate["error"] is None else f" ({rate['error']:+.1%})")
         return f"[bold red]{text} ![/]" if rate["ok"] is False else text
 

@@ -26,7 +26,7 @@ def verify_all_pairs_cmd(topo, topology_file: Path | None, tolerance, count: int
 
     pairs = profiles = None
     if topology_file is not None:
-        from netbench.model.pairs import load_pair_topology  # written beside PairTopology
+        from netbench.model.pairs_file import load_pair_topology  # topology files, beside PairTopology
 
         pairs = load_pair_topology(topology_file)
     else:

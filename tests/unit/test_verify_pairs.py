@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import sys
 import threading
+import types
 
 import pytest
 from click.testing import CliRunner
@@ -16,7 +18,6 @@ from netbench.cli.app import main
 from netbench.errors import UsageError
 from netbench.experiment import verify as v
 from netbench.experiment import verify_pairs as vp
-from netbench.model import pairs as pairs_module
 from netbench.model.pairs import PairLink, PairTopology
 from netbench.model.profile import Profile
 from netbench.model.topology import plan_topology
@@ -249,7 +250,7 @@ def test_all_pairs_with_a_topology_expects_that_matrix(testbed, monkeypatch, tmp
         loaded.append(path)
         return ASYM
 
-    monkeypatch.setattr(pairs_module, "load_pair_topology", load, raising=False)
+    monkeypatch.setitem(sys.modules, "netbench.model.pairs_file", types.SimpleNamespace(load_pair_topology=load))
     result = invoke("--all-pairs", "--topology", str(tmp_path / "asym.yaml"))
     assert loaded == [tmp_path / "asym.yaml"]
     assert result.exit_code == 1  # 20.2 ms everywhere is not the asymmetric matrix
@@ -266,3 +267,15 @@ def test_all_pairs_flags_are_refused_where_they_do_not_apply(testbed, args, mess
     result = invoke(*args)
     assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
     assert testbed["pinged"] == []
+
+
+def test_the_throughput_matrix_shows_rates_to_three_figures(capsys):
+    from netbench.cli import render
+
+    net = FakeNet(ASYM, rate_bps=100_000_000)
+    record = vp.verify_all_pairs(TOPO, ASYM, None, v.Settings(ping_count=10, iperf_seconds=1.0),
+                                 pinger=net.ping, throughput=net.iperf)
+    render.pairs_matrix(record)
+    out = capsys.readouterr().out
+    assert "throughput src -> dst" in out and "100mbit / 100mbit (+0.0%)" in out  # n1 -> n3, rated
+    assert out.count("100mbit") == 12 + 1  # every measured pair, and n1 -> n3's configured rate
