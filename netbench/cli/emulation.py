@@ -315,31 +315,62 @@ def _write_profile(path: Path, mapping: dict, quiet: bool) -> None:
 @click.command("verify")
 @click.option("--from", "src_name", metavar="NODE", help="Node that sends the probes [default: the first].")
 @click.option("--to", "dst_name", metavar="NODE", help="Node probed [default: the second].")
-@click.option("--count", default=100, show_default=True, type=click.IntRange(5, 100000), help="Pings to send.")
+@click.option("--all-pairs", is_flag=True,
+              help="Measure every ordered pair of nodes and print the RTT matrix beside the configured one.")
+@click.option("--throughput", is_flag=True, help="With --all-pairs: also iperf3 every ordered pair, one at a time.")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="With --all-pairs: the per-pair topology (YAML) to expect [default: the profile each node "
+                   "holds, read back].")
+@click.option("--tolerance", metavar="TOL",
+              help="RTT tolerance, a floor plus a share of the configured RTT [default: 0.5ms or 5% for one "
+                   "pair, whichever is larger; 0.5ms+2% with --all-pairs].")
+@click.option("--count", type=click.IntRange(5, 100000), help="Pings to send [default: 100; 50 per pair with "
+                                                               "--all-pairs].")
 @click.option("--interval", default=0.02, show_default=True, type=FiniteFloatRange(0.002, 10),
               help="Seconds between pings.")
-@click.option("--seconds", default=3.0, show_default=True, type=FiniteFloatRange(0, 3600),
-              help="Length of the iperf3 TCP test (0: no throughput test).")
+@click.option("--seconds", type=FiniteFloatRange(0, 3600),
+              help="Length of each iperf3 TCP test (0: no throughput test) [default: 3; 2 with --throughput].")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
-def verify_cmd(src_name, dst_name, count, interval, seconds, as_json) -> None:
-    """Measure the active profile between two nodes and compare it with what is configured.
+def verify_cmd(src_name, dst_name, all_pairs, throughput, topology_file, tolerance, count, interval, seconds,
+               as_json) -> None:
+    """Measure the active profile between two nodes (or every pair) and compare it with what is configured.
 
     RTT and loss come from ping, throughput from iperf3, both between the nodes; the
-    configured values are read back from the kernel and the delay engines. Exits 1 when a
-    measurement is outside its tolerance.
+    configured values are read back from the kernel and the delay engines (or, with
+    --topology, taken from that file). Exits 1 when a measurement is outside its tolerance.
 
     Example: netbench apply --latency 10ms --bandwidth 100mbit && netbench verify
+
+    Example: netbench verify --all-pairs --topology profiles/topologies/two-regions.yaml
     """
     from netbench.experiment import verify
+    from netbench.experiment.verify_pairs import parse_tolerance
     from netbench.model.profile import profile_from_mapping
     from netbench.testbed import netns as local
 
+    if all_pairs:
+        refused = [flag for flag, value in (("--from", src_name), ("--to", dst_name)) if value is not None]
+        if refused:
+            raise UsageError(f"flag {refused[0]}: not with --all-pairs, which measures every ordered pair")
+    else:
+        given = [flag for flag, value in (("--throughput", throughput), ("--topology", topology_file)) if value]
+        if given:
+            raise UsageError(f"flag {given[0]}: only with --all-pairs",
+                             hint="one pair measures throughput unless --seconds 0")
+    rtt_tolerance = None if tolerance is None else parse_tolerance(tolerance)
     common.require_root()
     topo = local.discover()
     if topo is None or len(topo.nodes) < 2:
         raise UsageError("netbench verify needs a testbed of at least 2 nodes",
                          hint="netbench testbed up --nodes 2, then netbench apply ...")
+    if all_pairs:
+        from netbench.cli.verify_pairs import verify_all_pairs_cmd
+
+        verify_all_pairs_cmd(topo, topology_file, rtt_tolerance, count or 50, interval,
+                             (2.0 if seconds is None else seconds) if throughput else 0.0, as_json)
+        return
+    count, seconds = count or 100, 3.0 if seconds is None else seconds
     by_name = {node.name: node for node in topo.nodes}
     for flag, name in (("--from", src_name), ("--to", dst_name)):
         if name is not None and name not in by_name:
@@ -356,7 +387,8 @@ def verify_cmd(src_name, dst_name, count, interval, seconds, as_json) -> None:
         console.info(f"measuring {src.name} -> {dst.name}: {count} pings every {interval:g} s"
                      + (f", iperf3 for {seconds:g} s" if seconds else ""))
     record = verify.verify(src, profiles[src.name], dst, profiles[dst.name],
-                           verify.Settings(ping_count=count, ping_interval_s=interval, iperf_seconds=seconds))
+                           verify.Settings(ping_count=count, ping_interval_s=interval, iperf_seconds=seconds),
+                           rtt_tolerance or verify.Tolerance())
     if as_json:
         console.plain(json.dumps({"from": src.name, "to": dst.name, **record}, indent=2))
     else:
