@@ -33,6 +33,8 @@ class SweepView:
         )
         self.task = None
         self._stepping: str | None = None  # the run whose steps are coming in
+        self._places: dict[str, str] = {}  # run id -> "launch L, point p/N" (launch_point)
+        self._fresh: bool | None = None  # the point's processes start with it (None: not told)
 
     def __enter__(self) -> "SweepView":
         self.progress.start()
@@ -53,10 +55,21 @@ class SweepView:
     def run_started(self, run) -> None:
         self.progress.update(self.task, description=f"{run.run_id} {escape(run.profile.name)}", info="applying profile")
 
+    def launch_point(self, run, launch, position: int, points: int) -> None:
+        self._fresh = launch is None or position == 1
+        if launch is None:  # a launch of its own: the point is the launch
+            return
+        self._places[run.run_id] = place = f"launch {launch}, point {position}/{points}"
+        self.progress.update(self.task, description=f"{run.run_id} {escape(run.profile.name)} ({place})")
+
+    def window(self, run, start_wall: float, end_wall: float) -> None:
+        pass  # the point's line says how it measured when it finishes
+
     def profile_applied(self, run) -> None:
         if self._stepping != run.run_id:  # a schedule's change mid-run keeps the step info
             # in a shared launch the workers run on: the first steps after the change settle
-            self.progress.update(self.task, info="starting workers" if self._stepping is None else "settling")
+            fresh = self._fresh if self._fresh is not None else self._stepping is None
+            self.progress.update(self.task, info="starting workers" if fresh else "settling after the change")
 
     def step(self, run, event) -> None:
         from netbench.jobs import events as ev
@@ -81,7 +94,8 @@ class SweepView:
             text = f"{stats.get('images_per_sec', 0):,.1f} img/s"
         else:
             text = f"[red]{escape(result.status)}[/]: {escape(result.error)}"
-        launch = "" if result.launch is None else f", launch {result.launch}"
+        place = self._places.pop(run.run_id, None) or (None if result.launch is None else f"launch {result.launch}")
+        launch = "" if place is None else f", {place}"
         self.progress.console.print(f"  {run.run_id} {escape(run.profile.name)} (repeat {run.repeat}{launch}): {text}")
 
     def note(self, text: str) -> None:

@@ -150,6 +150,22 @@ def controller_start(step: ev.Step) -> float:
     return step.recv - (step.end - step.start)
 
 
+def wall_time(monotonic: float) -> float:
+    """A time on the controller's monotonic clock as Unix time (seconds), as of now."""
+    return time.time() - (time.monotonic() - monotonic)
+
+
+def measured_window(events) -> tuple[float, float] | None:
+    """(start, end) in Unix time of the measured steps among one process's `events`: the
+    first one's start and the last one's arrival on the controller; None without any."""
+    steps = sorted((e for e in events if isinstance(e, ev.Step) and e.phase == ev.PHASE_MEASURED),
+                   key=lambda e: e.step)
+    if not steps:
+        return None
+    last = steps[-1]
+    return wall_time(controller_start(steps[0])), wall_time(last.recv if last.recv is not None else last.end)
+
+
 class PointWindow:
     """Which of a launch's steps belong to one point, and in which phase (pure).
 
@@ -279,6 +295,7 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
     try:
         for i, run in enumerate(runs):
             ctx.observer.run_started(run)
+            ctx.observer.launch_point(run, number, i + 1, len(runs))
             started, changed_at = time.time(), time.monotonic()
             ctx.testbed.apply(run, seed=ctx.seed_of(run))
             ctx.observer.profile_applied(run)
@@ -291,6 +308,8 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
                     return runs[i + 1:]
                 clock = _Clock(since=time.monotonic())
             status, error, got = _measure(live, run, window, starts, carry, clock, ctx)
+            if window.window_start is not None:
+                ctx.observer.window(run, wall_time(window.window_start), wall_time(window.window_end))
             _record(ctx, run, number, window, JobOutcome(status, tuple(got), error), started)
             if status != "ok":
                 return runs[i + 1:]

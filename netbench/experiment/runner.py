@@ -52,8 +52,16 @@ class Observer(Protocol):
 
     def sweep_started(self, config: SweepConfig, backend: BackendChoice, topology: Topology) -> None: ...
     def run_started(self, run: Run) -> None: ...  # each point, whether or not it has its own launch
+    # right after run_started: the point's launch (None: a launch of its own, --isolate, a
+    # schedule, --verify, the hosts target) and its place in it, 1-based, of `points`
+    # (1 of 1 in a launch of its own)
+    def launch_point(self, run: Run, launch: int | None, position: int, points: int) -> None: ...
     def profile_applied(self, run: Run) -> None: ...
     def step(self, run: Run, event: events.Event) -> None: ...
+    # once the point's measured window is over, before run_finished: the chief's first measured
+    # step's start and its last one's end, as the controller saw them (Unix time, seconds); not
+    # heard for a point that measured nothing
+    def window(self, run: Run, start_wall: float, end_wall: float) -> None: ...
     def run_finished(self, run: Run, result: RunResult) -> None: ...
     def note(self, text: str) -> None: ...
 
@@ -61,8 +69,10 @@ class Observer(Protocol):
 class _Quiet:
     def sweep_started(self, *a): pass
     def run_started(self, *a): pass
+    def launch_point(self, *a): pass
     def profile_applied(self, *a): pass
     def step(self, *a): pass
+    def window(self, *a): pass
     def run_finished(self, *a): pass
     def note(self, *a): pass
 
@@ -141,6 +151,7 @@ def _run_isolated(run: Run, config: SweepConfig, testbed: Target, store: ResultS
                   backend: str, rng: random.Random, finish: Callable[[Run, RunResult], None]) -> None:
     """One point in a launch of its own: apply, start the job, run it to its end, record."""
     observer.run_started(run)
+    observer.launch_point(run, None, 1, 1)
     testbed.apply(run, seed=config.seed + 100 * run.index)
     observer.profile_applied(run)
     verified = testbed.verify(run, observer) if config.verify else None
@@ -158,6 +169,9 @@ def _run_isolated(run: Run, config: SweepConfig, testbed: Target, store: ResultS
     result = replace(make_result(run, backend, outcome, started, time.time()), verify=verified)
     if driver is not None:
         result = _with_schedule(result, driver)
+    measured = launches.measured_window(analysis.reference_events(outcome.events, run.job))
+    if measured is not None:
+        observer.window(run, *measured)
     del outcome  # its events live on in `result` until it is stored
     finish(run, result)
 

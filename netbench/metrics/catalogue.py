@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PHASES = ("warmup", "measured")
-SWEEP_STATES = ("setup", "applying", "starting", "warmup", "measured", "finished")
+# settle: a shared launch's steps after a change of profile, before the point's measured window
+SWEEP_STATES = ("setup", "applying", "starting", "warmup", "settle", "measured", "finished")
 RUN_STATUSES = ("ok", "timeout", "failed", "interrupted")
 DIRECTIONS = ("transmit", "receive")
 # why a packet on a delay engine's path was dropped: the engine's loss verdict, the kernel's
@@ -62,17 +63,25 @@ CATALOGUE: tuple[MetricDef, ...] = (
     _m("sweep", "netbench_sweep_info", "info", "The sweep being run: id, emulation backend, model, strategy.",
        "sweep", "backend", "model", "strategy"),
     _m("sweep", "netbench_sweep_state", "gauge",
-       "1 for the sweep's current state, 0 for the others (setup, applying, starting, warmup, measured, "
-       "finished).", "state"),
+       "1 for the sweep's current state, 0 for the others (setup, applying, starting, warmup, settle, "
+       "measured, finished).", "state"),
     _m("sweep", "netbench_sweep_start_time_seconds", "gauge", "When the sweep started (Unix time, seconds)."),
     _m("sweep", "netbench_sweep_runs", "gauge", "Runs the sweep plans (points x repeats)."),
     _m("sweep", "netbench_sweep_runs_completed_total", "counter", "Runs ended, by status.", "status"),
     _m("sweep", "netbench_sweep_progress_ratio", "gauge", "Runs ended over runs planned (0 to 1)."),
-    _m("sweep", "netbench_run_info", "info", "The run in progress: run id and repetition.", "run", "repeat"),
+    _m("sweep", "netbench_run_info", "info",
+       "The run in progress: run id, repetition, its launch (the launch's number; isolated: a launch of its "
+       "own) and its point within the launch (position/points, from 1).", "run", "repeat", "launch", "point"),
     _m("sweep", "netbench_run_start_time_seconds", "gauge", "When the run in progress started (Unix time)."),
     _m("sweep", "netbench_run_images_per_second", "gauge",
        "Images per second of the run in progress over its measured steps so far (images per step of "
        "the run's own job / mean step time of the chief worker)."),
+    _m("sweep", "netbench_measured_window_start_timestamp_seconds", "gauge",
+       "When each run's measured window started: the chief's first measured step's start on the controller "
+       "(Unix time, seconds); set once the window is over and kept for the sweep.", "run", "launch", "point"),
+    _m("sweep", "netbench_measured_window_end_timestamp_seconds", "gauge",
+       "When each run's measured window ended: the chief's last measured step's arrival on the controller "
+       "(Unix time, seconds); kept for the sweep.", "run", "launch", "point"),
     _m("sweep", "netbench_result_images_per_second", "gauge",
        "Images per second of the last completed run of each profile of the sweep.", "profile"),
     # the active profile, in base units

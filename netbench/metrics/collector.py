@@ -82,6 +82,13 @@ def sweep_families(s: Snapshot) -> Iterator[Metric]:
         run_started.add_metric([], s.run_started_at)
     yield run
     yield run_started
+    window_start = family("netbench_measured_window_start_timestamp_seconds")
+    window_end = family("netbench_measured_window_end_timestamp_seconds")
+    for run_id, (start, end, launch, point) in sorted(s.windows.items()):
+        window_start.add_metric([run_id, launch, point], start)
+        window_end.add_metric([run_id, launch, point], end)
+    yield window_start
+    yield window_end
     images = family("netbench_run_images_per_second")
     if s.run_images_per_s is not None and math.isfinite(s.run_images_per_s):
         images.add_metric([], s.run_images_per_s)

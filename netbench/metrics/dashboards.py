@@ -50,7 +50,23 @@ ANNOTATIONS = {"list": [
              f" * on(instance) group_left(run) netbench_run_info{{{SEL}}}",
      "useValueForTime": True, "step": "10s", "titleFormat": "warm-up done: {{run}}", "tagKeys": "run",
      "textFormat": "measured steps begin"},
+    # each point's measured window, from its exact start and end (one series per run, kept for
+    # the sweep): the steps between a change and the window's start settle and are not measured
+    {"name": "Measured window start", "datasource": DATASOURCE, "enable": True, "iconColor": "blue",
+     "expr": f"netbench_measured_window_start_timestamp_seconds{{{SEL}}} * 1000",
+     "useValueForTime": True, "step": "10s", "tagKeys": "run,launch",
+     "titleFormat": "measured window of {{run}} starts (launch {{launch}}, point {{point}})",
+     "textFormat": "first measured step of the point"},
+    {"name": "Measured window end", "datasource": DATASOURCE, "enable": True, "iconColor": "purple",
+     "expr": f"netbench_measured_window_end_timestamp_seconds{{{SEL}}} * 1000",
+     "useValueForTime": True, "step": "10s", "tagKeys": "run,launch",
+     "titleFormat": "measured window of {{run}} ends (launch {{launch}}, point {{point}})",
+     "textFormat": "last measured step of the point"},
 ]}
+
+RUN_LEGEND = "{{run}} (repeat {{repeat}}, launch {{launch}}, point {{point}})"
+RUN_HELP = ("The run in progress, its launch (one start of the job's processes; isolated: a launch of its "
+            "own) and its point within the launch.")
 
 
 def target(expr: str, legend: str = "", ref: str = "A", instant: bool = False, fmt: str = "time_series") -> dict:
@@ -103,8 +119,8 @@ def overview() -> dict:
             options=_stat("name"), description="What the sweep is doing now.")
     lay.add("Active profile", "stat", [target(f"netbench_profile_active{{{SEL}}}", "{{profile}}")], "none", w=6,
             h=4, options=_stat("name"), description="The profile on every link now.")
-    lay.add("Run", "stat", [target(f"netbench_run_info{{{SEL}}}", "{{run}} (repeat {{repeat}})")], "none", w=4,
-            h=4, options=_stat("name"), description="The run in progress.")
+    lay.add("Run", "stat", [target(f"netbench_run_info{{{SEL}}}", RUN_LEGEND)], "none", w=4,
+            h=4, options=_stat("name"), description=RUN_HELP)
     lay.add("Images/sec now", "stat", [target(_measured_rate().replace(', worker=~"$worker"', ""))], IMAGES_PER_S,
             w=5, h=4, options=_stat(), description="All workers' measured images over the last rate interval.")
     lay.add("Images/sec since warm-up", "stat", [target(f"netbench_run_images_per_second{{{SEL}}}")], IMAGES_PER_S,
@@ -133,6 +149,11 @@ def overview() -> dict:
 
 def training() -> dict:
     lay = Layout()
+    lay.add("Run", "stat", [target(f"netbench_run_info{{{SEL}}}", RUN_LEGEND)], "none", w=12, h=3,
+            options=_stat("name"), description=RUN_HELP)
+    lay.add("Sweep state", "stat", [target(f"netbench_sweep_state{{{SEL}}} == 1", "{{state}}")], "none", w=12,
+            h=3, options=_stat("name"),
+            description="settle: the steps after a change of profile, before the point's measured window.")
     lay.add("Images/sec per worker", "timeseries", [target(_measured_rate("worker"), "worker {{worker}}")],
             IMAGES_PER_S, w=12, description="Measured images each worker trains on per second.")
     buckets = f'netbench_step_duration_seconds_bucket{{{SEL}, phase="measured", worker=~"$worker"}}'

@@ -21,6 +21,8 @@ from netbench.jobs import events as ev
 from netbench.jobs.analysis import images_per_sec
 from netbench.metrics.catalogue import PHASES, STEP_DURATION_BUCKETS_S
 
+ISOLATED = "isolated"  # the launch label of a run in a launch of its own
+
 
 @dataclass
 class Histogram:
@@ -65,6 +67,8 @@ class Snapshot:
     run_started_at: float | None = None
     run_images_per_s: float | None = None
     result_images_per_s: dict[str, float] = field(default_factory=dict)
+    # each run's measured window, kept for the sweep: run -> (start, end, launch, point)
+    windows: dict[str, tuple[float, float, str, str]] = field(default_factory=dict)
     profile: ActiveProfile | None = None
     profile_applications: int = 0
     # when each profile of this sweep was last applied: a scraper that first comes after a
@@ -128,12 +132,27 @@ class MetricsState:
                 self._global_batch = images_per_step
             s = self._s
             s.state = "applying"
-            s.run = {"run": run_id, "repeat": str(repeat)}
+            # launch and point until launch_point says (the runner says so for every run)
+            s.run = {"run": run_id, "repeat": str(repeat), "launch": "", "point": ""}
             s.run_started_at = self._clock()
             s.run_images_per_s = None
             # warmup_ended_at is kept until this run's warm-up ends: a short run's end of warm-up
             # must stay visible for at least one scrape after the next run has started
             self._chief_sum, self._chief_count = 0.0, 0
+
+    def launch_point(self, launch: int | None, position: int, points: int) -> None:
+        """The run in progress is point `position` (from 1) of `points` of launch `launch`
+        (None: a launch of its own)."""
+        with self._lock:
+            if self._s.run is not None:
+                self._s.run["launch"] = ISOLATED if launch is None else str(launch)
+                self._s.run["point"] = f"{position}/{points}"
+
+    def measured_window(self, run_id: str, start: float, end: float) -> None:
+        """Run `run_id`'s measured window (Unix times), labelled with its launch and point."""
+        with self._lock:
+            run = self._s.run if self._s.run is not None and self._s.run["run"] == run_id else {}
+            self._s.windows[run_id] = (start, end, run.get("launch", ""), run.get("point", ""))
 
     def profile_applied(self, name: str, delay_us: int, jitter_us: int, rate_bps: int | None, loss: float) -> None:
         with self._lock:
@@ -157,6 +176,8 @@ class MetricsState:
                 s.workers_up[worker] = 1
             elif isinstance(event, (ev.Done, ev.Error)):
                 s.workers_up[worker] = 0
+            if isinstance(event, ev.Step) and event.phase == ev.PHASE_SETTLE and worker == "0":
+                s.state = "settle"  # a shared launch's steps after a change: dropped, not counted
             if not isinstance(event, ev.Step) or event.phase not in (ev.PHASE_WARMUP, ev.PHASE_MEASURED):
                 return  # calibration steps (and phases a later version adds) are no measured steps
             phase = event.phase
@@ -212,6 +233,12 @@ class MetricsObserver:
         job, workers = run.job, run.workers
         self.state.run_started(run.run_id, run.repeat, images_per_worker_step=images_per_step(job, 1),
                                images_per_step=images_per_step(job, workers))
+
+    def launch_point(self, run, launch: int | None, position: int, points: int) -> None:
+        self.state.launch_point(launch, position, points)
+
+    def window(self, run, start_wall: float, end_wall: float) -> None:
+        self.state.measured_window(run.run_id, start_wall, end_wall)
 
     def profile_applied(self, run) -> None:
         p = run.profile

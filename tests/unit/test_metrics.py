@@ -31,7 +31,8 @@ from tests.fakes.metrics_network import engine_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUNDED_LABELS = {"version", "python", "sweep", "backend", "model", "strategy", "state", "status", "run",
-                  "repeat", "profile", "phase", "worker", "node", "interface", "direction", "reason"}
+                  "repeat", "profile", "phase", "worker", "node", "interface", "direction", "reason",
+                  "launch", "point"}  # launch: the sweep's launches; point: position/points in one
 
 
 class Clock:
@@ -64,14 +65,17 @@ def fed_state(clock: Clock | None = None) -> tuple[MetricsState, NetworkReader]:
                             topology=topology)
     state.sweep_started("sweep-1", "userspace", "mlp", "allreduce", runs=2, workers=2, batch_size=32)
     state.run_started("r000", 0)
+    state.launch_point(0, 1, 2)
     state.profile_applied("d10ms-r250mbit", 10_000, 1_000, 250_000_000, 0.01)
     for worker in (0, 1):
         state.worker_event({"event": "start", "worker": worker})
         state.worker_event({"event": "step", "worker": worker, "phase": "warmup", "duration": 2.0})
         for _ in range(4):
             state.worker_event({"event": "step", "worker": worker, "phase": "measured", "duration": 0.04})
+    state.measured_window("r000", 1001.5, 1002.25)
     state.run_finished("ok", "d10ms-r250mbit", 1600.0)
     state.run_started("r001", 0)
+    state.launch_point(0, 2, 2)
     state.worker_event({"event": "start", "worker": 0})
     state.worker_event({"event": "step", "worker": 0, "phase": "measured", "duration": 0.04})
     return state, network

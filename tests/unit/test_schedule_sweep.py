@@ -55,6 +55,8 @@ class Recorder:
 
     def sweep_started(self, *a): pass
     def run_started(self, *a): pass
+    def launch_point(self, *a): pass
+    def window(self, *a): pass
     def run_finished(self, *a): pass
 
     def profile_applied(self, run) -> None:
