@@ -204,41 +204,48 @@ def step_s(run, costs: Costs, s_per_sample: float | None = None) -> float:
     return compute + ring + costs.sync_overhead_s
 
 
-def _point(run, costs: Costs, settle: Settle | None, first: bool, step_timeout_s: float | None):
+def _point(run, costs: Costs, settle: Settle | None, step_timeout_s: float | None):
     """(settle, measured, other, timed out) seconds of one point; settle None: --isolate."""
     step = step_s(run, costs)
     if step_timeout_s is not None and step > step_timeout_s:
         return 0.0, 0.0, step_timeout_s, True
     measured = run.job.seconds if run.job.seconds else run.job.steps * step
     held = 0.0
-    if settle is not None and not first:  # the step in flight at the change, then the window
+    if settle is not None:  # the step in flight at the change, then the window
         held = max(settle.seconds, settle.steps * step) + step / 2
     return held, measured, costs.point_overhead_s, False
 
 
 def _launch(runs, isolate: bool, settle: Settle, costs: Costs, step_timeout_s) -> list[LaunchEstimate]:
-    """One planned launch's estimate; a timeout ends it and the points left start another."""
+    """One planned launch's estimate; a timeout ends it and the points left start another.
+
+    The launch's order is drawn when it starts, so its first point (which settles during
+    the start-up and sets the RTT of the cluster set-up and the warm-up's step) is any of
+    them: start-up takes their mean, and settling (n - 1) / n of their sum."""
     out: list[LaunchEstimate] = []
     left = list(runs)
     while left:
         job, workers = left[0].job, left[0].workers
         processes = nodes_needed(job, workers)
-        startup = costs.startup(job.model) * max(1.0, processes / costs.cores)
-        if processes > 1:
-            startup += costs.cluster_startup_s + costs.cluster_round_trips * rtt_s(left[0].profile)
-        startup += job.warmup * min(step_s(left[0], costs), step_timeout_s or math.inf)
         totals = [0.0, 0.0, costs.stop_s]
         done, timeouts = [], 0
-        for i, run in enumerate(left):
-            held, measured, other, timed_out = _point(run, costs, None if isolate else settle, i == 0, step_timeout_s)
+        for run in left:
+            held, measured, other, timed_out = _point(run, costs, None if isolate else settle, step_timeout_s)
             totals[0] += held
             totals[1] += measured
             totals[2] += other
-            done.append(run.run_id)
+            done.append(run)
             if timed_out:
                 timeouts += 1
                 break
-        out.append(LaunchEstimate(tuple(done), processes, startup, *totals, timeouts=timeouts))
+        totals[0] *= (len(done) - 1) / len(done)
+        startup = costs.startup(job.model) * max(1.0, processes / costs.cores)
+        if processes > 1:
+            startup += costs.cluster_startup_s
+        startup += statistics.mean(
+            (costs.cluster_round_trips * rtt_s(r.profile) if processes > 1 else 0.0)
+            + job.warmup * min(step_s(r, costs), step_timeout_s or math.inf) for r in done)
+        out.append(LaunchEstimate(tuple(r.run_id for r in done), processes, startup, *totals, timeouts=timeouts))
         left = left[len(done):]
     return out
 
