@@ -87,29 +87,38 @@ def run_for_real(path: Path, output: Path, mode: str, lock: Path | None) -> dict
     return {"command_s": round(wall, 1), "sweep_s": round(manifest["ended"] - manifest["started"], 1)}
 
 
+def reused(output: Path) -> dict:
+    manifest = json.loads((output / "manifest.json").read_text())
+    return {"command_s": None, "sweep_s": round(manifest["ended"] - manifest["started"], 1)}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--design", choices=sorted(SCALED), action="append", help="default: both")
     parser.add_argument("--mode", choices=["launch", "isolate"], default="launch")
     parser.add_argument("--estimate-only", action="store_true", help="estimate the designs; run nothing")
+    parser.add_argument("--reuse", type=Path, metavar="DIR",
+                        help="take the measured figures from an earlier run's folder (DIR/<design>-results) "
+                             "instead of running again")
     parser.add_argument("--lock", type=Path, help="run each scaled-down design under flock LOCK")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     out: dict = {}
     try:
-        if not args.estimate_only and os.geteuid() != 0:
+        if not args.estimate_only and not args.reuse and os.geteuid() != 0:
             print("running the scaled-down designs needs root (or give --estimate-only)", file=sys.stderr)
             return 2
-        folder = Path(tempfile.mkdtemp(prefix="netbench-design-time-"))
+        folder = args.reuse or Path(tempfile.mkdtemp(prefix="netbench-design-time-"))
         for name in args.design or sorted(SCALED):
             source = ROOT / "playbooks" / f"{name}.yaml"
-            scaled = scaled_playbook(source, folder)
+            scaled = folder / f"{name}-scaled.yaml" if args.reuse else scaled_playbook(source, folder)
             row = out[name] = {"mode": args.mode}
             row["scaled_estimate"] = figures(estimate(scaled, args.mode == "isolate", Costs()))
             costs = Costs()
             if not args.estimate_only:
                 results = folder / f"{name}-results"
-                row["scaled_measured"] = run_for_real(scaled, results, args.mode, args.lock)
+                row["scaled_measured"] = reused(results) if args.reuse else run_for_real(scaled, results, args.mode,
+                                                                                          args.lock)
                 row["ratio"] = round(row["scaled_measured"]["sweep_s"] / row["scaled_estimate"]["wall_s"], 3)
                 costs = Costs.from_results(results)
                 row["scaled_recalibrated"] = figures(estimate(scaled, args.mode == "isolate", costs))
@@ -135,7 +144,7 @@ def report(out: dict) -> None:
               f"for {row['scaled_estimate']['runs']} runs in {row['scaled_estimate']['launches']} launch(es)")
         if "scaled_measured" in row:
             measured = row["scaled_measured"]
-            print(f"  measured {measured['sweep_s']:.1f} s (manifest), {measured['command_s']:.1f} s (command); "
+            print(f"  measured {measured['sweep_s']:.1f} s (the manifest's start to end); "
                   f"measured / estimated = {row['ratio']:.2f}; re-estimated from its own results: "
                   f"{row['scaled_recalibrated']['wall_s']:.1f} s")
         for key in ("full_launch", "full_isolate", "full_launch_calibrated", "full_isolate_calibrated"):

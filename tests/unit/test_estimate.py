@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Round numbers: no contention, no fixed costs but the ones a test sets.
 PLAIN = Costs(s_per_sample={"mlp": 0.001}, step_overhead_s={}, startup_s={"mlp": 4.0}, cluster_startup_s=1.0,
-              cluster_round_trips=0, sync_overhead_s=0.0, point_overhead_s=0.5, stop_s=1.0, cores=64,
+              cluster_round_trips=0, ps_round_trips=7, sync_overhead_s=0.0, point_overhead_s=0.5, stop_s=1.0, cores=64,
               loss_penalty=False, model_bytes={"mlp": 1_000_000}, unshaped_bps=1e9)
 
 
@@ -53,7 +53,7 @@ def test_accumulation_spreads_one_all_reduce_over_k_batches():
 def test_one_process_has_no_communication_and_ps_shares_the_servers_link():
     assert step_s(_run(0, delay_ms=100, rate_mbit=1, strategy="single", workers=1), PLAIN) == pytest.approx(0.1)
     ps = _run(0, delay_ms=1, rate_mbit=100, strategy="ps", workers=3)
-    per_worker = 0.1 + 2 * 0.08 + 3 * 0.002  # compute, read and push 1 MB, three round trips
+    per_worker = 0.1 + 2 * 0.08 + 7 * 0.002  # compute, read and push 1 MB, the round trips
     assert step_s(ps, PLAIN) == pytest.approx(max(per_worker / 3, 0.08))
 
 
