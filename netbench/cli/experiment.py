@@ -310,6 +310,9 @@ def _print_sweep_plan(config) -> None:
 
     for line in describe_launches(config.runs, config.order_seed, config.isolate, config.order):
         console.plain(line)
+    from netbench.cli.render import design_estimate
+
+    design_estimate(config.runs, config.isolate, config.settle, config.timeouts.step_s)
 
 
 def verify_settings_text() -> str:
@@ -379,6 +382,9 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
         _print_playbook_plan(book, seed, runs, statuses, output)
         for line in describe_launches(todo, seed, isolate, launch_order):
             console.plain(line)
+        from netbench.cli.render import design_estimate
+
+        design_estimate(todo, isolate, _launch_settings(isolate, settle_text, settle_steps)["settle"], book.step_timeout_s)
         return
     from netbench.jobs import worker
     from netbench.model import job as cluster

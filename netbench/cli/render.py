@@ -446,3 +446,40 @@ def speedups_table(ratios: Sequence[Ratio]) -> Table:
         table.add_row(escape(strategy_label(r.numerator)), *(escape(level_text(s, r.numerator.get(s))) for s in shown),
                       str(r.interval.n), mean, ci)
     return table
+
+
+def _duration(seconds: float) -> str:
+    """3.2 s, 14 min, 5.3 h: a wall time read at a glance."""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def estimate_lines(current, other, costs) -> list[str]:
+    """A dry run's estimate: the mode asked for, then the other one, one line each; then
+    what the figures assume (experiment.estimate.Estimate)."""
+    from netbench.experiment.estimate import assumptions
+
+    lines = []
+    for estimate, note in ((current, "this run"), (other, "other mode")):
+        mode = "--isolate" if estimate.isolate else "--launch"
+        timeouts = f", {estimate.timeouts} point(s) modelled as step timeouts" if estimate.timeouts else ""
+        lines.append(f"estimated wall time {mode} ({note}): {_duration(estimate.wall_s)} for {estimate.runs} runs in "
+                     f"{len(estimate.launches)} launch(es), {estimate.process_starts} process starts: "
+                     f"start-up {_duration(estimate.startup_s)}, settle {_duration(estimate.settle_s)}, "
+                     f"measured {_duration(estimate.measured_s)} ({estimate.measured_share:.0%}), "
+                     f"other {_duration(estimate.other_s)}{timeouts}")
+    lines.append("  assumes: " + assumptions(costs))
+    return lines
+
+
+def design_estimate(runs, isolate: bool, settle, step_timeout_s: float | None = None, costs=None) -> None:
+    """Print the estimate of `runs` in both modes (a sweep's or playbook's --dry-run)."""
+    from netbench.experiment.estimate import Costs, estimate_design
+
+    costs = costs or Costs()
+    both = {mode: estimate_design(runs, mode, settle, costs, step_timeout_s) for mode in (isolate, not isolate)}
+    for line in estimate_lines(both[isolate], both[not isolate], costs):
+        console.plain(escape(line))

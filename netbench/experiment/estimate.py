@@ -1,0 +1,381 @@
+"""The wall time of a design before it runs: per launch and in total (pure but for
+`Costs.from_results`, which reads a results folder).
+
+A launch costs a start-up once (processes start: TensorFlow import, strategy and cluster,
+tracing; then the warm-up steps), then per point: the in-place change, a settle window and
+the measured window. Under --isolate every point is a launch of its own. Each figure comes
+from a transparent step-time model:
+
+    start-up = startup(model) x max(1, processes / cores)
+               + (more than one process) cluster set-up + cluster_round_trips x RTT
+               + warm-up steps x step
+    step = compute + communication
+    compute = step_overhead(model) + s_per_sample(model) x batch x accum_steps x contention
+              contention = max(1, computing processes / cores): they share the machine
+    communication (per optimizer update, none with one process):
+        allreduce / allreduce-accum (ring): 2 (W-1)/W x model bytes x 8 / rate
+                                            + 2 (W-1) round trips x RTT + sync_overhead
+        ps (per step, on the worker that runs it): 2 x model bytes x 8 / rate (read the
+            variables, push the update) + ps_round_trips x RTT (dispatch, reads, update:
+            11 fitted here from ps steps at 1 and 10 ms one-way, mlp and mobilenetv2);
+            the coordinator completes a step every max(step / W, model bytes x 8 / rate),
+            the parameter server's link being shared
+    RTT = 2 x one-way delay (+ 2 x jitter, netem's delay is at every node's egress);
+    rate = the profile's, or `unshaped_bps` when it sets none.
+    loss: not modelled by default. Measured here (ps, 1 worker, 1 Gbit/s), 1 % loss made the
+          median step 5 % longer at 1 ms one-way and 10 % (mobilenetv2) to 280 % (mlp) longer
+          at 10 ms, with a long tail (retransmission timeouts): no simple law fits. With
+          `loss_penalty` on, TCP's steady-state throughput under random loss p (Mathis et
+          al. 1997: MSS / RTT x sqrt(3/2) / sqrt(p)) caps the rate: an upper bound, several
+          times the step measured at 10 ms and 1 %.
+
+A point whose modelled step exceeds the step timeout is counted as a timeout (the timeout's
+seconds, nothing measured; in a shared launch the points after it pay a new start-up).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Mapping
+
+from netbench.experiment.launch import Settle, plan_launches
+from netbench.model.job import effective_accum_steps, nodes_needed
+
+# Model weights (float32) at the job's default input shape and 10 classes, from
+# build_model(keras, name, DEFAULT_INPUT_SHAPES[name], 10): model.count_params() and the
+# weights' nbytes, TensorFlow 2.21 / Keras 3 in the project's venv. Other shapes change the
+# head only; results.csv's model_bytes column takes precedence in Costs.from_results.
+MODEL_BYTES: Mapping[str, int] = {
+    "mlp": 2_678_824, "cnn": 2_217_384, "resnet18": 44_734_248, "mobilenetv2": 9_083_176,
+    "resnet50": 94_432_808, "efficientnetb0": 16_249_528, "vgg16": 134_552_872,
+}
+MODEL_PARAMS: Mapping[str, int] = {
+    "mlp": 669_706, "cnn": 554_346, "resnet18": 11_183_562, "mobilenetv2": 2_270_794,
+    "resnet50": 23_608_202, "efficientnetb0": 4_062_381, "vgg16": 33_638_218,
+}
+
+DEFAULT_SOURCE = ("defaults measured on the development machine (2 cores, TensorFlow 2.21 on CPU, "
+                  "userspace backend)")
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What one machine charges: compute per sample and per step, start-up per launch.
+
+    Defaults (this project's development machine, 2 cores, TF 2.21 CPU): compute from one
+    `single` process per model at batch 8 and 64 (the slope per sample, the intercept per
+    step); start-up from the wall time of those processes and of 2-worker allreduce and ps
+    launches (bench/design_time.py checks the whole model on scaled-down designs)."""
+
+    s_per_sample: Mapping[str, float] = field(default_factory=lambda: {
+        "mlp": 16e-6, "cnn": 60e-6, "resnet18": 1.5e-3, "mobilenetv2": 0.84e-3, "resnet50": 6.0e-3,
+        "efficientnetb0": 1.2e-3, "vgg16": 4.0e-3})
+    step_overhead_s: Mapping[str, float] = field(default_factory=lambda: {
+        "mlp": 0.001, "mobilenetv2": 0.03, "resnet50": 0.035, "efficientnetb0": 0.04})
+    startup_s: Mapping[str, float] = field(default_factory=lambda: {
+        "mlp": 3.0, "cnn": 4.0, "resnet18": 7.0, "mobilenetv2": 7.0, "resnet50": 10.0,
+        "efficientnetb0": 9.0, "vgg16": 8.0})
+    default_startup_s: float = 10.0
+    default_s_per_sample: float = 1e-3
+    cluster_startup_s: float = 1.0  # strategy and cluster set-up beyond one process's start
+    cluster_round_trips: float = 40  # round trips of that set-up and the first steps' (x RTT)
+    ps_round_trips: float = 11  # per ps step, on the worker that runs it
+    sync_overhead_s: float = 0.01  # per all-reduce: gRPC collective and the delay engines
+    point_overhead_s: float = 0.3  # per point: in-place change, draining the other tasks
+    stop_s: float = 1.0  # per launch: ending the processes (and calibration steps under --isolate)
+    unshaped_bps: float = 4e9  # what a link with no rate set carries
+    cores: int = 2
+    mss_bytes: int = 1448
+    loss_penalty: bool = False
+    model_bytes: Mapping[str, int] = field(default_factory=lambda: dict(MODEL_BYTES))
+    source: str = DEFAULT_SOURCE
+
+    def compute_s(self, model: str) -> float:
+        return self.s_per_sample.get(model, self.default_s_per_sample)
+
+    def startup(self, model: str) -> float:
+        return self.startup_s.get(model, self.default_startup_s)
+
+    @classmethod
+    def from_results(cls, folder: Path | str, base: "Costs | None" = None) -> "Costs":
+        """These costs calibrated from an earlier results folder: compute per sample per model
+        (each ok row's median step time inverted through the step model), start-up per model
+        (runs that started processes: their wall time less warm-up and measured steps) and the
+        per-point overhead of shared launches. Models the folder lacks keep `base`'s figures."""
+        return calibrate(Path(folder), base or cls())
+
+
+@dataclass(frozen=True)
+class LaunchEstimate:
+    """One launch: its points, what starting it costs and what its points cost."""
+
+    runs: tuple[str, ...]
+    processes: int  # processes started (once per launch)
+    startup_s: float  # start-up and warm-up
+    settle_s: float
+    measured_s: float
+    other_s: float  # in-place changes, draining, stopping
+    timeouts: int = 0
+
+    @property
+    def wall_s(self) -> float:
+        return self.startup_s + self.settle_s + self.measured_s + self.other_s
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A design's estimated wall time, split, with the launches it is made of."""
+
+    isolate: bool
+    launches: tuple[LaunchEstimate, ...]
+    source: str
+
+    def _sum(self, name: str) -> float:
+        return sum(getattr(launch, name) for launch in self.launches)
+
+    @property
+    def startup_s(self) -> float:
+        return self._sum("startup_s")
+
+    @property
+    def settle_s(self) -> float:
+        return self._sum("settle_s")
+
+    @property
+    def measured_s(self) -> float:
+        return self._sum("measured_s")
+
+    @property
+    def other_s(self) -> float:
+        return self._sum("other_s")
+
+    @property
+    def wall_s(self) -> float:
+        return self._sum("wall_s")
+
+    @property
+    def process_starts(self) -> int:
+        return sum(launch.processes for launch in self.launches)
+
+    @property
+    def timeouts(self) -> int:
+        return sum(launch.timeouts for launch in self.launches)
+
+    @property
+    def runs(self) -> int:
+        return sum(len(launch.runs) for launch in self.launches)
+
+    @property
+    def measured_share(self) -> float:
+        return self.measured_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def rtt_s(profile) -> float:
+    """Round trip between two nodes: every node delays its egress."""
+    return 2 * (profile.delay_us + profile.jitter_us) / 1e6
+
+
+def effective_bps(profile, costs: Costs) -> float:
+    """The rate a transfer gets: the profile's (or unshaped), capped under loss by Mathis' bound."""
+    rate = float(profile.rate_bps) if profile.rate_bps else costs.unshaped_bps
+    if costs.loss_penalty and profile.loss > 0:
+        rtt = max(rtt_s(profile), 1e-4)
+        rate = min(rate, costs.mss_bytes * 8 / rtt * math.sqrt(1.5 / profile.loss))
+    return rate
+
+
+def step_s(run, costs: Costs, s_per_sample: float | None = None) -> float:
+    """The modelled seconds per step event of `run` (an optimizer update; for ps one
+    coordinator completion)."""
+    job, workers = run.job, run.workers
+    per_sample = costs.compute_s(job.model) if s_per_sample is None else s_per_sample
+    model_bytes = costs.model_bytes.get(job.model, 0)
+    rate, rtt = effective_bps(run.profile, costs), rtt_s(run.profile)
+    computing = workers
+    contention = max(1.0, computing / costs.cores)
+    accum = effective_accum_steps(job)
+    compute = (costs.step_overhead_s.get(job.model, 0.0) + per_sample * job.batch_size) * accum * contention
+    if job.strategy == "single" or (job.strategy != "ps" and workers < 2):
+        return compute
+    if job.strategy == "ps":
+        per_worker = compute + 2 * model_bytes * 8 / rate + costs.ps_round_trips * rtt
+        return max(per_worker / workers, model_bytes * 8 / rate)
+    ring = 2 * (workers - 1) / workers * model_bytes * 8 / rate + 2 * (workers - 1) * rtt
+    return compute + ring + costs.sync_overhead_s
+
+
+def _point(run, costs: Costs, settle: Settle | None, step_timeout_s: float | None):
+    """(settle, measured, other, timed out) seconds of one point; settle None: --isolate."""
+    step = step_s(run, costs)
+    if step_timeout_s is not None and step > step_timeout_s:
+        return 0.0, 0.0, step_timeout_s, True
+    measured = run.job.seconds if run.job.seconds else run.job.steps * step
+    held = 0.0
+    if settle is not None:  # the step in flight at the change, then the window
+        held = max(settle.seconds, settle.steps * step) + step / 2
+    return held, measured, costs.point_overhead_s, False
+
+
+def _launch(runs, isolate: bool, settle: Settle, costs: Costs, step_timeout_s) -> list[LaunchEstimate]:
+    """One planned launch's estimate; a timeout ends it and the points left start another.
+
+    The launch's order is drawn when it starts, so its first point (which settles during
+    the start-up and sets the RTT of the cluster set-up and the warm-up's step) is any of
+    them: start-up takes their mean, and settling (n - 1) / n of their sum."""
+    out: list[LaunchEstimate] = []
+    left = list(runs)
+    while left:
+        job, workers = left[0].job, left[0].workers
+        processes = nodes_needed(job, workers)
+        totals = [0.0, 0.0, costs.stop_s]
+        done, timeouts = [], 0
+        for run in left:
+            held, measured, other, timed_out = _point(run, costs, None if isolate else settle, step_timeout_s)
+            totals[0] += held
+            totals[1] += measured
+            totals[2] += other
+            done.append(run)
+            if timed_out:
+                timeouts += 1
+                break
+        totals[0] *= (len(done) - 1) / len(done)
+        startup = costs.startup(job.model) * max(1.0, processes / costs.cores)
+        if processes > 1:
+            startup += costs.cluster_startup_s
+        startup += statistics.mean(
+            (costs.cluster_round_trips * rtt_s(r.profile) if processes > 1 else 0.0)
+            + job.warmup * min(step_s(r, costs), step_timeout_s or math.inf) for r in done)
+        out.append(LaunchEstimate(tuple(r.run_id for r in done), processes, startup, *totals, timeouts=timeouts))
+        left = left[len(done):]
+    return out
+
+
+def estimate_design(runs, isolate: bool, settle: Settle, costs: Costs,
+                    step_timeout_s: float | None = None) -> Estimate:
+    """The design's estimated wall time: under --isolate a launch per run, else the launches
+    of launch.plan_launches (their order does not change the sum)."""
+    groups = [(run,) for run in runs] if isolate else [plan.runs for plan in plan_launches(tuple(runs), 0)]
+    launches: list[LaunchEstimate] = []
+    for group in groups:
+        launches += _launch(group, isolate, settle, costs, step_timeout_s)
+    return Estimate(isolate=isolate, launches=tuple(launches), source=costs.source)
+
+
+def assumptions(costs: Costs) -> str:
+    """One line: what the estimate takes for granted."""
+    loss = "loss caps TCP's rate (Mathis)" if costs.loss_penalty else "loss not modelled"
+    return (f"step = compute (per sample per model, {costs.cores} cores shared) + ring/ps transfers at the "
+            f"profile's rate + round trips x RTT; {loss}; start-up per launch per model + warm-up; "
+            f"every point ok but those whose step exceeds the step timeout; costs: {costs.source}")
+
+
+
+
+# ---------------------------------------------------------------- calibration from results
+
+
+def _row_run(row: dict):
+    """A Run standing for one results.csv row (its profile, job and workers)."""
+    from netbench.model.job import JobSpec
+    from netbench.model.profile import Profile
+    from netbench.model.run import Run
+
+    def number(key: str, default: float = 0.0) -> float:
+        return float(row[key]) if row.get(key) not in (None, "") else default
+
+    profile = Profile(delay_us=round(number("delay_ms") * 1000), jitter_us=round(number("jitter_ms") * 1000),
+                      loss=number("loss_pct") / 100,
+                      rate_bps=round(number("rate_mbit") * 1e6) if row.get("rate_mbit") else None)
+    job = JobSpec(strategy=row["strategy"], model=row["model"], batch_size=int(number("batch_size", 64)),
+                  warmup=int(number("warmup_steps")), steps=max(2, int(number("steps", 2))),
+                  accum_steps=int(number("accum_steps", 1)) or 1, ps=int(number("ps", 1)) or 1)
+    return Run(index=0, profile=profile, repeat=int(number("repeat")), job=job, workers=int(number("workers", 1)))
+
+
+def _solve_per_sample(run, costs: Costs, measured_step: float) -> float:
+    """The compute per sample that makes the modelled step `measured_step` (bisection; 0 when
+    the modelled communication alone is longer)."""
+    low, high = 0.0, 1.0
+    if step_s(run, costs, 0.0) >= measured_step:
+        return 0.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if step_s(run, costs, mid) < measured_step else (low, mid)
+    return (low + high) / 2
+
+
+def measured_window_s(record: dict) -> float:
+    """Seconds from the chief's first measured step's start to its last one's end (0 if none)."""
+    role = "coordinator" if record.get("strategy") == "ps" else "worker"
+    steps = [e for e in record.get("events", ()) if e.get("event") == "step" and e.get("phase") == "measured"
+             and e.get("role", "worker") == role and e.get("worker", 0) == 0]
+    return max(e["end"] for e in steps) - min(e["start"] for e in steps) if steps else 0.0
+
+
+def calibrate(folder: Path, base: Costs) -> Costs:
+    """Costs.from_results (see there)."""
+    path = folder / "results.csv"
+    if not path.is_file():
+        from netbench.errors import UsageError
+
+        raise UsageError(f"{path}: no results.csv to calibrate from", hint="give a results folder of an earlier sweep")
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = [r for r in csv.DictReader(handle) if r.get("status") == "ok" and r.get("step_time_median_s")]
+    sizes = dict(base.model_bytes)
+    sizes.update({r["model"]: int(r["model_bytes"]) for r in rows if r.get("model_bytes")})
+    costs = replace(base, model_bytes=sizes)
+    per_sample: dict[str, list[float]] = {}
+    steps: dict[str, float] = {}
+    for row in rows:
+        run = _row_run(row)
+        per_sample.setdefault(run.job.model, []).append(
+            _solve_per_sample(run, costs, float(row["step_time_median_s"])) / effective_accum_steps(run.job))
+        steps[row["run_id"]] = float(row["step_time_median_s"])
+    startups, points = _startups(folder, {r["run_id"]: r for r in rows}, steps, costs)
+    models = sorted(set(per_sample) | set(startups))
+    costs = replace(
+        costs,
+        s_per_sample={**costs.s_per_sample, **{m: statistics.median(v) for m, v in per_sample.items()}},
+        startup_s={**costs.startup_s, **{m: statistics.median(v) for m, v in startups.items()}},
+        point_overhead_s=statistics.median(points) if points else costs.point_overhead_s,
+        source=f"calibrated from {folder} ({len(rows)} ok runs: {', '.join(models) or 'no model'}; "
+               f"the rest {base.source})")
+    return costs
+
+
+def _startups(folder: Path, rows: dict, steps: dict, costs: Costs) -> tuple[dict[str, list[float]], list[float]]:
+    """Start-up seconds per model (runs that started their processes) and the per-point
+    overhead of shared launches (the others), from runs/*.json."""
+    records = []
+    for path in sorted((folder / "runs").glob("*.json")):
+        try:
+            records.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    first: dict[int, str] = {}
+    for record in sorted(records, key=lambda r: r.get("started", 0)):
+        if record.get("launch") is not None:
+            first.setdefault(record["launch"], record["run_id"])
+    startups: dict[str, list[float]] = {}
+    points: list[float] = []
+    for record in records:
+        run_id = record.get("run_id")
+        if run_id not in rows or not record.get("ended") or not record.get("started"):
+            continue
+        wall = record["ended"] - record["started"]
+        window = measured_window_s(record)
+        if record.get("launch") is None or first.get(record["launch"]) == run_id:
+            run = _row_run(rows[run_id])
+            processes = nodes_needed(run.job, run.workers)
+            cluster = costs.cluster_startup_s + costs.cluster_round_trips * rtt_s(run.profile) if processes > 1 else 0.0
+            stop = costs.stop_s if record.get("launch") is None else 0.0
+            seen = wall - window - run.job.warmup * steps[run_id] - costs.point_overhead_s - stop - cluster
+            startups.setdefault(run.job.model, []).append(max(0.0, seen) / max(1.0, processes / costs.cores))
+        else:
+            points.append(max(0.0, wall - window - (record.get("settle_s") or 0.0)))
+    return startups, points

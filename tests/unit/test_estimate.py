@@ -1,0 +1,173 @@
+"""A design's estimated wall time: the launch/isolate arithmetic, the step model, calibration
+from a results folder, and what --dry-run prints."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from netbench.cli import app as cli
+from netbench.cli.render import estimate_lines
+from netbench.errors import UsageError
+from netbench.experiment.estimate import Costs, estimate_design, step_s
+from netbench.experiment.launch import Settle
+from netbench.experiment.store import CSV_COLUMNS
+from netbench.model.job import JobSpec
+from netbench.model.profile import Profile
+from netbench.model.run import Run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Round numbers: no contention, no fixed costs but the ones a test sets.
+PLAIN = Costs(s_per_sample={"mlp": 0.001}, step_overhead_s={}, startup_s={"mlp": 4.0}, cluster_startup_s=1.0,
+              cluster_round_trips=0, ps_round_trips=7, sync_overhead_s=0.0, point_overhead_s=0.5, stop_s=1.0, cores=64,
+              loss_penalty=False, model_bytes={"mlp": 1_000_000}, unshaped_bps=1e9)
+
+
+def _run(index: int, delay_ms: float = 0, rate_mbit: float | None = None, loss: float = 0.0, *,
+         strategy: str = "allreduce", workers: int = 2, batch: int = 100, warmup: int = 2, steps: int = 10,
+         accum: int = 4, repeat: int = 0) -> Run:
+    profile = Profile(name=f"p{index}", delay_us=int(delay_ms * 1000), loss=loss,
+                      rate_bps=None if rate_mbit is None else int(rate_mbit * 1e6))
+    job = JobSpec(strategy=strategy, model="mlp", batch_size=batch, warmup=warmup, steps=steps, accum_steps=accum)
+    return Run(index=index, profile=profile, repeat=repeat, job=job, workers=workers)
+
+
+def test_allreduce_step_is_compute_plus_ring_transfer_plus_round_trips():
+    run = _run(0, delay_ms=10, rate_mbit=100, workers=2, batch=100)
+    # compute 0.1 s; ring: 2 (W-1)/W x 1 MB x 8 / 100 Mbit = 0.08 s; 2 (W-1) round trips of 20 ms
+    assert step_s(run, PLAIN) == pytest.approx(0.1 + 0.08 + 0.04)
+
+
+def test_accumulation_spreads_one_all_reduce_over_k_batches():
+    plain = step_s(_run(0, delay_ms=10, rate_mbit=100), PLAIN)
+    accum = step_s(_run(0, delay_ms=10, rate_mbit=100, strategy="allreduce-accum", accum=4), PLAIN)
+    assert accum == pytest.approx(plain + 3 * 0.1)  # three more batches of compute, the same one all-reduce
+
+
+def test_one_process_has_no_communication_and_ps_shares_the_servers_link():
+    assert step_s(_run(0, delay_ms=100, rate_mbit=1, strategy="single", workers=1), PLAIN) == pytest.approx(0.1)
+    ps = _run(0, delay_ms=1, rate_mbit=100, strategy="ps", workers=3)
+    per_worker = 0.1 + 2 * 0.08 + 7 * 0.002  # compute, read and push 1 MB, the round trips
+    assert step_s(ps, PLAIN) == pytest.approx(max(per_worker / 3, 0.08))
+
+
+def test_loss_caps_the_rate_only_with_the_penalty_on():
+    lossy = _run(0, delay_ms=10, rate_mbit=1000, loss=0.01)
+    assert step_s(lossy, PLAIN) == pytest.approx(step_s(_run(0, delay_ms=10, rate_mbit=1000), PLAIN))
+    assert step_s(lossy, replace(PLAIN, loss_penalty=True)) > 2 * step_s(lossy, PLAIN)
+
+
+def test_a_launch_pays_start_up_once_and_settles_every_later_point():
+    runs = [_run(i, delay_ms=0, rate_mbit=1000) for i in range(3)]  # one job configuration
+    step = step_s(runs[0], PLAIN)
+    settle = Settle(steps=3, seconds=1.5)
+    shared = estimate_design(runs, False, settle, PLAIN)
+    isolated = estimate_design(runs, True, settle, PLAIN)
+    startup = 4.0 + 1.0 + 2 * step  # process start-up, cluster set-up, warm-up
+    assert (len(shared.launches), shared.process_starts) == (1, 2)
+    assert (len(isolated.launches), isolated.process_starts) == (3, 6)
+    assert shared.startup_s == pytest.approx(startup)
+    assert isolated.startup_s == pytest.approx(3 * startup)
+    assert shared.measured_s == isolated.measured_s == pytest.approx(3 * 10 * step)
+    assert isolated.settle_s == 0
+    assert shared.settle_s == pytest.approx(2 * (max(1.5, 3 * step) + step / 2))  # not the first point
+    assert shared.other_s == pytest.approx(3 * 0.5 + 1.0)
+    assert isolated.other_s == pytest.approx(3 * (0.5 + 1.0))
+    assert shared.wall_s == pytest.approx(shared.startup_s + shared.settle_s + shared.measured_s + shared.other_s)
+    assert shared.wall_s < isolated.wall_s and shared.measured_share > isolated.measured_share
+
+
+def test_launches_follow_the_job_configuration_and_the_repetition():
+    runs = [_run(0), _run(1, batch=50), _run(2, repeat=1), _run(3)]
+    assert len(estimate_design(runs, False, Settle(), PLAIN).launches) == 3
+    assert estimate_design(runs, False, Settle(), PLAIN).runs == 4
+
+
+def test_a_point_past_the_step_timeout_counts_the_timeout_and_restarts_its_launch():
+    runs = [_run(0, rate_mbit=1000), _run(1, rate_mbit=0.01), _run(2, rate_mbit=1000)]
+    est = estimate_design(runs, False, Settle(), PLAIN, step_timeout_s=60)
+    assert est.timeouts == 1
+    hit = next(launch for launch in est.launches if launch.timeouts)
+    assert hit.runs[-1] == "r001" and hit.other_s == pytest.approx(60 + 1.0 + 0.5 * (len(hit.runs) - 1))
+    assert sum(len(launch.runs) for launch in est.launches) == 3
+    assert len(est.launches) == (2 if len(est.launches[0].runs) < 3 else 1)  # the points after it: a new launch
+    assert est.measured_s == pytest.approx(2 * 10 * step_s(runs[0], PLAIN))
+
+
+def _results(folder: Path, rows: list[dict], records: list[dict]) -> Path:
+    folder.mkdir()
+    with (folder / "results.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: row.get(k, "") for k in CSV_COLUMNS})
+    (folder / "runs").mkdir()
+    for record in records:
+        (folder / "runs" / f"{record['run_id']}.json").write_text(json.dumps(record))
+    return folder
+
+
+def _row(run_id: str, median: float, **extra) -> dict:
+    return {"run_id": run_id, "delay_ms": 10.0, "jitter_ms": 0.0, "rate_mbit": 100.0, "loss_pct": 0.0,
+            "strategy": "allreduce", "model": "mlp", "batch_size": 100, "workers": 2, "repeat": 0,
+            "warmup_steps": 2, "steps": 10, "accum_steps": 1, "ps": 0, "model_bytes": 1_000_000,
+            "step_time_median_s": median, "status": "ok", **extra}
+
+
+def _record(run_id: str, started: float, ended: float, launch, window: float, settle_s=None) -> dict:
+    steps = [{"event": "step", "phase": "measured", "role": "worker", "worker": 0, "start": 100.0, "end": 100.0 + window}]
+    return {"run_id": run_id, "strategy": "allreduce", "started": started, "ended": ended, "launch": launch,
+            "settle_s": settle_s, "events": steps}
+
+
+def test_from_results_inverts_the_step_model_and_reads_start_up_and_point_overhead(tmp_path):
+    base = replace(PLAIN, s_per_sample={"mlp": 0.005, "resnet50": 0.02}, source="base")
+    truth = replace(base, s_per_sample={"mlp": 0.002})
+    step = step_s(_run(0, delay_ms=10, rate_mbit=100), truth)  # what the fixture "measured"
+    folder = _results(tmp_path / "r", [_row("r000", step), _row("r001", step), _row("r002", 9.9, status="failed")], [
+        # the launch's first point: 9 s wall = start-up + warm-up + window + point overhead
+        _record("r000", 1000.0, 1009.0, 0, window=10 * step),
+        # a later point: 4 s wall = settle 1.5 + window + the point's own overhead
+        _record("r001", 1009.0, 1013.0, 0, window=2.0, settle_s=1.5),
+    ])
+    costs = Costs.from_results(folder, base)
+    assert costs.s_per_sample["mlp"] == pytest.approx(0.002, rel=1e-6)
+    assert costs.s_per_sample["resnet50"] == 0.02  # not in the folder: the base's
+    startup = 9.0 - 10 * step - 2 * step - base.point_overhead_s - base.cluster_startup_s
+    assert costs.startup_s["mlp"] == pytest.approx(startup)
+    assert costs.point_overhead_s == pytest.approx(4.0 - 2.0 - 1.5)
+    assert str(folder) in costs.source and "mlp" in costs.source
+
+
+def test_from_results_needs_a_results_csv(tmp_path):
+    with pytest.raises(UsageError, match="results.csv"):
+        Costs.from_results(tmp_path)
+
+
+def test_estimate_lines_give_both_modes_their_split_and_assumptions():
+    runs = [_run(i, rate_mbit=1000) for i in range(3)]
+    shared, isolated = (estimate_design(runs, mode, Settle(), PLAIN) for mode in (False, True))
+    lines = estimate_lines(shared, isolated, PLAIN)
+    assert lines[0].startswith("estimated wall time --launch (this run):")
+    assert lines[1].startswith("estimated wall time --isolate (other mode):")
+    assert f"({shared.measured_share:.0%})" in lines[0] and "1 launch(es)" in lines[0]
+    assert "3 launch(es), 6 process starts" in lines[1]
+    assert lines[2].startswith("  assumes:") and "loss not modelled" in lines[2]
+
+
+def test_dry_runs_print_the_estimate_of_both_modes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sweep = CliRunner().invoke(cli.main, ["sweep", "--dry-run", "--latency", "1,10ms", "--launch"])
+    assert sweep.exit_code == 0, sweep.output
+    assert "estimated wall time --launch (this run)" in sweep.output
+    assert "estimated wall time --isolate (other mode)" in sweep.output
+    book = CliRunner().invoke(cli.main, ["run", str(ROOT / "playbooks" / "accumulation.yaml"), "--dry-run",
+                                         "--output", str(tmp_path / "out")])
+    assert book.exit_code == 0, book.output
+    assert "for 315 runs in 315 launch(es)" in book.output  # every run is its own job configuration
