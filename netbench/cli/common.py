@@ -156,3 +156,34 @@ def check_metrics_flags(metrics_port, metrics_address, metrics_wait: str = "0s")
             raise UsageError("flag --metrics-address needs --metrics-port", hint="e.g. --metrics-port 9464")
         check_address(metrics_address)
     return wait_s
+
+
+def launch_options(command):
+    """--isolate/--launch, --order, --settle-steps, --settle: how points share the job's processes."""
+    command = click.option("--settle", "settle_text", default="1.5s", show_default=True, metavar="DURATION",
+                           help="In a shared launch, measure a point no sooner than this after its change "
+                                "(and not before the step time is steady again).")(command)
+    command = click.option("--settle-steps", default=3, show_default=True, type=click.IntRange(0, 100000),
+                           help="In a shared launch, drop at least this many steps after a point's change.")(command)
+    command = click.option("--order", "launch_order", type=click.Choice(["descending", "random"]),
+                           default="descending", show_default=True,
+                           help="The points' order in launches. descending: each change only lowers rate, "
+                                "delay or jitter or raises loss, so TCP's congestion state never carries into "
+                                "a wider path (a grid takes a few launches per job configuration). random: one "
+                                "launch per job configuration, shuffled (TCP carries its state over; see "
+                                "README 'Launches').")(command)
+    return click.option("--isolate/--launch", default=False, show_default=True,
+                        help="--launch: start the job's processes once per job configuration and repetition "
+                             "and move them through the points, each applied in place. --isolate: start them "
+                             "anew for every point (with warm-up each time).")(command)
+
+
+def launch_settings(isolate: bool, settle_text: str, settle_steps: int, order: str) -> dict:
+    """SweepConfig's isolate, order and settle from the flags."""
+    from netbench.experiment.launch import Settle
+
+    try:
+        seconds = units.parse_duration_us(settle_text) / 1e6
+    except ValueError as exc:
+        raise UsageError(f"flag --settle: {exc}", hint="e.g. --settle 1.5s") from None
+    return {"isolate": isolate, "order": order, "settle": Settle(steps=settle_steps, seconds=seconds)}

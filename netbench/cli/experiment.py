@@ -13,44 +13,13 @@ from rich.markup import escape
 
 from netbench import console, units
 from netbench.cli import common
-from netbench.cli.common import (BACKEND_CHOICES, _sigterm_as_interrupt, check_metrics_flags, handle_errors, hosts_options,
-                                 metrics_options)
+from netbench.cli.common import (BACKEND_CHOICES, _sigterm_as_interrupt, check_metrics_flags, handle_errors,
+                                 hosts_options, launch_options, launch_settings, metrics_options)
 from netbench.cli.types import FiniteFloatRange
 from netbench.errors import UsageError
 from netbench.model.profile import Profile, load_profile, parse_levels
 
 # ---------------------------------------------------------------- sweep
-
-
-def launch_options(command):
-    """--isolate/--launch, --order, --settle-steps, --settle: how points share the job's processes."""
-    command = click.option("--settle", "settle_text", default="1.5s", show_default=True, metavar="DURATION",
-                           help="In a shared launch, measure a point no sooner than this after its change "
-                                "(and not before the step time is steady again).")(command)
-    command = click.option("--settle-steps", default=3, show_default=True, type=click.IntRange(0, 100000),
-                           help="In a shared launch, drop at least this many steps after a point's change.")(command)
-    command = click.option("--order", "launch_order", type=click.Choice(["descending", "random"]),
-                           default="descending", show_default=True,
-                           help="The points' order in launches. descending: each change only lowers rate, "
-                                "delay or jitter or raises loss, so TCP's congestion state never carries into "
-                                "a wider path (a grid takes a few launches per job configuration). random: one "
-                                "launch per job configuration, shuffled (TCP carries its state over; see "
-                                "README 'Launches').")(command)
-    return click.option("--isolate/--launch", default=False, show_default=True,
-                        help="--launch: start the job's processes once per job configuration and repetition "
-                             "and move them through the points, each applied in place. --isolate: start them "
-                             "anew for every point (with warm-up each time).")(command)
-
-
-def _launch_settings(isolate: bool, settle_text: str, settle_steps: int, order: str) -> dict:
-    """SweepConfig's isolate, order and settle from the flags."""
-    from netbench.experiment.launch import Settle
-
-    try:
-        seconds = units.parse_duration_us(settle_text) / 1e6
-    except ValueError as exc:
-        raise UsageError(f"flag --settle: {exc}", hint="e.g. --settle 1.5s") from None
-    return {"isolate": isolate, "order": order, "settle": Settle(steps=settle_steps, seconds=seconds)}
 
 
 @click.command("sweep")
@@ -165,7 +134,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strate
                          backend=None if backend == "auto" else backend,
                          timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
-                         order_seed=order_seed, **_launch_settings(isolate, settle_text, settle_steps, launch_order))
+                         order_seed=order_seed, **launch_settings(isolate, settle_text, settle_steps, launch_order))
     if inventory is not None:
         _run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port, metrics_address, takeover,
                       metrics_wait_s)
@@ -306,13 +275,18 @@ def _print_sweep_plan(config) -> None:
         if config.verify:
             console.plain(f"    verify: {topo.nodes[0].name} -> {topo.nodes[1].name}, "
                           f"{verify_settings_text()}" if len(topo.nodes) > 1 else "    verify: skipped (one node)")
+    _print_launches(config.runs, config.order_seed, {"isolate": config.isolate, "order": config.order,
+                                                     "settle": config.settle}, config.timeouts.step_s)
+
+
+def _print_launches(runs, seed: int | None, launches: dict, step_timeout_s: float) -> None:
+    """A dry run's launches (`launches`: common.launch_settings) and the design's estimated wall time."""
+    from netbench.cli.render import design_estimate
     from netbench.experiment.launch import describe_launches
 
-    for line in describe_launches(config.runs, config.order_seed, config.isolate, config.order):
+    for line in describe_launches(runs, seed, launches["isolate"], launches["order"]):
         console.plain(line)
-    from netbench.cli.render import design_estimate
-
-    design_estimate(config.runs, config.isolate, config.settle, config.timeouts.step_s)
+    design_estimate(runs, launches["isolate"], launches["settle"], step_timeout_s, order=launches["order"])
 
 
 def verify_settings_text() -> str:
@@ -377,14 +351,9 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     design.check_resume(book, runs, state, output, has_runs=bool(statuses))
     todo = design.pending(runs, statuses)
     if dry_run:
-        from netbench.experiment.launch import describe_launches
-
         _print_playbook_plan(book, seed, runs, statuses, output)
-        for line in describe_launches(todo, seed, isolate, launch_order):
-            console.plain(line)
-        from netbench.cli.render import design_estimate
-
-        design_estimate(todo, isolate, _launch_settings(isolate, settle_text, settle_steps)["settle"], book.step_timeout_s)
+        _print_launches(todo, seed, launch_settings(isolate, settle_text, settle_steps, launch_order),
+                        book.step_timeout_s)
         return
     from netbench.jobs import worker
     from netbench.model import job as cluster
@@ -411,7 +380,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                          backend=None if chosen in (None, "auto") else chosen,
                          timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
-                         order_seed=seed, **_launch_settings(isolate, settle_text, settle_steps, launch_order))
+                         order_seed=seed, **launch_settings(isolate, settle_text, settle_steps, launch_order))
     if inventory is not None:
         from netbench.testbed.hosts import check_on_hosts
 

@@ -475,11 +475,12 @@ def estimate_lines(current, other, costs) -> list[str]:
     return lines
 
 
-def design_estimate(runs, isolate: bool, settle, step_timeout_s: float | None = None, costs=None) -> None:
+def design_estimate(runs, isolate: bool, settle, step_timeout_s: float | None = None, costs=None,
+                    order: str = "descending") -> None:
     """Print the estimate of `runs` in both modes (a sweep's or playbook's --dry-run)."""
     from netbench.experiment.estimate import Costs, estimate_design
 
     costs = costs or Costs()
-    both = {mode: estimate_design(runs, mode, settle, costs, step_timeout_s) for mode in (isolate, not isolate)}
+    both = {mode: estimate_design(runs, mode, settle, costs, step_timeout_s, order) for mode in (isolate, not isolate)}
     for line in estimate_lines(both[isolate], both[not isolate], costs):
         console.plain(escape(line))

@@ -256,10 +256,10 @@ def _launch(runs, isolate: bool, settle: Settle, costs: Costs, step_timeout_s) -
 
 
 def estimate_design(runs, isolate: bool, settle: Settle, costs: Costs,
-                    step_timeout_s: float | None = None) -> Estimate:
+                    step_timeout_s: float | None = None, order: str = "descending") -> Estimate:
     """The design's estimated wall time: under --isolate a launch per run, else the launches
-    of launch.plan_launches (their order does not change the sum)."""
-    groups = [(run,) for run in runs] if isolate else [plan.runs for plan in plan_launches(tuple(runs), 0)]
+    of launch.plan_launches in `order` (the order within a launch does not change the sum)."""
+    groups = [(run,) for run in runs] if isolate else [plan.runs for plan in plan_launches(tuple(runs), 0, order)]
     launches: list[LaunchEstimate] = []
     for group in groups:
         launches += _launch(group, isolate, settle, costs, step_timeout_s)
