@@ -20,6 +20,7 @@ from netbench.jobs.launch import LocalSpawner
 from netbench.state.journal import Journal, Lock
 from netbench.testbed import netns as local
 from netbench.model.topology import Node, Topology
+from netbench.model.pairs import PairTopology, check_nodes
 
 
 class EmbeddedTestbed:
@@ -50,7 +51,8 @@ class EmbeddedTestbed:
     # ---------------------------------------------------------------- commands
 
     def plan(self, profile, backend: str | None, probe: bool = True) -> Planned:
-        """The changes `profile` makes on the testbed that is up, with the backend chosen for it."""
+        """The changes `profile` (a Profile, or a PairTopology: a profile per ordered pair of
+        nodes) makes on the testbed that is up, with the backend chosen for it."""
         if self._discover is not None:
             topology = self._discover()
         else:  # read back through the sockets the change will use
@@ -59,9 +61,11 @@ class EmbeddedTestbed:
             raise TestbedError("no testbed is up", hint="start one with 'netbench testbed up'")
         requested = None if backend == "auto" else backend
         choice = choose_backend(requested, self._probe) if self._probe else choose_backend(requested)
+        if isinstance(profile, PairTopology):
+            check_nodes(profile, [node.name for node in topology.nodes], "the testbed")
         held = held_from_entries(self.journal.pending())
         return Planned(profile=profile, backends={EMBEDDED: choice.name}, reasons={EMBEDDED: choice.reason},
-                       changes={EMBEDDED: tuple(backends.plan_apply(profile, topology, choice.name, held=held))},
+                       changes={EMBEDDED: tuple(backends.plan_network(profile, topology, choice.name, held=held))},
                        basis=(held, topology))
 
     def apply_plan(self, planned: Planned, on_change: Callable | None = None, **options) -> None:
@@ -83,7 +87,7 @@ class EmbeddedTestbed:
                 held, topology = planned.basis
                 now = executor.held()
                 if now != held:
-                    changes = backends.plan_apply(planned.profile, topology, planned.backends[EMBEDDED], held=now)
+                    changes = backends.plan_network(planned.profile, topology, planned.backends[EMBEDDED], held=now)
             executor.apply(changes)
 
     def _command_executor(self):
@@ -153,9 +157,11 @@ class EmbeddedTestbed:
         return self.topology.nodes
 
     def apply(self, run, seed: int) -> None:
-        """One run's profile, changed in place from the last (the sweep holds the lock)."""
-        self.executor.apply(backends.plan_apply(run.profile, self.topology, self.backend.name, seed=seed,
-                                                held=self.executor.held()))
+        """One run's network (its per-pair topology if it has one, else its profile), changed in
+        place from the last (the sweep holds the lock)."""
+        network = getattr(run, "pairs", None) or run.profile
+        self.executor.apply(backends.plan_network(network, self.topology, self.backend.name, seed=seed,
+                                                  held=self.executor.held()))
 
     def verify(self, run, observer):
         return verify_point(run, self.topology, observer)

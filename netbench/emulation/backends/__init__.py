@@ -59,6 +59,15 @@ def plan_pairs_apply(pairs: PairTopology, topology: Topology, backend: str, seed
     return _with_prelude(chosen, topology, held, lambda h: plan_pairs(pairs, topology, topology.nodes, seed, *h))
 
 
+def plan_network(network: Profile | PairTopology, topology: Topology, backend: str, seed: int = 0,
+                 held: Held | None = None) -> list[ch.Change]:
+    """plan_apply for a profile (every node's link alike), plan_pairs_apply for a per-pair
+    topology (model/pairs.py)."""
+    if isinstance(network, PairTopology):
+        return plan_pairs_apply(network, topology, backend, seed, held)
+    return plan_apply(network, topology, backend, seed, held)
+
+
 def _with_prelude(chosen: Backend, topology: Topology, held: Held | None,
                   plan: Callable[[tuple], list[ch.Change]]) -> list[ch.Change]:
     switch = topology.switch_netns
