@@ -20,8 +20,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_NEWQDISC
 
 from netbench.emulation.changes import (CHILD_MAJOR, HANDLE_MAJOR, HTB_UNLIMITED_BPS, QDISC_HANDLE, ShapeDevice,
-                                        htb_burst_bytes, htb_quantum)
-from netbench.emulation.netlink import netem, rtnl
+                                        ShapePairs, htb_burst_bytes, htb_quantum)
+from netbench.emulation.netlink import netem, pairtree, rtnl
 from netbench.emulation.netlink.netem import NetemParams
 from netbench.errors import EmulationError, PrivilegeError
 
@@ -42,6 +42,7 @@ def _nl_error(action: str, exc: NetlinkError) -> EmulationError:
 class QdiscAdapter(Protocol):
     def replace_tbf(self, netns: str, ifname: str, rate_bps: int, burst_bytes: int, limit_bytes: int) -> None: ...
     def shape(self, change: ShapeDevice) -> None: ...
+    def shape_pairs(self, change: ShapePairs) -> None: ...
     def set_ingress(self, netns: str, dev: str, ifb: str) -> None: ...
     def clear_ingress(self, netns: str, dev: str, ifb: str) -> bool: ...
     def clear(self, netns: str, ifname: str) -> bool: ...
@@ -220,28 +221,65 @@ class NetlinkQdiscs:
             self._drop_root_unless(ns, index, root_kind)
         _send_netem(netns, "add", index, handle, parent, params)
 
+    @staticmethod
+    def _htb_root(ns: Any, index: int, default: int) -> None:
+        """An htb root of netbench's with default class `default`: kept if there is one (htb has
+        no qdisc `change`), any other netbench root replaced."""
+        root = NetlinkQdiscs._root(ns, index)
+        owned = root is not None and root["handle"] == _HANDLE_INT
+        if not (owned and root.get_attr("TCA_KIND") == "htb" and _htb_default(root) == default):
+            if owned:
+                ns.tc("del", index=index, handle=QDISC_HANDLE, root=True)
+            ns.tc("replace", "htb", index, handle=_HANDLE_INT, root=True, default=default)
+
+    @staticmethod
+    def _htb_class(ns: Any, index: int, minor: int, rate_bps: int) -> None:
+        ns.tc("replace-class", "htb", index, handle=_handle(HANDLE_MAJOR, minor), parent=_HANDLE_INT,
+              rate=rate_bps // 8, ceil=rate_bps // 8, burst=htb_burst_bytes(rate_bps),
+              cburst=htb_burst_bytes(rate_bps), quantum=htb_quantum(rate_bps))
+
+    @staticmethod
+    def _drop_classes_above(ns: Any, index: int, count: int) -> None:
+        """Remove netbench's classes past `count` (of a wider tree before; their netem goes with
+        them). After the filters: the kernel refuses to delete a class a filter points at."""
+        for tclass in list(ns.get_classes(index=index)):
+            handle = tclass["handle"]
+            if handle >> 16 == HANDLE_MAJOR and (handle & 0xFFFF) > count:
+                ns.tc("del-class", "htb", index, handle=handle, parent=_HANDLE_INT)
+
     def _shape_htb(self, netns: str, index: int, change: ShapeDevice) -> None:
         rate_bps = change.htb_rate_bps or HTB_UNLIMITED_BPS
-        default = 0 if change.peers else 1  # 0: traffic no filter claims leaves unshaped (htb's direct queue)
         with self._ns(netns) as ns:
-            root = self._root(ns, index)
-            owned = root is not None and root["handle"] == _HANDLE_INT
-            if not (owned and root.get_attr("TCA_KIND") == "htb" and _htb_default(root) == default):
-                # htb has no qdisc `change`: a root of the right shape is kept, any other replaced
-                if owned:
-                    ns.tc("del", index=index, handle=QDISC_HANDLE, root=True)
-                ns.tc("replace", "htb", index, handle=_HANDLE_INT, root=True, default=default)
+            self._htb_root(ns, index, 0 if change.peers else 1)  # 0: unclaimed traffic leaves unshaped
             for i in range(change.class_count()):
-                ns.tc("replace-class", "htb", index, handle=_handle(HANDLE_MAJOR, i + 1), parent=_HANDLE_INT,
-                      rate=rate_bps // 8, ceil=rate_bps // 8, burst=htb_burst_bytes(rate_bps),
-                      cburst=htb_burst_bytes(rate_bps), quantum=htb_quantum(rate_bps))
-            for tclass in list(ns.get_classes(index=index)):  # classes of a wider tree before
-                handle = tclass["handle"]
-                if handle >> 16 == HANDLE_MAJOR and (handle & 0xFFFF) > change.class_count():
-                    ns.tc("del-class", "htb", index, handle=handle, parent=_HANDLE_INT)
+                self._htb_class(ns, index, i + 1, rate_bps)
             self._replace_filters(ns, index, change)
+            self._drop_classes_above(ns, index, change.class_count())
         for i in range(change.class_count()):
             self._put_netem(netns, index, _handle(CHILD_MAJOR + i), _handle(HANDLE_MAJOR, i + 1), change.netem, "htb")
+
+    def shape_pairs(self, change: ShapePairs) -> None:
+        """The per-destination tree (pairtree.py) in place: the htb root kept, a class and its
+        netem leaf per destination replaced or `change`d (queues kept), the hash-table filters
+        brought to the wanted set, then classes no destination needs any more removed."""
+        netns, dev = change.netns, change.dev
+        self._forget(netns)
+        try:
+            with self._ns(netns) as ns:
+                index = self._index(ns, netns, dev)
+                self._htb_root(ns, index, 0)
+                for i, pair in enumerate(change.classes):
+                    self._htb_class(ns, index, i + 1, pair.rate_bps or HTB_UNLIMITED_BPS)
+            for i, pair in enumerate(change.classes):
+                self._put_netem(netns, index, _handle(CHILD_MAJOR + i), _handle(HANDLE_MAJOR, i + 1), pair.netem, "htb")
+            with self._ns(netns) as ns:
+                held = [n for n in (pairtree.decode_u32(f) for f in ns.get_filters(index=index, parent=_HANDLE_INT))
+                        if n is not None]
+            pairtree.send_all(netns, pairtree.filter_steps(index, held, change))
+            with self._ns(netns) as ns:
+                self._drop_classes_above(ns, index, len(change.classes))
+        except NetlinkError as exc:
+            raise _nl_error(f"{netns}: per-destination tree on {dev}", exc) from None
 
     @staticmethod
     def _replace_filters(ns: Any, index: int, change: ShapeDevice) -> None:
@@ -419,14 +457,26 @@ def _u32_peer(tfilter: Any) -> tuple[int, str] | None:
 
 def decode_tree(root: Any, qdiscs: list[Any], classes: list[Any], filters: list[Any],
                 distribution: str = "uniform") -> dict[str, Any]:
-    """netbench's tree as the kernel holds it: {"kind", "netem", "rate_bps", "peers", "match", counters}.
+    """netbench's tree as the kernel holds it: {"kind", "netem", "rate_bps", "peers", "match",
+    "pairs", counters}.
 
     For an htb tree the rate is the htb class rate (None when it is the "unlimited"
     sentinel), netem is the first class's netem child, and peers come from the u32 filters.
+    A per-destination tree (changes.ShapePairs) has no one profile: netem and rate_bps are
+    None, peers (), and "pairs" lists every destination, in class order, as
+    {"peer": "a.b.c.d/32", "netem": NetemParams, "rate_bps": int | None, "classid": "4e42:1",
+    and its netem leaf's "bytes", "packets", "drops", "backlog"} (pairtree.decode_pairs);
+    every other tree has "pairs": None. `distribution` is used for every destination (the
+    kernel does not report it; the journal records one per device).
     """
     out = decode_qdisc(root, distribution)
+    out["pairs"] = None
     if out["kind"] != "htb":
         out.update(peers=(), match="dst")
+        return out
+    pairs = pairtree.decode_pairs(qdiscs, classes, filters, lambda q: decode_qdisc(q, distribution), HTB_UNLIMITED_BPS)
+    if pairs is not None:
+        out.update(netem=None, rate_bps=None, peers=(), match="dst", pairs=pairs)
         return out
     rate_bps = None
     for tclass in classes:
