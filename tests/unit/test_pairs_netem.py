@@ -242,3 +242,19 @@ def test_sel_packing_matches_the_kernel_struct_layout():
     assert len(raw) == 16 + 16
     assert struct.unpack_from("=BBB", raw) == (1, 0, 1) and struct.unpack_from("=h", raw, 10) == (16,)
     assert raw[16:24] == bytes.fromhex("ffffffff0a000001") and struct.unpack_from("=i", raw, 24) == (16,)
+
+
+def test_netem_leaves_are_changed_where_they_exist_and_added_elsewhere():
+    from pyroute2.netlink import NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE
+
+    class Leaf(dict):
+        def get_attr(self, name):
+            return self["kind"] if name == "TCA_KIND" else None
+
+    change = change_for("10.213.0.2/32", "10.213.0.3/32")
+    leaves = [Leaf(handle=0x4E430000, parent=0x4E420001, kind="netem"), Leaf(handle=0, parent=0x4E420002, kind="pfifo")]
+    first, second = pairtree.netem_messages(7, leaves, change)
+    assert (first["handle"], first["parent"], second["handle"], second["parent"]) == (
+        0x4E430000, 0x4E420001, 0x4E440000, 0x4E420002)
+    assert first["header"]["flags"] & (NLM_F_REPLACE | NLM_F_CREATE) == NLM_F_REPLACE
+    assert second["header"]["flags"] & (NLM_F_CREATE | NLM_F_EXCL) == NLM_F_CREATE | NLM_F_EXCL

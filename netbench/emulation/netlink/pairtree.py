@@ -28,13 +28,13 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, nla
-from pyroute2.netlink.rtnl import RTM_DELTFILTER, RTM_NEWTFILTER
+from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST, nla
+from pyroute2.netlink.rtnl import RTM_DELTFILTER, RTM_NEWQDISC, RTM_NEWTFILTER
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
-from netbench.emulation.changes import (HANDLE_MAJOR, PAIRS_BUCKETS, PAIRS_HTID, U32_ROOT_HTID, ShapePairs,
-                                        pair_bucket)
-from netbench.emulation.netlink import rtnl
+from netbench.emulation.changes import (CHILD_MAJOR, HANDLE_MAJOR, PAIRS_BUCKETS, PAIRS_HTID, U32_ROOT_HTID,
+                                        ShapePairs, pair_bucket)
+from netbench.emulation.netlink import netem, rtnl
 
 ETH_P_IP = 0x0800
 FILTER_PRIO = 1
@@ -219,6 +219,24 @@ def filter_steps(index: int, held: list[U32Node], change: ShapePairs) -> list[u3
     if not linked:
         steps.append(link_message(index))
     return steps + removals
+
+
+def netem_messages(index: int, leaves: list[Any], change: ShapePairs) -> list[Any]:
+    """RTM_NEWQDISC for every destination's netem leaf: `change` where that class already has
+    netbench's netem (the queue is kept), else `add` (grafted over the class's default leaf).
+    `leaves`: the device's qdiscs as dumped after the classes were made."""
+    live = {(q["handle"], q["parent"]) for q in leaves if q.get_attr("TCA_KIND") == "netem"}
+    out = []
+    for i, pair in enumerate(change.classes):
+        handle, parent = (CHILD_MAJOR + i) << 16, class_handle(i)
+        msg = netem.netem_tcmsg()
+        msg["family"], msg["index"], msg["handle"], msg["parent"] = 0, index, handle, parent
+        msg["attrs"] = [["TCA_KIND", "netem"], ["TCA_OPTIONS", netem.options(pair.netem)]]
+        msg["header"]["type"] = RTM_NEWQDISC
+        msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK | (
+            NLM_F_REPLACE if (handle, parent) in live else NLM_F_CREATE | NLM_F_EXCL)
+        out.append(msg)
+    return out
 
 
 def send_all(netns: str, messages: list[Any], window: int = WINDOW) -> None:
