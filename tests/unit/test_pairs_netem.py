@@ -258,3 +258,16 @@ def test_netem_leaves_are_changed_where_they_exist_and_added_elsewhere():
         0x4E430000, 0x4E420001, 0x4E440000, 0x4E420002)
     assert first["header"]["flags"] & (NLM_F_REPLACE | NLM_F_CREATE) == NLM_F_REPLACE
     assert second["header"]["flags"] & (NLM_F_CREATE | NLM_F_EXCL) == NLM_F_CREATE | NLM_F_EXCL
+
+
+def test_class_messages_carry_each_pairs_rate_and_deletes_name_the_class():
+    from pyroute2.netlink.rtnl import RTM_DELTCLASS, RTM_NEWTCLASS
+
+    change = ch.ShapePairs("n1", "netbench-n1", "eth0", (ch.pair_class(NEAR, "10.213.0.2/32"),
+                                                         ch.pair_class(FAR, "10.213.0.3/32")))
+    near, far = (parsed(m) for m in pairtree.class_messages(7, change))
+    assert (near["header"]["type"], near["handle"], near["parent"]) == (RTM_NEWTCLASS, 0x4E420001, 0x4E420000)
+    rate = {m["handle"]: m.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")["rate"] for m in (near, far)}
+    assert rate == {0x4E420001: min(ch.HTB_UNLIMITED_BPS // 8, 2**32 - 1), 0x4E420002: 100_000_000 // 8}
+    gone = parsed(pairtree.class_delete_message(7, 0x4E420003))
+    assert (gone["header"]["type"], gone["handle"], gone["parent"]) == (RTM_DELTCLASS, 0x4E420003, 0x4E420000)

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST, nla
-from pyroute2.netlink.rtnl import RTM_DELTFILTER, RTM_NEWQDISC, RTM_NEWTFILTER
-from pyroute2.netlink.rtnl.tcmsg import tcmsg
+from pyroute2.netlink.rtnl import RTM_DELTCLASS, RTM_DELTFILTER, RTM_NEWQDISC, RTM_NEWTCLASS, RTM_NEWTFILTER
+from pyroute2.netlink.rtnl.tcmsg import sched_htb, tcmsg
 
-from netbench.emulation.changes import (CHILD_MAJOR, HANDLE_MAJOR, PAIRS_BUCKETS, PAIRS_HTID, U32_ROOT_HTID,
-                                        ShapePairs, pair_bucket)
+from netbench.emulation.changes import (CHILD_MAJOR, HANDLE_MAJOR, HTB_UNLIMITED_BPS, PAIRS_BUCKETS, PAIRS_HTID,
+                                        U32_ROOT_HTID, ShapePairs, htb_burst_bytes, htb_quantum, pair_bucket)
 from netbench.emulation.netlink import netem, rtnl
 
 ETH_P_IP = 0x0800
@@ -221,6 +221,32 @@ def filter_steps(index: int, held: list[U32Node], change: ShapePairs) -> list[u3
     return steps + removals
 
 
+def class_messages(index: int, change: ShapePairs) -> list[Any]:
+    """RTM_NEWTCLASS (replace) for every destination's htb class, encoded by pyroute2's htb
+    plugin as its `tc("replace-class", "htb", ...)` would, to be sent pipelined."""
+    out = []
+    for i, pair in enumerate(change.classes):
+        rate_bps = pair.rate_bps or HTB_UNLIMITED_BPS
+        msg = tcmsg()
+        msg["family"], msg["index"], msg["handle"], msg["parent"] = 0, index, class_handle(i), _HANDLE_INT
+        msg["attrs"] = [["TCA_KIND", "htb"], ["TCA_OPTIONS", sched_htb.get_class_parameters(dict(
+            rate=rate_bps // 8, ceil=rate_bps // 8, burst=htb_burst_bytes(rate_bps), cburst=htb_burst_bytes(rate_bps),
+            quantum=htb_quantum(rate_bps)))]]
+        msg["header"]["type"] = RTM_NEWTCLASS
+        msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE
+        out.append(msg)
+    return out
+
+
+def class_delete_message(index: int, handle: int) -> Any:
+    """RTM_DELTCLASS (pyroute2 0.9's `tc("del-class", "htb", ...)` fails to encode one)."""
+    msg = tcmsg()
+    msg["family"], msg["index"], msg["handle"], msg["parent"] = 0, index, handle, _HANDLE_INT
+    msg["attrs"] = []
+    msg["header"]["type"], msg["header"]["flags"] = RTM_DELTCLASS, NLM_F_REQUEST | NLM_F_ACK
+    return msg
+
+
 def netem_messages(index: int, leaves: list[Any], change: ShapePairs) -> list[Any]:
     """RTM_NEWQDISC for every destination's netem leaf: `change` where that class already has
     netbench's netem (the queue is kept), else `add` (grafted over the class's default leaf).
@@ -241,8 +267,8 @@ def netem_messages(index: int, leaves: list[Any], change: ShapePairs) -> list[An
 
 def send_all(netns: str, messages: list[Any], window: int = WINDOW) -> None:
     """Send `messages` on one socket in `netns`, `window` at a time before reading their acks;
-    the first refusal raises NetlinkError (the kernel's reason, as rtnl.request). A filter
-    already gone when it is deleted is not an error."""
+    the first refusal raises NetlinkError (the kernel's reason, as rtnl.request). A filter or
+    class already gone when it is deleted is not an error."""
     if not messages:
         return
     with rtnl.socket_in(netns) as sock:
@@ -267,7 +293,7 @@ def send_all(netns: str, messages: list[Any], window: int = WINDOW) -> None:
                             rtnl._check_ack(data[offset:offset + length], flags)
                         except Exception as exc:
                             gone = getattr(exc, "code", None) in (errno.ENOENT, errno.EINVAL)
-                            if not (gone and msg["header"]["type"] == RTM_DELTFILTER):
+                            if not (gone and msg["header"]["type"] in (RTM_DELTFILTER, RTM_DELTCLASS)):
                                 raise
                     offset += (length + 3) & ~3
 
