@@ -184,7 +184,7 @@ def test_four_nodes_two_regions_classes_filters_delays_and_changes_in_place(nete
             assert not [q for q in tc_json(node.netns, "qdisc", "show", "dev", node.ifname)
                         if q.get("handle") == "4e42:"]
         far_min, _ = ping(n1_, n3)
-        assert 28.0 <= far_min < 250.0, far_min  # 2 x 7 ms each way, 4 crossings
+        assert 14.0 <= far_min < 250.0, far_min  # 7 ms each way
 
         # back to the full topology in place, then a one-profile peers tree over it (its chain
         # replaces the hash table; classes the filters pointed at are removable)
