@@ -79,7 +79,7 @@ test-kernel: install
 	rm -rf $(KERNEL_RESULT) && mkdir -p $(KERNEL_RESULT)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/vng --run $(KERNEL_IMAGE) --disable-kvm --force-9p --memory 2G --cpus 2 \
 		--rwdir $(CURDIR)/$(KERNEL_RESULT) --exec "cd $(CURDIR) && NETBENCH_REQUIRE_NETEM=1 \
-		$(BIN)/pytest -q -p no:cacheprovider -o addopts=-ra tests/kernel/test_netem_kernel.py \
+		$(BIN)/pytest -q -p no:cacheprovider -o addopts=-ra tests/kernel/ \
 		> $(KERNEL_RESULT)/log 2>&1; echo \$$? > $(KERNEL_RESULT)/rc"
 	@cat $(KERNEL_RESULT)/log
 	@test "$$(cat $(KERNEL_RESULT)/rc 2>/dev/null)" = 0 || { echo "test-kernel: failed (see above)"; exit 1; }

@@ -6,7 +6,9 @@ Two backends produce different plans for the same profile (backends/netem.py, ba
   and a queue limit sized to the bandwidth-delay product unless the profile sets one).
   An htb parent carries the rate when it exceeds netem's 32-bit field, and classifies
   traffic when only some peers are shaped (one htb class + netem per peer; the rest
-  leaves unshaped). Ingress shaping redirects what arrives to an ifb device and shapes its
+  leaves unshaped). A per-pair topology (model/pairs.py) gives each destination its own htb
+  class + netem (ShapePairs), classified by u32 filters in a hash table on the destination's
+  last byte, so 63 destinations cost one lookup, not a chain of 63 matches. Ingress shaping redirects what arrives to an ifb device and shapes its
   egress the same way. A live profile change is a netem `change`: the queue is kept.
 - userspace: rate through a tbf qdisc on each node's egress; delay, jitter and loss
   through iptables NFQUEUE rules in the switch namespace (one queue per node port,
@@ -35,6 +37,12 @@ from netbench.model.topology import Node, Topology
 QDISC_HANDLE = "4e42:"  # "NB": a handle netbench owns; it never deletes a root it does not own
 HANDLE_MAJOR = 0x4E42
 CHILD_MAJOR = 0x4E43  # netem children under the htb parent: 4e43:, 4e44:, ...
+PAIRS_HTID = 0x4E4  # the u32 hash table (12-bit id) of a per-destination tree: "4e4:"
+PAIRS_BUCKETS = 256  # keyed on the last byte of the IPv4 destination
+U32_ROOT_HTID = 0x800  # the u32 root table every filter chain starts from
+# one htb class + netem (handle CHILD_MAJOR + i) per destination: the netem majors stay below
+# 0xFFFF (the ingress handle) with room to spare, and a bucket holds far fewer than u32's 4095
+MAX_PAIR_CLASSES = 1024
 IFB_PREFIX = "nbifb-"
 HTB_UNLIMITED_BPS = MAX_RATE_BPS  # an htb class needs a rate; "unlimited" is the largest profile rate
 HTB_QUANTUM_MAX = 200_000  # the kernel warns above this
@@ -129,6 +137,58 @@ class ShapeDevice(Change):
                 lines.append(f"{where} filter replace dev {self.dev} parent {QDISC_HANDLE} protocol ip prio 1 u32 "
                              f"match ip {self.match} {self.peers[i]} flowid {classid}")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class PairClass:
+    """One destination of a per-destination tree: `peer` its address as a /32 CIDR, the netem
+    leaf of its class, and the class's htb rate (None: unlimited)."""
+
+    peer: str
+    netem: NetemParams
+    rate_bps: int | None = None
+
+
+@dataclass(frozen=True)
+class ShapePairs(Change):
+    """Per-destination shaping of `dev`'s egress: an htb root (default 0: traffic to no listed
+    destination leaves unshaped), class 4e42:<i+1> with a netem leaf <CHILD_MAJOR + i>: per
+    entry of `classes`, and u32 filters on the destination address in a 256-bucket hash table
+    keyed on its last byte (one lookup per packet, however many destinations)."""
+
+    dev: str
+    classes: tuple[PairClass, ...]
+
+    def describe(self) -> str:
+        where = f"{self.node}: tc"
+        table = f"{PAIRS_HTID:x}:"
+        lines = [f"{where} qdisc replace dev {self.dev} root handle {QDISC_HANDLE} htb default 0",
+                 f"{where} filter add dev {self.dev} parent {QDISC_HANDLE} protocol ip prio 1 handle {table} "
+                 f"u32 divisor {PAIRS_BUCKETS} (if missing)"]
+        for i, pair in enumerate(self.classes):
+            classid = f"{HANDLE_MAJOR:x}:{i + 1:x}"
+            rate_bps = pair.rate_bps or HTB_UNLIMITED_BPS
+            rate = units.format_rate_bps(rate_bps)
+            lines.append(f"{where} class replace dev {self.dev} parent {QDISC_HANDLE} classid {classid} htb rate "
+                         f"{rate} ceil {rate} burst {htb_burst_bytes(rate_bps)}b")
+            lines.append(f"{where} qdisc replace dev {self.dev} parent {classid} handle {CHILD_MAJOR + i:x}: "
+                         f"{describe_netem(pair.netem)}")
+            lines.append(f"{where} filter replace dev {self.dev} parent {QDISC_HANDLE} protocol ip prio 1 u32 ht "
+                         f"{table}{pair_bucket(pair.peer):x}: match ip dst {pair.peer} flowid {classid}")
+        lines.append(f"{where} filter replace dev {self.dev} parent {QDISC_HANDLE} protocol ip prio 1 u32 ht "
+                     f"{U32_ROOT_HTID:x}:: match u32 0 0 hashkey mask 0x000000ff at 16 link {table}")
+        return "\n".join(lines)
+
+
+def pair_bucket(peer: str) -> int:
+    """The hash bucket of a /32 destination: its address's last byte."""
+    return int(ipaddress.IPv4Network(peer, strict=False).network_address) & (PAIRS_BUCKETS - 1)
+
+
+def pair_class(profile: Profile, peer: str) -> PairClass:
+    """The class for the one-way path to `peer`: the rate goes to the htb class, the netem
+    leaf's queue limit is sized from this pair's own rate and delay (netem_limit_packets)."""
+    return PairClass(peer, netem_params(profile, with_rate=False), profile.rate_bps)
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ class Executor:
         own_roots = {(e.data.get("netns"), e.data.get("ifname")) for e in pending if e.kind == "qdisc"}
         own_ingress = {(e.data.get("netns"), e.data.get("dev")) for e in pending if e.kind == "ingress"}
         for change in plan:
-            if isinstance(change, (ch.SetTbf, ch.ShapeDevice)):
+            if isinstance(change, (ch.SetTbf, ch.ShapeDevice, ch.ShapePairs)):
                 dev = change.ifname if isinstance(change, ch.SetTbf) else change.dev
                 found = self.qdiscs.root_qdisc(change.netns, dev)
                 if found is None or found[1] == 0:
@@ -145,6 +145,9 @@ class Executor:
             self._record_root(change.netns, change.dev, "htb" if change.uses_htb else "netem",
                               distribution=change.netem.distribution)
             self.qdiscs.shape(change)
+        elif isinstance(change, ch.ShapePairs):  # one distribution recorded per device: the first pair's
+            self._record_root(change.netns, change.dev, "htb", distribution=change.classes[0].netem.distribution)
+            self.qdiscs.shape_pairs(change)
         elif isinstance(change, ch.SetIngress):
             j.record("ingress", netns=change.netns, dev=change.dev, ifb=change.ifb)
             self.qdiscs.set_ingress(change.netns, change.dev, change.ifb)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
 from netbench.emulation.netlink import netem
-from netbench.emulation.changes import IPT_CHAIN, ShapeDevice
+from netbench.emulation.changes import IPT_CHAIN, ShapeDevice, ShapePairs
 from netbench.emulation.netlink.netem import NetemParams
 from netbench.errors import EmulationError
 
@@ -90,6 +90,17 @@ class FakeQdiscs(_Recorder):
             "rate_bps": change.htb_rate_bps if change.uses_htb else change.netem.rate_bps,
             "peers": change.peers, "match": change.match}
 
+    def shape_pairs(self, change: ShapePairs) -> None:
+        """As NetlinkQdiscs.shape_pairs, read back as decode_tree reads a per-destination tree."""
+        self._call("shape_pairs", netns=change.netns, ifname=change.dev, change=change)
+        self.foreign.pop((change.netns, change.dev), None)
+        previous = self.state.get((change.netns, change.dev))
+        self.state[(change.netns, change.dev)] = {
+            "kind": "htb", "netem": None, "rate_bps": None, "peers": (), "match": "dst",
+            "live_change": previous is not None and previous["kind"] == "htb",
+            "pairs": [{"peer": c.peer, "netem": _through_netlink(c.netem), "rate_bps": c.rate_bps,
+                       "classid": f"4e42:{i + 1:x}"} for i, c in enumerate(change.classes)]}
+
     def set_ingress(self, netns: str, dev: str, ifb: str) -> None:
         self._call("set_ingress", netns=netns, dev=dev, ifb=ifb)
         self.foreign_ingress.pop((netns, dev), None)  # its filters replaced by netbench's redirect
@@ -117,6 +128,9 @@ class FakeQdiscs(_Recorder):
         qdisc = dict(qdisc)
         if qdisc.get("netem") is not None:  # the kernel does not report the table: the caller says
             qdisc["netem"] = dataclasses.replace(qdisc["netem"], distribution=distribution)
+        if qdisc.get("pairs"):
+            qdisc["pairs"] = [{**p, "netem": dataclasses.replace(p["netem"], distribution=distribution)}
+                              for p in qdisc["pairs"]]
         return qdisc
 
 
