@@ -15,7 +15,7 @@ import click
 from rich.markup import escape
 
 from netbench import console, units
-from netbench.cli import common, render
+from netbench.cli import common, render, render_pairs
 from netbench.cli.common import (BACKEND_CHOICES, apply_remote_options, check_local_flags, handle_errors,
                                  inventory_options, profile_options)
 from netbench.cli.types import FiniteFloatRange
@@ -59,11 +59,15 @@ def profile_check(files: tuple[Path, ...]) -> None:
 @click.option("--schedule", "schedule_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Change the link over time as this schedule (YAML) says, in the foreground; Ctrl-C puts "
                    "the link back as it was. Not with a PROFILE_FILE or profile flags.")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Shape every ordered pair of nodes as this topology (YAML: groups and links, or a matrix; "
+                   "see profiles/topologies/) says. Not with a PROFILE_FILE, profile flags or --schedule.")
+@click.option("--scale", type=FiniteFloatRange(0.001, 1000), help="With --topology: multiply every delay and jitter.")
 @handle_errors
 @inventory_options
 @apply_remote_options
-def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run, schedule_file, inventory,
-           insecure_host_keys, lease, force, takeover) -> None:
+def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run, schedule_file, topology_file, scale,
+           inventory, insecure_host_keys, lease, force, takeover) -> None:
     """Apply a profile (a PROFILE_FILE, flags, or both) to every testbed link.
 
     Flags override the file's values. Delay is one-way at each node's egress, so the
@@ -72,7 +76,20 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run, sch
     Example: netbench apply profiles/wan.yaml --loss 1%
 
     Example: netbench apply --schedule profiles/schedules/spike.yaml --dry-run
+
+    Example: netbench apply --topology profiles/topologies/two-regions.yaml --scale 2
     """
+    if scale is not None and topology_file is None:
+        raise UsageError("flag --scale: only with --topology", hint="e.g. --topology two-regions.yaml --scale 2")
+    if topology_file is not None:
+        given = [name for name, value in (("PROFILE_FILE", profile_file), ("--latency", latency),
+                                          ("--jitter", jitter), ("--bandwidth", bandwidth), ("--loss", loss),
+                                          ("--schedule", schedule_file), ("--inventory", inventory)) if value is not None]
+        if given:
+            raise UsageError(f"flag --topology: not with {', '.join(given)}: the topology says what every pair gets",
+                             hint="put per-pair settings in the topology file ('default:' for the pairs not named)")
+        _apply_network(_load_topology(topology_file, scale), backend, dry_run)
+        return
     if schedule_file is not None:
         given = [name for name, value in (("PROFILE_FILE", profile_file), ("--latency", latency),
                                           ("--jitter", jitter), ("--bandwidth", bandwidth), ("--loss", loss))
@@ -95,16 +112,29 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run, sch
                          "--bandwidth, --loss", hint="e.g. netbench apply --latency 10ms" if inventory is None
                          else "e.g. netbench apply --inventory hosts.yaml --bandwidth 100mbit")
     if inventory is None:
-        common.require_root()
-        with open_target() as target:
-            planned = target.plan(chosen, backend)
-            render.planned(target.kind, planned, dry_run=dry_run)
-            if dry_run:
-                return
-            target.apply_plan(planned, on_change=lambda c: console.info(f"  [dim]{escape(c.describe())}[/]"))
-        console.info("[green]applied[/]; read it back with 'netbench show', remove it with 'netbench reset'")
+        _apply_network(chosen, backend, dry_run)
         return
     _apply_to_hosts(chosen, inventory, insecure_host_keys, backend, dry_run, lease, force, takeover)
+
+
+def _load_topology(path: Path, scale: float | None):
+    from netbench.model.pairs import scaled
+    from netbench.model.pairs_file import load_pair_topology
+
+    topology = load_pair_topology(path)
+    return topology if scale is None else scaled(topology, scale)
+
+
+def _apply_network(network, backend: str, dry_run: bool) -> None:
+    """A profile or a per-pair topology on the embedded testbed."""
+    common.require_root()
+    with open_target() as target:
+        planned = target.plan(network, backend)
+        render.planned(target.kind, planned, dry_run=dry_run)
+        if dry_run:
+            return
+        target.apply_plan(planned, on_change=lambda c: console.info(f"  [dim]{escape(c.describe())}[/]"))
+    console.info("[green]applied[/]; read it back with 'netbench show', remove it with 'netbench reset'")
 
 
 def _apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
@@ -265,7 +295,8 @@ def _hold(inv, conns, lease_s: float, holder: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the profile every node holds to this file (YAML), which 'netbench apply FILE' "
-                   "takes back; refused when nodes hold different profiles.")
+                   "takes back (refused when nodes hold different profiles); for a per-pair emulation, the "
+                   "topology as a matrix, which 'netbench apply --topology FILE' takes back.")
 @handle_errors
 @inventory_options
 def show(as_json: bool, output: Path | None, inventory, insecure_host_keys) -> None:
@@ -280,34 +311,52 @@ def show(as_json: bool, output: Path | None, inventory, insecure_host_keys) -> N
         common.require_root()
     with open_target(inventory, insecure_host_keys) as target:
         shown = target.show()
+    held_pairs = None
+    if inventory is None and shown["nodes"]:
+        from netbench.emulation.readback import pairs_from_rows
+        from netbench.testbed import netns as local
+
+        topology = local.discover()
+        held_pairs = pairs_from_rows(shown["nodes"], topology) if topology is not None else None
     if inventory is not None:
         if as_json:
             console.plain(json.dumps(shown, indent=2, default=str))
         else:
             render.hosts_emulation_table(shown["hosts"])
     elif as_json:
+        if held_pairs is not None:
+            shown["pairs"] = held_pairs.to_json()
         console.plain(json.dumps(shown, indent=2, default=str) if shown["nodes"] else json.dumps(shown))
+    elif held_pairs is not None:
+        render_pairs.held_pairs_matrix(held_pairs)
     elif shown["nodes"]:
         render.emulation_table(shown["nodes"])
     else:
         console.info("no testbed is up")
     if output is not None:  # after the table, so a refusal can be read against it
-        _write_profile(output, common_profile(shown), quiet=as_json)
+        if held_pairs is not None:
+            from netbench.model.pairs import to_matrix_mapping
+
+            _write_profile(output, to_matrix_mapping(held_pairs), quiet=as_json, what="topology")
+        else:
+            _write_profile(output, common_profile(shown), quiet=as_json)
 
 
-def _write_profile(path: Path, mapping: dict, quiet: bool) -> None:
-    """The read-back profile as a profile file; it loads back to the same plan."""
+def _write_profile(path: Path, mapping: dict, quiet: bool, what: str = "profile") -> None:
+    """The read-back profile (or per-pair topology) as a file; it loads back to the same plan."""
     import yaml
 
-    text = ("# read back by 'netbench show --output'; 'netbench apply FILE' takes it back\n"
+    back = "netbench apply --topology FILE" if what == "topology" else "netbench apply FILE"
+    text = (f"# read back by 'netbench show --output'; '{back}' takes it back\n"
             + yaml.safe_dump(mapping, sort_keys=False, default_flow_style=False, allow_unicode=True))
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"flag --output: cannot write {path}: {exc.strerror or exc}") from None
     if not quiet:
-        console.info(f"wrote profile {escape(str(mapping.get('name')))} to {escape(str(path))}; "
-                     f"apply it with 'netbench apply {escape(str(path))}'")
+        flag = "--topology " if what == "topology" else ""
+        console.info(f"wrote {what} {escape(str(mapping.get('name')))} to {escape(str(path))}; "
+                     f"apply it with 'netbench apply {flag}{escape(str(path))}'")
 
 
 # ---------------------------------------------------------------- verify

@@ -146,8 +146,10 @@ def planned(target_kind: str, planned, inventory_hosts=(), dry_run: bool = False
 
     profile = planned.profile
     if target_kind == "embedded":
-        console.info(f"profile [bold]{escape(profile.name)}[/] ({escape(profile.label())}), backend "
-                     f"[bold]{planned.backends[EMBEDDED]}[/]: {escape(planned.reasons[EMBEDDED])}")
+        what = (f"topology [bold]{escape(profile.name)}[/] ({len(profile.links)} shaped pair(s)"
+                + (f", delays x{profile.scale:g}" if profile.scale != 1 else "") + ")"
+                if hasattr(profile, "links") else f"profile [bold]{escape(profile.name)}[/] ({escape(profile.label())})")
+        console.info(f"{what}, backend [bold]{planned.backends[EMBEDDED]}[/]: {escape(planned.reasons[EMBEDDED])}")
         if dry_run:
             console.info("[yellow]dry run[/]: these changes would be made:")
             for change in planned.changes[EMBEDDED]:
@@ -274,68 +276,6 @@ def checks_table(checks: list[dict]) -> None:
         table.add_row(c["metric"], value(c["metric"], c["configured"]), value(c["metric"], c["measured"]), error, ok,
                       c["rule"])
     console.out.print(table)
-
-
-def _rate_short(bps: float) -> str:
-    """A rate to three significant figures in tc's units: 2.39gbit, 95.3mbit, 512kbit."""
-    for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
-        if bps >= scale:
-            return f"{bps / scale:.3g}{unit}"
-    return f"{bps:.0f}bit"
-
-
-def pairs_matrix(record: dict) -> None:
-    """verify --all-pairs (verify_pairs.matrix_record): the RTT matrix, each cell "measured /
-    configured (error)" in ms, out-of-tolerance cells marked; throughput beside it when
-    measured; then every check that failed, and the verdict."""
-    names = record["nodes"]
-    cells = {(src, dst): cell for src, row in record["matrix"].items() for dst, cell in row.items()}
-
-    def check(cell: dict, metric: str) -> dict:
-        return next(c for c in cell["checks"] if c["metric"] == metric)
-
-    def rtt_text(cell: dict) -> str:
-        rtt = check(cell, "rtt")
-        if rtt["measured"] is None:
-            text = f"no reply / {rtt['configured']:.2f}"
-        else:
-            text = f"{rtt['measured']:.2f} / {rtt['configured']:.2f} ({rtt['error']:+.2f})"
-        return text if cell["ok"] else f"[bold red]{text} ![/]"
-
-    def rate_text(cell: dict) -> str:
-        rate = check(cell, "rate")
-        if rate["measured"] is None:
-            return "-"
-        got = _rate_short(rate["measured"])
-        if rate["configured"] is None:
-            return got
-        text = f"{got} / {_rate_short(rate['configured'])}" + (
-            "" if rate["error"] is None else f" ({rate['error']:+.1%})")
-        return f"[bold red]{text} ![/]" if rate["ok"] is False else text
-
-    def matrix(title: str, text) -> Table:
-        table = Table(title=title)
-        table.add_column("from \\ to")
-        for name in names:
-            table.add_column(escape(name), justify="right")
-        for src in names:
-            table.add_row(escape(src), *[text(cells[(src, dst)]) if (src, dst) in cells else "[dim]-[/]"
-                                         for dst in names])
-        return table
-
-    console.out.print(matrix(f"RTT in ms, measured / configured (error); tolerance {record['tolerance']['rule']}; "
-                             "! out of tolerance", rtt_text))
-    if any(check(cell, "rate")["measured"] is not None for cell in cells.values()):
-        console.out.print(matrix("throughput src -> dst as whole frames, measured / configured (error)", rate_text))
-    for (src, dst), cell in cells.items():
-        for c in cell["checks"]:
-            if c["ok"] is False:
-                console.info(f"[red]{escape(src)} -> {escape(dst)}[/] {c['metric']}: {escape(c['rule'])}")
-    if record["ok"]:
-        console.info(f"[green]all {len(cells)} pairs within tolerance[/]")
-    else:
-        console.info(f"[red]{len(record['failed'])} of {len(cells)} pairs out of tolerance[/]: "
-                     f"{escape(', '.join(record['failed']))}")
 
 
 # ---------------------------------------------------------------- doctor and reset

@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from netbench import console
-from netbench.cli import render
+from netbench.cli import render_pairs
 from netbench.errors import VerifyFailed
 
 
@@ -49,7 +49,7 @@ def verify_all_pairs_cmd(topo, topology_file: Path | None, tolerance, count: int
     if as_json:
         console.plain(json.dumps(record, indent=2))
     else:
-        render.pairs_matrix(record)
+        render_pairs.pairs_matrix(record)
     if not record["ok"]:
         raise VerifyFailed(f"{len(record['failed'])} of {len(expected)} pairs differ from the configured "
                            "matrix beyond tolerance", hint="see the cells marked '!'; a loaded machine inflates RTT")

@@ -47,3 +47,33 @@ def profile_from_state(egress: dict[str, Any] | None, ingress: dict[str, Any] | 
         return None
     return Profile(name="active", delay_us=int(params.get("delay_us", 0)), jitter_us=int(params.get("jitter_us", 0)),
                    loss=float(params.get("loss", 0.0)), rate_bps=rate)
+
+
+def pairs_from_rows(rows: list[dict[str, Any]], topology: Any, name: str = "active") -> Any:
+    """`read_emulation`'s rows -> the PairTopology the nodes hold, or None when no node shapes
+    per destination: netem trees list their destinations (qdisc "pairs"), userspace engines
+    their table (engine "pairs"); destinations are named by the testbed's addresses."""
+    from netbench.model.pairs import PairLink, PairTopology
+
+    by_address = {node.address: node.name for node in topology.nodes}
+    links: list[PairLink] = []
+    shaped = False
+    for row in rows:
+        tree, engine = row.get("qdisc") or {}, row.get("engine") or {}
+        for entry in tree.get("pairs") or ():
+            shaped = True
+            dst = by_address.get(str(entry["peer"]).split("/")[0])
+            if dst is not None:
+                profile = profile_from_netem(entry["netem"], entry.get("rate_bps"), name=f"{row['node']}-{dst}")
+                links.append(PairLink(row["node"], dst, profile))
+        for entry in engine.get("pairs") or ():
+            shaped = True
+            dst = by_address.get(str(entry["dst"]))
+            profile = Profile(name=f"{row['node']}-{dst}", delay_us=int(entry.get("delay_us", 0)),
+                              jitter_us=int(entry.get("jitter_us", 0)), loss=float(entry.get("loss", 0.0)),
+                              rate_bps=entry.get("rate_bps"))
+            if dst is not None and not profile.is_null:
+                links.append(PairLink(row["node"], dst, profile))
+    if not shaped:
+        return None
+    return PairTopology(name=name, nodes=tuple(node.name for node in topology.nodes), links=tuple(links))

@@ -15,15 +15,12 @@ which every change only narrows the path (rate and delay and jitter lower or the
 higher or the same: `follows`), as few chains as a first-fit over the points sorted widest
 first gives, and each chain is one launch (ties in a seeded random order). The job's TCP
 connections live through the whole launch and carry their congestion state from point to
-point, and measured here both directions of a change across two factors hurt: 1gbit at
-50 ms gave 342 img/s right after 100mbit at 50 ms against 483 img/s as a launch's first point
-(cubic grows its window back from the old ssthresh for minutes); 100mbit at 50 ms gave
-184 img/s right after 1gbit at 10 ms against 264 (a fall in rate with a rise in delay),
-and 100mbit at 10 ms right after 1gbit at 1 ms stalled a worker's heartbeats past TF's
-deadline. A fall in rate alone (1gbit to 100mbit at 50 ms: 288 against 290 img/s) is
-absorbed. "random" puts every point of a configuration in one launch, shuffled (the
-textbook split-plot; for latency-only sweeps at an uncapped rate, or to measure the
-carry-over).
+point: measured here, 50 ms at 1gbit gave 364 img/s right after 1 ms at 1gbit against 485
+under --isolate, and 50 ms at 100mbit 184 right after 10 ms at 1gbit against 264 (cubic
+grows its window back from the old ssthresh for minutes); in chains that only narrow, all
+six points of the same sweep came within 0.96-1.07 of --isolate. "random" puts every point
+of a configuration in one launch, shuffled (the textbook split-plot; for latency-only sweeps
+at an uncapped rate, or to measure the carry-over).
 """
 
 from __future__ import annotations

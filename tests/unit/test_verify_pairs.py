@@ -177,12 +177,12 @@ def test_verify_all_pairs_record_is_json_and_names_the_pairs_out_of_tolerance():
 
 
 def test_the_printed_matrix_shows_measured_configured_and_error_and_marks_failures(capsys):
-    from netbench.cli import render
+    from netbench.cli import render_pairs
 
     truth = FakeNet(ASYM)
     truth.expected[("n1", "n2")] = vp.PairExpected("n1", "n2", 15_000, 25_000, v.Expected(40_000, 0.0, None, 2))
     record = vp.verify_all_pairs(TOPO, ASYM, None, pinger=truth.ping)
-    render.pairs_matrix(record)
+    render_pairs.pairs_matrix(record)
     out = capsys.readouterr().out
     assert "40.10 / 30.00 (+10.10) !" in out  # n1 -> n2: out of tolerance
     assert "30.10 / 30.00 (+0.10)" in out and "30.10 / 30.00 (+0.10) !" not in out  # n2 -> n1
@@ -270,12 +270,12 @@ def test_all_pairs_flags_are_refused_where_they_do_not_apply(testbed, args, mess
 
 
 def test_the_throughput_matrix_shows_rates_to_three_figures(capsys):
-    from netbench.cli import render
+    from netbench.cli import render_pairs
 
     net = FakeNet(ASYM, rate_bps=100_000_000)
     record = vp.verify_all_pairs(TOPO, ASYM, None, v.Settings(ping_count=10, iperf_seconds=1.0),
                                  pinger=net.ping, throughput=net.iperf)
-    render.pairs_matrix(record)
+    render_pairs.pairs_matrix(record)
     out = capsys.readouterr().out
     assert "throughput src -> dst" in out and "100mbit / 100mbit (+0.0%)" in out  # n1 -> n3, rated
     assert out.count("100mbit") == 12 + 1  # every measured pair, and n1 -> n3's configured rate
