@@ -1,7 +1,8 @@
 """`netbench verify --all-pairs`: every ordered pair measured against the configured matrix.
 
-What is configured is the per-pair topology given with --topology or, without one, the
-profile each node holds, read back from the kernel and the delay engines.
+What is configured is the per-pair topology given with --topology or, without one, what the
+nodes hold, read back from the kernel and the delay engines: a per-pair topology when they
+shape per destination, else the profile each node holds.
 """
 
 from __future__ import annotations
@@ -30,10 +31,15 @@ def verify_all_pairs_cmd(topo, topology_file: Path | None, tolerance, count: int
 
         pairs = load_pair_topology(topology_file)
     else:
+        from netbench.emulation.readback import pairs_from_rows
+
         with open_target() as target:
-            rows = {row["node"]: row for row in target.show()["nodes"]}
-        profiles = {node.name: profile_from_mapping(rows[node.name]["profile"], "read-back")
-                    if rows.get(node.name, {}).get("profile") else None for node in topo.nodes}
+            shown = target.show()["nodes"]
+        pairs = pairs_from_rows(shown, topo, name="read back")
+        rows = {row["node"]: row for row in shown}
+        if pairs is None:
+            profiles = {node.name: profile_from_mapping(rows[node.name]["profile"], "read-back")
+                        if rows.get(node.name, {}).get("profile") else None for node in topo.nodes}
     settings = verify.Settings(ping_count=count, ping_interval_s=interval, iperf_seconds=seconds,
                                unshaped_rate=True)
     tolerance = tolerance or verify_pairs.PAIRS_TOLERANCE
