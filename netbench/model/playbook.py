@@ -251,6 +251,10 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
     description = data.get("description", "")
     if not isinstance(description, str):
         raise fail(source, "description", "must be a string")
+    for key in ("profile", "schedule"):
+        if "topology" in data and key in data:
+            raise fail(source, key, "not with topology: the topology gives every pair's link",
+                       f"remove {key}:, or topology:")
     base_profile = Profile(name="base")
     if "profile" in data:
         ref = data["profile"]
@@ -320,10 +324,6 @@ def _topology(data: Mapping, source: str, base_dir: Path | None) -> Any:
     if not isinstance(ref, str) or not ref.strip():
         raise fail(source, "topology", f"must be a path to a topology file, got {shown(ref)}",
                    "e.g. 'topology: ../profiles/topologies/two-regions.yaml'")
-    for key in ("profile", "schedule"):
-        if key in data:
-            raise fail(source, key, "not with topology: the topology gives every pair's link",
-                       f"remove {key}:, or topology:")
     path = Path(ref) if Path(ref).is_absolute() else (base_dir or Path(".")) / ref.strip()
     try:
         return load_pair_topology(path)
