@@ -32,6 +32,9 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @click.option("--schedule", "schedule_files", multiple=True, metavar="FILE[,FILE]",
               help="A schedule (YAML) the link follows during a run; each is one more point after the "
                    "--latency/... grid (or the only points without one), starting from --profile. Repeatable.")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="A per-pair topology (profiles/topologies/) as the network, one point per --scale level.")
+@click.option("--scale", metavar="LIST", help="With --topology: factors on every delay, e.g. 1,2,4 [default: 1].")
 @click.option("--strategy", default="allreduce", show_default=True,
               type=click.Choice(["allreduce", "allreduce-accum", "ps", "single"]),
               help="allreduce: all-reduce every step; allreduce-accum: every --accum-steps batches; "
@@ -75,7 +78,8 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @launch_options
 @hosts_options
 @handle_errors
-def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strategy, workers, accum_steps, ps_count, model, data,
+def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topology_file, scale, strategy, workers,
+          accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, dry_run,
           metrics_port, metrics_address, metrics_wait, order_seed, isolate, launch_order, settle_text, settle_steps,
@@ -92,6 +96,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strate
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
     Example: netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit
     Example: netbench sweep --schedule profiles/schedules/spike.yaml --latency 10ms
+    Example: netbench sweep --topology profiles/topologies/world.yaml --workers 8 --scale 1,2
     """
     from netbench.model import design as sweep_plan
     from netbench.experiment import store as results
@@ -101,6 +106,11 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strate
         raise UsageError("flag --seconds needs --warmup of at least 1: workers agree on the step count "
                          "from the warm-up step times", hint="e.g. --seconds 30 --warmup 10")
     metrics_wait_s = check_metrics_flags(metrics_port, metrics_address, metrics_wait)
+    from netbench.cli import sweep_topology
+
+    sweep_topology.check_flags(topology_file, scale, {"--profile": profile_file, "--latency": latency,
+                               "--bandwidth": bandwidth, "--loss": loss, "--jitter": jitter,
+                               "--schedule": schedule_files}, inventory)
     base = load_profile(profile_file) if profile_file else Profile(name="base")
     levels = sweep_plan.SweepLevels(
         delay_us=tuple(parse_levels(latency, "--latency", units.parse_duration_us)) if latency else (),
@@ -123,10 +133,14 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strate
     config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
                                           batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
                                           sample_resources_s=sample_resources or 0.0)
-    try:
-        runs = sweep_plan.sweep_runs(points, repeat, config_job, workers, first, schedules=schedules, base=base)
-    except UsageError as exc:
-        raise UsageError(f"flag --schedule: {exc.message}", exc.hint) from None
+    pairs = None
+    if topology_file is not None:
+        pairs, runs = sweep_topology.topology_runs(topology_file, scale, repeat, config_job, workers, first)
+    else:
+        try:
+            runs = sweep_plan.sweep_runs(points, repeat, config_job, workers, first, schedules=schedules, base=base)
+        except UsageError as exc:
+            raise UsageError(f"flag --schedule: {exc.message}", exc.hint) from None
     from netbench.experiment.runner import SweepConfig
 
     config = SweepConfig(sweep_id=sweep_id, runs=tuple(runs), job=config_job, workers=workers,
@@ -134,7 +148,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, strate
                          backend=None if backend == "auto" else backend,
                          timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
-                         order_seed=order_seed, **launch_settings(isolate, settle_text, settle_steps, launch_order))
+                         order_seed=order_seed, topology=pairs,
+                         **launch_settings(isolate, settle_text, settle_steps, launch_order))
     if inventory is not None:
         _run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port, metrics_address, takeover,
                       metrics_wait_s)
@@ -248,11 +263,12 @@ def _plan_runs(base, levels, repeat):
 
 
 def _print_sweep_plan(config) -> None:
-    from netbench.emulation import backends
+    from netbench.cli.sweep_topology import plan_lines, testbed_size
     from netbench.model.job import describe_plan, nodes_needed, plan_job
     from netbench.model import topology
 
-    topo = topology.plan_topology(nodes_needed(config.job, config.workers), topology.choose_subnet([]))
+    topo = topology.plan_topology(testbed_size(nodes_needed(config.job, config.workers), config.topology),
+                                  topology.choose_subnet([]))
     accum = f" ({config.job.accum_steps} batches per all-reduce)" if config.job.strategy == "allreduce-accum" else ""
     console.info(f"[yellow]dry run[/]: {len(config.runs)} runs, strategy {config.job.strategy}{accum}, "
                  f"{config.workers} workers, "
@@ -267,9 +283,8 @@ def _print_sweep_plan(config) -> None:
 
     for run in config.runs:
         console.plain(f"{run.run_id}  {run.profile.name}  repeat {run.repeat}")
-        for change in backends.plan_apply(run.profile, topo, config.backend or "userspace",
-                                    seed=config.seed + 100 * run.index):
-            console.plain("    " + change.describe())
+        for line in plan_lines(run, topo, config.backend or "userspace", seed=config.seed + 100 * run.index):
+            console.plain("    " + line)
         if run.schedule is not None:
             console.plain("    " + schedule_plan_line(run.schedule, run.timeline))
         if config.verify:
@@ -365,6 +380,9 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
         console.info(f"playbook [bold]{escape(book.name)}[/]: all {len(runs)} runs are done in {escape(str(output))}; "
                      f"'netbench report {escape(str(output))}' summarises them")
         return
+    from netbench.cli.sweep_topology import check_playbook
+
+    check_playbook(book, runs, inventory)
     if inventory is None:
         if insecure_host_keys:
             raise UsageError("flag --insecure-host-keys: only with --inventory")
@@ -380,7 +398,8 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                          backend=None if chosen in (None, "auto") else chosen,
                          timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
-                         order_seed=seed, **launch_settings(isolate, settle_text, settle_steps, launch_order))
+                         order_seed=seed, topology=book.topology,
+                         **launch_settings(isolate, settle_text, settle_steps, launch_order))
     if inventory is not None:
         from netbench.testbed.hosts import check_on_hosts
 

@@ -69,16 +69,34 @@ def follows(before: Any, after: Any) -> bool:
             and after.jitter_us <= before.jitter_us and after.loss >= before.loss)
 
 
+def _scale(run: Run) -> float | None:
+    """The scale of a run's per-pair topology (None: the run applies its profile)."""
+    return None if run.pairs is None else run.pairs.scale
+
+
+def run_follows(before: Run, after: Run) -> bool:
+    """`follows` for runs: their profiles, and for runs with a per-pair topology (whose
+    profiles are null) the topology's scale: a larger scale is a longer path (every delay
+    times the scale), so a later point has the same or a lower scale. A run with a topology
+    never follows one without, nor the other way."""
+    if (before.pairs is None) != (after.pairs is None):
+        return False
+    if before.pairs is not None and (before.pairs.name != after.pairs.name or _scale(after) > _scale(before)):
+        return False
+    return follows(before.profile, after.profile)
+
+
 def descending_chains(runs: list[Run]) -> list[list[Run]]:
-    """`runs` cut into chains in which each run `follows` the one before (pure): sorted widest
-    first (rate, then delay, jitter, then loss; stable, so equal points keep their order),
-    each run joins the first chain it may follow, else starts one."""
+    """`runs` cut into chains in which each run `run_follows` the one before (pure): sorted
+    widest first (rate, then delay, jitter, then loss, then a topology's scale, largest first;
+    stable, so equal points keep their order), each run joins the first chain it may follow,
+    else starts one."""
     unlimited = float("inf")
     ordered = sorted(runs, key=lambda r: (-(r.profile.rate_bps or unlimited), -r.profile.delay_us,
-                                          -r.profile.jitter_us, r.profile.loss))
+                                          -r.profile.jitter_us, r.profile.loss, -(_scale(r) or 0.0)))
     chains: list[list[Run]] = []
     for run in ordered:
-        chain = next((c for c in chains if follows(c[-1].profile, run.profile)), None)
+        chain = next((c for c in chains if run_follows(c[-1], run)), None)
         if chain is None:
             chains.append([run])
         else:

@@ -6,7 +6,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from netbench import interrupts
 from netbench import stats as measure
@@ -45,6 +45,7 @@ class SweepConfig:
     order: str = "descending"  # the points' order within a launch (experiment/launch.py ORDERS)
     settle: Settle = Settle()  # how long a point's change settles in a shared launch
     order_seed: int | None = None  # the points' order within each launch; None: drawn (and recorded)
+    topology: Any = None  # model.pairs.PairTopology (unscaled) the runs apply at their scales; for the manifest
 
 
 class Observer(Protocol):
@@ -99,7 +100,8 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      comm_time_mean_s=phases.comm_mean_s if phases else None,
                      idle_ratio=phases.idle_ratio if phases else None,
                      step=analysis.step_kind(outcome.events, job), split_from=phases.source if phases else None,
-                     resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)))
+                     resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)),
+                     topology=run.pairs.to_json() if run.pairs is not None else None)
 
 
 def _driver(run: Run, testbed: Target, seed: int, observer: Observer):
@@ -195,12 +197,15 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
     # every run's placement must fit (a playbook's runs differ in strategy and workers)
     needed = max((nodes_needed(run.job, run.workers) for run in config.runs),
                  default=nodes_needed(config.job, config.workers))
+    needed = max([needed] + [len(run.pairs.nodes) for run in config.runs if run.pairs is not None])  # every pair's node
     backend = testbed.prepare(config, needed)
     manifest = {"sweep_id": config.sweep_id, "command_line": config.command_line,
                 "backend": backend.name, "backend_reason": backend.reason,
                 "started": time.time(), "ended": None, "runs": len(config.runs),
                 "job": asdict(config.job), "workers": config.workers,
                 "timeouts": asdict(config.timeouts), "testbed_kind": testbed.kind, **environment_facts()}
+    if config.topology is not None:
+        manifest["topology"] = config.topology.to_json()
     try:
         store.create()
         store.write_manifest(manifest)

@@ -28,7 +28,8 @@ from netbench.jobs.resources import Usage, totals
 #    measured link beside the configured one (sweep --verify)
 # 3: per-process resource use (--sample-resources) and its csv columns
 # 4: a run's schedule (its landed changes and lateness) and the csv's schedule column
-SCHEMA_VERSION = 4
+# 5: a run's per-pair topology (its `topology` record) and the csv's topology and scale columns
+SCHEMA_VERSION = 5
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -48,7 +49,7 @@ CSV_COLUMNS = (
     "verify_rate_measured_mbit", "verify_ok",
     "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error", "schedule", "step", "split_from",
-    "launch", "settle_s", "settle_steps",
+    "launch", "settle_s", "settle_steps", "topology", "scale",
 )
 
 
@@ -98,6 +99,9 @@ class RunResult:
     launch: int | None = None
     settle_s: float | None = None
     settle_steps: int | None = None
+    # the per-pair topology the run applied instead of its profile (model.pairs.PairTopology.to_json,
+    # scaled: its links are the delays applied, its scale the factor); None: the profile
+    topology: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -135,6 +139,8 @@ class RunResult:
             "step": self.step or "", "split_from": self.split_from or "",
             "launch": "" if self.launch is None else self.launch, "settle_s": opt(self.settle_s, 4),
             "settle_steps": "" if self.settle_steps is None else self.settle_steps,
+            "topology": (self.topology or {}).get("name", ""),
+            "scale": "" if self.topology is None else f"{self.topology.get('scale', 1):g}",
         }
 
     def _resource_cells(self) -> dict[str, Any]:

@@ -22,13 +22,14 @@ from netbench import units
 from netbench.model.job import JobSpec
 from netbench.model.playbook import Playbook, PlaybookError, design_points, fail, profile_for
 from netbench.model.profile import Profile, validate
-from netbench.model.run import Run, Settings, profile_name
+from netbench.model.pairs import PairTopology, scaled
+from netbench.model.run import Run, Settings, profile_name, scaled_name
 from netbench.model.schedule import Schedule, timeline
 
 __all__ = ["COMPLETE_STATUSES", "Design", "Point", "Run", "Settings", "SweepLevels", "check_resume", "check_supported",
            "describe_settings", "design_digest", "expand", "fields_of", "job_fields", "pending",
            "plan_record", "plan_sweep", "playbook_design", "profile_name", "scheduled_point", "sweep_design",
-           "sweep_points", "sweep_runs"]
+           "sweep_points", "sweep_runs", "topology_design", "topology_point"]
 
 COMPLETE_STATUSES = ("ok", "timeout")  # a timeout is a result (a cross on the figure), not a crash
 ORDERS = ("as-written", "random")
@@ -44,6 +45,7 @@ class Point:
     settings: Settings | None = None  # the playbook settings it came from; None for sweep flags
     schedule: Any = None  # model.schedule.Schedule: the link changes during the run (profile: where it starts)
     timeline: tuple = ()  # the schedule's TimedProfile entries over its base
+    pairs: Any = None  # model.pairs.PairTopology (scaled) applied instead of `profile`, a null one named after it
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,8 @@ class Design:
             random.Random(self.seed).shuffle(pairs)
         return tuple(Run(index=first + i, profile=self.points[p].profile, repeat=rep, job=self.points[p].job,
                          workers=self.points[p].workers, point=p, settings=self.points[p].settings,
-                         schedule=self.points[p].schedule, timeline=self.points[p].timeline)
+                         schedule=self.points[p].schedule, timeline=self.points[p].timeline,
+                         pairs=self.points[p].pairs)
                      for i, (p, rep) in enumerate(pairs))
 
 
@@ -135,6 +138,20 @@ def sweep_runs(points: Sequence[Profile], repeat: int, job: JobSpec, workers: in
     return sweep_design(points, repeat, job, workers, schedules, base).runs(first)
 
 
+def topology_point(pairs: PairTopology, scale: float, job: JobSpec, workers: int,
+                   settings: Settings | None = None) -> Point:
+    """A point that applies `pairs` with every delay times `scale`; its profile is a null
+    one named after the point ("world", "world-x2"), which labels it in views and results."""
+    return Point(profile=Profile(name=scaled_name(pairs.name, scale)), job=job, workers=workers, settings=settings,
+                 pairs=scaled(pairs, scale))
+
+
+def topology_design(pairs: PairTopology, scales: Sequence[float], repeat: int, job: JobSpec,
+                    workers: int) -> Design:
+    """The design `sweep --topology` gives: one point per scale level, as written."""
+    return Design(points=tuple(topology_point(pairs, s, job, workers) for s in scales), repeat=repeat)
+
+
 def plan_sweep(base: Profile, levels: SweepLevels, repeat: int = 1, job: JobSpec = JobSpec(), workers: int = 2,
                first: int = 0) -> tuple[Run, ...]:
     """The runs of a sweep from flags: `sweep_points`, each repeated, all with one job."""
@@ -154,7 +171,9 @@ def playbook_design(book: Playbook, seed: int, sample_resources_s: float = 0.0) 
     points = []
     for s in design_points(book):
         job = JobSpec(**job_fields(book, s, available), seed=seed, sample_resources_s=sample_resources_s)
-        if s.schedule:
+        if book.topology is not None:
+            points.append(topology_point(book.topology, s.scale, job, s.workers, s))
+        elif s.schedule:
             points.append(scheduled_point(schedules[s.schedule], profile_for(book, s), job, s.workers, s))
         else:
             points.append(Point(profile=profile_for(book, s), workers=s.workers, settings=s, job=job))
@@ -182,14 +201,19 @@ def design_digest(book: Playbook, runs: Sequence[Run]) -> str:
         doc["schedules"] = {ref: [schedule.repeat, schedule.cycle, [[e.at_s, e.at_step, e.profile.to_record()]
                                                                     for e in timeline(schedule, None)]]
                             for ref, schedule in book.schedules}
+    if book.topology is not None:  # so is a topology file edited between sessions
+        doc["topology"] = book.topology.to_json()
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _settings_record(settings: Settings) -> dict[str, Any]:
-    """asdict(settings), without an unset schedule (so folders written before schedules resume)."""
+    """asdict(settings), without an unset schedule or a scale of 1 (so folders written before
+    schedules and topologies resume)."""
     record = asdict(settings)
     if not record.get("schedule"):
         record.pop("schedule", None)
+    if record.get("scale") == 1:
+        record.pop("scale", None)
     return record
 
 
@@ -203,6 +227,7 @@ def plan_record(book: Playbook, seed: int, runs: Sequence[Run]) -> dict[str, Any
     return {"name": book.name, "source": book.source, "description": book.description, "seed": seed,
             "order": book.order, "repetitions": book.repetitions, "digest": design_digest(book, runs),
             "factors": [k for k, _ in book.factors],
+            **({"topology": book.topology.to_json()} if book.topology is not None else {}),
             "runs": [{"run_id": r.run_id, "point": r.point, "repeat": r.repeat, "profile": r.profile.name,
                       **_settings_record(r.settings)} for r in runs]}
 
@@ -271,7 +296,7 @@ def describe_settings(settings: Settings) -> dict[str, str]:
            "accum_steps": str(s.accum_steps) if s.strategy == "allreduce-accum" else "-", "data": s.data,
            "latency": units.format_duration_us(s.delay_us), "bandwidth": units.format_rate_bps(s.rate_bps),
            "loss": units.format_ratio(s.loss), "jitter": units.format_duration_us(s.jitter_us),
-           "schedule": Path(s.schedule).name if s.schedule else "-"}
+           "schedule": Path(s.schedule).name if s.schedule else "-", "scale": f"{s.scale:g}"}
     return out
 
 

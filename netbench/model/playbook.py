@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
 from netbench.model.profile import Profile, load_profile, validate
-from netbench.model.run import Settings, profile_name
+from netbench.model.run import Settings, profile_name, scaled_name
 from netbench.yamlfile import read_yaml
 
 STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single")
@@ -30,7 +30,7 @@ STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single")
 MODELS = ("mlp", "cnn", "mobilenetv2", "resnet50", "efficientnetb0", "vgg16", "resnet18")
 ORDERS = ("random", "as-written")
 TOP_KEYS = ("name", "description", "factors", "fixed", "extra_runs", "repetitions", "order", "seed",
-            "warmup", "steps", "seconds", "timeouts", "backend", "profile", "schedule")
+            "warmup", "steps", "seconds", "timeouts", "backend", "profile", "schedule", "topology")
 TIMEOUT_KEYS = ("startup", "step")
 BACKENDS = ("auto", "netem", "userspace")
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: a name that is one folder
@@ -70,6 +70,12 @@ def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
     return parse
 
 
+def _scale(raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw <= 1000 or raw != raw:
+        raise ValueError(f"must be a number above 0 (at most 1000), got {shown(raw)}")
+    return float(raw)
+
+
 def _data(raw: Any) -> str:
     if not isinstance(raw, str) or not raw.strip():
         raise ValueError(f"must be 'synthetic' or a path to a dataset, got {shown(raw)}")
@@ -89,7 +95,9 @@ SETTING_KEYS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "ps": ("ps", _whole(1, 16), "ps: [1, 2]"),
     "accum_steps": ("accum_steps", _whole(1, 10000), "accum_steps: [4]"),
     "data": ("data", _data, "data: synthetic"),
+    "scale": ("scale", _scale, "scale: [1, 2, 4]"),  # with topology: only
 }
+NETWORK_KEYS = ("latency", "bandwidth", "loss", "jitter")  # what a topology gives instead
 FIELD_TO_KEY = {**{spec[0]: key for key, spec in SETTING_KEYS.items()}, "schedule": "schedule"}
 
 
@@ -117,6 +125,10 @@ class Playbook:
     # schedule: (its path as written, the loaded model.schedule.Schedule), in file order;
     # every design point runs once under each (none: the points' profiles hold for the whole run)
     schedules: tuple[tuple[str, Any], ...] = ()
+    # topology: the per-pair topology (model.pairs.PairTopology, unscaled) every run applies,
+    # at its `scale`, instead of a profile; topology_ref: its path as written
+    topology: Any = None
+    topology_ref: str = ""
 
     def where(self, key: str) -> str:
         """Where a setting's value came from, as the user wrote it: factors.X or fixed.X."""
@@ -239,6 +251,10 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
     description = data.get("description", "")
     if not isinstance(description, str):
         raise fail(source, "description", "must be a string")
+    for key in ("profile", "schedule"):
+        if "topology" in data and key in data:
+            raise fail(source, key, "not with topology: the topology gives every pair's link",
+                       f"remove {key}:, or topology:")
     base_profile = Profile(name="base")
     if "profile" in data:
         ref = data["profile"]
@@ -250,6 +266,7 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
         except ProfileError as exc:
             raise fail(source, "profile", exc.message, exc.hint) from None
     schedules = _schedules(data.get("schedule"), source, base_dir) if "schedule" in data else ()
+    topology = _topology(data, source, base_dir) if "topology" in data else None
     base = Settings(delay_us=base_profile.delay_us, rate_bps=base_profile.rate_bps, loss=base_profile.loss,
                     jitter_us=base_profile.jitter_us)
     factors = _factors(data.get("factors"), source)
@@ -287,12 +304,54 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
         step_timeout_s=_seconds(source, "timeouts.step", timeouts.get("step", "60s")),
         backend=None if backend == "auto" else backend, base_profile=base_profile,
         fixed_keys=tuple(fixed_data or ()), schedules=schedules,
+        topology=topology, topology_ref=str(data["topology"]).strip() if topology is not None else "",
     )
+    _check_topology_keys(book)
     for point in design_points(book):  # every combination must make sense; fail at load, not mid-study
         profile = profile_for(book, point)
         if point.schedule:
             _check_schedule(book, dict(book.schedules)[point.schedule], profile)
+        if topology is not None:
+            _check_scaled(book, point.scale)
     return book
+
+
+def _topology(data: Mapping, source: str, base_dir: Path | None) -> Any:
+    """`topology: path` (relative to the playbook): the per-pair topology every run applies."""
+    from netbench.model.pairs_file import load_pair_topology
+
+    ref = data["topology"]
+    if not isinstance(ref, str) or not ref.strip():
+        raise fail(source, "topology", f"must be a path to a topology file, got {shown(ref)}",
+                   "e.g. 'topology: ../profiles/topologies/two-regions.yaml'")
+    path = Path(ref) if Path(ref).is_absolute() else (base_dir or Path(".")) / ref.strip()
+    try:
+        return load_pair_topology(path)
+    except ProfileError as exc:
+        raise fail(source, "topology", exc.message, exc.hint) from None
+
+
+def _check_topology_keys(book: Playbook) -> None:
+    """With topology:, no setting varies the profile; without it, no scale."""
+    written = [(f"factors.{k}", k) for k, _ in book.factors] + [(f"fixed.{k}", k) for k in book.fixed_keys] + \
+        [(f"extra_runs[{i}].{k}", k) for i, entry in enumerate(book.extra_runs) for k, _ in entry]
+    for where, key in written:
+        if book.topology is not None and key in NETWORK_KEYS:
+            raise fail(book.source, where, "not with topology: the topology gives every pair's link",
+                       "vary scale: instead (it multiplies every delay), or remove topology:")
+        if book.topology is None and key == "scale":
+            raise fail(book.source, where, "scale multiplies the delays of a topology, and the playbook has none",
+                       "add 'topology: ../profiles/topologies/two-regions.yaml', or remove scale")
+
+
+def _check_scaled(book: Playbook, scale: float) -> None:
+    """The topology at `scale` must stay within the profile limits."""
+    from netbench.model.pairs import scaled
+
+    try:
+        scaled(book.topology, scale)
+    except UsageError as exc:
+        raise fail(book.source, book.where("scale"), exc.message, exc.hint) from None
 
 
 def _schedules(raw: Any, source: str, base_dir: Path | None) -> tuple[tuple[str, Any], ...]:
@@ -391,6 +450,8 @@ def design_points(book: Playbook) -> list[Settings]:
 
 
 def profile_for(book: Playbook, settings: Settings) -> Profile:
+    if book.topology is not None:  # the topology is the network; the profile only names the point
+        return Profile(name=scaled_name(book.topology.name, settings.scale))
     point = replace(book.base_profile, delay_us=settings.delay_us, rate_bps=settings.rate_bps,
                     loss=settings.loss, jitter_us=settings.jitter_us)
     point = replace(point, name=profile_name(point))

@@ -37,6 +37,7 @@ class Settings:
     loss: float = 0.0
     jitter_us: int = 0
     schedule: str = ""  # the schedule file the network follows during the run ("": a static profile)
+    scale: float = 1.0  # the factor on every delay of the playbook's topology (1: as the file gives them)
 
     def effective(self) -> "Settings":
         """The same settings with the ones this strategy ignores set to their defaults."""
@@ -61,7 +62,9 @@ class Run:
     `point` is the design point (in written order) the run repeats; `settings` is the
     playbook design point it came from (None for a sweep from flags). With a `schedule`
     (model.schedule.Schedule), `profile` is the link the run starts on (named after the
-    schedule) and `timeline` the changes the runner makes once the measured phase begins."""
+    schedule) and `timeline` the changes the runner makes once the measured phase begins.
+    With `pairs` (model.pairs.PairTopology, already scaled) the run applies that per-pair
+    topology instead of its profile, which is then a null profile named after the point."""
 
     index: int  # position in the run order; the run id
     profile: Profile
@@ -72,10 +75,16 @@ class Run:
     settings: Settings | None = None
     schedule: Any = None  # model.schedule.Schedule, or None: the profile holds for the whole run
     timeline: tuple = ()  # model.schedule.TimedProfile entries of `schedule`, expanded over its base
+    pairs: Any = None  # model.pairs.PairTopology the run applies instead of its profile (None: the profile)
 
     @property
     def run_id(self) -> str:
         return f"r{self.index:03d}"
+
+
+def scaled_name(name: str, scale: float) -> str:
+    """The name of a topology's point at `scale`: "world", "world-x2", "world-x0.5"."""
+    return name if scale == 1 else f"{name}-x{scale:g}"
 
 
 def profile_name(profile: Profile) -> str:

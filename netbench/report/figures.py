@@ -18,7 +18,8 @@ from netbench.stats import t_interval
 
 # the network factors each get a throughput figure; the label says the unit
 AXIS_LABELS = {"latency_ms": "one-way latency at each node (ms)", "bandwidth_mbit": "bandwidth per node (Mbit/s)",
-               "loss_pct": "packet loss at each node's egress (%)", "jitter_ms": "jitter (ms)"}
+               "loss_pct": "packet loss at each node's egress (%)", "jitter_ms": "jitter (ms)",
+               "scale": "topology scale (x every delay)"}
 PANEL_PX = (520, 420)  # width, height of one panel in pixels (figures are DPI 100)
 DPI = 100
 

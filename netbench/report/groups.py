@@ -10,9 +10,9 @@ from typing import Any, Iterable, Sequence
 from netbench.report.load import FACTORS, Observation
 from netbench.stats import Interval, geometric_mean, ratio_interval, t_interval
 
-NETWORK = ("latency_ms", "bandwidth_mbit", "loss_pct", "jitter_ms")
+NETWORK = ("latency_ms", "bandwidth_mbit", "loss_pct", "jitter_ms", "scale")  # scale: a topology's, on every delay
 # a factor level is "better" for the network when latency/loss/jitter is lower, bandwidth higher
-BEST_IS_LOW = {"latency_ms": True, "bandwidth_mbit": False, "loss_pct": True, "jitter_ms": True}
+BEST_IS_LOW = {"latency_ms": True, "bandwidth_mbit": False, "loss_pct": True, "jitter_ms": True, "scale": True}
 REFERENCE_STRATEGY = "allreduce"  # speed-ups are against per-step synchronous all-reduce
 
 

@@ -15,7 +15,7 @@ from netbench.experiment.store import ResultsError, ResultStore, read_json
 
 # factors a run can differ in, in the order tables show them
 FACTORS = ("strategy", "model", "batch", "workers", "ps", "accum_steps", "data",
-           "latency_ms", "bandwidth_mbit", "loss_pct", "jitter_ms")
+           "latency_ms", "bandwidth_mbit", "loss_pct", "jitter_ms", "topology", "scale")
 
 
 class ReportError(UsageError):
@@ -41,6 +41,7 @@ def _record_factors(record: Mapping[str, Any], planned: Mapping[str, Any] | None
     profile = record.get("profile") or {}
     planned = planned or {}
     rate = profile.get("rate_bps")
+    topology = record.get("topology") or {}
 
     def pick(name: str, default: Any) -> Any:
         return planned.get(name, record.get(name, default))
@@ -54,6 +55,9 @@ def _record_factors(record: Mapping[str, Any], planned: Mapping[str, Any] | None
         "data": pick("data", "synthetic"),
         "latency_ms": profile.get("delay_us", 0) / 1000, "bandwidth_mbit": None if rate is None else rate / 1e6,
         "loss_pct": round(profile.get("loss", 0) * 100, 6), "jitter_ms": profile.get("jitter_us", 0) / 1000,
+        # a run with a per-pair topology: its profile is null, the topology and its scale are the network
+        "topology": topology.get("name") if topology else None,
+        "scale": float(topology.get("scale", 1.0)) if topology else None,
     }
     return tuple((name, values[name]) for name in FACTORS)
 

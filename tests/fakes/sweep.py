@@ -140,10 +140,12 @@ class SyntheticTestbed:
         """hold(task, k): called by each stand-in before its step k (tests pace the steps with it);
         chief_stops_after: the chief (worker 0) stops after that many steps and exits with 1
         (in every launch). A task started with --until-stopped steps every `pace` s until
-        stopped. `applied` lists every profile applied, in order; `spawned` every task started."""
+        stopped. `applied` lists every profile applied, in order (`applied_pairs` each one's
+        per-pair topology, or None); `spawned` every task started."""
         self.journal, self.backend = journal, backend
         self.hold, self.chief_stops_after, self.pace = hold, chief_stops_after, pace
         self.applied: list = []
+        self.applied_pairs: list = []  # each apply's run.pairs (None for a run without a topology)
         self.spawned: list = []
         qdiscs, iptables, engines, self._calls = make_fakes()
         self.fakes = (qdiscs, iptables, engines)
@@ -164,8 +166,10 @@ class SyntheticTestbed:
         return self.topology.nodes[:nodes_needed(job, workers)]
 
     def apply(self, run, seed: int) -> None:
-        self.executor.apply(backends.plan_apply(run.profile, self.topology, self.backend, seed=seed))
+        network = getattr(run, "pairs", None) or run.profile  # as the embedded testbed applies it
+        self.executor.apply(backends.plan_network(network, self.topology, self.backend, seed=seed))
         self.applied.append(run.profile)
+        self.applied_pairs.append(getattr(run, "pairs", None))
         for fake in self.fakes:  # the fakes log every call for tests; a long sweep needs none of it
             fake.calls.clear()
         self._calls.clear()
