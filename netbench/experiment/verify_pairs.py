@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from netbench import units
-from netbench.errors import UsageError
+from netbench.errors import NetbenchError, UsageError
 from netbench.experiment import verify
 from netbench.model.pairs import PairTopology
 from netbench.model.profile import Profile
@@ -185,3 +185,21 @@ def verify_all_pairs(topology: Topology, pairs: PairTopology | None,
                                  on_round=on_round)
     return matrix_record(topology, pairs, expected, measured, compare_pairs(expected, measured, tolerance),
                          tolerance, settings)
+
+
+def verify_pairs_point(run: Any, topology: Topology, observer: Any) -> dict | None:
+    """sweep --verify for a run with a per-pair topology (`run.pairs`): every ordered pair
+    measured (PAIRS_SETTINGS) against it, recorded as its matrix_record; a measurement that
+    cannot be made is recorded as such and does not stop the sweep."""
+    if len(topology.nodes) < 2:
+        return None
+    try:
+        record = verify_all_pairs(topology, run.pairs, None, PAIRS_SETTINGS)
+    except NetbenchError as exc:
+        observer.note(f"{run.run_id}: verify could not measure: {exc.message}")
+        return {"error": exc.message}
+    failed = record["failed"]
+    measured = sum(len(row) for row in record["matrix"].values())
+    observer.note(f"{run.run_id}: verify {measured} pairs"
+                  + (f", out of tolerance: {', '.join(failed)}" if failed else ", all within tolerance"))
+    return record

@@ -164,6 +164,10 @@ class EmbeddedTestbed:
                                                   held=self.executor.held()))
 
     def verify(self, run, observer):
+        if getattr(run, "pairs", None) is not None:
+            from netbench.experiment.verify_pairs import verify_pairs_point
+
+            return verify_pairs_point(run, self.topology, observer)
         return verify_point(run, self.topology, observer)
 
     def finish(self, note: Callable[[str], None]) -> None:

@@ -279,3 +279,24 @@ def test_the_throughput_matrix_shows_rates_to_three_figures(capsys):
     out = capsys.readouterr().out
     assert "throughput src -> dst" in out and "100mbit / 100mbit (+0.0%)" in out  # n1 -> n3, rated
     assert out.count("100mbit") == 12 + 1  # every measured pair, and n1 -> n3's configured rate
+
+
+def test_a_sweeps_verify_of_a_topology_point_measures_every_pair(monkeypatch):
+    from types import SimpleNamespace
+
+    topo = plan_topology(3, ipaddress.ip_network("10.213.0.0/24"))
+    far = PairTopology(name="t", nodes=("n1", "n2", "n3"),
+                       links=(PairLink("n1", "n3", Profile(name="f", delay_us=20_000)),
+                              PairLink("n3", "n1", Profile(name="f", delay_us=20_000))))
+    seen = {}
+
+    def fake(topology, pairs, profile, settings):
+        seen.update(pairs=pairs, settings=settings)
+        return {"matrix": {"n1": {"n2": {}, "n3": {}}, "n2": {"n1": {}}}, "failed": ["n1->n3"], "ok": False}
+
+    monkeypatch.setattr(vp, "verify_all_pairs", fake)
+    notes = []
+    record = vp.verify_pairs_point(SimpleNamespace(run_id="r000", pairs=far), topo,
+                                   SimpleNamespace(note=notes.append))
+    assert seen["pairs"] is far and seen["settings"] == vp.PAIRS_SETTINGS and record["ok"] is False
+    assert notes == ["r000: verify 3 pairs, out of tolerance: n1->n3"]
