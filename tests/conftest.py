@@ -92,3 +92,17 @@ def netbench_processes(state: Path | None = None) -> list[tuple[int, str]]:
             continue
         found.append((int(entry.name), cmd))
     return found
+
+
+def cli_ok(*args: str):
+    """The CLI run as a separate process; the test fails with its output unless it exits 0."""
+    import subprocess
+
+    result = subprocess.run([*NETBENCH, *args], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def engine_pids() -> set[int]:
+    """The delay engines started under this test's state dir."""
+    return {pid for pid, cmd in netbench_processes() if "netbench.emulation.engine" in cmd}

@@ -137,6 +137,13 @@ class LatenessStats:
     total_s: float = 0.0
     max_s: float = 0.0
 
+    def record(self, lag_s: float) -> None:
+        """One release, `lag_s` after its scheduled time."""
+        self.count += 1
+        self.total_s += lag_s
+        if lag_s > self.max_s:
+            self.max_s = lag_s
+
     def as_dict_us(self) -> dict:
         mean = self.total_s / self.count if self.count else 0.0
         return {"count": self.count, "mean": round(mean * 1e6, 1),
@@ -225,11 +232,7 @@ class DelayScheduler:
         last_id = None
         while held and held[0][0] <= now_s:
             release, last_id = held.popleft()
-            lag = now_s - release
-            late.count += 1
-            late.total_s += lag
-            if lag > late.max_s:
-                late.max_s = lag
+            late.record(now_s - release)
             self.released += 1
         return last_id
 

@@ -225,12 +225,7 @@ class DelayEngine:
             wall = time.time() if stamps else 0.0
             for index, (packet_id, _length) in enumerate(packets):
                 self.counters.received += 1
-                arrival = now
-                stamp = stamps[index] if index < len(stamps) else None
-                if stamp is not None:
-                    # the kernel's receive time: our own wake-up latency must not add to the
-                    # delay. Clamped, so a wall-clock step can never push a packet far off.
-                    arrival = now - min(max(wall - stamp, 0.0), MAX_STAMP_LAG_S)
+                arrival = _arrival(now, wall, stamps[index] if index < len(stamps) else None)
                 if sched.arrive(packet_id, arrival) is None:
                     q.verdict(packet_id, nfqueue.NF_DROP)
 
@@ -247,10 +242,7 @@ class DelayEngine:
             wall = time.time() if stamps else 0.0
             for index, (packet_id, length) in enumerate(packets):
                 self.counters.received += 1
-                arrival = now
-                stamp = stamps[index] if index < len(stamps) else None
-                if stamp is not None:
-                    arrival = now - min(max(wall - stamp, 0.0), MAX_STAMP_LAG_S)
+                arrival = _arrival(now, wall, stamps[index] if index < len(stamps) else None)
                 dst = dsts[index] if index < len(dsts) else -1
                 if sched.arrive(packet_id, arrival, dst, length) is None:
                     drops.append(packet_id)
@@ -362,6 +354,13 @@ class DelayEngine:
 def _carry_counters(old, new) -> None:
     """A scheduler taking over keeps the totals of the one before it."""
     new.released, new.dropped, new.max_depth, new.lateness = old.released, old.dropped, old.max_depth, old.lateness
+
+
+def _arrival(now: float, wall: float, stamp: float | None) -> float:
+    """A packet's arrival on the monotonic clock: the kernel's receive time `stamp` (wall
+    clock) where there is one, so our own wake-up latency does not add to the delay; clamped,
+    so a wall-clock step can never push a packet far off."""
+    return now if stamp is None else now - min(max(wall - stamp, 0.0), MAX_STAMP_LAG_S)
 
 
 def write_json_atomic(path: str, data: dict) -> None:

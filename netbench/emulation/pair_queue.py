@@ -207,11 +207,7 @@ class PairScheduler:
                 release, packet_id, length = held.popleft()
                 out.append(packet_id)
                 queue.held_bytes -= length
-                lag = now_s - release
-                late.count += 1
-                late.total_s += lag
-                if lag > late.max_s:
-                    late.max_s = lag
+                late.record(now_s - release)
                 queue.accepted += 1
                 count += 1
             if held:

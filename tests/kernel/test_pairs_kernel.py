@@ -23,7 +23,6 @@ from netbench.emulation.engines import Engines
 from netbench.emulation.executor import read_emulation, real_executor, recorded_distributions
 from netbench.emulation.iptables import Iptables
 from netbench.emulation.netlink.qdisc import NetlinkQdiscs
-from netbench.emulation.probe import probe_netem
 from netbench.model.pairs import PairLink, PairTopology
 from netbench.model.profile import profile_from_mapping
 from netbench.state.journal import Journal
@@ -31,17 +30,6 @@ from netbench.state.reset import reset
 from netbench.testbed import netns as local
 
 pytestmark = [pytest.mark.root, pytest.mark.netem]
-
-
-@pytest.fixture(scope="module")
-def netem_kernel():
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
-    has_netem, why = probe_netem("netbench-probe-kp")
-    if not has_netem:
-        if os.environ.get("NETBENCH_REQUIRE_NETEM") == "1":
-            pytest.fail(f"this run requires netem and the kernel has none: {why}")
-        pytest.skip(f"no netem on this kernel ({why}); 'make test-kernel' boots one that has it")
 
 
 @contextlib.contextmanager

@@ -16,32 +16,22 @@ import time
 
 import pytest
 
-from tests.conftest import NETBENCH, netbench_processes
+from tests.conftest import NETBENCH, cli_ok, engine_pids
 
 pytestmark = pytest.mark.root
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([*NETBENCH, *args], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result
-
-
-def _engine_pids() -> set[int]:
-    return {pid for pid, cmd in netbench_processes() if "netbench.emulation.engine" in cmd}
-
-
 def test_fifty_live_delay_changes_under_a_ping_lose_nothing_and_never_go_below_the_delay(clean_machine):
-    _cli("testbed", "up", "--nodes", "2")
-    _cli("apply", "--latency", "10ms", "--backend", "userspace")
-    engines = _engine_pids()
+    cli_ok("testbed", "up", "--nodes", "2")
+    cli_ok("apply", "--latency", "10ms", "--backend", "userspace")
+    engines = engine_pids()
     assert len(engines) == 2
     ping = subprocess.Popen(["ip", "netns", "exec", "netbench-n1", "ping", "-n", "-i", "0.01", "10.213.0.2"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         time.sleep(0.5)
         for i in range(50):
-            _cli("apply", "--latency", "20ms" if i % 2 == 0 else "10ms", "--backend", "userspace")
+            cli_ok("apply", "--latency", "20ms" if i % 2 == 0 else "10ms", "--backend", "userspace")
         time.sleep(0.5)
     finally:
         ping.send_signal(signal.SIGINT)
@@ -57,14 +47,14 @@ def test_fifty_live_delay_changes_under_a_ping_lose_nothing_and_never_go_below_t
     lost = sorted(set(range(1, sent - 5)) - answered)
     assert lost == [], f"{len(lost)} of {sent} pings lost: icmp_seq {lost[:20]}"
     assert min(rtts) >= 20.0, f"{sum(r < 20.0 for r in rtts)} replies under 20 ms: {sorted(rtts)[:10]}"
-    assert _engine_pids() == engines  # reconfigured, never restarted
-    shown = _cli("show", "--json").stdout
+    assert engine_pids() == engines  # reconfigured, never restarted
+    shown = cli_ok("show", "--json").stdout
     assert '"delay": "10ms"' in shown
 
 
 def test_a_sigkill_in_the_middle_of_changes_leaves_reset_able_to_remove_everything(clean_machine, state_dir):
-    _cli("testbed", "up", "--nodes", "3")
-    _cli("apply", "--latency", "10ms", "--bandwidth", "100mbit", "--backend", "userspace")
+    cli_ok("testbed", "up", "--nodes", "3")
+    cli_ok("apply", "--latency", "10ms", "--bandwidth", "100mbit", "--backend", "userspace")
     killed = 0
     for i in range(6):  # kill applies at different moments: right away and later
         child = subprocess.Popen([*NETBENCH, "apply", "--latency", f"{11 + i}ms", "--bandwidth",
@@ -76,10 +66,10 @@ def test_a_sigkill_in_the_middle_of_changes_leaves_reset_able_to_remove_everythi
         killed += child.returncode == -signal.SIGKILL
     assert killed >= 1
     # whatever state the killed applies left, a new apply still works, and reset removes everything
-    _cli("apply", "--latency", "5ms", "--backend", "userspace")
-    assert len(_engine_pids()) == 3
-    _cli("reset")
-    assert _engine_pids() == set()
+    cli_ok("apply", "--latency", "5ms", "--backend", "userspace")
+    assert len(engine_pids()) == 3
+    cli_ok("reset")
+    assert engine_pids() == set()
     assert list((state_dir / "engines").glob("*.ctl")) == []  # reset removes the control sockets (or the folder)
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "netbench-" not in left, left
@@ -89,8 +79,8 @@ def test_a_fall_in_rate_under_load_never_stalls_the_link(clean_machine):
     # tbf keeps its queue when changed in place, and a packet queued under 1gbit's burst (a
     # 64 KB GSO segment) is larger than 100mbit's: tbf never gathers the tokens to send it, and
     # the link was dead for good (iperf3 at 0 bit/s, ping: "No buffer space available")
-    _cli("testbed", "up", "--nodes", "2")
-    _cli("apply", "--latency", "1ms", "--bandwidth", "1gbit", "--backend", "userspace")
+    cli_ok("testbed", "up", "--nodes", "2")
+    cli_ok("apply", "--latency", "1ms", "--bandwidth", "1gbit", "--backend", "userspace")
     ns = ["ip", "netns", "exec"]
     server = subprocess.Popen([*ns, "netbench-n2", "iperf3", "-s", "-1"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
@@ -100,7 +90,7 @@ def test_a_fall_in_rate_under_load_never_stalls_the_link(clean_machine):
         client = subprocess.Popen([*ns, "netbench-n1", "iperf3", "-c", "10.213.0.2", "-t", "8", "-P", "2",
                                    "--json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         time.sleep(3)
-        _cli("apply", "--latency", "10ms", "--bandwidth", "100mbit", "--backend", "userspace")
+        cli_ok("apply", "--latency", "10ms", "--bandwidth", "100mbit", "--backend", "userspace")
         try:
             out, _ = client.communicate(timeout=30)
         except subprocess.TimeoutExpired:

@@ -16,21 +16,11 @@ import time
 
 import pytest
 
-from tests.conftest import NETBENCH, netbench_processes
+from tests.conftest import cli_ok, engine_pids
 
 pytestmark = pytest.mark.root
 
 NEAR_US, FAR_US = 2_000, 25_000
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([*NETBENCH, *args], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result
-
-
-def _engine_pids() -> set[int]:
-    return {pid for pid, cmd in netbench_processes() if "netbench.emulation.engine" in cmd}
 
 
 def _two_groups():
@@ -73,12 +63,12 @@ def _rtts(ping: subprocess.Popen) -> list[float]:
 
 
 def test_a_near_pair_is_not_held_back_by_a_loaded_far_pair(clean_machine, state_dir):
-    _cli("testbed", "up", "--nodes", "4")
-    _cli("apply", "--latency", "10ms", "--bandwidth", "100mbit", "--backend", "userspace")
-    engines = _engine_pids()
+    cli_ok("testbed", "up", "--nodes", "4")
+    cli_ok("apply", "--latency", "10ms", "--bandwidth", "100mbit", "--backend", "userspace")
+    engines = engine_pids()
     _apply_pairs(clean_machine)  # in place: the running engines take their tables, the tbf goes
-    assert _engine_pids() == engines and len(engines) == 4
-    shown = {row["node"]: row for row in json.loads(_cli("show", "--json").stdout)["nodes"]}
+    assert engine_pids() == engines and len(engines) == 4
+    shown = {row["node"]: row for row in json.loads(cli_ok("show", "--json").stdout)["nodes"]}
     # `show` reads each engine's table back (its stats, or its ready line before the first stats)
     assert [(p["dst"], p["delay_us"]) for p in shown["n1"]["engine"]["pairs"]] == [
         ("10.213.0.2", NEAR_US), ("10.213.0.3", FAR_US), ("10.213.0.4", FAR_US)]

@@ -109,18 +109,23 @@ def test_descending_order_shuffles_equal_points_with_the_seed():
     assert plan_launches(runs, seed=2) == plan_launches(runs, seed=2)
 
 
-def test_the_window_waits_for_the_step_time_to_steady_after_a_change():
-    # retransmissions after a fall in rate: the first steps after the change take seconds
-    window = PointWindow(changed_at=0.0, settle=Settle(steps=3, seconds=0.5), steps=2)
-    times = [2.0, 0.8, 1.5, 0.05, 0.06, 0.05, 0.05, 0.06]
-    phases, at = [], 0.1
-    for k, duration in enumerate(times):
+def _feed(window: PointWindow, durations, at: float) -> list[str]:
+    """The chief's steps of `durations`, back to back from `at`, until the window is done."""
+    phases = []
+    for k, duration in enumerate(durations):
         step = ev.Step(step=k, phase="measured", start=at, end=at + duration, duration=duration, recv=at + duration,
                        worker=0, role="worker")
         at += duration
         phases.append(window.chief(step))
         if window.done:
             break
+    return phases
+
+
+def test_the_window_waits_for_the_step_time_to_steady_after_a_change():
+    # retransmissions after a fall in rate: the first steps after the change take seconds
+    window = PointWindow(changed_at=0.0, settle=Settle(steps=3, seconds=0.5), steps=2)
+    phases = _feed(window, [2.0, 0.8, 1.5, 0.05, 0.06, 0.05, 0.05, 0.06], at=0.1)
     # three slow steps (past the 3-step, 0.5 s minimum), then fast ones: measured once the median of
     # the last three is within 1.5x the fastest
     assert phases == ["settle"] * 4 + ["measured"] * 2
@@ -129,14 +134,7 @@ def test_the_window_waits_for_the_step_time_to_steady_after_a_change():
 
 def test_the_steadiness_rule_gives_up_after_max_seconds():
     window = PointWindow(changed_at=0.0, settle=Settle(steps=1, seconds=0.0, steady=1.5, max_seconds=3.0), steps=1)
-    at, phases = 0.0, []
-    for k, duration in enumerate([0.1, 1.0, 1.0] * 4):  # two slow steps in every three: never steady
-        step = ev.Step(step=k, phase="measured", start=at, end=at + duration, duration=duration, recv=at + duration,
-                       worker=0, role="worker")
-        at += duration
-        phases.append(window.chief(step))
-        if window.done:
-            break
+    phases = _feed(window, [0.1, 1.0, 1.0] * 4, at=0.0)  # two slow steps in every three: never steady
     assert phases[-1] == "measured" and window.window_start >= 3.0
 
 
