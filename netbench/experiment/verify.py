@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from netbench import proc
-from netbench.stats import percentile, tolerance, wilson_interval
+from netbench.stats import clopper_pearson_interval, percentile, tolerance
 from netbench.errors import NetbenchError
 from netbench.model.profile import Profile
 from netbench.model.topology import Node, Topology
@@ -162,12 +162,12 @@ def compare(expected: Expected, measured: Measured, rtt_tolerance: Tolerance = T
                         None if got is None else abs(got - rtt_ms) <= tol,
                         f"mean RTT within {tol:.2f} ms of the configured delays"))
     n, k = measured.pings_sent, measured.pings_sent - measured.pings_received
-    lo, hi = wilson_interval(k, n, CONFIDENCE)
+    lo, hi = clopper_pearson_interval(k, n, CONFIDENCE)
     lost = k / n if n else None
     checks.append(Check("loss", expected.loss_round_trip, lost,
                         None if lost is None else lost - expected.loss_round_trip, "ratio",
                         None if lost is None else lo <= expected.loss_round_trip <= hi,
-                        f"configured round-trip loss inside the {CONFIDENCE:.0%} interval "
+                        f"configured round-trip loss inside the exact {CONFIDENCE:.0%} interval "
                         f"[{lo:.4f}, {hi:.4f}] of {n} pings"))
     if expected.rate_bps is None:
         checks.append(Check("rate", None, measured.wire_rate_bps, None, "bit/s", None,

@@ -105,3 +105,19 @@ def test_parse_ping_skips_duplicates():
     assert (sent, received) == (4, 3) and times == pytest.approx([20_400, 21_000, 19_800])
     with pytest.raises(NetbenchError, match="no summary"):
         v.parse_ping("connect: Network is unreachable")
+
+
+def test_the_exact_interval_matches_its_closed_forms_and_keeps_rare_losses_consistent():
+    # none lost of n: the upper bound solves (1 - p)^n = alpha / 2; all lost, the mirror
+    lo, hi = stats.clopper_pearson_interval(0, 50, 0.99)
+    assert lo == 0.0 and hi == pytest.approx(1 - 0.005 ** (1 / 50), rel=1e-9)
+    lo, hi = stats.clopper_pearson_interval(50, 50, 0.99)
+    assert hi == 1.0 and lo == pytest.approx(0.005 ** (1 / 50), rel=1e-9)
+    # one lost: the lower bound solves 1 - (1 - p)^n = alpha / 2
+    lo, hi = stats.clopper_pearson_interval(1, 50, 0.99)
+    assert lo == pytest.approx(1 - 0.995 ** (1 / 50), rel=1e-6)
+    assert lo < 0.002 < hi  # one ping of 50 lost is consistent with 0.1 % each way
+    assert stats.wilson_interval(1, 50, 0.99)[0] > 0.002  # which Wilson's interval rejected
+    lo, hi = stats.clopper_pearson_interval(30, 100, 0.95)
+    assert (lo, hi) == (pytest.approx(0.2124, abs=1e-4), pytest.approx(0.3998, abs=1e-4))
+    assert stats.clopper_pearson_interval(3, 0) == (0.0, 1.0)
