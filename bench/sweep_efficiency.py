@@ -85,7 +85,7 @@ def run_sweeps(args) -> list[Path]:
         extra = MODES[name]
         folder = out / name
         cmd = [sys.executable, "-m", "netbench.cli", "sweep", "--latency", args.latency,
-               "--bandwidth", args.bandwidth, "--output", str(folder), *extra]
+               *(["--bandwidth", args.bandwidth] if args.bandwidth else []), "--output", str(folder), *extra]
         print("$", " ".join(cmd), flush=True)
         started = time.monotonic()
         subprocess.run(cmd, check=True, cwd=ROOT)
@@ -101,7 +101,8 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default="isolate,launch", help="with --run: modes in order, of "
                         + ", ".join(MODES))
     parser.add_argument("--latency", default="1,10,50ms")
-    parser.add_argument("--bandwidth", default="100mbit,1gbit")
+    parser.add_argument("--bandwidth", default="100mbit,1gbit", help="'' for none (make demo's sweep: "
+                        "--latency 1,10,100ms --bandwidth '')")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     try:
