@@ -19,6 +19,9 @@ DIRECTIONS = ("transmit", "receive")
 # why a packet on a delay engine's path was dropped: the engine's loss verdict, the kernel's
 # NFQUEUE at its maxlen, the engine's netlink socket buffer full (the kernel could not hand it over)
 ENGINE_DROP_REASONS = ("loss", "queue_full", "socket_full")
+# what shapes an ordered pair of a per-destination topology: a netem leaf under the node's htb
+# root (netem backend), or the node's delay engine's queue for that destination (userspace)
+PAIR_MECHANISMS = ("netem", "engine")
 
 # step durations from a 5 ms unshaped step to a 60 s step under a slow, lossy link
 STEP_DURATION_BUCKETS_S = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -147,6 +150,20 @@ CATALOGUE: tuple[MetricDef, ...] = (
        "Packets dropped on the node's delay engine path, by reason: loss (the engine's loss verdict), "
        "queue_full (the kernel's NFQUEUE was full), socket_full (the engine's socket buffer was full).",
        "node", "reason"),
+    # per-pair links: only nodes shaped per destination (a per-pair topology) have these; one
+    # series per ordered pair (64 nodes: 4032 pairs)
+    _m("pairs", "netbench_pair_configured_delay_seconds", "gauge",
+       "One-way delay configured from src to dst, seconds, as read back from the node's shaper "
+       "(per-pair topologies only).", "src", "dst"),
+    _m("pairs", "netbench_pair_configured_rate_bytes_per_second", "gauge",
+       "Rate limit configured from src to dst in bytes per second, as read back; 0 means no limit "
+       "(per-pair topologies only).", "src", "dst"),
+    _m("pairs", "netbench_pair_packets_total", "counter",
+       "Packets src's shaper released toward dst: the pair's netem leaf sent them (netem) or the "
+       "delay engine released them after their delay (engine).", "src", "dst", "mechanism"),
+    _m("pairs", "netbench_pair_drops_total", "counter",
+       "Packets src's shaper dropped toward dst: the pair's loss and its queue limit (netem: its netem "
+       "leaf's drops; engine: loss verdicts and queue overlimits).", "src", "dst", "mechanism"),
     _m("network", "netbench_network_read_errors_total", "counter",
        "Scrapes that could not read a node's namespace (it was being created or removed)."),
 )

@@ -168,6 +168,7 @@ def network_families(n: NetworkSample) -> Iterator[Metric]:
             fam.add_metric([q.node, q.interface], getattr(q, attr))
         yield fam
     yield from engine_families(n)
+    yield from pair_families(n)
     errors = family("netbench_network_read_errors_total")
     errors.add_metric([], n.read_errors)
     yield errors
@@ -191,3 +192,19 @@ def engine_families(n: NetworkSample) -> Iterator[Metric]:
             if e.kernel_queue is not None:
                 kernel_queue.add_metric([e.node], e.kernel_queue)
     yield from (up, depth, kernel_queue, received, released, drops)
+
+
+def pair_families(n: NetworkSample) -> Iterator[Metric]:
+    """The per-pair families: one series per ordered pair a node shapes per destination."""
+    delay, rate = family("netbench_pair_configured_delay_seconds"), family("netbench_pair_configured_rate_bytes_per_second")
+    packets, drops = family("netbench_pair_packets_total"), family("netbench_pair_drops_total")
+    seen: set[tuple[str, str]] = set()
+    for p in n.pairs:
+        if (p.src, p.dst) in seen:  # one shaper per pair; a second reading of it would repeat the series
+            continue
+        seen.add((p.src, p.dst))
+        delay.add_metric([p.src, p.dst], p.delay_s)
+        rate.add_metric([p.src, p.dst], p.rate_bytes_per_s)
+        packets.add_metric([p.src, p.dst, p.mechanism], p.packets)
+        drops.add_metric([p.src, p.dst, p.mechanism], p.drops)
+    yield from (delay, rate, packets, drops)

@@ -34,6 +34,9 @@ def _query_variable(name: str, label: str, query: str) -> dict:
 
 
 NODE_VARIABLE = _query_variable("node", "Node", f"label_values(netbench_interface_bytes_total{{{SEL}}}, node)")
+PAIR_SERIES = "netbench_pair_configured_delay_seconds"
+SRC_VARIABLE = _query_variable("src", "Pair from", f"label_values({PAIR_SERIES}{{{SEL}}}, src)")
+DST_VARIABLE = _query_variable("dst", "Pair to", f'label_values({PAIR_SERIES}{{{SEL}, src=~"$src"}}, dst)')
 WORKER_VARIABLE = _query_variable("worker", "Worker", f"label_values(netbench_steps_total{{{SEL}}}, worker)")
 
 ANNOTATIONS = {"list": [
@@ -92,6 +95,15 @@ class Layout:
         self.panels.append(panel)
         self.x += w
         self.row_h = max(self.row_h, h)
+
+    def row(self, title: str, description: str = "") -> None:
+        """A row header across the grid: the panels added next go below it."""
+        if self.x:
+            self.x, self.y, self.row_h = 0, self.y + self.row_h, 0
+        self.panels.append({"id": len(self.panels) + 1, "title": title, "type": "row", "collapsed": False,
+                            "description": description, "gridPos": {"x": 0, "y": self.y, "w": 24, "h": 1},
+                            "panels": []})
+        self.y += 1
 
 
 def _stat(text_mode: str = "value") -> dict:
@@ -203,7 +215,9 @@ def network() -> dict:
             [target(f"sum by (node, direction) (rate(netbench_interface_drops_total{{{node}}}[$__rate_interval]))",
                     "{{node}} {{direction}}")], "pps", w=8)
     _shaper_panels(lay, node)
-    return _dashboard("netbench-network", "netbench / Network", lay, _variables(NODE_VARIABLE),
+    _pair_panels(lay)
+    return _dashboard("netbench-network", "netbench / Network", lay,
+                      _variables(NODE_VARIABLE, SRC_VARIABLE, DST_VARIABLE),
                       "The configured profile and what the testbed's interfaces, qdiscs and delay engines saw.")
 
 
@@ -247,6 +261,32 @@ def _shaper_panels(lay: Layout, node: str) -> None:
              target(f"rate(netbench_engine_released_packets_total{{{node}}}[$__rate_interval])",
                     "{{node}} delay engine released", ref="C")], "pps", w=24,
             description=f"Qdisc: {QDISC}. Delay engine: {ENGINE}.")
+
+
+PAIRS = ("each ordered pair of a per-pair topology (netbench apply --topology), from $src to $dst: its netem "
+         "leaf (netem backend) or its delay engine's queue for that destination (userspace backend); empty when "
+         "no node shapes per destination")
+
+
+def _pair_panels(lay: Layout) -> None:
+    """The per-pair row: what each selected pair carries and drops, and what it is configured to."""
+    pair = f'{SEL}, src=~"$src", dst=~"$dst"'
+    lay.row("Per-pair links", description=f"Per-pair links: {PAIRS}.")
+    lay.add("Pair packets and drops", "timeseries",
+            [target(f"sum by (src, dst, mechanism) (rate(netbench_pair_packets_total{{{pair}}}[$__rate_interval]))",
+                    "{{src}} to {{dst}} sent ({{mechanism}})"),
+             target(f"sum by (src, dst, mechanism) (rate(netbench_pair_drops_total{{{pair}}}[$__rate_interval]))",
+                    "{{src}} to {{dst}} drops ({{mechanism}})", ref="B")], "pps", w=12,
+            description=f"Packets released and dropped (loss, queue limit; right axis) on {PAIRS}.")
+    lay.panels[-1]["fieldConfig"]["overrides"].append(_right_axis("B", "pps"))
+    lay.add("Pair delay (configured, one-way)", "timeseries",
+            [target(f"netbench_pair_configured_delay_seconds{{{pair}}}", "{{src}} to {{dst}}")], "s", w=6,
+            description="One-way delay each selected pair is configured to, as read back from its shaper; a round "
+                        "trip crosses the pair both ways.")
+    lay.add("Pair rate limit (configured)", "timeseries",
+            [target(f"netbench_pair_configured_rate_bytes_per_second{{{pair}}} * 8", "{{src}} to {{dst}}")], "bps",
+            w=6, description="Rate each selected pair is configured to, as read back; 0: no limit.",
+            defaults={"mappings": [{"type": "value", "options": {"0": {"text": "unlimited"}}}]})
 
 
 def sweep() -> dict:

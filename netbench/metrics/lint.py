@@ -164,6 +164,10 @@ def lint(dashboards: list[dict]) -> list[str]:
         problems += [f"{uid}: duplicate panel id {i}" for i in sorted({i for i in ids if ids.count(i) > 1})]
         for panel in dashboard.get("panels", []):
             where = f"{uid} / {panel.get('title')}"
+            if panel.get("type") == "row":  # a header: no query, unit or datasource of its own
+                if panel.get("targets"):
+                    problems.append(f"{where}: a row with queries")
+                continue
             if not panel.get("fieldConfig", {}).get("defaults", {}).get("unit"):
                 problems.append(f"{where}: no unit")
             sources = [panel.get("datasource")] + [t.get("datasource") for t in panel.get("targets", [])]

@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from netbench.emulation import changes as ch
 from netbench.model.topology import Topology
@@ -64,15 +64,36 @@ class EngineStats:
 
 
 @dataclass(frozen=True)
+class PairStats:
+    """One ordered pair a node shapes per destination: what is configured (one-way delay,
+    rate in bytes/s, 0: unlimited) and what its shaper passed and dropped.
+
+    `mechanism`: "netem" (the pair's netem leaf under the node's htb root: its sent packets,
+    its drops for loss and its queue limit) or "engine" (the node's delay engine's queue for
+    that destination: released packets, drops for loss and for its queue limit).
+    """
+
+    src: str
+    dst: str
+    mechanism: str
+    delay_s: float
+    rate_bytes_per_s: float
+    packets: int
+    drops: int
+
+
+@dataclass(frozen=True)
 class NetworkSample:
     interfaces: tuple[InterfaceStats, ...] = ()
     qdiscs: tuple[QdiscStats, ...] = ()
     engines: tuple[EngineStats, ...] = ()
     read_errors: int = 0  # cumulative
+    pairs: tuple[PairStats, ...] = ()
 
 
 def read_node_links(netns: str) -> list[dict[str, Any]]:
-    """[{interface, stats: IFLA_STATS64 dict, qdisc: root netbench qdisc stats or None}] of one node."""
+    """[{interface, stats: IFLA_STATS64 dict, qdisc: root netbench qdisc stats or None, pairs:
+    the per-destination tree's rows (qdisc_read.decode_tree's "pairs") or None}] of one node."""
     from contextlib import closing
 
     from netbench.emulation.netlink import rtnl
@@ -86,12 +107,25 @@ def read_node_links(netns: str) -> list[dict[str, Any]]:
             if name == "lo":
                 continue
             stats = dict(link.get_attr("IFLA_STATS64") or link.get_attr("IFLA_STATS") or {})
-            qdisc = None
-            for msg in ns.get_qdiscs(index=link["index"]):
-                if msg["parent"] == ROOT_PARENT and msg["handle"] == NETBENCH_HANDLE:
-                    qdisc = _qdisc_counters(msg)
-            rows.append({"interface": name, "stats": stats, "qdisc": qdisc})
+            qdiscs = list(ns.get_qdiscs(index=link["index"]))
+            root = next((msg for msg in qdiscs
+                         if msg["parent"] == ROOT_PARENT and msg["handle"] == NETBENCH_HANDLE), None)
+            rows.append({"interface": name, "stats": stats,
+                         "qdisc": _qdisc_counters(root) if root is not None else None,
+                         "pairs": _pair_rows(ns, link["index"], root, qdiscs)})
     return rows
+
+
+def _pair_rows(ns: Any, index: int, root: Any, qdiscs: list[Any]) -> list[dict[str, Any]] | None:
+    """The destinations of a per-destination tree (htb root, u32 table 4e4:), else None."""
+    if root is None or root.get_attr("TCA_KIND") != "htb":
+        return None
+    from netbench.emulation.netlink import pairtree
+    from netbench.emulation.netlink.qdisc_read import decode_qdisc
+
+    classes = list(ns.get_classes(index=index))
+    filters = list(ns.get_filters(index=index, parent=NETBENCH_HANDLE))
+    return pairtree.decode_pairs(qdiscs, classes, filters, decode_qdisc, ch.HTB_UNLIMITED_BPS)
 
 
 def _qdisc_counters(msg: Any) -> dict[str, int]:
@@ -145,6 +179,28 @@ def decode_engine(node: str, engine: dict[str, Any]) -> EngineStats:
                        int(kernel.get("queue_total", 0)) if kernel is not None and alive else None)
 
 
+def decode_pairs(node: str, links: list[dict[str, Any]], engine: dict[str, Any] | None,
+                 names: Mapping[str, str]) -> list[PairStats]:
+    """One node's per-destination rows -> PairStats (pure); `names` maps a testbed address to
+    its node's name (a destination outside the testbed keeps its address). A node that does
+    not shape per destination has none."""
+    out = []
+    for link in links:
+        for row in link.get("pairs") or ():
+            params = row.get("netem")
+            address = str(row["peer"]).split("/")[0]
+            out.append(PairStats(node, names.get(address, address), "netem",
+                                 (params.delay_us if params is not None else 0) / 1e6,
+                                 (row.get("rate_bps") or 0) / 8, int(row.get("packets", 0)),
+                                 int(row.get("drops", 0))))
+    for row in (engine or {}).get("pairs") or ():
+        address = str(row["dst"])
+        out.append(PairStats(node, names.get(address, address), "engine", int(row.get("delay_us", 0)) / 1e6,
+                             (row.get("rate_bps") or 0) / 8, int(row.get("accepted", 0)),
+                             int(row.get("dropped", 0)) + int(row.get("overlimits", 0))))
+    return out
+
+
 @dataclass
 class NetworkReader:
     """Reads every node of the testbed; `topology` is set once the sweep has one."""
@@ -171,7 +227,8 @@ class NetworkReader:
         topology = self.topology
         if topology is None:
             return NetworkSample(read_errors=self._errors)
-        interfaces, qdiscs, engines = [], [], []
+        interfaces, qdiscs, engines, pairs = [], [], [], []
+        names = {node.address: node.name for node in topology.nodes}
         for position, node in enumerate(topology.nodes):
             try:
                 links = self.read_links(node.netns)
@@ -184,4 +241,5 @@ class NetworkReader:
             qdiscs += node_qdiscs
             if engine_stats is not None:
                 engines.append(engine_stats)
-        return NetworkSample(tuple(interfaces), tuple(qdiscs), tuple(engines), self._errors)
+            pairs += decode_pairs(node.name, links, engine, names)
+        return NetworkSample(tuple(interfaces), tuple(qdiscs), tuple(engines), self._errors, tuple(pairs))

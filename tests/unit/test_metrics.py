@@ -32,7 +32,9 @@ from tests.fakes.metrics_network import engine_stats
 ROOT = Path(__file__).resolve().parents[2]
 BOUNDED_LABELS = {"version", "python", "sweep", "backend", "model", "strategy", "state", "status", "run",
                   "repeat", "profile", "phase", "worker", "node", "interface", "direction", "reason",
-                  "launch", "point"}  # launch: the sweep's launches; point: position/points in one
+                  "launch", "point", "src", "dst", "mechanism"}
+# launch: the sweep's launches; point: position/points in one; src, dst: the testbed's nodes (an ordered
+# pair of a per-pair topology); mechanism: catalogue.PAIR_MECHANISMS
 
 
 class Clock:
@@ -52,7 +54,11 @@ def fake_links(netns: str) -> list[dict]:
 
 
 def fake_engine(state_dir, switch_netns, position):
-    return engine_stats(queue_depth=5 + position, received=900, accepted=880, dropped=9)
+    """Each node's engine shapes per destination: one row, toward the other node."""
+    other = f"10.213.0.{2 - position}"
+    pairs = [{"dst": other, "delay_us": 25_000, "jitter_us": 0, "loss": 0.001, "rate_bps": 100_000_000,
+              "packets": 500, "accepted": 490, "dropped": 4, "overlimits": 6, "queue_depth": 0, "max_queue_depth": 9}]
+    return engine_stats(queue_depth=5 + position, received=900, accepted=880, dropped=9, pairs=pairs)
 
 
 def fed_state(clock: Clock | None = None) -> tuple[MetricsState, NetworkReader]:
