@@ -5,6 +5,9 @@ row of the topology says. Only netem shapes per destination on a host: where the
 kernel has netem, the topology is applied and every host's per-destination classes are read
 back with `tc -j` (independently of netbench) and with `show --inventory`; where it has none
 (this machine), the plan is checked and the refusal names a host, leaving every host unshaped.
+The netem half passes under `make test-kernel`'s VM (vng, Debian's stock kernel) when run there
+by hand; that VM's root account is locked, which sshd refuses without PAM, so unlock it inside
+the VM first (`sed 's/^root:!/root:*/' /etc/shadow > /tmp/shadow; mount --bind /tmp/shadow /etc/shadow`).
 """
 
 from __future__ import annotations
