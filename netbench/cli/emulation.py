@@ -81,14 +81,19 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run, sch
     """
     if scale is not None and topology_file is None:
         raise UsageError("flag --scale: only with --topology", hint="e.g. --topology two-regions.yaml --scale 2")
+    check_local_flags(inventory, insecure_host_keys, lease=lease, force=force, takeover=takeover)
     if topology_file is not None:
         given = [name for name, value in (("PROFILE_FILE", profile_file), ("--latency", latency),
                                           ("--jitter", jitter), ("--bandwidth", bandwidth), ("--loss", loss),
-                                          ("--schedule", schedule_file), ("--inventory", inventory)) if value is not None]
+                                          ("--schedule", schedule_file)) if value is not None]
         if given:
             raise UsageError(f"flag --topology: not with {', '.join(given)}: the topology says what every pair gets",
                              hint="put per-pair settings in the topology file ('default:' for the pairs not named)")
-        _apply_network(_load_topology(topology_file, scale), backend, dry_run)
+        network = _load_topology(topology_file, scale)
+        if inventory is not None:  # each host its row: its egress toward the other hosts' tf_address
+            _apply_to_hosts(network, inventory, insecure_host_keys, backend, dry_run, lease, force, takeover)
+            return
+        _apply_network(network, backend, dry_run)
         return
     if schedule_file is not None:
         given = [name for name, value in (("PROFILE_FILE", profile_file), ("--latency", latency),
@@ -97,14 +102,12 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run, sch
         if given:
             raise UsageError(f"flag --schedule: not with {', '.join(given)}: the schedule says what to apply",
                              hint="put the base profile in the schedule's 'profile:' key")
-        check_local_flags(inventory, insecure_host_keys, lease=lease, force=force, takeover=takeover)
         if inventory is not None:
             _apply_schedule_to_hosts(schedule_file, backend, dry_run, inventory, insecure_host_keys, lease, force,
                                      takeover)
             return
         _apply_schedule(schedule_file, backend, dry_run)
         return
-    check_local_flags(inventory, insecure_host_keys, lease=lease, force=force, takeover=takeover)
     base = load_profile(profile_file) if profile_file else None
     chosen = profile_from_flags(base, latency=latency, jitter=jitter, bandwidth=bandwidth, loss=loss)
     if base is None and chosen.is_null:
@@ -250,8 +253,9 @@ def _apply_to_hosts(chosen, inventory, insecure_host_keys, backend, dry_run, lea
             console.info("[yellow]dry run[/]: no host was changed")
             return
         target.apply_plan(planned, lease_s=lease_s, force=bool(force), holder=holder)
-        console.info(f"[green]applied[/] profile {escape(chosen.name)} ({escape(chosen.label())}) "
-                     f"to {len(target.conns)} host(s)")
+        what = f"topology {escape(chosen.name)}" if hasattr(chosen, "links") else f"profile {escape(chosen.name)}"
+        what += f" ({len(chosen.links)} shaped pair(s))" if hasattr(chosen, "links") else f" ({escape(chosen.label())})"
+        console.info(f"[green]applied[/] {what} to {len(target.conns)} host(s)")
         if lease_s <= 0:
             console.info("no lease: it stays until 'netbench reset --inventory ...'")
             return
@@ -311,7 +315,7 @@ def show(as_json: bool, output: Path | None, inventory, insecure_host_keys) -> N
         common.require_root()
     with open_target(inventory, insecure_host_keys) as target:
         shown = target.show()
-    held_pairs = None
+    held_pairs = getattr(target, "held_pairs", None)  # the hosts' per-pair emulation (HostsTestbed.show)
     if inventory is None and shown["nodes"]:
         from netbench.emulation.readback import pairs_from_rows
         from netbench.testbed import netns as local
@@ -323,6 +327,8 @@ def show(as_json: bool, output: Path | None, inventory, insecure_host_keys) -> N
             console.plain(json.dumps(shown, indent=2, default=str))
         else:
             render.hosts_emulation_table(shown["hosts"])
+            if held_pairs is not None:
+                render_pairs.held_pairs_matrix(held_pairs)
     elif as_json:
         if held_pairs is not None:
             shown["pairs"] = held_pairs.to_json()

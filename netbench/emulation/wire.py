@@ -1,7 +1,7 @@
 """Change plans as JSON, so a controller can send a plan to a host's `netbench node apply`.
 
 A change is {"type": <class name>, <field>: <value>, ...}; ShapeDevice's netem options are
-a nested object. Decoding accepts only change classes from changes.py and only their
+a nested object, and so is each of ShapePairs' classes (its netem leaf nested in it). Decoding accepts only change classes from changes.py and only their
 fields, so a host never runs something it does not know.
 """
 
@@ -61,15 +61,43 @@ def change_from_json(data: Any) -> ch.Change:
                          hint="the host's netbench differs from the controller's: run 'netbench provision'")
     kwargs = {k: _tuples(v) for k, v in data.items() if k != "type"}
     if cls is ch.ShapeDevice and isinstance(kwargs.get("netem"), dict):
-        netem_names = {f.name for f in dataclasses.fields(NetemParams)}
-        unknown = set(kwargs["netem"]) - netem_names
-        if unknown:
-            raise UsageError(f"plan: ShapeDevice.netem: unknown field(s) {', '.join(sorted(unknown))}")
-        kwargs["netem"] = NetemParams(**{k: _tuples(v) for k, v in kwargs["netem"].items()})
+        kwargs["netem"] = _nested(NetemParams, kwargs["netem"], "plan: ShapeDevice.netem")
+    if cls is ch.ShapePairs and isinstance(kwargs.get("classes"), tuple):
+        kwargs["classes"] = tuple(_pair_class(item, f"plan: ShapePairs.classes[{i}]")
+                                  for i, item in enumerate(kwargs["classes"]))
     try:
         return cls(**kwargs)
     except TypeError as exc:
         raise UsageError(f"plan: {data['type']}: {exc}") from None
+
+
+def _nested(cls: type, data: dict, where: str) -> Any:
+    """A nested dataclass (NetemParams, PairClass) from its JSON object; only its own fields."""
+    unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise UsageError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}",
+                         hint="the host's netbench differs from the controller's: run 'netbench provision'")
+    try:
+        return cls(**{k: _tuples(v) for k, v in data.items()})
+    except TypeError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+
+
+def netem_from_json(data: Any, where: str) -> NetemParams:
+    """NetemParams from its JSON object (change_to_json's, or a host's read-back of a
+    per-destination tree); a one-line UsageError naming `where` otherwise."""
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: must be an object, got {str(data)[:80]!r}")
+    return _nested(NetemParams, data, where)
+
+
+def _pair_class(data: Any, where: str) -> ch.PairClass:
+    """One destination of a ShapePairs: {peer, netem: {...}, rate_bps}."""
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: must be an object, got {str(data)[:80]!r}")
+    item = dict(data)
+    item["netem"] = netem_from_json(item.get("netem"), f"{where}.netem")
+    return _nested(ch.PairClass, item, where)
 
 
 def plan_to_json(plan: list[ch.Change]) -> str:

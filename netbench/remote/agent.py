@@ -298,9 +298,20 @@ def show_host(journal: Journal, interface: str) -> dict[str, Any]:
     else:  # never attached: nothing netbench set can be here
         rows = [{"node": platform.node(), "ifname": interface, "qdisc": None, "ingress_qdisc": None,
                  "nfqueue_rules": [], "engine": None, "backend": None, "profile": None}]
-    return {"host": platform.node(), "interface": interface, "nodes": rows,
+    return {"host": platform.node(), "interface": interface, "nodes": [_plain_pairs(row) for row in rows],
             "lease": lease.read(journal.dir).to_json(), "watchers": _live_watchers(journal),
             "pending": [{"kind": e.kind, **e.data} for e in journal.pending()]}
+
+
+def _plain_pairs(row: dict[str, Any]) -> dict[str, Any]:
+    """A read-back row with a per-destination tree's netem leaves as JSON objects (they are
+    NetemParams), so the controller reads each destination back (remote/pairs.hosts_pairs)."""
+    tree = row.get("qdisc")
+    if not isinstance(tree, dict) or not tree.get("pairs"):
+        return row
+    pairs = [{**entry, "netem": dataclasses.asdict(entry["netem"])} if dataclasses.is_dataclass(entry.get("netem"))
+             else entry for entry in tree["pairs"]]
+    return {**row, "qdisc": {**tree, "pairs": pairs}}
 
 
 def _version(dist: str) -> str | None:

@@ -25,8 +25,10 @@ from netbench.emulation.backends import get_backend
 from netbench.emulation.wire import plan_to_json
 from netbench.errors import BackendUnavailable, NetbenchError, TestbedError, UsageError
 from netbench.remote.inventory import Host, Inventory
+from netbench.model.pairs import PairTopology
 from netbench.model.profile import Profile
 from netbench.remote.agent import HOST_NETNS
+from netbench.remote.pairs import check_inventory_nodes, plan_pairs_for_host
 from netbench.remote.ssh import HostConnection
 from netbench.model.topology import Node, Topology
 
@@ -220,20 +222,34 @@ def probe_hosts(inventory: Inventory, conns: Sequence[HostConnection]) -> dict[s
     return infos  # type: ignore[return-value]
 
 
-def plan_hosts(inventory: Inventory, infos: dict[str, dict[str, Any]], profile: Profile,
+def plan_network_for_host(network: Profile | PairTopology, host: Host, backend: str,
+                          topology: Topology) -> list[ch.Change]:
+    """plan_for_host for a profile; for a per-pair topology, `host`'s row (remote/pairs.py)."""
+    if isinstance(network, PairTopology):
+        return plan_pairs_for_host(network, host, backend, topology)
+    return plan_for_host(network, host, backend, topology)
+
+
+def plan_hosts(inventory: Inventory, infos: dict[str, dict[str, Any]], profile: Profile | PairTopology,
                backend: str | None) -> RemoteApply:
-    """Each host's backend and changes for `profile`, from what the hosts said they have (pure)."""
+    """Each host's backend and changes for `profile` (or a per-pair topology: each host its
+    row, its nodes checked against the inventory first), from what the hosts said they have (pure)."""
+    if isinstance(profile, PairTopology):
+        check_inventory_nodes(profile, inventory)
     topology = hosts_topology(inventory)
     backends, plans = {}, {}
     for host in inventory.hosts:
         backends[host.name] = choose_host_backend(backend, infos[host.name], host)
-        plans[host.name] = plan_for_host(profile, host, backends[host.name], topology)
+        plans[host.name] = plan_network_for_host(profile, host, backends[host.name], topology)
     return RemoteApply(backends=backends, plans=plans)
 
 
-def plan_inventory(inventory: Inventory, conns: Sequence[HostConnection], profile: Profile,
+def plan_inventory(inventory: Inventory, conns: Sequence[HostConnection], profile: Profile | PairTopology,
                    backend: str | None) -> RemoteApply:
-    """Ask each host what it can do, then plan its changes (nothing is changed)."""
+    """Ask each host what it can do, then plan its changes (nothing is changed). A topology's
+    nodes are checked against the inventory before any host is asked."""
+    if isinstance(profile, PairTopology):
+        check_inventory_nodes(profile, inventory)
     return plan_hosts(inventory, probe_hosts(inventory, conns), profile, backend)
 
 

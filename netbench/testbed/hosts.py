@@ -34,6 +34,7 @@ from netbench.model.job import COORDINATOR, PS, JobSpec, Task, nodes_needed, pla
 from netbench.jobs.launch import TaskLost, Timeouts, copy_to_log, log_tail
 from netbench.state.lease import DEFAULT_LEASE_S
 from netbench.remote.ssh import HostConnection, StreamingCommand
+from netbench.model.pairs import PairTopology
 from netbench.model.topology import Node, Topology
 from netbench.testbed.base import Planned
 
@@ -252,19 +253,26 @@ class HostsTestbed:
         self.planned: _Applied | None = None
         self.keeper = None
         self.applied = False
+        self.held_pairs: PairTopology | None = None  # what show() read back, when hosts shape per pair
 
     # ---------------------------------------------------------------- commands
 
     def plan(self, profile, backend: str | None, probe: bool = True) -> Planned:
-        """Each host's backend (asked with 'netbench node info') and changes. probe=False with a
-        backend given plans without contacting any host."""
+        """Each host's backend (asked with 'netbench node info') and changes for `profile` (a
+        Profile, or a PairTopology: each host shapes its egress toward the other hosts'
+        tf_addresses as its row says; its nodes are the inventory's host names, checked
+        before any host is asked). probe=False with a backend given plans without contacting
+        any host."""
         from netbench.remote import controller as remote
+        from netbench.remote.pairs import check_inventory_nodes
 
         requested = None if backend in (None, "auto") else backend
+        if isinstance(profile, PairTopology):
+            check_inventory_nodes(profile, self.inventory)
         if not probe and requested is not None:
             topology = remote.hosts_topology(self.inventory)
             return Planned(profile=profile, backends={h.name: requested for h in self.inventory.hosts},
-                           changes={h.name: tuple(remote.plan_for_host(profile, h, requested, topology))
+                           changes={h.name: tuple(remote.plan_network_for_host(profile, h, requested, topology))
                                     for h in self.inventory.hosts}, probed=False)
         planned = remote.plan_inventory(self.inventory, self.conns, profile, requested)
         return Planned(profile=profile, backends=planned.backends,
@@ -282,10 +290,15 @@ class HostsTestbed:
                                lease_s=lease_s, force=force, holder=holder, takeover=self.takeover)
 
     def show(self) -> dict:
-        """{"hosts": host -> its 'netbench node show' answer (nodes, lease, watchers, pending)}."""
+        """{"hosts": host -> its 'netbench node show' answer (nodes, lease, watchers, pending)},
+        and "pairs" (PairTopology.to_json) when hosts shape per destination: the topology they
+        hold, also kept as `held_pairs` (None otherwise)."""
         from netbench.remote import controller as remote
+        from netbench.remote.pairs import hosts_pairs
 
-        return {"hosts": remote.show_inventory(self.inventory, self.conns)}
+        shown = {"hosts": remote.show_inventory(self.inventory, self.conns)}
+        self.held_pairs = hosts_pairs(shown["hosts"], remote.hosts_topology(self.inventory))
+        return shown if self.held_pairs is None else {**shown, "pairs": self.held_pairs.to_json()}
 
     def reset(self, warn: Callable[[str], None]) -> dict[str, list[str]]:
         """Each host's journal undone (host -> what it removed), then this controller's own

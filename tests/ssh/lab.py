@@ -244,13 +244,14 @@ def ssh_lab(base: Path, count: int = 2):
 
 
 
-def root_lab(tmp_path_factory, prefix: str):
-    """Body of a module-scoped `lab` fixture: a lab for root, a skip otherwise, and nothing
-    left behind (namespaces, sshd, host state) once the module's tests are done."""
+def root_lab(tmp_path_factory, prefix: str, count: int = 2):
+    """Body of a module-scoped `lab` fixture: a lab of `count` hosts for root, a skip
+    otherwise, and nothing left behind (namespaces, sshd, host state) once the module's
+    tests are done."""
     import pytest
 
     if os.geteuid() != 0:
         pytest.skip("needs root (creates network namespaces and runs sshd)")
-    with ssh_lab(tmp_path_factory.mktemp(prefix)) as built:
+    with ssh_lab(tmp_path_factory.mktemp(prefix), count) as built:
         yield built
     assert not built.leftovers(), built.leftovers()
