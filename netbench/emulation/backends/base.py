@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from netbench.emulation.changes import Change
-from netbench.model.pairs import PairTopology
 from netbench.model.profile import Profile
 from netbench.model.topology import Node, Topology
 
@@ -34,7 +33,7 @@ class Backend:
     on_hosts: the registered backend this name means on an SSH host.
     choosable: offered to --backend and playbooks.
     fallback_note: said when auto falls back to it.
-    plan_pairs: (pairs, topology, nodes, seed, held) -> the changes that shape each of
+    plan_pairs: (pairs: model.pairs.PairTopology, topology, nodes, seed, held) -> the changes that shape each of
         `nodes`' egress per destination as `pairs` says (model/pairs.py); None for a
         backend that cannot shape per destination.
     """
