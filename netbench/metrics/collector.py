@@ -33,7 +33,8 @@ class NetbenchCollector(Collector):
     def __init__(self, state: MetricsState, network: NetworkReader | None = None) -> None:
         self.state = state
         self.network = network
-        self.scrapes = 0  # collections served; the exporter waits for one more before it stops
+        self.scrapes = 0  # collections begun; the exporter waits for one more before it stops
+        self.completed = 0  # collections whose every family was produced
 
     def describe(self) -> Iterator[Metric]:
         for metric in CATALOGUE:
@@ -47,6 +48,7 @@ class NetbenchCollector(Collector):
         yield from profile_families(snap)
         yield from training_families(snap)
         yield from network_families(sample)
+        self.completed += 1
 
 
 def sweep_families(s: Snapshot) -> Iterator[Metric]:

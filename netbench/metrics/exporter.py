@@ -30,6 +30,7 @@ from netbench.metrics.network import NetworkReader
 from netbench.metrics.state import MetricsObserver, MetricsState, ObserverTee
 
 DEFAULT_ADDRESS = "127.0.0.1"
+FINAL_SEND_S = 0.2  # after the final collection, for its response to reach the scraper
 FINAL_SCRAPE_S = 3.0  # longest wait for a scraper to see the finished sweep (scrape interval 1-2 s)
 JOB = "netbench"
 
@@ -157,9 +158,12 @@ class MetricsExporter:
         """Stop serving. With `final_scrape_s`, first wait that long at most for one more scrape,
         if anything has scraped at all, so the final state (last result, 'finished') is recorded."""
         if final_scrape_s > 0 and self._httpd is not None and self.collector.scrapes:
+            # a scrape begun after this point, whole: one begun earlier may hold the state from
+            # before the sweep's last changes, and a response cut by the shutdown is no scrape
             seen, deadline = self.collector.scrapes, time.monotonic() + final_scrape_s
-            while self.collector.scrapes == seen and time.monotonic() < deadline:
+            while self.collector.completed <= seen and time.monotonic() < deadline:
                 time.sleep(0.05)
+            time.sleep(FINAL_SEND_S)
         if self.target_file is not None:
             self.target_file.unlink(missing_ok=True)
         if self._httpd is not None:

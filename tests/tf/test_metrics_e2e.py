@@ -82,8 +82,8 @@ class Prometheus:
         assert body["status"] == "success", body
         return body["data"]
 
-    def range(self, expr: str, start: float, end: float) -> list[dict]:
-        return self.api("query_range", query=expr, start=start, end=end, step="1s")["result"]
+    def range(self, expr: str, start: float, end: float, step: str = "1s") -> list[dict]:
+        return self.api("query_range", query=expr, start=start, end=end, step=step)["result"]
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -97,7 +97,7 @@ class Prometheus:
 
 def substitute(expr: str, range_s: int) -> str:
     for name, value in (("$__rate_interval", RATE_INTERVAL), ("$__range", f"{range_s}s"), ("$instance", ALL),
-                        ("$node", ALL), ("$worker", ALL)):
+                        ("$node", ALL), ("$worker", ALL), ("$src", ALL), ("$dst", ALL)):
         expr = expr.replace(name, value)
     assert "$" not in expr, expr
     return expr
@@ -133,6 +133,10 @@ def test_prometheus_scrapes_a_sweep_and_every_dashboard_query_returns_data(clean
     empty = []
     for dashboard in (build() for build in dashboards.DASHBOARDS.values()):
         for query in lint.queries(dashboard):
+            if "netbench_pair_" in query.expr:
+                # the per-pair row has data only under a per-pair topology, which this sweep does not
+                # apply (tests/unit/test_metrics_pairs.py scrapes one under each backend)
+                continue
             if query.kind == "variable":
                 selector, label = lint.label_values(query.expr)
                 values = prometheus.api(f"label/{label}/values", **{"match[]": substitute(selector, range_s)},
@@ -140,7 +144,10 @@ def test_prometheus_scrapes_a_sweep_and_every_dashboard_query_returns_data(clean
                 if not values:
                     empty.append(query.where)
                 continue
-            result = prometheus.range(substitute(query.expr, range_s), started, end)
+            # annotations at a fine step: the sweep's last scrape (the last point's window) lands
+            # less than a second before `end`, between two evaluations of a 1 s grid
+            result = prometheus.range(substitute(query.expr, range_s), started, end,
+                                      step="0.1" if query.kind == "annotation" else "1s")
             if not has_values(result):
                 empty.append(f"{query.where}: {query.expr}")
             elif query.kind == "annotation":  # values are event times in ms, within the sweep

@@ -590,3 +590,20 @@ def test_the_sweep_view_shows_the_exporters_warning(tmp_path, monkeypatch, capsy
     assert cli._run_with_view(config, 0, None) == []
     out = capsys.readouterr().out
     assert "warning: no Prometheus file_sd target file: cannot write in" in " ".join(out.split())
+
+
+def test_the_final_scrape_is_one_begun_after_stop_and_whole(tmp_path):
+    """A scrape already under way when the sweep ends may hold the state from before its last
+    changes (the last point's window): stop waits for one begun later and produced whole."""
+    import time
+
+    state, network = fed_state()
+    exporter = MetricsExporter(0, state=state, network=network, state_path=tmp_path)
+    exporter.start()
+    urllib.request.urlopen(exporter.url, timeout=5).read()
+    exporter.collector.scrapes += 1  # a scrape has begun and not finished when stop is called
+    started = time.monotonic()
+    exporter.stop(final_scrape_s=0.6)
+    # nothing completes after that: stop waits its whole limit instead of taking the begun one
+    assert time.monotonic() - started >= 0.6
+    assert exporter.collector.completed == 1
