@@ -13,8 +13,8 @@ Usage::
 
 With --run (root, TensorFlow; what ``make bench`` does) it runs the sweep on the embedded
 testbed once per mode in --modes, into a fresh folder each: ``isolate`` (a launch per point),
-``launch`` (a launch per job configuration, points by decreasing TCP window: the default) and
-``random`` (a launch with the points shuffled), and reports each folder's share of wall time
+``launch`` (the default: launches whose every change narrows the path, ``--order descending``)
+and ``random`` (one launch per job configuration, points shuffled), and reports each folder's share of wall time
 measured and, per point, each mode's images/sec against the first folder's (the bias a shared
 launch may carry). Exit status: 0 done, 2 could not run, 130 interrupted.
 """
