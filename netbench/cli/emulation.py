@@ -315,13 +315,7 @@ def show(as_json: bool, output: Path | None, inventory, insecure_host_keys) -> N
         common.require_root()
     with open_target(inventory, insecure_host_keys) as target:
         shown = target.show()
-    held_pairs = getattr(target, "held_pairs", None)  # the hosts' per-pair emulation (HostsTestbed.show)
-    if inventory is None and shown["nodes"]:
-        from netbench.emulation.readback import pairs_from_rows
-        from netbench.testbed import netns as local
-
-        topology = local.discover()
-        held_pairs = pairs_from_rows(shown["nodes"], topology) if topology is not None else None
+    held_pairs = target.held_pairs  # the per-pair emulation the nodes or hosts hold, read back by show()
     if inventory is not None:
         if as_json:
             console.plain(json.dumps(shown, indent=2, default=str))
@@ -330,8 +324,6 @@ def show(as_json: bool, output: Path | None, inventory, insecure_host_keys) -> N
             if held_pairs is not None:
                 render_pairs.held_pairs_matrix(held_pairs)
     elif as_json:
-        if held_pairs is not None:
-            shown["pairs"] = held_pairs.to_json()
         console.plain(json.dumps(shown, indent=2, default=str) if shown["nodes"] else json.dumps(shown))
     elif held_pairs is not None:
         render_pairs.held_pairs_matrix(held_pairs)

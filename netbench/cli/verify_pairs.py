@@ -31,11 +31,9 @@ def verify_all_pairs_cmd(topo, topology_file: Path | None, tolerance, count: int
 
         pairs = load_pair_topology(topology_file)
     else:
-        from netbench.emulation.readback import pairs_from_rows
-
         with open_target() as target:
             shown = target.show()["nodes"]
-        pairs = pairs_from_rows(shown, topo, name="read back")
+            pairs = target.held_pairs
         rows = {row["node"]: row for row in shown}
         if pairs is None:
             profiles = {node.name: profile_from_mapping(rows[node.name]["profile"], "read-back")

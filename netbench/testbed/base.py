@@ -34,6 +34,7 @@ class Target(Protocol):
 
     kind: str  # "embedded" or "hosts" (recorded in a sweep's manifest as testbed_kind)
     spawn: Any  # jobs.launch.Spawner: starts one job process on a node
+    held_pairs: Any  # model.pairs.PairTopology the last show() read back, or None: no per-pair shaping
 
     # ---- every command
     def plan(self, profile, backend: str | None, probe: bool = True) -> Planned:
@@ -41,7 +42,8 @@ class Target(Protocol):
     def apply_plan(self, planned: Planned, on_change: Callable | None = None, **options: Any) -> None:
         """Make the planned changes, journaled where they are made."""
     def show(self) -> dict[str, Any]:
-        """The active emulation, read back (JSON-able: what 'show --json' prints)."""
+        """The active emulation, read back (JSON-able: what 'show --json' prints; "pairs" and
+        `held_pairs` when it is shaped per destination)."""
     def reset(self, warn: Callable[[str], None]) -> dict[str, list[str]]:
         """Undo everything netbench made there; place -> what was removed."""
     def doctor(self, tensorflow: bool) -> Any:

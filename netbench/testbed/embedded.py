@@ -46,6 +46,7 @@ class EmbeddedTestbed:
         self.needed = 0
         self.executor = None
         self._commands = None  # the executor of apply_plan (commands), made on first use
+        self.held_pairs: PairTopology | None = None  # what show() read back, when nodes shape per pair
         self.spawn = LocalSpawner(journal)
 
     # ---------------------------------------------------------------- commands
@@ -98,17 +99,23 @@ class EmbeddedTestbed:
         return self._commands
 
     def show(self) -> dict:
-        """{"nodes": one row per node: backend, profile, qdisc, engine} ({"nodes": []}: no testbed)."""
+        """{"nodes": one row per node: backend, profile, qdisc, engine} ({"nodes": []}: no testbed),
+        and "pairs" (PairTopology.to_json) when the nodes shape per destination: the topology
+        they hold, also kept as `held_pairs` (None otherwise), as HostsTestbed.show does."""
         from netbench.emulation.engines import Engines
         from netbench.emulation.iptables import Iptables
         from netbench.emulation.netlink.qdisc import NetlinkQdiscs
         from netbench.emulation.executor import read_emulation, recorded_distributions
+        from netbench.emulation.readback import pairs_from_rows
 
+        self.held_pairs = None
         topology = (self._discover or local.discover)()
         if topology is None:
             return {"nodes": []}
         qdiscs, iptables, engines = self.adapters or (NetlinkQdiscs(), Iptables(), Engines(self.journal.dir))
-        return {"nodes": read_emulation(topology, qdiscs, iptables, engines, recorded_distributions(self.journal))}
+        rows = read_emulation(topology, qdiscs, iptables, engines, recorded_distributions(self.journal))
+        self.held_pairs = pairs_from_rows(rows, topology)
+        return {"nodes": rows} if self.held_pairs is None else {"nodes": rows, "pairs": self.held_pairs.to_json()}
 
     def reset(self, warn: Callable[[str], None]) -> dict[str, list[str]]:
         """Undo every journal entry, under the lock (never while a command is making changes)."""

@@ -194,6 +194,8 @@ def test_the_printed_matrix_shows_measured_configured_and_error_and_marks_failur
 # ---------------------------------------------------------------- the command
 
 class FakeTarget:
+    held_pairs = None  # every node holds one profile: no per-pair shaping
+
     def __init__(self, held):
         self.held = held
 
