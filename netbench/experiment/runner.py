@@ -181,6 +181,14 @@ def _run_isolated(run: Run, config: SweepConfig, testbed: Target, store: ResultS
 Testbed = Target  # where a sweep runs: the one Target protocol of every command (testbed/base.py)
 
 
+def describe_congestion(by_node: dict[str, str]) -> str:
+    """One line for the sweep's start: the nodes' TCP congestion control (pure)."""
+    kinds = sorted(set(by_node.values()))
+    if len(kinds) == 1:
+        return f"TCP congestion control on every node: {kinds[0] or 'unknown'}"
+    return "TCP congestion control: " + ", ".join(f"{node} {cc or 'unknown'}" for node, cc in by_node.items())
+
+
 def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Journal | None = None,
               testbed: Testbed | None = None) -> list[RunResult]:
     """Run every planned point; whatever happens, leave the network as it was found.
@@ -211,6 +219,10 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         store.write_manifest(manifest)
         topology = testbed.start()
         manifest["testbed"] = topology.to_json()
+        congestion = getattr(testbed, "congestion_control", None)  # the embedded testbed's nodes
+        if congestion is not None:
+            manifest["tcp_congestion_control"] = congestion()
+            observer.note(describe_congestion(manifest["tcp_congestion_control"]))
         observer.sweep_started(config, backend, topology)
         rng = random.Random(config.seed ^ int(time.time()))
 

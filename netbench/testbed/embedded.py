@@ -159,6 +159,11 @@ class EmbeddedTestbed:
         self.executor = real_executor(self.journal, hold=True)
         return self.topology
 
+    def congestion_control(self) -> dict[str, str]:
+        """Each node's TCP congestion control (the results depend on it: cubic and bbr carry
+        different state across a launch's changes)."""
+        return {node.name: local.congestion_control(node.netns) for node in self.topology.nodes}
+
     def nodes_for(self, job, workers: int) -> tuple[Node, ...]:
         """Nodes in placement order: n1, n2, ..."""
         return self.topology.nodes

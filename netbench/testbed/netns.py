@@ -158,6 +158,16 @@ def discover(open_socket=None) -> topo.Topology | None:
     return topo.Topology(nodes=tuple(nodes), subnet=subnet)
 
 
+CONGESTION_CONTROL_SYSCTL = "/proc/sys/net/ipv4/tcp_congestion_control"
+
+
+def congestion_control(name: str) -> str:
+    """The TCP congestion control that new connections in namespace `name` use (a namespace
+    starts with the host's default); "" when it cannot be read."""
+    result = proc.run(["cat", CONGESTION_CONTROL_SYSCTL], netns=name, check=False)
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
 def remove_netns(name: str) -> bool:
     """Stop every process inside namespace `name`, then delete it. False if it was not there,
     or if it is a reference to the host's own namespace (nothing is stopped or removed)."""

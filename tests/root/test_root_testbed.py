@@ -45,6 +45,10 @@ def test_testbed_up_show_exec_down(clean_machine):
     names = [node["name"] for node in shown["nodes"]]
     assert names == ["n1", "n2", "n3"]
     assert all(node["netns"].startswith("netbench-") and node["address"] for node in shown["nodes"])
+    for node in shown["nodes"]:  # what a sweep records, against sysctl run in the node
+        sysctl = subprocess.run(["ip", "netns", "exec", node["netns"], "sysctl", "-n",
+                                 "net.ipv4.tcp_congestion_control"], capture_output=True, text=True, check=True)
+        assert local.congestion_control(node["netns"]) == sysctl.stdout.strip() != ""
     # node names in the command are replaced by addresses, and the exit code is passed on
     assert _cli("exec", "n1", "--", "ping", "-c", "1", "-W", "2", "n3").returncode == 0
     assert _cli("exec", "n1", "--", "false", check=False).returncode == 1

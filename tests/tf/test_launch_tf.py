@@ -39,6 +39,9 @@ def test_a_launch_sweep_starts_each_worker_once_and_records_every_point(clean_ma
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["order_seed"] == 11 and len(manifest["launches"]) == 1
     assert manifest["launches"][0]["runs"] == [r["run_id"] for r in rows]  # stored in the order run
+    available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    congestion = manifest["tcp_congestion_control"]
+    assert sorted(congestion) == ["n1", "n2"] and all(cc in available for cc in congestion.values()), congestion
     speed = {r["delay_ms"]: float(r["images_per_sec"]) for r in rows}
     assert speed["20.0"] < speed["1.0"], speed  # each point measured its own network
     assert local.list_netbench_netns() == [] and netbench_processes() == []

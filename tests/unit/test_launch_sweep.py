@@ -13,7 +13,7 @@ import pytest
 
 from netbench.experiment import launch
 from netbench.experiment.launch import PointWindow, Settle, plan_launches
-from netbench.experiment.runner import SweepConfig, run_sweep, split_runs
+from netbench.experiment.runner import SweepConfig, describe_congestion, run_sweep, split_runs
 from netbench.jobs import events as ev
 from netbench.jobs.launch import Timeouts
 from netbench.model import design
@@ -350,3 +350,34 @@ def test_live_metrics_count_no_settle_step():
         state.worker_event({"event": "step", "worker": 0, "phase": phase, "duration": 0.04})
     snap = state.snapshot()
     assert {k: v for k, v in snap.steps.items() if v} == {("measured", "0"): 1} and snap.warmups_completed == 1
+
+
+# ---------------------------------------------------------------- the nodes' TCP congestion control
+
+class _CongestionTestbed(SyntheticTestbed):
+    def congestion_control(self):
+        return {"n1": "cubic", "n2": "cubic"}
+
+
+def test_the_manifest_records_the_nodes_congestion_control_and_the_sweep_says_it(tmp_path):
+    heard = []
+
+    class Notes:
+        def __getattr__(self, name):
+            return (lambda text: heard.append(text)) if name == "note" else (lambda *a, **k: None)
+
+    run_sweep(_config(tmp_path, _runs(delays=(1,))), observer=Notes(),
+              testbed=_CongestionTestbed(Journal(tmp_path / "state")))
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["tcp_congestion_control"] == {"n1": "cubic", "n2": "cubic"}
+    assert "TCP congestion control on every node: cubic" in heard
+
+
+def test_mixed_congestion_controls_are_named_per_node():
+    assert describe_congestion({"n1": "cubic", "n2": "bbr"}) == "TCP congestion control: n1 cubic, n2 bbr"
+    assert describe_congestion({"n1": ""}) == "TCP congestion control on every node: unknown"
+
+
+def test_a_testbed_without_the_reading_records_none(tmp_path):
+    run_sweep(_config(tmp_path, _runs(delays=(1,))), testbed=SyntheticTestbed(Journal(tmp_path / "state")))
+    assert "tcp_congestion_control" not in json.loads((tmp_path / "out" / "manifest.json").read_text())
