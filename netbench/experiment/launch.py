@@ -15,12 +15,14 @@ which every change only narrows the path (rate and delay and jitter lower or the
 higher or the same: `follows`), as few chains as a first-fit over the points sorted widest
 first gives, and each chain is one launch (ties in a seeded random order). The job's TCP
 connections live through the whole launch and carry their congestion state from point to
-point: measured here, 50 ms at 1gbit gave 364 img/s right after 1 ms at 1gbit against 485
-under --isolate, and 50 ms at 100mbit 184 right after 10 ms at 1gbit against 264 (cubic
-grows its window back from the old ssthresh for minutes); in chains that only narrow, all
-six points of the same sweep came within 0.96-1.07 of --isolate. "random" puts every point
-of a configuration in one launch, shuffled (the textbook split-plot; for latency-only sweeps
-at an uncapped rate, or to measure the carry-over).
+point, and every change that widens the path is biased (bench/tcp_carryover.py: cubic leaves
+slow start early on a short path and grows slowly after; bbr sizes its window by the shortest
+round trip of the last 10 s and probes for more rate 25 % per cycle). Measured here, 50 ms at
+1gbit gave 364 img/s right after 1 ms at 1gbit against 485 under --isolate, and 341 after a
+warm-up on unshaped links (so a launch starts on its first point, not unshaped); in chains
+that only narrow, all six points of the same sweep came within 0.96-1.07 of --isolate.
+"random" puts every point of a configuration in one launch, shuffled (the textbook
+split-plot; for latency-only sweeps at an uncapped rate, or to measure the carry-over).
 """
 
 from __future__ import annotations
@@ -42,9 +44,6 @@ PORT_RANGE = (20000, 60000)
 
 
 ORDERS = ("descending", "random")
-MSS_BITS = 1448 * 8  # a full TCP segment on a 1500-byte MTU, with timestamps
-UNLIMITED_BPS = 10_000_000_000  # what an uncapped veth path counts as when ordering points
-BASE_RTT_S = 100e-6  # a round trip between namespaces with no emulated delay
 
 
 @dataclass(frozen=True)
