@@ -14,7 +14,7 @@ help:
 	@echo "make test      the whole test suite (needs root for namespace tests)"
 	@echo "make test-fast pure unit tests only (no root, no TensorFlow)"
 	@echo "make test-kernel the netem backend on Debian's stock kernel under qemu (virtme-ng)"
-	@echo "make bench     emulation fidelity, delay-engine ceiling, sweep-memory, apply-speed, sweep-efficiency, design-time and harness benchmarks"
+	@echo "make bench     emulation fidelity, delay-engine ceiling, sweep-memory, apply-speed, TCP carry-over, sweep-efficiency, design-time and harness benchmarks"
 	@echo "make dashboards regenerate grafana/dashboards; Prometheus + Grafana with docker compose"
 	@echo "make reset     remove everything netbench made"
 
@@ -52,6 +52,7 @@ bench: install
 	$(BIN)/python bench/engine_ceiling.py
 	$(BIN)/python bench/sweep_memory.py
 	$(BIN)/python bench/apply_speed.py
+	$(BIN)/python bench/tcp_carryover.py
 	$(BIN)/python bench/sweep_efficiency.py --run
 	$(BIN)/python bench/design_time.py
 	$(BIN)/python bench/harness.py
