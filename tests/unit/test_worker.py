@@ -156,6 +156,17 @@ def test_warmup_mean_drops_traced_first_step():
         worker.warmup_mean([])
 
 
+def test_split_steps_run_only_where_calibration_or_the_split_step_needs_them():
+    from netbench.jobs.harness.loop import calibration_steps
+
+    assert calibration_steps(worker.parse_args([])) == 5  # fused: calibration after the window
+    assert calibration_steps(worker.parse_args(["--calibration-steps", "2"])) == 2
+    assert calibration_steps(worker.parse_args(["--step", "split"])) == 0  # every step is split
+    # a launch's processes are stopped by the controller: no calibration, so no split functions
+    # and none of their accumulators' broadcasts at start-up (1.4 s of it at 50 ms one-way)
+    assert calibration_steps(worker.parse_args(["--until-stopped"])) == 0
+
+
 # ---------------------------------------------------------------------------
 # Events
 # ---------------------------------------------------------------------------

@@ -39,6 +39,15 @@ def resolve_shape(args: argparse.Namespace) -> tuple[int, ...]:
     return args.input_shape or DEFAULT_INPUT_SHAPES[args.model]
 
 
+def calibration_steps(args: argparse.Namespace) -> int:
+    """How many split steps follow the measured window: --calibration-steps with the fused
+    step, none with --step split (every step is split) or --until-stopped (a launch's
+    processes are stopped by the controller, never reaching them)."""
+    if getattr(args, "step", ev.STEP_FUSED) != ev.STEP_FUSED or getattr(args, "until_stopped", False):
+        return 0
+    return getattr(args, "calibration_steps", DEFAULT_CALIBRATION_STEPS)
+
+
 def warmup_mean(durations: Sequence[float]) -> float:
     """Mean warm-up step duration in seconds used to size a --seconds window.
 
@@ -126,9 +135,13 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         # under the scope, rather than lazily inside the traced step.
         optimizer.build(model.trainable_variables)
     kind = getattr(args, "step", ev.STEP_FUSED)
-    calibration = getattr(args, "calibration_steps", DEFAULT_CALIBRATION_STEPS) if kind == ev.STEP_FUSED else 0
-    # Made on every worker at the same point (the accumulators' creation is collective).
-    compute, sync = make_split_steps(tf, strategy, model, optimizer, global_batch_size, accum_steps)
+    until_stopped = getattr(args, "until_stopped", False)
+    calibration = calibration_steps(args)
+    # Made on every worker at the same point (the accumulators' creation is collective: one
+    # broadcast per variable, round trips at start-up), and only when a split step will run.
+    compute = sync = None
+    if kind == ev.STEP_SPLIT or calibration:
+        compute, sync = make_split_steps(tf, strategy, model, optimizer, global_batch_size, accum_steps)
     fused = make_fused_step(tf, strategy, model, optimizer, global_batch_size, accum_steps)
     stacked = (tf.stack([x for x, _ in batches]), tf.stack([y for _, y in batches])) if accum_steps > 1 else None
     params, model_bytes = model_size(model)
@@ -182,7 +195,7 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
 
     warmup_durations = [timed_step(k, ev.PHASE_WARMUP) for k in range(args.warmup)]
 
-    if getattr(args, "until_stopped", False):
+    if until_stopped:
         # continuous mode: measured steps until the controller stops this process (SIGTERM);
         # it slices them into points; no calibration, no done event
         k = args.warmup
