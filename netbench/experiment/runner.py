@@ -219,11 +219,11 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         store.write_manifest(manifest)
         topology = testbed.start()
         manifest["testbed"] = topology.to_json()
+        observer.sweep_started(config, backend, topology)
         congestion = getattr(testbed, "congestion_control", None)  # the embedded testbed's nodes
         if congestion is not None:
             manifest["tcp_congestion_control"] = congestion()
             observer.note(describe_congestion(manifest["tcp_congestion_control"]))
-        observer.sweep_started(config, backend, topology)
         rng = random.Random(config.seed ^ int(time.time()))
 
         def finish(run: Run, result: RunResult) -> None:
