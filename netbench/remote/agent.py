@@ -321,6 +321,18 @@ def _version(dist: str) -> str | None:
         return None
 
 
+CONGESTION_CONTROL_SYSCTL = "/proc/sys/net/ipv4/tcp_congestion_control"
+
+
+def congestion_control() -> str:
+    """The TCP congestion control new connections on this host use ("" when unreadable)."""
+    try:
+        with open(CONGESTION_CONTROL_SYSCTL) as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
 def host_info(interface: str | None = None, probe: bool = True,
               environ: dict[str, str] | None = None) -> dict[str, Any]:
     """Facts the controller checks before it drives this host (doctor, apply). `environ`
@@ -339,7 +351,7 @@ def host_info(interface: str | None = None, probe: bool = True,
         "host": platform.node(), "netbench": __version__, "python": platform.python_version(),
         "root": os.geteuid() == 0, "kernel": platform.release(),
         "tensorflow": _version("tensorflow-cpu") or _version("tensorflow"),
-        "interfaces": interfaces,
+        "interfaces": interfaces, "tcp_congestion_control": congestion_control(),
     }
     control = control_interfaces(environ)
     info["control_interfaces"] = sorted(control or ())

@@ -254,6 +254,7 @@ class HostsTestbed:
         self.keeper = None
         self.applied = False
         self.held_pairs: PairTopology | None = None  # what show() read back, when hosts shape per pair
+        self.infos: dict[str, dict] = {}  # each host's `netbench node info`, once prepare() asked
 
     # ---------------------------------------------------------------- commands
 
@@ -335,6 +336,7 @@ class HostsTestbed:
         for run in runs:
             place_hosts(self.inventory, run.job, run.workers)
         infos = remote.probe_hosts(self.inventory, self.conns)
+        self.infos = infos
         backends: dict[str, str] = {}
         plans: dict[str, dict[str, list]] = {}
         for run in runs:
@@ -352,6 +354,10 @@ class HostsTestbed:
     def start(self) -> Topology:
         nodes = tuple(host_node(h) for h in self.inventory.hosts)
         return Topology(nodes=nodes, subnet=f"hosts of {self.inventory.path}", switch_netns="", bridge="")
+
+    def congestion_control(self) -> dict[str, str]:
+        """Each host's TCP congestion control, as its `netbench node info` said ("" if it did not)."""
+        return {name: str(info.get("tcp_congestion_control", "")) for name, info in self.infos.items()}
 
     def nodes_for(self, job: JobSpec, workers: int) -> tuple[Node, ...]:
         return tuple(host_node(h) for h in place_hosts(self.inventory, job, workers))

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.ssh.lab import root_lab
+from tests.ssh.lab import root_lab, sh
 
 pytestmark = [pytest.mark.root, pytest.mark.tf]
 
@@ -94,6 +94,9 @@ def test_a_two_host_sweep_over_ssh_records_results_like_a_local_sweep(lab, tmp_p
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["testbed_kind"] == "hosts" and manifest["ended"]
     assert [n["address"] for n in manifest["testbed"]["nodes"]] == [h.data_address for h in lab.hosts]
+    for host in lab.hosts:  # each host's congestion control, as sysctl run on the host says
+        cc = sh("sysctl", "-n", "net.ipv4.tcp_congestion_control", netns=host.netns).stdout.strip()
+        assert manifest["tcp_congestion_control"][host.name] == cc != "", manifest["tcp_congestion_control"]
     assert sorted(p.name for p in (out / "logs" / "r000").iterdir()) == ["h1-worker0.log", "h2-worker1.log"]
     _assert_hosts_clean(lab)
 

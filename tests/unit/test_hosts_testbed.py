@@ -45,7 +45,8 @@ def steps(warmup: int = 1, measured: int = 3) -> list[str]:
 
 
 def info(backend: str = "userspace") -> dict:
-    return {"backend": backend, "backend_reason": "probe", "interface_ok": True, "interfaces": {"eth1": []}}
+    return {"backend": backend, "backend_reason": "probe", "interface_ok": True, "interfaces": {"eth1": []},
+            "tcp_congestion_control": "cubic"}
 
 
 def fake_hosts(streams: dict[str, object] | None = None) -> list[FakeHost]:
@@ -223,6 +224,7 @@ def test_a_sweep_over_hosts_applies_each_point_records_results_and_resets_every_
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["testbed_kind"] == "hosts" and manifest["ended"]
     assert [n["name"] for n in manifest["testbed"]["nodes"]] == ["a", "b"]
+    assert manifest["tcp_congestion_control"] == {"a": "cubic", "b": "cubic"}  # as each host's node info said
     assert (tmp_path / "out" / "runs" / "r000.json").exists()
 
 
