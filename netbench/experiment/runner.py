@@ -220,7 +220,7 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         topology = testbed.start()
         manifest["testbed"] = topology.to_json()
         observer.sweep_started(config, backend, topology)
-        congestion = getattr(testbed, "congestion_control", None)  # the embedded testbed's nodes
+        congestion = getattr(testbed, "congestion_control", None)  # the nodes' or the hosts' own
         if congestion is not None:
             manifest["tcp_congestion_control"] = congestion()
             observer.note(describe_congestion(manifest["tcp_congestion_control"]))

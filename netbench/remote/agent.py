@@ -321,23 +321,13 @@ def _version(dist: str) -> str | None:
         return None
 
 
-CONGESTION_CONTROL_SYSCTL = "/proc/sys/net/ipv4/tcp_congestion_control"
-
-
-def congestion_control() -> str:
-    """The TCP congestion control new connections on this host use ("" when unreadable)."""
-    try:
-        with open(CONGESTION_CONTROL_SYSCTL) as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
-
-
 def host_info(interface: str | None = None, probe: bool = True,
               environ: dict[str, str] | None = None) -> dict[str, Any]:
     """Facts the controller checks before it drives this host (doctor, apply). `environ`
     holds the SSH session's SSH_CONNECTION (default: this process's environment)."""
     from pyroute2 import IPRoute
+
+    from netbench.testbed.netns import congestion_control
 
     interfaces: dict[str, list[str]] = {}
     with IPRoute() as ipr:

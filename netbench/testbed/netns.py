@@ -161,9 +161,15 @@ def discover(open_socket=None) -> topo.Topology | None:
 CONGESTION_CONTROL_SYSCTL = "/proc/sys/net/ipv4/tcp_congestion_control"
 
 
-def congestion_control(name: str) -> str:
+def congestion_control(name: str | None = None) -> str:
     """The TCP congestion control that new connections in namespace `name` use (a namespace
-    starts with the host's default); "" when it cannot be read."""
+    starts with the host's default; None: this process's namespace); "" when it cannot be read."""
+    if name is None:
+        try:
+            with open(CONGESTION_CONTROL_SYSCTL) as fh:
+                return fh.read().strip()
+        except OSError:
+            return ""
     result = proc.run(["cat", CONGESTION_CONTROL_SYSCTL], netns=name, check=False)
     return result.stdout.strip() if result.returncode == 0 else ""
 
