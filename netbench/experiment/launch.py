@@ -22,7 +22,7 @@ round trip of the last 10 s and probes for more rate 25 % per cycle). Measured h
 warm-up on unshaped links (so a launch starts on its first point, not unshaped); in chains
 that only narrow, all six points of the same sweep came within 0.96-1.07 of --isolate.
 "random" puts every point of a configuration in one launch, shuffled (the textbook
-split-plot; for latency-only sweeps at an uncapped rate, or to measure the carry-over).
+split-plot; it measures the carry-over, and is biased wherever a point follows a narrower one).
 """
 
 from __future__ import annotations
