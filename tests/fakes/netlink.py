@@ -134,13 +134,20 @@ class FakeQdiscs(_Recorder):
         return qdisc
 
 
+def as_dumped(msg: Any) -> Any:
+    """A tc message as the kernel receives it, parsed back as a netlink dump returns it."""
+    msg["header"]["sequence_number"] = 1
+    msg.encode()
+    back = tcmsg(bytes(msg.data))
+    back.decode()
+    return back
+
+
 def _through_netlink(params: NetemParams) -> NetemParams:
     msg = netem.netem_tcmsg()
     msg["family"], msg["index"], msg["handle"], msg["parent"] = 0, 1, 0x4E420000, 0xFFFFFFFF
     msg["attrs"] = [["TCA_KIND", "netem"], ["TCA_OPTIONS", netem.options(params)]]
-    msg.encode()
-    parsed = tcmsg(bytes(msg.data))
-    parsed.decode()
+    parsed = as_dumped(msg)
     return netem.decode(netem.reparse(parsed.get_attr("TCA_OPTIONS")), "unknown")
 
 

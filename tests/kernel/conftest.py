@@ -3,11 +3,33 @@ requires one, as `make test-kernel`'s VM does)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
 
 from netbench.emulation.probe import probe_netem
+from netbench.state.journal import Journal
+from netbench.state.reset import reset
+from netbench.testbed import netns as local
+
+
+@contextlib.contextmanager
+def bed_of(nodes, state):
+    """`nodes` namespaces journaled in `state` (NETBENCH_STATE_DIR points there meanwhile),
+    reset afterwards (also on failure), checked to leave nothing."""
+    old = os.environ.get("NETBENCH_STATE_DIR")
+    os.environ["NETBENCH_STATE_DIR"] = str(state)
+    journal = Journal(state)
+    try:
+        yield local.up(nodes, journal), journal
+    finally:
+        reset(journal)
+        if old is None:
+            os.environ.pop("NETBENCH_STATE_DIR", None)
+        else:
+            os.environ["NETBENCH_STATE_DIR"] = old
+        assert not local.list_netbench_netns()
 
 
 @pytest.fixture(scope="module")

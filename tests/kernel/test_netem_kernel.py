@@ -10,7 +10,6 @@ emulation is noisy, so only the direction and rough size of effects are asserted
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 
@@ -25,10 +24,9 @@ from netbench.emulation.engines import Engines
 from netbench.emulation.iptables import Iptables
 from netbench.emulation.netlink.qdisc import NetlinkQdiscs
 from netbench.emulation.executor import real_executor, read_emulation, recorded_distributions
-from netbench.state.journal import Journal
 from netbench.model.profile import Profile, profile_from_mapping
-from netbench.state.reset import reset
-from netbench.testbed import netns as local
+
+from tests.kernel.conftest import bed_of
 
 pytestmark = [pytest.mark.root, pytest.mark.netem]
 
@@ -36,20 +34,8 @@ pytestmark = [pytest.mark.root, pytest.mark.netem]
 @pytest.fixture(scope="module")
 def bed(netem_kernel, tmp_path_factory):
     """A 2-node testbed for the whole module; reset afterwards, checked to leave nothing."""
-    state = tmp_path_factory.mktemp("state")
-    old = os.environ.get("NETBENCH_STATE_DIR")
-    os.environ["NETBENCH_STATE_DIR"] = str(state)
-    journal = Journal(state)
-    topo = local.up(2, journal)
-    try:
+    with bed_of(2, tmp_path_factory.mktemp("state")) as (topo, journal):
         yield topo, journal, real_executor(journal)
-    finally:
-        reset(journal)
-        if old is None:
-            os.environ.pop("NETBENCH_STATE_DIR", None)
-        else:
-            os.environ["NETBENCH_STATE_DIR"] = old
-        assert not local.list_netbench_netns()
 
 
 def apply_and_read(bed, profile):

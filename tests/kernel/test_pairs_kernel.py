@@ -7,9 +7,7 @@ ceiling are asserted: timing under software emulation is noisy.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -25,29 +23,10 @@ from netbench.emulation.iptables import Iptables
 from netbench.emulation.netlink.qdisc import NetlinkQdiscs
 from netbench.model.pairs import PairLink, PairTopology
 from netbench.model.profile import profile_from_mapping
-from netbench.state.journal import Journal
-from netbench.state.reset import reset
-from netbench.testbed import netns as local
+
+from tests.kernel.conftest import bed_of
 
 pytestmark = [pytest.mark.root, pytest.mark.netem]
-
-
-@contextlib.contextmanager
-def bed_of(nodes, state):
-    """`nodes` namespaces, reset afterwards (also on failure), checked to leave nothing."""
-    old = os.environ.get("NETBENCH_STATE_DIR")
-    os.environ["NETBENCH_STATE_DIR"] = str(state)
-    journal = Journal(state)
-    try:
-        topo = local.up(nodes, journal)
-        yield topo, journal
-    finally:
-        reset(journal)
-        if old is None:
-            os.environ.pop("NETBENCH_STATE_DIR", None)
-        else:
-            os.environ["NETBENCH_STATE_DIR"] = old
-        assert not local.list_netbench_netns()
 
 
 def two_regions(names, near, far, far_extra=None):

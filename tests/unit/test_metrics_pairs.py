@@ -8,6 +8,7 @@ import ipaddress
 from pathlib import Path
 
 import pytest
+from tests.fakes.netlink import as_dumped as dumped
 
 from netbench.emulation import backends
 from netbench.emulation.executor import Executor, read_emulation, recorded_distributions
@@ -202,17 +203,6 @@ def test_lint_refuses_a_row_with_queries():
 
 
 # ---------------------------------------------------------------- the real reader's dumps
-
-
-def dumped(msg):
-    """A message as a netlink dump returns it (encoded, then parsed back)."""
-    from pyroute2.netlink.rtnl.tcmsg import tcmsg
-
-    msg["header"]["sequence_number"] = 1
-    msg.encode()
-    back = tcmsg(bytes(msg.data))
-    back.decode()
-    return back
 
 
 class FakeLink(dict):

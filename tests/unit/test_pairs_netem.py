@@ -9,8 +9,7 @@ import struct
 
 import pytest
 from pyroute2.netlink.rtnl import RTM_DELTFILTER, RTM_NEWTFILTER
-from pyroute2.netlink.rtnl.tcmsg import tcmsg
-from tests.fakes.netlink import make_fakes
+from tests.fakes.netlink import as_dumped as parsed, make_fakes
 
 from netbench.emulation import backends, changes as ch
 from netbench.emulation.executor import Executor, read_emulation, recorded_distributions
@@ -110,15 +109,6 @@ def test_too_many_destinations_are_refused():
 
 
 # ---------------------------------------------------------------- the u32 messages
-
-
-def parsed(msg):
-    """The message as the kernel receives it, parsed back as a dump would be."""
-    msg["header"]["sequence_number"] = 1
-    msg.encode()
-    back = tcmsg(bytes(msg.data))
-    back.decode()
-    return back
 
 
 def options(msg):
