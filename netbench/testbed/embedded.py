@@ -171,12 +171,12 @@ class EmbeddedTestbed:
     def apply(self, run, seed: int) -> None:
         """One run's network (its per-pair topology if it has one, else its profile), changed in
         place from the last (the sweep holds the lock)."""
-        network = getattr(run, "pairs", None) or run.profile
+        network = run.pairs or run.profile
         self.executor.apply(backends.plan_network(network, self.topology, self.backend.name, seed=seed,
                                                   held=self.executor.held()))
 
     def verify(self, run, observer):
-        if getattr(run, "pairs", None) is not None:
+        if run.pairs is not None:
             from netbench.experiment.verify_pairs import verify_pairs_point
 
             return verify_pairs_point(run, self.topology, observer)

@@ -166,10 +166,10 @@ class SyntheticTestbed:
         return self.topology.nodes[:nodes_needed(job, workers)]
 
     def apply(self, run, seed: int) -> None:
-        network = getattr(run, "pairs", None) or run.profile  # as the embedded testbed applies it
+        network = run.pairs or run.profile  # as the embedded testbed applies it
         self.executor.apply(backends.plan_network(network, self.topology, self.backend, seed=seed))
         self.applied.append(run.profile)
-        self.applied_pairs.append(getattr(run, "pairs", None))
+        self.applied_pairs.append(run.pairs)
         for fake in self.fakes:  # the fakes log every call for tests; a long sweep needs none of it
             fake.calls.clear()
         self._calls.clear()
