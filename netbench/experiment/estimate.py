@@ -41,7 +41,7 @@ import math
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from netbench.experiment.launch import Settle, plan_launches
 from netbench.model.job import effective_accum_steps, nodes_needed
@@ -53,10 +53,6 @@ from netbench.model.job import effective_accum_steps, nodes_needed
 MODEL_BYTES: Mapping[str, int] = {
     "mlp": 2_678_824, "cnn": 2_217_384, "resnet18": 44_734_248, "mobilenetv2": 9_083_176,
     "resnet50": 94_432_808, "efficientnetb0": 16_249_528, "vgg16": 134_552_872,
-}
-MODEL_PARAMS: Mapping[str, int] = {
-    "mlp": 669_706, "cnn": 554_346, "resnet18": 11_183_562, "mobilenetv2": 2_270_794,
-    "resnet50": 23_608_202, "efficientnetb0": 4_062_381, "vgg16": 33_638_218,
 }
 
 DEFAULT_SOURCE = ("defaults measured on the development machine (2 cores, TensorFlow 2.21 on CPU, "
@@ -175,6 +171,19 @@ class Estimate:
         return self.measured_s / self.wall_s if self.wall_s > 0 else 0.0
 
 
+def path_of(run) -> Any:
+    """The profile a run's steps see: its own, or for a per-pair topology its slowest path, as
+    a ring all-reduce waits on its slowest hop (the largest delay, jitter and loss and the
+    lowest rate of any shaped pair; a conservative bound: every pair counts, not only the
+    job's)."""
+    if run.pairs is None or not run.pairs.links:
+        return run.profile
+    links = [link.profile for link in run.pairs.links]
+    rates = [p.rate_bps for p in links if p.rate_bps]
+    return replace(run.profile, delay_us=max(p.delay_us for p in links), jitter_us=max(p.jitter_us for p in links),
+                   loss=max(p.loss for p in links), rate_bps=min(rates) if rates else None)
+
+
 def rtt_s(profile) -> float:
     """Round trip between two nodes: every node delays its egress."""
     return 2 * (profile.delay_us + profile.jitter_us) / 1e6
@@ -195,7 +204,8 @@ def step_s(run, costs: Costs, s_per_sample: float | None = None) -> float:
     job, workers = run.job, run.workers
     per_sample = costs.compute_s(job.model) if s_per_sample is None else s_per_sample
     model_bytes = costs.model_bytes.get(job.model, 0)
-    rate, rtt = effective_bps(run.profile, costs), rtt_s(run.profile)
+    path = path_of(run)
+    rate, rtt = effective_bps(path, costs), rtt_s(path)
     computing = workers
     contention = max(1.0, computing / costs.cores)
     accum = effective_accum_steps(job)
@@ -270,7 +280,7 @@ def assumptions(costs: Costs) -> str:
     """One line: what the estimate takes for granted."""
     loss = "loss caps TCP's rate (Mathis)" if costs.loss_penalty else "loss not modelled"
     return (f"step = compute (per sample per model, {costs.cores} cores shared) + ring/ps transfers at the "
-            f"profile's rate + round trips x RTT; {loss}; start-up per launch per model + warm-up; "
+            f"profile's rate (a topology's: its slowest pair's) + round trips x RTT; {loss}; start-up per launch per model + warm-up; "
             f"every point ok but those whose step exceeds the step timeout; costs: {costs.source}")
 
 
@@ -372,7 +382,7 @@ def _startups(folder: Path, rows: dict, steps: dict, costs: Costs) -> tuple[dict
         if record.get("launch") is None or first.get(record["launch"]) == run_id:
             run = _row_run(rows[run_id])
             processes = nodes_needed(run.job, run.workers)
-            cluster = costs.cluster_startup_s + costs.cluster_round_trips * rtt_s(run.profile) if processes > 1 else 0.0
+            cluster = costs.cluster_startup_s + costs.cluster_round_trips * rtt_s(path_of(run)) if processes > 1 else 0.0
             stop = costs.stop_s if record.get("launch") is None else 0.0
             seen = wall - window - run.job.warmup * steps[run_id] - costs.point_overhead_s - stop - cluster
             startups.setdefault(run.job.model, []).append(max(0.0, seen) / max(1.0, processes / costs.cores))

@@ -18,6 +18,7 @@ from netbench.experiment.estimate import Costs, estimate_design, step_s
 from netbench.experiment.launch import Settle
 from netbench.experiment.store import CSV_COLUMNS
 from netbench.model.job import JobSpec
+from netbench.model.pairs import PairLink, PairTopology, scaled
 from netbench.model.profile import Profile
 from netbench.model.run import Run
 
@@ -36,6 +37,19 @@ def _run(index: int, delay_ms: float = 0, rate_mbit: float | None = None, loss: 
                       rate_bps=None if rate_mbit is None else int(rate_mbit * 1e6))
     job = JobSpec(strategy=strategy, model="mlp", batch_size=batch, warmup=warmup, steps=steps, accum_steps=accum)
     return Run(index=index, profile=profile, repeat=repeat, job=job, workers=workers)
+
+
+def test_a_per_pair_topology_is_modelled_by_its_slowest_path_at_its_scale():
+    near = Profile(name="near", delay_us=2_000)
+    far = Profile(name="far", delay_us=25_000, rate_bps=100_000_000)
+    regions = PairTopology(name="two", nodes=("n1", "n2", "n3"),
+                           links=(PairLink("n1", "n2", near), PairLink("n1", "n3", far), PairLink("n3", "n1", far)))
+    base = replace(_run(0), profile=Profile(name="two@1"))  # a topology point's profile is a placeholder
+    one, four = replace(base, pairs=regions), replace(base, pairs=scaled(regions, 4))
+    # the ring waits on n1 <-> n3: 25 ms one-way and 100 Mbit/s, delays times the scale
+    assert step_s(one, PLAIN) == pytest.approx(step_s(_run(0, delay_ms=25, rate_mbit=100), PLAIN))
+    assert step_s(four, PLAIN) == pytest.approx(step_s(_run(0, delay_ms=100, rate_mbit=100), PLAIN))
+    assert step_s(four, PLAIN) > step_s(one, PLAIN) > step_s(base, PLAIN)
 
 
 def test_allreduce_step_is_compute_plus_ring_transfer_plus_round_trips():
