@@ -12,9 +12,12 @@ from netbench.emulation.netlink.netem import NetemParams
 from netbench.model.profile import Profile
 
 
-def profile_from_netem(params: NetemParams, rate_bps: int | None, direction: str = "egress",
+def profile_from_netem(params: NetemParams | None, rate_bps: int | None, direction: str = "egress",
                        peers: tuple[str, ...] = (), name: str = "active") -> Profile:
-    """A netem qdisc's parameters (plus an htb rate, if any) in profile terms."""
+    """A netem qdisc's parameters (plus an htb rate, if any) in profile terms; None (an htb
+    class whose netem leaf is missing, as a change cut short leaves it): the rate alone."""
+    if params is None:
+        return Profile(name=name, rate_bps=rate_bps, direction=direction, peers=peers)
     ge = params.ge
     return Profile(
         name=name, delay_us=params.delay_us, jitter_us=params.jitter_us, loss=params.loss if ge is None else 0.0,
@@ -63,8 +66,8 @@ def pairs_from_rows(rows: list[dict[str, Any]], topology: Any, name: str = "acti
         for entry in tree.get("pairs") or ():
             shaped = True
             dst = by_address.get(str(entry["peer"]).split("/")[0])
-            if dst is not None:
-                profile = profile_from_netem(entry["netem"], entry.get("rate_bps"), name=f"{row['node']}-{dst}")
+            profile = profile_from_netem(entry["netem"], entry.get("rate_bps"), name=f"{row['node']}-{dst}")
+            if dst is not None and not profile.is_null:  # a link is never null (PairLink)
                 links.append(PairLink(row["node"], dst, profile))
         for entry in engine.get("pairs") or ():
             shaped = True

@@ -62,8 +62,9 @@ def hosts_pairs(shown: dict[str, dict[str, Any]], topology: Topology, name: str 
     for host, answer in shown.items():
         for row in answer.get("nodes", []):
             tree = row.get("qdisc") or {}
-            if tree.get("pairs"):  # each destination's netem leaf, sent as a JSON object
-                pairs = [{**entry, "netem": netem_from_json(entry.get("netem"), f"host {host}: qdisc.pairs[{i}].netem")}
+            if tree.get("pairs"):  # each destination's netem leaf, sent as a JSON object (null: none)
+                pairs = [{**entry, "netem": None if entry.get("netem") is None else
+                          netem_from_json(entry["netem"], f"host {host}: qdisc.pairs[{i}].netem")}
                          for i, entry in enumerate(tree["pairs"])]
                 row = {**row, "qdisc": {**tree, "pairs": pairs}}
             rows.append({**row, "node": host})

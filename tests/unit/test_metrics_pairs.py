@@ -267,3 +267,13 @@ def test_the_reader_decodes_a_dumped_per_destination_tree_and_dumps_nothing_more
         "10.213.0.3/32", "4e42:1", 25_000, None)
     stats = decode_pairs("n1", rows, None, {node.address: node.name for node in TOPO.nodes})
     assert stats == [PairStats("n1", "n3", "netem", 0.025, 0, 0, 0)]
+
+
+def test_a_destination_whose_netem_leaf_is_missing_reads_back_as_its_rate_alone():
+    # a change cut short can leave an htb class (its rate) without the netem leaf under it
+    n1, n2, n3 = TOPO.nodes[:3]
+    rows = [{"node": "n1", "qdisc": {"pairs": [{"peer": f"{n2.address}/32", "netem": None, "rate_bps": 12_500_000},
+                                               {"peer": f"{n3.address}/32", "netem": None, "rate_bps": None}]}}]
+    held = pairs_from_rows(rows, TOPO)
+    assert held.link("n1", "n2").rate_bps == 12_500_000 and held.link("n1", "n2").delay_us == 0
+    assert held.link("n1", "n3") is None  # nothing shapes it any more
