@@ -143,10 +143,11 @@ class PairScheduler:
         queue = self._queues.get(dst)
         if queue is None:
             params = self._table.get(dst, self._default)
-            if params is None:  # unshaped, and nothing held for it: out at once
+            if params is None and arrival_s >= self._floor_s:  # unshaped, nothing held for it: out at once
                 self._immediate.append(packet_id)
                 self.passed += 1
                 return arrival_s
+            # (unshaped before an adopted scheduler's last release: queued until then, in order)
             queue = self._queues[dst] = DestQueue(dst, params, self.params.seed, self._floor_s)
         queue.packets += 1
         if queue.loss and queue.rng.random() < queue.loss:

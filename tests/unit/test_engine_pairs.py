@@ -144,6 +144,17 @@ def test_adopting_a_single_profile_schedulers_packets_keeps_their_times():
     assert s.due(0.021) == [2, 3]
 
 
+def test_an_unshaped_destination_does_not_overtake_what_an_adopted_scheduler_holds():
+    old = DelayScheduler(EngineParams(20_000))
+    old.arrive(1, 0.0)
+    s = PairScheduler(TWO)  # OTHER is in no table entry: unshaped
+    s.adopt(old)
+    assert s.arrive(2, 0.002, key(OTHER), 100) == pytest.approx(0.020)  # held to the old last release
+    assert s.due(0.010) == []
+    assert s.due(0.020) == [1, 2]
+    assert s.arrive(3, 0.030, key(OTHER), 100) == 0.030 and s.due(0.030) == [3]  # then out at once
+
+
 def test_flush_hands_back_everything_held():
     s = PairScheduler(TWO)
     for i, dst in enumerate((FAR, NEAR, FAR, OTHER)):
