@@ -8,6 +8,7 @@ import re
 import shutil
 import socket
 import subprocess
+import threading
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
@@ -602,8 +603,16 @@ def test_the_final_scrape_is_one_begun_after_stop_and_whole(tmp_path):
     exporter.start()
     urllib.request.urlopen(exporter.url, timeout=5).read()
     exporter.collector.scrapes += 1  # a scrape has begun and not finished when stop is called
+
+    def the_begun_one_finishes():
+        time.sleep(0.1)
+        exporter.collector.completed += 1  # it completes while stop waits, but it began before
+
+    finisher = threading.Thread(target=the_begun_one_finishes)
+    finisher.start()
     started = time.monotonic()
     exporter.stop(final_scrape_s=0.6)
-    # nothing completes after that: stop waits its whole limit instead of taking the begun one
+    finisher.join()
+    # no scrape begun after stop completes: stop waits its whole limit instead of taking the begun one
     assert time.monotonic() - started >= 0.6
-    assert exporter.collector.completed == 1
+    assert exporter.collector.completed == 2
