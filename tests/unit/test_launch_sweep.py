@@ -381,3 +381,15 @@ def test_mixed_congestion_controls_are_named_per_node():
 def test_a_testbed_without_the_reading_records_none(tmp_path):
     run_sweep(_config(tmp_path, _runs(delays=(1,))), testbed=SyntheticTestbed(Journal(tmp_path / "state")))
     assert "tcp_congestion_control" not in json.loads((tmp_path / "out" / "manifest.json").read_text())
+
+
+def test_the_order_flag_offers_exactly_the_orders_launches_know():
+    import click
+
+    from netbench.cli import app
+    from netbench.experiment.launch import ORDERS
+
+    for name in ("sweep", "run"):
+        command = app.main.get_command(click.Context(app.main), name)
+        option = next(p for p in command.params if p.name == "launch_order")
+        assert tuple(option.type.choices) == ORDERS
