@@ -1,7 +1,9 @@
 """All of netbench's statistics, as small pure functions.
 
 Step events -> images/sec and step-time statistics; percentiles and MAD; Student's t and
-Welch intervals; ratios of geometric means; the Wilson and exact intervals of a proportion; the
+Welch intervals; intervals that keep to their domain (log-scale t for positive quantities such
+as throughput and step time, logit-scale t for shares such as idleness and accuracy); ratios of
+geometric means; the Wilson and exact intervals of a proportion; the
 tolerance a measured value is judged by. Nothing here has side effects, and scipy (only
 for t quantiles) is imported when a quantile is asked for, so it stays an optional extra.
 
@@ -120,23 +122,70 @@ def t_interval(values: Sequence[float], confidence: float = 0.99) -> Interval:
     return Interval(n=n, mean=mean, low=mean - half, high=mean + half, confidence=confidence)
 
 
+MIN_RUNS = 3  # fewer runs than this give no interval a reader can use (see log_t_interval)
+
+
+def log_t_interval(values: Sequence[float], confidence: float = 0.95, min_n: int = MIN_RUNS) -> Interval:
+    """Geometric mean of positive values with a t interval on their logs, mapped back:
+    exp(mean log +- t(1-a/2, n-1) x s_log / sqrt(n)). It cannot go below zero and is wider
+    above than below, as a throughput's or a step time's spread is. With fewer than `min_n`
+    values there are no bounds: with 2 runs t(0.975, 1) = 12.7 standard errors, an interval
+    spanning orders of magnitude that tells a reader nothing."""
+    if not values:
+        raise ValueError("an interval needs at least one value")
+    if min(values) <= 0:
+        raise ValueError("a log-scale interval needs positive values")
+    _check_confidence(confidence)
+    logs = [math.log(v) for v in values]
+    n, centre = len(logs), statistics.fmean(logs)
+    if n < max(2, min_n):
+        return Interval(n=n, mean=math.exp(centre), low=None, high=None, confidence=confidence)
+    half = t_quantile(1 - (1 - confidence) / 2, n - 1) * statistics.stdev(logs) / math.sqrt(n)
+    return Interval(n=n, mean=math.exp(centre), low=math.exp(centre - half), high=math.exp(centre + half),
+                    confidence=confidence)
+
+
+def share_interval(values: Sequence[float], confidence: float = 0.95, min_n: int = MIN_RUNS) -> Interval:
+    """Mean of shares in [0, 1] (idleness, accuracy) with an interval inside [0, 1]: a t
+    interval on the values' logits mapped back when every value lies strictly inside,
+    else Student's t interval clipped to [0, 1]. No bounds with fewer than `min_n` values."""
+    if not values:
+        raise ValueError("an interval needs at least one value")
+    if min(values) < 0 or max(values) > 1:
+        raise ValueError("shares must lie in [0, 1]")
+    _check_confidence(confidence)
+    n, mean = len(values), statistics.fmean(values)
+    if n < max(2, min_n):
+        return Interval(n=n, mean=mean, low=None, high=None, confidence=confidence)
+    t = t_quantile(1 - (1 - confidence) / 2, n - 1)
+    if 0 < min(values) and max(values) < 1:
+        logits = [math.log(v / (1 - v)) for v in values]
+        centre, half = statistics.fmean(logits), t * statistics.stdev(logits) / math.sqrt(n)
+        low, high = (1 / (1 + math.exp(-(centre + d))) for d in (-half, half))
+    else:
+        half = t * statistics.stdev(values) / math.sqrt(n)
+        low, high = max(0.0, mean - half), min(1.0, mean + half)
+    return Interval(n=n, mean=mean, low=min(low, mean), high=max(high, mean), confidence=confidence)
+
+
 def geometric_mean(values: Sequence[float]) -> float:
     """The geometric mean of positive values (the centre of a ratio of throughputs)."""
     return statistics.geometric_mean(values)
 
 
 def ratio_interval(numerator: Sequence[float], denominator: Sequence[float], confidence: float = 0.99,
-                   scale: float = 1.0) -> Interval:
+                   scale: float = 1.0, min_n: int = 2) -> Interval:
     """The ratio of two samples' geometric means (divided by `scale`) with a Welch t interval
-    on the difference of their mean logs, so both sides' spread counts. With one value on
-    either side there is no interval (its spread is unknown), only the ratio."""
+    on the difference of their mean logs, so both sides' spread counts; it is positive by
+    construction. With fewer than `min_n` (at least 2) values on either side there is no
+    interval, only the ratio (one value: its spread is unknown; reports ask for MIN_RUNS)."""
     if not numerator or not denominator or min(numerator) <= 0 or min(denominator) <= 0:
         raise ValueError("a ratio needs positive values on both sides")
     _check_confidence(confidence)
     logs = [[math.log(v) for v in side] for side in (numerator, denominator)]
     centre = statistics.fmean(logs[0]) - statistics.fmean(logs[1]) - math.log(scale)
     n = min(len(numerator), len(denominator))
-    if n < 2:
+    if n < max(2, min_n):
         return Interval(n=n, mean=math.exp(centre), low=None, high=None, confidence=confidence)
     terms = [(statistics.variance(side) / len(side), len(side) - 1) for side in logs]
     se2 = sum(v for v, _ in terms)

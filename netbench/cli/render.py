@@ -359,13 +359,15 @@ def runs_table(observations: Sequence[Observation]) -> Table:
 def groups_table(groups: Sequence[Group], confidence: float) -> Table:
     from netbench.report.groups import varying
     from netbench.report.summary import interval_text, level_text
+    from netbench.stats import MIN_RUNS
 
     shown = varying(groups) or ["model"]
-    table = Table(title=f"{len(groups)} design points: mean images/s over repetitions, {confidence:.0%} CI (t)")
-    for col in (*shown, "n", "mean", "CI", "timeouts", "failed"):
+    table = Table(title=f"{len(groups)} design points: geometric mean images/s over repetitions, "
+                        f"{confidence:.0%} interval (log-scale t; under {MIN_RUNS} runs: the runs)")
+    for col in (*shown, "n", "geo. mean", "interval", "timeouts", "failed"):
         table.add_column(col)
     for g in groups:
-        mean, ci = interval_text(g.interval)
+        mean, ci = interval_text(g.interval, runs=g.values)
         table.add_row(*(escape(level_text(s, g.get(s))) for s in shown), str(len(g.values)), mean, ci, str(g.timeouts),
                       str(g.failed))
     return table
@@ -378,8 +380,8 @@ def speedups_table(ratios: Sequence[Ratio]) -> Table:
     groups = [r.numerator for r in ratios]
     shown = [f for f in varying(groups) if f not in ("strategy",)]
     table = Table(title=f"speed-up over per-step {REFERENCE_STRATEGY} (ratio of geometric means, "
-                        f"{ratios[0].interval.confidence:.0%} Welch t interval)" if ratios else "speed-ups")
-    for col in ("strategy", *shown, "n", "speed-up", "CI"):
+                        f"{ratios[0].interval.confidence:.0%} Welch interval on log throughput)" if ratios else "speed-ups")
+    for col in ("strategy", *shown, "n", "speed-up", "interval"):
         table.add_column(col, justify="right" if col in ("n", "speed-up") else "left")
     for r in ratios:
         mean, ci = ratio_text(r.interval)

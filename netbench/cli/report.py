@@ -1,4 +1,4 @@
-"""The report command: tables, figures and a markdown summary of a results folder."""
+"""The report command: tables, figures, report.md and report.html of a results folder."""
 
 from __future__ import annotations
 
@@ -16,18 +16,20 @@ from netbench.cli.types import FiniteFloatRange
 @click.command("report")
 @click.argument("results_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path),
-              help="Where figures and report.md go [default: RESULTS_DIR/report].")
-@click.option("--confidence", default=0.99, show_default=True, type=FiniteFloatRange(0.5, 0.9999),
-              help="Confidence level of the intervals over repetitions (t distribution).")
+              help="Where figures, report.md and report.html go [default: RESULTS_DIR/report].")
+@click.option("--level", default=95.0, show_default=True, type=FiniteFloatRange(50, 99.99),
+              help="Confidence level (%) of the intervals over repetitions.")
 @handle_errors
-def report_cmd(results_dir: Path, output: Path | None, confidence: float) -> None:
-    """Tabulate a sweep's or playbook's runs and draw its figures (PNG) and a markdown summary.
+def report_cmd(results_dir: Path, output: Path | None, level: float) -> None:
+    """Tabulate a sweep's or playbook's runs; write its figures (PNG), report.md and a
+    self-contained report.html.
 
-    Example: netbench report results/smoke
+    Example: netbench report results/smoke --level 90
     """
     from netbench import report
 
     out = output or results_dir / "report"
+    confidence = level / 100
     written = report.write_report(results_dir, out, confidence=confidence)
     console.out.print(render.runs_table(written.observations))
     console.out.print(render.groups_table(written.groups, confidence))

@@ -1,27 +1,58 @@
-"""Figures (matplotlib, Agg backend, fixed sizes: PANEL_PX per panel at DPI, so they can be
-checked): throughput, idleness and scaling efficiency against a factor, one panel per model.
+"""Figures (matplotlib, Agg backend): any Measure against any factor, one panel per model
+(or another factor), as papers print them.
 
-Bars are group means with interval whiskers, single observations are dots, timed-out runs
-red crosses. matplotlib is imported only when a figure is drawn (an optional extra).
+A numeric factor (latency, bandwidth, loss, batch, workers, scale) is a numeric axis,
+logarithmic where its positive levels span 10x or more, with a line and markers per series;
+a categorical one (strategy, data, topology) gets grouped bars. The centre of a point is its
+Measure's (geometric mean for positive values, mean for shares), whiskers its interval
+(none under MIN_RUNS runs), the runs are black dots on their own marker or bar, timeouts red
+crosses at the foot of the axes. The y axis comes from the data, logarithmic where the
+values span 10x or more. matplotlib's constrained layout places titles, labels and the
+legend inside a fixed-size figure (PANEL_PX per panel), so it can be checked; nothing is
+placed by hand. A companion value (predicted beside measured) is a dashed line.
+
+build_* functions return the Figure (tests look at its artists); save_figure writes a PNG.
+matplotlib is imported only when a figure is drawn (an optional extra).
 """
 
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
-from netbench.report.groups import NETWORK, Efficiency, Group, baseline_slice, idleness_values, networked, \
-    series_label, varying
+from netbench.report.groups import NETWORK, Efficiency, Group, baseline_slice, networked, series_label, varying
 from netbench.report.load import ReportError
-from netbench.stats import t_interval
+from netbench.report.measures import IDLENESS, THROUGHPUT, Measure
+from netbench.stats import MIN_RUNS
 
-# the network factors each get a throughput figure; the label says the unit
+# the words on a factor's axis, with its unit
 AXIS_LABELS = {"latency_ms": "one-way latency at each node (ms)", "bandwidth_mbit": "bandwidth per node (Mbit/s)",
                "loss_pct": "packet loss at each node's egress (%)", "jitter_ms": "jitter (ms)",
-               "scale": "topology scale (x every delay)"}
-PANEL_PX = (520, 420)  # width, height of one panel in pixels (figures are DPI 100)
+               "scale": "topology scale (x every delay)", "batch": "batch size per worker",
+               "workers": "workers N (processes, one per node)", "ps": "parameter servers",
+               "accum_steps": "local batches per all-reduce", "strategy": "strategy", "model": "model",
+               "data": "data", "framework": "framework", "topology": "topology"}
+PANEL_PX = (520, 440)  # width, height of one panel in pixels (figures are DPI 100)
 DPI = 100
+SERIES_OFFSET_PT = 5  # series at one level of a numeric factor sit this far apart (points), whiskers apart
+
+
+@dataclass(frozen=True)
+class Point:
+    """One marker or bar: a design point's centre and interval in display units, its runs,
+    its timeouts and an optional companion value (predicted)."""
+
+    panel: str
+    series: str
+    x: Any
+    centre: float | None
+    low: float | None
+    high: float | None
+    runs: tuple[float, ...]
+    timeouts: int = 0
+    companion: float | None = None
 
 
 def axis_scale(levels: Iterable[float]) -> str:
@@ -35,10 +66,16 @@ def axis_scale(levels: Iterable[float]) -> str:
 
 
 def value_scale(values: Iterable[float]) -> str:
-    """'log' for a throughput axis whose runs span two decades or more (the slow points
-    would be invisible bars on a linear axis), else 'linear'."""
+    """'log' for a value axis whose positive values span 10x or more, else 'linear'."""
     positive = [v for v in values if v > 0]
-    return "log" if positive and max(positive) / min(positive) >= 100 else "linear"
+    return "log" if positive and max(positive) / min(positive) >= 10 else "linear"
+
+
+def is_numeric(levels: Iterable[Any]) -> bool:
+    """Whether a factor's levels go on a numeric axis (numbers, not names; bandwidth's
+    None, unlimited, has no place on one)."""
+    levels = list(levels)
+    return bool(levels) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in levels)
 
 
 def _pyplot():
@@ -53,137 +90,211 @@ def _pyplot():
     return plt
 
 
-def _bar_edges(ax, level: float, offset: float, width: float) -> tuple[float, float, float]:
-    """Left edge, width and centre in data units of a bar placed in the axis' own (possibly
-    log) coordinates: the level shifted by `offset`, `width` wide, both in transformed units."""
-    transform = ax.xaxis.get_transform()
-    inverse = transform.inverted()
-    t = transform.transform([level])[0] + offset
-    left, right, centre = (float(inverse.transform([v])[0]) for v in (t - width / 2, t + width / 2, t))
-    return left, right - left, centre
+def points_for(groups: Sequence[Group], measure: Measure, x: str, confidence: float,
+               panel: str = "model") -> list[Point]:
+    """The points of `measure` against factor `x`: one per group with a level of `x` and a
+    value or a timeout; series are the other factors that vary (but `panel`)."""
+    picked = [g for g in groups if g.get(x) is not None and (measure.values(g) or g.timeouts)]
+    series = [s for s in varying(picked) if s not in (x, panel)]
+    out = []
+    for g in picked:
+        i = measure.interval(g, confidence)
+        out.append(Point(panel=str(g.get(panel)), series=series_label(g, series), x=g.get(x),
+                         centre=None if i is None else i.mean, low=None if i is None else i.low,
+                         high=None if i is None else i.high, runs=tuple(measure.values(g)), timeouts=g.timeouts,
+                         companion=measure.companion_value(g)))
+    return out
 
 
-def _panels(plt, count: int, title: str):
-    fig, axes = plt.subplots(1, count, figsize=(PANEL_PX[0] * count / DPI, PANEL_PX[1] / DPI), dpi=DPI,
-                             squeeze=False)
-    lines = textwrap.wrap(title, width=60 * count)  # one panel holds ~60 characters of title
-    fig.suptitle("\n".join(lines), fontsize=11 if len(lines) == 1 else 10)
-    fig.subplots_adjust(left=0.1 / count + 0.02, right=0.98, bottom=0.15, top=0.84 - 0.05 * (len(lines) - 1),
-                        wspace=0.3)
-    return fig, axes[0]
+def caption(measure: Measure, confidence: float, bars: bool = False) -> str:
+    """What the marks mean, once per figure."""
+    shape = "bars" if bars else "markers"
+    return (f"{shape}: {measure.centre_words()} of the runs; whiskers: {confidence:.0%} interval over "
+            f"repetitions ({'logit' if measure.domain == 'share' else 'log'}-scale t); dots: runs; "
+            f"no whiskers: fewer than {MIN_RUNS} runs")
 
 
-def _draw_bars(ax, groups: Sequence[Group], x: str, series: Sequence[str], value=lambda g: g.interval,
-               dots=lambda g: g.values) -> None:
-    """Mean bars with CI whiskers and single observations as dots; timeouts as red crosses."""
-    levels = sorted({g.get(x) for g in groups})
-    ax.set_xscale(axis_scale(levels), **({"linthresh": min(v for v in levels if v > 0)}
-                                          if axis_scale(levels) == "symlog" else {}))
-    ax.set_xlim(*_padded(ax, levels))
-    labels = list(dict.fromkeys(series_label(g, series) for g in groups))
-    transform = ax.xaxis.get_transform()
-    t_levels = sorted(transform.transform(levels))
-    gap = min((b - a for a, b in zip(t_levels, t_levels[1:])), default=1.0)
-    width = 0.8 * gap / len(labels)
-    colours = [f"C{i % 10}" for i in range(len(labels))]
-    timeout_drawn = False
-    for g in groups:
-        i = labels.index(series_label(g, series))
-        left, w, centre = _bar_edges(ax, g.get(x), (i - (len(labels) - 1) / 2) * width, width)
-        interval = value(g)
-        if interval is not None:
-            ax.bar(left, interval.mean, width=w, align="edge", color=colours[i], alpha=0.55, label=labels[i])
-            if interval.half_width is not None:
-                ax.errorbar([centre], [interval.mean], yerr=[interval.half_width], fmt="none", ecolor="black",
-                            capsize=3, linewidth=1)
-            points = dots(g)
-            ax.scatter([centre] * len(points), points, s=12, color="black", zorder=3)
-        if g.timeouts:
-            ax.scatter([centre] * g.timeouts, [0] * g.timeouts, marker="x", s=60, color="red", zorder=4,
-                       clip_on=False, label=None if timeout_drawn else "timeout (no throughput)")
-            timeout_drawn = True
-    ax.set_xticks(levels)
-    ax.set_xticklabels([f"{v:g}" for v in levels])
-    ax.minorticks_off()
-    ax.set_ylim(bottom=0)
-    handles, names = ax.get_legend_handles_labels()
-    unique = dict(zip(names, handles))
-    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="upper right")
+def build_figure(points: Sequence[Point], *, x_label: str, y_label: str, title: str, note: str = "",
+                 log_ok: bool = True, reference: float | None = None, companion_label: str = "predicted",
+                 panel_name: str = "model"):
+    """A figure of `points`: one panel per distinct Point.panel (titled `panel_name` and its
+    level), lines and markers when every x is a number, grouped bars otherwise; `note` (what
+    the marks mean) heads the legend below the panels. `reference`: a dashed grey line (100 %)."""
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    panels = sorted({p.panel for p in points})
+    fig = plt.figure(figsize=(PANEL_PX[0] * len(panels) / DPI, PANEL_PX[1] / DPI), dpi=DPI, layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    fig.suptitle("\n".join(textwrap.wrap(title, width=60 * len(panels))), fontsize=11)
+    labels = list(dict.fromkeys(p.series for p in points))
+    numeric = is_numeric({p.x for p in points})
+    every = [v for p in points for v in (p.centre, p.low, p.high, p.companion, *p.runs) if v is not None]
+    log_y = log_ok and value_scale(every) == "log"
+    for ax, name in zip(axes, panels):
+        mine = [p for p in points if p.panel == name]
+        (_draw_lines if numeric else _draw_bars)(fig, ax, mine, labels, log_y)
+        if reference is not None:
+            ax.axhline(reference, color="grey", linestyle="--", linewidth=1, label="ideal")
+        if log_y:
+            ax.set_yscale("log")
+            # ticks at 1-2-3-5 of each decade, written as numbers (3,000 rather than 3 x 10^3)
+            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:.3g}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        elif min(every, default=0) >= 0:
+            ax.set_ylim(bottom=0)
+        ax.set_title(f"{panel_name} {name}", fontsize=10)
+        ax.set_xlabel(x_label + (f" ({ax.get_xscale()} scale)" if ax.get_xscale() != "linear" else ""), fontsize=9)
+        ax.set_ylabel(y_label + (" (log scale)" if log_y else ""), fontsize=9)
+        ax.tick_params(labelsize=8)
+    handles = {}
+    for ax in axes:
+        handles.update(zip(*reversed(ax.get_legend_handles_labels())))
+    if any(p.companion is not None for p in points):
+        from matplotlib.lines import Line2D
+
+        handles[f"{companion_label} (dashed)"] = Line2D([], [], color="grey", linestyle="--")
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", fontsize=8,
+               ncols=max(1, min(len(handles), 2 * len(panels) + 1)), frameon=False,
+               title="\n".join(textwrap.wrap(note, width=80 * len(panels))), title_fontsize=8)
+    return fig
 
 
-def _padded(ax, levels: Sequence[float]) -> tuple[float, float]:
-    transform = ax.xaxis.get_transform()
-    t = transform.transform(sorted(levels))
-    pad = (t[-1] - t[0]) * 0.2 if len(t) > 1 else 1.0
-    inverse = transform.inverted()
-    return float(inverse.transform([t[0] - pad])[0]), float(inverse.transform([t[-1] + pad])[0])
+def _offsets(fig, count: int) -> list:
+    """A transform offset per series (points, whatever the x scale), centred on the level."""
+    from matplotlib.transforms import ScaledTranslation
+
+    return [ScaledTranslation((i - (count - 1) / 2) * SERIES_OFFSET_PT / 72, 0, fig.dpi_scale_trans)
+            for i in range(count)]
+
+
+def _draw_lines(fig, ax, points: Sequence[Point], labels: Sequence[str], log_y: bool) -> None:
+    from matplotlib.ticker import NullLocator
+    from matplotlib.transforms import blended_transform_factory
+
+    levels = sorted({p.x for p in points})
+    scale = axis_scale(levels)
+    ax.set_xscale(scale, **({"linthresh": min(v for v in levels if v > 0), "linscale": 0.5}
+                            if scale == "symlog" else {}))
+    offsets = _offsets(fig, len(labels))
+    for i, label in enumerate(labels):
+        colour, shift = f"C{i % 10}", ax.transData + offsets[i]
+        mine = sorted((p for p in points if p.series == label), key=lambda p: p.x)
+        drawn = [p for p in mine if p.centre is not None]
+        ax.plot([p.x for p in drawn], [p.centre for p in drawn], marker="o", markersize=6, color=colour,
+                label=label, transform=shift, gid="centre", zorder=2)
+        with_ci = [p for p in drawn if p.low is not None]
+        if with_ci:
+            ax.errorbar([p.x for p in with_ci], [p.centre for p in with_ci],
+                        yerr=[[p.centre - p.low for p in with_ci], [p.high - p.centre for p in with_ci]],
+                        fmt="none", ecolor=colour, elinewidth=1.2, capsize=3, transform=shift, gid="interval")
+        runs = [(p.x, v) for p in drawn for v in p.runs]
+        if runs:
+            ax.scatter(*zip(*runs), s=9, color="black", zorder=3, transform=shift, gid="runs")
+        predicted = [p for p in mine if p.companion is not None]
+        if predicted:
+            ax.plot([p.x for p in predicted], [p.companion for p in predicted], linestyle="--", color=colour,
+                    transform=shift, gid="companion")
+        _timeouts(ax, [p.x for p in mine for _ in range(p.timeouts)],
+                  blended_transform_factory(ax.transData + offsets[i], ax.transAxes))
+    # artists drawn through an offset transform do not widen the data limits: give them the values
+    ax.update_datalim([(p.x, v) for p in points for v in (p.centre, p.low, p.high, p.companion, *p.runs)
+                       if v is not None] or [(p.x, 0) for p in points])
+    ax.autoscale_view()
+    ax.set_xticks(levels, [f"{v:g}" for v in levels])
+    ax.xaxis.set_minor_locator(NullLocator())  # the levels are the ticks
+    ax.margins(x=0.08)
+
+
+def _draw_bars(fig, ax, points: Sequence[Point], labels: Sequence[str], log_y: bool) -> None:
+    from matplotlib.transforms import blended_transform_factory
+
+    levels = list(dict.fromkeys(p.x for p in sorted(points, key=lambda p: str(p.x))))
+    width = 0.8 / len(labels)
+    for i, label in enumerate(labels):
+        colour = f"C{i % 10}"
+        mine = [p for p in points if p.series == label]
+        where = {id(p): levels.index(p.x) + (i - (len(labels) - 1) / 2) * width for p in mine}
+        drawn = [p for p in mine if p.centre is not None]
+        ax.bar([where[id(p)] for p in drawn], [p.centre for p in drawn], width=width, color=colour, alpha=0.7,
+               label=label, gid="bar")
+        with_ci = [p for p in drawn if p.low is not None]
+        if with_ci:
+            ax.errorbar([where[id(p)] for p in with_ci], [p.centre for p in with_ci],
+                        yerr=[[p.centre - p.low for p in with_ci], [p.high - p.centre for p in with_ci]],
+                        fmt="none", ecolor="black", elinewidth=1.2, capsize=3, gid="interval")
+        runs = [(where[id(p)], v) for p in drawn for v in p.runs]
+        if runs:
+            ax.scatter(*zip(*runs), s=9, color="black", zorder=3, gid="runs")
+        predicted = [p for p in drawn if p.companion is not None]
+        for p in predicted:
+            ax.hlines(p.companion, where[id(p)] - width / 2, where[id(p)] + width / 2, colors=colour,
+                      linestyles="--", gid="companion")
+        _timeouts(ax, [where[id(p)] for p in mine for _ in range(p.timeouts)],
+                  blended_transform_factory(ax.transData, ax.transAxes))
+    ax.set_xticks(range(len(levels)), [str(v) for v in levels])
+
+
+def _timeouts(ax, xs: Sequence[float], transform) -> None:
+    if xs:
+        ax.scatter(xs, [0.04] * len(xs), transform=transform, marker="x", s=50, color="red", zorder=4,
+                   label="timeout (no value)", gid="timeout")
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Write `fig` as a PNG at DPI and free it."""
+    fig.savefig(path, dpi=DPI)
+    _pyplot().close(fig)
+    return path
+
+
+def build_metric_figure(groups: Sequence[Group], measure: Measure, x: str, confidence: float,
+                        panel: str = "model"):
+    """`measure` against factor `x` through the baseline slice (the best level of every other
+    network factor), networked groups only, one panel per level of `panel`."""
+    picked = [g for g in networked(baseline_slice(groups, x)) if g.get(x) is not None]
+    points = points_for(picked, measure, x, confidence, panel)
+    if not points:
+        raise ReportError(f"no {measure.label} to draw against {x}")
+    words = AXIS_LABELS.get(x, x)
+    return build_figure(points, x_label=words, y_label=measure.axis_label, log_ok=measure.domain == "positive",
+                        title=f"{measure.label.split(':')[0]} against {words.split(' (')[0]}",
+                        note=caption(measure, confidence, bars=not is_numeric({p.x for p in points})),
+                        panel_name=panel,
+                        companion_label=measure.companion_label)
+
+
+def metric_figure(groups: Sequence[Group], measure: Measure, x: str, path: Path, confidence: float,
+                  panel: str = "model") -> Path:
+    """build_metric_figure, written to `path`."""
+    return save_figure(build_metric_figure(groups, measure, x, confidence, panel), path)
 
 
 def throughput_figure(groups: Sequence[Group], x: str, path: Path, confidence: float) -> Path:
-    """Throughput against network factor `x`, one panel per model (baseline slice)."""
-    plt = _pyplot()
-    picked = [g for g in networked(baseline_slice(groups, x)) if g.get(x) is not None]
-    models = sorted({g.get("model") for g in picked})
-    series = [s for s in varying(picked) if s not in (x, "model")]
-    fig, axes = _panels(plt, len(models), f"training throughput against {x.split('_')[0]} "
-                        f"(bars: mean, whiskers: {confidence:.0%} CI over repetitions, dots: runs)")
-    for ax, model in zip(axes, models):
-        mine = [g for g in picked if g.get("model") == model]
-        _draw_bars(ax, mine, x, series)
-        ax.set_title(f"model {model}", fontsize=10)
-        ax.set_xlabel(AXIS_LABELS[x] + (" (log scale)" if ax.get_xscale() != "linear" else ""), fontsize=8)
-        values = [v for g in mine for v in g.values if v > 0]
-        if value_scale(values) == "log":
-            ax.set_yscale("log")
-            ax.set_ylim(min(values) / 2, max(values) * 3)  # headroom for the legend
-            ax.set_ylabel("throughput (images/s, log scale)", fontsize=8)
-        else:
-            ax.set_ylabel("throughput (images/s)", fontsize=8)
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
-
-
-def efficiency_figure(effs: Sequence[Efficiency], path: Path, confidence: float) -> Path:
-    """Scaling efficiency against the number of workers, one panel per model; 100 % is ideal."""
-    plt = _pyplot()
-    models = sorted({e.group.get("model") for e in effs})
-    groups = [e.group for e in effs]
-    series = [s for s in varying(groups) if s not in ("workers", "model") and s not in NETWORK]
-    by_group = {e.group: e for e in effs}
-    fig, axes = _panels(plt, len(models), f"scaling efficiency = measured / (N x single-process throughput); "
-                        f"whiskers: {confidence:.0%} CI")
-    for ax, model in zip(axes, models):
-        mine = [g for g in groups if g.get("model") == model]
-
-        _draw_bars(ax, mine, "workers", series, value=lambda g: by_group[g].interval.scaled(100), dots=lambda g: [100 * v for v in by_group[g].values])
-        ax.axhline(100, color="grey", linestyle="--", linewidth=1)
-        ax.text(ax.get_xlim()[0], 101, " ideal", fontsize=7, color="grey", va="bottom")
-        ax.set_title(f"model {model}", fontsize=10)
-        ax.set_xlabel("workers N (processes, one per node)", fontsize=8)
-        ax.set_ylabel("scaling efficiency (%)", fontsize=8)
-        ax.set_ylim(0, max(110, ax.get_ylim()[1]))
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
+    """Throughput against factor `x`, one panel per model (baseline slice)."""
+    return metric_figure(groups, THROUGHPUT, x, path, confidence)
 
 
 def idleness_figure(groups: Sequence[Group], x: str, path: Path, confidence: float) -> Path:
-    """Idleness (share of a step spent waiting on the network) against network factor `x`,
-    one panel per model, for the groups whose strategy reports it."""
-    plt = _pyplot()
-    picked = [g for g in networked(baseline_slice(groups, x)) if g.get(x) is not None and idleness_values(g)]
-    models = sorted({g.get("model") for g in picked})
-    series = [s for s in varying(picked) if s not in (x, "model")]
-    fig, axes = _panels(plt, len(models), f"idleness against {x.split('_')[0]} "
-                        f"(bars: mean, whiskers: {confidence:.0%} CI over repetitions, dots: runs)")
-    for ax, model in zip(axes, models):
-        _draw_bars(ax, [g for g in picked if g.get("model") == model], x, series,
-                   value=lambda g: t_interval(idleness_values(g), confidence), dots=idleness_values)
-        ax.set_title(f"model {model}", fontsize=10)
-        ax.set_xlabel(AXIS_LABELS[x] + (" (log scale)" if ax.get_xscale() != "linear" else ""), fontsize=8)
-        ax.set_ylabel("idleness: share of step waiting on the network (%)", fontsize=8)
-        ax.set_ylim(0, 105)
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
+    """Idleness (share of a step spent waiting on the network) against factor `x`."""
+    return metric_figure(groups, IDLENESS, x, path, confidence)
+
+
+def build_efficiency_figure(effs: Sequence[Efficiency], confidence: float):
+    """Scaling efficiency (%) against the number of workers, one panel per model; 100 % ideal."""
+    groups = [e.group for e in effs]
+    series = [s for s in varying(groups) if s not in ("workers", "model") and s not in NETWORK]
+    points = [Point(panel=str(e.group.get("model")), series=series_label(e.group, series), x=e.group.get("workers"),
+                    centre=100 * e.interval.mean, low=None if e.interval.low is None else 100 * e.interval.low,
+                    high=None if e.interval.high is None else 100 * e.interval.high,
+                    runs=tuple(100 * v for v in e.values)) for e in effs]
+    return build_figure(points, x_label=AXIS_LABELS["workers"], y_label="scaling efficiency (%)", log_ok=False,
+                        reference=100.0,
+                        title="scaling efficiency = measured / (N x single-process throughput)",
+                        note=f"markers: ratio of geometric means; whiskers: {confidence:.0%} Welch interval on "
+                             f"log throughput; dots: runs; no whiskers: fewer than {MIN_RUNS} runs on a side")
+
+
+def efficiency_figure(effs: Sequence[Efficiency], path: Path, confidence: float) -> Path:
+    return save_figure(build_efficiency_figure(effs, confidence), path)

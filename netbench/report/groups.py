@@ -1,6 +1,7 @@
 """Design points and comparisons: runs grouped by every factor but the repetition, a
-group's mean throughput with its t interval, scaling efficiency, slow-downs and speed-ups
-as ratios of geometric means (pure; the statistics are netbench.stats')."""
+group's geometric-mean throughput with its log-scale t interval (none under MIN_RUNS runs),
+scaling efficiency, slow-downs and speed-ups as ratios of geometric means (pure; the
+statistics are netbench.stats')."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from netbench.report.load import FACTORS, Observation
-from netbench.stats import Interval, geometric_mean, ratio_interval, t_interval
+from netbench.stats import MIN_RUNS, Interval, geometric_mean, log_t_interval, ratio_interval
 
 NETWORK = ("latency_ms", "bandwidth_mbit", "loss_pct", "jitter_ms", "scale")  # scale: a topology's, on every delay
 # a factor level is "better" for the network when latency/loss/jitter is lower, bandwidth higher
@@ -22,7 +23,7 @@ class Group:
 
     factors: tuple[tuple[str, Any], ...]
     observations: tuple[Observation, ...]
-    interval: Interval | None  # None when no run of the point produced a throughput
+    interval: Interval | None  # throughput; None when no run of the point produced one
     timeouts: int = 0
     failed: int = 0
 
@@ -32,6 +33,10 @@ class Group:
     @property
     def values(self) -> list[float]:
         return [o.images_per_sec for o in self.observations if o.images_per_sec is not None]
+
+    def metric_values(self, name: str) -> list[float]:
+        """Every run's value of metric `name` (Observation.metric), leaving out runs without one."""
+        return [v for v in (o.metric(name) for o in self.observations) if v is not None]
 
 
 @dataclass(frozen=True)
@@ -53,8 +58,9 @@ class Ratio:
     interval: Interval  # mean: ratio of geometric means; n: runs on the smaller side
 
 
-def group_observations(observations: Iterable[Observation], confidence: float = 0.99) -> list[Group]:
-    """One group per distinct set of factor levels, in first-seen order."""
+def group_observations(observations: Iterable[Observation], confidence: float = 0.95) -> list[Group]:
+    """One group per distinct set of factor levels, in first-seen order; its interval is
+    log_t_interval's over its runs' throughputs (no bounds under MIN_RUNS runs)."""
     buckets: dict[tuple, list[Observation]] = {}
     for obs in observations:
         buckets.setdefault(obs.factors, []).append(obs)
@@ -63,7 +69,7 @@ def group_observations(observations: Iterable[Observation], confidence: float = 
         members.sort(key=lambda o: (o.repeat, o.run_id))
         values = [o.images_per_sec for o in members if o.images_per_sec is not None]
         groups.append(Group(factors=factors, observations=tuple(members),
-                            interval=t_interval(values, confidence) if values else None,
+                            interval=log_t_interval(values, confidence) if values else None,
                             timeouts=sum(o.status == "timeout" for o in members),
                             failed=sum(o.status not in ("ok", "timeout") for o in members)))
     return groups
@@ -75,7 +81,7 @@ def varying(items: Iterable[Observation | Group], names: Sequence[str] = FACTORS
     return [n for n in names if len({item.get(n) for item in items}) > 1]
 
 
-def scaling_efficiency(groups: Sequence[Group], confidence: float = 0.99) -> list[Efficiency]:
+def scaling_efficiency(groups: Sequence[Group], confidence: float = 0.95) -> list[Efficiency]:
     """Measured / (N x single-process throughput) for every multi-process group whose model,
     batch and data have single-strategy runs; N is the number of workers. The interval is
     ratio_interval's, so the baseline's run-to-run spread widens it too."""
@@ -91,7 +97,8 @@ def scaling_efficiency(groups: Sequence[Group], confidence: float = 0.99) -> lis
         baseline = geometric_mean(base)
         values = tuple(v / (g.get("workers") * baseline) for v in g.values)
         out.append(Efficiency(group=g, baseline=baseline, values=values,
-                              interval=ratio_interval(g.values, base, confidence, scale=g.get("workers"))))
+                              interval=ratio_interval(g.values, base, confidence, scale=g.get("workers"),
+                                                                min_n=MIN_RUNS)))
     return out
 
 
@@ -130,7 +137,7 @@ def series_label(group: Group, series: Sequence[str]) -> str:
     return ", ".join(one(s) for s in series) or str(group.get("strategy"))
 
 
-def slowdown(groups: Sequence[Group], x: str, confidence: float = 0.99) -> list[tuple[str, str, float, float, Interval]]:
+def slowdown(groups: Sequence[Group], x: str, confidence: float = 0.95) -> list[tuple[str, str, float, float, Interval]]:
     """(model, series, best level, worst level, worst / best as ratio_interval) for every
     series of the baseline slice along network factor `x` that has both ends measured."""
     picked = [g for g in networked(baseline_slice(groups, x)) if g.interval is not None and g.get(x) is not None]
@@ -144,11 +151,11 @@ def slowdown(groups: Sequence[Group], x: str, confidence: float = 0.99) -> list[
             continue
         members.sort(key=lambda g: g.get(x), reverse=not BEST_IS_LOW[x])
         best, worst = members[0], members[-1]
-        out.append((model, label, best.get(x), worst.get(x), ratio_interval(worst.values, best.values, confidence)))
+        out.append((model, label, best.get(x), worst.get(x), ratio_interval(worst.values, best.values, confidence, min_n=MIN_RUNS)))
     return out
 
 
-def speedups(groups: Sequence[Group], confidence: float = 0.99) -> list[Ratio]:
+def speedups(groups: Sequence[Group], confidence: float = 0.95) -> list[Ratio]:
     """Every networked strategy against per-step all-reduce at the same model, batch, workers,
     data and network point: its throughput / all-reduce's, with ratio_interval's interval."""
     tied = [f for f in FACTORS if f not in ("strategy", "ps", "accum_steps")]
@@ -159,7 +166,8 @@ def speedups(groups: Sequence[Group], confidence: float = 0.99) -> list[Ratio]:
         ref = reference.get(tuple(g.get(f) for f in tied))
         if g.get("strategy") == REFERENCE_STRATEGY or ref is None or not g.values:
             continue
-        out.append(Ratio(numerator=g, denominator=ref, interval=ratio_interval(g.values, ref.values, confidence)))
+        out.append(Ratio(numerator=g, denominator=ref, interval=ratio_interval(g.values, ref.values, confidence,
+                                                                                   min_n=MIN_RUNS)))
     return out
 
 

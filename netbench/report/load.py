@@ -1,11 +1,16 @@
 """Reading a results folder into observations: one per run record (runs/<id>.json).
 
 The folder is read through netbench.experiment.store, its one owner; a playbook's
-playbook.json supplies the settings a record does not carry.
+playbook.json supplies the settings a record does not carry. Measured values beyond
+throughput (step time, idleness, and whatever numeric columns results.csv holds for a run:
+test_accuracy, time_to_target_s, predicted_step_s, ...) become the observation's `metrics`;
+a column a folder lacks is simply absent, and nothing is drawn for it.
 """
 
 from __future__ import annotations
 
+import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -14,7 +19,7 @@ from netbench.errors import UsageError
 from netbench.experiment.store import ResultsError, ResultStore, read_json
 
 # factors a run can differ in, in the order tables show them
-FACTORS = ("strategy", "model", "batch", "workers", "ps", "accum_steps", "data",
+FACTORS = ("strategy", "model", "batch", "workers", "ps", "accum_steps", "data", "framework",
            "latency_ms", "bandwidth_mbit", "loss_pct", "jitter_ms", "topology", "scale")
 
 
@@ -32,12 +37,20 @@ class Observation:
     status: str
     images_per_sec: float | None
     idleness: float | None = None
+    # every measured value of an ok run by name: images_per_sec, step_time_s (mean step, s),
+    # idleness (0..1), and results.csv's numeric columns for the run (test_accuracy, ...)
+    metrics: tuple[tuple[str, float], ...] = ()
 
     def get(self, name: str) -> Any:
         return dict(self.factors)[name]
 
+    def metric(self, name: str) -> float | None:
+        """The run's value of `name`, or None where it has none (a failed run, an absent column)."""
+        return dict(self.metrics).get(name)
 
-def _record_factors(record: Mapping[str, Any], planned: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+
+def _record_factors(record: Mapping[str, Any], planned: Mapping[str, Any] | None,
+                    row: Mapping[str, Any] | None = None) -> tuple[tuple[str, Any], ...]:
     profile = record.get("profile") or {}
     planned = planned or {}
     rate = profile.get("rate_bps")
@@ -52,7 +65,7 @@ def _record_factors(record: Mapping[str, Any], planned: Mapping[str, Any] | None
         "batch": int(record.get("batch_size", planned.get("batch", 0))), "workers": int(record.get("workers", 1)),
         "ps": int(pick("ps", 0)) if strategy == "ps" else None,
         "accum_steps": int(pick("accum_steps", 0)) if strategy == "allreduce-accum" else None,
-        "data": pick("data", "synthetic"),
+        "data": pick("data", "synthetic"), "framework": pick("framework", None) or (row or {}).get("framework") or None,
         "latency_ms": profile.get("delay_us", 0) / 1000, "bandwidth_mbit": None if rate is None else rate / 1e6,
         "loss_pct": round(profile.get("loss", 0) * 100, 6), "jitter_ms": profile.get("jitter_us", 0) / 1000,
         # a run with a per-pair topology: its profile is null, the topology and its scale are the network
@@ -61,15 +74,33 @@ def _record_factors(record: Mapping[str, Any], planned: Mapping[str, Any] | None
     }
     return tuple((name, values[name]) for name in FACTORS)
 
-def observation_from_record(record: Mapping[str, Any], planned: Mapping[str, Any] | None = None) -> Observation:
-    """An Observation from one runs/<id>.json record (and its playbook entry, if any)."""
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def observation_from_record(record: Mapping[str, Any], planned: Mapping[str, Any] | None = None,
+                            row: Mapping[str, Any] | None = None) -> Observation:
+    """An Observation from one runs/<id>.json record (and its playbook entry and results.csv
+    row, if any; the record wins where both hold a value)."""
     stats = record.get("stats") or {}
-    ips = stats.get("images_per_sec") if record.get("status") == "ok" else None
+    ok = record.get("status") == "ok"
+    ips = stats.get("images_per_sec") if ok else None
     idle = record.get("idle_ratio")  # share of a step spent waiting on the network, where the strategy tells
-    return Observation(run_id=str(record["run_id"]), factors=_record_factors(record, planned),
+    metrics: dict[str, float] = {}
+    if ok:
+        for source in (row or {}, record, {"step_time_s": stats.get("mean_s"), "images_per_sec": ips,
+                                            "idleness": idle}):
+            metrics.update((str(k), v) for k, v in ((k, _number(v)) for k, v in source.items()) if v is not None)
+    return Observation(run_id=str(record["run_id"]), factors=_record_factors(record, planned, row),
                        repeat=int(record.get("repeat", 0)), status=str(record.get("status", "?")),
                        images_per_sec=None if ips is None else float(ips),
-                       idleness=None if idle is None else float(idle))
+                       idleness=None if idle is None else float(idle), metrics=tuple(sorted(metrics.items())))
 
 
 def load_observations(results_dir: Path) -> list[Observation]:
@@ -88,11 +119,18 @@ def load_observations(results_dir: Path) -> list[Observation]:
         raise ReportError(exc.message) from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ReportError(f"{store.playbook_path}: unreadable: {exc}") from None
+    rows: dict[str, dict[str, str]] = {}
+    if store.csv_path.is_file():  # optional: the records alone make a report
+        try:
+            rows = {row.get("run_id", ""): row for row in store.read_rows()}
+        except (OSError, ValueError, csv.Error) as exc:
+            raise ReportError(f"{store.csv_path}: unreadable: {exc}") from None
     out = []
     for path in paths:
         try:
             record = read_json(path)
-            out.append(observation_from_record(record, planned.get(record.get("run_id"))))
+            run_id = record.get("run_id")
+            out.append(observation_from_record(record, planned.get(run_id), rows.get(str(run_id))))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ReportError(f"{path}: not a run record: {exc}") from None
     return out

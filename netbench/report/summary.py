@@ -1,6 +1,6 @@
-"""The markdown summary (report.md) and write_report, which reads a results folder and
-writes its figures and summary; the text of levels, intervals and ratios that the summary
-and the CLI's tables share."""
+"""The summary (report.md, and report.html with the figures embedded) and write_report,
+which reads a results folder and writes its figures and summary; the text of levels,
+intervals and ratios that the summary and the CLI's tables share."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from netbench.experiment.store import ResultStore
-from netbench.report.figures import efficiency_figure, idleness_figure, throughput_figure
+from netbench.report.document import Block, Figure, Heading, Paragraph, Table, to_html, to_markdown
+from netbench.report.figures import efficiency_figure, metric_figure
 from netbench.report.groups import NETWORK, REFERENCE_STRATEGY, Efficiency, Group, baseline_slice, \
-    group_observations, idleness_values, networked, scaling_efficiency, slowdown, speedups, varying
+    group_observations, networked, scaling_efficiency, slowdown, speedups, varying
 from netbench.report.load import Observation, load_observations
-from netbench.stats import Interval
+from netbench.report.measures import REPORTED
+from netbench.stats import MIN_RUNS, Interval, t_quantile
 
 
 @dataclass
@@ -34,15 +36,18 @@ def level_text(name: str, value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def interval_text(i: Interval | None, digits: int = 1) -> tuple[str, str]:
+def interval_text(i: Interval | None, digits: int = 1, runs: Sequence[float] = ()) -> tuple[str, str]:
+    """A centre and its interval as text; without bounds (fewer than MIN_RUNS runs) the
+    runs themselves, so the reader sees what there is."""
     if i is None:
         return "-", "-"
-    ci = "-" if i.low is None else f"{i.low:,.{digits}f} .. {i.high:,.{digits}f}"
-    return f"{i.mean:,.{digits}f}", ci
+    if i.low is None:
+        return f"{i.mean:,.{digits}f}", ("runs: " + ", ".join(f"{v:,.{digits}f}" for v in runs)) if runs else "-"
+    return f"{i.mean:,.{digits}f}", f"{i.low:,.{digits}f} .. {i.high:,.{digits}f}"
 
 
 def ratio_text(i: Interval) -> tuple[str, str]:
-    ci = "-" if i.low is None else f"{i.low:.2f}x .. {i.high:.2f}x"
+    ci = f"none (n < {MIN_RUNS})" if i.low is None else f"{i.low:.2f}x .. {i.high:.2f}x"
     return f"{i.mean:.2f}x", ci
 
 
@@ -51,89 +56,117 @@ def strategy_label(g: Group) -> str:
     return str(g.get("strategy")) + extra.get(g.get("strategy"), "")
 
 
-def markdown_summary(results_dir: Path, observations: Sequence[Observation], groups: Sequence[Group],
-                     effs: Sequence[Efficiency], figures: Sequence[Path], confidence: float,
-                     playbook: Mapping[str, Any] | None = None) -> str:
-    """A short markdown summary: what ran, the slow-down along each network factor,
-    scaling efficiency, and every design point's mean and interval."""
+def intervals_paragraph(confidence: float) -> str:
+    """How every interval of the report is made, stated once."""
+    wide = t_quantile(1 - (1 - confidence) / 2, 1)
+    return (f"Each design point shows the geometric mean of its runs with a {confidence:.0%} interval over "
+            f"repetitions: a t interval on log throughput, mapped back, so it cannot go below zero "
+            f"(shares such as idleness: on their logits, inside 0..100 %). Ratios (slow-downs, speed-ups, "
+            f"efficiency) are ratios of geometric means with a {confidence:.0%} Welch interval on log "
+            f"throughput. A point or ratio with fewer than {MIN_RUNS} runs has no interval: with 2 runs a "
+            f"{confidence:.0%} t interval is +-{wide:.1f} standard errors and says nothing; its runs are "
+            f"listed instead. A repetition is a launch, the unit of replication: by default the job's processes "
+            f"start once per repetition and measure every point of their job configuration in turn "
+            f"(--isolate starts them anew for every point); either way the launches are the replicates.")
+
+
+def summary_blocks(results_dir: Path, observations: Sequence[Observation], groups: Sequence[Group],
+                   effs: Sequence[Efficiency], figures: Sequence[Path], confidence: float,
+                   playbook: Mapping[str, Any] | None = None) -> list[Block]:
+    """The report as blocks: what ran, the slow-down along each network factor, speed-ups,
+    scaling efficiency, every design point's centre and interval (or runs), the figures."""
     statuses = {s: sum(o.status == s for o in observations) for s in sorted({o.status for o in observations})}
-    lines = [f"# Report: {results_dir.name}", ""]
+    blocks: list[Block] = [Heading(f"Report: {results_dir.name}", 1)]
     if playbook:
-        lines += [f"Playbook **{playbook.get('name')}** (seed {playbook.get('seed')}, order "
-                  f"{playbook.get('order')}).", "", str(playbook.get("description", "")).strip(), ""]
-    lines += [f"{len(observations)} runs ({', '.join(f'{n} {s}' for s, n in statuses.items())}) in "
-              f"{len(groups)} design points. Throughput is images/s (global batch / mean step time); "
-              f"intervals are {confidence:.0%} t intervals over repetitions; a point with one run has none. "
-              f"A repetition is a launch, the unit of replication: by default (--isolate) each run is "
-              f"its own launch; under --launch the job's processes start once per repetition and "
-              f"measure every point of it in turn, and launches are still the replicates.", ""]
+        blocks += [Paragraph(f"Playbook **{playbook.get('name')}** (seed {playbook.get('seed')}, order "
+                             f"{playbook.get('order')}).")]
+        if str(playbook.get("description", "")).strip():
+            blocks.append(Paragraph(str(playbook.get("description", "")).strip()))
+    blocks += [Paragraph(f"{len(observations)} runs ({', '.join(f'{n} {s}' for s, n in statuses.items())}) in "
+                         f"{len(groups)} design points. Throughput is images/s (global batch / mean step time)."),
+               Paragraph(intervals_paragraph(confidence))]
+    level = f"{confidence:.0%} interval"
     for x in NETWORK:
         rows = slowdown(groups, x, confidence)
         if rows:
-            lines += [f"## Throughput along {x.split('_')[0]}", "",
-                      f"| model | series | {x} best | {x} worst | worst / best | CI |", "|---|---|---|---|---|---|"]
-            lines += [f"| {m} | {s} | {b:g} | {w:g} | {percent(r.mean)} | "
-                      + ("-" if r.low is None else f"{percent(r.low)} .. {percent(r.high)}") + " |"
-                      for m, s, b, w, r in rows] + [""]
+            blocks += [Heading(f"Throughput along {x.split('_')[0]}"),
+                       Table((f"model", "series", f"{x} best", f"{x} worst", "n", "worst / best", level),
+                             tuple((str(m), s, f"{b:g}", f"{w:g}", str(r.n), percent(r.mean),
+                                    f"none (n < {MIN_RUNS})" if r.low is None
+                                    else f"{percent(r.low)} .. {percent(r.high)}") for m, s, b, w, r in rows))]
     ratios = speedups(groups, confidence)
     if ratios:
         cols = [f for f in varying([r.numerator for r in ratios]) if f != "strategy"]
-        lines += [f"## Speed-up over per-step {REFERENCE_STRATEGY}", "",
-                  "Ratio of geometric means of throughput; interval: Welch t on log throughput, "
-                  f"{confidence:.0%}.", "",
-                  "| " + " | ".join(["strategy", *cols, "n", "speed-up", "CI"]) + " |", "|" + "---|" * (len(cols) + 4)]
-        for r in ratios:
-            mean, ci = ratio_text(r.interval)
-            lines.append("| " + " | ".join([strategy_label(r.numerator),
-                                            *(level_text(c, r.numerator.get(c)) for c in cols),
-                                            str(r.interval.n), mean, ci]) + " |")
-        lines.append("")
+        blocks += [Heading(f"Speed-up over per-step {REFERENCE_STRATEGY}"),
+                   Paragraph("Throughput / per-step all-reduce's at the same point (ratio of geometric means)."),
+                   Table(("strategy", *cols, "n", "speed-up", level),
+                         tuple((strategy_label(r.numerator), *(level_text(c, r.numerator.get(c)) for c in cols),
+                                str(r.interval.n), *ratio_text(r.interval)) for r in ratios))]
     if effs:
-        cols = list(dict.fromkeys(["model", "batch", "strategy", "workers",
-                                   *varying([e.group for e in effs])]))
-        lines += ["## Scaling efficiency (measured / (N x single-process))", "",
-                  "Ratio of geometric means; the interval (Welch t on log throughput) counts the "
-                  "single-process runs' spread too.", "",
-                  "| " + " | ".join([*cols, "efficiency", "CI"]) + " |", "|" + "---|" * (len(cols) + 2)]
+        cols = list(dict.fromkeys(["model", "batch", "strategy", "workers", *varying([e.group for e in effs])]))
+        rows = []
         for e in effs:
-            mean, ci = interval_text(e.interval.scaled(100), digits=0)
-            lines.append("| " + " | ".join([*(level_text(c, e.group.get(c)) for c in cols), f"{mean} %",
-                                            ci if ci == "-" else ci + " %"]) + " |")
-        lines.append("")
+            mean, ci = interval_text(e.interval.scaled(100), digits=0, runs=[100 * v for v in e.values])
+            rows.append((*(level_text(c, e.group.get(c)) for c in cols), f"{mean} %",
+                         ci if e.interval.low is None else ci + " %"))
+        blocks += [Heading("Scaling efficiency (measured / (N x single-process))"),
+                   Paragraph("Ratio of geometric means; the interval counts the single-process runs' spread too."),
+                   Table((*cols, "efficiency", level), tuple(rows))]
     shown = varying(groups) or ["model"]
-    lines += ["## Design points", "", "| " + " | ".join([*shown, "n", "mean images/s", "CI", "timeouts"]) + " |",
-              "|" + "---|" * (len(shown) + 4)]
-    for g in groups:
-        mean, ci = interval_text(g.interval)
-        lines.append("| " + " | ".join([*(level_text(s, g.get(s)) for s in shown), str(len(g.values)), mean, ci,
-                                        str(g.timeouts)]) + " |")
-    lines += ["", "## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures]
-    return "\n".join(lines) + "\n"
+    blocks += [Heading("Design points"),
+               Table((*shown, "n", "geo. mean images/s", level, "timeouts"),
+                     tuple((*(level_text(s, g.get(s)) for s in shown), str(len(g.values)),
+                            *interval_text(g.interval, runs=g.values), str(g.timeouts)) for g in groups))]
+    if figures:
+        blocks += [Heading("Figures"), *(Figure(p) for p in figures)]
+    return blocks
 
 
-def write_report(results_dir: Path, out_dir: Path, confidence: float = 0.99) -> Written:
-    """Read a results folder; write one figure per swept network factor, an efficiency
-    figure when single-process runs exist, and report.md, all into `out_dir`."""
+def markdown_summary(results_dir: Path, observations: Sequence[Observation], groups: Sequence[Group],
+                     effs: Sequence[Efficiency], figures: Sequence[Path], confidence: float,
+                     playbook: Mapping[str, Any] | None = None) -> str:
+    """report.md's text (summary_blocks as markdown)."""
+    return to_markdown(summary_blocks(results_dir, observations, groups, effs, figures, confidence, playbook))
+
+
+def report_figures(groups: Sequence[Group], effs: Sequence[Efficiency], out_dir: Path,
+                   confidence: float) -> list[Path]:
+    """Every figure the design supports: each reported Measure the folder holds against each
+    network factor with two or more levels (else against a design factor that varies: a
+    categorical one gets grouped bars), and scaling efficiency where single-process runs exist."""
+    along = [x for x in NETWORK if len({g.get(x) for g in networked(baseline_slice(groups, x))} - {None}) > 1]
+    if not along:
+        along = [x for x in ("strategy", "batch", "workers", "data", "framework", "topology")
+                 if len({g.get(x) for g in networked(groups)} - {None}) > 1][:1]
+    figures = []
+    for x in along:
+        picked = [g for g in networked(baseline_slice(groups, x)) if g.get(x) is not None]
+        for stem, measure in REPORTED:
+            shown = [g for g in picked if measure.values(g)]
+            if measure.companion is not None and not any(measure.companion_value(g) is not None for g in shown):
+                continue  # step time is drawn where there is a prediction to set beside it
+            if len({g.get(x) for g in shown}) > 1:
+                figures.append(metric_figure(groups, measure, x, out_dir / f"{stem}-{x.split('_')[0]}.png",
+                                             confidence))
+    if effs:
+        figures.append(efficiency_figure(effs, out_dir / "scaling-efficiency.png", confidence))
+    return figures
+
+
+def write_report(results_dir: Path, out_dir: Path, confidence: float = 0.95) -> Written:
+    """Read a results folder; write its figures (report_figures), report.md beside them and
+    report.html with the figures embedded, all into `out_dir`."""
     results_dir = Path(results_dir)
     observations = load_observations(results_dir)
     groups = group_observations(observations, confidence)
     out_dir.mkdir(parents=True, exist_ok=True)
-    figures = []
-    for x in NETWORK:
-        levels = {g.get(x) for g in networked(baseline_slice(groups, x)) if g.get(x) is not None}
-        if len(levels) > 1:
-            figures.append(throughput_figure(groups, x, out_dir / f"throughput-{x.split('_')[0]}.png", confidence))
-        idle_levels = {g.get(x) for g in networked(baseline_slice(groups, x))
-                       if g.get(x) is not None and idleness_values(g)}
-        if len(idle_levels) > 1:
-            figures.append(idleness_figure(groups, x, out_dir / f"idleness-{x.split('_')[0]}.png", confidence))
     effs = scaling_efficiency(groups, confidence)
     network_best = baseline_slice(groups, "")
     effs_shown = [e for e in effs if e.group in network_best]
-    if effs_shown:
-        figures.append(efficiency_figure(effs_shown, out_dir / "scaling-efficiency.png", confidence))
+    figures = report_figures(groups, effs_shown, out_dir, confidence)
     playbook = ResultStore(results_dir).read_playbook()  # load_observations has read it once already
-    summary = out_dir / "report.md"
-    summary.write_text(markdown_summary(results_dir, observations, groups, effs_shown, figures, confidence, playbook),
-                       encoding="utf-8")
-    return Written(observations=observations, groups=groups, files=[*figures, summary])
+    blocks = summary_blocks(results_dir, observations, groups, effs_shown, figures, confidence, playbook)
+    summary, page = out_dir / "report.md", out_dir / "report.html"
+    summary.write_text(to_markdown(blocks), encoding="utf-8")
+    page.write_text(to_html(blocks, f"Report: {results_dir.name}"), encoding="utf-8")
+    return Written(observations=observations, groups=groups, files=[*figures, summary, page])

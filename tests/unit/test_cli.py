@@ -275,7 +275,7 @@ FLOAT_OPTIONS = [(path, param.opts[0]) for path, command in ALL for param in com
 
 def test_there_are_float_options_to_check():
     assert {("netbench sweep", "--step-timeout"), ("netbench apply", "--lease"), ("netbench node apply", "--lease"),
-            ("netbench report", "--confidence")} <= {(" ".join(path), opt) for path, opt in FLOAT_OPTIONS}
+            ("netbench report", "--level")} <= {(" ".join(path), opt) for path, opt in FLOAT_OPTIONS}
 
 
 @pytest.mark.parametrize("path, option", FLOAT_OPTIONS, ids=[f"{' '.join(p[1:])} {o}" for p, o in FLOAT_OPTIONS])

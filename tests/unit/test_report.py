@@ -17,29 +17,8 @@ from netbench import report
 from netbench.cli import app as cli
 from netbench.cli import render
 from netbench.report import Observation, axis_scale, baseline_slice, group_observations, scaling_efficiency
-from netbench.stats import ratio_interval, t_interval
-
-
-def record(run_id: str, *, delay_ms: float = 0, rate_mbit: float | None = None, loss_pct: float = 0,
-           strategy: str = "allreduce", model: str = "mlp", batch: int = 32, workers: int = 2, repeat: int = 0,
-           ips: float | None = 100.0, status: str = "ok") -> dict:
-    """A runs/<id>.json record as the runner writes it (RunResult as a dict)."""
-    return {
-        "run_id": run_id, "schema_version": 1, "backend": "userspace", "strategy": strategy, "model": model,
-        "batch_size": batch, "workers": workers, "repeat": repeat, "warmup_steps": 2, "status": status,
-        "error": "" if status == "ok" else "no the next step within 1s",
-        "profile": {"name": "p", "delay_us": int(delay_ms * 1000), "jitter_us": 0, "loss": loss_pct / 100,
-                    "rate_bps": None if rate_mbit is None else int(rate_mbit * 1e6)},
-        "stats": None if ips is None else {"images_per_sec": ips, "steps": 5},
-        "events": [], "per_worker_images_per_sec": [],
-    }
-
-
-def write_results(directory: Path, records: list[dict]) -> Path:
-    (directory / "runs").mkdir(parents=True)
-    for rec in records:
-        (directory / "runs" / f"{rec['run_id']}.json").write_text(json.dumps(rec))
-    return directory
+from netbench.stats import log_t_interval, ratio_interval, t_interval
+from tests.unit.report_designs import record, write_results
 
 
 def obs(run_id, ips, status="ok", **kw) -> Observation:
@@ -73,29 +52,35 @@ def test_groups_are_points_and_timeouts_carry_no_throughput():
     groups = group_observations(observations)
     assert [g.get("latency_ms") for g in groups] == [1.0, 10.0]
     fast, slow = groups
-    assert fast.values == [100, 110] and fast.interval.mean == 105 and fast.interval.n == 2
+    assert fast.values == [100, 110] and fast.interval.n == 2
+    assert fast.interval.mean == pytest.approx(math.sqrt(100 * 110))  # the geometric mean
+    assert fast.interval.low is None  # two runs: no interval (MIN_RUNS is 3)
     assert slow.values == [50] and slow.interval.low is None
     assert (slow.timeouts, slow.failed) == (1, 1)
 
 
 def test_scaling_efficiency_against_single_process_runs():
     observations = [obs("r000", 40, strategy="single", workers=1), obs("r001", 60, strategy="single", workers=1, repeat=1),
-                    obs("r002", 80, workers=2), obs("r003", 100, workers=2, repeat=1),
-                    obs("r004", 75, workers=3),
+                    obs("r009", 50, strategy="single", workers=1, repeat=2),
+                    obs("r002", 80, workers=2), obs("r003", 100, workers=2, repeat=1), obs("r008", 90, workers=2, repeat=2),
+                    obs("r004", 75, workers=3), obs("r007", 70, workers=3, repeat=1),
                     obs("r005", 500, workers=2, model="cnn")]  # no cnn baseline: no efficiency
     effs = scaling_efficiency(group_observations(observations))
-    baseline = math.sqrt(40 * 60)  # geometric mean of the single-process runs
+    baseline = statistics.geometric_mean([40, 60, 50])  # geometric mean of the single-process runs
     assert [(e.group.get("workers"), e.baseline) for e in effs] == [(2, pytest.approx(baseline)),
                                                                      (3, pytest.approx(baseline))]
     two, three = effs
-    assert two.values == pytest.approx((80 / (2 * baseline), 100 / (2 * baseline)))
-    assert two.interval.mean == pytest.approx(math.sqrt(80 * 100) / (2 * baseline))
+    assert two.values == pytest.approx((80 / (2 * baseline), 100 / (2 * baseline), 90 / (2 * baseline)))
+    assert two.interval.mean == pytest.approx(statistics.geometric_mean([80, 100, 90]) / (2 * baseline))
     # the interval is Welch's over both sides (the baseline's spread counts), checked with scipy
     from scipy import stats
 
-    low, high = stats.ttest_ind(np.log([40.0, 50.0]), np.log([40.0, 60.0]), equal_var=False).confidence_interval(0.99)
+    low, high = stats.ttest_ind(np.log([40.0, 50.0, 45.0]), np.log([40.0, 60.0, 50.0]),
+                                equal_var=False).confidence_interval(0.95)
     assert (two.interval.low, two.interval.high) == (pytest.approx(math.exp(low)), pytest.approx(math.exp(high)))
-    assert three.values == (pytest.approx(75 / (3 * baseline)),)
+    # two runs at 3 workers: the ratio, and no interval (fewer than MIN_RUNS on a side)
+    assert three.values == (pytest.approx(75 / (3 * baseline)), pytest.approx(70 / (3 * baseline)))
+    assert three.interval.low is None and three.interval.n == 2
 
 
 def test_ratio_interval_hand_computed_with_one_side_fixed():
@@ -123,8 +108,10 @@ def test_ratio_interval_agrees_with_scipys_welch_test():
 
 def test_speedups_pair_each_strategy_with_per_step_allreduce_at_the_same_point():
     observations = [obs("r000", 100, rate_mbit=20), obs("r001", 110, rate_mbit=20, repeat=1),
+                    obs("r009", 105, rate_mbit=20, repeat=2),
                     obs("r002", 400, rate_mbit=20, strategy="allreduce-accum"),
                     obs("r003", 440, rate_mbit=20, strategy="allreduce-accum", repeat=1),
+                    obs("r010", 420, rate_mbit=20, strategy="allreduce-accum", repeat=2),
                     obs("r004", 900, rate_mbit=1000), obs("r005", 950, rate_mbit=1000, repeat=1),
                     obs("r006", 2000, rate_mbit=1000, strategy="allreduce-accum"),
                     obs("r007", 300, rate_mbit=1000, strategy="allreduce-accum", model="cnn"),  # no reference
@@ -133,8 +120,9 @@ def test_speedups_pair_each_strategy_with_per_step_allreduce_at_the_same_point()
     assert [(r.numerator.get("bandwidth_mbit"), r.denominator.get("strategy")) for r in ratios] == \
         [(20.0, "allreduce"), (1000.0, "allreduce")]
     slow, fast = ratios
-    assert slow.interval.mean == pytest.approx(math.sqrt(400 * 440) / math.sqrt(100 * 110))
-    assert slow.interval.low < slow.interval.mean < slow.interval.high
+    assert slow.interval.mean == pytest.approx(statistics.geometric_mean([400, 440, 420])
+                                               / statistics.geometric_mean([100, 110, 105]))
+    assert 0 < slow.interval.low < slow.interval.mean < slow.interval.high
     assert fast.interval.low is None  # one accum run at 1000 mbit: no interval, only the ratio
     result = CliRunner().invoke(cli.main, ["report", str(write_results(
         Path(tempfile.mkdtemp()) / "r", [record(o.run_id, rate_mbit=o.get("bandwidth_mbit"),
@@ -196,23 +184,24 @@ def test_report_renders_figures_and_summary(fixture_results, tmp_path):
     out = tmp_path / "report"
     written = report.write_report(fixture_results, out)
     names = sorted(p.name for p in written.files)
-    assert names == ["report.md", "scaling-efficiency.png", "throughput-latency.png", "throughput-loss.png"]
+    assert names == ["report.html", "report.md", "scaling-efficiency.png", "throughput-latency.png",
+                     "throughput-loss.png"]
     width, height = report.PANEL_PX
     for name in ("throughput-latency.png", "throughput-loss.png", "scaling-efficiency.png"):
         assert png_size(out / name) == (2 * width, height), name  # one panel per model: cnn, mlp
     text = (out / "report.md").read_text()
-    assert "# Report: results" in text and "99%" in text and "timeout" in text
+    assert "# Report: results" in text and "95% interval" in text and "timeout" in text
     # the mlp latency slow-down at loss 0: 1 ms -> 100 ms means (1000/1.1+1) vs (1000/11+1)
     fast = [1000 / 1.1 + r for r in range(3)]
     slow = [1000 / 11 + r for r in range(3)]
-    ratio = ratio_interval(slow, fast)
+    ratio = ratio_interval(slow, fast, 0.95)
     assert ratio.mean == pytest.approx(statistics.geometric_mean(slow) / statistics.geometric_mean(fast))
-    row = f"| mlp | allreduce | 1 | 100 | {report.percent(ratio.mean)} | {report.percent(ratio.low)} .. "
+    row = f"| mlp | allreduce | 1 | 100 | 3 | {report.percent(ratio.mean)} | {report.percent(ratio.low)} .. "
     assert row + f"{report.percent(ratio.high)} |" in text
-    # every design point row carries its hand-checkable interval
+    # every design point row carries its hand-checkable interval: geometric mean, log-scale t
     values = [1000 / 1.1 / 2 + r for r in range(3)]  # mlp, 1 ms, loss 1 %
-    i = t_interval(values, 0.99)
-    assert f"{i.low:,.1f} .. {i.high:,.1f}" in text
+    i = log_t_interval(values, 0.95)
+    assert f"| {i.mean:,.1f} | {i.low:,.1f} .. {i.high:,.1f} |" in text
 
 
 def test_report_command_prints_tables(fixture_results):
@@ -243,7 +232,8 @@ def test_idleness_figure_where_the_strategy_reports_it(tmp_path):
                                  ips=1000 / delay), "ps": 1, "idle_ratio": delay / (delay + 20) + rep / 100})
     out = tmp_path / "report"
     written = report.write_report(write_results(tmp_path / "results", records), out)
-    assert sorted(p.name for p in written.files) == ["idleness-latency.png", "report.md", "throughput-latency.png"]
+    assert sorted(p.name for p in written.files) == ["idleness-latency.png", "report.html", "report.md",
+                                                     "throughput-latency.png"]
     assert png_size(out / "idleness-latency.png") == report.PANEL_PX
     assert report.idleness_values(written.groups[0]) == pytest.approx([100 * 10 / 30, 100 * 10 / 30 + 1])
 

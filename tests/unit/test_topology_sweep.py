@@ -111,7 +111,7 @@ def test_the_report_has_one_point_per_scale(tmp_path, regions):
 
     written = write_report(tmp_path / "out", tmp_path / "report")
     text = (tmp_path / "report" / "report.md").read_text()
-    assert "| scale | n | mean images/s |" in text and "Throughput along scale" in text
+    assert "| scale | n | geo. mean images/s |" in text and "Throughput along scale" in text
     assert any(p.name == "throughput-scale.png" for p in written.files)
 
 

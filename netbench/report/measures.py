@@ -1,0 +1,65 @@
+"""What a figure or table can show of a design point: a Measure names a run's measured
+value (an Observation metric, i.e. a record's or results.csv's column), its words and unit,
+and the domain its interval keeps to (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from netbench.report.groups import Group
+from netbench.stats import MIN_RUNS, Interval, log_t_interval, share_interval
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A measured value per run. `domain` "positive": geometric mean and a log-scale t
+    interval (throughput, times); "share": a value in [0, 1] with a logit-scale interval,
+    shown times `scale` (100: percent). `companion`: a column drawn dashed beside it, e.g.
+    the step time a model predicted beside the measured one."""
+
+    column: str
+    label: str
+    unit: str
+    domain: str = "positive"
+    scale: float = 1.0
+    companion: str | None = None
+    companion_label: str = "predicted"
+
+    @property
+    def axis_label(self) -> str:
+        return f"{self.label} ({self.unit})"
+
+    def values(self, group: Group) -> list[float]:
+        """The group's runs' values, in display units (times `scale`)."""
+        return [self.scale * v for v in group.metric_values(self.column)]
+
+    def companion_value(self, group: Group) -> float | None:
+        """The mean of the companion column over the group's runs (display units), if any has it."""
+        if self.companion is None:
+            return None
+        found = group.metric_values(self.companion)
+        return self.scale * sum(found) / len(found) if found else None
+
+    def interval(self, group: Group, confidence: float, min_n: int = MIN_RUNS) -> Interval | None:
+        """Centre and interval over the group's runs in display units; None without values."""
+        raw = group.metric_values(self.column)
+        if not raw:
+            return None
+        if self.domain == "share":
+            return share_interval(raw, confidence, min_n).scaled(self.scale)
+        return log_t_interval(raw, confidence, min_n).scaled(self.scale)
+
+    def centre_words(self) -> str:
+        return "mean" if self.domain == "share" else "geometric mean"
+
+
+THROUGHPUT = Measure("images_per_sec", "throughput", "images/s")
+STEP_TIME = Measure("step_time_s", "mean step time", "s", companion="predicted_step_s")
+IDLENESS = Measure("idleness", "idleness: share of a step waiting on the network", "%", domain="share", scale=100)
+ACCURACY = Measure("test_accuracy", "test accuracy", "%", domain="share", scale=100)
+TIME_TO_TARGET = Measure("time_to_target_s", "time to target accuracy", "s")
+# what write_report draws against each factor, where the folder has it (file name: column's first word)
+REPORTED: Sequence[tuple[str, Measure]] = (("throughput", THROUGHPUT), ("idleness", IDLENESS),
+                                           ("accuracy", ACCURACY), ("time-to-target", TIME_TO_TARGET),
+                                           ("steptime", STEP_TIME))

@@ -1,0 +1,78 @@
+"""Fixture designs for the report's tests: results folders of run records as the runner
+writes them (runs/<id>.json, plus results.csv columns where a test needs them), with
+throughputs shaped like the real runs they stand for. Pure: files in a folder the test gives."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+
+def record(run_id: str, *, delay_ms: float = 0, rate_mbit: float | None = None, loss_pct: float = 0,
+           strategy: str = "allreduce", model: str = "mlp", batch: int = 32, workers: int = 2, repeat: int = 0,
+           ips: float | None = 100.0, status: str = "ok", **extra: Any) -> dict:
+    """A runs/<id>.json record as the runner writes it (RunResult as a dict); `extra` keys
+    are added at the top level (ps, idle_ratio, topology, ...)."""
+    rec = {
+        "run_id": run_id, "schema_version": 1, "backend": "userspace", "strategy": strategy, "model": model,
+        "batch_size": batch, "workers": workers, "repeat": repeat, "warmup_steps": 2, "status": status,
+        "error": "" if status == "ok" else "no the next step within 1s",
+        "profile": {"name": "p", "delay_us": int(delay_ms * 1000), "jitter_us": 0, "loss": loss_pct / 100,
+                    "rate_bps": None if rate_mbit is None else int(rate_mbit * 1e6)},
+        "stats": None if ips is None else {"images_per_sec": ips, "steps": 5, "mean_s": batch * workers / ips},
+        "events": [], "per_worker_images_per_sec": [],
+    }
+    rec.update(extra)
+    return rec
+
+
+def write_results(directory: Path, records: Iterable[dict], csv_columns: dict[str, dict[str, Any]] | None = None) -> Path:
+    """runs/<id>.json for every record; with `csv_columns` ({run_id: {column: value}}) a
+    results.csv holding run_id and those columns, as a newer netbench may add them."""
+    (directory / "runs").mkdir(parents=True)
+    for rec in records:
+        (directory / "runs" / f"{rec['run_id']}.json").write_text(json.dumps(rec))
+    if csv_columns:
+        names = ["run_id", *dict.fromkeys(k for row in csv_columns.values() for k in row)]
+        with open(directory / "results.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=names, restval="")
+            writer.writeheader()
+            writer.writerows({"run_id": rid, **row} for rid, row in csv_columns.items())
+    return directory
+
+
+def two_by_two(directory: Path, repetitions: int = 2) -> Path:
+    """Issue 25's design: ps 1+1, mlp, batch 32/256 x loss 0/1 %, `repetitions` each; the
+    batch-256 runs at 1 % loss spread widely (as on a shared 2-core machine)."""
+    base = {(32, 0): (410.0, 396.0, 402.0), (32, 1): (380.0, 301.0, 352.0),
+            (256, 0): (3050.0, 2890.0, 2960.0), (256, 1): (2900.0, 1150.0, 2100.0)}
+    idle = {(32, 0): 0.18, (32, 1): 0.31, (256, 0): 0.05, (256, 1): 0.22}
+    records, i = [], 0
+    for (batch, loss), values in base.items():
+        for rep in range(repetitions):
+            records.append(record(f"r{i:03d}", strategy="ps", workers=1, batch=batch, loss_pct=loss, repeat=rep,
+                                  ips=values[rep % 3] * (1 + rep // 3 * 0.01), ps=1,
+                                  idle_ratio=idle[batch, loss] + rep * 0.03))
+            i += 1
+    return write_results(directory, records)
+
+
+def demo_latency(directory: Path) -> Path:
+    """`make demo`'s sweep: allreduce, 2 workers, mlp, latency 1/10/100 ms, one run each."""
+    records = [record(f"r{i:03d}", delay_ms=d, batch=64, ips=v)
+               for i, (d, v) in enumerate(((1, 2480.0), (10, 1390.0), (100, 212.0)))]
+    return write_results(directory, records)
+
+
+def topology_scale(directory: Path, repetitions: int = 3) -> Path:
+    """A topology scale sweep: two-regions at scale 1/2/4, `repetitions` each, allreduce on 2 workers."""
+    records, i = [], 0
+    for scale, value in ((1.0, 900.0), (2.0, 520.0), (4.0, 280.0)):
+        for rep in range(repetitions):
+            topo = {"name": "two-regions", "scale": scale, "links": []}
+            records.append({**record(f"r{i:03d}", ips=value * (1 + 0.04 * ((rep % 3) - 1)), repeat=rep,
+                                     topology=topo), "profile": None})
+            i += 1
+    return write_results(directory, records)
