@@ -357,7 +357,7 @@ def runs_table(observations: Sequence[Observation]) -> Table:
 
 
 def groups_table(groups: Sequence[Group], confidence: float) -> Table:
-    from netbench.report.groups import varying
+    from netbench.report.groups import ordered, varying
     from netbench.report.summary import interval_text, level_text
     from netbench.stats import MIN_RUNS
 
@@ -366,7 +366,7 @@ def groups_table(groups: Sequence[Group], confidence: float) -> Table:
                         f"{confidence:.0%} interval (log-scale t; under {MIN_RUNS} runs: the runs)")
     for col in (*shown, "n", "geo. mean", "interval", "timeouts", "failed"):
         table.add_column(col)
-    for g in groups:
+    for g in ordered(groups):
         mean, ci = interval_text(g.interval, runs=g.values)
         table.add_row(*(escape(level_text(s, g.get(s))) for s in shown), str(len(g.values)), mean, ci, str(g.timeouts),
                       str(g.failed))

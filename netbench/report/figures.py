@@ -71,6 +71,12 @@ def value_scale(values: Iterable[float]) -> str:
     return "log" if positive and max(positive) / min(positive) >= 10 else "linear"
 
 
+def strategy_text(g: Group) -> str:
+    """A strategy with the setting that makes it what it is: 'ps (1 ps)', 'allreduce-accum (k=4)'."""
+    extra = {"allreduce-accum": f" (k={g.get('accum_steps')})", "ps": f" ({g.get('ps')} ps)"}
+    return str(g.get("strategy")) + extra.get(str(g.get("strategy")), "")
+
+
 def is_numeric(levels: Iterable[Any]) -> bool:
     """Whether a factor's levels go on a numeric axis (numbers, not names; bandwidth's
     None, unlimited, has no place on one)."""
@@ -95,11 +101,16 @@ def points_for(groups: Sequence[Group], measure: Measure, x: str, confidence: fl
     """The points of `measure` against factor `x`: one per group with a level of `x` and a
     value or a timeout; series are the other factors that vary (but `panel`)."""
     picked = [g for g in groups if g.get(x) is not None and (measure.values(g) or g.timeouts)]
-    series = [s for s in varying(picked) if s not in (x, panel)]
+    # along strategy, a strategy's own settings (ps count, k) are part of the level, not a series
+    own = ("ps", "accum_steps") if x == "strategy" else ()
+    series = [s for s in varying(picked) if s not in (x, panel, *own)]
     out = []
     for g in picked:
         i = measure.interval(g, confidence)
-        out.append(Point(panel=str(g.get(panel)), series=series_label(g, series), x=g.get(x),
+        level = g.get(x) if not own else strategy_text(g)
+        # one series along strategy: no legend entry (series_label would name the strategy)
+        label = series_label(g, series) if series or not own else "_nolegend_"
+        out.append(Point(panel=str(g.get(panel)), series=label, x=level,
                          centre=None if i is None else i.mean, low=None if i is None else i.low,
                          high=None if i is None else i.high, runs=tuple(measure.values(g)), timeouts=g.timeouts,
                          companion=measure.companion_value(g)))
@@ -129,10 +140,13 @@ def build_figure(points: Sequence[Point], *, x_label: str, y_label: str, title: 
     fig.suptitle("\n".join(textwrap.wrap(title, width=60 * len(panels))), fontsize=11)
     labels = list(dict.fromkeys(p.series for p in points))
     numeric = is_numeric({p.x for p in points})
-    every = [v for p in points for v in (p.centre, p.low, p.high, p.companion, *p.runs) if v is not None]
-    log_y = log_ok and value_scale(every) == "log"
+    # one y scale for every panel (log where any panel's values span 10x), so they compare at a glance
+    log_y = log_ok and any(value_scale(v for p in points if p.panel == name
+                                       for v in (p.centre, p.low, p.high, p.companion, *p.runs) if v is not None)
+                           == "log" for name in panels)
     for ax, name in zip(axes, panels):
         mine = [p for p in points if p.panel == name]
+        every = [v for p in mine for v in (p.centre, p.low, p.high, p.companion, *p.runs) if v is not None]
         (_draw_lines if numeric else _draw_bars)(fig, ax, mine, labels, log_y)
         if reference is not None:
             ax.axhline(reference, color="grey", linestyle="--", linewidth=1, label="ideal")

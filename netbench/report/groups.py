@@ -75,6 +75,15 @@ def group_observations(observations: Iterable[Observation], confidence: float = 
     return groups
 
 
+def ordered(groups: Iterable[Group]) -> list[Group]:
+    """Groups sorted by their factor levels, in FACTORS order (numbers before names, None last)."""
+    def key(g: Group) -> tuple:
+        return tuple((v is None, not isinstance(v, (int, float)), v if isinstance(v, (int, float)) else str(v))
+                     for _, v in g.factors)
+
+    return sorted(groups, key=key)
+
+
 def varying(items: Iterable[Observation | Group], names: Sequence[str] = FACTORS) -> list[str]:
     """The factors that take more than one value across `items`."""
     items = list(items)

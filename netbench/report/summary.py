@@ -10,9 +10,9 @@ from typing import Any, Mapping, Sequence
 
 from netbench.experiment.store import ResultStore
 from netbench.report.document import Block, Figure, Heading, Paragraph, Table, to_html, to_markdown
-from netbench.report.figures import efficiency_figure, metric_figure
+from netbench.report.figures import efficiency_figure, metric_figure, strategy_text
 from netbench.report.groups import NETWORK, REFERENCE_STRATEGY, Efficiency, Group, baseline_slice, \
-    group_observations, networked, scaling_efficiency, slowdown, speedups, varying
+    group_observations, networked, ordered, scaling_efficiency, slowdown, speedups, varying
 from netbench.report.load import Observation, load_observations
 from netbench.report.measures import REPORTED
 from netbench.stats import MIN_RUNS, Interval, t_quantile
@@ -42,7 +42,9 @@ def interval_text(i: Interval | None, digits: int = 1, runs: Sequence[float] = (
     if i is None:
         return "-", "-"
     if i.low is None:
-        return f"{i.mean:,.{digits}f}", ("runs: " + ", ".join(f"{v:,.{digits}f}" for v in runs)) if runs else "-"
+        if len(runs) < 2:
+            return f"{i.mean:,.{digits}f}", "none (one run)" if runs else "-"
+        return f"{i.mean:,.{digits}f}", "runs: " + ", ".join(f"{v:,.{digits}f}" for v in runs)
     return f"{i.mean:,.{digits}f}", f"{i.low:,.{digits}f} .. {i.high:,.{digits}f}"
 
 
@@ -52,8 +54,7 @@ def ratio_text(i: Interval) -> tuple[str, str]:
 
 
 def strategy_label(g: Group) -> str:
-    extra = {"allreduce-accum": f" (k={g.get('accum_steps')})", "ps": f" ({g.get('ps')} ps)"}
-    return str(g.get("strategy")) + extra.get(g.get("strategy"), "")
+    return strategy_text(g)
 
 
 def intervals_paragraph(confidence: float) -> str:
@@ -116,7 +117,7 @@ def summary_blocks(results_dir: Path, observations: Sequence[Observation], group
     blocks += [Heading("Design points"),
                Table((*shown, "n", "geo. mean images/s", level, "timeouts"),
                      tuple((*(level_text(s, g.get(s)) for s in shown), str(len(g.values)),
-                            *interval_text(g.interval, runs=g.values), str(g.timeouts)) for g in groups))]
+                            *interval_text(g.interval, runs=g.values), str(g.timeouts)) for g in ordered(groups)))]
     if figures:
         blocks += [Heading("Figures"), *(Figure(p) for p in figures)]
     return blocks

@@ -76,3 +76,35 @@ def topology_scale(directory: Path, repetitions: int = 3) -> Path:
                                      topology=topo), "profile": None})
             i += 1
     return write_results(directory, records)
+
+
+def strategies(directory: Path, repetitions: int = 3) -> Path:
+    """One network point, three strategies on 2 workers, `repetitions` each, with a newer
+    netbench's test_accuracy column in results.csv (a categorical factor: grouped bars)."""
+    records, columns, i = [], {}, 0
+    for strategy, value, accuracy in (("allreduce", 1200.0, 0.91), ("allreduce-accum", 2600.0, 0.89),
+                                      ("ps", 800.0, 0.86)):
+        for rep in range(repetitions):
+            extra = {"ps": 1} if strategy == "ps" else {"accum_steps": 4} if strategy == "allreduce-accum" else {}
+            records.append(record(f"r{i:03d}", strategy=strategy, rate_mbit=100, repeat=rep,
+                                  ips=value * (1 + 0.05 * ((rep % 3) - 1)), **extra))
+            columns[f"r{i:03d}"] = {"test_accuracy": accuracy + 0.01 * (rep % 3)}
+            i += 1
+    return write_results(directory, records, columns)
+
+
+def predicted_latency(directory: Path, repetitions: int = 3) -> Path:
+    """Two models x latency 1/10/100 ms, `repetitions` each, results.csv with the step time a
+    model predicted (predicted_step_s) and test_accuracy; one timeout at cnn 100 ms."""
+    records, columns, i = [], {}, 0
+    for model, compute_s in (("mlp", 0.02), ("cnn", 0.2)):
+        for delay in (1, 10, 100):
+            for rep in range(repetitions):
+                step = compute_s + 4 * delay / 1000 * (1 + 0.03 * rep)
+                timed_out = model == "cnn" and delay == 100 and rep == repetitions - 1
+                records.append(record(f"r{i:03d}", model=model, delay_ms=delay, batch=64, repeat=rep,
+                                      ips=None if timed_out else 128 / step, status="timeout" if timed_out else "ok"))
+                columns[f"r{i:03d}"] = {"predicted_step_s": compute_s + 3.5 * delay / 1000,
+                                        "test_accuracy": 0.9 - delay / 1000 - 0.01 * rep, "framework": "tensorflow"}
+                i += 1
+    return write_results(directory, records, columns)
