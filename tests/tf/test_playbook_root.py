@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from netbench import report
 from netbench.testbed import netns as local
 from tests.conftest import NETBENCH, ROOT, netbench_processes
+from tests.unit.test_report_figures import outside, runs_off_their_marks
 
 pytestmark = [pytest.mark.root, pytest.mark.tf]
 
@@ -47,8 +49,14 @@ def test_smoke_playbook_runs_reports_and_resumes(clean_machine, tmp_path):
     report_out = tmp_path / "report"
     netbench("report", str(out), "--output", str(report_out))
     png = (report_out / "throughput-latency.png").read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (520, 420)
-    assert "| mlp | allreduce | 1 | 40 |" in (report_out / "report.md").read_text()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == report.PANEL_PX
+    text = (report_out / "report.md").read_text()
+    assert "| mlp | allreduce | 1 | 40 | 1 |" in text and "none (one run)" in text
+    assert (report_out / "report.html").read_text().count("data:image/png;base64,") == 1
+    # the figure of the real runs, as the renderer lays it out: everything inside, runs on their markers
+    groups = report.group_observations(report.load_observations(out))
+    fig = report.build_metric_figure(groups, report.THROUGHPUT, "latency_ms", 0.95)
+    assert outside(fig) == [] and runs_off_their_marks(fig) == []
 
     # an interrupted playbook: r000's record is lost; a second run repeats only r000
     kept = (out / "runs" / "r001.json").read_text()
