@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from click.testing import CliRunner
 
 from netbench import report
@@ -43,6 +45,45 @@ def test_t_interval_of_one_value_has_no_bounds():
     assert (interval.n, interval.mean, interval.low, interval.high) == (1, 7.5, None, None)
     with pytest.raises(ValueError):
         t_interval([])
+
+
+def test_log_t_interval_hand_computed_and_never_below_zero():
+    # logs 1, 2, 3: mean 2, s = 1, n = 3; t(0.975, 2) = 4.302653 (tables)
+    i = log_t_interval([math.e, math.e ** 2, math.e ** 3], 0.95)
+    half = 4.302653 / math.sqrt(3)
+    assert i.mean == pytest.approx(math.e ** 2)
+    assert (i.low, i.high) == (pytest.approx(math.exp(2 - half), rel=1e-6), pytest.approx(math.exp(2 + half), rel=1e-6))
+    # the 2 x 2 point: two runs 2,900 and 1,150 gave -53,674 .. 57,724 (t, 99 %); now no bounds
+    two = log_t_interval([2900.0, 1150.0])
+    assert two.low is None and two.mean == pytest.approx(math.sqrt(2900 * 1150))
+    # wide spread over 3 runs still stays positive
+    wide = log_t_interval([1.0, 1000.0, 10.0], 0.99)
+    assert 0 < wide.low < wide.mean < wide.high
+    assert log_t_interval([5.0, 6.0], min_n=2).low is not None
+    with pytest.raises(ValueError):
+        log_t_interval([1.0, 0.0, 2.0])
+
+
+def test_share_interval_stays_inside_zero_and_one():
+    from netbench.stats import share_interval
+
+    # logits of 0.2, 0.5, 0.8: -ln 4, 0, ln 4; mean 0, s = ln 4; t(0.975, 2) = 4.302653
+    i = share_interval([0.2, 0.5, 0.8], 0.95)
+    half = 4.302653 * math.log(4) / math.sqrt(3)
+    assert i.mean == pytest.approx(0.5)
+    assert (i.low, i.high) == (pytest.approx(1 / (1 + math.exp(half)), rel=1e-6),
+                               pytest.approx(1 / (1 + math.exp(-half)), rel=1e-6))
+    # a 0 among them: Student's t on the values, clipped at 0 (mean 0.1, s 0.1)
+    clipped = share_interval([0.0, 0.1, 0.2], 0.95)
+    assert clipped.low == 0.0 and clipped.high == pytest.approx(0.1 + 4.302653 * 0.1 / math.sqrt(3), rel=1e-6)
+    assert share_interval([0.3, 0.4]).low is None
+    with pytest.raises(ValueError):
+        share_interval([0.5, 1.5, 0.2])
+
+
+def test_ratio_interval_asks_for_min_n_runs_a_side():
+    assert ratio_interval([10.0, 11.0], [5.0, 5.5, 6.0], 0.95, min_n=3).low is None
+    assert ratio_interval([10.0, 11.0, 12.0], [5.0, 5.5, 6.0], 0.95, min_n=3).low > 0
 
 
 def test_groups_are_points_and_timeouts_carry_no_throughput():
@@ -280,3 +321,18 @@ def test_load_takes_settings_from_playbook_json_and_words_an_unreadable_one(tmp_
     (folder / "playbook.json").write_text("{torn")
     with pytest.raises(report.ReportError, match="playbook.json: unreadable"):
         report.load_observations(folder)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(1e-3, 1e6), min_size=1, max_size=8), st.lists(st.floats(0, 1), min_size=1, max_size=8),
+       st.sampled_from([0.8, 0.95, 0.99]))
+def test_intervals_keep_to_their_domain_for_any_runs(positive, shares, level):
+    from netbench.stats import share_interval
+
+    for i, low_bound, high_bound in ((log_t_interval(positive, level), 0.0, math.inf),
+                                     (share_interval(shares, level), 0.0, 1.0)):
+        if i.low is None:
+            assert i.n < 3
+        else:
+            assert low_bound <= i.low <= i.mean * (1 + 1e-9)
+            assert i.mean <= i.high * (1 + 1e-9) and i.high <= high_bound
