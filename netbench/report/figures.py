@@ -158,6 +158,8 @@ def build_figure(points: Sequence[Point], *, x_label: str, y_label: str, title: 
             ax.yaxis.set_minor_formatter(NullFormatter())
         elif min(every, default=0) >= 0:
             ax.set_ylim(bottom=0)
+        if reference is not None:  # the reference line in view with room above it, not on the frame
+            ax.set_ylim(top=max(ax.get_ylim()[1], 1.1 * reference))
         ax.set_title(f"{panel_name} {name}", fontsize=10)
         ax.set_xlabel(x_label + (f" ({ax.get_xscale()} scale)" if ax.get_xscale() != "linear" else ""), fontsize=9)
         ax.set_ylabel(y_label + (" (log scale)" if log_y else ""), fontsize=9)

@@ -336,3 +336,15 @@ def test_intervals_keep_to_their_domain_for_any_runs(positive, shares, level):
         else:
             assert low_bound <= i.low <= i.mean * (1 + 1e-9)
             assert i.mean <= i.high * (1 + 1e-9) and i.high <= high_bound
+
+
+def test_report_level_flag_states_its_level_and_refuses_a_fraction_of_one(tmp_path):
+    from tests.unit.report_designs import two_by_two
+
+    folder = two_by_two(tmp_path / "r", repetitions=3)
+    result = CliRunner().invoke(cli.main, ["report", str(folder), "--level", "90"])
+    assert result.exit_code == 0, result.output
+    assert "90% interval" in result.output and "90% interval" in (folder / "report" / "report.md").read_text()
+    assert (folder / "report" / "report.html").is_file()
+    refused = CliRunner().invoke(cli.main, ["report", str(folder), "--level", "100"])
+    assert refused.exit_code == 2 and "--level" in refused.output

@@ -197,7 +197,7 @@ def test_scaling_efficiency_figure(tmp_path):
     groups = groups_of(designs.write_results(tmp_path / "r", records))
     fig = report.build_efficiency_figure(report.scaling_efficiency(groups, LEVEL), LEVEL)
     looks_right(fig, 2)
-    assert all(ax.get_ylim()[1] > 100 for ax in fig.axes)  # the ideal line is in view
+    assert all(ax.get_ylim()[1] >= 110 for ax in fig.axes)  # the ideal line is in view, off the frame
 
 
 def test_write_report_draws_what_the_folder_holds_and_one_html_page_embeds_it(tmp_path):
