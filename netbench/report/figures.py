@@ -215,8 +215,9 @@ def _draw_lines(fig, ax, points: Sequence[Point], labels: Sequence[str], log_y: 
         _timeouts(ax, [p.x for p in mine for _ in range(p.timeouts)],
                   blended_transform_factory(ax.transData + offsets[i], ax.transAxes))
     # artists drawn through an offset transform do not widen the data limits: give them the values
-    ax.update_datalim([(p.x, v) for p in points for v in (p.centre, p.low, p.high, p.companion, *p.runs)
-                       if v is not None] or [(p.x, 0) for p in points])
+    values = [(p.x, v) for p in points for v in (p.centre, p.low, p.high, p.companion, *p.runs) if v is not None]
+    anchor = values[0][1] if values else 1.0  # a level with only timeouts still needs its place on x
+    ax.update_datalim(values + [(p.x, anchor) for p in points])
     ax.autoscale_view()
     ax.set_xticks(levels, [f"{v:g}" for v in levels])
     ax.xaxis.set_minor_locator(NullLocator())  # the levels are the ticks
@@ -250,6 +251,7 @@ def _draw_bars(fig, ax, points: Sequence[Point], labels: Sequence[str], log_y: b
         _timeouts(ax, [where[id(p)] for p in mine for _ in range(p.timeouts)],
                   blended_transform_factory(ax.transData, ax.transAxes))
     ax.set_xticks(range(len(levels)), [str(v) for v in levels])
+    ax.set_xlim(-0.5, len(levels) - 0.5)  # every level in view, a bar's or a timeout's
 
 
 def _timeouts(ax, xs: Sequence[float], transform) -> None:

@@ -226,3 +226,15 @@ def test_the_summary_shows_runs_instead_of_an_interval_and_states_the_level_once
     assert text.count("fewer than 3 runs has no interval") == 1 and "90% interval" in text
     assert "--isolate) each run is its own launch" not in text and "by default the job's processes start once" in text
     assert not re.search(r"\| -[0-9]", text)  # no negative number in any table
+
+
+def test_a_level_where_every_run_timed_out_is_still_on_the_axis(tmp_path):
+    records = [designs.record(f"r{i:03d}", delay_ms=d, repeat=rep, ips=None if d == 1000 else 2000 / (1 + d / 10),
+                              status="timeout" if d == 1000 else "ok")
+               for i, (d, rep) in enumerate((d, r) for d in (1, 10, 100, 1000) for r in range(3))]
+    fig = report.build_metric_figure(groups_of(designs.write_results(tmp_path / "r", records)), report.THROUGHPUT,
+                                     "latency_ms", LEVEL)
+    looks_right(fig, 1)  # the three crosses at 1000 ms inside the axes
+    crosses = [c for c in fig.axes[0].collections if c.get_gid() == "timeout"]
+    assert len(crosses) == 1 and len(crosses[0].get_offsets()) == 3
+    assert fig.axes[0].get_xlim()[1] > 1000
