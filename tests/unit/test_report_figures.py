@@ -6,17 +6,20 @@ their own marker or bar, and no interval reaches below zero. report.html carries
 from __future__ import annotations
 
 import base64
+import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 matplotlib = pytest.importorskip("matplotlib")
 
-from matplotlib.collections import Collection, LineCollection  # noqa: E402
+from matplotlib.collections import Collection, LineCollection, PathCollection  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
+from matplotlib.transforms import Bbox  # noqa: E402
 
 from netbench import report  # noqa: E402
 from tests.unit import report_designs as designs  # noqa: E402
@@ -48,9 +51,12 @@ def outside(fig) -> list[str]:
             continue
         if artist is fig.patch or id(artist) in axes_parts:
             continue
-        extent = artist.get_window_extent(renderer)
-        if extent.width == 0 and extent.height == 0 and not isinstance(artist, Text):
+        extent = extent_of(artist, renderer)
+        if extent is None:
             continue  # an empty line (a legend handle with no data)
+        if not all(math.isfinite(v) for v in extent.extents):
+            bad.append(f"{type(artist).__name__} {artist.get_gid()!r}: the renderer cannot place it")
+            continue
         if (extent.x0 < box.x0 - 1 or extent.y0 < box.y0 - 1 or extent.x1 > box.x1 + 1 or extent.y1 > box.y1 + 1):
             bad.append(f"{type(artist).__name__} {artist.get_gid() or getattr(artist, 'get_text', lambda: '')()!r} "
                        f"at {extent} outside the figure {box}")
@@ -60,6 +66,30 @@ def outside(fig) -> list[str]:
                     or extent.y1 > axes.y1 + 1):
                 bad.append(f"{artist.get_gid()} at {extent} outside its axes {axes}")
     return bad
+
+
+def extent_of(artist, renderer):
+    """Where `artist` lands, in pixels; None for an empty one. A scatter's extent is taken
+    from its points (their display positions and marker size) and whiskers' from their
+    segments: matplotlib returns no extent for collections drawn through an offset or a
+    blended transform (x in data, y in axes units)."""
+    if isinstance(artist, PathCollection):
+        if not len(artist.get_offsets()):
+            return None
+        xy = artist.get_offset_transform().transform(artist.get_offsets())
+        radius = math.sqrt(max(artist.get_sizes(), default=0)) / 2 * artist.figure.dpi / 72
+        return Bbox.from_extents(xy[:, 0].min() - radius, xy[:, 1].min() - radius,
+                                 xy[:, 0].max() + radius, xy[:, 1].max() + radius)
+    if isinstance(artist, LineCollection):  # whiskers: their segments, through their own transform
+        segments = [seg for seg in artist.get_segments() if len(seg)]
+        if not segments:
+            return None
+        xy = artist.get_transform().transform(np.concatenate(segments))
+        return Bbox.from_extents(xy[:, 0].min(), xy[:, 1].min(), xy[:, 0].max(), xy[:, 1].max())
+    extent = artist.get_window_extent(renderer)
+    if extent.width == 0 and extent.height == 0 and not isinstance(artist, Text):
+        return None
+    return extent
 
 
 def display_x(artist) -> list[float]:
