@@ -145,6 +145,11 @@ def log_t_interval(values: Sequence[float], confidence: float = 0.95, min_n: int
                     confidence=confidence)
 
 
+def _expit(z: float) -> float:
+    """1 / (1 + e^-z) without overflow at either end."""
+    return 1 / (1 + math.exp(-z)) if z >= 0 else math.exp(z) / (1 + math.exp(z))
+
+
 def share_interval(values: Sequence[float], confidence: float = 0.95, min_n: int = MIN_RUNS) -> Interval:
     """Mean of shares in [0, 1] (idleness, accuracy) with an interval inside [0, 1]: a t
     interval on the values' logits mapped back when every value lies strictly inside,
@@ -161,7 +166,7 @@ def share_interval(values: Sequence[float], confidence: float = 0.95, min_n: int
     if 0 < min(values) and max(values) < 1:
         logits = [math.log(v / (1 - v)) for v in values]
         centre, half = statistics.fmean(logits), t * statistics.stdev(logits) / math.sqrt(n)
-        low, high = (1 / (1 + math.exp(-(centre + d))) for d in (-half, half))
+        low, high = (_expit(centre + d) for d in (-half, half))
     else:
         half = t * statistics.stdev(values) / math.sqrt(n)
         low, high = max(0.0, mean - half), min(1.0, mean + half)
