@@ -207,7 +207,8 @@ def _draw_lines(fig, ax, points: Sequence[Point], labels: Sequence[str], log_y: 
                         fmt="none", ecolor=colour, elinewidth=1.2, capsize=3, transform=shift, gid="interval")
         runs = [(p.x, v) for p in drawn for v in p.runs]
         if runs:
-            ax.scatter(*zip(*runs), s=9, color="black", zorder=3, transform=shift, gid="runs")
+            ax.scatter(*zip(*runs), s=14, color=colour, edgecolors="black", linewidths=0.6, zorder=3,
+                       transform=shift, gid="runs")
         predicted = [p for p in mine if p.companion is not None]
         if predicted:
             ax.plot([p.x for p in predicted], [p.companion for p in predicted], linestyle="--", color=colour,
