@@ -475,17 +475,25 @@ def doctor_cmd(as_json: bool, no_tensorflow: bool, inventory, insecure_host_keys
 
 
 @click.command("reset")
+@click.option("--all-namespaces", is_flag=True,
+              help="Also remove testbed namespaces (netbench-sw, netbench-n*) that this state folder's journal "
+                   "did not record, and every process in them: another state folder's testbed, perhaps in use.")
 @handle_errors
 @inventory_options
-def reset_cmd(inventory, insecure_host_keys) -> None:
-    """Remove everything netbench made: qdiscs, iptables rules, delay engines, TF processes,
-    namespaces, veths and the bridge. Works after a crash; safe to run twice.
+def reset_cmd(all_namespaces: bool, inventory, insecure_host_keys) -> None:
+    """Remove everything netbench recorded in its journal: qdiscs, iptables rules, delay
+    engines, TF processes, namespaces, veths and the bridge. Works after a crash; safe to
+    run twice. A testbed namespace the journal did not record is left alone (with a
+    warning) unless --all-namespaces asks for it.
 
     Example: netbench reset
     """
     check_local_flags(inventory, insecure_host_keys)
+    if inventory is not None and all_namespaces:  # before connecting to any host
+        raise UsageError("flag --all-namespaces: only without --inventory",
+                         hint="a host never removes namespaces; it undoes its own journal")
     if inventory is None:
         common.require_root()
     with open_target(inventory, insecure_host_keys) as target:
-        removed = target.reset(warn=console.warning)
+        removed = target.reset(warn=console.warning, all_namespaces=all_namespaces)
         render.removed(target.kind, removed)

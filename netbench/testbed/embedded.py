@@ -117,14 +117,15 @@ class EmbeddedTestbed:
         self.held_pairs = pairs_from_rows(rows, topology)
         return {"nodes": rows} if self.held_pairs is None else {"nodes": rows, "pairs": self.held_pairs.to_json()}
 
-    def reset(self, warn: Callable[[str], None]) -> dict[str, list[str]]:
-        """Undo every journal entry, under the lock (never while a command is making changes)."""
+    def reset(self, warn: Callable[[str], None], all_namespaces: bool = False) -> dict[str, list[str]]:
+        """Undo every journal entry, under the lock (never while a command is making changes);
+        `all_namespaces`: also the testbed namespaces the journal did not record."""
         from netbench.state.reset import reset
 
         if self._commands is not None:  # its sockets would keep the removed namespaces alive
             self._commands.close()
         with Lock(self.journal.dir):
-            return {EMBEDDED: reset(self.journal, warn=warn)}
+            return {EMBEDDED: reset(self.journal, warn=warn, all_namespaces=all_namespaces)}
 
     def doctor(self, tensorflow: bool):
         """This machine's checks (experiment.doctor.Report)."""

@@ -301,13 +301,17 @@ class HostsTestbed:
         self.held_pairs = hosts_pairs(shown["hosts"], remote.hosts_topology(self.inventory))
         return shown if self.held_pairs is None else {**shown, "pairs": self.held_pairs.to_json()}
 
-    def reset(self, warn: Callable[[str], None]) -> dict[str, list[str]]:
+    def reset(self, warn: Callable[[str], None], all_namespaces: bool = False) -> dict[str, list[str]]:
         """Each host's journal undone (host -> what it removed), then this controller's own
-        leftovers (a killed sweep's metrics target file) under base.EMBEDDED."""
+        leftovers (a killed sweep's metrics target file) under base.EMBEDDED. A host never
+        removes namespaces: `all_namespaces` is refused."""
         from netbench.metrics.exporter import remove_stale_targets, targets_dir
         from netbench.remote import controller as remote
         from netbench.testbed.base import EMBEDDED
 
+        if all_namespaces:
+            raise UsageError("flag --all-namespaces: only without --inventory",
+                             hint="a host never removes namespaces; it undoes its own journal")
         removed = remote.reset_inventory(self.inventory, self.conns)
         return {**removed, EMBEDDED: list(remove_stale_targets(targets_dir()))}
 

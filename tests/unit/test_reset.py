@@ -103,3 +103,51 @@ def test_scratch_namespaces_are_stale_only_once_their_maker_is_gone(monkeypatch,
              "netbench-doctor-1", "nbscratch-doctor-x"]
     monkeypatch.setattr(pnetns, "listnetns", lambda *args, **kwargs: names)
     assert local.stale_scratch_netns() == sorted([names[0], names[2]])
+
+
+def _fake_namespaces(monkeypatch, names: list[str]) -> list[str]:
+    """/run/netns as `names` (none the host's own); removing one only records its name."""
+    from netbench.testbed import netns as local
+
+    present = list(names)
+    gone: list[str] = []
+
+    def remove(name):
+        if name not in present:
+            return False
+        present.remove(name)
+        gone.append(name)
+        return True
+
+    monkeypatch.setattr(pnetns, "listnetns", lambda *args, **kwargs: list(present))
+    monkeypatch.setattr(proc, "is_host_netns", lambda name: False)
+    monkeypatch.setattr(proc, "pids_in_netns", lambda name: [])
+    monkeypatch.setattr(local, "remove_netns", remove)
+    return gone
+
+
+def test_reset_leaves_testbed_namespaces_its_journal_did_not_record(journal, monkeypatch):
+    """Another state folder's testbed (perhaps live: removing a namespace stops every process
+    in it) is left alone, with a warning naming the flag that removes it; what this journal
+    recorded goes."""
+    gone = _fake_namespaces(monkeypatch, ["netbench-sw", "netbench-n1", "netbench-n2", "other"])
+    journal.record("netns", name="netbench-n2")
+    warnings: list[str] = []
+    removed = reset(journal, warn=warnings.append)
+    assert gone == ["netbench-n2"] and removed == ["namespace netbench-n2"]
+    assert sorted(w.split()[1] for w in warnings) == ["netbench-n1", "netbench-sw"]
+    assert all("left alone" in w and "--all-namespaces" in w for w in warnings)
+    assert reset(journal, warn=warnings.append, all_namespaces=True) == ["namespace netbench-n1",
+                                                                          "namespace netbench-sw"]
+    assert sorted(gone) == ["netbench-n1", "netbench-n2", "netbench-sw"]  # never 'other'
+
+
+def test_all_namespaces_is_refused_with_an_inventory(tmp_path):
+    from click.testing import CliRunner
+
+    from netbench.cli.app import main
+
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text("hosts: []\n")
+    result = CliRunner().invoke(main, ["reset", "--all-namespaces", "--inventory", str(inventory)])
+    assert result.exit_code == 2 and "--all-namespaces" in result.output and "only without --inventory" in result.output
