@@ -19,7 +19,7 @@ from netbench.cli import common, render, render_pairs
 from netbench.cli.common import (BACKEND_CHOICES, apply_remote_options, check_local_flags, handle_errors,
                                  inventory_options, profile_options)
 from netbench.cli.types import FiniteFloatRange
-from netbench.errors import NetbenchError, UsageError, VerifyFailed
+from netbench.errors import NetbenchError, ResetIncomplete, UsageError, VerifyFailed
 from netbench.model.profile import load_profile, profile_from_flags
 from netbench.testbed.base import common_profile
 from netbench.testbed.targets import open_target
@@ -475,25 +475,26 @@ def doctor_cmd(as_json: bool, no_tensorflow: bool, inventory, insecure_host_keys
 
 
 @click.command("reset")
-@click.option("--all-namespaces", is_flag=True,
-              help="Also remove testbed namespaces (netbench-sw, netbench-n*) that this state folder's journal "
-                   "did not record, and every process in them: another state folder's testbed, perhaps in use.")
+@click.option("--all-namespaces", is_flag=True, help="Also remove testbed namespaces this state folder's "
+              "journal did not record (another state folder's testbed, perhaps in use) and every process in them.")
 @handle_errors
 @inventory_options
 def reset_cmd(all_namespaces: bool, inventory, insecure_host_keys) -> None:
-    """Remove everything netbench recorded in its journal: qdiscs, iptables rules, delay
-    engines, TF processes, namespaces, veths and the bridge. Works after a crash; safe to
-    run twice. A testbed namespace the journal did not record is left alone (with a
-    warning) unless --all-namespaces asks for it.
+    """Remove everything netbench recorded in its journal: qdiscs, iptables rules, delay engines,
+    TF processes, namespaces, veths and the bridge. Works after a crash; safe to run twice. A
+    testbed namespace the journal did not record stays unless --all-namespaces asks for it.
 
     Example: netbench reset
     """
     check_local_flags(inventory, insecure_host_keys)
-    if inventory is not None and all_namespaces:  # before connecting to any host
-        raise UsageError("flag --all-namespaces: only without --inventory",
-                         hint="a host never removes namespaces; it undoes its own journal")
+    if inventory is not None and all_namespaces:  # refused before connecting to any host
+        raise UsageError("flag --all-namespaces: only without --inventory (a host never removes namespaces)")
     if inventory is None:
         common.require_root()
     with open_target(inventory, insecure_host_keys) as target:
-        removed = target.reset(warn=console.warning, all_namespaces=all_namespaces)
+        try:
+            removed = target.reset(warn=console.warning, all_namespaces=all_namespaces)
+        except ResetIncomplete as exc:  # what was removed is shown, then each failure, exit 1
+            render.removed(target.kind, exc.removed, complete=False)
+            raise
         render.removed(target.kind, removed)

@@ -23,7 +23,7 @@ from netbench import __version__
 from netbench.emulation import changes as ch
 from netbench.emulation.backends import get_backend
 from netbench.emulation.wire import plan_to_json
-from netbench.errors import BackendUnavailable, NetbenchError, TestbedError, UsageError
+from netbench.errors import BackendUnavailable, NetbenchError, ResetIncomplete, TestbedError, UsageError
 from netbench.remote.inventory import Host, Inventory
 from netbench.model.pairs import PairTopology
 from netbench.model.profile import Profile
@@ -285,10 +285,16 @@ def apply_inventory(inventory: Inventory, conns: Sequence[HostConnection], plann
 
 
 def reset_inventory(inventory: Inventory, conns: Sequence[HostConnection]) -> dict[str, list[str]]:
+    """Every host resets its own journal, all at once: host -> what it removed. Hosts that
+    fail do not stop the others: ResetIncomplete names each (and carries the others' lines)."""
     by_name = {h.name: h for h in inventory.hosts}
     results = in_parallel(conns, lambda c: call_node(c, by_name[c.name], ["reset", "--json"]))
-    _raise_first(results)
-    return {name: r["removed"] for name, r in results.items()}  # type: ignore[index]
+    removed = {name: r["removed"] for name, r in results.items() if not isinstance(r, Exception)}  # type: ignore[index]
+    failures = [r.message if isinstance(r, NetbenchError) else f"host {name}: {r}"
+                for name, r in results.items() if isinstance(r, Exception)]
+    if failures:
+        raise ResetIncomplete(removed, failures)
+    return removed
 
 
 def show_inventory(inventory: Inventory, conns: Sequence[HostConnection]) -> dict[str, dict[str, Any]]:

@@ -17,6 +17,7 @@ from typing import Callable
 from pyroute2 import netns as pnetns
 
 from netbench import proc
+from netbench.errors import ResetIncomplete
 from netbench.state.journal import Journal
 from netbench.state.undo import UndoContext, undo
 from netbench.testbed import netns as local
@@ -33,6 +34,43 @@ def undo_entry(entry, existing: set[str], warn: Callable[[str], None] = _ignore)
     return undo(entry.kind, entry.data, UndoContext(frozenset(existing), warn))
 
 
+def _why(exc: Exception) -> str:
+    return str(getattr(exc, "message", "") or exc) or type(exc).__name__
+
+
+def _what(entry) -> str:
+    """A journal entry in a few words, for a failure line."""
+    data = entry.data
+    where = data.get("netns") or data.get("name") or ""
+    detail = data.get("pid") or data.get("ifname") or data.get("chain") or data.get("dev") or ""
+    return " ".join(str(part) for part in (entry.kind, detail, f"in {where}" if where and detail else where) if part)
+
+
+def undo_each(journal: Journal, entries, existing: set[str], warn: Callable[[str], None],
+              failures: list[str]) -> list[str]:
+    """Undo `entries` in order, each marked done once undone; one that fails is added to
+    `failures` (and stays journaled, for the next reset) and the rest still go."""
+    removed: list[str] = []
+    for entry in entries:
+        try:
+            line = undo_entry(entry, existing, warn)
+        except Exception as exc:  # noqa: BLE001 - whatever one undo raises, the others still run
+            failures.append(f"{_what(entry)}: {_why(exc)}")
+            continue
+        if line:
+            removed.append(line)
+        journal.done(entry)
+    return removed
+
+
+def _guarded(failures: list[str], what: str, fn, *args) -> list[str]:
+    try:
+        return list(fn(*args))
+    except Exception as exc:  # noqa: BLE001 - reported, and the reset goes on
+        failures.append(f"{what}: {_why(exc)}")
+        return []
+
+
 def _remove_netns(name: str) -> list[str]:
     pids = proc.pids_in_netns(name)
     if local.remove_netns(name):
@@ -44,19 +82,16 @@ def reset(journal: Journal, warn: Callable[[str], None] = _ignore, all_namespace
     """Remove everything `journal` recorded; returns one line per thing removed. `warn` gets a
     line for each thing left alone on purpose and each journal line that could not be read.
     `all_namespaces`: also every testbed namespace the journal did not record (and every
-    process in it), whichever state folder made it."""
-    removed: list[str] = []
+    process in it), whichever state folder made it. Something that cannot be removed does
+    not stop the rest: ResetIncomplete at the end names each failure (and carries `removed`)."""
+    failures: list[str] = []
     existing = set(pnetns.listnetns())
-    for entry in reversed(journal.pending()):
-        line = undo_entry(entry, existing, warn)
-        if line:
-            removed.append(line)
-        journal.done(entry)
+    removed = undo_each(journal, list(reversed(journal.pending())), existing, warn, failures)
     for name in local.stale_scratch_netns():  # a doctor's or probe's, its maker gone: no one's testbed
-        removed += _remove_netns(name)
+        removed += _guarded(failures, f"namespace {name}", _remove_netns, name)
     for name in local.list_netbench_netns():  # not in this journal: another state folder's testbed?
         if all_namespaces:
-            removed += _remove_netns(name)
+            removed += _guarded(failures, f"namespace {name}", _remove_netns, name)
         else:
             warn(f"namespace {name} left alone: this state folder's journal ({journal.dir}) did not record "
                  "it (another state folder's testbed, perhaps in use); 'netbench reset --all-namespaces' "
@@ -66,7 +101,10 @@ def reset(journal: Journal, warn: Callable[[str], None] = _ignore, all_namespace
     shutil.rmtree(journal.dir / "engines", ignore_errors=True)
     from netbench.metrics.exporter import remove_stale_targets, targets_dir
 
-    removed += remove_stale_targets(targets_dir(journal.dir))  # a killed controller's file_sd target
+    # a killed controller's file_sd target
+    removed += _guarded(failures, "metrics target files", remove_stale_targets, targets_dir(journal.dir))
     for line in journal.compact():
         warn(line)
+    if failures:
+        raise ResetIncomplete(removed, failures)
     return removed

@@ -14,7 +14,7 @@ from netbench.emulation import backends, changes as ch
 from netbench.emulation.executor import BackendChoice, choose_backend, real_executor
 from netbench.emulation.held import held_from_entries
 from netbench.experiment.verify import verify_point
-from netbench.errors import TestbedError
+from netbench.errors import ResetIncomplete, TestbedError
 from netbench.testbed.base import EMBEDDED, Planned
 from netbench.jobs.launch import LocalSpawner
 from netbench.state.journal import Journal, Lock
@@ -125,7 +125,11 @@ class EmbeddedTestbed:
         if self._commands is not None:  # its sockets would keep the removed namespaces alive
             self._commands.close()
         with Lock(self.journal.dir):
-            return {EMBEDDED: reset(self.journal, warn=warn, all_namespaces=all_namespaces)}
+            try:
+                return {EMBEDDED: reset(self.journal, warn=warn, all_namespaces=all_namespaces)}
+            except ResetIncomplete as exc:
+                exc.removed = {EMBEDDED: exc.removed}
+                raise
 
     def doctor(self, tensorflow: bool):
         """This machine's checks (experiment.doctor.Report)."""

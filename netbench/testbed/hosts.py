@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from netbench.emulation.executor import BackendChoice
-from netbench.errors import NetbenchError, UsageError
+from netbench.errors import NetbenchError, ResetIncomplete, UsageError
 from netbench.remote.inventory import Host, Inventory
 from netbench.model.job import COORDINATOR, PS, JobSpec, Task, nodes_needed, placement
 from netbench.jobs.launch import TaskLost, Timeouts, copy_to_log, log_tail
@@ -312,7 +312,11 @@ class HostsTestbed:
         if all_namespaces:
             raise UsageError("flag --all-namespaces: only without --inventory",
                              hint="a host never removes namespaces; it undoes its own journal")
-        removed = remote.reset_inventory(self.inventory, self.conns)
+        try:
+            removed = remote.reset_inventory(self.inventory, self.conns)
+        except ResetIncomplete as exc:  # the controller's own leftovers still go
+            exc.removed = {**exc.removed, EMBEDDED: list(remove_stale_targets(targets_dir()))}
+            raise
         return {**removed, EMBEDDED: list(remove_stale_targets(targets_dir()))}
 
     def doctor(self, tensorflow: bool) -> HostsReport:

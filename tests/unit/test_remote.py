@@ -18,7 +18,7 @@ from netbench.remote import controller as remote
 from netbench.cli.app import main
 from netbench.emulation import backends, changes as ch
 from netbench.emulation import wire
-from netbench.errors import BackendUnavailable, EmulationError, UsageError
+from netbench.errors import BackendUnavailable, EmulationError, ResetIncomplete, UsageError
 from netbench.remote.inventory import inventory_from_mapping
 from netbench.model.profile import Profile
 from netbench.state.journal import Journal
@@ -703,8 +703,10 @@ def test_any_exception_on_one_host_is_reported_naming_it_and_the_others_still_ru
     assert isinstance(results["a"], remote.RemoteError)
     assert results["a"].message == "host a: EOFError: channel closed"
     assert results["b"] == {"removed": ["qdisc"]} and b.ran(" reset ")
-    with pytest.raises(remote.RemoteError, match="^host a: EOFError: channel closed$"):
+    with pytest.raises(ResetIncomplete, match="host a: EOFError: channel closed$") as failed:
         remote.reset_inventory(INV, [a, b])
+    assert failed.value.failures == ["host a: EOFError: channel closed"]
+    assert failed.value.removed == {"b": ["qdisc"]}  # what the others removed is kept for the report
 
 
 @pytest.mark.parametrize("command, answer, problem", [
