@@ -341,3 +341,75 @@ def test_reset_removes_stale_control_files(journal):
         (engines.dir / name).write_text("")
     reset(journal)
     assert not engines.dir.exists()
+
+
+# --- hostile datagrams: refused in one line, the engine carries on -------------------------
+
+HUGE = "9" * 5000  # over Python's 4,300-digit limit for int(str): json.loads raises ValueError
+
+
+@pytest.mark.parametrize("data", [
+    b'{"op": "set", "delay_us": ' + HUGE.encode() + b'}',
+    b'{"op": "ping", "id": ' + HUGE.encode() + b'}',
+    b'{"op": "set", "delay_us": 1' + b"0" * 400 + b'}',  # 10**400 us
+    b'{"op": "set", "delay_us": 4294967296}',  # past 2**32 - 1 us
+    b'{"op": "set", "delay_us": 1, "jitter_us": 1' + b"0" * 400 + b'}',
+    b'{"op": "set", "delay_us": 1, "seed": 1' + b"0" * 400 + b'}',
+    b'{"op": "set", "delay_us": 1, "loss": 1' + b"0" * 400 + b'}',
+    b'{"op": "set", "delay_us": 1, "loss": 1e400}',
+    b'{"op": "set", "delay_us": 1, "pairs": [{"dst": "10.0.0.2", "delay_us": 1' + b"0" * 400 + b'}]}',
+    b'{"op": "set", "delay_us": 1, "pairs": [{"dst": "10.0.0.2", "rate_bps": 1' + b"0" * 400 + b'}]}',
+    b'{"op": "set", "delay_us": 1, "pairs": [{"dst": "10.0.0.2", "loss": 1' + b"0" * 400 + b'}]}',
+    b'{"op": "set", "delay_us": 1, "pairs": [{"dst": "' + b"1" * 60000 + b'"}]}',
+    b'{"op": "set", "delay_us": 1, "pairs": [{"dst": ["x"]}]}',
+    b'{"op": ' + b"[" * 100000 + b"]" * 100000 + b'}',
+    b"[" * 100000 + b"]" * 100000,
+    b'{"op": "' + b"x" * 60000 + b'"}',
+])
+def test_a_hostile_datagram_gets_a_short_refusal_and_changes_nothing(data):
+    reply, new = ec.handle_request(data, P20)
+    assert new is None and reply["ok"] is False
+    assert len(reply["error"]) < 300 and "\n" not in reply["error"]
+    assert json.loads(ec.encode(reply)) == reply  # the reply can be sent
+
+
+def test_an_id_that_cannot_be_echoed_is_dropped_from_the_reply():
+    reply, new = ec.handle_request(b'{"op": "set", "delay_us": 5, "id": 1' + b"0" * 400 + b'}', P20)
+    assert reply["ok"] is True and reply["id"] is None and new == EngineParams(5, seed=1)
+    assert ec.handle_request(b'{"op": "ping", "id": "' + b"a" * 5000 + b'"}', P20)[0]["id"] is None
+
+
+def test_the_engine_takes_whatever_a_profile_may_ask():
+    from netbench.emulation.delay_queue import DestParams
+    from netbench.model import profile
+
+    EngineParams(profile.MAX_DELAY_US, profile.MAX_JITTER_US, 1.0, 2**32 - 1)
+    DestParams("10.0.0.2", profile.MAX_DELAY_US, profile.MAX_JITTER_US, 1, profile.MAX_RATE_BPS)
+
+
+def test_a_set_the_engine_cannot_apply_is_refused_and_the_next_request_answered(tmp_path):
+    """Whatever applying a change raises, the engine answers with an error and keeps serving."""
+    control = ec.ControlSocket(str(tmp_path / "ctl.sock"))
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    client.bind(str(tmp_path / "client.sock"))
+    client.settimeout(5)
+    params = [P20]
+
+    def apply(new):
+        if new.delay_us == 666:
+            raise OverflowError("int too large to convert to float")
+        params[0] = new
+
+    try:
+        for delay in (666, 7):
+            client.sendto(json.dumps({"op": "set", "delay_us": delay, "id": delay}).encode(), control.path)
+        import select
+
+        select.select([control], [], [], 5)
+        assert ec.serve_pending(control, lambda: params[0], apply) == 1
+        first, second = (json.loads(client.recv(65536)) for _ in range(2))
+        assert first == {"ok": False, "id": 666, "error": "cannot apply: OverflowError: int too large to convert to float"}
+        assert second["ok"] is True and params[0].delay_us == 7
+    finally:
+        client.close()
+        control.close()
