@@ -259,9 +259,22 @@ class ResultStore:
         with open(self.csv_path, newline="", encoding="utf-8") as fh:
             return list(csv.DictReader(fh))
 
-    def log_dir(self, run_id: str) -> Path:
-        """Where a run's processes write their output (logs/<run id>/)."""
-        return self.logs_dir / run_id
+    def log_dir(self, name: str) -> Path:
+        """A new folder for the process logs of a run or a launch: logs/<name>/, or, when the
+        folder already holds that one (a playbook's run repeated on resume), logs/<name>.<n>/
+        with n = 2, 3, ...: one attempt's logs are never mixed with, or explained by, another's."""
+        path, attempt = self.logs_dir / name, 1
+        while path.exists():
+            attempt += 1
+            path = self.logs_dir / f"{name}.{attempt}"
+        return path
+
+    def next_launch(self) -> int:
+        """The number a new launch takes: after every launch whose logs the folder holds
+        (logs/launch<NNN>/ of an earlier session: --append, a resumed playbook)."""
+        numbers = [int(p.name[len("launch"):].split(".")[0]) for p in self.logs_dir.glob("launch*")
+                   if p.name[len("launch"):].split(".")[0].isdigit()] if self.logs_dir.is_dir() else []
+        return max(numbers, default=-1) + 1
 
     def record_paths(self) -> list[Path]:
         """Every run record (runs/<id>.json), in run id order; none for a folder without runs/."""
