@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import json
 import os
 import socket
@@ -39,7 +38,6 @@ MAX_DATAGRAM = 65536  # a table of 63 destinations is ~6 KB of JSON
 MAX_PAIRS = 4096  # destinations in one table (a testbed has at most 63 others)
 SET_FIELDS = ("delay_us", "jitter_us", "loss", "seed", "pairs")
 MAX_UNIX_PATH = 100  # sun_path is 108 bytes; longer paths go through /proc/self/fd
-_client_ids = itertools.count()
 
 
 class ControlError(ValueError):
@@ -142,17 +140,35 @@ def _short_path(path: str) -> Iterator[str]:
         os.close(fd)
 
 
+def _private_dir(near: str) -> str:
+    """A new folder only this user may enter (mode 0700, a name no one can guess) in folder
+    `near`, or in the temp folder when a socket path in `near` would be too long."""
+    private = tempfile.mkdtemp(prefix=".nb-", dir=near)
+    if len(os.fsencode(os.path.join(private, "c.sock"))) <= MAX_UNIX_PATH:
+        return private
+    os.rmdir(private)
+    return tempfile.mkdtemp(prefix="netbench-")
+
+
 def bind_unix(sock: socket.socket, path: str) -> None:
-    """Bind ``sock`` at ``path`` with mode 0600: a stale file there is removed first, and the
-    umask keeps the socket private from its creation on (no window with a wider mode)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    old = os.umask(0o177)
+    """Bind ``sock`` at ``path`` with mode 0600, with no window in which it has a wider mode
+    and no change of the umask (process-wide: it would reach files other threads create
+    meanwhile): bound in a private 0700 folder beside ``path``, made 0600 there, then
+    renamed into place (replacing a stale file). A peer finds a socket by its file, so the
+    rename keeps it reachable; only a socket others send to is bound this way (a client's
+    address, which peers reply to, stays where it was bound: see request_many)."""
+    head, _ = os.path.split(os.path.abspath(path))
+    private = tempfile.mkdtemp(prefix=".nb-", dir=head)
     try:
-        with _short_path(path) as short:
+        inner = os.path.join(private, "s")
+        with _short_path(inner) as short:
             sock.bind(short)
+        os.chmod(inner, 0o600)
+        os.replace(inner, path)
     finally:
-        os.umask(old)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(private, "s"))
+        os.rmdir(private)
 
 
 class ControlSocket:
@@ -195,9 +211,10 @@ def request(path: str, message: dict[str, Any], timeout_s: float = 1.0,
             client_dir: str | None = None) -> dict[str, Any]:
     """Send ``message`` to the engine's control socket at ``path`` and return its reply.
 
-    The client socket is bound in ``client_dir`` (default: next to ``path``; the temp dir
-    when that name would be too long for a socket address) so the engine, in any network
-    namespace, can answer; it is removed before returning. Raises
+    The client socket is bound in a private folder (mode 0700, made for this request) in
+    ``client_dir`` (default: next to ``path``; the temp dir when that name would be too long
+    for a socket address) so the engine, in any network namespace, can answer; both are
+    removed before returning. Raises
     FileNotFoundError / ConnectionRefusedError when nothing listens at ``path``,
     TimeoutError when no reply comes in ``timeout_s``.
     """
@@ -221,16 +238,16 @@ def request_many(messages: list[tuple[str, dict[str, Any]]], timeout_s: float = 
     `timeout_s` bounds the wait for each reply."""
     if not messages:
         return []
-    name = f".client-{os.getpid()}-{next(_client_ids)}.sock"
     first = messages[0][0]
-    client_path = os.path.join(client_dir or os.path.dirname(os.path.abspath(first)), name)
-    if len(os.fsencode(client_path)) > MAX_UNIX_PATH:
-        client_path = os.path.join(tempfile.gettempdir(), f"netbench{name}")
+    # a folder only this user may enter, under a name no one can guess: no one else can
+    # put a file or a link where the client binds, nor send it replies
+    private = _private_dir(client_dir or os.path.dirname(os.path.abspath(first)))
+    client_path = os.path.join(private, "c.sock")
     results: list[dict[str, Any] | BaseException | None] = [None] * len(messages)
     waiting: dict[Any, tuple[int, float]] = {}  # request id -> (index, deadline)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
-        bind_unix(sock, client_path)
+        sock.bind(client_path)
         pending = list(enumerate(messages))
         pending.reverse()
         while pending or waiting:
@@ -264,6 +281,7 @@ def request_many(messages: list[tuple[str, dict[str, Any]]], timeout_s: float = 
         sock.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(client_path)
+        os.rmdir(private)
     return results  # type: ignore[return-value]
 
 

@@ -413,3 +413,53 @@ def test_a_set_the_engine_cannot_apply_is_refused_and_the_next_request_answered(
     finally:
         client.close()
         control.close()
+
+
+# --- where sockets are bound: private folders, the umask left alone -------------------------
+
+def test_binding_never_touches_the_process_umask(tmp_path, monkeypatch, server):
+    """The umask is process-wide: changed for a moment, it would reach every file another
+    thread (a log, a record) creates meanwhile."""
+    calls = []
+    monkeypatch.setattr(os, "umask", lambda *a: calls.append(a) or 0o022)
+    path = tmp_path / "e.ctl"
+    path.write_text("stale")
+    server(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_ISSOCK(path.stat().st_mode)
+    assert ec.request(str(path), {"op": "ping", "id": 1})["ok"] is True
+    assert calls == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.ctl"]  # no private folder left
+
+
+def test_the_client_socket_of_a_long_path_is_in_a_private_folder_not_a_predictable_tmp_name(tmp_path, monkeypatch):
+    """A path too long for a socket address sent the client to /tmp under a name anyone
+    could guess (and take first): it now binds in a new 0700 folder of its own."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(ec.tempfile, "tempdir", str(temp))
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = deep / "netbench-sw-q12.ctl"
+    control = ec.ControlSocket(str(path))
+    seen = []
+
+    def engine():
+        import select
+
+        select.select([control], [], [], 5)
+        data, address = control.receive()
+        seen.append((address, stat.S_IMODE(os.stat(os.path.dirname(address)).st_mode)))
+        control.reply(address, ec.handle_request(data, P20)[0])
+
+    thread = threading.Thread(target=engine, daemon=True)
+    thread.start()
+    try:
+        assert ec.request(str(path), {"op": "ping", "id": 1})["ok"] is True
+    finally:
+        thread.join(timeout=5)
+        control.close()
+    (address, mode), = seen
+    folder = Path(address).parent
+    assert folder.parent == temp and folder.name.startswith("netbench-") and mode == 0o700
+    assert f"{os.getpid()}" not in folder.name  # not a name another user could work out
+    assert list(temp.iterdir()) == []  # the folder and the socket are gone
