@@ -15,7 +15,7 @@ import math
 import shlex
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -343,9 +343,10 @@ class LeaseKeeper:
         self.commands = {h.name: renew_command(f"{h.venv}/bin/python", h.state_dir, holder, h.sudo) for h in hosts}
         self.lost: dict[str, str] = {}
         self.failures: dict[str, str] = {}
-        self._pool = ThreadPoolExecutor(max_workers=max(1, min(RENEW_WORKERS, len(self.conns))),
-                                        thread_name_prefix="netbench-renew")
-        self._in_flight: dict[str, Future] = {}
+        # renewals run on daemon threads, RENEW_WORKERS at a time: one stalled in SSH set-up
+        # never holds up the controller's exit (a pool's threads are joined at exit)
+        self._slots = threading.BoundedSemaphore(RENEW_WORKERS)
+        self._in_flight: dict[str, threading.Event] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="netbench-lease", daemon=True)
 
@@ -376,13 +377,30 @@ class LeaseKeeper:
         for conn in self.conns:
             if conn.name in self.lost or conn.name in self._in_flight:
                 continue
-            self._in_flight[conn.name] = self._pool.submit(self._renew, conn)
-        wait(list(self._in_flight.values()), timeout=self.period)
-        for name, future in list(self._in_flight.items()):
-            if future.done():
+            self._in_flight[conn.name] = self._start_renewal(conn)
+        end = time.monotonic() + self.period
+        while (not all(done.is_set() for done in self._in_flight.values()) and time.monotonic() < end
+               and not self._stop.is_set()):
+            time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+        for name, done in list(self._in_flight.items()):
+            if done.is_set():
                 del self._in_flight[name]
             else:
                 self.failures[name] = f"host {name}: lease renewal: no answer within {self.deadline:g}s"
+
+    def _start_renewal(self, conn: HostConnection) -> threading.Event:
+        done = threading.Event()
+
+        def renew() -> None:
+            try:
+                with self._slots:
+                    if not self._stop.is_set():
+                        self._renew(conn)
+            finally:
+                done.set()
+
+        threading.Thread(target=renew, name=f"netbench-renew-{conn.name}", daemon=True).start()
+        return done
 
     def _loop(self) -> None:
         next_round = time.monotonic() + self.period
@@ -399,8 +417,9 @@ class LeaseKeeper:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(timeout=self.period + 30)
-        self._pool.shutdown(wait=False, cancel_futures=True)  # a stalled host's renewal is not waited for
+        # the round in progress stops waiting at once; a renewal stalled on a dead host is not
+        # waited for (its daemon thread ends with the process)
+        self._thread.join(timeout=1.0)
 
 
 def check_versions(info: dict[str, Any], tensorflow: str | None) -> list[tuple[str, str, str]]:
