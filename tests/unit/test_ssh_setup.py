@@ -11,7 +11,7 @@ import time
 import pytest
 
 from netbench.errors import TestbedError
-from netbench.remote import controller as remote
+from netbench.remote import keeper as leases
 from netbench.remote import ssh as ssh_mod
 from netbench.remote.inventory import Host, Inventory, inventory_from_mapping
 from netbench.remote.ssh import CommandResult, FabricHost
@@ -124,7 +124,7 @@ def test_concurrent_reconnects_to_one_host_open_it_once(tmp_path):
 
 _STALLED_KEEPER = """
 import threading, time
-from netbench.remote import controller as remote
+from netbench.remote import keeper as leases
 from netbench.remote.inventory import inventory_from_mapping
 from netbench.remote.ssh import CommandResult
 from tests.fakes.remote import FakeHost
@@ -137,7 +137,7 @@ def stall(command, input):
     return CommandResult(0, "", "")
 
 inv = inventory_from_mapping({"defaults": {"interface": "eth1"}, "hosts": {"a": {"ssh": "a"}}}, "inv.yaml")
-with remote.LeaseKeeper(inv, [FakeHost("a", [("netbench.state.lease renew", stall)])], seconds=3, holder="me"):
+with leases.LeaseKeeper(inv, [FakeHost("a", [("netbench.state.lease renew", stall)])], seconds=3, holder="me"):
     assert started.wait(10)
     began = time.monotonic()
 print(f"exit took {time.monotonic() - began:.1f}s")
@@ -167,7 +167,7 @@ def test_a_renewal_stalled_on_a_dead_host_never_holds_up_exit():
 
 
 def test_renewals_still_go_at_most_renew_workers_at_a_time(monkeypatch):
-    monkeypatch.setattr(remote, "RENEW_WORKERS", 2)
+    monkeypatch.setattr(leases, "RENEW_WORKERS", 2)
     busy, peak, lock = [0], [0], threading.Lock()
 
     def slow(command, input):
@@ -182,6 +182,6 @@ def test_renewals_still_go_at_most_renew_workers_at_a_time(monkeypatch):
     names = [f"h{i}" for i in range(5)]
     inv = inventory_from_mapping({"defaults": {"interface": "eth1"}, "hosts": {n: {"ssh": n} for n in names}}, "i.yaml")
     hosts = [FakeHost(n, [("netbench.state.lease renew", slow)]) for n in names]
-    keeper = remote.LeaseKeeper(inv, hosts, seconds=6, holder="me")
+    keeper = leases.LeaseKeeper(inv, hosts, seconds=6, holder="me")
     keeper.renew_once()
     assert all(len(h.commands) == 1 for h in hosts) and not keeper.failures and peak[0] == 2
