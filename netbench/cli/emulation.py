@@ -19,7 +19,7 @@ from netbench.cli import common, render, render_pairs
 from netbench.cli.common import (BACKEND_CHOICES, apply_remote_options, check_local_flags, handle_errors,
                                  inventory_options, profile_options)
 from netbench.cli.types import FiniteFloatRange
-from netbench.errors import NetbenchError, UsageError, VerifyFailed
+from netbench.errors import NetbenchError, ResetIncomplete, UsageError, VerifyFailed
 from netbench.model.profile import load_profile, profile_from_flags
 from netbench.testbed.base import common_profile
 from netbench.testbed.targets import open_target
@@ -195,14 +195,14 @@ def _apply_schedule_to_hosts(path: Path, backend: str, dry_run: bool, inventory,
     from netbench import interrupts
     from netbench.experiment.schedule import lateness, run_schedule
     from netbench.model.schedule import load_schedule, timeline
-    from netbench.remote import controller as remote
+    from netbench.remote import controller as remote, keeper as leases
     from netbench.remote.schedule import HostsPlanCache, hosts_link_before
     from netbench.state.lease import DEFAULT_LEASE_S, new_holder
 
     schedule = load_schedule(path)
     lease_s = DEFAULT_LEASE_S if lease is None else lease
     with open_target(inventory, insecure_host_keys, takeover=bool(takeover)) as target, contextlib.ExitStack() as stack:
-        remote.check_lease(lease_s, len(target.inventory.hosts))
+        leases.check_lease(lease_s, len(target.inventory.hosts))
         before = hosts_link_before(target.show())
         entries = timeline(schedule, before)
         plans = HostsPlanCache(target, backend, lease_s=lease_s, force=bool(force), holder=new_holder())
@@ -212,7 +212,7 @@ def _apply_schedule_to_hosts(path: Path, backend: str, dry_run: bool, inventory,
         common.sigterm_as_interrupt()
         stack.enter_context(plans).open()  # one `node serve` per host for the schedule, closed at the end
         landed = []
-        keeper = remote.LeaseKeeper(target.inventory, target.conns, lease_s, plans.holder) if lease_s > 0 else None
+        keeper = leases.LeaseKeeper(target.inventory, target.conns, lease_s, plans.holder) if lease_s > 0 else None
         if keeper is not None:
             plans.lost = lambda: dict(keeper.lost)
         try:
@@ -236,13 +236,13 @@ def _apply_schedule_to_hosts(path: Path, backend: str, dry_run: bool, inventory,
 
 
 def _apply_to_hosts(chosen, inventory, insecure_host_keys, backend, dry_run, lease, force, takeover) -> None:
-    from netbench.remote import controller as remote
+    from netbench.remote import controller as remote, keeper as leases
     from netbench.state.lease import DEFAULT_LEASE_S, new_holder
 
     lease_s = DEFAULT_LEASE_S if lease is None else lease
     with open_target(inventory, insecure_host_keys, takeover=bool(takeover)) as target:
         holder = new_holder()
-        remote.check_lease(lease_s, len(target.inventory.hosts))
+        leases.check_lease(lease_s, len(target.inventory.hosts))
         probe = not (dry_run and backend != "auto")  # the backend is given: plan without contacting any host
         if dry_run and probe:
             console.info("asking each host for its backend ('netbench node info'; nothing is changed; "
@@ -265,12 +265,12 @@ def _apply_to_hosts(chosen, inventory, insecure_host_keys, backend, dry_run, lea
 def _hold(inv, conns, lease_s: float, holder: str) -> None:
     """Renew the lease until Ctrl-C or SIGTERM, then revert every host. Renewal failures are
     shown as they come and go."""
-    from netbench.remote import controller as remote
+    from netbench.remote import controller as remote, keeper as leases
 
     common.sigterm_as_interrupt()
     console.info(f"holding a {lease_s:g} s lease on every host as {escape(holder)}; Ctrl-C reverts them "
                  "(if this process dies, each host reverts by itself when the lease runs out)")
-    keeper = remote.LeaseKeeper(inv, conns, lease_s, holder)
+    keeper = leases.LeaseKeeper(inv, conns, lease_s, holder)
     shown: dict[str, str] = {}
     try:
         with keeper:
@@ -475,17 +475,26 @@ def doctor_cmd(as_json: bool, no_tensorflow: bool, inventory, insecure_host_keys
 
 
 @click.command("reset")
+@click.option("--all-namespaces", is_flag=True, help="Also remove testbed namespaces this state folder's "
+              "journal did not record (another state folder's testbed, perhaps in use) and every process in them.")
 @handle_errors
 @inventory_options
-def reset_cmd(inventory, insecure_host_keys) -> None:
-    """Remove everything netbench made: qdiscs, iptables rules, delay engines, TF processes,
-    namespaces, veths and the bridge. Works after a crash; safe to run twice.
+def reset_cmd(all_namespaces: bool, inventory, insecure_host_keys) -> None:
+    """Remove everything netbench recorded in its journal: qdiscs, iptables rules, delay engines,
+    TF processes, namespaces, veths and the bridge. Works after a crash; safe to run twice. A
+    testbed namespace the journal did not record stays unless --all-namespaces asks for it.
 
     Example: netbench reset
     """
     check_local_flags(inventory, insecure_host_keys)
+    if inventory is not None and all_namespaces:  # refused before connecting to any host
+        raise UsageError("flag --all-namespaces: only without --inventory (a host never removes namespaces)")
     if inventory is None:
         common.require_root()
     with open_target(inventory, insecure_host_keys) as target:
-        removed = target.reset(warn=console.warning)
+        try:
+            removed = target.reset(warn=console.warning, all_namespaces=all_namespaces)
+        except ResetIncomplete as exc:  # what was removed is shown, then each failure, exit 1
+            render.removed(target.kind, exc.removed, complete=False)
+            raise
         render.removed(target.kind, removed)

@@ -300,16 +300,18 @@ def hosts_doctor(report, as_json: bool) -> None:
     console.out.print(table)
 
 
-def removed(target_kind: str, removed: dict[str, list[str]]) -> None:
-    """What reset removed: on this machine, or per host then this controller's leftovers."""
+def removed(target_kind: str, removed: dict[str, list[str]], complete: bool = True) -> None:
+    """What reset removed: on this machine, or per host then this controller's leftovers.
+    `complete` False: some of it could not be removed (the error that follows says what)."""
     from netbench.testbed.base import EMBEDDED
 
     if target_kind == "embedded":
-        lines = removed[EMBEDDED]
+        lines = removed.get(EMBEDDED, [])
         for line in lines:
             console.info(f"removed {escape(line)}")
-        console.info("[green]clean[/]: nothing netbench made is left" if lines
-                     else "nothing to remove: the machine is clean")
+        if complete:
+            console.info("[green]clean[/]: nothing netbench made is left" if lines
+                         else "nothing to remove: the machine is clean")
         return
     for name, lines in removed.items():
         if name == EMBEDDED:

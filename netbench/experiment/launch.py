@@ -289,12 +289,15 @@ def run_launch(plan: LaunchPlan, ctx: Context) -> None:
     """Every run of `plan`, in its order, through as few launches as failures allow."""
     left = list(plan.runs)
     while left:
-        number = len(ctx.started)
-        ctx.started.append({"launch": number, "group": plan.group, "seed": plan.seed,
-                            "runs": [r.run_id for r in left], "started": time.time()})
+        # numbered after every launch the folder holds (an earlier session's, on --append or
+        # a playbook's resume) and every one this sweep started
+        number = max([ctx.store.next_launch()] + [s["launch"] + 1 for s in ctx.started])
+        this = {"launch": number, "group": plan.group, "seed": plan.seed,
+                "runs": [r.run_id for r in left], "started": time.time()}
+        ctx.started.append(this)
         ctx.observer.note(f"launch {number}: {len(left)} point(s), order " + " ".join(r.run_id for r in left))
         left = _one_launch(number, left, ctx)
-        ctx.started[number]["ended"] = time.time()
+        this["ended"] = time.time()
 
 
 def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:

@@ -178,6 +178,17 @@ def _run_isolated(run: Run, config: SweepConfig, testbed: Target, store: ResultS
     finish(run, result)
 
 
+def _lease_checked(testbed: Target, result: RunResult) -> RunResult:
+    """`result` failed when a host lost its lease while the run had it (the host reverted
+    itself: the run did not have its profile). Only a target holding leases (SSH hosts) has
+    `lease_lost`; it asks every host again, after the run's end."""
+    lease_lost = getattr(testbed, "lease_lost", None)
+    why = lease_lost(result.ended) if lease_lost is not None else None
+    if why is None:
+        return result
+    return replace(result, status="failed", error="; ".join(filter(None, [result.error, why])))
+
+
 Testbed = Target  # where a sweep runs: the one Target protocol of every command (testbed/base.py)
 
 
@@ -227,6 +238,7 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         rng = random.Random(config.seed ^ int(time.time()))
 
         def finish(run: Run, result: RunResult) -> None:
+            result = _lease_checked(testbed, result)
             store.add(result)
             observer.run_finished(run, result)
             # the stored record keeps the step events; the controller keeps only the summary, so a

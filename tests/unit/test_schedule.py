@@ -148,6 +148,9 @@ def test_bad_top_level_keys(tmp_path):
     ("delay_ms\n5\n", ("row 1", "time_s")),
     ("time_s,delay_ms\n0,5,7\n", ("row 2", "cells")),
     ("time_s,loss_pct\n0,150\n", ("row 2", "loss", "100%")),
+    ("time_s,delay_ms\n0,5\n1," + "9" * 140_000 + "\n", ("row 3", "not CSV", "field larger than field limit")),
+    ('time_s,delay_ms\n0,5\n1,"' + "x" * 140_000 + '"\n', ("row 3", "not CSV")),
+    ("time_s,delay_ms\n0,5\n1,\x006\n", ("row 3", "delay_ms")),
 ])
 def test_bad_trace_rows_name_the_trace_file_row_and_column(tmp_path, csv, needles):
     trace = write(tmp_path, csv, "link.csv")
