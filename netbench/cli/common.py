@@ -187,3 +187,26 @@ def launch_settings(isolate: bool, settle_text: str, settle_steps: int, order: s
     except ValueError as exc:
         raise UsageError(f"flag --settle: {exc}", hint="e.g. --settle 1.5s") from None
     return {"isolate": isolate, "order": order, "settle": Settle(steps=settle_steps, seconds=seconds)}
+
+
+def precision_options(command):
+    """--precision, --max-seconds: a point's window goes on until its mean step time is known."""
+    command = click.option("--max-seconds", default=60.0, show_default=True, type=FiniteFloatRange(0.1, 86400),
+                           help="With --precision, the longest measured window of a point, in seconds.")(command)
+    return click.option("--precision", "precision_text", default="off", show_default=True, metavar="PERCENT",
+                        help="Measure each point past --steps/--seconds until the 95% interval of its mean "
+                             "step time (batch means) is within this of the mean, e.g. 2%; off: exactly "
+                             "--steps/--seconds. results.csv records step_time_ci_pct either way.")(command)
+
+
+def precision_settings(text: str, max_seconds: float, where: str = "flag --precision") -> dict:
+    """JobSpec's precision (a fraction, None: off) and max_seconds from the flags' text."""
+    if text.strip().lower() in ("off", "none", "0", "0%"):
+        return {"precision": None, "max_seconds": max_seconds}
+    try:
+        precision = units.parse_ratio(text)
+    except ValueError as exc:
+        raise UsageError(f"{where}: {exc}", hint="e.g. --precision 2%") from None
+    if not 0 < precision < 0.5:
+        raise UsageError(f"{where}: {text} is outside (0%, 50%)", hint="e.g. --precision 2%")
+    return {"precision": precision, "max_seconds": max_seconds}

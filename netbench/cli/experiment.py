@@ -76,6 +76,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
               help="Seed of the points' order within each launch (ties under --order descending) "
                    "[default: drawn; recorded in the manifest].")
 @launch_options
+@common.precision_options
 @hosts_options
 @handle_errors
 def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topology_file, scale, strategy, workers,
@@ -83,7 +84,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, dry_run,
           metrics_port, metrics_address, metrics_wait, order_seed, isolate, launch_order, settle_text, settle_steps,
-          inventory, insecure_host_keys, takeover) -> None:
+          inventory, insecure_host_keys, takeover, precision_text, max_seconds) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
@@ -132,7 +133,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
         raise UsageError(f"flag --output: {exc.message}", exc.hint) from None
     config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
                                           batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
-                                          sample_resources_s=sample_resources or 0.0)
+                                          sample_resources_s=sample_resources or 0.0,
+                                          **common.precision_settings(precision_text, max_seconds))
     pairs = None
     if topology_file is not None:
         pairs, runs = sweep_topology.topology_runs(topology_file, scale, repeat, config_job, workers, first)

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from netbench import stats
 from netbench.jobs import events as ev
 from netbench.jobs.launch import JobOutcome, TaskLost
 from netbench.jobs.live import JobBroken, LiveJob
@@ -187,8 +188,15 @@ class PointWindow:
     phase by step number. Warm-up steps stay warm-up (and count as settled steps: the first
     point of a launch is applied before the processes start)."""
 
-    def __init__(self, changed_at: float, settle: Settle, steps: int, seconds: float | None = None) -> None:
+    def __init__(self, changed_at: float, settle: Settle, steps: int, seconds: float | None = None,
+                 precision: float | None = None, max_seconds: float = 60.0) -> None:
         self.changed_at, self.settle, self.steps, self.seconds = changed_at, settle, steps, seconds
+        # with a precision, `steps`/`seconds` is the least window: it goes on until the mean step
+        # time is known to it (stats.steps_to_precision) or has lasted max_seconds
+        self.precision, self.max_seconds = precision, max_seconds
+        self.measured_durations: list[float] = []  # the chief's measured steps, in order
+        self._next_check = 0  # the measured step count at which precision is checked next
+        self._finished = False
         self.phase_of: dict[int, str] = {}
         self.first_index: int | None = None
         self.after = 0  # chief steps started after the change
@@ -202,11 +210,28 @@ class PointWindow:
 
     @property
     def done(self) -> bool:
+        if self._finished:
+            return True
         if self.window_start is None or self.window_end is None:
             return False
         if self.seconds:
-            return self.window_end - self.window_start >= self.seconds
-        return self.measured >= self.steps
+            least = self.window_end - self.window_start >= self.seconds
+        else:
+            least = self.measured >= self.steps
+        self._finished = least and (not self.precision or self._precise())
+        return self._finished
+
+    def _precise(self) -> bool:
+        """Whether the window has its precision (or its time is up); checked only when the
+        steps asked for at the last check have come, so a long window costs a few checks."""
+        elapsed = self.window_end - self.window_start
+        if elapsed >= self.max_seconds:
+            return True
+        if self.measured < self._next_check:
+            return False
+        need = stats.steps_to_precision(self.measured_durations, self.precision, elapsed, self.max_seconds)
+        self._next_check = self.measured + need
+        return need == 0
 
     def chief(self, step: ev.Step) -> str:
         """The phase of the chief's `step` in this point (it must not be done yet)."""
@@ -228,6 +253,7 @@ class PointWindow:
             self.window_end = step.recv if step.recv is not None else step.end
             self.measured += 1
             self.last_index = step.step
+            self.measured_durations.append(step.end - step.start)
         self.phase_of[step.step] = phase
         return phase
 
@@ -313,7 +339,7 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
             started, changed_at = time.time(), time.monotonic()
             ctx.testbed.apply(run, seed=ctx.seed_of(run))
             ctx.observer.profile_applied(run)
-            window = PointWindow(changed_at, ctx.settle, job.steps, job.seconds)
+            window = PointWindow(changed_at, ctx.settle, job.steps, job.seconds, job.precision, job.max_seconds)
             if live is None:
                 try:
                     live = LiveJob(tasks, ctx.store.log_dir(f"launch{number:03d}"), ctx.testbed.spawn)

@@ -29,7 +29,8 @@ from netbench.jobs.resources import Usage, totals
 # 3: per-process resource use (--sample-resources) and its csv columns
 # 4: a run's schedule (its landed changes and lateness) and the csv's schedule column
 # 5: a run's per-pair topology (its `topology` record) and the csv's topology and scale columns
-SCHEMA_VERSION = 5
+# 6: a window's precision: step_time_ci_pct and precision_reached (record and csv)
+SCHEMA_VERSION = 6
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -50,6 +51,7 @@ CSV_COLUMNS = (
     "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error", "schedule", "step", "split_from",
     "launch", "settle_s", "settle_steps", "topology", "scale",
+    "step_time_ci_pct", "precision_reached",
 )
 
 
@@ -102,6 +104,10 @@ class RunResult:
     # the per-pair topology the run applied instead of its profile (model.pairs.PairTopology.to_json,
     # scaled: its links are the delays applied, its scale the factor); None: the profile
     topology: dict[str, Any] | None = None
+    # the 95 % batch-means interval of the mean step time, its half-width in % of the mean (None:
+    # too few steps), and whether it came within the job's precision (None: no precision asked)
+    step_time_ci_pct: float | None = None
+    precision_reached: bool | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -141,6 +147,8 @@ class RunResult:
             "settle_steps": "" if self.settle_steps is None else self.settle_steps,
             "topology": (self.topology or {}).get("name", ""),
             "scale": "" if self.topology is None else f"{self.topology.get('scale', 1):g}",
+            "step_time_ci_pct": opt(self.step_time_ci_pct, 3),
+            "precision_reached": "" if self.precision_reached is None else str(self.precision_reached).lower(),
         }
 
     def _resource_cells(self) -> dict[str, Any]:
