@@ -32,6 +32,7 @@ class Observation:
     status: str
     images_per_sec: float | None
     idleness: float | None = None
+    within_pct: float | None = None  # the run's own 95 % batch-means half-width, % of its mean step time
 
     def get(self, name: str) -> Any:
         return dict(self.factors)[name]
@@ -69,7 +70,12 @@ def observation_from_record(record: Mapping[str, Any], planned: Mapping[str, Any
     return Observation(run_id=str(record["run_id"]), factors=_record_factors(record, planned),
                        repeat=int(record.get("repeat", 0)), status=str(record.get("status", "?")),
                        images_per_sec=None if ips is None else float(ips),
-                       idleness=None if idle is None else float(idle))
+                       idleness=None if idle is None else float(idle),
+                       within_pct=_float_or_none(record.get("step_time_ci_pct")))
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def load_observations(results_dir: Path) -> list[Observation]:

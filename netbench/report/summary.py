@@ -46,6 +46,11 @@ def ratio_text(i: Interval) -> tuple[str, str]:
     return f"{i.mean:.2f}x", ci
 
 
+def spread_cells(g: Group) -> tuple[str, str]:
+    """The run-to-run sd and the within-run half-width of a design point, as % text ("-": none)."""
+    return tuple("-" if v is None else f"{v:.1f} %" for v in (g.run_to_run_pct, g.within_run_pct))
+
+
 def strategy_label(g: Group) -> str:
     extra = {"allreduce-accum": f" (k={g.get('accum_steps')})", "ps": f" ({g.get('ps')} ps)"}
     return str(g.get("strategy")) + extra.get(g.get("strategy"), "")
@@ -101,12 +106,16 @@ def markdown_summary(results_dir: Path, observations: Sequence[Observation], gro
                                             ci if ci == "-" else ci + " %"]) + " |")
         lines.append("")
     shown = varying(groups) or ["model"]
-    lines += ["## Design points", "", "| " + " | ".join([*shown, "n", "mean images/s", "CI", "timeouts"]) + " |",
-              "|" + "---|" * (len(shown) + 4)]
+    lines += ["## Design points", "", "Run-to-run sd: the repetitions' standard deviation in % of their mean; "
+              "within-run ±: the runs' own 95 % batch-means half-width (% of the mean step). A run-to-run sd "
+              "well above within-run ± / 1.96 means something that holds for a whole run varies (load, TCP "
+              "state): the repetitions, not a run's steps, are the replicates of the interval.", "",
+              "| " + " | ".join([*shown, "n", "mean images/s", "CI", "run-to-run sd", "within-run ±", "timeouts"])
+              + " |", "|" + "---|" * (len(shown) + 6)]
     for g in groups:
         mean, ci = interval_text(g.interval)
         lines.append("| " + " | ".join([*(level_text(s, g.get(s)) for s in shown), str(len(g.values)), mean, ci,
-                                        str(g.timeouts)]) + " |")
+                                        *spread_cells(g), str(g.timeouts)]) + " |")
     lines += ["", "## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures]
     return "\n".join(lines) + "\n"
 

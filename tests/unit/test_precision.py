@@ -156,3 +156,31 @@ def test_a_window_checks_its_precision_a_few_times_only(monkeypatch):
                          max_seconds=1e6)
     taken = _feed(window, _noisy(50000, 0.6))
     assert taken > 100 and len(calls) < 25
+
+
+# ---------------------------------------------------------------- run-to-run against within-run
+
+def _group(values, within):
+    from netbench.report.groups import Group
+    from netbench.report.load import Observation
+
+    observations = tuple(Observation(run_id=f"r{i}", factors=(("model", "mlp"),), repeat=i, status="ok",
+                                     images_per_sec=v, within_pct=within) for i, v in enumerate(values))
+    return Group(factors=(("model", "mlp"),), observations=observations, interval=None)
+
+
+def test_a_point_reports_its_run_to_run_spread_against_its_runs_own_interval():
+    group = _group([100.0, 110.0, 90.0], within=1.96)
+    assert group.run_to_run_pct == pytest.approx(10.0)
+    assert group.within_run_pct == pytest.approx(1.96)
+    assert group.excess == pytest.approx(10.0)  # 10 % between runs against a 1 % standard error within
+    lone = _group([100.0], within=2.0)
+    assert lone.run_to_run_pct is None and lone.excess is None
+
+
+def test_a_record_without_an_interval_reads_as_none():
+    from netbench.report.load import observation_from_record
+
+    record = {"run_id": "r000", "status": "ok", "stats": {"images_per_sec": 5.0}, "profile": {}}
+    assert observation_from_record(record).within_pct is None
+    assert observation_from_record({**record, "step_time_ci_pct": 1.5}).within_pct == 1.5
