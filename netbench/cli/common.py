@@ -189,11 +189,18 @@ def launch_settings(isolate: bool, settle_text: str, settle_steps: int, order: s
     return {"isolate": isolate, "order": order, "settle": Settle(steps=settle_steps, seconds=seconds)}
 
 
+# about the run-to-run spread of a point on a shared 2-core machine (sd 1.6-3.8 % of images/s
+# over 3 runs): a window known more finely than runs differ is no more repeatable, and 30 steps at
+# 1 ms (about 1 s) were often wider than that (3.4-6 %); README "Precision" has the figures
+DEFAULT_PRECISION = "3%"
+
+
 def precision_options(command):
     """--precision, --max-seconds: a point's window goes on until its mean step time is known."""
     command = click.option("--max-seconds", default=60.0, show_default=True, type=FiniteFloatRange(0.1, 86400),
                            help="With --precision, the longest measured window of a point, in seconds.")(command)
-    return click.option("--precision", "precision_text", default="off", show_default=True, metavar="PERCENT",
+    return click.option("--precision", "precision_text", default=DEFAULT_PRECISION, show_default=True,
+                        metavar="PERCENT",
                         help="Measure each point past --steps/--seconds until the 95% interval of its mean "
                              "step time (batch means) is within this of the mean, e.g. 2%; off: exactly "
                              "--steps/--seconds. results.csv records step_time_ci_pct either way.")(command)

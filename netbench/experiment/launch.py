@@ -381,14 +381,14 @@ def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: 
             phase = window.phase_for(step.step)
             if phase is not None:
                 waiting.remove(step)
-                take(replace(step, phase=phase))
+                take(ev.evolve(step, phase=phase))
 
     def handle(event: ev.Event) -> None:
         if isinstance(event, ev.Start):
             starts.append(event)
             take(event)
         elif isinstance(event, ev.Step) and (event.role, event.worker) == chief:
-            take(replace(event, phase=window.chief(event)))
+            take(ev.evolve(event, phase=window.chief(event)))
             clock.since, clock.stepped = time.monotonic(), True
             settle_others()
         elif isinstance(event, ev.Step):
@@ -446,14 +446,14 @@ def _drain(live: LiveJob, window: PointWindow, chief, waiting: list, carry: list
             seen[(event.role, event.worker)] = max(seen[(event.role, event.worker)], event.step)
             phase = window.phase_for(event.step)
             if event.step <= last and phase is not None:
-                take(replace(event, phase=phase))
+                take(ev.evolve(event, phase=phase))
                 continue
         carry.append(event)
     kept = []
     for event in carry:  # other tasks' steps of this window that arrived before the drain
         if isinstance(event, ev.Step) and (event.role, event.worker) in seen and last is not None \
                 and event.step <= last and window.phase_for(event.step) is not None:
-            take(replace(event, phase=window.phase_for(event.step)))
+            take(ev.evolve(event, phase=window.phase_for(event.step)))
         else:
             kept.append(event)
     carry[:] = kept

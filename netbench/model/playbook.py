@@ -118,7 +118,7 @@ class Playbook:
     warmup: int = 10
     steps: int = 30
     seconds: float | None = None
-    precision: float | None = None  # a fraction: each run's window goes on until it knows its mean step
+    precision: float | None = 0.03  # a fraction: each run's window goes on until it knows its mean step
     max_seconds: float = 60.0  # to this precision, for at most this long
     startup_timeout_s: float = 240.0
     step_timeout_s: float = 60.0
@@ -168,7 +168,7 @@ def _number(source: str, key: str, raw: Any, low: float, high: float, whole: boo
 
 
 def _precision(source: str, raw: Any) -> float | None:
-    """`precision: 2%` (or 0.02) as a fraction in (0, 0.5); absent or `off`: None."""
+    """`precision: 2%` (or 0.02) as a fraction in (0, 0.5); `off`: None (absent: 3 %, as sweep's)."""
     if raw is None or raw is False or (isinstance(raw, str) and raw.strip().lower() == "off"):
         return None
     try:
@@ -316,7 +316,7 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
         repetitions=_number(source, "repetitions", data.get("repetitions", 1), 1, 1000),
         order=order, seed=seed, warmup=warmup,
         steps=_number(source, "steps", data.get("steps", 30), 2, 1_000_000), seconds=seconds,
-        precision=_precision(source, data.get("precision")),
+        precision=_precision(source, data.get("precision", "3%")),
         max_seconds=_seconds(source, "max_seconds", data.get("max_seconds", "60s")),
         startup_timeout_s=_seconds(source, "timeouts.startup", timeouts.get("startup", "240s")),
         step_timeout_s=_seconds(source, "timeouts.step", timeouts.get("step", "60s")),
