@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+import time
 
 import pytest
 
@@ -184,3 +185,41 @@ def test_a_record_without_an_interval_reads_as_none():
     record = {"run_id": "r000", "status": "ok", "stats": {"images_per_sec": 5.0}, "profile": {}}
     assert observation_from_record(record).within_pct is None
     assert observation_from_record({**record, "step_time_ci_pct": 1.5}).within_pct == 1.5
+
+
+# ---------------------------------------------------------------- the workers' extensions (isolated runs)
+
+def test_workers_extend_their_window_until_the_precision_and_agree_on_every_extension():
+    from argparse import Namespace
+
+    from netbench.jobs.harness.loop import extend_for_precision
+
+    series = iter(_noisy(100000, 0.6, seed=9))
+    durations = [next(series) for _ in range(10)]
+    asked, ran = [], []
+
+    def agree(need: int) -> float:  # a peer that needs 3 more steps than this worker, while it needs any
+        asked.append(need)
+        return (need + (need + 3 if need else 0)) / 2
+
+    def steps(count: int) -> list[float]:
+        ran.append(count)
+        return [next(series) for _ in range(count)]
+
+    args = Namespace(precision=0.02, max_seconds=1e6)
+    added = extend_for_precision(args, durations, started=time.monotonic(), agree=agree, steps=steps)
+    assert added == sum(ran) and len(durations) == 10 + added
+    assert asked[-1] == 0 and all(n > 0 for n in asked[:-1])  # it stopped once this worker needed none
+    assert all(count == math.ceil(need + 1.5) for count, need in zip(ran, asked))  # the agreed count, not its own
+    assert measure.relative_half_width(measure.batch_means_interval(durations)) <= 0.02
+
+
+def test_without_a_precision_workers_run_exactly_their_window():
+    from argparse import Namespace
+
+    from netbench.jobs.harness.loop import extend_for_precision
+
+    def never(*_):
+        raise AssertionError("no collective without --precision")
+
+    assert extend_for_precision(Namespace(precision=None), [0.1] * 5, 0.0, never, never) == 0
