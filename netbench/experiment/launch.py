@@ -27,6 +27,7 @@ split-plot; it measures the carry-over, and is biased wherever a point follows a
 
 from __future__ import annotations
 
+import bisect
 import random
 import statistics
 import time
@@ -377,11 +378,13 @@ def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: 
         ctx.observer.step(run, event)
 
     def settle_others() -> None:
-        for step in list(waiting):
-            phase = window.phase_for(step.step)
-            if phase is not None:
-                waiting.remove(step)
-                take(ev.evolve(step, phase=phase))
+        # `waiting` is kept in step order and the chief's steps come in order, so the steps it has
+        # reached are at the front: each chief step costs what it settles, not the whole list
+        while waiting:
+            phase = window.phase_for(waiting[0].step)
+            if phase is None:
+                break
+            take(ev.evolve(waiting.pop(0), phase=phase))
 
     def handle(event: ev.Event) -> None:
         if isinstance(event, ev.Start):
@@ -392,7 +395,7 @@ def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: 
             clock.since, clock.stepped = time.monotonic(), True
             settle_others()
         elif isinstance(event, ev.Step):
-            waiting.append(event)
+            bisect.insort(waiting, event, key=_step_number)
             settle_others()
         else:
             take(event)
@@ -417,6 +420,10 @@ def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: 
             handle(event)
     _drain(live, window, chief, waiting, carry, timeouts.step_s, take)
     return "ok", "", got
+
+
+def _step_number(step: ev.Step) -> int:
+    return step.step
 
 
 def _unmeasured(steps: list[ev.Step]) -> list[ev.Step]:
