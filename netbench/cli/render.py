@@ -160,7 +160,29 @@ class SweepView:
                           f"{s['p90_s'] * 1000:.1f} ms" if s else "-",
                           "ok" if result.status == "ok" else f"[red]{escape(result.status)}[/]")
         console.out.print(table)
+        spread = run_to_run_line(results)
+        if spread:
+            console.info(spread)
         console.info(f"results: {escape(str(self.config.output))}/results.csv, manifest.json, runs/, logs/")
+
+
+def run_to_run_line(results) -> str:
+    """"run to run: <point> sd X % (within-run ±Y %), ..." for the points with 2 or more ok runs
+    (what varies between repetitions against each run's own interval); "" when none has."""
+    from netbench.report.groups import spread_pct
+
+    by_point: dict[str, list] = {}
+    for result in results:
+        if result.status == "ok" and result.stats:
+            by_point.setdefault(result.profile["name"], []).append(result)
+    cells = []
+    for name, runs in by_point.items():
+        sd = spread_pct([r.stats["images_per_sec"] for r in runs])
+        widths = [r.step_time_ci_pct for r in runs if r.step_time_ci_pct is not None]
+        if sd is not None:
+            within = f" (within-run ±{sum(widths) / len(widths):.1f} %)" if widths else ""
+            cells.append(f"{escape(name)} sd {sd:.1f} %{within}")
+    return "run to run: " + ", ".join(cells) if cells else ""
 
 
 # ---------------------------------------------------------------- testbed

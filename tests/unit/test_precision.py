@@ -223,3 +223,18 @@ def test_without_a_precision_workers_run_exactly_their_window():
         raise AssertionError("no collective without --precision")
 
     assert extend_for_precision(Namespace(precision=None), [0.1] * 5, 0.0, never, never) == 0
+
+
+def test_the_sweep_summary_gives_each_repeated_points_run_to_run_spread():
+    from types import SimpleNamespace
+
+    from netbench.cli.render import run_to_run_line
+
+    def result(name, ips, width, status="ok"):
+        return SimpleNamespace(status=status, stats={"images_per_sec": ips}, profile={"name": name},
+                               step_time_ci_pct=width)
+
+    line = run_to_run_line([result("d1ms", 100.0, 1.0), result("d1ms", 110.0, 2.0), result("d1ms", 90.0, 3.0),
+                            result("d10ms", 50.0, 1.0), result("d10ms", 0.0, None, status="failed")])
+    assert line == "run to run: d1ms sd 10.0 % (within-run ±2.0 %)"  # d10ms has one ok run: no spread
+    assert run_to_run_line([result("d1ms", 100.0, 1.0)]) == ""
