@@ -217,3 +217,10 @@ def precision_settings(text: str, max_seconds: float, where: str = "flag --preci
     if not 0 < precision < 0.5:
         raise UsageError(f"{where}: {text} is outside (0%, 50%)", hint="e.g. --precision 2%")
     return {"precision": precision, "max_seconds": max_seconds}
+
+
+def precision_note(job) -> str:
+    """" at least, until ±P % (at most S s)" for a job with a precision; "" without."""
+    if not job.precision:
+        return ""
+    return f" at least, until ±{job.precision * 100:g} % (95 %, at most {job.max_seconds:g} s)"

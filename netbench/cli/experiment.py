@@ -94,6 +94,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     for every point. See the README's 'Launches' for what a shared launch carries over and how it settles.
 
     Example: netbench sweep --latency 1,10,100ms --repeat 2
+    Example: netbench sweep --latency 1,10,50ms --bandwidth 100mbit,1gbit --precision 2%
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
     Example: netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit
     Example: netbench sweep --schedule profiles/schedules/spike.yaml --latency 10ms
@@ -277,7 +278,7 @@ def _print_sweep_plan(config) -> None:
                  f"model {config.job.model}, batch {config.job.batch_size}/worker, "
                  f"{config.job.warmup} warm-up + "
                  + (f"{config.job.seconds:g} s of" if config.job.seconds else f"{config.job.steps}")
-                 + f" measured steps; results -> {escape(str(config.output))}")
+                 + f" measured steps{common.precision_note(config.job)}; results -> {escape(str(config.output))}")
     console.plain(f"placement on {len(topo.nodes)} nodes (each run on a fresh port):")
     for line in describe_plan(plan_job(config.job, topo.nodes, config.workers, port=0)):
         console.plain("  " + line)
