@@ -153,12 +153,14 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
 
     # Same seed on every worker: identical initial weights.
     keras.utils.set_random_seed(args.seed)
-    with strategy.scope():
+    with strategy.scope(), strategies.initial_values_made_locally(strategy):
         model = build_model(keras, args.model, data.input_shape, classes)
         optimizer = keras.optimizers.SGD(learning_rate=args.learning_rate)
         # Create the optimizer's variables (iteration counter, slots) now,
         # under the scope, rather than lazily inside the traced step.
         optimizer.build(model.trainable_variables)
+    # the chief's initial values to every worker in one collective, not one per variable
+    strategies.broadcast_from_chief(tf, strategy, [*model.variables, *optimizer.variables])
     kind = getattr(args, "step", ev.STEP_FUSED)
     until_stopped = getattr(args, "until_stopped", False)
     calibration = calibration_steps(args)
