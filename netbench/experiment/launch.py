@@ -7,7 +7,8 @@ moves them through the launch's points (`plan_launches`; the order's seed is rec
 For each point it applies the profile in place, drops the chief's steps that overlap the
 change plus a settle window (`Settle`: at least `steps` steps AND at least `seconds` after
 the change AND until the step time is steady; the dropped steps are kept with phase
-"settle"), measures the next `job.steps` steps (or `job.seconds`), and goes on
+"settle"), measures the next `job.steps` steps (or `job.seconds`; with `job.precision`, more
+until the mean step time is known to it or `job.max_seconds` have passed), and goes on
 (`PointWindow` decides each step).
 
 Launches go "descending" by default: a job configuration's points are cut into chains in
