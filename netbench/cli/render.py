@@ -483,3 +483,8 @@ def design_estimate(runs, isolate: bool, settle, step_timeout_s: float | None = 
     both = {mode: estimate_design(runs, mode, settle, costs, step_timeout_s, order) for mode in (isolate, not isolate)}
     for line in estimate_lines(both[isolate], both[not isolate], costs):
         console.plain(escape(line))
+    jobs = {run.job for run in runs if run.job is not None and run.job.precision}
+    if jobs:  # the estimate models --steps/--seconds; a precision can lengthen any window
+        longest = max(job.max_seconds for job in jobs)
+        console.plain(escape(f"  with --precision a point's window may go on past its steps, to at most {longest:g} s "
+                             f"(at most {_duration(longest * len(runs))} of windows for these runs)"))
