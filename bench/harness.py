@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -114,7 +115,10 @@ def sweep_run(delay: str, args: argparse.Namespace, log: Path) -> list[float]:
         sink.close()
     if done.returncode != 0:
         raise RuntimeError(f"netbench sweep exited with {done.returncode} (log: {log})")
-    record = json.loads((out / "runs" / "r000.json").read_text())
+    try:
+        record = json.loads((out / "runs" / "r000.json").read_text())
+    finally:
+        shutil.rmtree(out.parent, ignore_errors=True)
     steps = sorted((e for e in record["events"] if e.get("event") == "step" and e.get("phase") == "measured"
                     and e.get("worker", 0) == 0 and e.get("role", "worker") == "worker"), key=lambda e: e["step"])
     if not steps:
