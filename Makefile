@@ -56,6 +56,7 @@ bench: install
 	$(BIN)/python bench/sweep_efficiency.py --run
 	$(BIN)/python bench/design_time.py
 	$(BIN)/python bench/harness.py
+	$(BIN)/python bench/controller_cost.py
 
 reset: install
 	$(BIN)/netbench reset

@@ -101,7 +101,16 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      idle_ratio=phases.idle_ratio if phases else None,
                      step=analysis.step_kind(outcome.events, job), split_from=phases.source if phases else None,
                      resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)),
-                     topology=run.pairs.to_json() if run.pairs is not None else None)
+                     topology=run.pairs.to_json() if run.pairs is not None else None,
+                     **window_precision(durations, job.precision))
+
+
+def window_precision(durations: list[float], precision: float | None) -> dict:
+    """RunResult's step_time_ci_pct (the 95 % batch-means half-width in % of the mean step time)
+    and precision_reached (None without a precision) for a window's measured `durations`."""
+    width = measure.relative_half_width(measure.batch_means_interval(durations)) if durations else None
+    reached = None if not precision else (width is not None and width <= precision)
+    return {"step_time_ci_pct": None if width is None else 100 * width, "precision_reached": reached}
 
 
 def _driver(run: Run, testbed: Target, seed: int, observer: Observer):

@@ -30,7 +30,8 @@ from netbench.jobs.resources import Usage, totals
 # 3: per-process resource use (--sample-resources) and its csv columns
 # 4: a run's schedule (its landed changes and lateness) and the csv's schedule column
 # 5: a run's per-pair topology (its `topology` record) and the csv's topology and scale columns
-SCHEMA_VERSION = 5
+# 6: a window's precision: step_time_ci_pct and precision_reached (record and csv)
+SCHEMA_VERSION = 6
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -51,6 +52,7 @@ CSV_COLUMNS = (
     "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error", "schedule", "step", "split_from",
     "launch", "settle_s", "settle_steps", "topology", "scale",
+    "step_time_ci_pct", "precision_reached",
 )
 
 
@@ -103,6 +105,10 @@ class RunResult:
     # the per-pair topology the run applied instead of its profile (model.pairs.PairTopology.to_json,
     # scaled: its links are the delays applied, its scale the factor); None: the profile
     topology: dict[str, Any] | None = None
+    # the 95 % batch-means interval of the mean step time, its half-width in % of the mean (None:
+    # too few steps), and whether it came within the job's precision (None: no precision asked)
+    step_time_ci_pct: float | None = None
+    precision_reached: bool | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -142,6 +148,8 @@ class RunResult:
             "settle_steps": "" if self.settle_steps is None else self.settle_steps,
             "topology": (self.topology or {}).get("name", ""),
             "scale": "" if self.topology is None else f"{self.topology.get('scale', 1):g}",
+            "step_time_ci_pct": opt(self.step_time_ci_pct, 3),
+            "precision_reached": "" if self.precision_reached is None else str(self.precision_reached).lower(),
         }
 
     def _resource_cells(self) -> dict[str, Any]:
@@ -346,9 +354,33 @@ def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (temp file, then rename)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:  # streamed: a long run's record is never one string
-        json.dump(data, fh, indent=2, sort_keys=True, default=str)
+        if isinstance(data, dict) and isinstance(data.get("events"), (list, tuple)):
+            _write_record(fh, data)
+        else:
+            json.dump(data, fh, indent=2, sort_keys=True, default=str)
         fh.write("\n")
     os.replace(tmp, path)
+
+
+def _write_record(fh, data: dict) -> None:
+    """A run record as json.dump(indent=2, sort_keys=True) lays it out, but each event on one
+    line: json.dump with an indent runs Python's encoder a value at a time (about 130 us an
+    event, seconds for a long window's record, between two points of a launch), where one
+    json.dumps per event runs the C encoder."""
+    items = sorted(data.items())
+    fh.write("{\n")
+    for i, (key, value) in enumerate(items):
+        fh.write(f"  {json.dumps(key)}: ")
+        if key == "events" and value:
+            fh.write("[\n")
+            last = len(value) - 1
+            for j, event in enumerate(value):
+                fh.write("    " + json.dumps(event, sort_keys=True, default=str) + (",\n" if j < last else "\n"))
+            fh.write("  ]")
+        else:
+            fh.write(json.dumps(value, indent=2, sort_keys=True, default=str).replace("\n", "\n  "))
+        fh.write(",\n" if i < len(items) - 1 else "\n")
+    fh.write("}")
 
 
 def environment_facts() -> dict[str, Any]:

@@ -22,7 +22,7 @@ def test_sweep_with_a_step_schedule_lands_its_change_and_leaves_nothing(clean_ma
     schedule = tmp_path / "bump.yaml"
     schedule.write_text("name: bump\nsteps:\n  - {at_step: 0, delay: 1ms}\n  - {at_step: 3, delay: 20ms}\n")
     out = tmp_path / "results"
-    result = cli("sweep", "--schedule", str(schedule), "--workers", "2", "--warmup", "2", "--steps", "8",
+    result = cli("sweep", "--schedule", str(schedule), "--workers", "2", "--warmup", "2", "--steps", "8", "--precision", "off",
                  "--batch-size", "16", "--output", str(out))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     record = json.loads((out / "runs" / "r000.json").read_text())
