@@ -339,3 +339,18 @@ def test_a_playbook_whose_schedule_changed_has_another_digest(tmp_path):
     (tmp_path / "sched" / "spike.yaml").write_text(SPIKE.replace("30ms", "40ms"))
     book = load_playbook(path)
     assert design.design_digest(book, design.expand(book, seed=1)) != before
+
+
+def test_a_run_whose_delay_engine_died_fails_and_says_which(tmp_path):
+    class Dying(SyntheticTestbed):
+        def emulation_lost(self):
+            return "the delay engine on queue 1 in netbench-sw (pid 42) died"
+
+    job = JobSpec(warmup=WARMUP, steps=STEPS)
+    runs = design.sweep_runs((Profile(name="d", delay_us=5000),), 1, job, 2)
+    config = SweepConfig(sweep_id="s", runs=runs, job=job, workers=2, output=tmp_path / "out")
+    (result,) = run_sweep(config, Recorder(), testbed=Dying(Journal(tmp_path / "state")))
+    assert result.status == "failed" and result.error == ("emulation: the delay engine on queue 1 in netbench-sw "
+                                                          "(pid 42) died")
+    stored = json.loads((tmp_path / "out" / "runs" / f"{result.run_id}.json").read_text())
+    assert stored["status"] == "failed" and "died" in stored["error"]
