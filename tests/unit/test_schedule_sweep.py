@@ -354,3 +354,25 @@ def test_a_run_whose_delay_engine_died_fails_and_says_which(tmp_path):
                                                           "(pid 42) died")
     stored = json.loads((tmp_path / "out" / "runs" / f"{result.run_id}.json").read_text())
     assert stored["status"] == "failed" and "died" in stored["error"]
+
+
+@pytest.mark.parametrize("chief_stops_after, code", [(None, 0), (3, 1)])
+def test_a_sweep_exits_1_when_a_run_failed(tmp_path, monkeypatch, chief_stops_after, code):
+    """A script running sweeps needs the exit status: 1 when any run failed (every run is
+    recorded first), 0 when all ended ok."""
+    from netbench.cli import common, experiment as cli_experiment
+    from netbench.experiment import runner
+
+    real = runner.run_sweep
+    monkeypatch.setattr(runner, "run_sweep", lambda config, observer, testbed=None: real(
+        config, observer, testbed=SyntheticTestbed(Journal(tmp_path / "state"), chief_stops_after=chief_stops_after)))
+    monkeypatch.setattr(common, "require_root", lambda: None)
+    monkeypatch.setattr(cli_experiment, "_sigterm_as_interrupt", lambda: None)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli.main, ["sweep", "--latency", "1ms", "--warmup", "1", "--steps", "4",
+                                           "--output", str(out)], terminal_width=200)
+    assert result.exit_code == code, result.output
+    record = json.loads((out / "runs" / "r000.json").read_text())
+    assert record["status"] == ("ok" if code == 0 else "failed")
+    if code:
+        assert "1 of 1 run(s) failed: r000" in result.output
