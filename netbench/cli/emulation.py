@@ -145,9 +145,9 @@ def _apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
     back as it was before (read with show()), then exit 130."""
     from netbench import interrupts
     from netbench.experiment.schedule import PlanCache, lateness, link_before, run_schedule
-    from netbench.model.schedule import load_schedule, timeline
+    from netbench.model.schedule import timeline
 
-    schedule = load_schedule(path)
+    schedule = _load_timed_schedule(path)
     common.require_root()
     with open_target() as target:
         before = link_before(target.show())
@@ -175,12 +175,19 @@ def _plan_schedule(path: Path, schedule, entries, before, plans, dry_run: bool) 
         plans.plan(profile)
     chosen = plans.plan(entries[0].profile).backends
     render.schedule_timeline(schedule, entries, before, ", ".join(sorted(set(chosen.values()))), dry_run)
-    if dry_run:
-        return False
+    return not dry_run
+
+
+def _load_timed_schedule(path: Path):
+    """The schedule at `path`; one of training steps is refused, dry run or not, before anything
+    is read or changed (only a sweep sees the chief's steps)."""
+    from netbench.model.schedule import load_schedule
+
+    schedule = load_schedule(path)
     if schedule.by_step:
         raise UsageError(f"{path}: at_step: a schedule of training steps runs within a sweep, which sees "
                          "the chief's steps", hint="use at: times for 'netbench apply --schedule'")
-    return True
+    return schedule
 
 
 def _apply_schedule_to_hosts(path: Path, backend: str, dry_run: bool, inventory, insecure_host_keys, lease,
@@ -194,12 +201,12 @@ def _apply_schedule_to_hosts(path: Path, backend: str, dry_run: bool, inventory,
 
     from netbench import interrupts
     from netbench.experiment.schedule import lateness, run_schedule
-    from netbench.model.schedule import load_schedule, timeline
+    from netbench.model.schedule import timeline
     from netbench.remote import controller as remote
     from netbench.remote.schedule import HostsPlanCache, hosts_link_before
     from netbench.state.lease import DEFAULT_LEASE_S, new_holder
 
-    schedule = load_schedule(path)
+    schedule = _load_timed_schedule(path)
     lease_s = DEFAULT_LEASE_S if lease is None else lease
     with open_target(inventory, insecure_host_keys, takeover=bool(takeover)) as target, contextlib.ExitStack() as stack:
         remote.check_lease(lease_s, len(target.inventory.hosts))

@@ -112,7 +112,9 @@ def test_a_bad_schedule_changes_nothing(target, tmp_path):
 
 def test_a_training_step_schedule_is_refused_before_any_change(target, tmp_path):
     (tmp_path / "steps.yaml").write_text("steps:\n  - {at_step: 5, delay: 5ms}\n")
-    assert invoke("apply", "--schedule", "steps.yaml", "--dry-run").exit_code == 0
-    result = invoke("apply", "--schedule", "steps.yaml")
-    assert result.exit_code == 2 and "at_step" in result.output
+    for dry_run in (["--dry-run"], []):  # a dry run refuses what the run would refuse
+        result = invoke("apply", "--schedule", "steps.yaml", *dry_run)
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith("error: steps.yaml: at_step: a schedule of training steps runs within a sweep")
+        assert "dry run" not in result.output
     assert held(target) == [None, None]
