@@ -157,9 +157,10 @@ def _apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
             return
         common.sigterm_as_interrupt()
         landed = []
+        shown = lambda item: (landed.append(item), render.schedule_change(item))  # noqa: E731
         try:
             run_schedule(entries, plans.apply, repeat=schedule.repeat, period_s=schedule.period_s,
-                         on_change=lambda item: (landed.append(item), render.schedule_change(item)))
+                         base=schedule.profile, on_change=shown)
         except KeyboardInterrupt:
             with interrupts.held_off():
                 plans.apply(before)
@@ -171,7 +172,7 @@ def _apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
 def _plan_schedule(path: Path, schedule, entries, before, plans, dry_run: bool) -> bool:
     """Plan every profile of the timeline and the one to restore (every refusal, a backend's or
     a key's, comes before any change), print the timeline; False under --dry-run."""
-    for profile in [entry.profile for entry in entries] + [before]:
+    for profile in [entry.profile for entry in entries] + [before] + [p for p in [schedule.profile] if p]:
         plans.plan(profile)
     chosen = plans.plan(entries[0].profile).backends
     render.schedule_timeline(schedule, entries, before, ", ".join(sorted(set(chosen.values()))), dry_run)
@@ -225,6 +226,7 @@ def _apply_schedule_to_hosts(path: Path, backend: str, dry_run: bool, inventory,
         try:
             with keeper if keeper is not None else contextlib.nullcontext():
                 run_schedule(entries, plans.apply, repeat=schedule.repeat, period_s=schedule.period_s,
+                             base=schedule.profile,
                              on_change=lambda item: (landed.append(item), render.schedule_change(item)))
         except KeyboardInterrupt:
             with interrupts.held_off():

@@ -30,7 +30,7 @@ class Landed:
     `scheduled_s` when it was due (for a training-step trigger: when the step was seen),
     `started_s` when the apply began, `landed_s` when it returned; `lateness_s` = landed - scheduled."""
 
-    index: int  # position in the timeline
+    index: int  # position in the timeline (-1: the schedule's base, in place before its first step)
     cycle: int  # the loop (0 without repeat)
     step: int  # the schedule step (or trace row) it comes from
     at_step: int | None
@@ -91,7 +91,8 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
                  repeat: bool = False, period_s: float | None = None,
                  current_step: Callable[[], int] | None = None,
                  on_change: Callable[[Landed], None] | None = None,
-                 stop: threading.Event | None = None, already: Profile | None = None) -> list[Landed]:
+                 stop: threading.Event | None = None, already: Profile | None = None,
+                 base: Profile | None = None) -> list[Landed]:
     """Apply each profile of `timeline` at its time (or once the training step reaches its
     at_step, asking `current_step`), in order; with `repeat`, loop every `period_s` (seconds,
     or training steps for a step-triggered timeline) until `stop` is set or the caller is
@@ -99,7 +100,8 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
     one left the link) is not applied again; `already` is what the link holds at the start (an
     entry equal to it is not applied either). Returns what landed; `on_change` sees each.
 
-    The profile in force at time 0 is in place before time 0: the clock starts once it has
+    The profile in force at time 0 (the last entry due at 0, else `base`: a schedule's own
+    profile, recorded with index -1) is in place before time 0: the clock starts once it has
     landed (starting a testbed's delay engines takes seconds). A change takes time to make
     (milliseconds per link): a timed change starts early by the median duration of the last
     LEAD_WINDOW changes, so it lands at its time rather than that much after it (lateness can
@@ -118,7 +120,13 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
     last: Profile | None = already
     durations: list[float] = []
     first, start = 0, None
-    if not by_step and timeline[0].at_s <= 0:
+    if not by_step and timeline[0].at_s > 0 and base is not None and (last is None or not _same_link(base, last)):
+        began = clock()
+        apply(base)
+        last, start = base, clock()
+        _record(landed, on_change, Landed(index=-1, cycle=0, step=0, at_step=None, scheduled_s=0.0,
+                                          started_s=began - start, landed_s=0.0, profile=base))
+    elif not by_step and timeline[0].at_s <= 0:
         first = due(timeline, 0, 0.0) + 1
         entry = timeline[first - 1]
         if last is None or not _same_link(entry.profile, last):
@@ -155,9 +163,10 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
             done = clock() - start
             durations.append(done - began)
             last = entry.profile
-            _record(landed, on_change, Landed(
-                index=target, cycle=cycle, step=entry.step, at_step=None if not by_step else int(entry.at_step + offset),
-                scheduled_s=scheduled, started_s=began, landed_s=done, profile=entry.profile, merged=merged))
+            at_step = None if not by_step else int(entry.at_step + offset)
+            _record(landed, on_change, Landed(index=target, cycle=cycle, step=entry.step, at_step=at_step,
+                                              scheduled_s=scheduled, started_s=began, landed_s=done,
+                                              profile=entry.profile, merged=merged))
         if not repeat or (stop is not None and stop.is_set()):
             return landed
         cycle += 1

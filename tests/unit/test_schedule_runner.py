@@ -206,3 +206,23 @@ def test_a_runs_record_lists_what_each_change_merged():
                             profile=timeline[2].profile, merged=(1,))]
     (change,) = driver.record()["changes"]
     assert change["merged"] == [{"index": 1, "step": 2, "when": "1s"}] and change["lateness_ms"] == pytest.approx(1.0)
+
+
+def test_a_schedules_base_is_in_place_before_time_zero_when_no_step_is_at_zero():
+    clock = FakeClock()
+    applied: list[tuple[float, int]] = []
+
+    def apply(profile):
+        applied.append((round(clock.now - 100.0, 6), profile.delay_us))
+        clock.now += 3.0 if profile.delay_us == 5000 else 0.001  # the base starts the engines
+
+    base = Profile(name="base", delay_us=5000)
+    landed = run_schedule(entries((0.1, 6000), (0.2, 7000)), apply, clock=clock, sleep=clock.sleep, base=base)
+    assert applied == [(0.0, 5000), (3.1, 6000), (3.199, 7000)]  # the clock started at 3.0, once the base was in
+    assert [(item.index, item.step, item.profile.delay_us) for item in landed] == [(-1, 0, 5000), (0, 1, 6000),
+                                                                                   (1, 2, 7000)]
+    assert landed[0].started_s == pytest.approx(-3.0) and [round(i.lateness_s, 6) for i in landed] == [0.0, 0.001, 0.0]
+    # a link that already holds the base is not changed before time 0
+    applied.clear()
+    run_schedule(entries((0.1, 6000),), apply, clock=clock, sleep=clock.sleep, base=base, already=base)
+    assert [delay for _, delay in applied] == [6000]
