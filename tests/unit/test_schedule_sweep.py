@@ -356,8 +356,9 @@ def test_a_run_whose_delay_engine_died_fails_and_says_which(tmp_path):
     assert stored["status"] == "failed" and "died" in stored["error"]
 
 
+@pytest.mark.parametrize("command", ["sweep", "run"])
 @pytest.mark.parametrize("chief_stops_after, code", [(None, 0), (3, 1)])
-def test_a_sweep_exits_1_when_a_run_failed(tmp_path, monkeypatch, chief_stops_after, code):
+def test_a_sweep_or_playbook_exits_1_when_a_run_failed(tmp_path, monkeypatch, chief_stops_after, code, command):
     """A script running sweeps needs the exit status: 1 when any run failed (every run is
     recorded first), 0 when all ended ok."""
     from netbench.cli import common, experiment as cli_experiment
@@ -369,10 +370,13 @@ def test_a_sweep_exits_1_when_a_run_failed(tmp_path, monkeypatch, chief_stops_af
     monkeypatch.setattr(common, "require_root", lambda: None)
     monkeypatch.setattr(cli_experiment, "_sigterm_as_interrupt", lambda: None)
     out = tmp_path / "out"
-    result = CliRunner().invoke(cli.main, ["sweep", "--latency", "1ms", "--warmup", "1", "--steps", "4",
-                                           "--output", str(out)], terminal_width=200)
+    if command == "sweep":
+        args = ["sweep", "--latency", "1ms", "--warmup", "1", "--steps", "4"]
+    else:
+        args = ["run", str(write_book(tmp_path, "factors: {latency: [1ms]}\nwarmup: 1\nsteps: 4\n"))]
+    result = CliRunner().invoke(cli.main, [*args, "--output", str(out)], terminal_width=200)
     assert result.exit_code == code, result.output
-    record = json.loads((out / "runs" / "r000.json").read_text())
+    (record,) = [json.loads(path.read_text()) for path in (out / "runs").glob("*.json")]
     assert record["status"] == ("ok" if code == 0 else "failed")
     if code:
         assert "1 of 1 run(s) failed: r000" in result.output
