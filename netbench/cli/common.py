@@ -54,6 +54,18 @@ def handle_errors(func):
     return wrapper
 
 
+def fail_if_any_failed(results) -> None:
+    """After a sweep or playbook: exit 1 when any run failed (its record says why); a timeout
+    is a result, not a failure."""
+    from netbench.model.design import COMPLETE_STATUSES
+
+    failed = [result.run_id for result in results if result.status not in COMPLETE_STATUSES]
+    if failed:
+        shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+        raise NetbenchError(f"{len(failed)} of {len(results)} run(s) failed: {shown}",
+                            hint="each run's record (runs/<run>.json) and logs/ say why")
+
+
 def require_root() -> None:
     if os.geteuid() != 0:
         raise PrivilegeError("this command changes network namespaces and needs root",

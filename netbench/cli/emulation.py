@@ -15,7 +15,7 @@ import click
 from rich.markup import escape
 
 from netbench import console, units
-from netbench.cli import common, render, render_pairs
+from netbench.cli import common, render, render_pairs, schedule_apply
 from netbench.cli.common import (BACKEND_CHOICES, apply_remote_options, check_local_flags, handle_errors,
                                  inventory_options, profile_options)
 from netbench.cli.types import FiniteFloatRange
@@ -103,10 +103,10 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run, sch
             raise UsageError(f"flag --schedule: not with {', '.join(given)}: the schedule says what to apply",
                              hint="put the base profile in the schedule's 'profile:' key")
         if inventory is not None:
-            _apply_schedule_to_hosts(schedule_file, backend, dry_run, inventory, insecure_host_keys, lease, force,
+            schedule_apply.apply_schedule_to_hosts(schedule_file, backend, dry_run, inventory, insecure_host_keys, lease, force,
                                      takeover)
             return
-        _apply_schedule(schedule_file, backend, dry_run)
+        schedule_apply.apply_schedule(schedule_file, backend, dry_run)
         return
     base = load_profile(profile_file) if profile_file else None
     chosen = profile_from_flags(base, latency=latency, jitter=jitter, bandwidth=bandwidth, loss=loss)
@@ -140,103 +140,8 @@ def _apply_network(network, backend: str, dry_run: bool) -> None:
     console.info("[green]applied[/]; read it back with 'netbench show', remove it with 'netbench reset'")
 
 
-def _apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
-    """Run a schedule on the local testbed in the foreground; Ctrl-C or SIGTERM put the link
-    back as it was before (read with show()), then exit 130."""
-    from netbench import interrupts
-    from netbench.experiment.schedule import PlanCache, lateness, link_before, run_schedule
-    from netbench.model.schedule import load_schedule, timeline
-
-    schedule = load_schedule(path)
-    common.require_root()
-    with open_target() as target:
-        before = link_before(target.show())
-        entries = timeline(schedule, before)
-        plans = PlanCache(target, backend)
-        if not _plan_schedule(path, schedule, entries, before, plans, dry_run):
-            return
-        common.sigterm_as_interrupt()
-        landed = []
-        try:
-            run_schedule(entries, plans.apply, repeat=schedule.repeat, period_s=schedule.period_s,
-                         on_change=lambda item: (landed.append(item), render.schedule_change(item)))
-        except KeyboardInterrupt:
-            with interrupts.held_off():
-                plans.apply(before)
-            render.schedule_summary(lateness(landed), restored=before)
-            raise
-    render.schedule_summary(lateness(landed))
-
-
-def _plan_schedule(path: Path, schedule, entries, before, plans, dry_run: bool) -> bool:
-    """Plan every profile of the timeline and the one to restore (every refusal, a backend's or
-    a key's, comes before any change), print the timeline; False under --dry-run."""
-    for profile in [entry.profile for entry in entries] + [before]:
-        plans.plan(profile)
-    chosen = plans.plan(entries[0].profile).backends
-    render.schedule_timeline(schedule, entries, before, ", ".join(sorted(set(chosen.values()))), dry_run)
-    if dry_run:
-        return False
-    if schedule.by_step:
-        raise UsageError(f"{path}: at_step: a schedule of training steps runs within a sweep, which sees "
-                         "the chief's steps", hint="use at: times for 'netbench apply --schedule'")
-    return True
-
-
-def _apply_schedule_to_hosts(path: Path, backend: str, dry_run: bool, inventory, insecure_host_keys, lease,
-                             force, takeover) -> None:
-    """Run a schedule on the controller, each change sent to every host through its agent over
-    connections kept open; Ctrl-C or SIGTERM put every host back as it was before (then exit
-    130). While it runs, the changes hold a lease that is renewed; at the end the last step
-    stays (the lease released), as on the local testbed, until 'netbench reset --inventory'."""
-    import contextlib
-    import statistics
-
-    from netbench import interrupts
-    from netbench.experiment.schedule import lateness, run_schedule
-    from netbench.model.schedule import load_schedule, timeline
-    from netbench.remote import controller as remote, keeper as leases
-    from netbench.remote.schedule import HostsPlanCache, hosts_link_before
-    from netbench.state.lease import DEFAULT_LEASE_S, new_holder
-
-    schedule = load_schedule(path)
-    lease_s = DEFAULT_LEASE_S if lease is None else lease
-    with open_target(inventory, insecure_host_keys, takeover=bool(takeover)) as target, contextlib.ExitStack() as stack:
-        leases.check_lease(lease_s, len(target.inventory.hosts))
-        before = hosts_link_before(target.show())
-        entries = timeline(schedule, before)
-        plans = HostsPlanCache(target, backend, lease_s=lease_s, force=bool(force), holder=new_holder())
-        if not _plan_schedule(path, schedule, entries, before, plans, dry_run):
-            console.info("[yellow]dry run[/]: no host was changed")
-            return
-        common.sigterm_as_interrupt()
-        stack.enter_context(plans).open()  # one `node serve` per host for the schedule, closed at the end
-        landed = []
-        keeper = leases.LeaseKeeper(target.inventory, target.conns, lease_s, plans.holder) if lease_s > 0 else None
-        if keeper is not None:
-            plans.lost = lambda: dict(keeper.lost)
-        try:
-            with keeper if keeper is not None else contextlib.nullcontext():
-                run_schedule(entries, plans.apply, repeat=schedule.repeat, period_s=schedule.period_s,
-                             on_change=lambda item: (landed.append(item), render.schedule_change(item)))
-        except KeyboardInterrupt:
-            with interrupts.held_off():
-                plans.apply(before, lease_s=0)
-            render.schedule_summary(lateness(landed), restored=before)
-            raise
-        trips = plans.round_trips_s[:len(landed)]
-        if keeper is not None and landed:
-            plans.apply(landed[-1].profile, lease_s=0)  # unchanged in place; the lease released, the step stays
-        hosts = len(target.conns)
-    render.schedule_summary(lateness(landed))
-    if trips:
-        console.info(f"each change: one SSH round trip to {hosts} host(s) in parallel, "
-                     f"mean {statistics.fmean(trips) * 1000:.1f} ms, max {max(trips) * 1000:.1f} ms")
-    console.info("the last step stays; remove it with 'netbench reset --inventory ...'")
-
-
 def _apply_to_hosts(chosen, inventory, insecure_host_keys, backend, dry_run, lease, force, takeover) -> None:
-    from netbench.remote import controller as remote, keeper as leases
+    from netbench.remote import keeper as leases
     from netbench.state.lease import DEFAULT_LEASE_S, new_holder
 
     lease_s = DEFAULT_LEASE_S if lease is None else lease

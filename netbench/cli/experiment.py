@@ -93,6 +93,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     applied in place, each change only narrowing the path (--order); --isolate starts them anew
     for every point. See the README's 'Launches' for what a shared launch carries over and how it settles.
 
+    Exits 1 when any run failed (a timeout is a result, not a failure), after recording every run.
+
     Example: netbench sweep --latency 1,10,100ms --repeat 2
     Example: netbench sweep --latency 1,10,50ms --bandwidth 100mbit,1gbit --precision 2%
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
@@ -154,8 +156,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
                          order_seed=order_seed, topology=pairs,
                          **launch_settings(isolate, settle_text, settle_steps, launch_order))
     if inventory is not None:
-        _run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port, metrics_address, takeover,
-                      metrics_wait_s)
+        common.fail_if_any_failed(_run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port,
+                                                metrics_address, takeover, metrics_wait_s))
         return
     if insecure_host_keys:
         raise UsageError("flag --insecure-host-keys: only with --inventory")
@@ -166,7 +168,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
         return
     common.require_root()
     _sigterm_as_interrupt()
-    _run_with_view(config, metrics_port, metrics_address, metrics_wait_s=metrics_wait_s)
+    common.fail_if_any_failed(_run_with_view(config, metrics_port, metrics_address, metrics_wait_s=metrics_wait_s))
 
 
 def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metrics_port, metrics_address,
@@ -346,6 +348,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
 
     An interrupted playbook resumes: run it again with the same results folder and the
     runs already recorded as ok or timeout are skipped. The run order's seed is recorded.
+    Exits 1 when any run of this session failed (a timeout is a result, not a failure).
 
     Example: netbench run playbooks/smoke.yaml --dry-run
     Example: netbench run playbooks/smoke.yaml --inventory hosts.yaml
@@ -421,6 +424,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     record["sessions"][-1].update(ended=time.time(), completed=len(results))
     store.write_playbook(record)
     console.info(f"figures and a summary: netbench report {escape(str(output))}")
+    common.fail_if_any_failed(results)
 
 
 def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) -> None:

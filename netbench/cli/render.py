@@ -252,8 +252,9 @@ def schedule_change(landed) -> None:
     """One change as it landed: when, the profile, how late."""
     when = f"step {landed.at_step}" if landed.at_step is not None else f"{landed.scheduled_s:8.3f}s"
     loop = f" (loop {landed.cycle + 1})" if landed.cycle else ""
+    merged = f", {len(landed.merged)} earlier change(s) merged into it" if getattr(landed, "merged", ()) else ""
     console.info(f"  {when}  {escape(landed.profile.name)} ({escape(landed.profile.label())}){loop}  "
-                 f"[dim]landed {landed.lateness_s * 1000:+.1f} ms from its time[/]")
+                 f"[dim]landed {landed.lateness_s * 1000:+.1f} ms from its time{merged}[/]")
 
 
 def schedule_summary(summary, restored=None) -> None:

@@ -146,6 +146,16 @@ def _with_schedule(result: RunResult, driver) -> RunResult:
     return replace(result, schedule=record)
 
 
+def _emulation_kept(result: RunResult, testbed: Target) -> RunResult:
+    """A run during which part of the emulation died (a delay engine: its node's traffic was
+    dropped from then on) fails, whatever its steps said: its figures are not of its profile."""
+    check = getattr(testbed, "emulation_lost", None)
+    lost = check() if check is not None else None
+    if lost and result.status != "failed":
+        return replace(result, status="failed", error=f"emulation: {lost}")
+    return result
+
+
 def split_runs(config: SweepConfig, testbed_kind: str) -> tuple[list[Run], list[Run]]:
     """(runs that get a launch of their own, runs that share launches).
 
@@ -248,6 +258,7 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
 
         def finish(run: Run, result: RunResult) -> None:
             result = _lease_checked(testbed, result)
+            result = _emulation_kept(result, testbed)
             store.add(result)
             observer.run_finished(run, result)
             # the stored record keeps the step events; the controller keeps only the summary, so a

@@ -180,6 +180,12 @@ class EmbeddedTestbed:
         self.executor.apply(backends.plan_network(network, self.topology, self.backend.name, seed=seed,
                                                   held=self.executor.held()))
 
+    def emulation_lost(self) -> str | None:
+        """What of the applied emulation died since it was applied (a delay engine), or None;
+        the runner fails a run that ends with any."""
+        lost = self.executor.lost() if self.executor is not None else []
+        return "; ".join(lost) or None
+
     def verify(self, run, observer):
         if run.pairs is not None:
             from netbench.experiment.verify_pairs import verify_pairs_point
