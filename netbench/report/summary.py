@@ -100,6 +100,9 @@ def markdown_summary(results_dir: Path, observations: Sequence[Observation], gro
             lines.append("| " + " | ".join([*(level_text(c, e.group.get(c)) for c in cols), f"{mean} %",
                                             ci if ci == "-" else ci + " %"]) + " |")
         lines.append("")
+    from netbench.report.predicted import predicted_lines
+
+    lines += predicted_lines(results_dir / "results.csv")
     shown = varying(groups) or ["model"]
     lines += ["## Design points", "", "| " + " | ".join([*shown, "n", "mean images/s", "CI", "timeouts"]) + " |",
               "|" + "---|" * (len(shown) + 4)]

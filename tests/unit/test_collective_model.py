@@ -174,3 +174,18 @@ def test_the_live_line_flags_a_point_outside_a_quarter():
     assert "!" not in versus_predicted(0.120, 0.100) and "1.20 x" in versus_predicted(0.120, 0.100)
     assert "!" in versus_predicted(0.130, 0.100)
     assert versus_predicted(0.1, None) == ""
+
+
+def test_the_report_tables_measured_beside_predicted(tmp_path):
+    from netbench.report.predicted import predicted_lines
+
+    header = "run_id,profile,strategy,model,workers,step_time_mean_s,predicted_step_s\n"
+    (tmp_path / "results.csv").write_text(header + "r000,d1ms,allreduce,mlp,2,0.110,0.100\n"
+                                          "r001,d50ms,allreduce,mlp,2,0.300,0.200\nr002,x,ps,mlp,2,0.3,\n")
+    lines = predicted_lines(tmp_path / "results.csv")
+    assert any("| r000 |" in l and "1.10 |" in l for l in lines)
+    assert any("| r001 |" in l and "1.50 ! |" in l for l in lines)
+    assert not any("| r002 |" in l for l in lines)  # no prediction: not in the table
+    assert "1 of 2 runs within 25%" in "\n".join(lines)
+    (tmp_path / "results.csv").write_text(header + "r002,x,ps,mlp,2,0.3,\n")
+    assert predicted_lines(tmp_path / "results.csv") == []
