@@ -106,6 +106,10 @@ def measure_collective(testbed, workers: int, log_dir, port: int) -> tuple[Any, 
                        "sizes": [s.to_json() for s in point.results["allreduce"]], "seconds": round(point.seconds, 3)}
 
 
+def _why(exc: Exception) -> str:
+    return exc.message if isinstance(exc, NetbenchError) else f"{type(exc).__name__}: {exc}"
+
+
 def calibrate(runs, testbed, log_root, note, seed: int = 0) -> tuple[Predictor, dict]:
     """Measure what the runs' predictions need; a calibration that fails is noted and its
     runs get no prediction (the sweep goes on)."""
@@ -119,9 +123,9 @@ def calibrate(runs, testbed, log_root, note, seed: int = 0) -> tuple[Predictor, 
         try:
             fit, facts = measure_collective(testbed, workers, log_root / f"calibration-collective-w{workers}",
                                             rng.randrange(20000, 30000))
-        except NetbenchError as exc:
-            record["errors"].append(exc.message)
-            note(f"collective calibration ({workers} workers) failed: {exc.message}; no predictions for them")
+        except Exception as exc:  # noqa: BLE001 - a calibration only informs: the sweep goes on without it
+            record["errors"].append(_why(exc))
+            note(f"collective calibration ({workers} workers) failed: {_why(exc)}; no predictions for them")
             continue
         collective_fits[workers] = fit
         record["collective"][str(workers)] = facts
@@ -134,9 +138,9 @@ def calibrate(runs, testbed, log_root, note, seed: int = 0) -> tuple[Predictor, 
         try:
             compute, facts = measure_compute(testbed, job, workers,
                                              log_root / f"calibration-compute-{len(computes)}", rng.randrange(20000, 30000))
-        except NetbenchError as exc:
-            record["errors"].append(exc.message)
-            note(f"compute calibration of {key} failed: {exc.message}; no predictions for it")
+        except Exception as exc:  # noqa: BLE001 - as above
+            record["errors"].append(_why(exc))
+            note(f"compute calibration of {key} failed: {_why(exc)}; no predictions for it")
             continue
         computes[key] = compute
         record["compute"][key] = facts
