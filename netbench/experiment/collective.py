@@ -208,10 +208,13 @@ def run_collective(config: CollectiveConfig, observer: Observer | None = None, t
                     write_json(config.output / POINTS_NAME, [p.to_record() for p in points])
                     observer.point_finished(run, point)
     finally:
-        testbed.finish(observer.note)
-        manifest["ended"] = time.time()
-        if config.output.exists():
-            write_json(config.output / "manifest.json", manifest)
+        from netbench import interrupts
+
+        with interrupts.held_off():  # a second Ctrl-C must not stop the clean-up
+            testbed.finish(observer.note)
+            manifest["ended"] = time.time()
+            if config.output.exists():
+                write_json(config.output / "manifest.json", manifest)
     return points
 
 

@@ -55,7 +55,8 @@ class Predictor:
         job, workers = run.job, run.workers
         fit = self.collective.get(workers)
         measured = self.compute.get(job_key(job, workers))
-        if measured is None or (fit is None and job.strategy != "single"):
+        alone = job.strategy == "single" or (job.strategy.startswith("allreduce") and workers < 2)  # no network
+        if measured is None or (fit is None and not alone):
             return None
         profile = path_of(run)
         return step_model.StepInputs(
