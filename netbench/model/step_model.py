@@ -110,7 +110,8 @@ def _message(x: StepInputs, size_bytes: float, through_one_link: float = 1.0) ->
 
 
 def _ps(x: StepInputs) -> float:
-    """A worker's step against P parameter servers: the coordinator's dispatch (a round trip),
+    """A worker's communication per step against P parameter servers (predict turns the
+    workers' overlapping steps into the coordinator's completions, COMPLETIONS): the coordinator's dispatch (a round trip),
     the pull of the variables (each server's egress sends its 1/P to every worker at once) and
     the push of the gradients (the worker's egress sends all of them)."""
     shard = x.model_bytes / max(1, x.ps)
@@ -138,6 +139,11 @@ PATTERNS: dict[str, Callable[[StepInputs], float]] = {
 }
 
 
+# strategies whose step event is a completion at the coordinator, from whichever worker is free
+# (jobs/harness/ps.py: duration = the time between completions): W workers overlap their steps
+COMPLETIONS = frozenset({"ps", "ps-ssp"})
+
+
 def predict(x: StepInputs) -> Prediction | None:
     """The step's time, or None where the model does not apply (unknown strategy, no size)."""
     pattern = PATTERNS.get(x.strategy)
@@ -148,7 +154,12 @@ def predict(x: StepInputs) -> Prediction | None:
     comm = pattern(x)
     floor = compute + (allreduce_floor_s(x.model_bytes, x.workers, x.delay_s, x.rate_bps)
                        if x.strategy.startswith("allreduce") else 0.0)
-    return Prediction(step_s=compute + comm, compute_s=compute, comm_s=comm, floor_s=floor)
+    step = compute + comm
+    if x.strategy in COMPLETIONS:  # W steps in flight; a server's egress sends its shard every step
+        shard = x.model_bytes / max(1, x.ps)
+        step = max(step / max(1, x.workers), link_beta(x) * shard)
+        floor = shard * _wire(x)
+    return Prediction(step_s=step, compute_s=compute, comm_s=comm, floor_s=floor)
 
 
 def within(measured_s: float, predicted_s: float, tolerance: float = 0.25) -> bool:

@@ -116,6 +116,15 @@ def test_the_patterns_order_by_what_they_move():
     assert set(step_model.PATTERNS) >= {"ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd"}
 
 
+def test_a_ps_step_is_a_completion_at_the_coordinator():
+    x = _inputs(strategy="ps", workers=2, ps=1)
+    per_worker = x.compute_s + step_model.PATTERNS["ps"](x)
+    p = step_model.predict(x)
+    # two workers overlap their steps, and the server's egress sends the whole model every step
+    assert p.step_s == pytest.approx(max(per_worker / 2, step_model.link_beta(x) * x.model_bytes))
+    assert p.step_s < per_worker and p.floor_s <= p.step_s
+
+
 def test_the_model_does_not_apply_without_a_size_or_a_pattern():
     assert step_model.predict(_inputs(model_bytes=0)) is None
     assert step_model.predict(_inputs(strategy="someone-elses")) is None
