@@ -33,6 +33,7 @@ COMMANDS = {
     "reset": "emulation:reset_cmd",
     "sweep": "experiment:sweep",
     "run": "experiment:run_playbook",
+    "collective": "collective:collective",
     "report": "report:report_cmd",
     "node": "node:node",
     "provision": "provision:provision",

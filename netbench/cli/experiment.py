@@ -70,6 +70,9 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
               help="Every process samples its CPU, memory and its node's network bytes this often; "
                    "summaries per process go into each run's record.")
+@click.option("--predict/--no-predict", default=True, show_default=True,
+              help="Calibrate (a short all-reduce and a compute run, before the first point) and record each "
+                   "run's predicted step beside the measured one (results.csv predicted_step_s).")
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
 @metrics_options
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1),
@@ -82,7 +85,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topology_file, scale, strategy, workers,
           accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
-          step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, dry_run,
+          step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, predict, dry_run,
           metrics_port, metrics_address, metrics_wait, order_seed, isolate, launch_order, settle_text, settle_steps,
           inventory, insecure_host_keys, takeover, precision_text, max_seconds) -> None:
     """Train under every combination of the swept levels and record images/sec.
@@ -153,7 +156,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
                          backend=None if backend == "auto" else backend,
                          timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
-                         order_seed=order_seed, topology=pairs,
+                         order_seed=order_seed, topology=pairs, predict=predict,
                          **launch_settings(isolate, settle_text, settle_steps, launch_order))
     if inventory is not None:
         common.fail_if_any_failed(_run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port,
@@ -335,13 +338,16 @@ def _playbook_state(output: Path) -> dict | None:
 @click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
               help="Every process samples its CPU, memory and its node's network bytes this often; "
                    "summaries per process go into each run's record.")
+@click.option("--predict/--no-predict", default=True, show_default=True,
+              help="Calibrate (a short all-reduce and a compute run, before the first point) and record each "
+                   "run's predicted step beside the measured one (results.csv predicted_step_s).")
 @click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
 @launch_options
 @hosts_options
 @handle_errors
 def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, verify_points: bool,
                  metrics_port: int | None, metrics_address: str | None, metrics_wait: str,
-                 sample_resources: float | None,
+                 sample_resources: float | None, predict: bool,
                  dry_run: bool, isolate: bool, launch_order: str, settle_text: str, settle_steps: int,
                  inventory: Path | None, insecure_host_keys: bool, takeover: bool) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
@@ -404,7 +410,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                          backend=None if chosen in (None, "auto") else chosen,
                          timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
-                         order_seed=seed, topology=book.topology,
+                         order_seed=seed, topology=book.topology, predict=predict,
                          **launch_settings(isolate, settle_text, settle_steps, launch_order))
     if inventory is not None:
         from netbench.testbed.hosts import check_on_hosts

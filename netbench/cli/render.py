@@ -127,6 +127,9 @@ class SweepView:
         stats = result.stats or {}
         if result.status == "ok":
             text = f"{stats.get('images_per_sec', 0):,.1f} img/s"
+            from netbench.cli.render_collective import versus_predicted
+
+            text += versus_predicted(stats.get("mean_s"), result.predicted_step_s)
         else:
             text = f"[red]{escape(result.status)}[/]: {escape(result.error)}"
         place = self._places.pop(run.run_id, None) or (None if result.launch is None else f"launch {result.launch}")

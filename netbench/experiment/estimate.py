@@ -13,7 +13,8 @@ from a transparent step-time model:
     compute = step_overhead(model) + s_per_sample(model) x batch x accum_steps x contention
               contention = max(1, computing processes / cores): they share the machine
     communication (per optimizer update, none with one process):
-        allreduce / allreduce-accum (ring): 2 (W-1)/W x model bytes x 8 / rate
+        allreduce / allreduce-accum (ring, model/step_model.py's allreduce_s):
+                                            2 (W-1)/W x model bytes x 8 / rate x frame overhead
                                             + 2 (W-1) round trips x RTT + sync_overhead
         ps (per step, on the worker that runs it): 2 x model bytes x 8 / rate (read the
             variables, push the update) + ps_round_trips x RTT (dispatch, reads, update:
@@ -215,8 +216,12 @@ def step_s(run, costs: Costs, s_per_sample: float | None = None) -> float:
     if job.strategy == "ps":
         per_worker = compute + 2 * model_bytes * 8 / rate + costs.ps_round_trips * rtt
         return max(per_worker / workers, model_bytes * 8 / rate)
-    ring = 2 * (workers - 1) / workers * model_bytes * 8 / rate + 2 * (workers - 1) * rtt
-    return compute + ring + costs.sync_overhead_s
+    # the ring as the step model has it (model/step_model.py: what sweeps predict each run by)
+    from netbench.model import step_model
+
+    ring = step_model.StepInputs(strategy=job.strategy, workers=workers, model_bytes=model_bytes, compute_s=compute,
+                                 delay_s=rtt / 2, rate_bps=rate, overhead_s=costs.sync_overhead_s, beta_s_per_byte=0.0)
+    return compute + step_model.allreduce_s(ring)
 
 
 def _point(run, costs: Costs, settle: Settle | None, step_timeout_s: float | None):

@@ -46,6 +46,7 @@ class SweepConfig:
     settle: Settle = Settle()  # how long a point's change settles in a shared launch
     order_seed: int | None = None  # the points' order within each launch; None: drawn (and recorded)
     topology: Any = None  # model.pairs.PairTopology (unscaled) the runs apply at their scales; for the manifest
+    predict: bool = False  # calibrate before the first point; each run gets predicted_step_s (experiment/predict.py)
 
 
 class Observer(Protocol):
@@ -255,10 +256,19 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
             manifest["tcp_congestion_control"] = congestion()
             observer.note(describe_congestion(manifest["tcp_congestion_control"]))
         rng = random.Random(config.seed ^ int(time.time()))
+        predictor = None
+        if config.predict:
+            from netbench.experiment import predict
+
+            predictor, manifest["calibration"] = predict.calibrate(config.runs, testbed, store.dir / "logs",
+                                                                   observer.note, config.seed)
+            store.write_manifest(manifest)
 
         def finish(run: Run, result: RunResult) -> None:
             result = _lease_checked(testbed, result)
             result = _emulation_kept(result, testbed)
+            if predictor is not None:
+                result = predict.annotate(result, run, predictor)
             store.add(result)
             observer.run_finished(run, result)
             # the stored record keeps the step events; the controller keeps only the summary, so a

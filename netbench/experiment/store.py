@@ -31,7 +31,8 @@ from netbench.jobs.resources import Usage, totals
 # 4: a run's schedule (its landed changes and lateness) and the csv's schedule column
 # 5: a run's per-pair topology (its `topology` record) and the csv's topology and scale columns
 # 6: a window's precision: step_time_ci_pct and precision_reached (record and csv)
-SCHEMA_VERSION = 6
+# 7: the model's predicted step (experiment/predict.py) and the csv's predicted_step_s column
+SCHEMA_VERSION = 7
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -52,7 +53,7 @@ CSV_COLUMNS = (
     "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error", "schedule", "step", "split_from",
     "launch", "settle_s", "settle_steps", "topology", "scale",
-    "step_time_ci_pct", "precision_reached",
+    "step_time_ci_pct", "precision_reached", "predicted_step_s",
 )
 
 
@@ -109,6 +110,9 @@ class RunResult:
     # too few steps), and whether it came within the job's precision (None: no precision asked)
     step_time_ci_pct: float | None = None
     precision_reached: bool | None = None
+    # the step model's prediction from the sweep's calibrations (model/step_model.py), never from
+    # this run's own steps; None where the model does not apply
+    predicted_step_s: float | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -150,6 +154,7 @@ class RunResult:
             "scale": "" if self.topology is None else f"{self.topology.get('scale', 1):g}",
             "step_time_ci_pct": opt(self.step_time_ci_pct, 3),
             "precision_reached": "" if self.precision_reached is None else str(self.precision_reached).lower(),
+            "predicted_step_s": opt(self.predicted_step_s),
         }
 
     def _resource_cells(self) -> dict[str, Any]:

@@ -119,6 +119,9 @@ def summary_blocks(results_dir: Path, observations: Sequence[Observation], group
                    Paragraph("Ratio of geometric means; the interval counts the single-process runs' spread too."),
                    Table((*cols, "efficiency", level), tuple(rows))]
     shown = varying(groups) or ["model"]
+    from netbench.report.predicted import predicted_blocks
+
+    blocks += predicted_blocks(results_dir / "results.csv")
     blocks += [Heading("Design points"),
                Paragraph("Run-to-run sd: the repetitions' standard deviation in % of their mean; within-run ±: "
                          "the runs' own 95 % batch-means half-width (% of the mean step). A run-to-run sd well "

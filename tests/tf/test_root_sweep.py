@@ -46,6 +46,9 @@ def test_sweep_latency_end_to_end(clean_machine, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     for key in ("netbench", "tensorflow", "python", "kernel", "backend", "command_line", "started", "ended"):
         assert manifest.get(key), key
+    # the calibrations ran before the first point, timed, and every run has a predicted step
+    assert manifest["calibration"]["collective"]["2"]["seconds"] > 0 and manifest["calibration"]["compute"]
+    assert all(float(r["predicted_step_s"]) > 0 for r in rows), rows
     record = json.loads((out / "runs" / "r000.json").read_text())
     phases = [e["phase"] for e in record["events"] if e["event"] == "step" and e["worker"] == 0]
     assert phases.count("warmup") == 3 and phases.count("measured") == 8

@@ -258,7 +258,7 @@ def _view(monkeypatch, runs):
 
 
 def _result(run, launch):
-    return SimpleNamespace(status="ok", stats={"images_per_sec": 1234.5}, error="", launch=launch)
+    return SimpleNamespace(status="ok", stats={"images_per_sec": 1234.5}, error="", launch=launch, predicted_step_s=None)
 
 
 def _step(k, phase):

@@ -14,7 +14,7 @@ MAX_LINES = 500
 # processes of their own (a training worker, a delay engine, a host's lease renewal, the
 # dashboards generator): they own their stdout and exit status
 ENTRY_POINTS = {"netbench.jobs.worker", "netbench.emulation.engine", "netbench.state.lease",
-                "netbench.metrics.dashboards"}
+                "netbench.metrics.dashboards", "netbench.jobs.collective_bench"}
 PURE = ("netbench.model", "netbench.stats", "netbench.emulation.changes", "netbench.units", "netbench.errors",
         "netbench.emulation.delay_queue", "netbench.emulation.pair_queue")
 PURE_MAY_IMPORT = ("netbench.model", "netbench.stats", "netbench.units", "netbench.errors", "netbench.yamlfile",

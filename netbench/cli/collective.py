@@ -1,0 +1,126 @@
+"""collective: time all-reduce, broadcast and all-gather on the testbed's links, per point."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from netbench import units
+from netbench.cli import common
+from netbench.cli.common import BACKEND_CHOICES, handle_errors
+from netbench.cli.types import FiniteFloatRange
+from netbench.errors import UsageError
+
+
+def _settings(sizes: str, ops: str, warmup: int, reps: int, timeout: float):
+    from netbench.experiment.collective import Settings
+    from netbench.model import collective as maths
+
+    try:
+        parsed = maths.parse_sizes(sizes)
+    except ValueError as exc:
+        raise UsageError(f"flag --sizes: {exc}", hint="e.g. --sizes 8-64MiB or --sizes 8,1KiB,1MiB") from None
+    chosen = tuple(op.strip() for op in ops.split(",") if op.strip())
+    unknown = [op for op in chosen if op not in maths.OPS]
+    if unknown or not chosen:
+        raise UsageError(f"flag --ops: unknown {', '.join(unknown) or 'empty list'}",
+                         hint=f"choose from {', '.join(maths.OPS)}")
+    return Settings(sizes=parsed, ops=chosen, warmup=warmup, reps=reps, timeout_s=timeout)
+
+
+def _frameworks(text: str) -> tuple[str, ...]:
+    from netbench.experiment.collective import available_frameworks
+
+    have = available_frameworks()
+    if text == "auto":
+        return have
+    chosen = tuple(f.strip() for f in text.split(",") if f.strip())
+    for name in chosen:
+        if name not in ("tf", "gloo"):
+            raise UsageError(f"flag --framework: unknown {name!r}", hint="choose from auto, tf, gloo")
+        if name not in have:
+            raise UsageError("flag --framework: gloo needs PyTorch, which this Python cannot import",
+                             hint="install torch==2.13.0 into netbench's environment, or use --framework tf")
+    return chosen
+
+
+def _runs(latency, bandwidth, loss, jitter, topology_file, scale, workers):
+    from netbench.cli import sweep_topology
+    from netbench.cli.experiment import _plan_runs
+    from netbench.experiment.collective import JOB
+    from netbench.model import design
+    from netbench.model.profile import Profile, parse_levels
+
+    sweep_topology.check_flags(topology_file, scale, {"--latency": latency, "--bandwidth": bandwidth,
+                                                       "--loss": loss, "--jitter": jitter}, None)
+    if topology_file is not None:
+        return sweep_topology.topology_runs(topology_file, scale, 1, JOB, workers, 0)
+    levels = design.SweepLevels(
+        delay_us=tuple(parse_levels(latency, "--latency", units.parse_duration_us)) if latency else (),
+        rate_bps=tuple(parse_levels(bandwidth, "--bandwidth", units.parse_rate_bps)) if bandwidth else (),
+        loss=tuple(parse_levels(loss, "--loss", units.parse_ratio)) if loss else (),
+        jitter_us=tuple(parse_levels(jitter, "--jitter", units.parse_duration_us)) if jitter else ())
+    base = Profile(name="base")
+    return None, design.sweep_runs(_plan_runs(base, levels, 1), 1, JOB, workers, 0, base=base)
+
+
+@click.command("collective")
+@click.option("--latency", metavar="LIST", help="One-way delays, e.g. 1,10ms.")
+@click.option("--bandwidth", metavar="LIST", help="Rates, e.g. 100,1000mbit.")
+@click.option("--loss", metavar="LIST", help="Losses, e.g. 0,1%.")
+@click.option("--jitter", metavar="LIST", help="Jitters, e.g. 0,1ms.")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="A per-pair topology file instead of the point flags.")
+@click.option("--scale", metavar="LIST", help="With --topology: factors on every delay, e.g. 1,2 [default: 1].")
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(2, 64), help="Processes, one per node.")
+@click.option("--sizes", default="8-64MiB", show_default=True,
+              help="Message sizes: LOW-HIGH doubling, or a list such as 8,1KiB,1MiB (per worker).")
+@click.option("--ops", default="allreduce,broadcast,allgather", show_default=True, help="Operations to time.")
+@click.option("--framework", default="auto", show_default=True,
+              help="tf, gloo or tf,gloo; auto: tf, and gloo when PyTorch is importable.")
+@click.option("--warmup", default=2, show_default=True, type=click.IntRange(0, 1000), help="Untimed repetitions per size.")
+@click.option("--reps", default=5, show_default=True, type=click.IntRange(1, 10000), help="Timed repetitions per size.")
+@click.option("--timeout", default=120.0, show_default=True, type=FiniteFloatRange(1, 86400),
+              help="Seconds one collective may take.")
+@click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help="Emulation backend.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1), help="Seed for loss/jitter draws.")
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+              help="Results folder [default: results/collective-<time>].")
+@click.option("--json", "as_json", is_flag=True, help="Print the TensorFlow points' fits and all-reduce sizes as JSON.")
+@handle_errors
+def collective(latency, bandwidth, loss, jitter, topology_file, scale, workers, sizes, ops, framework, warmup, reps,
+               timeout, backend, seed, output, as_json) -> None:
+    """Time collectives (like nccl-tests) on the testbed's links at every point.
+
+    For each point (the product of the level flags, or a --topology), applies it as a sweep
+    does, then times every operation at every size with TensorFlow's collective ops (those
+    MultiWorkerMirroredStrategy runs) and with gloo when PyTorch is installed; fits the
+    all-reduce's time to alpha + beta x bytes.
+
+    Example: netbench collective --latency 1,10ms --sizes 8-1MiB --reps 3
+    Example: netbench collective --bandwidth 100mbit --ops allreduce --json
+    """
+    from netbench.cli import render_collective
+    from netbench.experiment.collective import CollectiveConfig, json_report, run_collective
+
+    settings = _settings(sizes, ops, warmup, reps, timeout)
+    frameworks = _frameworks(framework)
+    pairs, runs = _runs(latency, bandwidth, loss, jitter, topology_file, scale, workers)
+    output = output or Path("results") / time.strftime("collective-%Y%m%d-%H%M%S")
+    if output.exists() and any(output.iterdir()):
+        raise UsageError(f"flag --output: {output} holds files", hint="choose an empty or new folder")
+    config = CollectiveConfig(runs=tuple(runs), workers=workers, output=output, settings=settings,
+                              frameworks=frameworks, backend=None if backend == "auto" else backend,
+                              command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, topology=pairs)
+    common.require_root()
+    common.sigterm_as_interrupt()
+    view = render_collective.CollectiveView(quiet=as_json)
+    points = run_collective(config, view)
+    if as_json:
+        render_collective.as_json(json_report(points, frameworks[0]))
+    else:
+        render_collective.done(output)

@@ -1,0 +1,159 @@
+"""Predicted beside measured: a sweep's calibrations and each run's predicted step.
+
+Before a sweep's first point (links as the testbed starts: unshaped), two calibrations,
+each timed and recorded in the manifest's "calibration":
+
+* collective: the all-reduce at a few sizes (CALIBRATION_SIZES) with TensorFlow's collective
+  ops over the workers' nodes (experiment/collective.py), fitted to alpha + beta x bytes:
+  the framework's overhead per collective and the unshaped per-byte cost;
+* compute: for each job (model, batch, input) and worker count, that many single-strategy
+  processes at once on the worker nodes (the CPU shared as in the run, no network), a
+  batch's mean time and the model's bytes.
+
+Each run's `predicted_step_s` then comes from model/step_model.py with the point's
+configured delay and rate: never from the point's own steps.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from netbench.errors import NetbenchError
+from netbench.jobs import events as ev
+from netbench.jobs.launch import Timeouts, run_job
+from netbench.model import step_model
+from netbench.model.job import JobSpec, plan_job
+
+CALIBRATION_SIZES = (64 * 2**10, 256 * 2**10, 2**20, 4 * 2**20)
+COMPUTE_WARMUP, COMPUTE_STEPS = 3, 10
+
+
+def job_key(job: JobSpec, workers: int) -> str:
+    shape = "x".join(str(d) for d in job.input_shape) if job.input_shape else ""
+    return f"{job.model}/b{job.batch_size}/{shape}/{job.classes or ''}/{job.data}/w{workers}"
+
+
+@dataclass(frozen=True)
+class Compute:
+    compute_s: float  # one batch, mean over the processes' measured steps
+    model_bytes: int
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """The calibrations a sweep measured; predicts any run of it."""
+
+    collective: dict[int, Any] = field(default_factory=dict)  # workers -> model.collective.AlphaBeta
+    compute: dict[str, Compute] = field(default_factory=dict)  # job_key -> Compute
+
+    def inputs(self, run) -> step_model.StepInputs | None:
+        from netbench.experiment.estimate import path_of
+
+        job, workers = run.job, run.workers
+        fit = self.collective.get(workers)
+        measured = self.compute.get(job_key(job, workers))
+        alone = job.strategy == "single" or (job.strategy.startswith("allreduce") and workers < 2)  # no network
+        if measured is None or (fit is None and not alone):
+            return None
+        profile = path_of(run)
+        return step_model.StepInputs(
+            strategy=job.strategy, workers=workers, model_bytes=measured.model_bytes, compute_s=measured.compute_s,
+            delay_s=profile.delay_us / 1e6, rate_bps=profile.rate_bps,
+            overhead_s=fit.alpha_s if fit else 0.0, beta_s_per_byte=fit.beta_s_per_byte if fit else 0.0,
+            accum_steps=job.accum_steps, ps=job.ps)
+
+    def predict(self, run) -> step_model.Prediction | None:
+        x = self.inputs(run)
+        return None if x is None else step_model.predict(x)
+
+
+def _compute_tasks(job: JobSpec, nodes, workers: int, port: int):
+    """`workers` single-strategy processes, one per worker node (worker 0..W-1)."""
+    single = replace(job, strategy="single", warmup=COMPUTE_WARMUP, steps=COMPUTE_STEPS, seconds=None,
+                     sample_resources_s=0.0)
+    (task,) = plan_job(single, nodes[:1], 1, port=port)
+    return [replace(task, index=i, node=node.name, netns=node.netns, address=node.address)
+            for i, node in enumerate(nodes[:workers])]
+
+
+def measure_compute(testbed, job: JobSpec, workers: int, log_dir, port: int) -> tuple[Compute, dict]:
+    nodes = testbed.nodes_for(job, workers)
+    started = time.monotonic()
+    outcome = run_job(_compute_tasks(job, nodes, workers, port), log_dir, testbed.spawn,
+                      Timeouts(startup_s=240.0, step_s=120.0))
+    if outcome.status != "ok":
+        raise NetbenchError(f"compute calibration of {job.model}: {outcome.error}", hint=f"logs in {log_dir}")
+    steps = [e.duration for e in outcome.events if isinstance(e, ev.Step) and e.phase == ev.PHASE_MEASURED]
+    model_bytes = next((e.model_bytes for e in outcome.events if isinstance(e, ev.Start)), 0)
+    if not steps:
+        raise NetbenchError(f"compute calibration of {job.model}: no measured steps", hint=f"logs in {log_dir}")
+    compute = Compute(compute_s=sum(steps) / len(steps), model_bytes=int(model_bytes))
+    return compute, {"compute_s": compute.compute_s, "model_bytes": compute.model_bytes, "steps": len(steps),
+                     "processes": workers, "seconds": round(time.monotonic() - started, 3)}
+
+
+def measure_collective(testbed, workers: int, log_dir, port: int) -> tuple[Any, dict]:
+    from netbench.experiment import collective
+    from netbench.model.profile import Profile
+    from netbench.model.run import Run
+
+    run = Run(index=0, profile=Profile(name="calibration"), repeat=0, job=collective.JOB, workers=workers)
+    settings = collective.Settings(sizes=CALIBRATION_SIZES, ops=("allreduce",), warmup=2, reps=3)
+    point = collective.measure(testbed, run, settings, "tf", log_dir, port)
+    return point.fit, {"alpha_s": point.fit.alpha_s, "beta_s_per_byte": point.fit.beta_s_per_byte,
+                       "sizes": [s.to_json() for s in point.results["allreduce"]], "seconds": round(point.seconds, 3)}
+
+
+def _why(exc: Exception) -> str:
+    return exc.message if isinstance(exc, NetbenchError) else f"{type(exc).__name__}: {exc}"
+
+
+def calibrate(runs, testbed, log_root, note, seed: int = 0) -> tuple[Predictor, dict]:
+    """Measure what the runs' predictions need; a calibration that fails is noted and its
+    runs get no prediction (the sweep goes on)."""
+    rng = random.Random(seed ^ int(time.time()))
+    started = time.monotonic()
+    record: dict[str, Any] = {"collective": {}, "compute": {}, "errors": []}
+    collective_fits: dict[int, Any] = {}
+    computes: dict[str, Compute] = {}
+    modelled = [r for r in runs if r.job.strategy in step_model.PATTERNS]
+    for workers in sorted({r.workers for r in modelled if r.workers >= 2}):
+        try:
+            fit, facts = measure_collective(testbed, workers, log_root / f"calibration-collective-w{workers}",
+                                            rng.randrange(20000, 30000))
+        except Exception as exc:  # noqa: BLE001 - a calibration only informs: the sweep goes on without it
+            record["errors"].append(_why(exc))
+            note(f"collective calibration ({workers} workers) failed: {_why(exc)}; no predictions for them")
+            continue
+        collective_fits[workers] = fit
+        record["collective"][str(workers)] = facts
+        note(f"calibration: all-reduce over {workers} workers, unshaped: alpha {fit.alpha_s * 1e3:.2f} ms, "
+             f"beta {fit.beta_s_per_byte * 1e9:.2f} ns/byte ({facts['seconds']:.1f} s)")
+    seen: dict[str, tuple[JobSpec, int]] = {}
+    for run in modelled:
+        seen.setdefault(job_key(run.job, run.workers), (run.job, run.workers))
+    for key, (job, workers) in seen.items():
+        try:
+            compute, facts = measure_compute(testbed, job, workers,
+                                             log_root / f"calibration-compute-{len(computes)}", rng.randrange(20000, 30000))
+        except Exception as exc:  # noqa: BLE001 - as above
+            record["errors"].append(_why(exc))
+            note(f"compute calibration of {key} failed: {_why(exc)}; no predictions for it")
+            continue
+        computes[key] = compute
+        record["compute"][key] = facts
+        note(f"calibration: {job.model} compute {compute.compute_s * 1e3:.1f} ms per batch on {workers} node(s) "
+             f"at once, {compute.model_bytes:,} bytes of weights ({facts['seconds']:.1f} s)")
+    record["seconds"] = round(time.monotonic() - started, 3)
+    return Predictor(collective=collective_fits, compute=computes), record
+
+
+def annotate(result, run, predictor: Predictor | None):
+    """The run's record with its predicted step (None where the model does not apply)."""
+    if predictor is None:
+        return result
+    prediction = predictor.predict(run)
+    return result if prediction is None else replace(result, predicted_step_s=prediction.step_s)

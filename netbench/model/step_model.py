@@ -1,0 +1,167 @@
+"""A model of a training step from the point's network and measured inputs (pure).
+
+    step = compute x batches per step + communication(strategy's pattern, alpha, beta)
+
+* compute: the per-batch time of the job's model on one node with no network (the compute
+  calibration: one single-strategy process per worker node at once, so the CPU is shared
+  as in the run);
+* communication: what the strategy moves per step (PATTERNS), with the point's terms:
+  - a message's latency: the framework's overhead per collective (the intercept of an
+    all-reduce on unshaped links, measured) plus one round trip (2 x the configured one-way
+    delay: TensorFlow's ring moves each chunk with a RecvBuf RPC, a request and its reply)
+    per sequential transfer;
+  - a byte's cost: the configured rate's (8 / rate), or the per-byte cost measured on
+    unshaped links when that is slower (the CPU then limits, not the link).
+
+Where it stops holding (the README says more): loss (TCP's recovery is not modelled),
+CPU saturation beyond what the compute calibration shared, congestion-window growth when a
+step's transfer is short against the bandwidth-delay product (slow start after idle), and
+jitter (ignored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured apart from any point's steps: the all-reduce's intercept and slope on unshaped
+    links (seconds, seconds per byte) for `workers`, and the compute time of a batch per job
+    key (compute_key)."""
+
+    overhead_s: float
+    beta_s_per_byte: float
+    workers: int
+    compute_s: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """One point of one job: everything the model reads."""
+
+    strategy: str
+    workers: int
+    model_bytes: int
+    compute_s: float  # one batch on one node
+    delay_s: float  # configured one-way delay
+    rate_bps: float | None  # configured rate; None: unshaped
+    overhead_s: float  # per collective (or per message), measured
+    beta_s_per_byte: float  # the all-reduce's per-byte slope on unshaped links, measured
+    accum_steps: int = 1
+    ps: int = 1
+    buckets: int = 1  # all-reduces per step: TF packs every gradient into one (bytes_per_pack 0)
+    params: Mapping[str, float] = field(default_factory=dict)  # a pattern's own settings (period, ...)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    step_s: float
+    compute_s: float
+    comm_s: float
+    floor_s: float  # compute plus the communication's physical lower bound
+
+
+# bytes on the wire per payload byte: a 1448-byte TCP segment (timestamps on) rides a 1514-byte
+# Ethernet frame, and the rate limits whole frames
+WIRE_OVERHEAD = 1514 / 1448
+
+
+def _wire(x: StepInputs) -> float:
+    """Seconds per payload byte on one node's shaped egress (0: unshaped)."""
+    return 8.0 * WIRE_OVERHEAD / x.rate_bps if x.rate_bps else 0.0
+
+
+def link_beta(x: StepInputs) -> float:
+    """Seconds per byte of a point-to-point transfer: the rate's, or the measured one when slower
+    (the measured slope is the all-reduce's; one link carries 2(n-1)/n of its bytes)."""
+    n = max(2, x.workers)
+    measured = x.beta_s_per_byte * n / (2 * (n - 1))
+    return max(_wire(x), measured)
+
+
+def allreduce_s(x: StepInputs, size_bytes: float | None = None) -> float:
+    """Ring all-reduce of `size_bytes` (default: the model's) in x.buckets pieces: 2(n-1)
+    sequential transfers of 1/n of a bucket, each a round trip, per bucket."""
+    n = x.workers
+    if n < 2:
+        return 0.0
+    size = x.model_bytes if size_bytes is None else size_bytes
+    latency = x.buckets * (x.overhead_s + 2 * (n - 1) * 2 * x.delay_s)
+    per_byte = max(x.beta_s_per_byte, 2 * (n - 1) / n * _wire(x))
+    return latency + per_byte * size
+
+
+def allreduce_floor_s(size_bytes: float, workers: int, delay_s: float, rate_bps: float | None) -> float:
+    """The ring all-reduce's lower bound: 2(n-1)/n of the bytes through each node's link at the
+    configured rate, and 2(n-1) one-way delays (each step of the ring crosses a link once)."""
+    n = workers
+    if n < 2:
+        return 0.0
+    wire = 2 * (n - 1) / n * size_bytes * 8 / rate_bps if rate_bps else 0.0
+    return wire + 2 * (n - 1) * delay_s
+
+
+def _message(x: StepInputs, size_bytes: float, through_one_link: float = 1.0) -> float:
+    """One request-reply transfer of `size_bytes`, `through_one_link` times that many bytes
+    crossing the busiest egress."""
+    return x.overhead_s + 2 * x.delay_s + link_beta(x) * size_bytes * through_one_link
+
+
+def _ps(x: StepInputs) -> float:
+    """A worker's communication per step against P parameter servers (predict turns the
+    workers' overlapping steps into the coordinator's completions, COMPLETIONS): the coordinator's dispatch (a round trip),
+    the pull of the variables (each server's egress sends its 1/P to every worker at once) and
+    the push of the gradients (the worker's egress sends all of them)."""
+    shard = x.model_bytes / max(1, x.ps)
+    return 2 * x.delay_s + _message(x, shard, x.workers) + _message(x, x.model_bytes)
+
+
+def _period(x: StepInputs, name: str, default: float) -> float:
+    return max(1.0, float(x.params.get(name, default)))
+
+
+# strategy -> seconds of communication per step (a step as its events count it)
+PATTERNS: dict[str, Callable[[StepInputs], float]] = {
+    "single": lambda x: 0.0,
+    "allreduce": allreduce_s,
+    "allreduce-accum": allreduce_s,  # one all-reduce per accum_steps batches: a step is one update
+    "ps": _ps,
+    "ps-sync": _ps,  # every worker pulls and pushes each step, the servers' egress shared
+    "ps-ssp": _ps,  # the same transfers; staleness only hides waiting, not bytes
+    # elastic averaging: an exchange with the centre every `period` steps
+    "easgd": lambda x: (_ps(x) - 2 * x.delay_s) / _period(x, "period", 4),
+    # gossip: one push of the model to one peer with probability `p` per step
+    "gosgd": lambda x: float(x.params.get("p", 1.0)) * _message(x, x.model_bytes),
+    # asynchronous decentralised: one pairwise exchange (both ways at once) per step
+    "adpsgd": lambda x: _message(x, x.model_bytes),
+}
+
+
+# strategies whose step event is a completion at the coordinator, from whichever worker is free
+# (jobs/harness/ps.py: duration = the time between completions): W workers overlap their steps
+COMPLETIONS = frozenset({"ps", "ps-ssp"})
+
+
+def predict(x: StepInputs) -> Prediction | None:
+    """The step's time, or None where the model does not apply (unknown strategy, no size)."""
+    pattern = PATTERNS.get(x.strategy)
+    if pattern is None or x.compute_s <= 0 or (x.model_bytes <= 0 and x.strategy != "single"):
+        return None
+    batches = max(1, x.accum_steps) if x.strategy == "allreduce-accum" else 1
+    compute = x.compute_s * batches
+    comm = pattern(x)
+    floor = compute + (allreduce_floor_s(x.model_bytes, x.workers, x.delay_s, x.rate_bps)
+                       if x.strategy.startswith("allreduce") else 0.0)
+    step = compute + comm
+    if x.strategy in COMPLETIONS:  # W steps in flight; a server's egress sends its shard every step
+        shard = x.model_bytes / max(1, x.ps)
+        step = max(step / max(1, x.workers), link_beta(x) * shard)
+        floor = shard * _wire(x)
+    return Prediction(step_s=step, compute_s=compute, comm_s=comm, floor_s=floor)
+
+
+def within(measured_s: float, predicted_s: float, tolerance: float = 0.25) -> bool:
+    """Whether a measured step is within `tolerance` (relative) of the predicted one."""
+    return predicted_s > 0 and abs(measured_s / predicted_s - 1) <= tolerance
