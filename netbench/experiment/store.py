@@ -29,7 +29,9 @@ from netbench.jobs.resources import Usage, totals
 # 3: per-process resource use (--sample-resources) and its csv columns
 # 4: a run's schedule (its landed changes and lateness) and the csv's schedule column
 # 5: a run's per-pair topology (its `topology` record) and the csv's topology and scale columns
-SCHEMA_VERSION = 5
+# 6: the training algorithm's waiting and staleness, and accuracy (a run's accuracy_curve and the
+#    csv's test_accuracy, steps_to_target, time_to_target_s, wait_time_mean_s, staleness_mean)
+SCHEMA_VERSION = 6
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -50,6 +52,8 @@ CSV_COLUMNS = (
     "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error", "schedule", "step", "split_from",
     "launch", "settle_s", "settle_steps", "topology", "scale",
+    # the training algorithm and its accuracy (issue 21)
+    "wait_time_mean_s", "staleness_mean", "test_accuracy", "steps_to_target", "time_to_target_s",
 )
 
 
@@ -102,6 +106,15 @@ class RunResult:
     # the per-pair topology the run applied instead of its profile (model.pairs.PairTopology.to_json,
     # scaled: its links are the delays applied, its scale the factor); None: the profile
     topology: dict[str, Any] | None = None
+    # the algorithm's waiting (barrier, staleness gate) per measured step and the staleness of
+    # its updates (exchange strategies); held-out accuracy: the curve (step, wall_s, train_s,
+    # accuracy, spread: netbench.jobs.accuracy), the last value, and when the target was reached
+    wait_time_mean_s: float | None = None
+    staleness_mean: float | None = None
+    accuracy_curve: tuple[dict[str, Any], ...] = ()
+    test_accuracy: float | None = None
+    steps_to_target: int | None = None
+    time_to_target_s: float | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -141,6 +154,10 @@ class RunResult:
             "settle_steps": "" if self.settle_steps is None else self.settle_steps,
             "topology": (self.topology or {}).get("name", ""),
             "scale": "" if self.topology is None else f"{self.topology.get('scale', 1):g}",
+            "wait_time_mean_s": opt(self.wait_time_mean_s), "staleness_mean": opt(self.staleness_mean, 4),
+            "test_accuracy": opt(self.test_accuracy, 4),
+            "steps_to_target": "" if self.steps_to_target is None else self.steps_to_target,
+            "time_to_target_s": opt(self.time_to_target_s, 4),
         }
 
     def _resource_cells(self) -> dict[str, Any]:
