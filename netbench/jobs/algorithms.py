@@ -83,13 +83,16 @@ def choose_peer(rng: random.Random, me: int, workers: int) -> int:
 
 def model_transfers_per_step(strategy: str, workers: int, gossip_p: float = DEFAULT_GOSSIP_P,
                              tau: int = DEFAULT_TAU) -> float:
-    """Model-sized transfers one worker SENDS per step, as the algorithm says (what
+    """Model-sized transfers a worker's node SENDS per step, as the algorithm says (what
     --sample-resources' tx bytes of a worker should show, over the model's bytes):
     ps-sync/ps-ssp its gradient (the weights come back), easgd its replica every tau steps,
-    gosgd a model with probability p, adpsgd its model every step (a peer's comes back),
-    allreduce 2(W-1)/W of one (ring)."""
-    if strategy in ("ps-sync", "ps-ssp", "adpsgd"):
+    gosgd a model with probability p, adpsgd its model every step plus, on average, one reply
+    to a peer's request (each worker is asked once per step by someone), allreduce 2(W-1)/W
+    of one (ring)."""
+    if strategy in ("ps-sync", "ps-ssp"):
         return 1.0
+    if strategy == "adpsgd":
+        return 2.0
     if strategy == "easgd":
         return 1.0 / tau
     if strategy == "gosgd":
