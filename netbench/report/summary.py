@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from netbench.experiment.store import ResultStore
+from netbench.report.accuracy import accuracy_section
 from netbench.report.figures import efficiency_figure, idleness_figure, throughput_figure
 from netbench.report.groups import NETWORK, REFERENCE_STRATEGY, Efficiency, Group, baseline_slice, \
     group_observations, idleness_values, networked, scaling_efficiency, slowdown, speedups, varying
@@ -134,6 +135,6 @@ def write_report(results_dir: Path, out_dir: Path, confidence: float = 0.99) -> 
         figures.append(efficiency_figure(effs_shown, out_dir / "scaling-efficiency.png", confidence))
     playbook = ResultStore(results_dir).read_playbook()  # load_observations has read it once already
     summary = out_dir / "report.md"
-    summary.write_text(markdown_summary(results_dir, observations, groups, effs_shown, figures, confidence, playbook),
-                       encoding="utf-8")
+    summary.write_text(markdown_summary(results_dir, observations, groups, effs_shown, figures, confidence, playbook)
+                       + accuracy_section(results_dir, confidence), encoding="utf-8")
     return Written(observations=observations, groups=groups, files=[*figures, summary])
