@@ -271,3 +271,38 @@ def test_the_reports_algorithm_table_groups_repetitions_and_names_the_winners():
     assert "| ps-sync | 2 | 50 | 2/2 | 310 (" in text
     assert "On throughput: ps, 2 workers, 50 ms" in text and "On accuracy: ps-sync" in text
     assert accuracy_markdown([], 0.99) == ""
+
+
+def test_the_workers_options_of_the_algorithms():
+    from netbench.jobs import worker
+
+    args = worker.parse_args(["--strategy", "ps-ssp", "--train-steps", "50", "--warmup", "5", "--staleness", "0"])
+    assert (args.steps, args.train_steps, args.staleness, args.tau, args.gossip_p) == (45, 50, 0, 4, 0.1)
+    assert worker.LOOPS["gosgd"] is worker.LOOPS["ps-sync"]
+    for bad in (["--train-steps", "5", "--warmup", "5"], ["--strategy", "easgd", "--seconds", "3"],
+                ["--gossip-p", "1.5"], ["--elastic-alpha", "2"], ["--steps", "3", "--train-steps", "9"]):
+        with pytest.raises(SystemExit):
+            worker.parse_args(bad)
+
+
+def test_the_sweeps_dry_run_shows_the_algorithm_and_its_placement_and_names_bad_flags():
+    from click.testing import CliRunner
+
+    from netbench.cli.app import main
+
+    def invoke(*args):
+        return CliRunner().invoke(main, ["sweep", "--dry-run", *args], catch_exceptions=False)
+
+    shown = invoke("--strategy", "easgd", "--ps", "2", "--data", "fashion-mnist", "--train-steps", "200",
+                   "--latency", "1,50ms")
+    assert shown.exit_code == 0, shown.output
+    for text in ("placement on 4 nodes", "ps1 on n4", "tau 4, alpha 0.45 (0.9 / workers)",
+                 "190 measured steps", "fresh model for 200 steps", "--isolate"):
+        assert text in shown.output, text
+    assert "coordinator" not in shown.output
+    for args, flag in [(("--strategy", "gosgd", "--workers", "1"), "--workers"),
+                       (("--train-steps", "5"), "--train-steps"),
+                       (("--strategy", "ps-sync", "--seconds", "5"), "--seconds")]:
+        result = invoke(*args)
+        first = result.output.strip().splitlines()[0]
+        assert result.exit_code != 0 and first.startswith("error:") and flag in first, result.output
