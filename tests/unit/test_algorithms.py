@@ -306,3 +306,14 @@ def test_the_sweeps_dry_run_shows_the_algorithm_and_its_placement_and_names_bad_
         result = invoke(*args)
         first = result.output.strip().splitlines()[0]
         assert result.exit_code != 0 and first.startswith("error:") and flag in first, result.output
+
+
+def test_the_estimate_models_each_algorithms_exchange():
+    from netbench.experiment.estimate import exchange_s
+
+    model_s, rtt = 0.02, 0.1
+    assert exchange_s(JobSpec(strategy="ps-sync"), 2, model_s, rtt) == pytest.approx(0.24)
+    assert exchange_s(JobSpec(strategy="easgd", tau=4), 2, model_s, rtt) == pytest.approx(0.06)
+    assert exchange_s(JobSpec(strategy="gosgd", gossip_p=0.1), 2, model_s, rtt) == pytest.approx(0.002)
+    # the parameter server's link carries every worker's models
+    assert exchange_s(JobSpec(strategy="ps-ssp"), 16, model_s, 0.0) == pytest.approx(0.64)
