@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEB_PACKAGES := iproute2 iptables iperf3 iputils-ping prometheus openssh-server sudo
+DEB_PACKAGES := iproute2 iptables iperf3 iputils-ping prometheus openssh-server sudo dataset-fashion-mnist
 PYTHON ?= python3
 
 .PHONY: install demo test test-fast test-kernel bench reset clean help dashboards

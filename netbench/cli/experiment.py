@@ -16,6 +16,7 @@ from netbench.cli import common
 from netbench.cli.common import (BACKEND_CHOICES, _sigterm_as_interrupt, check_metrics_flags, handle_errors,
                                  hosts_options, launch_options, launch_settings, metrics_options)
 from netbench.cli.types import FiniteFloatRange
+from netbench.cli.algorithm_options import ALGORITHMS, ALGORITHMS_HELP, algorithm_options, finish_job
 from netbench.errors import UsageError
 from netbench.model.profile import Profile, load_profile, parse_levels
 
@@ -36,14 +37,16 @@ from netbench.model.profile import Profile, load_profile, parse_levels
               help="A per-pair topology (profiles/topologies/) as the network, one point per --scale level.")
 @click.option("--scale", metavar="LIST", help="With --topology: factors on every delay, e.g. 1,2,4 [default: 1].")
 @click.option("--strategy", default="allreduce", show_default=True,
-              type=click.Choice(["allreduce", "allreduce-accum", "ps", "single"]),
+              type=click.Choice(["allreduce", "allreduce-accum", "ps", "single", *ALGORITHMS]),
               help="allreduce: all-reduce every step; allreduce-accum: every --accum-steps batches; "
-                   "ps: parameter servers and a coordinator (asynchronous); single: one process, no network.")
+                   "ps: parameter servers and a coordinator (asynchronous); single: one process, no network; "
+                   f"{ALGORITHMS_HELP}")
 @click.option("--workers", type=click.IntRange(1, 64), help="Training workers, one per node [default: 2; 1 with single].")
 @click.option("--accum-steps", default=4, show_default=True, type=click.IntRange(1, 10000),
               help="Local batches per all-reduce with --strategy allreduce-accum.")
 @click.option("--ps", "ps_count", default=1, show_default=True, type=click.IntRange(1, 16),
               help="Parameter servers with --strategy ps (each on its own node, plus one for the coordinator).")
+@algorithm_options
 @click.option("--model", default="mlp", show_default=True,
               type=click.Choice(["mlp", "cnn", "resnet18", "mobilenetv2", "resnet50", "efficientnetb0", "vgg16"]),
               help="Model to train (Keras applications with random weights; nothing is downloaded).")
@@ -87,7 +90,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, predict, dry_run,
           metrics_port, metrics_address, metrics_wait, order_seed, isolate, launch_order, settle_text, settle_steps,
-          inventory, insecure_host_keys, takeover, precision_text, max_seconds) -> None:
+          inventory, insecure_host_keys, takeover, precision_text, max_seconds, algorithm=None) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
@@ -104,6 +107,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     Example: netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit
     Example: netbench sweep --schedule profiles/schedules/spike.yaml --latency 10ms
     Example: netbench sweep --topology profiles/topologies/world.yaml --workers 8 --scale 1,2
+    Example: netbench sweep --strategy ps-ssp --staleness 3 --data fashion-mnist --train-steps 200 --latency 1,50ms
     """
     from netbench.model import design as sweep_plan
     from netbench.experiment import store as results
@@ -139,7 +143,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
         raise UsageError(f"flag --output: {exc.message}", exc.hint) from None
     config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
                                           batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
-                                          sample_resources_s=sample_resources or 0.0,
+                                          sample_resources_s=sample_resources or 0.0, **(algorithm or {}),
                                           **common.precision_settings(precision_text, max_seconds))
     pairs = None
     if topology_file is not None:
@@ -252,9 +256,10 @@ def _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input
             check_input(model, shape or DEFAULT_INPUT_SHAPES[model], classes or DEFAULT_CLASSES)
         except ValueError as exc:
             raise UsageError(f"flag --input-shape: {exc}") from None
-    data = data if data == datasets.SYNTHETIC else str(Path(data).resolve())  # workers start elsewhere
-    return JobSpec(strategy=strategy, model=model, accum_steps=accum_steps, ps=ps_count, data=data,
-                   input_shape=shape, classes=classes, **rest), workers
+    if data not in (datasets.SYNTHETIC, datasets.FASHION_MNIST):
+        data = str(Path(data).resolve())  # workers start elsewhere
+    return finish_job(JobSpec(strategy=strategy, model=model, accum_steps=accum_steps, ps=ps_count, data=data,
+                              input_shape=shape, classes=classes, **rest), workers), workers
 
 
 def _plan_runs(base, levels, repeat):
@@ -272,7 +277,7 @@ def _plan_runs(base, levels, repeat):
 
 def _print_sweep_plan(config) -> None:
     from netbench.cli.sweep_topology import plan_lines, testbed_size
-    from netbench.model.job import describe_plan, nodes_needed, plan_job
+    from netbench.model.job import describe_algorithm, describe_plan, nodes_needed, plan_job
     from netbench.model import topology
 
     topo = topology.plan_topology(testbed_size(nodes_needed(config.job, config.workers), config.topology),
@@ -287,6 +292,8 @@ def _print_sweep_plan(config) -> None:
     console.plain(f"placement on {len(topo.nodes)} nodes (each run on a fresh port):")
     for line in describe_plan(plan_job(config.job, topo.nodes, config.workers, port=0)):
         console.plain("  " + line)
+    for line in describe_algorithm(config.job, config.workers):
+        console.plain(line)
     from netbench.cli.render import schedule_plan_line
 
     for run in config.runs:
@@ -307,9 +314,10 @@ def _print_launches(runs, seed: int | None, launches: dict, step_timeout_s: floa
     from netbench.cli.render import design_estimate
     from netbench.experiment.launch import describe_launches
 
-    for line in describe_launches(runs, seed, launches["isolate"], launches["order"]):
+    isolate = launches["isolate"] or bool(runs) and all(r.job.train_steps for r in runs)
+    for line in describe_launches(runs, seed, isolate, launches["order"]):
         console.plain(line)
-    design_estimate(runs, launches["isolate"], launches["settle"], step_timeout_s, order=launches["order"])
+    design_estimate(runs, isolate, launches["settle"], step_timeout_s, order=launches["order"])
 
 
 def verify_settings_text() -> str:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from netbench.experiment.launch import Settle, plan_launches
-from netbench.model.job import effective_accum_steps, nodes_needed
+from netbench.model.job import EXCHANGE_STRATEGIES, effective_accum_steps, nodes_needed
 
 # Model weights (float32) at the job's default input shape and 10 classes, from
 # build_model(keras, name, DEFAULT_INPUT_SHAPES[name], 10): model.count_params() and the
@@ -216,12 +216,30 @@ def step_s(run, costs: Costs, s_per_sample: float | None = None) -> float:
     if job.strategy == "ps":
         per_worker = compute + 2 * model_bytes * 8 / rate + costs.ps_round_trips * rtt
         return max(per_worker / workers, model_bytes * 8 / rate)
+    if job.strategy in EXCHANGE_STRATEGIES:
+        return compute + exchange_s(job, workers, model_bytes * 8 / rate, rtt)
     # the ring as the step model has it (model/step_model.py: what sweeps predict each run by)
     from netbench.model import step_model
 
     ring = step_model.StepInputs(strategy=job.strategy, workers=workers, model_bytes=model_bytes, compute_s=compute,
                                  delay_s=rtt / 2, rate_bps=rate, overhead_s=costs.sync_overhead_s, beta_s_per_byte=0.0)
     return compute + step_model.allreduce_s(ring)
+
+
+def exchange_s(job, workers: int, model_s: float, rtt: float) -> float:
+    """The network's share of one worker's step under an exchange strategy: a request with a
+    model each way costs two models' serialisation and about two round trips (measured: ps-sync's
+    2.7 MB push and reply took 2 RTTs at 50 ms one-way, TCP's window growing within each); the
+    parameter servers' links carry every worker's models; easgd pays it every tau steps, gosgd
+    sends one model with probability p and waits for nothing."""
+    exchange = 2 * model_s + 2 * rtt
+    if job.strategy in ("ps-sync", "ps-ssp"):
+        return max(exchange, 2 * workers * model_s / max(1, job.ps))
+    if job.strategy == "easgd":
+        return exchange / job.tau
+    if job.strategy == "gosgd":
+        return job.gossip_p * model_s
+    return exchange  # adpsgd
 
 
 def _point(run, costs: Costs, settle: Settle | None, step_timeout_s: float | None):

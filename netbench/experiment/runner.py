@@ -11,8 +11,8 @@ from typing import Any, Callable, Protocol
 from netbench import interrupts
 from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
-from netbench.jobs import analysis, events, resources
-from netbench.model.job import JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
+from netbench.jobs import accuracy, analysis, events, resources
+from netbench.model.job import SERVER_STRATEGIES, JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
 from netbench.jobs.launch import JobOutcome, Timeouts, run_job
 from netbench.experiment import launch as launches
 from netbench.experiment.launch import PORT_RANGE, Settle
@@ -89,13 +89,14 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
     elif status == "ok":
         status, error = "failed", "no measured steps"
     phases = analysis.phase_times(outcome.events, job)
+    scored = accuracy.summarise(outcome.events, job)
     return RunResult(run_id=run.run_id, profile=run.profile.to_record(), backend=backend,
                      strategy=job.strategy, model=job.model, batch_size=job.batch_size,
                      workers=workers, repeat=run.repeat, warmup_steps=job.warmup,
                      status=status, error=error, stats=stats,
                      per_worker_images_per_sec=analysis.per_worker_images_per_sec(outcome.events, job, workers),
                      events=tuple(events.as_record(e) for e in outcome.events), started=started, ended=ended,
-                     ps=job.ps if job.strategy == "ps" else 0, accum_steps=effective_accum_steps(job),
+                     ps=job.ps if job.strategy in SERVER_STRATEGIES else 0, accum_steps=effective_accum_steps(job),
                      data=job.data, **analysis.model_facts(outcome.events, job),
                      compute_time_mean_s=phases.compute_mean_s if phases else None,
                      comm_time_mean_s=phases.comm_mean_s if phases else None,
@@ -103,7 +104,12 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      step=analysis.step_kind(outcome.events, job), split_from=phases.source if phases else None,
                      resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)),
                      topology=run.pairs.to_json() if run.pairs is not None else None,
-                     **window_precision(durations, job.precision))
+                     **window_precision(durations, job.precision),
+                     wait_time_mean_s=phases.wait_mean_s if phases else None,
+                     staleness_mean=phases.staleness_mean if phases else None,
+                     accuracy_curve=tuple(p.to_record() for p in scored.curve),
+                     test_accuracy=scored.test_accuracy, steps_to_target=scored.steps_to_target,
+                     time_to_target_s=scored.time_to_target_s)
 
 
 def window_precision(durations: list[float], precision: float | None) -> dict:
@@ -162,11 +168,12 @@ def split_runs(config: SweepConfig, testbed_kind: str) -> tuple[list[Run], list[
 
     A run launches on its own under --isolate, with a schedule (its changes are driven from
     its own first measured step), with --verify (the measurement must not share the links with
-    training), and on the hosts target (workers' clocks are not the controller's)."""
+    training), on the hosts target (workers' clocks are not the controller's), and with
+    train_steps (an accuracy run trains a fresh model: it never inherits another point's)."""
     if config.isolate or config.verify or testbed_kind == "hosts":
         return list(config.runs), []
-    own = [r for r in config.runs if r.schedule is not None]
-    return own, [r for r in config.runs if r.schedule is None]
+    own = [r for r in config.runs if r.schedule is not None or r.job.train_steps]
+    return own, [r for r in config.runs if not (r.schedule is not None or r.job.train_steps)]
 
 
 def _run_isolated(run: Run, config: SweepConfig, testbed: Target, store: ResultStore, observer: Observer,

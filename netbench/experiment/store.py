@@ -32,7 +32,9 @@ from netbench.jobs.resources import Usage, totals
 # 5: a run's per-pair topology (its `topology` record) and the csv's topology and scale columns
 # 6: a window's precision: step_time_ci_pct and precision_reached (record and csv)
 # 7: the model's predicted step (experiment/predict.py) and the csv's predicted_step_s column
-SCHEMA_VERSION = 7
+# 8: the training algorithm's waiting and staleness, and accuracy (a run's accuracy_curve and the
+#    csv's test_accuracy, steps_to_target, time_to_target_s, wait_time_mean_s, staleness_mean)
+SCHEMA_VERSION = 8
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -54,6 +56,8 @@ CSV_COLUMNS = (
     "status", "error", "schedule", "step", "split_from",
     "launch", "settle_s", "settle_steps", "topology", "scale",
     "step_time_ci_pct", "precision_reached", "predicted_step_s",
+    # the training algorithm and its accuracy (issue 21)
+    "wait_time_mean_s", "staleness_mean", "test_accuracy", "steps_to_target", "time_to_target_s",
 )
 
 
@@ -113,6 +117,15 @@ class RunResult:
     # the step model's prediction from the sweep's calibrations (model/step_model.py), never from
     # this run's own steps; None where the model does not apply
     predicted_step_s: float | None = None
+    # the algorithm's waiting (barrier, staleness gate) per measured step and the staleness of
+    # its updates (exchange strategies); held-out accuracy: the curve (step, wall_s, train_s,
+    # accuracy, spread: netbench.jobs.accuracy), the last value, and when the target was reached
+    wait_time_mean_s: float | None = None
+    staleness_mean: float | None = None
+    accuracy_curve: tuple[dict[str, Any], ...] = ()
+    test_accuracy: float | None = None
+    steps_to_target: int | None = None
+    time_to_target_s: float | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -155,6 +168,10 @@ class RunResult:
             "step_time_ci_pct": opt(self.step_time_ci_pct, 3),
             "precision_reached": "" if self.precision_reached is None else str(self.precision_reached).lower(),
             "predicted_step_s": opt(self.predicted_step_s),
+            "wait_time_mean_s": opt(self.wait_time_mean_s), "staleness_mean": opt(self.staleness_mean, 4),
+            "test_accuracy": opt(self.test_accuracy, 4),
+            "steps_to_target": "" if self.steps_to_target is None else self.steps_to_target,
+            "time_to_target_s": opt(self.time_to_target_s, 4),
         }
 
     def _resource_cells(self) -> dict[str, Any]:

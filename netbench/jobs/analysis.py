@@ -30,8 +30,11 @@ class PhaseTimes:
 
     compute_mean_s: float
     comm_mean_s: float
-    idle_ratio: float  # sum(comm) / sum(compute + comm), in [0, 1]
+    idle_ratio: float  # sum(comm + wait) / sum(compute + comm + wait), in [0, 1]
     source: str = ev.PHASE_MEASURED  # the phase of the steps it comes from (measured or calibration)
+    wait_mean_s: float | None = None  # barrier or staleness gate, apart from comm (exchange strategies)
+    staleness_mean: float | None = None  # updates between a step's read of the weights and its update
+    staleness_max: int | None = None
 
 
 def _measured(events: Iterable[ev.Event]) -> list[ev.Step]:
@@ -102,10 +105,16 @@ def phase_times(events: Sequence[EventLike], job: JobSpec) -> PhaseTimes | None:
         if steps:
             compute = sum(e.compute for e in steps)
             comm = sum(e.comm for e in steps)
-            if compute + comm <= 0:
+            waits = [e.wait for e in steps if e.wait is not None]
+            wait = sum(waits)
+            if compute + comm + wait <= 0:
                 return None
+            stale = [e.staleness for e in steps if e.staleness is not None]
             return PhaseTimes(compute_mean_s=compute / len(steps), comm_mean_s=comm / len(steps),
-                              idle_ratio=comm / (compute + comm), source=phase)
+                              idle_ratio=(comm + wait) / (compute + comm + wait), source=phase,
+                              wait_mean_s=wait / len(steps) if waits else None,
+                              staleness_mean=sum(stale) / len(stale) if stale else None,
+                              staleness_max=max(stale) if stale else None)
     return None
 
 

@@ -18,7 +18,11 @@ Additions that stay version 1 (a version-1 reader keeps what it does not know): 
 measured window to time computation against communication; see harness.loop), and readers
 count ONLY ``measured`` steps as measured, whatever other phase they meet; a start event
 may carry ``step`` ("fused" or "split": how the synchronous loop's steps were compiled;
-absent from older records, whose steps were split, and from ps).
+absent from older records, whose steps were split, and from ps). A step may carry ``wait``
+(seconds held by a barrier or a staleness gate, apart from ``comm``) and ``staleness`` (updates
+applied between the read of the weights and this step's update): both absent when unknown. An
+``eval`` event (held-out accuracy after ``step`` steps, measured outside the timed steps) is a
+kind a version-1 reader that does not know it keeps as it came.
 """
 
 from __future__ import annotations
@@ -123,6 +127,8 @@ class Step(Event):
     compute: float | None = None
     comm: float | None = None
     executor: int | None = None
+    wait: float | None = None  # held by a barrier or staleness gate (exchange strategies)
+    staleness: int | None = None  # updates between the read of the weights and this update
 
     @property
     def measured(self) -> bool:
@@ -136,6 +142,10 @@ class Step(Event):
         head: dict[str, Any] = {"compute": self.compute, "comm": self.comm}
         if self.executor is not None:
             head["executor"] = self.executor
+        if self.wait is not None:
+            head["wait"] = self.wait
+        if self.staleness is not None:
+            head["staleness"] = self.staleness
         return {**head, "event": self.kind, "step": self.step, "phase": self.phase, "start": self.start,
                 "end": self.end, "duration": self.duration, "images": self.images, "loss": self.loss}
 
@@ -189,6 +199,25 @@ class Resources(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Eval(Event):
+    """Held-out accuracy of the sender's model after ``step`` training steps, measured outside
+    the timed steps: ``time`` (monotonic s), ``train_s`` (seconds in training steps so far,
+    evaluations left out), ``accuracy`` in [0, 1], mean ``loss``, and the ``examples`` scored."""
+
+    kind: ClassVar[str] = "eval"
+    step: int = 0
+    time: float = 0.0
+    train_s: float = 0.0
+    accuracy: float = 0.0
+    loss: float | None = None
+    examples: int = 0
+
+    def body(self) -> dict[str, Any]:
+        return {"event": self.kind, "step": self.step, "time": self.time, "train_s": self.train_s,
+                "accuracy": self.accuracy, "loss": self.loss, "examples": self.examples}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Other(Event):
     """An event kind this version does not know: kept as it came, for the record."""
 
@@ -203,7 +232,7 @@ class Other(Event):
         return dict(self.fields_)
 
 
-KINDS: dict[str, type[Event]] = {cls.kind: cls for cls in (Start, Step, Done, Error, Resources)}
+KINDS: dict[str, type[Event]] = {cls.kind: cls for cls in (Start, Step, Done, Error, Resources, Eval)}
 
 
 def _finite_or_none(value: Any) -> float | None:
@@ -227,10 +256,13 @@ _READ: dict[str, dict[str, Any]] = {
               "step": lambda v: None if v is None else str(v)},
     "step": {"step": int, "phase": str, "start": float, "end": float, "duration": float, "images": int,
              "loss": _finite_or_none, "compute": _optional_float, "comm": _optional_float,
-             "executor": lambda v: None if v is None else int(v)},
+             "executor": lambda v: None if v is None else int(v), "wait": _optional_float,
+             "staleness": lambda v: None if v is None else int(v)},
     "done": {"time": float, "steps": int},
     "error": {"type": str, "message": str},
     "resources": {"time": float, "cpu_s": float, "rss_bytes": int, "rx_bytes": int, "tx_bytes": int},
+    "eval": {"step": int, "time": float, "train_s": float, "accuracy": float, "loss": _finite_or_none,
+             "examples": int},
 }
 
 
@@ -348,14 +380,23 @@ def start_event(task_index: int, num_workers: int, pid: int, time_s: float, tf_v
 
 def step_event(step: int, phase: str, start: float, end: float, images: int, loss: float,
                compute: float | None = None, comm: float | None = None,
-               executor: int | None = None) -> Step:
+               executor: int | None = None, wait: float | None = None,
+               staleness: int | None = None) -> Step:
     """A Step with ``duration`` = end - start; raises ValueError on an unknown phase."""
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")
     return Step(step=int(step), phase=phase, start=float(start), end=float(end),
                 duration=float(end) - float(start), images=int(images), loss=_finite_or_none(loss),
                 compute=_optional_float(compute), comm=_optional_float(comm),
-                executor=None if executor is None else int(executor))
+                executor=None if executor is None else int(executor),
+                wait=_optional_float(wait), staleness=None if staleness is None else int(staleness))
+
+
+def eval_event(step: int, time_s: float, train_s: float, accuracy: float, loss: float | None,
+               examples: int) -> Eval:
+    """An Eval; a loss that is not finite is reported as None."""
+    return Eval(step=int(step), time=float(time_s), train_s=float(train_s), accuracy=float(accuracy),
+                loss=_finite_or_none(loss), examples=int(examples))
 
 
 def error_event(exc: BaseException) -> Error:

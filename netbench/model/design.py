@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from netbench import units
-from netbench.model.job import JobSpec
+from netbench.model import algorithm_keys
+from netbench.model.job import SERVER_STRATEGIES, JobSpec
 from netbench.model.playbook import Playbook, PlaybookError, design_points, fail, profile_for
 from netbench.model.profile import Profile, validate
 from netbench.model.pairs import PairTopology, scaled
@@ -265,7 +266,7 @@ def job_fields(book: Playbook, settings: Settings, available: Iterable[str]) -> 
         if job_field in available:
             out[job_field] = value
             continue
-        needed = (name == "ps" and settings.strategy == "ps") or \
+        needed = (name == "ps" and settings.strategy in SERVER_STRATEGIES) or \
             (name == "accum_steps" and settings.strategy == "allreduce-accum") or \
             (name == "data" and value != Settings.data)
         if needed:
@@ -274,6 +275,7 @@ def job_fields(book: Playbook, settings: Settings, available: Iterable[str]) -> 
     out.update(warmup=book.warmup, steps=book.steps, seconds=book.seconds)
     if "precision" in available:
         out.update(precision=book.precision, max_seconds=book.max_seconds)
+    out.update(algorithm_keys.job_fields(book.job_extra, book.warmup, book.steps))  # issue 21's keys
     return out
 
 
@@ -294,7 +296,7 @@ def describe_settings(settings: Settings) -> dict[str, str]:
     """Settings as people write them, for tables: {'latency': '10ms', 'batch': '32', ...}."""
     s = settings
     out = {"strategy": s.strategy, "model": s.model, "batch": str(s.batch), "workers": str(s.workers),
-           "ps": str(s.ps) if s.strategy == "ps" else "-",
+           "ps": str(s.ps) if s.strategy in SERVER_STRATEGIES else "-",
            "accum_steps": str(s.accum_steps) if s.strategy == "allreduce-accum" else "-", "data": s.data,
            "latency": units.format_duration_us(s.delay_us), "bandwidth": units.format_rate_bps(s.rate_bps),
            "loss": units.format_ratio(s.loss), "jitter": units.format_duration_us(s.jitter_us),

@@ -12,6 +12,13 @@ Placement, one process per node so every byte between roles crosses shaped links
   coordinator (TF's "chief" task) on the node after them: W + P + 1 nodes. Workers and
   parameter servers run plain TF servers; the coordinator dispatches every step and is
   the process that streams step events.
+* ``ps-sync``, ``ps-ssp`` and ``easgd``: W workers on n1..nW and P parameter servers on the
+  next P nodes (W + P nodes; no coordinator: the workers talk to the servers themselves and
+  each streams its own steps); the servers serve until the job stops them;
+* ``gosgd`` and ``adpsgd``: W workers on n1..nW, each talking to its peers directly.
+
+Every process of the exchange strategies (netbench.jobs.exchange) listens on its node's
+address at the job's port; the cluster reaches them through TF_CONFIG's layout.
 """
 
 from __future__ import annotations
@@ -22,8 +29,15 @@ from dataclasses import dataclass
 
 from netbench.model.topology import Node
 
-STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single")
+STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single", "ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd")
+# strategies whose parameter servers are processes of their own (job.ps of them)
+SERVER_STRATEGIES = ("ps", "ps-sync", "ps-ssp", "easgd")
+# workers and servers over netbench's own exchange protocol (netbench.jobs.exchange)
+EXCHANGE_STRATEGIES = ("ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd")
 DEFAULT_ACCUM_STEPS = 4
+DEFAULT_STALENESS = 3  # ps-ssp: steps a worker may run ahead of the slowest
+DEFAULT_TAU = 4  # easgd: local steps between elastic exchanges
+DEFAULT_GOSSIP_P = 0.1  # gosgd: probability of a push after each step
 
 # Role names; TF_CONFIG calls the coordinator "chief".
 WORKER, PS, COORDINATOR = "worker", "ps", "coordinator"
@@ -51,6 +65,16 @@ class JobSpec:
     input_shape: tuple[int, ...] | None = None  # None: the model's default, or the data's
     classes: int | None = None  # None: 10, or the data's
     sample_resources_s: float = 0.0  # every process samples its CPU, memory and bytes this often; 0: off
+    # the algorithms' own settings (used by the strategy named)
+    staleness: int = DEFAULT_STALENESS  # ps-ssp
+    tau: int = DEFAULT_TAU  # easgd
+    elastic_alpha: float | None = None  # easgd; None: 0.9 / workers (Zhang et al. 2015: beta = 0.9)
+    gossip_p: float = DEFAULT_GOSSIP_P  # gosgd
+    # accuracy: train_steps (warm-up included) from a fresh model, a launch of its own; eval_every
+    # K: held-out accuracy every K steps (0: after the last only); target_accuracy: when first reached
+    train_steps: int | None = None
+    eval_every: int = 0
+    target_accuracy: float | None = None
 
 
 @dataclass(frozen=True)
@@ -82,8 +106,31 @@ def check_job(job: JobSpec, workers: int) -> None:
         raise ValueError(f"workers: strategy single runs one process, got {workers} workers")
     if job.accum_steps < 1:
         raise ValueError(f"accum_steps: must be at least 1, got {job.accum_steps}")
-    if job.strategy == "ps" and job.ps < 1:
-        raise ValueError(f"ps: strategy ps needs at least 1 parameter server, got {job.ps}")
+    if job.strategy in SERVER_STRATEGIES and job.ps < 1:
+        raise ValueError(f"ps: strategy {job.strategy} needs at least 1 parameter server, got {job.ps}")
+    check_algorithm(job, workers)
+
+
+def check_algorithm(job: JobSpec, workers: int) -> None:
+    """Raise ValueError naming the setting when an algorithm's or accuracy setting is out of range."""
+    if job.strategy in ("gosgd", "adpsgd") and workers < 2:
+        raise ValueError(f"workers: strategy {job.strategy} exchanges with peers, needs at least 2, got {workers}")
+    if job.staleness < 0:
+        raise ValueError(f"staleness: must be at least 0, got {job.staleness}")
+    if job.tau < 1:
+        raise ValueError(f"tau: must be at least 1, got {job.tau}")
+    if job.elastic_alpha is not None and not 0 < job.elastic_alpha <= 1:
+        raise ValueError(f"elastic_alpha: must be in (0, 1], got {job.elastic_alpha}")
+    if not 0 <= job.gossip_p <= 1:
+        raise ValueError(f"gossip_p: must be in [0, 1], got {job.gossip_p}")
+    if job.train_steps is not None and job.train_steps <= job.warmup:
+        raise ValueError(f"train_steps: must be more than the {job.warmup} warm-up steps, got {job.train_steps}")
+    if job.eval_every < 0:
+        raise ValueError(f"eval_every: must be at least 0, got {job.eval_every}")
+    if job.target_accuracy is not None and not 0 < job.target_accuracy <= 1:
+        raise ValueError(f"target_accuracy: must be in (0, 1], got {job.target_accuracy}")
+    if job.strategy in EXCHANGE_STRATEGIES and job.seconds:
+        raise ValueError(f"seconds: strategy {job.strategy} runs a step count (steps or train_steps)")
 
 
 def nodes_needed(job: JobSpec, workers: int) -> int:
@@ -92,6 +139,8 @@ def nodes_needed(job: JobSpec, workers: int) -> int:
         return 1
     if job.strategy == "ps":
         return workers + job.ps + 1
+    if job.strategy in SERVER_STRATEGIES:
+        return workers + job.ps
     return workers
 
 
@@ -104,7 +153,10 @@ def images_per_step(job: JobSpec, workers: int) -> int:
     """Images one step event stands for.
 
     Synchronous strategies: every worker's batches in one update (x accum_steps for
-    allreduce-accum). ps: one worker's batch, since each step runs on one worker.
+    allreduce-accum). ps: one worker's batch, since each step runs on one worker. The
+    exchange strategies: every worker's batch, since each worker steps at the reference
+    worker's pace (exactly under ps-sync; about, within the gate or between exchanges, for the
+    others: per_worker_images_per_sec has each worker's own).
     """
     if job.strategy == "ps":
         return job.batch_size
@@ -116,6 +168,8 @@ def images_per_step(job: JobSpec, workers: int) -> int:
 def worker_argv(job: JobSpec, python: str = sys.executable) -> tuple[str, ...]:
     """The harness command line every process of the job gets (roles come from TF_CONFIG)."""
     window = ("--seconds", f"{job.seconds:g}") if job.seconds else ("--steps", str(job.steps))
+    if job.train_steps:
+        window = ("--train-steps", str(job.train_steps))
     argv = [python, "-m", "netbench.jobs.worker", "--strategy", job.strategy, "--model", job.model,
             "--batch-size", str(job.batch_size), "--warmup", str(job.warmup), *window, "--seed", str(job.seed)]
     if job.strategy == "allreduce-accum":
@@ -130,7 +184,24 @@ def worker_argv(job: JobSpec, python: str = sys.executable) -> tuple[str, ...]:
         argv += ["--precision", f"{job.precision:g}", "--max-seconds", f"{job.max_seconds:g}"]
     if job.sample_resources_s:
         argv += ["--sample-resources", f"{job.sample_resources_s:g}"]
+    argv += algorithm_argv(job)
     return tuple(argv)
+
+
+def algorithm_argv(job: JobSpec) -> list[str]:
+    """The worker flags of the strategy's own settings and of the accuracy measurement."""
+    argv: list[str] = []
+    if job.strategy == "ps-ssp":
+        argv += ["--staleness", str(job.staleness)]
+    if job.strategy == "easgd":
+        argv += ["--tau", str(job.tau)]
+        if job.elastic_alpha is not None:
+            argv += ["--elastic-alpha", f"{job.elastic_alpha:g}"]
+    if job.strategy == "gosgd":
+        argv += ["--gossip-p", f"{job.gossip_p:g}"]
+    if job.eval_every:
+        argv += ["--eval-every", str(job.eval_every)]
+    return argv
 
 
 def placement(job: JobSpec, workers: int) -> list[tuple[str, int]]:
@@ -139,8 +210,10 @@ def placement(job: JobSpec, workers: int) -> list[tuple[str, int]]:
     if job.strategy == "single":
         return [(WORKER, 0)]
     roles = [(WORKER, i) for i in range(workers)]
+    if job.strategy in SERVER_STRATEGIES:
+        roles += [(PS, i) for i in range(job.ps)]
     if job.strategy == "ps":
-        roles += [(PS, i) for i in range(job.ps)] + [(COORDINATOR, 0)]
+        roles += [(COORDINATOR, 0)]
     return roles
 
 
@@ -150,7 +223,7 @@ def plan_job(job: JobSpec, nodes: tuple[Node, ...], workers: int, port: int,
     roles = placement(job, workers)
     if len(roles) > len(nodes):
         raise ValueError(f"strategy {job.strategy} with {workers} workers"
-                         + (f" and {job.ps} ps" if job.strategy == "ps" else "")
+                         + (f" and {job.ps} ps" if job.strategy in SERVER_STRATEGIES else "")
                          + f" needs {len(roles)} nodes, the testbed has {len(nodes)}")
     placed = list(zip(roles, nodes))
     cluster: dict[str, list[str]] = {}
@@ -165,8 +238,36 @@ def plan_job(job: JobSpec, nodes: tuple[Node, ...], workers: int, port: int,
             tf_config = json.dumps({"cluster": cluster, "task": {"type": _TF_TASK_TYPE[role], "index": index}})
         tasks.append(Task(role=role, index=index, node=node.name, netns=node.netns, address=node.address,
                           port=port, argv=argv, tf_config=tf_config,
-                          serves=job.strategy == "ps" and role != COORDINATOR))
+                          serves=(job.strategy == "ps" and role != COORDINATOR) or role == PS))
     return tasks
+
+
+def describe_algorithm(job: JobSpec, workers: int) -> list[str]:
+    """The algorithm's settings and what crosses the network, and the accuracy run, for --dry-run."""
+    lines = []
+    if job.strategy == "ps-sync":
+        lines.append("algorithm: BSP; each step every worker pushes its gradient to the parameter servers and "
+                     "pulls the weights once the round's gradients are applied together")
+    elif job.strategy == "ps-ssp":
+        lines.append(f"algorithm: SSP, staleness {job.staleness}; each step a worker pushes its gradient and pulls "
+                     f"the weights, waiting while it is more than {job.staleness} steps ahead of the slowest")
+    elif job.strategy == "easgd":
+        alpha = f"{job.elastic_alpha:g}" if job.elastic_alpha is not None else f"{0.9 / workers:g} (0.9 / workers)"
+        lines.append(f"algorithm: asynchronous EASGD, tau {job.tau}, alpha {alpha}; every {job.tau} local steps "
+                     "a worker exchanges its replica with the centre variable on the parameter servers")
+    elif job.strategy == "gosgd":
+        lines.append(f"algorithm: GoSGD, p {job.gossip_p:g}; after each step a worker pushes its weighted model "
+                     "to one random peer with that probability")
+    elif job.strategy == "adpsgd":
+        lines.append("algorithm: AD-PSGD; each step a worker averages its model with one random peer's")
+    if job.train_steps:
+        target = f", target {job.target_accuracy:g}" if job.target_accuracy else ""
+        every = f" every {job.eval_every} steps and" if job.eval_every else ""
+        lines.append(f"accuracy: each point trains a fresh model for {job.train_steps} steps ({job.warmup} warm-up) "
+                     f"in a launch of its own, evaluated on held-out data{every} after the last{target}")
+    elif job.eval_every:
+        lines.append(f"accuracy: held-out evaluation every {job.eval_every} steps")
+    return lines
 
 
 def describe_plan(tasks: list[Task]) -> list[str]:

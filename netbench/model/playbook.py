@@ -21,17 +21,18 @@ from typing import Any, Callable, Iterable, Mapping
 
 from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
+from netbench.model import algorithm_keys
 from netbench.model.profile import Profile, load_profile, validate
 from netbench.model.run import Settings, profile_name, scaled_name
 from netbench.yamlfile import read_yaml
 
-STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single")
+STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single", "ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd")
 # the models of issue 4; which of them this build's worker can train is checked before a run
 MODELS = ("mlp", "cnn", "mobilenetv2", "resnet50", "efficientnetb0", "vgg16", "resnet18")
 ORDERS = ("random", "as-written")
 TOP_KEYS = ("name", "description", "factors", "fixed", "extra_runs", "repetitions", "order", "seed",
             "warmup", "steps", "seconds", "timeouts", "backend", "profile", "schedule", "topology",
-            "precision", "max_seconds")
+            "precision", "max_seconds", *algorithm_keys.TOP_KEYS)
 TIMEOUT_KEYS = ("startup", "step")
 BACKENDS = ("auto", "netem", "userspace")
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: a name that is one folder
@@ -131,6 +132,8 @@ class Playbook:
     # topology: the per-pair topology (model.pairs.PairTopology, unscaled) every run applies,
     # at its `scale`, instead of a profile; topology_ref: its path as written
     topology: Any = None
+    # train_steps, eval_every, target_accuracy and the algorithm's settings (model.algorithm_keys)
+    job_extra: tuple[tuple[str, Any], ...] = ()
     topology_ref: str = ""
 
     def where(self, key: str) -> str:
@@ -142,6 +145,13 @@ class Playbook:
 
 def fail(source: str, key: str, message: str, hint: str | None = None) -> PlaybookError:
     return PlaybookError(f"{source}: {key}: {message}", hint=hint)
+
+
+def _job_extra(data: Mapping[str, Any], source: str, warmup: int) -> tuple[tuple[str, Any], ...]:
+    try:
+        return algorithm_keys.job_extra(data, warmup)
+    except algorithm_keys.BadKey as exc:
+        raise fail(source, exc.key, exc.message, exc.hint) from None
 
 
 def _unknown(source: str, prefix: str, key: Any, known: Iterable[str]) -> PlaybookError:
@@ -323,6 +333,7 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
         backend=None if backend == "auto" else backend, base_profile=base_profile,
         fixed_keys=tuple(fixed_data or ()), schedules=schedules,
         topology=topology, topology_ref=str(data["topology"]).strip() if topology is not None else "",
+        job_extra=_job_extra(data, source, warmup),
     )
     _check_topology_keys(book)
     for point in design_points(book):  # every combination must make sense; fail at load, not mid-study

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from netbench import units
-from netbench.model.job import JobSpec
+from netbench.model.job import SERVER_STRATEGIES, JobSpec
 from netbench.model.profile import Profile
 
 
@@ -42,7 +42,7 @@ class Settings:
     def effective(self) -> "Settings":
         """The same settings with the ones this strategy ignores set to their defaults."""
         changes: dict[str, Any] = {}
-        if self.strategy != "ps":
+        if self.strategy not in SERVER_STRATEGIES:
             changes["ps"] = Settings.ps
         if self.strategy != "allreduce-accum":
             changes["accum_steps"] = Settings.accum_steps
@@ -52,7 +52,9 @@ class Settings:
     def nodes(self) -> int:
         """Testbed nodes the run needs, as the job's placement puts them: one per worker, plus
         the parameter servers and the coordinator for ps."""
-        return self.workers + self.ps + 1 if self.strategy == "ps" else self.workers
+        if self.strategy in SERVER_STRATEGIES:  # ps adds its coordinator's node
+            return self.workers + self.ps + (1 if self.strategy == "ps" else 0)
+        return self.workers
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 from netbench.experiment.store import ResultStore
 from netbench.report.document import Block, Figure, Heading, Paragraph, Table, to_html, to_markdown
 from netbench.report.figures import efficiency_figure, metric_figure, strategy_text
+from netbench.report.accuracy import accuracy_blocks
 from netbench.report.groups import NETWORK, REFERENCE_STRATEGY, Efficiency, Group, baseline_slice, \
     group_observations, networked, ordered, scaling_efficiency, slowdown, speedups, varying
 from netbench.report.load import Observation, load_observations
@@ -180,6 +181,7 @@ def write_report(results_dir: Path, out_dir: Path, confidence: float = 0.95) -> 
     figures = report_figures(groups, effs_shown, out_dir, confidence)
     playbook = ResultStore(results_dir).read_playbook()  # load_observations has read it once already
     blocks = summary_blocks(results_dir, observations, groups, effs_shown, figures, confidence, playbook)
+    blocks += accuracy_blocks(results_dir, confidence)
     summary, page = out_dir / "report.md", out_dir / "report.html"
     summary.write_text(to_markdown(blocks), encoding="utf-8")
     page.write_text(to_html(blocks, f"Report: {results_dir.name}"), encoding="utf-8")

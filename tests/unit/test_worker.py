@@ -44,7 +44,7 @@ def test_parse_args_defaults():
     assert args.steps == 30
     assert args.seconds is None
     assert args.seed == 0
-    assert args.learning_rate == pytest.approx(0.01)
+    assert args.learning_rate == pytest.approx(0.05)
     assert args.collective_timeout == pytest.approx(120.0)
     assert args.startup_timeout == pytest.approx(300.0)
     assert args.threads == 0

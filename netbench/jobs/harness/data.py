@@ -2,7 +2,9 @@
 
 ``--data synthetic`` (the default) draws one batch per worker from a seeded normal
 distribution and reuses it every step, so no input pipeline lands in the step time.
-``--data PATH`` reads a local dataset once, before the first step:
+``--data fashion-mnist`` reads Fashion-MNIST's IDX files from Debian's ``dataset-fashion-mnist``
+package on this node (60,000 training and 10,000 held-out 28x28 grey images, 10 classes), as
+784 floats in [0, 1] per image. ``--data PATH`` reads a local dataset once, before the first step:
 
 * an ``.npz`` archive with ``x_train`` and ``y_train`` (the layout of the MNIST and CIFAR
   archives): uint8 images are scaled to [0, 1]; HxW images gain a channel axis; labels
@@ -27,6 +29,11 @@ from typing import Any
 import numpy as np
 
 SYNTHETIC = "synthetic"
+FASHION_MNIST = "fashion-mnist"
+# where Debian's dataset-fashion-mnist package puts the IDX files (gzipped)
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+FASHION_MNIST_FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+                       "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 
 
@@ -50,6 +57,13 @@ class Dataset:
 def check_source(source: str) -> None:
     """Raise DataError unless `source` is "synthetic", an existing .npz file or a folder."""
     if source == SYNTHETIC:
+        return
+    if source == FASHION_MNIST:
+        missing = [f for pair in FASHION_MNIST_FILES.values() for f in pair
+                   if not os.path.isfile(os.path.join(FASHION_MNIST_DIR, f))]
+        if missing:
+            raise DataError(f"fashion-mnist: {FASHION_MNIST_DIR}/{missing[0]} is missing "
+                            "(install Debian's dataset-fashion-mnist: apt-get install dataset-fashion-mnist)")
         return
     path = Path(source)
     if path.is_dir():
@@ -149,9 +163,50 @@ def load_folder(tf: Any, path: str, input_shape: tuple[int, ...] | None) -> Data
     return Dataset(np.stack(xs).astype(np.float32), np.asarray(ys, dtype=np.int32), len(classes))
 
 
+def read_idx(path: str) -> np.ndarray:
+    """The array in an IDX file (gzipped or not): unsigned bytes, dimensions from its header."""
+    import gzip
+
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc})") from None
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise DataError(f"{path}: not an IDX file of unsigned bytes")
+    dims = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims))
+    body = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims)
+    if body.size != int(np.prod(shape)):
+        raise DataError(f"{path}: header says {shape}, the file holds {body.size} bytes")
+    return body.reshape(shape)
+
+
+def load_fashion_mnist(split: str) -> Dataset:
+    """Fashion-MNIST's "train" or "test" split, images flattened to 784 floats in [0, 1]."""
+    images, labels = (os.path.join(FASHION_MNIST_DIR, f) for f in FASHION_MNIST_FILES[split])
+    x = read_idx(images)
+    return from_arrays(x.reshape(len(x), -1), read_idx(labels), f"{FASHION_MNIST_DIR} ({split})")
+
+
+def load_test(source: str, input_shape: tuple[int, ...] | None = None) -> Dataset | None:
+    """The held-out split of `source`: Fashion-MNIST's test set, an .npz's x_test/y_test;
+    None when the data has none (synthetic data, a folder, an .npz without them)."""
+    if source == FASHION_MNIST:
+        return load_fashion_mnist("test")
+    if source.endswith(".npz") and os.path.isfile(source):
+        with np.load(source, allow_pickle=False) as archive:
+            if "x_test" in archive.files and "y_test" in archive.files:
+                return from_arrays(archive["x_test"], archive["y_test"], source)
+    return None
+
+
 def load(tf: Any, source: str, input_shape: tuple[int, ...] | None) -> Dataset:
-    """The local dataset at `source` (an .npz or a class-folder tree)."""
+    """The local dataset at `source` (fashion-mnist, an .npz or a class-folder tree)."""
     check_source(source)
+    if source == FASHION_MNIST:
+        return load_fashion_mnist("train")
     if os.path.isdir(source):
         return load_folder(tf, source, input_shape)
     return load_npz(source)

@@ -27,6 +27,7 @@ from typing import IO, Any, Callable, Sequence
 from netbench import stats
 from netbench.jobs import events as ev
 from netbench.jobs.harness import data as datasets
+from netbench.jobs.harness import evaluate
 from netbench.jobs.harness import strategy as strategies
 from netbench.jobs.harness.emit import arm_startup_watchdog, disarm_startup_watchdog, emit
 from netbench.jobs.harness.models import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPES, check_input
@@ -172,6 +173,8 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
     fused = make_fused_step(tf, strategy, model, optimizer, global_batch_size, accum_steps)
     stacked = (tf.stack([x for x, _ in batches]), tf.stack([y for _, y in batches])) if accum_steps > 1 else None
     params, model_bytes = model_size(model)
+    evaluator = evaluate.for_model(tf, args, model)  # None unless an accuracy run with held-out data
+    clock = evaluate.TrainClock()
 
     event = ev.start_event(task_index, num_workers, os.getpid(), time.monotonic(),
                            tf.__version__, args.model, params, args.batch_size,
@@ -211,7 +214,15 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         return t0, t1, loss
 
     def timed_step(step: int, phase: str) -> float:
-        """Run one update, emit its event, return its duration in seconds."""
+        """Run one update, emit its event (and an evaluation when due), return its duration."""
+        duration = _timed_step(step, phase)
+        clock.add(duration)
+        if evaluator is not None and phase != ev.PHASE_CALIBRATION and not until_stopped \
+                and evaluate.due(step + 1, args.warmup + args.steps if args.steps else -1, getattr(args, "eval_every", 0)):
+            emit(evaluator(step + 1, clock.seconds), events)
+        return duration
+
+    def _timed_step(step: int, phase: str) -> float:
         if kind == ev.STEP_SPLIT or phase == ev.PHASE_CALIBRATION:
             t0, t1, t2, loss = split_update()
             emit(ev.step_event(step, phase, t0, t2, images, loss, compute=t1 - t0, comm=t2 - t1), events)

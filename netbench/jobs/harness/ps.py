@@ -31,7 +31,7 @@ from typing import IO, Any
 
 from netbench.jobs import events as ev
 from netbench.jobs.harness import data as datasets
-from netbench.jobs.harness import loop
+from netbench.jobs.harness import evaluate, loop
 from netbench.jobs.harness.emit import arm_startup_watchdog, disarm_startup_watchdog, emit
 from netbench.jobs.harness.models import DEFAULT_CLASSES
 from netbench.jobs.harness.strategy import import_tf, restore_default_sigterm
@@ -107,6 +107,9 @@ def _coordinate(args: argparse.Namespace, events: IO[str], cluster: dict[str, li
     if args.data == datasets.SYNTHETIC:
         data = None
         shape, classes = loop.resolve_shape(args), args.classes or DEFAULT_CLASSES
+    elif args.data == datasets.FASHION_MNIST:
+        data = None  # each worker reads its node's own files (_dataset_fn): nothing is shipped
+        shape, classes = (784,), args.classes or DEFAULT_CLASSES
     else:
         data = datasets.load(tf, args.data, args.input_shape)
         loop.check_data_fits(data, args)
@@ -163,12 +166,23 @@ def _coordinate(args: argparse.Namespace, events: IO[str], cluster: dict[str, li
     else:
         measured = args.steps
     started = time.monotonic()
-    durations = run_phase(args.warmup, measured, ev.PHASE_MEASURED)
+    evaluator = evaluate.for_model(tf, args, model)
+    if evaluator is None:
+        durations = run_phase(args.warmup, measured, ev.PHASE_MEASURED)
 
-    def more_steps(count: int) -> list[float]:  # the coordinator alone steps: nothing to agree on
-        return run_phase(args.warmup + len(durations), count, ev.PHASE_MEASURED)
+        def more_steps(count: int) -> list[float]:  # the coordinator alone steps: nothing to agree on
+            return run_phase(args.warmup + len(durations), count, ev.PHASE_MEASURED)
 
-    measured += loop.extend_for_precision(args, durations, started, float, more_steps)
+        measured += loop.extend_for_precision(args, durations, started, float, more_steps)
+    else:  # the pipeline drains before each evaluation, so none overlaps a step
+        done, every = args.warmup, args.eval_every or args.warmup + measured
+        trained = sum(warmup)
+        while done < args.warmup + measured:
+            count = min(every - done % every if done % every else every, args.warmup + measured - done)
+            trained += sum(run_phase(done, count, ev.PHASE_MEASURED))
+            done += count
+            if evaluate.due(done, args.warmup + measured, args.eval_every):
+                emit(evaluator(done, trained), events)
     total = args.warmup + measured
     emit(ev.Done(time=time.monotonic(), steps=total), events)
     return total
@@ -190,7 +204,17 @@ def _dataset_fn(tf: Any, strategy: Any, args: argparse.Namespace, data: datasets
         y = tf.random.stateless_uniform((batch,), seed=seed + 1, maxval=classes, dtype=tf.int32)
         return x, y
 
+    def fashion_mnist() -> Any:
+        images, labels = (os.path.join(datasets.FASHION_MNIST_DIR, f) for f in datasets.FASHION_MNIST_FILES["train"])
+        x = tf.data.FixedLengthRecordDataset(images, 784, header_bytes=16, compression_type="GZIP").map(
+            lambda r: tf.cast(tf.io.decode_raw(r, tf.uint8), tf.float32) / 255.0)
+        y = tf.data.FixedLengthRecordDataset(labels, 1, header_bytes=8, compression_type="GZIP").map(
+            lambda r: tf.cast(tf.io.decode_raw(r, tf.uint8)[0], tf.int32))
+        return tf.data.Dataset.zip((x, y)).cache().repeat().shuffle(10_000).batch(batch, drop_remainder=True)
+
     def per_worker(_: Any) -> Any:
+        if args.data == datasets.FASHION_MNIST:
+            return fashion_mnist()
         if data is None:
             return tf.data.Dataset.range(1).map(synthetic).cache().repeat()
         examples = tf.data.Dataset.from_tensor_slices((data.x, data.y))

@@ -1,0 +1,64 @@
+"""The sweep's flags of the training algorithms and of accuracy runs (issue 21), as one
+decorator: the command receives them packed as ``algorithm``, a dict of JobSpec fields."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+import click
+
+from netbench.cli.types import FiniteFloatRange
+from netbench.errors import UsageError
+
+# the strategies of issue 21 (model.job.EXCHANGE_STRATEGIES; the CLI keeps its literal, as for --order)
+ALGORITHMS = ("ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd")
+ALGORITHMS_HELP = ("ps-sync (BSP), ps-ssp (--staleness), easgd (--tau, --elastic-alpha): parameter servers (--ps) "
+                   "without a coordinator; gosgd (--gossip-p), adpsgd: workers and their peers only.")
+# the JobSpec field each flag sets
+_FIELDS = ("staleness", "tau", "elastic_alpha", "gossip_p", "train_steps", "eval_every", "target_accuracy")
+
+
+def algorithm_options(command):
+    """--staleness, --tau, --elastic-alpha, --gossip-p, --train-steps, --eval-every, --target-accuracy."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        kwargs["algorithm"] = {name: kwargs.pop(name) for name in _FIELDS}
+        return command(*args, **kwargs)
+
+    options = [
+        click.option("--staleness", default=3, show_default=True, type=click.IntRange(0, 10000),
+                     help="ps-ssp: steps a worker may run ahead of the slowest."),
+        click.option("--tau", default=4, show_default=True, type=click.IntRange(1, 100000),
+                     help="easgd: local steps between elastic exchanges with the centre variable."),
+        click.option("--elastic-alpha", type=FiniteFloatRange(1e-6, 1.0),
+                     help="easgd: moving rate [default: 0.9 / workers, the EASGD paper's beta = 0.9]."),
+        click.option("--gossip-p", default=0.1, show_default=True, type=FiniteFloatRange(0.0, 1.0),
+                     help="gosgd: probability of a push to a random peer after each step."),
+        click.option("--train-steps", type=click.IntRange(2, 10000000),
+                     help="An accuracy run: each point trains a fresh model for this many steps in all "
+                          "(warm-up included), in a launch of its own, and reports its test accuracy."),
+        click.option("--eval-every", default=0, show_default=True, type=click.IntRange(0, 10000000),
+                     help="Evaluate held-out accuracy every K steps (outside the timed steps); 0: after "
+                          "the last step only (with --train-steps)."),
+        click.option("--target-accuracy", type=FiniteFloatRange(0.01, 1.0),
+                     help="Record the steps and training time until this held-out accuracy was first reached."),
+    ]
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def finish_job(job, workers: int):
+    # accuracy runs (train_steps) train a fresh model each, so a launch of their own (runner.split_runs)
+    """The sweep's JobSpec once its algorithm and accuracy settings are checked (one out of range
+    is named by its flag); with --train-steps its measured steps are the steps after warm-up."""
+    from netbench.model.job import check_algorithm
+
+    try:
+        check_algorithm(job, workers)
+    except ValueError as exc:
+        key, _, rest = str(exc).partition(": ")
+        raise UsageError(f"flag --{key.replace('_', '-')}: {rest}") from None
+    return replace(job, steps=job.train_steps - job.warmup) if job.train_steps else job

@@ -1,0 +1,179 @@
+"""The arithmetic of the exchange strategies (pure: numpy, no sockets, no TensorFlow).
+
+* ``ps-sync`` (BSP): every worker pushes its step's gradient; the server applies the mean of a
+  round's W gradients once, together, and a worker's pull waits for its round (the barrier);
+* ``ps-ssp`` (SSP, Ho et al. 2013): each push is applied at once; a worker that has pushed c
+  steps may go on only while c - (the slowest worker's count) <= S (the staleness gate);
+* ``easgd`` (asynchronous EASGD, Zhang, Choromanska and LeCun 2015): every tau local steps a
+  worker and the centre variable move towards each other by alpha times their difference;
+* ``gosgd`` (Blot et al. 2016): after each step, with probability p, a worker halves its weight
+  and pushes its model and that weight to one random peer, which merges by weighted average;
+* ``adpsgd`` (Lian et al. 2018): each step a worker averages its model with one random
+  peer's, atomically at the peer, then applies its gradient.
+
+`ServerState` is a parameter server's state machine; its edge (harness.peers) only adds a
+lock, a condition and sockets. Staleness of an update = updates applied since the weights it
+was computed on were read (0 under BSP: a round's gradients all start from one version).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+SYNC, SSP, ELASTIC_MODE = "sync", "ssp", "elastic"
+DEFAULT_STALENESS = 3
+DEFAULT_TAU = 4
+DEFAULT_GOSSIP_P = 0.1
+# Zhang et al. (2015) fix beta = p * alpha = 0.9 (p workers) in their experiments
+EASGD_BETA = 0.9
+
+# the strategies this module serves, and which of them have parameter servers
+EXCHANGE_STRATEGIES = ("ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd")
+SERVER_MODES = {"ps-sync": SYNC, "ps-ssp": SSP, "easgd": ELASTIC_MODE}
+PEER_STRATEGIES = ("gosgd", "adpsgd")
+
+
+def default_elastic_alpha(workers: int) -> float:
+    """The EASGD paper's moving rate for `workers` workers: alpha = beta / p with beta = 0.9."""
+    return EASGD_BETA / max(1, workers)
+
+
+def ssp_may_proceed(clock: int, clocks: Sequence[int], staleness: int) -> bool:
+    """Whether a worker that has pushed `clock` steps may read and go on, given the push
+    counts of the workers still training (its own included): at most `staleness` ahead."""
+    return not clocks or clock - min(clocks) <= staleness
+
+
+def elastic_difference(centre: Sequence[np.ndarray], replica: Sequence[np.ndarray],
+                       alpha: float) -> list[np.ndarray]:
+    """alpha x (replica - centre): the centre moves by it, the replica by minus it."""
+    return [alpha * (r - c) for c, r in zip(centre, replica)]
+
+
+def gossip_split(weight: float) -> tuple[float, float]:
+    """(weight kept, weight sent) of a GoSGD push: each half of the sender's weight."""
+    return weight / 2, weight / 2
+
+
+def gossip_merge(mine: Sequence[np.ndarray], my_weight: float, theirs: Sequence[np.ndarray],
+                 their_weight: float) -> tuple[list[np.ndarray], float]:
+    """A GoSGD receiver's model and weight after merging a push: the weighted mean, and the
+    sum of the weights (so the weights of all workers always sum to 1)."""
+    total = my_weight + their_weight
+    merged = [(my_weight * a + their_weight * b) / total for a, b in zip(mine, theirs)]
+    return merged, total
+
+
+def average(mine: Sequence[np.ndarray], theirs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """AD-PSGD's pairwise average: both models become their mean."""
+    return [(a + b) / 2 for a, b in zip(mine, theirs)]
+
+
+def choose_peer(rng: random.Random, me: int, workers: int) -> int:
+    """A peer drawn uniformly from the other workers."""
+    if workers < 2:
+        raise ValueError("a peer needs at least two workers")
+    other = rng.randrange(workers - 1)
+    return other if other < me else other + 1
+
+
+def model_transfers_per_step(strategy: str, workers: int, gossip_p: float = DEFAULT_GOSSIP_P,
+                             tau: int = DEFAULT_TAU) -> float:
+    """Model-sized transfers a worker's node SENDS per step, as the algorithm says (what
+    --sample-resources' tx bytes of a worker should show, over the model's bytes):
+    ps-sync/ps-ssp its gradient (the weights come back), easgd its replica every tau steps,
+    gosgd a model with probability p, adpsgd its model every step plus, on average, one reply
+    to a peer's request (each worker is asked once per step by someone), allreduce 2(W-1)/W
+    of one (ring)."""
+    if strategy in ("ps-sync", "ps-ssp"):
+        return 1.0
+    if strategy == "adpsgd":
+        return 2.0
+    if strategy == "easgd":
+        return 1.0 / tau
+    if strategy == "gosgd":
+        return gossip_p
+    if strategy in ("allreduce", "allreduce-accum"):
+        return 2 * (workers - 1) / workers
+    raise ValueError(f"no expected transfers for strategy {strategy!r}")
+
+
+@dataclass
+class ServerState:
+    """One parameter server's shard: its weights, the version (updates applied) and each
+    worker's push count. `mode` is SYNC, SSP or ELASTIC_MODE."""
+
+    mode: str
+    workers: int
+    learning_rate: float = 0.01
+    staleness: int = DEFAULT_STALENESS
+    alpha: float = 0.0
+    weights: list[np.ndarray] | None = None  # None until worker 0's hello
+    version: int = 0
+    clocks: dict[int, int] = field(default_factory=dict)
+    done: set[int] = field(default_factory=set)
+    _round: dict[int, list[np.ndarray]] = field(default_factory=dict)
+
+    def initialise(self, weights: Sequence[np.ndarray]) -> None:
+        if self.weights is None:
+            self.weights = [np.array(w, copy=True) for w in weights]
+
+    @property
+    def ready(self) -> bool:
+        return self.weights is not None
+
+    def active_clocks(self) -> list[int]:
+        return [self.clocks.get(w, 0) for w in range(self.workers) if w not in self.done]
+
+    def push(self, worker: int, base_version: int, grads: Sequence[np.ndarray]) -> int:
+        """Take a worker's gradient; returns the staleness of the update it becomes."""
+        assert self.weights is not None, "push before the weights exist"
+        self.clocks[worker] = self.clocks.get(worker, 0) + 1
+        if self.mode == SYNC:
+            self._round[worker] = [np.asarray(g) for g in grads]
+            self._close_round()
+            return 0
+        staleness = max(0, self.version - base_version)
+        for w, g in zip(self.weights, grads):
+            w -= self.learning_rate * g
+        self.version += 1
+        return staleness
+
+    def _close_round(self) -> None:
+        """Apply the round's mean gradient once every worker still training has pushed."""
+        expected = [w for w in range(self.workers) if w not in self.done]
+        if self._round and all(w in self._round for w in expected):
+            count = len(self._round)
+            for i, w in enumerate(self.weights or []):
+                w -= self.learning_rate * sum(g[i] for g in self._round.values()) / count
+            self._round.clear()
+            self.version += 1
+
+    def may_read(self, worker: int) -> bool:
+        """Whether the worker's pull can be answered now (the barrier, or the gate)."""
+        clock = self.clocks.get(worker, 0)
+        if self.mode == SYNC:
+            return self.version >= clock
+        if self.mode == SSP:
+            return ssp_may_proceed(clock, self.active_clocks(), self.staleness)
+        return True
+
+    def elastic(self, replica: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """An EASGD exchange: the centre moves towards the replica; returns the difference
+        the replica must move away by."""
+        assert self.weights is not None, "elastic before the weights exist"
+        diff = elastic_difference(self.weights, replica, self.alpha)
+        for w, d in zip(self.weights, diff):
+            w += d
+        self.version += 1
+        return diff
+
+    def leave(self, worker: int) -> None:
+        """The worker is done: it no longer holds back a round or the gate."""
+        self.done.add(worker)
+        if self.mode == SYNC:
+            self._close_round()

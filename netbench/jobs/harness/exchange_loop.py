@@ -1,0 +1,240 @@
+"""The training loop of the exchange strategies: ps-sync, ps-ssp, easgd, gosgd and adpsgd.
+
+TensorFlow only computes: each step, the gradient of the loss at this worker's weights on its
+local batch (Keras 3 ``stateless_call``, one compiled function). The weights live here as
+numpy arrays; the algorithm (netbench.jobs.algorithms) decides what crosses the network, and
+every model-sized transfer is one frame (netbench.jobs.exchange) on a TCP connection between
+this worker's node and a parameter server's or a peer's (harness.peers). Nothing goes
+through a coordinator: there is none.
+
+Each worker streams its own step events: ``compute`` (gradient and local update), ``comm``
+(sending and receiving), ``wait`` (a reply held by the barrier or the staleness gate, as the
+server measured it) and ``staleness`` (ps-sync and ps-ssp: updates applied between the read of
+the weights and this step's update). With ``--eval-every K`` every worker evaluates its model
+on the held-out set after every K-th step and after the last, outside the timed steps, and
+sends an ``eval`` event (harness.evaluate).
+
+At the end a worker tells its servers and peers it is done (bye) and, for gosgd and adpsgd,
+keeps answering its peers until each of them has said bye too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import threading
+import time
+from typing import IO, Any
+
+import numpy as np
+
+from netbench.jobs import algorithms, exchange
+from netbench.jobs import events as ev
+from netbench.jobs.harness import data as datasets
+from netbench.jobs.harness import evaluate, loop, param_server
+from netbench.jobs.harness.emit import arm_startup_watchdog, disarm_startup_watchdog, emit
+from netbench.jobs.harness.peers import Channel, Listener
+from netbench.jobs.harness.ps import task_of
+from netbench.jobs.harness.strategy import import_tf
+
+PEER_FAREWELL_TIMEOUT_S = 120.0  # how long a finished worker keeps answering peers still training
+
+
+def run(args: argparse.Namespace, events: IO[str]) -> int:
+    """Run this process's role (from TF_CONFIG): a parameter server, or a worker."""
+    task_type, index, cluster = task_of(os.environ.get("TF_CONFIG", ""))
+    if task_type == "ps":
+        param_server.serve(args, events, index, cluster)
+        return 0
+    if task_type != "worker":
+        raise ValueError(f"strategy {args.strategy} has no role for TF_CONFIG task type {task_type!r}")
+    return _Worker(args, events, index, cluster).train()
+
+
+class _Worker:
+    def __init__(self, args: argparse.Namespace, events: IO[str], index: int, cluster: dict[str, list[str]]) -> None:
+        self.args, self.events, self.index, self.cluster = args, events, index, cluster
+        self.workers = len(cluster["worker"])
+        self.strategy = args.strategy
+        self.lock = threading.Lock()  # guards weights and gossip weight (the listener changes them)
+        self.weights: list[np.ndarray] = []
+        self.gossip_weight = 1.0 / self.workers
+        self.rng = random.Random(args.seed * 7919 + index)
+        self.servers: list[Channel] = []
+        self.peers: dict[int, Channel] = {}
+        self.farewells = threading.Semaphore(0)
+        self.version = 0
+
+    # -- the network -------------------------------------------------------------------
+
+    def _peer_handler(self, message: exchange.Message) -> exchange.Message | None:
+        if message.op == exchange.GOSSIP:
+            with self.lock:
+                self.weights, self.gossip_weight = algorithms.gossip_merge(
+                    self.weights, self.gossip_weight, message.arrays, float(message.meta["weight"]))
+            return None
+        if message.op == exchange.AVERAGE:
+            with self.lock:
+                theirs = [w.copy() for w in self.weights]
+                self.weights = algorithms.average(self.weights, message.arrays)
+            return exchange.Message(exchange.REPLY, {}, tuple(theirs))
+        if message.op == exchange.BYE:
+            self.farewells.release()
+            return None
+        raise exchange.ProtocolError(f"a worker does not answer {message.op!r}")
+
+    def _peer(self, other: int) -> Channel:
+        if other not in self.peers:
+            self.peers[other] = Channel.connect(self.cluster["worker"][other], self.args.startup_timeout or 60.0)
+        return self.peers[other]
+
+    def _hello(self) -> None:
+        """Worker 0 seeds the servers with the initial weights; the others read them back."""
+        timeout = self.args.startup_timeout or 60.0
+        self.servers = [Channel.connect(a, timeout) for a in self.cluster.get("ps", [])]
+        shards = exchange.split_by_shard(self.weights, len(self.servers))
+        for channel, shard in zip(self.servers, shards):
+            arrays = tuple(shard) if self.index == 0 else ()
+            channel.send(exchange.Message(exchange.HELLO, {"worker": self.index}, arrays))
+        replies = [channel.receive() for channel in self.servers]
+        if self.index != 0:
+            self.weights = exchange.join_shards([r.arrays for r in replies], len(self.weights))
+
+    def _to_servers(self, op: str, arrays: list[np.ndarray], meta: dict) -> list[exchange.Message]:
+        """Send each server its shard, then read every reply (the servers work in parallel)."""
+        shards = exchange.split_by_shard(arrays, len(self.servers))
+        for channel, shard in zip(self.servers, shards):
+            channel.send(exchange.Message(op, {"worker": self.index, **meta}, tuple(shard)))
+        return [channel.receive() for channel in self.servers]
+
+    # -- one step's exchange: (comm seconds, wait seconds, staleness) --------------------
+
+    def _exchange(self, step: int, grads: list[np.ndarray]) -> tuple[float, float, int | None]:
+        t0 = time.monotonic()
+        if self.strategy in ("ps-sync", "ps-ssp"):
+            replies = self._to_servers(exchange.PUSH, grads, {"version": self.version})
+            self.weights = exchange.join_shards([r.arrays for r in replies], len(self.weights))
+            self.version = min(int(r.meta["version"]) for r in replies)
+            wait = max(float(r.meta.get("wait_s", 0.0)) for r in replies)
+            staleness = max(int(r.meta.get("staleness", 0)) for r in replies)
+            return max(0.0, time.monotonic() - t0 - wait), wait, staleness
+        if self.strategy == "easgd":
+            if (step + 1) % self.args.tau == 0:
+                replies = self._to_servers(exchange.ELASTIC, self.weights, {})
+                diff = exchange.join_shards([r.arrays for r in replies], len(self.weights))
+                self.weights = [w - d for w, d in zip(self.weights, diff)]
+            return time.monotonic() - t0, 0.0, None
+        if self.strategy == "gosgd":
+            if self.rng.random() < self.args.gossip_p:
+                with self.lock:
+                    self.gossip_weight, sent = algorithms.gossip_split(self.gossip_weight)
+                    model = [w.copy() for w in self.weights]
+                peer = algorithms.choose_peer(self.rng, self.index, self.workers)
+                self._peer(peer).send(exchange.Message(exchange.GOSSIP, {"weight": sent}, tuple(model)))
+            return time.monotonic() - t0, 0.0, None
+        if self.strategy == "adpsgd":
+            with self.lock:
+                model = [w.copy() for w in self.weights]
+            peer = algorithms.choose_peer(self.rng, self.index, self.workers)
+            reply = self._peer(peer).request(exchange.Message(exchange.AVERAGE, {}, tuple(model)))
+            with self.lock:
+                self.weights = algorithms.average(self.weights, reply.arrays)
+            return time.monotonic() - t0, 0.0, None
+        raise ValueError(f"no exchange for strategy {self.strategy!r}")
+
+    def _local_update(self, grads: list[np.ndarray]) -> None:
+        """Decentralised and elastic strategies train their replica locally (plain SGD)."""
+        with self.lock:
+            self.weights = [w - self.args.learning_rate * g for w, g in zip(self.weights, grads)]
+
+    def _goodbye(self) -> None:
+        for channel in self.servers:
+            channel.request(exchange.Message(exchange.BYE, {"worker": self.index}))
+        if self.strategy in algorithms.PEER_STRATEGIES:
+            for other in range(self.workers):
+                if other != self.index:
+                    self._peer(other).send(exchange.Message(exchange.BYE, {"worker": self.index}))
+            deadline = time.monotonic() + PEER_FAREWELL_TIMEOUT_S
+            for _ in range(self.workers - 1):  # keep answering peers that still train
+                if not self.farewells.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    break
+
+    # -- training ------------------------------------------------------------------------
+
+    def train(self) -> int:
+        args = self.args
+        arm_startup_watchdog(args.startup_timeout)
+        tf, keras = import_tf(args)
+        from netbench.jobs.harness.models import build_model, model_size
+
+        data = loop.load_training_data(tf, args, self.index, self.workers)
+        classes = args.classes or max(data.classes, 2)
+        batches = datasets.batches(data, args.batch_size)
+        keras.utils.set_random_seed(args.seed)  # the same initial weights on every worker
+        model = build_model(keras, args.model, data.input_shape, classes)
+        params, model_bytes = model_size(model)
+        self.weights = [np.array(v.numpy()) for v in model.trainable_variables]
+        state = [v.value for v in model.non_trainable_variables]
+        gradient = _make_gradient(tf, model)
+        evaluator = evaluate.for_run(tf, args, model)
+        if self.strategy in algorithms.PEER_STRATEGIES:
+            host, port = self.cluster["worker"][self.index].rsplit(":", 1)
+            Listener(host, int(port), self._peer_handler)
+        if self.cluster.get("ps"):
+            self._hello()
+        emit(ev.start_event(self.index, self.workers, os.getpid(), time.monotonic(), tf.__version__, args.model,
+                            params, args.batch_size, strategy=self.strategy, role="worker",
+                            model_bytes=model_bytes, input_shape=data.input_shape, classes=classes,
+                            data=args.data, step=ev.STEP_SPLIT), self.events)
+        disarm_startup_watchdog()
+        # --until-stopped (a launch's processes): measured steps until the controller stops it
+        until_stopped = getattr(args, "until_stopped", False)
+        total = args.warmup + args.steps
+        clock = evaluate.TrainClock()
+        k = -1
+        while until_stopped or k + 1 < total:
+            k += 1
+            x, y = batches[k % len(batches)]
+            t0 = time.monotonic()
+            with self.lock:
+                current = list(self.weights)
+            loss, grads, state = gradient(current, state, x, y)
+            if self.strategy not in algorithms.SERVER_MODES or self.strategy == "easgd":
+                if self.strategy != "adpsgd":  # adpsgd applies its gradient after averaging
+                    self._local_update(grads)
+            t1 = time.monotonic()
+            comm, wait, staleness = self._exchange(k, grads)
+            if self.strategy == "adpsgd":
+                self._local_update(grads)
+            t2 = time.monotonic()
+            clock.add(t2 - t0)
+            phase = ev.PHASE_WARMUP if k < args.warmup else ev.PHASE_MEASURED
+            emit(ev.step_event(k, phase, t0, t2, args.batch_size, loss, compute=max(0.0, t2 - t0 - comm - wait),
+                               comm=comm, wait=wait, staleness=staleness), self.events)
+            if evaluator is not None and evaluate.due(k + 1, total, args.eval_every):
+                with self.lock:
+                    current = list(self.weights)
+                emit(evaluator(current, state, k + 1, clock.seconds), self.events)
+        self._goodbye()
+        emit(ev.Done(time=time.monotonic(), steps=total), self.events)
+        return total
+
+
+def _make_gradient(tf: Any, model: Any):
+    """gradient(weights, state, x, y) -> (mean loss, numpy gradients, new state): one compiled
+    forward and backward pass at the given weights (Keras 3 stateless_call)."""
+
+    @tf.function
+    def compiled(weights: list[Any], state: list[Any], x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(weights)
+            logits, new_state = model.stateless_call(weights, state, x, training=True)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        return loss, tape.gradient(loss, weights), new_state
+
+    def gradient(weights: list[np.ndarray], state: list[Any], x: np.ndarray, y: np.ndarray):
+        loss, grads, new_state = compiled([tf.constant(w) for w in weights], state, x, y)
+        return float(loss.numpy()), [g.numpy() for g in grads], list(new_state)
+
+    return gradient

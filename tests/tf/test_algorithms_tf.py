@@ -1,0 +1,78 @@
+"""End-to-end tier: every training algorithm on real namespaces with real TensorFlow, briefly,
+on Fashion-MNIST: each run trains a fresh model to above-chance held-out accuracy, and the
+bytes its workers' nodes send match what the algorithm says crosses the network per step
+(root, slow: one playbook, seven short runs)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from netbench.jobs.algorithms import model_transfers_per_step
+from netbench.jobs.harness import data as datasets
+from tests.conftest import NETBENCH
+
+pytestmark = [pytest.mark.root, pytest.mark.tf]
+
+STRATEGIES = ("ps", "ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd", "allreduce")
+TRAIN_STEPS = 60
+
+PLAYBOOK = f"""\
+name: algorithms-e2e
+factors:
+  strategy: [{", ".join(STRATEGIES)}]
+fixed:
+  model: mlp
+  batch: 64
+  workers: 2
+  data: fashion-mnist
+  latency: 1ms
+seed: 3
+warmup: 2
+train_steps: {TRAIN_STEPS}
+eval_every: 30
+target_accuracy: 0.3
+algorithm: {{tau: 4, gossip_p: 0.1}}
+"""
+
+
+def test_every_algorithm_trains_and_moves_the_bytes_it_should(clean_machine, tmp_path):
+    if datasets.load_test(datasets.FASHION_MNIST) is None or not Path(datasets.FASHION_MNIST_DIR).is_dir():
+        pytest.skip("needs Debian's dataset-fashion-mnist (make install)")
+    book = tmp_path / "algorithms.yaml"
+    book.write_text(PLAYBOOK)
+    out = tmp_path / "results"
+    result = subprocess.run([*NETBENCH, "run", str(book), "--output", str(out), "--sample-resources", "0.5"],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    runs = {r["strategy"]: r for r in (json.loads(p.read_text()) for p in (out / "runs").glob("*.json"))}
+    assert set(runs) == set(STRATEGIES)
+    for strategy, run in runs.items():
+        assert run["status"] == "ok", (strategy, run["error"])
+        # trained from a fresh model: ten classes, so chance is 0.1
+        assert run["test_accuracy"] is not None and run["test_accuracy"] > 0.3, (strategy, run["accuracy_curve"])
+        assert [p["step"] for p in run["accuracy_curve"]] == [30, 60], strategy
+        assert run["steps_to_target"] in (30, 60) and run["time_to_target_s"] > 0, strategy
+        if strategy == "ps":
+            continue  # TF's own protocol; its workers also read every variable each step
+        # what the workers' nodes sent over the run, in models per worker-step; 1 model of slack
+        # per worker for worker 0's initial weights and TCP/IP headers (a few %)
+        workers = [u for u in run["resources"] if u["role"] == "worker"]
+        assert len(workers) == 2, (strategy, run["resources"])
+        sent = sum(u["tx_bytes"] for u in workers) / run["model_bytes"] / (2 * TRAIN_STEPS)
+        expected = model_transfers_per_step(strategy, 2, gossip_p=0.1, tau=4)
+        assert expected * 0.5 - 0.02 < sent < expected * 1.15 + 2 / TRAIN_STEPS, (strategy, sent, expected)
+        if strategy in ("gosgd", "adpsgd"):
+            assert all(p["spread"] is not None for p in run["accuracy_curve"]), strategy
+        if strategy in ("ps-sync", "ps-ssp"):
+            steps = [e for e in run["events"] if e["event"] == "step" and e.get("phase") == "measured"]
+            assert all("wait" in e and "staleness" in e for e in steps), strategy
+            if strategy == "ps-sync":  # one version per round: every gradient was fresh
+                assert {e["staleness"] for e in steps} == {0}
+            assert run["idle_ratio"] is not None and run["wait_time_mean_s"] is not None
+    # the synchronous algorithms' servers serve, on a node of their own (not a worker's)
+    assert {u["role"] for u in runs["ps-sync"]["resources"]} == {"worker", "ps"}
+    assert {u["role"] for u in runs["gosgd"]["resources"]} == {"worker"}

@@ -1,0 +1,320 @@
+"""The exchange strategies' pure parts: the wire frames, the parameter server's barrier and
+staleness gate, the elastic, gossip and averaging arithmetic, placement, and the accuracy
+summary of a run's evaluations."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+
+import numpy as np
+import pytest
+
+from netbench.jobs import accuracy, algorithms, exchange
+from netbench.jobs import events as ev
+from netbench.model.job import JobSpec, check_job, describe_algorithm, nodes_needed, plan_job, worker_argv
+from netbench.model.topology import Node
+
+
+def roundtrip(message: exchange.Message) -> exchange.Message:
+    return exchange.decode(io.BytesIO(exchange.encode(message)).read)
+
+
+def test_a_frame_carries_op_meta_and_arrays_exactly():
+    arrays = (np.arange(12, dtype=np.float32).reshape(3, 4), np.array([7], dtype=np.int64), np.zeros((0,), np.float32))
+    back = roundtrip(exchange.Message(exchange.PUSH, {"worker": 1, "version": 5}, arrays))
+    assert back.op == exchange.PUSH and back.meta == {"worker": 1, "version": 5}
+    assert [a.dtype for a in back.arrays] == [a.dtype for a in arrays]
+    for got, sent in zip(back.arrays, arrays):
+        np.testing.assert_array_equal(got, sent)
+    assert back.payload_bytes == 12 * 4 + 8
+
+
+def test_frames_follow_each_other_on_one_stream_and_the_end_is_eof():
+    stream = io.BytesIO(exchange.encode(exchange.Message(exchange.HELLO)) + exchange.encode(exchange.Message(exchange.BYE)))
+    assert [exchange.decode(stream.read).op for _ in range(2)] == [exchange.HELLO, exchange.BYE]
+    with pytest.raises(EOFError):
+        exchange.decode(stream.read)
+
+
+@pytest.mark.parametrize("tamper", [
+    lambda f: f[:4] + b"{not json" + f[4 + len(b"{not json"):],
+    lambda f: (2**31).to_bytes(4, "big") + f[4:],
+])
+def test_an_unreadable_frame_is_a_protocol_error(tamper):
+    frame = tamper(exchange.encode(exchange.Message(exchange.PULL, {"worker": 0})))
+    with pytest.raises(exchange.ProtocolError):
+        exchange.decode(io.BytesIO(frame).read)
+
+
+def test_a_frame_never_unpickles_objects():
+    header = json.dumps({"op": "push", "arrays": [["object", [1]]]}).encode()
+    with pytest.raises(exchange.ProtocolError):
+        exchange.decode(io.BytesIO(len(header).to_bytes(4, "big") + header + b"x" * 8).read)
+    with pytest.raises(exchange.ProtocolError):
+        exchange.encode(exchange.Message("push", {}, (np.array(["a"], dtype=object),)))
+
+
+def test_a_stream_cut_inside_a_frame_is_not_a_clean_end():
+    frame = exchange.encode(exchange.Message(exchange.PUSH, {}, (np.ones(100, np.float32),)))
+    data = io.BytesIO(frame[:-10])
+    read = exchange.exact_reader(data.readinto)
+    with pytest.raises(EOFError, match="into a frame"):
+        exchange.decode(read)
+
+
+def test_variables_shard_round_robin_over_servers_and_join_back():
+    arrays = [np.full(2, i, np.float32) for i in range(5)]
+    shards = exchange.split_by_shard(arrays, 2)
+    assert [[int(a[0]) for a in s] for s in shards] == [[0, 2, 4], [1, 3]]
+    assert [int(a[0]) for a in exchange.join_shards(shards, 5)] == [0, 1, 2, 3, 4]
+
+
+def state(mode: str, workers: int = 2, staleness: int = 1) -> algorithms.ServerState:
+    s = algorithms.ServerState(mode=mode, workers=workers, learning_rate=0.5, staleness=staleness, alpha=0.25)
+    s.initialise([np.zeros(2, np.float32)])
+    return s
+
+
+def test_bsp_applies_a_rounds_gradients_once_together_and_holds_reads_until_then():
+    s = state(algorithms.SYNC)
+    assert s.push(0, 0, [np.array([2.0, 0.0], np.float32)]) == 0
+    assert not s.may_read(0) and s.version == 0  # the barrier: worker 1 has not pushed
+    assert s.push(1, 0, [np.array([0.0, 4.0], np.float32)]) == 0
+    assert s.may_read(0) and s.may_read(1) and s.version == 1
+    np.testing.assert_allclose(s.weights[0], [-0.5, -1.0])  # lr x the mean gradient
+
+
+def test_a_finished_worker_no_longer_holds_back_the_round():
+    s = state(algorithms.SYNC)
+    s.push(0, 0, [np.ones(2, np.float32)])
+    s.leave(1)
+    assert s.version == 1 and s.may_read(0)
+
+
+def test_ssp_applies_each_push_and_gates_a_worker_more_than_s_ahead():
+    s = state(algorithms.SSP, staleness=1)
+    assert s.push(0, 0, [np.ones(2, np.float32)]) == 0
+    assert s.may_read(0)  # one ahead of worker 1: within the bound
+    assert s.push(0, 1, [np.ones(2, np.float32)]) == 0
+    assert not s.may_read(0)  # two ahead: waits for the slowest
+    assert s.push(1, 0, [np.ones(2, np.float32)]) == 2  # computed on version 0, two updates ago
+    assert s.may_read(0)
+    np.testing.assert_allclose(s.weights[0], [-1.5, -1.5])
+
+
+def test_the_staleness_gate_itself():
+    assert algorithms.ssp_may_proceed(5, [5, 2], 3)
+    assert not algorithms.ssp_may_proceed(6, [6, 2], 3)
+    assert algorithms.ssp_may_proceed(9, [], 0)
+
+
+def test_easgd_moves_centre_and_replica_towards_each_other_by_alpha():
+    s = state(algorithms.ELASTIC_MODE)
+    diff = s.elastic([np.array([4.0, -8.0], np.float32)])
+    np.testing.assert_allclose(diff[0], [1.0, -2.0])
+    np.testing.assert_allclose(s.weights[0], [1.0, -2.0])
+    assert algorithms.default_elastic_alpha(4) == pytest.approx(0.225)
+
+
+def test_gossip_keeps_the_weights_summing_to_one_and_merges_by_weight():
+    kept, sent = algorithms.gossip_split(0.5)
+    assert kept == sent == 0.25
+    merged, weight = algorithms.gossip_merge([np.array([0.0])], 0.5, [np.array([3.0])], sent)
+    assert weight == 0.75 and merged[0][0] == pytest.approx(1.0)
+    assert kept + weight == pytest.approx(1.0)
+
+
+def test_adpsgd_averages_and_peers_are_never_oneself():
+    assert algorithms.average([np.array([1.0])], [np.array([3.0])])[0][0] == 2.0
+    rng = random.Random(0)
+    drawn = {algorithms.choose_peer(rng, 1, 4) for _ in range(200)}
+    assert drawn == {0, 2, 3}
+    with pytest.raises(ValueError):
+        algorithms.choose_peer(rng, 0, 1)
+
+
+def test_expected_transfers_per_step():
+    assert algorithms.model_transfers_per_step("gosgd", 2, gossip_p=0.1) == pytest.approx(0.1)
+    assert algorithms.model_transfers_per_step("easgd", 2, tau=4) == 0.25
+    assert algorithms.model_transfers_per_step("adpsgd", 4) == 2.0
+    assert algorithms.model_transfers_per_step("allreduce", 4) == 1.5
+
+
+NODES = tuple(Node(name=f"n{i}", netns=f"nb-n{i}", ifname="eth0", address=f"10.0.0.{i}", prefixlen=24, port=f"p{i}")
+              for i in range(1, 8))
+
+
+@pytest.mark.parametrize("strategy,roles", [
+    ("ps-sync", ["worker0", "worker1", "ps0", "ps1"]),
+    ("easgd", ["worker0", "worker1", "ps0", "ps1"]),
+    ("gosgd", ["worker0", "worker1"]),
+    ("ps", ["worker0", "worker1", "ps0", "ps1", "coordinator0"]),
+])
+def test_placement_puts_servers_on_nodes_of_their_own_and_no_coordinator(strategy, roles):
+    job = JobSpec(strategy=strategy, ps=2)
+    tasks = plan_job(job, NODES, 2, port=4000)
+    assert [f"{t.role}{t.index}" for t in tasks] == roles
+    assert len({t.node for t in tasks}) == len(tasks) == nodes_needed(job, 2)
+    assert [t.serves for t in tasks] == [t.role != "coordinator" if strategy == "ps" else t.role == "ps" for t in tasks]
+    cluster = json.loads(tasks[0].tf_config)["cluster"]
+    assert cluster["worker"] == ["10.0.0.1:4000", "10.0.0.2:4000"]
+
+
+def test_the_algorithms_settings_reach_the_worker_and_bad_ones_are_named():
+    argv = worker_argv(JobSpec(strategy="ps-ssp", staleness=5, train_steps=100, eval_every=20))
+    assert argv[argv.index("--staleness") + 1] == "5" and argv[argv.index("--train-steps") + 1] == "100"
+    assert "--steps" not in argv and argv[argv.index("--eval-every") + 1] == "20"
+    assert "--gossip-p" in worker_argv(JobSpec(strategy="gosgd"))
+    for job, workers, key in [(JobSpec(strategy="gosgd"), 1, "workers"), (JobSpec(tau=0), 2, "tau"),
+                              (JobSpec(train_steps=5, warmup=10), 2, "train_steps"),
+                              (JobSpec(strategy="ps-sync", seconds=5.0), 2, "seconds"),
+                              (JobSpec(target_accuracy=1.5), 2, "target_accuracy")]:
+        with pytest.raises(ValueError, match=f"^{key}:"):
+            check_job(job, workers)
+    assert any("staleness 3" in line for line in describe_algorithm(JobSpec(strategy="ps-ssp"), 2))
+
+
+def evals(worker: int, points: list[tuple[int, float]]) -> list[ev.Event]:
+    return [ev.received(ev.eval_event(step, 100.0 + step, step / 10, acc, 0.5, 10_000), worker, "worker", 0.0)
+            for step, acc in points]
+
+
+def test_the_accuracy_curve_follows_worker_0_with_the_spread_over_workers():
+    start = ev.received(ev.step_event(0, ev.PHASE_WARMUP, 99.0, 99.5, 64, 2.0), 0, "worker", 0.0)
+    events = [start, *evals(0, [(50, 0.6), (100, 0.8)]), *evals(1, [(50, 0.5), (100, 0.7)])]
+    summary = accuracy.summarise(events, JobSpec(strategy="gosgd", target_accuracy=0.75))
+    assert [(p.step, p.accuracy) for p in summary.curve] == [(50, 0.6), (100, 0.8)]
+    assert summary.curve[0].wall_s == pytest.approx(51.0) and summary.curve[0].spread == pytest.approx(0.1)
+    assert (summary.test_accuracy, summary.steps_to_target, summary.time_to_target_s) == (0.8, 100, 10.0)
+    never = accuracy.summarise(events, JobSpec(strategy="gosgd", target_accuracy=0.9))
+    assert never.steps_to_target is None and never.time_to_target_s is None
+    assert accuracy.summarise([start], JobSpec()).test_accuracy is None
+
+
+def test_step_and_eval_events_round_trip_and_old_steps_stay_as_they_were():
+    step = ev.step_event(3, ev.PHASE_MEASURED, 1.0, 2.0, 64, 0.5, compute=0.2, comm=0.3, wait=0.5, staleness=2)
+    assert ev.from_record(ev.to_wire(step)) == step
+    old = ev.step_event(3, ev.PHASE_MEASURED, 1.0, 2.0, 64, 0.5)
+    assert "wait" not in ev.to_wire(old) and "staleness" not in ev.to_wire(old)
+    scored = ev.eval_event(100, 5.0, 4.0, 0.81, float("nan"), 10_000)
+    assert scored.loss is None and ev.parse_line(json.dumps(ev.to_wire(scored))) == scored
+
+
+def test_a_parameter_server_holds_a_bsp_reply_until_the_round_is_complete():
+    """The server's handler over real loopback sockets: worker 0's push waits for worker 1's."""
+    import threading
+
+    from netbench.jobs.harness import param_server
+    from netbench.jobs.harness.peers import Channel, Listener
+
+    s = algorithms.ServerState(mode=algorithms.SYNC, workers=2, learning_rate=1.0)
+    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()))
+    address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
+    try:
+        first, second = Channel.connect(address, 5), Channel.connect(address, 5)
+        first.request(exchange.Message(exchange.HELLO, {"worker": 0}, (np.zeros(3, np.float32),)))
+        hello = second.request(exchange.Message(exchange.HELLO, {"worker": 1}))
+        np.testing.assert_array_equal(hello.arrays[0], np.zeros(3))
+        first.send(exchange.Message(exchange.PUSH, {"worker": 0, "version": 0}, (np.ones(3, np.float32),)))
+        first.sock.settimeout(0.3)
+        with pytest.raises(OSError):  # held by the barrier
+            first.receive()
+        first.sock.settimeout(None)
+        reply = second.request(exchange.Message(exchange.PUSH, {"worker": 1, "version": 0},
+                                                (np.full(3, 3, np.float32),)))
+        held = first.receive()
+        for got in (reply, held):
+            np.testing.assert_allclose(got.arrays[0], [-2.0, -2.0, -2.0])
+            assert got.meta["version"] == 1 and got.meta["staleness"] == 0
+        assert held.meta["wait_s"] > reply.meta["wait_s"]
+        assert listener.errors == []
+    finally:
+        listener.close()
+
+
+def test_playbook_keys_of_the_algorithms_become_job_fields():
+    from netbench.model import algorithm_keys
+
+    extra = algorithm_keys.job_extra({"train_steps": 200, "eval_every": 50, "target_accuracy": 0.7,
+                                      "algorithm": {"staleness": 2, "gossip_p": 0.2}}, warmup=10)
+    fields = algorithm_keys.job_fields(extra, warmup=10, steps=30)
+    assert fields == {"train_steps": 200, "eval_every": 50, "target_accuracy": 0.7, "staleness": 2,
+                      "gossip_p": 0.2, "steps": 190}
+    JobSpec(**fields)  # every key is a JobSpec field
+    for data, key in [({"train_steps": 10}, "train_steps"), ({"algorithm": {"tau": 0}}, "algorithm.tau"),
+                      ({"algorithm": {"rho": 1}}, "algorithm.rho"), ({"target_accuracy": 2}, "target_accuracy")]:
+        with pytest.raises(algorithm_keys.BadKey) as caught:
+            algorithm_keys.job_extra(data, warmup=10)
+        assert caught.value.key == key
+
+
+def test_the_reports_algorithm_table_groups_repetitions_and_names_the_winners():
+    from netbench.report.accuracy import accuracy_markdown, algorithm_points
+
+    def record(strategy, delay_ms, ips, acc, reached):
+        return {"strategy": strategy, "workers": 2, "profile": {"delay_us": delay_ms * 1000}, "status": "ok",
+                "stats": {"images_per_sec": ips}, "idle_ratio": 0.5, "wait_time_mean_s": 0.01,
+                "staleness_mean": 1.0, "test_accuracy": acc, "steps_to_target": 100 if reached else None,
+                "time_to_target_s": 3.0 if reached else None,
+                "accuracy_curve": [{"step": 200, "accuracy": acc, "spread": 0.02}]}
+
+    records = [record("ps-sync", 50, 300.0, 0.80, True), record("ps-sync", 50, 320.0, 0.82, True),
+               record("ps-sync", 50, 310.0, 0.81, True),
+               record("ps", 50, 900.0, 0.70, False), {"strategy": "allreduce", "accuracy_curve": []}]
+    points = algorithm_points(records)
+    assert [(p.strategy, p.runs, p.reached) for p in points] == [("ps", 1, 0), ("ps-sync", 3, 3)]
+    sync = points[1]
+    assert sync.images_per_sec.mean == pytest.approx(310.0, rel=1e-3) and sync.images_per_sec.low is not None
+    assert sync.accuracy.mean == pytest.approx(0.81) and sync.time_to_target.mean == pytest.approx(3.0)
+    text = accuracy_markdown(points, 0.99)
+    assert "| ps-sync | 2 | 50 | 3/3 | 310 (" in text
+    assert "On throughput: ps, 2 workers, 50 ms" in text and "On accuracy: ps-sync" in text
+    assert accuracy_markdown([], 0.99) == ""
+
+
+def test_the_workers_options_of_the_algorithms():
+    from netbench.jobs import worker
+
+    args = worker.parse_args(["--strategy", "ps-ssp", "--train-steps", "50", "--warmup", "5", "--staleness", "0"])
+    assert (args.steps, args.train_steps, args.staleness, args.tau, args.gossip_p) == (45, 50, 0, 4, 0.1)
+    assert worker.LOOPS["gosgd"] is worker.LOOPS["ps-sync"]
+    for bad in (["--train-steps", "5", "--warmup", "5"], ["--strategy", "easgd", "--seconds", "3"],
+                ["--gossip-p", "1.5"], ["--elastic-alpha", "2"], ["--steps", "3", "--train-steps", "9"]):
+        with pytest.raises(SystemExit):
+            worker.parse_args(bad)
+
+
+def test_the_sweeps_dry_run_shows_the_algorithm_and_its_placement_and_names_bad_flags():
+    from click.testing import CliRunner
+
+    from netbench.cli.app import main
+
+    def invoke(*args):
+        return CliRunner().invoke(main, ["sweep", "--dry-run", *args], catch_exceptions=False)
+
+    shown = invoke("--strategy", "easgd", "--ps", "2", "--data", "fashion-mnist", "--train-steps", "200",
+                   "--latency", "1,50ms")
+    assert shown.exit_code == 0, shown.output
+    for text in ("placement on 4 nodes", "ps1 on n4", "tau 4, alpha 0.45 (0.9 / workers)",
+                 "190 measured steps", "fresh model for 200 steps", "--isolate"):
+        assert text in shown.output, text
+    assert "coordinator" not in shown.output
+    for args, flag in [(("--strategy", "gosgd", "--workers", "1"), "--workers"),
+                       (("--train-steps", "5"), "--train-steps"),
+                       (("--strategy", "ps-sync", "--seconds", "5"), "--seconds")]:
+        result = invoke(*args)
+        first = result.output.strip().splitlines()[0]
+        assert result.exit_code != 0 and first.startswith("error:") and flag in first, result.output
+
+
+def test_the_estimate_models_each_algorithms_exchange():
+    from netbench.experiment.estimate import exchange_s
+
+    model_s, rtt = 0.02, 0.1
+    assert exchange_s(JobSpec(strategy="ps-sync"), 2, model_s, rtt) == pytest.approx(0.24)
+    assert exchange_s(JobSpec(strategy="easgd", tau=4), 2, model_s, rtt) == pytest.approx(0.06)
+    assert exchange_s(JobSpec(strategy="gosgd", gossip_p=0.1), 2, model_s, rtt) == pytest.approx(0.002)
+    # the parameter server's link carries every worker's models
+    assert exchange_s(JobSpec(strategy="ps-ssp"), 16, model_s, 0.0) == pytest.approx(0.64)
