@@ -16,6 +16,7 @@ from netbench.cli import common
 from netbench.cli.common import (BACKEND_CHOICES, _sigterm_as_interrupt, check_metrics_flags, handle_errors,
                                  hosts_options, launch_options, launch_settings, metrics_options)
 from netbench.cli.types import FiniteFloatRange
+from netbench.cli.user_job import command_options, with_command
 from netbench.errors import UsageError
 from netbench.model.profile import Profile, load_profile, parse_levels
 
@@ -77,13 +78,14 @@ from netbench.model.profile import Profile, load_profile, parse_levels
                    "[default: drawn; recorded in the manifest].")
 @launch_options
 @hosts_options
+@command_options
 @handle_errors
 def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topology_file, scale, strategy, workers,
           accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, dry_run,
           metrics_port, metrics_address, metrics_wait, order_seed, isolate, launch_order, settle_text, settle_steps,
-          inventory, insecure_host_keys, takeover) -> None:
+          inventory, insecure_host_keys, takeover, images_per_step, step_regex, user_command) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
@@ -97,6 +99,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     Example: netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit
     Example: netbench sweep --schedule profiles/schedules/spike.yaml --latency 10ms
     Example: netbench sweep --topology profiles/topologies/world.yaml --workers 8 --scale 1,2
+    Example: netbench sweep --latency 1,20ms --workers 2 -- python examples/torch_ddp.py
     """
     from netbench.model import design as sweep_plan
     from netbench.experiment import store as results
@@ -133,6 +136,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
                                           batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
                                           sample_resources_s=sample_resources or 0.0)
+    config_job = with_command(config_job, user_command, images_per_step, step_regex, workers=workers,
+                              verify=verify_points, schedules=schedule_files, topology=topology_file)
     pairs = None
     if topology_file is not None:
         pairs, runs = sweep_topology.topology_runs(topology_file, scale, repeat, config_job, workers, first)

@@ -12,6 +12,7 @@ from netbench import interrupts
 from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
 from netbench.jobs import analysis, events, resources
+from netbench.jobs import user_results
 from netbench.model.job import JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
 from netbench.jobs.launch import JobOutcome, Timeouts, run_job
 from netbench.experiment import launch as launches
@@ -80,7 +81,7 @@ class _Quiet:
 
 def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, ended: float) -> RunResult:
     """Turn a job's events into a run record; warm-up steps are kept but excluded."""
-    job, workers = run.job, run.workers
+    job, workers = user_results.resolved_job(run.job, outcome.events, run.workers), run.workers
     status, error, stats = outcome.status, outcome.error, None
     durations = analysis.measured_durations(outcome.events, job)
     if durations:
@@ -101,7 +102,8 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      idle_ratio=phases.idle_ratio if phases else None,
                      step=analysis.step_kind(outcome.events, job), split_from=phases.source if phases else None,
                      resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)),
-                     topology=run.pairs.to_json() if run.pairs is not None else None)
+                     topology=run.pairs.to_json() if run.pairs is not None else None,
+                     **user_results.origin(outcome.events, job))
 
 
 def _driver(run: Run, testbed: Target, seed: int, observer: Observer):
@@ -142,11 +144,14 @@ def split_runs(config: SweepConfig, testbed_kind: str) -> tuple[list[Run], list[
 
     A run launches on its own under --isolate, with a schedule (its changes are driven from
     its own first measured step), with --verify (the measurement must not share the links with
-    training), and on the hosts target (workers' clocks are not the controller's)."""
+    training), and on the hosts target (workers' clocks are not the controller's). A user's
+    command always runs in launches (one per point under --isolate, or when it never asks
+    track.stop_requested()): the controller, not the job, decides its window."""
     if config.isolate or config.verify or testbed_kind == "hosts":
-        return list(config.runs), []
-    own = [r for r in config.runs if r.schedule is not None]
-    return own, [r for r in config.runs if r.schedule is None]
+        own = list(config.runs)
+    else:
+        own = [r for r in config.runs if r.schedule is not None]
+    return [r for r in own if r.job.command is None], [r for r in config.runs if r not in own or r.job.command]
 
 
 def _run_isolated(run: Run, config: SweepConfig, testbed: Target, store: ResultStore, observer: Observer,

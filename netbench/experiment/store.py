@@ -29,7 +29,8 @@ from netbench.jobs.resources import Usage, totals
 # 3: per-process resource use (--sample-resources) and its csv columns
 # 4: a run's schedule (its landed changes and lateness) and the csv's schedule column
 # 5: a run's per-pair topology (its `topology` record) and the csv's topology and scale columns
-SCHEMA_VERSION = 5
+# 6: who trained and where the steps came from: `framework` and `source` (harness, track, regex)
+SCHEMA_VERSION = 6
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -49,7 +50,7 @@ CSV_COLUMNS = (
     "verify_rate_measured_mbit", "verify_ok",
     "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error", "schedule", "step", "split_from",
-    "launch", "settle_s", "settle_steps", "topology", "scale",
+    "launch", "settle_s", "settle_steps", "topology", "scale", "framework", "source",
 )
 
 
@@ -102,6 +103,11 @@ class RunResult:
     # the per-pair topology the run applied instead of its profile (model.pairs.PairTopology.to_json,
     # scaled: its links are the delays applied, its scale the factor); None: the profile
     topology: dict[str, Any] | None = None
+    # the framework that trained ("tensorflow" for netbench's own workers; a user's command:
+    # what netbench.track found loaded, "" unknown) and where steps came from: "harness"
+    # (netbench's workers), "track" (netbench.track) or "regex" (--step-regex on rank 0's output)
+    framework: str = "tensorflow"
+    source: str = "harness"
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -141,6 +147,7 @@ class RunResult:
             "settle_steps": "" if self.settle_steps is None else self.settle_steps,
             "topology": (self.topology or {}).get("name", ""),
             "scale": "" if self.topology is None else f"{self.topology.get('scale', 1):g}",
+            "framework": self.framework, "source": self.source,
         }
 
     def _resource_cells(self) -> dict[str, Any]:
