@@ -98,8 +98,8 @@ class RegexSteps:
 class UserProcess:
     """A started rank: its (translated) stdout, and a stop that ends its whole process group."""
 
-    def __init__(self, inner, stdout, owner: "UserSpawner") -> None:
-        self.inner, self.stdout, self.owner = inner, stdout, owner
+    def __init__(self, inner, stdout, owner: "UserSpawner", rank: int) -> None:
+        self.inner, self.stdout, self.owner, self.rank = inner, stdout, owner, rank
 
     def wait(self) -> int:
         return self.inner.wait()
@@ -114,9 +114,12 @@ class UserProcess:
                 popen.wait(timeout=max(0.0, self.owner.asked - time.monotonic()))
             except Exception:  # noqa: BLE001 - a rank still running is ended below
                 pass
+        code = popen.poll() if popen is not None else None
         if popen is not None and hasattr(popen, "pid"):
             proc.stop_group(popen, grace=grace)
         self.inner.stop(grace)
+        # the record says whether the rank ended by itself (its exit status) or was stopped
+        self.owner.ended(self.rank, "stopped" if code is None else f"exited {code}")
 
 
 class UserSpawner:
@@ -131,6 +134,7 @@ class UserSpawner:
         self.asked: float | None = None  # when request_stop's wait for the ranks ends (monotonic)
         self.last_step = -1
         self.ranks: list[dict] = []
+        self.ranks_file: Path | None = None
 
     def __call__(self, task: Task, log: Path, env: dict) -> UserProcess:
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -141,14 +145,27 @@ class UserSpawner:
             argv = node_argv(argv, task.netns, hosts_file.resolve())
         rank_env = {**dict(task.env), "NETBENCH_CONTROL": str(self.control.resolve())}
         self.ranks.append({"rank": task.index, "node": task.node, "argv": list(task.argv), "env": rank_env})
-        (log.parent / RANKS_FILE).write_text(json.dumps(self.ranks, indent=1) + "\n")
+        self.ranks_file = log.parent / RANKS_FILE
+        self._write_ranks()
         from dataclasses import replace
 
         inner = self.spawn(replace(task, argv=argv), log, {**env, **rank_env})
         stdout = inner.stdout
         if self.step_regex and task.index == 0:
             stdout = RegexSteps(stdout, self.step_regex, self.images, self.warmup)
-        return UserProcess(inner, _Heard(stdout, self), self)
+        return UserProcess(inner, _Heard(stdout, self), self, len(self.ranks) - 1)
+
+    def _write_ranks(self) -> None:
+        if self.ranks_file is not None:
+            self.ranks_file.write_text(json.dumps(self.ranks, indent=1) + "\n")
+
+    def ended(self, position: int, how: str) -> None:
+        """Record how a rank ended ("exited CODE" by itself, or "stopped") in ranks.json."""
+        self.ranks[position]["ended"] = how
+        try:
+            self._write_ranks()
+        except OSError:
+            pass
 
     def request_stop(self, wait_s: float = STOP_WAIT_S) -> int:
         """Ask every rank to stop after the same step (a few past the last heard); the ranks'
