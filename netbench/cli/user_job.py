@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import click
 
 from netbench.errors import UsageError
@@ -25,7 +23,8 @@ def with_command(job, argv: tuple[str, ...], images_per_step: int | None, step_r
                  workers: int, verify: bool, schedules: tuple, topology) -> object:
     """`job` running the user's command `argv` (the job itself when there is none); a flag
     that needs a command, or that a command cannot take, is a UsageError naming it."""
-    from netbench.model.command_job import COMMAND, UserCommand, check_command
+    from netbench.model.command_job import UserCommand, check_command
+    from netbench.model.job import command_spec
 
     if not argv:
         for flag, value in (("--images-per-step", images_per_step), ("--step-regex", step_regex)):
@@ -42,5 +41,4 @@ def with_command(job, argv: tuple[str, ...], images_per_step: int | None, step_r
         check_command(command)
     except ValueError as exc:
         raise UsageError(f"flag --{exc}") from None
-    return replace(job, strategy=COMMAND, model=COMMAND, command=command,
-                   batch_size=(images_per_step or 0) // workers, ps=1, accum_steps=1)
+    return command_spec(job, command, workers)

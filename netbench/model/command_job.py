@@ -75,6 +75,31 @@ def check_command(command: UserCommand) -> None:
             raise ValueError("step-regex: needs images-per-step (a line says nothing of images)")
 
 
+PLAYBOOK_KEYS = ("command", "images_per_step", "step_regex")  # a playbook's top-level keys for it
+
+
+def from_playbook(data) -> UserCommand | None:
+    """A playbook's ``command:`` (a list of strings), ``images_per_step:`` and ``step_regex:``
+    (None without a command); ValueError "key: message" for a bad one."""
+    if "command" not in data:
+        extra = next((key for key in PLAYBOOK_KEYS[1:] if key in data), None)
+        if extra:
+            raise ValueError(f"{extra}: only with a command:")
+        return None
+    argv = data["command"]
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, (str, int, float)) for a in argv):
+        raise ValueError("command: must be a list of strings, e.g. [python, train.py]")
+    images = data.get("images_per_step")
+    if images is not None and (not isinstance(images, int) or isinstance(images, bool)):
+        raise ValueError(f"images_per_step: must be a whole number, got {images!r}")
+    regex = data.get("step_regex") or ""
+    if not isinstance(regex, str):
+        raise ValueError("step_regex: must be a string")
+    command = UserCommand(argv=tuple(str(a) for a in argv), images_per_step=images, step_regex=regex)
+    check_command(command)
+    return command
+
+
 def rank_env(places: Sequence[Place], rank: int, port: int, warmup: int) -> tuple[tuple[str, str], ...]:
     """The environment rank `rank` of a job on `places` starts with (sorted by name); `port` 0:
     drawn for each launch, shown as <port> (a dry run)."""

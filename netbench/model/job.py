@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from netbench.model import command_job
 from netbench.model.command_job import COMMAND, UserCommand
@@ -71,6 +71,12 @@ class Task:
     serves: bool = False
     env: tuple[tuple[str, str], ...] = ()  # a user's command: the rank's environment (command_job.rank_env)
     hosts: str = ""  # a user's command: the /etc/hosts its node's processes see ("": the host's own)
+
+
+def command_spec(job: JobSpec, command: UserCommand, workers: int) -> JobSpec:
+    """`job` (its warm-up, window and seed) running a user's command on `workers` nodes."""
+    return replace(job, strategy=COMMAND, model=COMMAND, command=command,
+                   batch_size=(command.images_per_step or 0) // workers, ps=1, accum_steps=1)
 
 
 def check_job(job: JobSpec, workers: int) -> None:

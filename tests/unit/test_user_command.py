@@ -265,3 +265,29 @@ def test_isolate_starts_a_command_anew_for_every_point(tmp_path):
     results, testbed = command_sweep(tmp_path, asks=True, isolate=True)
     assert all(r.status == "ok" for r in results) and sorted(r.launch for r in results) == [0, 1, 2]
     assert len(testbed.spawned) == 6
+
+
+# ---------------------------------------------------------------- a playbook's command:
+
+from netbench.model.playbook import PlaybookError, playbook_from_mapping  # noqa: E402
+
+
+def test_a_playbooks_command_runs_in_every_run_with_its_step_regex():
+    book = playbook_from_mapping({"factors": {"latency": ["1ms", "20ms"]}, "fixed": {"workers": 2},
+                                  "command": ["python", "train.py", 3], "images_per_step": 64,
+                                  "step_regex": REGEX}, "book.yaml")
+    runs = design.expand(book, seed=1)
+    assert len(runs) == 2 and all(r.job.command == UserCommand(("python", "train.py", "3"), 64, REGEX) for r in runs)
+    assert all(r.job.strategy == "command" and r.job.batch_size == 32 for r in runs)
+
+
+@pytest.mark.parametrize("extra, key", [
+    ({"command": "python train.py"}, "command"),
+    ({"step_regex": "x"}, "step_regex"),
+    ({"command": ["python"], "images_per_step": "many"}, "images_per_step"),
+    ({"command": ["python"], "step_regex": REGEX}, "step"),
+    ({"command": ["python"], "factors": {"latency": ["1ms"], "model": ["mlp", "cnn"]}}, "factors.model"),
+])
+def test_a_bad_playbook_command_names_its_key(extra, key):
+    with pytest.raises(PlaybookError, match=f"book.yaml: {key}"):
+        playbook_from_mapping({"factors": {"latency": ["1ms"]}, **extra}, "book.yaml")
