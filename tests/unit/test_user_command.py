@@ -291,3 +291,16 @@ def test_a_playbooks_command_runs_in_every_run_with_its_step_regex():
 def test_a_bad_playbook_command_names_its_key(extra, key):
     with pytest.raises(PlaybookError, match=f"book.yaml: {key}"):
         playbook_from_mapping({"factors": {"latency": ["1ms"]}, **extra}, "book.yaml")
+
+
+def test_live_metrics_take_a_track_jobs_images_from_its_events():
+    from netbench.metrics.state import MetricsObserver, MetricsState
+
+    job = command_job_spec()
+    run = design.plan_sweep(Profile(name="base"), design.SweepLevels(delay_us=(1000,)), 1, job, 2)[0]
+    state = MetricsState()
+    observer = MetricsObserver(state)
+    observer.run_started(run)
+    observer.step(run, ev.Step(step=0, phase="measured", start=0.0, end=0.5, duration=0.5, images=128,
+                               worker=0, role="worker"))
+    assert state.snapshot().run_images_per_s == pytest.approx(256.0)
