@@ -250,7 +250,8 @@ class MetricsObserver:
         self.state.profile_applied(p.name, p.delay_us, p.jitter_us, p.rate_bps, p.loss)
 
     def step(self, run, event: ev.Event) -> None:
-        if run.job.command is not None and not run.job.batch_size and isinstance(event, ev.Step) and event.images:
+        if getattr(run.job, "command", None) is not None and not run.job.batch_size and isinstance(event, ev.Step) \
+                and event.images:
             # a user's command without --images-per-step: its track events say the cluster's images
             self.state.set_images(event.images // max(1, run.workers), event.images)
         self.state.worker_event(event)
