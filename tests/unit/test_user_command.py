@@ -304,3 +304,16 @@ def test_live_metrics_take_a_track_jobs_images_from_its_events():
     observer.step(run, ev.Step(step=0, phase="measured", start=0.0, end=0.5, duration=0.5, images=128,
                                worker=0, role="worker"))
     assert state.snapshot().run_images_per_s == pytest.approx(256.0)
+
+
+def test_on_a_host_a_command_runs_as_written_with_its_environment():
+    import shlex
+
+    from tests.unit.test_hosts_testbed import INV, host_node
+    from netbench.testbed.hosts import task_command
+
+    tasks = plan_job(command_job_spec(), tuple(host_node(h) for h in INV.hosts), 2, port=3333)
+    argv = shlex.split(task_command(INV.host("b"), tasks[1], dict(tasks[1].env)))
+    assert argv[argv.index("--") + 1:] == ["python", "train.py", "--x"]
+    env = dict(argv[i + 1].split("=", 1) for i, word in enumerate(argv) if word == "--env")
+    assert env["RANK"] == "1" and env["MASTER_ADDR"] == tasks[0].address and "cluster" in env["TF_CONFIG"]
