@@ -95,6 +95,25 @@ class RegexSteps:
                 "start": now - duration, "end": now, "duration": duration, "images": self.images, "loss": None}
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` in the process tree (from /proc), children first."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat[stat.rindex(")") + 2:].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    found, queue = [], list(children.get(pid, ()))
+    while queue:
+        child = queue.pop(0)
+        found.append(child)
+        queue += children.get(child, ())
+    return found
+
+
 class UserProcess:
     """A started rank: its (translated) stdout, and a stop that ends its whole process group."""
 
@@ -116,7 +135,11 @@ class UserProcess:
                 pass
         code = popen.poll() if popen is not None else None
         if popen is not None and hasattr(popen, "pid"):
+            # a launcher's children may lead sessions of their own (torchrun's workers do): found
+            # before the group is signalled, while they are still the launcher's, and ended after
+            family = [(pid, proc.start_time(pid)) for pid in descendants(popen.pid)]
             proc.stop_group(popen, grace=grace)
+            proc.stop_pids([pid for pid, started in family if proc.is_same_process(pid, started)], grace=grace)
         self.inner.stop(grace)
         # the record says whether the rank ended by itself (its exit status) or was stopped
         self.owner.ended(self.rank, "stopped" if code is None else f"exited {code}")

@@ -5,6 +5,7 @@ record's framework and source."""
 from __future__ import annotations
 
 import io
+import os
 import ipaddress
 import json
 from dataclasses import dataclass
@@ -317,3 +318,24 @@ def test_on_a_host_a_command_runs_as_written_with_its_environment():
     assert argv[argv.index("--") + 1:] == ["python", "train.py", "--x"]
     env = dict(argv[i + 1].split("=", 1) for i, word in enumerate(argv) if word == "--env")
     assert env["RANK"] == "1" and env["MASTER_ADDR"] == tasks[0].address and "cluster" in env["TF_CONFIG"]
+
+
+def test_descendants_are_found_through_the_process_tree():
+    import subprocess
+    import sys
+
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                               "subprocess.Popen(['sleep', '30'], start_new_session=True); time.sleep(30)"])
+    try:
+        import time
+
+        deadline = time.monotonic() + 10
+        while not user.descendants(parent.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (child,) = user.descendants(parent.pid)
+        assert Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"sleep")
+    finally:
+        for pid in user.descendants(parent.pid):
+            os.kill(pid, 9)
+        parent.kill()
+        parent.wait()
