@@ -6,6 +6,8 @@ command (model/command_job.py):
 * on the embedded testbed each rank runs in a UTS and mount namespace of its own, with its
   node's hostname and an /etc/hosts (written beside the logs) in which that name resolves
   to the node's address: what gloo, torchrun and TensorFlow advertise to their peers;
+* on this machine a rank's PATH starts with the folder of netbench's own Python, so the
+  command's ``python`` is the one netbench runs under (its virtualenv's), as if activated;
 * every rank gets NETBENCH_CONTROL, the file `request_stop` writes the step count at which
   netbench.track's stop_requested() turns true on every rank;
 * with a step regex, rank 0's output lines become step events (`RegexSteps`), so the
@@ -20,7 +22,9 @@ folder, so the record says which ports and addresses the job was given.
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Iterable
@@ -167,6 +171,8 @@ class UserSpawner:
             hosts_file.write_text(task.hosts)
             argv = node_argv(argv, task.netns, hosts_file.resolve())
         rank_env = {**dict(task.env), "NETBENCH_CONTROL": str(self.control.resolve())}
+        if self.own_hostnames:  # this machine: `python` is the one netbench runs under (its venv's)
+            rank_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         self.ranks.append({"rank": task.index, "node": task.node, "argv": list(task.argv), "env": rank_env})
         self.ranks_file = log.parent / RANKS_FILE
         self._write_ranks()

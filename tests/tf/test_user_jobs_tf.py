@@ -9,7 +9,6 @@ import csv
 import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -60,15 +59,14 @@ def check_job(out: Path, rows: list[dict], framework: str) -> None:
 
 @needs_torch
 def test_a_ddp_loop_with_track_steps(clean_machine, tmp_path):
-    rows = sweep(tmp_path / "out", "1,20ms", sys.executable, f"{ROOT}/examples/torch_ddp.py")
+    rows = sweep(tmp_path / "out", "1,20ms", "python", f"{ROOT}/examples/torch_ddp.py")  # netbench's python
     check_job(tmp_path / "out", rows, "torch")
     assert left_running(f"{ROOT}/examples/torch_ddp.py") == []
 
 
 @needs_torch
 def test_torchrun_with_no_flags(clean_machine, tmp_path):
-    rows = sweep(tmp_path / "out", "1ms", "env", f"PYTHON={sys.executable}", "sh", f"{ROOT}/examples/torchrun.sh",
-                 steps=4)
+    rows = sweep(tmp_path / "out", "1ms", "sh", f"{ROOT}/examples/torchrun.sh", steps=4)
     assert [(r["status"], r["source"], r["framework"][:5]) for r in rows] == [("ok", "track", "torch")], rows
     assert left_running(f"{ROOT}/examples/torch_ddp.py") == []  # torchrun's workers ended with it
     assert local.list_netbench_netns() == []
@@ -76,6 +74,6 @@ def test_torchrun_with_no_flags(clean_machine, tmp_path):
 
 @needs_tf_keras
 def test_keras_fit_with_the_callback(clean_machine, tmp_path):
-    rows = sweep(tmp_path / "out", "1,20ms", sys.executable, f"{ROOT}/examples/keras_fit.py")
+    rows = sweep(tmp_path / "out", "1,20ms", "python", f"{ROOT}/examples/keras_fit.py")
     check_job(tmp_path / "out", rows, "tf_keras")
     assert left_running(f"{ROOT}/examples/keras_fit.py") == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import ipaddress
 import json
 from dataclasses import dataclass
@@ -155,6 +156,7 @@ def test_the_spawner_gives_each_rank_its_hostname_control_file_and_records_it(tm
     hosts_file = Path(task.argv[-4])
     assert task.argv[-5] == "netbench-n2" and "netbench-n2" in hosts_file.read_text()
     assert env["EXTRA"] == "1" and env["RANK"] == "1" and env["NETBENCH_CONTROL"] == str(spawner.control)
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)  # `python` is netbench's
     ranks = json.loads((tmp_path / "launch000" / "ranks.json").read_text())
     assert [r["env"]["MASTER_PORT"] for r in ranks] == ["30000", "30000"] and ranks[0]["argv"][0] == "python"
     assert procs[0].stdout.readline() and spawner.last_step == 7  # heard on the way to the reader
