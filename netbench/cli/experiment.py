@@ -93,6 +93,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     The job's processes start once per repetition (a launch) and move through the points, each
     applied in place, each change only narrowing the path (--order); --isolate starts them anew
     for every point. See the README's 'Launches' for what a shared launch carries over and how it settles.
+    After '--', your own COMMAND runs once per node instead (README 'Your own training job').
 
     Example: netbench sweep --latency 1,10,100ms --repeat 2
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
