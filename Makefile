@@ -29,6 +29,9 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[tf,test,report]'
+	# Keras 2 for model.fit under MultiWorkerMirroredStrategy (examples/keras_fit.py, tests/tf); --no-deps:
+	# it requires the package 'tensorflow', whose wheel would overwrite tensorflow-cpu's with a CUDA build
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps -c constraints.txt tf-keras==2.21.0
 	touch $(STAMP)
 
 demo: install

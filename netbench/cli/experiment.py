@@ -17,6 +17,7 @@ from netbench.cli.common import (BACKEND_CHOICES, _sigterm_as_interrupt, check_m
                                  hosts_options, launch_options, launch_settings, metrics_options)
 from netbench.cli.types import FiniteFloatRange
 from netbench.cli.algorithm_options import ALGORITHMS, ALGORITHMS_HELP, algorithm_options, finish_job
+from netbench.cli.user_job import command_options, with_command
 from netbench.errors import UsageError
 from netbench.model.profile import Profile, load_profile, parse_levels
 
@@ -84,13 +85,15 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @launch_options
 @common.precision_options
 @hosts_options
+@command_options
 @handle_errors
 def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topology_file, scale, strategy, workers,
           accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, predict, dry_run,
           metrics_port, metrics_address, metrics_wait, order_seed, isolate, launch_order, settle_text, settle_steps,
-          inventory, insecure_host_keys, takeover, precision_text, max_seconds, algorithm=None) -> None:
+          inventory, insecure_host_keys, takeover, precision_text, max_seconds, images_per_step, step_regex,
+          user_command, algorithm=None) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
@@ -98,6 +101,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     The job's processes start once per repetition (a launch) and move through the points, each
     applied in place, each change only narrowing the path (--order); --isolate starts them anew
     for every point. See the README's 'Launches' for what a shared launch carries over and how it settles.
+    After '--', your own COMMAND runs once per node instead (README 'Your own training job').
 
     Exits 1 when any run failed (a timeout is a result, not a failure), after recording every run.
 
@@ -108,6 +112,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     Example: netbench sweep --schedule profiles/schedules/spike.yaml --latency 10ms
     Example: netbench sweep --topology profiles/topologies/world.yaml --workers 8 --scale 1,2
     Example: netbench sweep --strategy ps-ssp --staleness 3 --data fashion-mnist --train-steps 200 --latency 1,50ms
+    Example: netbench sweep --latency 1,20ms --workers 2 -- python examples/torch_ddp.py
     """
     from netbench.model import design as sweep_plan
     from netbench.experiment import store as results
@@ -145,6 +150,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
                                           batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
                                           sample_resources_s=sample_resources or 0.0, **(algorithm or {}),
                                           **common.precision_settings(precision_text, max_seconds))
+    config_job = with_command(config_job, user_command, images_per_step, step_regex, workers=workers,
+                              verify=verify_points, schedules=schedule_files, topology=topology_file)
     pairs = None
     if topology_file is not None:
         pairs, runs = sweep_topology.topology_runs(topology_file, scale, repeat, config_job, workers, first)

@@ -104,7 +104,7 @@ class SweepView:
         duration = event.duration or 1e-9
         phase = {ev.PHASE_WARMUP: "warm-up", ev.PHASE_SETTLE: "settling"}.get(event.phase, event.phase)
         # a playbook run carries its own job; a step stands for more than one batch under accum
-        images = images_per_step(run.job, run.workers)
+        images = images_per_step(run.job, run.workers) if run.job.command is None else event.images
         self.progress.update(self.task, info=f"step {event.step} ({phase}) "
                              f"{duration * 1000:.0f} ms, {images_per_sec(images, duration):,.0f} img/s"
                              + self._precision(run, now))

@@ -39,6 +39,7 @@ from netbench import stats
 from netbench.jobs import events as ev
 from netbench.jobs.launch import JobOutcome, TaskLost
 from netbench.jobs.live import JobBroken, LiveJob
+from netbench.jobs.user import UserSpawner, checks_stop
 from netbench.model.job import JobSpec, plan_job
 from netbench.model.run import Run
 
@@ -332,7 +333,10 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
     """Start the job once and measure `runs` in order; returns the runs left after a failure."""
     job, workers = runs[0].job, runs[0].workers
     tasks = plan_job(job, ctx.testbed.nodes_for(job, workers), workers, port=ctx.ports.randrange(*PORT_RANGE))
-    tasks = [replace(t, argv=t.argv + (UNTIL_STOPPED,)) for t in tasks]
+    if job.command is None:
+        tasks = [replace(t, argv=t.argv + (UNTIL_STOPPED,)) for t in tasks]
+    spawn = user_spawner(job, ctx, ctx.store.log_dir(f"launch{number:03d}")) if job.command else ctx.testbed.spawn
+    keeps = False  # a user's command that asks stop_requested() serves many points
     live: LiveJob | None = None
     starts: list[ev.Event] = []  # the processes' start events: every point's record has them
     carry: list[ev.Event] = []  # events read after a point's window, before the next change
@@ -347,7 +351,7 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
             window = PointWindow(changed_at, ctx.settle, job.steps, job.seconds, job.precision, job.max_seconds)
             if live is None:
                 try:
-                    live = LiveJob(tasks, ctx.store.log_dir(f"launch{number:03d}"), ctx.testbed.spawn)
+                    live = LiveJob(tasks, ctx.store.log_dir(f"launch{number:03d}"), spawn)
                 except TaskLost as exc:
                     _record(ctx, run, number, window, JobOutcome("failed", (), exc.message), started)
                     return runs[i + 1:]
@@ -358,10 +362,23 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
             _record(ctx, run, number, window, JobOutcome(status, tuple(got), error), started)
             if status != "ok":
                 return runs[i + 1:]
+            keeps = keeps or (job.command is not None and checks_stop(got))
+            if job.command is not None and (ctx.config.isolate or not keeps):
+                return runs[i + 1:]  # one launch per point; it is stopped once measured
         return []
     finally:
         if live is not None:
+            if keeps and not live.broken:
+                spawn.request_stop()
             live.stop()
+
+
+def user_spawner(job: JobSpec, ctx: Context, log_dir) -> UserSpawner:
+    """The spawner of a user's command's ranks (jobs/user.py): own hostnames on the embedded
+    testbed (hosts have their own), rank 0's lines read with the step regex if there is one."""
+    command = job.command
+    return UserSpawner(ctx.testbed.spawn, log_dir, command.step_regex, command.images_per_step or 0, job.warmup,
+                       own_hostnames=getattr(ctx.testbed, "kind", "") == "embedded")
 
 
 def _record(ctx: Context, run: Run, number: int, window: PointWindow, outcome: JobOutcome, started: float) -> None:

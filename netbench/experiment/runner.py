@@ -13,6 +13,7 @@ from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
 from netbench.jobs import accuracy, analysis, events, resources
 from netbench.model.job import SERVER_STRATEGIES, JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
+from netbench.jobs import user_results
 from netbench.jobs.launch import JobOutcome, Timeouts, run_job
 from netbench.experiment import launch as launches
 from netbench.experiment.launch import PORT_RANGE, Settle
@@ -81,7 +82,7 @@ class _Quiet:
 
 def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, ended: float) -> RunResult:
     """Turn a job's events into a run record; warm-up steps are kept but excluded."""
-    job, workers = run.job, run.workers
+    job, workers = user_results.resolved_job(run.job, outcome.events, run.workers), run.workers
     status, error, stats = outcome.status, outcome.error, None
     durations = analysis.measured_durations(outcome.events, job)
     if durations:
@@ -109,7 +110,7 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      staleness_mean=phases.staleness_mean if phases else None,
                      accuracy_curve=tuple(p.to_record() for p in scored.curve),
                      test_accuracy=scored.test_accuracy, steps_to_target=scored.steps_to_target,
-                     time_to_target_s=scored.time_to_target_s)
+                     time_to_target_s=scored.time_to_target_s, **user_results.origin(outcome.events, job))
 
 
 def window_precision(durations: list[float], precision: float | None) -> dict:
@@ -169,11 +170,14 @@ def split_runs(config: SweepConfig, testbed_kind: str) -> tuple[list[Run], list[
     A run launches on its own under --isolate, with a schedule (its changes are driven from
     its own first measured step), with --verify (the measurement must not share the links with
     training), on the hosts target (workers' clocks are not the controller's), and with
-    train_steps (an accuracy run trains a fresh model: it never inherits another point's)."""
+    train_steps (an accuracy run trains a fresh model: it never inherits another point's). A
+    user's command always runs in launches (one per point under --isolate, or when it never asks
+    track.stop_requested()): the controller, not the job, decides its window."""
     if config.isolate or config.verify or testbed_kind == "hosts":
-        return list(config.runs), []
-    own = [r for r in config.runs if r.schedule is not None or r.job.train_steps]
-    return own, [r for r in config.runs if not (r.schedule is not None or r.job.train_steps)]
+        own = list(config.runs)
+    else:
+        own = [r for r in config.runs if r.schedule is not None or r.job.train_steps]
+    return [r for r in own if r.job.command is None], [r for r in config.runs if r not in own or r.job.command]
 
 
 def _run_isolated(run: Run, config: SweepConfig, testbed: Target, store: ResultStore, observer: Observer,

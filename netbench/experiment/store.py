@@ -34,7 +34,8 @@ from netbench.jobs.resources import Usage, totals
 # 7: the model's predicted step (experiment/predict.py) and the csv's predicted_step_s column
 # 8: the training algorithm's waiting and staleness, and accuracy (a run's accuracy_curve and the
 #    csv's test_accuracy, steps_to_target, time_to_target_s, wait_time_mean_s, staleness_mean)
-SCHEMA_VERSION = 8
+# 9: who trained and where the steps came from: `framework` and `source` (harness, track, regex)
+SCHEMA_VERSION = 9
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -58,6 +59,7 @@ CSV_COLUMNS = (
     "step_time_ci_pct", "precision_reached", "predicted_step_s",
     # the training algorithm and its accuracy (issue 21)
     "wait_time_mean_s", "staleness_mean", "test_accuracy", "steps_to_target", "time_to_target_s",
+    "framework", "source",
 )
 
 
@@ -126,6 +128,11 @@ class RunResult:
     test_accuracy: float | None = None
     steps_to_target: int | None = None
     time_to_target_s: float | None = None
+    # the framework that trained ("tensorflow" for netbench's own workers; a user's command:
+    # what netbench.track found loaded, "" unknown) and where steps came from: "harness"
+    # (netbench's workers), "track" (netbench.track) or "regex" (--step-regex on rank 0's output)
+    framework: str = "tensorflow"
+    source: str = "harness"
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -172,6 +179,7 @@ class RunResult:
             "test_accuracy": opt(self.test_accuracy, 4),
             "steps_to_target": "" if self.steps_to_target is None else self.steps_to_target,
             "time_to_target_s": opt(self.time_to_target_s, 4),
+            "framework": self.framework, "source": self.source,
         }
 
     def _resource_cells(self) -> dict[str, Any]:

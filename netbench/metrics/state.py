@@ -140,6 +140,11 @@ class MetricsState:
             # must stay visible for at least one scrape after the next run has started
             self._chief_sum, self._chief_count = 0.0, 0
 
+    def set_images(self, images_per_worker_step: int, images_per_step: int) -> None:
+        """The run's images per step of one process and of the whole run, once known."""
+        with self._lock:
+            self._batch, self._global_batch = images_per_worker_step, images_per_step
+
     def launch_point(self, launch: int | None, position: int, points: int) -> None:
         """The run in progress is point `position` (from 1) of `points` of launch `launch`
         (None: a launch of its own)."""
@@ -245,6 +250,10 @@ class MetricsObserver:
         self.state.profile_applied(p.name, p.delay_us, p.jitter_us, p.rate_bps, p.loss)
 
     def step(self, run, event: ev.Event) -> None:
+        if getattr(run.job, "command", None) is not None and not run.job.batch_size and isinstance(event, ev.Step) \
+                and event.images:
+            # a user's command without --images-per-step: its track events say the cluster's images
+            self.state.set_images(event.images // max(1, run.workers), event.images)
         self.state.worker_event(event)
 
     def run_finished(self, run, result) -> None:

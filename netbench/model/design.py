@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from netbench import units
 from netbench.model import algorithm_keys
-from netbench.model.job import SERVER_STRATEGIES, JobSpec
+from netbench.model.job import SERVER_STRATEGIES, JobSpec, command_spec
 from netbench.model.playbook import Playbook, PlaybookError, design_points, fail, profile_for
 from netbench.model.profile import Profile, validate
 from netbench.model.pairs import PairTopology, scaled
@@ -172,6 +172,8 @@ def playbook_design(book: Playbook, seed: int, sample_resources_s: float = 0.0) 
     points = []
     for s in design_points(book):
         job = JobSpec(**job_fields(book, s, available), seed=seed, sample_resources_s=sample_resources_s)
+        if book.command is not None:
+            job = command_spec(job, book.command, s.workers)
         if book.topology is not None:
             points.append(topology_point(book.topology, s.scale, job, s.workers, s))
         elif s.schedule:

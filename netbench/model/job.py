@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from netbench.model import command_job
+from netbench.model.command_job import COMMAND, UserCommand
 from netbench.model.topology import Node
 
 STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single", "ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd")
@@ -75,6 +77,7 @@ class JobSpec:
     train_steps: int | None = None
     eval_every: int = 0
     target_accuracy: float | None = None
+    command: UserCommand | None = None  # a user's own command (strategy "command"; model/command_job.py)
 
 
 @dataclass(frozen=True)
@@ -94,11 +97,21 @@ class Task:
     argv: tuple[str, ...]
     tf_config: str
     serves: bool = False
+    env: tuple[tuple[str, str], ...] = ()  # a user's command: the rank's environment (command_job.rank_env)
+    hosts: str = ""  # a user's command: the /etc/hosts its node's processes see ("": the host's own)
+
+
+def command_spec(job: JobSpec, command: UserCommand, workers: int) -> JobSpec:
+    """`job` (its warm-up, window and seed) running a user's command on `workers` nodes."""
+    return replace(job, strategy=COMMAND, model=COMMAND, command=command,
+                   batch_size=(command.images_per_step or 0) // workers, ps=1, accum_steps=1)
 
 
 def check_job(job: JobSpec, workers: int) -> None:
     """Raise ValueError naming the setting when the job cannot run as asked."""
-    if job.strategy not in STRATEGIES:
+    if job.command is not None:
+        command_job.check_command(job.command)
+    elif job.strategy not in STRATEGIES:
         raise ValueError(f"strategy: unknown {job.strategy!r}; choose from {', '.join(STRATEGIES)}")
     if workers < 1:
         raise ValueError(f"workers: must be at least 1, got {workers}")
@@ -207,7 +220,7 @@ def algorithm_argv(job: JobSpec) -> list[str]:
 def placement(job: JobSpec, workers: int) -> list[tuple[str, int]]:
     """(role, index) for node 1, 2, ... in order."""
     check_job(job, workers)
-    if job.strategy == "single":
+    if job.strategy == "single" and job.command is None:
         return [(WORKER, 0)]
     roles = [(WORKER, i) for i in range(workers)]
     if job.strategy in SERVER_STRATEGIES:
@@ -226,6 +239,8 @@ def plan_job(job: JobSpec, nodes: tuple[Node, ...], workers: int, port: int,
                          + (f" and {job.ps} ps" if job.strategy in SERVER_STRATEGIES else "")
                          + f" needs {len(roles)} nodes, the testbed has {len(nodes)}")
     placed = list(zip(roles, nodes))
+    if job.command is not None:
+        return _plan_command(job, job.command, [node for _, node in placed], port)
     cluster: dict[str, list[str]] = {}
     for (role, _), node in placed:
         cluster.setdefault(_TF_TASK_TYPE[role], []).append(f"{node.address}:{port}")
@@ -270,10 +285,27 @@ def describe_algorithm(job: JobSpec, workers: int) -> list[str]:
     return lines
 
 
+def _plan_command(job: JobSpec, command: UserCommand, nodes: list[Node], port: int) -> list[Task]:
+    """A user's command once per node, rank i on nodes[i]; with --step-regex only rank 0's
+    output is read (the other ranks serve)."""
+    places = [command_job.Place(n.name, n.netns, n.address, n.ifname) for n in nodes]
+    hosts = command_job.hosts_text(places)
+    return [Task(role=WORKER, index=rank, node=node.name, netns=node.netns, address=node.address, port=port,
+                 argv=command.argv, tf_config="", serves=bool(command.step_regex) and rank > 0,
+                 env=command_job.rank_env(places, rank, port, job.warmup), hosts=hosts)
+            for rank, node in enumerate(nodes)]
+
+
 def describe_plan(tasks: list[Task]) -> list[str]:
-    """One line per process: role, node, address:port, and whether it serves or reports steps."""
+    """One line per process: role, node, address:port, and whether it serves or reports steps
+    (a user's command: its command line and environment under each)."""
     lines = []
     for task in tasks:
+        if task.env:
+            lines.append(f"rank {task.index} on {task.node} ({task.address}), "
+                         + ("output ignored" if task.serves else "reports steps"))
+            lines += command_job.describe_rank(task.argv, task.env)
+            continue
         what = "serves" if task.serves else "reports steps"
         port = task.port or "<port>"  # 0: chosen fresh for each run
         lines.append(f"{task.role}{task.index} on {task.node} ({task.address}:{port}), {what}")

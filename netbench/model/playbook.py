@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
-from netbench.model import algorithm_keys
+from netbench.model import algorithm_keys, command_job
 from netbench.model.profile import Profile, load_profile, validate
 from netbench.model.run import Settings, profile_name, scaled_name
 from netbench.yamlfile import read_yaml
@@ -32,7 +32,7 @@ MODELS = ("mlp", "cnn", "mobilenetv2", "resnet50", "efficientnetb0", "vgg16", "r
 ORDERS = ("random", "as-written")
 TOP_KEYS = ("name", "description", "factors", "fixed", "extra_runs", "repetitions", "order", "seed",
             "warmup", "steps", "seconds", "timeouts", "backend", "profile", "schedule", "topology",
-            "precision", "max_seconds", *algorithm_keys.TOP_KEYS)
+            "precision", "max_seconds", *algorithm_keys.TOP_KEYS, *command_job.PLAYBOOK_KEYS)
 TIMEOUT_KEYS = ("startup", "step")
 BACKENDS = ("auto", "netem", "userspace")
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: a name that is one folder
@@ -135,6 +135,7 @@ class Playbook:
     # train_steps, eval_every, target_accuracy and the algorithm's settings (model.algorithm_keys)
     job_extra: tuple[tuple[str, Any], ...] = ()
     topology_ref: str = ""
+    command: Any = None  # a user's command (model.command_job.UserCommand) every run runs instead
 
     def where(self, key: str) -> str:
         """Where a setting's value came from, as the user wrote it: factors.X or fixed.X."""
@@ -320,6 +321,7 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
     if seconds is not None and warmup < 1:
         raise fail(source, "warmup", "a 'seconds' window needs at least 1 warm-up step",
                    "workers agree on the step count from the warm-up step times")
+    command = _command(data, source, factors)
     book = Playbook(
         name=name, source=source, description=description, factors=factors, fixed=fixed,
         extra_runs=_extra_runs(data.get("extra_runs"), source),
@@ -334,6 +336,7 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
         fixed_keys=tuple(fixed_data or ()), schedules=schedules,
         topology=topology, topology_ref=str(data["topology"]).strip() if topology is not None else "",
         job_extra=_job_extra(data, source, warmup),
+        command=command,
     )
     _check_topology_keys(book)
     for point in design_points(book):  # every combination must make sense; fail at load, not mid-study
@@ -343,6 +346,20 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
         if topology is not None:
             _check_scaled(book, point.scale)
     return book
+
+
+def _command(data: Mapping, source: str, factors) -> Any:
+    """`command: [python, train.py]` (with images_per_step, step_regex): a user's command."""
+    try:
+        command = command_job.from_playbook(data)
+    except ValueError as exc:
+        key, _, message = str(exc).partition(": ")
+        raise fail(source, key, message) from None
+    job_keys = [k for k, _ in factors if k in ("strategy", "model", "batch", "ps", "accum_steps", "data")]
+    for key in [k for k in ("schedule", "topology") if k in data] + [f"factors.{k}" for k in job_keys]:
+        if command is not None:
+            raise fail(source, key, "not with command: (a user's command is its own job, on static levels)")
+    return command
 
 
 def _topology(data: Mapping, source: str, base_dir: Path | None) -> Any:

@@ -100,10 +100,11 @@ def host_node(host: Host) -> Node:
 def task_command(host: Host, task: Task, env: dict[str, str], grace: float = STOP_GRACE_S) -> str:
     """The shell command that runs `task` on `host` through `netbench node task` (pure).
 
-    The task's argv[0] (the controller's Python) becomes the Python of the host's venv."""
+    The task's argv[0] (the controller's Python) becomes the Python of the host's venv; a
+    user's command (a task with its own environment) runs as written: it must exist there."""
     from netbench.remote.controller import node_command
 
-    argv = [f"{host.venv}/bin/python", *task.argv[1:]]
+    argv = list(task.argv) if task.env else [f"{host.venv}/bin/python", *task.argv[1:]]
     variables = {"TF_CONFIG": task.tf_config, **env} if task.tf_config else dict(env)
     options = ["--role", f"{task.role}{task.index}", "--grace", f"{grace:g}"]
     for name, value in variables.items():

@@ -1,0 +1,44 @@
+"""A sweep's user command: ``netbench sweep [points...] -- COMMAND [ARGS...]`` (click only)."""
+
+from __future__ import annotations
+
+import click
+
+from netbench.errors import UsageError
+
+
+def command_options(command):
+    """COMMAND after '--', --images-per-step and --step-regex."""
+    command = click.argument("user_command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS]...]")(command)
+    command = click.option("--step-regex", metavar="REGEX",
+                           help="With a COMMAND that does not use netbench.track: one step per line of rank 0's "
+                                "output that matches (named groups 'step', and 'seconds' or 'ms'; without a time "
+                                "group, the time between lines).")(command)
+    return click.option("--images-per-step", type=click.IntRange(1, 2**31), metavar="N",
+                        help="With a COMMAND: images the whole cluster trains on per step [default: what "
+                             "netbench.track's events say].")(command)
+
+
+def with_command(job, argv: tuple[str, ...], images_per_step: int | None, step_regex: str | None, *,
+                 workers: int, verify: bool, schedules: tuple, topology) -> object:
+    """`job` running the user's command `argv` (the job itself when there is none); a flag
+    that needs a command, or that a command cannot take, is a UsageError naming it."""
+    from netbench.model.command_job import UserCommand, check_command
+    from netbench.model.job import command_spec
+
+    if not argv:
+        for flag, value in (("--images-per-step", images_per_step), ("--step-regex", step_regex)):
+            if value:
+                raise UsageError(f"flag {flag}: only with a COMMAND", hint="e.g. netbench sweep --latency 1,20ms "
+                                 "--workers 2 -- python train.py")
+        return job
+    for flag, value in (("--verify", verify), ("--schedule", schedules), ("--topology", topology)):
+        if value:
+            raise UsageError(f"flag {flag}: not with a COMMAND (yet)", hint="sweep static --latency, --bandwidth, "
+                             "--loss or --jitter levels with a COMMAND")
+    command = UserCommand(argv=tuple(argv), images_per_step=images_per_step, step_regex=step_regex or "")
+    try:
+        check_command(command)
+    except ValueError as exc:
+        raise UsageError(f"flag --{exc}") from None
+    return command_spec(job, command, workers)

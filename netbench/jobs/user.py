@@ -1,0 +1,223 @@
+"""A user's own command as a launch's processes: how each rank starts, is read and stops.
+
+`UserSpawner` wraps a target's spawner (jobs/launch.py `Spawner`) for the tasks of a user's
+command (model/command_job.py):
+
+* on the embedded testbed each rank runs in a UTS and mount namespace of its own, with its
+  node's hostname and an /etc/hosts (written beside the logs) in which that name resolves
+  to the node's address: what gloo, torchrun and TensorFlow advertise to their peers;
+* on this machine a rank's PATH starts with the folder of netbench's own Python, so the
+  command's ``python`` is the one netbench runs under (its virtualenv's), as if activated;
+* every rank gets NETBENCH_CONTROL, the file `request_stop` writes the step count at which
+  netbench.track's stop_requested() turns true on every rank;
+* with a step regex, rank 0's output lines become step events (`RegexSteps`), so the
+  launch reads them as it reads the track module's or netbench's own workers';
+* a rank is its process group (a launcher's children included): stopping it asks the job
+  to stop where it checks, waits a while, then ends the whole group (TERM, then KILL).
+
+The ranks' command lines and environments are written to ``ranks.json`` in the launch's log
+folder, so the record says which ports and addresses the job was given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Iterable
+
+from netbench import proc
+from netbench.jobs import events as ev
+from netbench.model.job import Task
+
+STOP_MARGIN_STEPS = 3  # steps past the last one heard at which every rank stops together
+STOP_WAIT_S = 15.0  # how long a job that checks stop_requested() gets to end by itself
+CONTROL_FILE = "control"
+RANKS_FILE = "ranks.json"
+STOP_CHECKED = "stop-checked"  # the track module's event: this job asks stop_requested()
+
+# run by sh inside the rank's own UTS and mount namespaces (unshare): the node's hostname,
+# its hosts file over /etc/hosts, then the command itself (exec: the pid stays the rank's)
+_NODE_SETUP = 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"'
+
+
+def node_argv(argv: tuple[str, ...], hostname: str, hosts_file: Path) -> tuple[str, ...]:
+    """`argv` behind the wrapper that gives it its node's hostname and /etc/hosts."""
+    return ("unshare", "--uts", "--mount", "--", "sh", "-c", _NODE_SETUP, "netbench-node",
+            hostname, str(hosts_file), *argv)
+
+
+def checks_stop(events: Iterable[ev.Event]) -> bool:
+    """Whether the job asked stop_requested() (the track module says so once, on its first ask)."""
+    return any(isinstance(e, ev.Other) and e.name == STOP_CHECKED for e in events)
+
+
+class RegexSteps:
+    """A rank's stdout with every line that matches `pattern` turned into a step event line
+    (other lines pass through: the reader skips what is not an event). Named groups:
+    ``step`` (its number; else the lines are counted), ``seconds`` or ``ms`` (its duration;
+    else the time since the last matching line, so the first match only starts the clock)."""
+
+    def __init__(self, stream, pattern: str, images: int, warmup: int, clock=time.monotonic) -> None:
+        self.stream, self.pattern, self.images, self.warmup = stream, re.compile(pattern), images, warmup
+        self.clock = clock
+        self.count = 0
+        self.last: float | None = None
+
+    def readline(self) -> bytes:
+        raw = self.stream.readline()
+        if not raw:
+            return raw
+        event = self.step_of(raw.decode("utf-8", "replace"), self.clock())
+        return raw if event is None else (json.dumps(event) + "\n").encode()
+
+    def step_of(self, line: str, now: float) -> dict | None:
+        """The step event a line stands for, read at `now` (None: no step)."""
+        match = self.pattern.search(line)
+        if match is None:
+            return None
+        groups = match.groupdict()
+        try:
+            if groups.get("seconds") is not None:
+                duration: float | None = float(groups["seconds"])
+            elif groups.get("ms") is not None:
+                duration = float(groups["ms"]) / 1000
+            else:
+                duration = None if self.last is None else now - self.last
+            number = int(groups["step"]) if groups.get("step") is not None else self.count
+        except ValueError:
+            return None
+        self.last = now
+        if duration is None:
+            return None
+        self.count += 1
+        phase = ev.PHASE_WARMUP if self.count <= self.warmup else ev.PHASE_MEASURED
+        return {"compute": None, "comm": None, "event": "step", "step": number, "phase": phase,
+                "start": now - duration, "end": now, "duration": duration, "images": self.images, "loss": None}
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` in the process tree (from /proc), children first."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat[stat.rindex(")") + 2:].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    found, queue = [], list(children.get(pid, ()))
+    while queue:
+        child = queue.pop(0)
+        found.append(child)
+        queue += children.get(child, ())
+    return found
+
+
+class UserProcess:
+    """A started rank: its (translated) stdout, and a stop that ends its whole process group."""
+
+    def __init__(self, inner, stdout, owner: "UserSpawner", rank: int) -> None:
+        self.inner, self.stdout, self.owner, self.rank = inner, stdout, owner, rank
+
+    def wait(self) -> int:
+        return self.inner.wait()
+
+    def failure(self, code: int) -> str | None:
+        return self.inner.failure(code)
+
+    def stop(self, grace: float) -> None:
+        popen = getattr(self.inner, "popen", None)
+        if popen is not None and self.owner.asked is not None:
+            try:
+                popen.wait(timeout=max(0.0, self.owner.asked - time.monotonic()))
+            except Exception:  # noqa: BLE001 - a rank still running is ended below
+                pass
+        code = popen.poll() if popen is not None else None
+        if popen is not None and hasattr(popen, "pid"):
+            # a launcher's children may lead sessions of their own (torchrun's workers do): found
+            # before the group is signalled, while they are still the launcher's, and ended after
+            family = [(pid, proc.start_time(pid)) for pid in descendants(popen.pid)]
+            proc.stop_group(popen, grace=grace)
+            proc.stop_pids([pid for pid, started in family if proc.is_same_process(pid, started)], grace=grace)
+        self.inner.stop(grace)
+        # the record says whether the rank ended by itself (its exit status) or was stopped
+        self.owner.ended(self.rank, "stopped" if code is None else f"exited {code}")
+
+
+class UserSpawner:
+    """A Spawner (jobs/launch.py) for a user's command's ranks; see the module docstring."""
+
+    def __init__(self, spawn, log_dir: Path, step_regex: str = "", images_per_step: int = 0,
+                 warmup: int = 0, own_hostnames: bool = True) -> None:
+        self.spawn, self.log_dir = spawn, log_dir
+        self.step_regex, self.images, self.warmup = step_regex, images_per_step, warmup
+        self.own_hostnames = own_hostnames
+        self.control = log_dir / CONTROL_FILE
+        self.asked: float | None = None  # when request_stop's wait for the ranks ends (monotonic)
+        self.last_step = -1
+        self.ranks: list[dict] = []
+        self.ranks_file: Path | None = None
+
+    def __call__(self, task: Task, log: Path, env: dict) -> UserProcess:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        argv = task.argv
+        if self.own_hostnames and task.hosts and task.netns:
+            hosts_file = log.parent / f"{task.node}.hosts"
+            hosts_file.write_text(task.hosts)
+            argv = node_argv(argv, task.netns, hosts_file.resolve())
+        rank_env = {**dict(task.env), "NETBENCH_CONTROL": str(self.control.resolve())}
+        if self.own_hostnames:  # this machine: `python` is the one netbench runs under (its venv's)
+            rank_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        self.ranks.append({"rank": task.index, "node": task.node, "argv": list(task.argv), "env": rank_env})
+        self.ranks_file = log.parent / RANKS_FILE
+        self._write_ranks()
+        from dataclasses import replace
+
+        inner = self.spawn(replace(task, argv=argv), log, {**env, **rank_env})
+        stdout = inner.stdout
+        if self.step_regex and task.index == 0:
+            stdout = RegexSteps(stdout, self.step_regex, self.images, self.warmup)
+        return UserProcess(inner, _Heard(stdout, self), self, len(self.ranks) - 1)
+
+    def _write_ranks(self) -> None:
+        if self.ranks_file is not None:
+            self.ranks_file.write_text(json.dumps(self.ranks, indent=1) + "\n")
+
+    def ended(self, position: int, how: str) -> None:
+        """Record how a rank ended ("exited CODE" by itself, or "stopped") in ranks.json."""
+        self.ranks[position]["ended"] = how
+        try:
+            self._write_ranks()
+        except OSError:
+            pass
+
+    def request_stop(self, wait_s: float = STOP_WAIT_S) -> int:
+        """Ask every rank to stop after the same step (a few past the last heard); the ranks'
+        stop() waits up to `wait_s` for them to end by themselves. Returns that step count."""
+        at = self.last_step + 1 + STOP_MARGIN_STEPS
+        tmp = self.control.with_name(CONTROL_FILE + ".tmp")
+        tmp.write_text(f"{at}\n")
+        tmp.replace(self.control)
+        self.asked = time.monotonic() + wait_s
+        return at
+
+
+class _Heard:
+    """A rank's stdout through which the spawner hears the last step number (cheaply: only
+    lines that look like step events are parsed)."""
+
+    def __init__(self, stream, owner: UserSpawner) -> None:
+        self.stream, self.owner = stream, owner
+
+    def readline(self) -> bytes:
+        raw = self.stream.readline()
+        if b'"event": "step"' in raw:
+            event = ev.parse_line(raw)
+            if isinstance(event, ev.Step):
+                self.owner.last_step = max(self.owner.last_step, event.step)
+        return raw

@@ -1,0 +1,143 @@
+"""A user's own training command: what each rank gets (pure).
+
+``netbench sweep ... -- COMMAND [ARGS...]`` (or a playbook's ``command:``) runs COMMAND once
+per node, rank i on node n(i+1). `UserCommand` is what the user asked for; `rank_env` is the
+environment every rank starts with: netbench's own variables and those the frameworks read,
+so an unmodified script starts (PyTorch ``env://``, torchrun's ``PET_*`` options, TensorFlow's
+``TF_CONFIG``, JAX's coordinator, gloo's interface); `hosts_text` is the /etc/hosts a node's
+processes see, so each node's hostname resolves to its own address (gloo and torchrun
+advertise the address their hostname resolves to: a namespace otherwise keeps the host's
+name, which resolves to loopback).
+
+Ports: one launch draws one base port; PyTorch's MASTER_PORT is the base, TensorFlow's
+cluster listens on base + 1 and JAX's coordinator on base + 2. Each node is a namespace of
+its own (or a host given to the sweep), holding nothing but the job, so they are free there.
+
+Where steps come from (`source`): ``regex`` when the user gave ``--step-regex`` (rank 0's
+output lines; the other ranks only serve), else ``track`` (every rank's `netbench.track`
+events on its stdout).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Sequence
+
+COMMAND = "command"  # the strategy name a user's command runs under
+SOURCE_TRACK, SOURCE_REGEX, SOURCE_BYTES = "track", "regex", "bytes"
+TF_PORT_OFFSET, JAX_PORT_OFFSET = 1, 2
+
+
+@dataclass(frozen=True)
+class UserCommand:
+    """The user's command line, and how its steps are read.
+
+    images_per_step: images the whole cluster trains on per step (None: from the track
+    events, which say each rank's). step_regex: read rank 0's output lines instead of
+    track events (named groups ``step``, and ``seconds`` or ``ms``)."""
+
+    argv: tuple[str, ...]
+    images_per_step: int | None = None
+    step_regex: str = ""
+
+    @property
+    def source(self) -> str:
+        return SOURCE_REGEX if self.step_regex else SOURCE_TRACK
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one rank runs: its node's name, hostname, address and interface."""
+
+    node: str
+    hostname: str
+    address: str
+    ifname: str
+
+
+def check_command(command: UserCommand) -> None:
+    """Raise ValueError naming the setting when the command cannot run as asked."""
+    if not command.argv or not command.argv[0]:
+        raise ValueError("command: empty; give it after '--', e.g. -- python train.py")
+    if command.images_per_step is not None and command.images_per_step < 1:
+        raise ValueError(f"images-per-step: must be at least 1, got {command.images_per_step}")
+    if command.step_regex:
+        try:
+            pattern = re.compile(command.step_regex)
+        except re.error as exc:
+            raise ValueError(f"step-regex: {exc}") from None
+        if "seconds" in pattern.groupindex and "ms" in pattern.groupindex:
+            raise ValueError("step-regex: name one time group, 'seconds' or 'ms', not both")
+        if command.images_per_step is None:
+            raise ValueError("step-regex: needs images-per-step (a line says nothing of images)")
+
+
+PLAYBOOK_KEYS = ("command", "images_per_step", "step_regex")  # a playbook's top-level keys for it
+
+
+def from_playbook(data) -> UserCommand | None:
+    """A playbook's ``command:`` (a list of strings), ``images_per_step:`` and ``step_regex:``
+    (None without a command); ValueError "key: message" for a bad one."""
+    if "command" not in data:
+        extra = next((key for key in PLAYBOOK_KEYS[1:] if key in data), None)
+        if extra:
+            raise ValueError(f"{extra}: only with a command:")
+        return None
+    argv = data["command"]
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, (str, int, float)) for a in argv):
+        raise ValueError("command: must be a list of strings, e.g. [python, train.py]")
+    images = data.get("images_per_step")
+    if images is not None and (not isinstance(images, int) or isinstance(images, bool)):
+        raise ValueError(f"images_per_step: must be a whole number, got {images!r}")
+    regex = data.get("step_regex") or ""
+    if not isinstance(regex, str):
+        raise ValueError("step_regex: must be a string")
+    command = UserCommand(argv=tuple(str(a) for a in argv), images_per_step=images, step_regex=regex)
+    check_command(command)
+    return command
+
+
+def rank_env(places: Sequence[Place], rank: int, port: int, warmup: int) -> tuple[tuple[str, str], ...]:
+    """The environment rank `rank` of a job on `places` starts with (sorted by name); `port` 0:
+    drawn for each launch, shown as <port> (a dry run)."""
+    here, master = places[rank], places[0]
+    world = len(places)
+    addresses = [p.address for p in places]
+
+    def at(offset: int) -> str:
+        return str(port + offset) if port else ("<port>" if not offset else f"<port+{offset}>")
+
+    tf_config = {"cluster": {"worker": [f"{a}:{at(TF_PORT_OFFSET)}" for a in addresses]},
+                 "task": {"type": "worker", "index": rank}}
+    env = {
+        "NETBENCH_RANK": str(rank), "NETBENCH_WORLD_SIZE": str(world), "NETBENCH_NODE": here.node,
+        "NETBENCH_ADDRESS": here.address, "NETBENCH_PEERS": ",".join(addresses),
+        "NETBENCH_WARMUP": str(warmup),
+        "MASTER_ADDR": master.address, "MASTER_PORT": at(0), "RANK": str(rank), "WORLD_SIZE": str(world),
+        "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": str(rank),
+        # torchrun reads every option from PET_<OPTION> (torch/distributed/argparse_util.py)
+        "PET_NNODES": str(world), "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(rank),
+        "PET_MASTER_ADDR": master.address, "PET_MASTER_PORT": at(0), "PET_LOCAL_ADDR": here.address,
+        "PET_RDZV_BACKEND": "static", "PET_MAX_RESTARTS": "0",
+        "TF_CONFIG": json.dumps(tf_config),
+        "JAX_COORDINATOR_ADDRESS": f"{master.address}:{at(JAX_PORT_OFFSET)}",
+        "JAX_NUM_PROCESSES": str(world), "JAX_PROCESS_ID": str(rank),
+    }
+    if here.ifname:
+        env["GLOO_SOCKET_IFNAME"] = here.ifname
+    return tuple(sorted(env.items()))
+
+
+def hosts_text(places: Sequence[Place]) -> str:
+    """/etc/hosts for a node of the job: loopback, then every node's hostname and address."""
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    lines += [f"{p.address}\t{p.hostname}" for p in places if p.hostname]
+    return "\n".join(lines) + "\n"
+
+
+def describe_rank(argv: Sequence[str], env: Sequence[tuple[str, str]]) -> list[str]:
+    """A dry run's lines for one rank: its command, then its environment, one variable a line."""
+    return [f"  $ {shlex.join(argv)}"] + [f"    {name}={value}" for name, value in env]

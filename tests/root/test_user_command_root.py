@@ -1,0 +1,85 @@
+"""A user's command that knows nothing of netbench, on real namespaces (root): its steps read
+from its output lines, its node's own hostname, and what `netbench reset` finds after the
+controller is killed with SIGKILL."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from netbench.testbed import netns as local
+from tests.conftest import NETBENCH, ROOT, cli_ok
+
+pytestmark = pytest.mark.root
+
+REGEX = r"step (?P<step>\d+) took (?P<ms>[\d.]+) ms"
+
+
+def processes_running(marker: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_a_plain_job_is_read_by_its_lines_on_nodes_named_after_themselves(clean_machine, tmp_path):
+    job = tmp_path / "job.sh"
+    job.write_text('echo "node $(hostname) $NETBENCH_ADDRESS $(getent hosts $(hostname))" >&2\n'
+                   f'exec {sys.executable} {ROOT}/examples/plain_steps.py --kib 64\n')
+    host_name = socket.gethostname()
+    out = tmp_path / "out"
+    result = subprocess.run([*NETBENCH, "sweep", "--latency", "1,20ms", "--workers", "2", "--warmup", "2",
+                             "--steps", "6", "--images-per-step", "64", "--step-regex", REGEX,
+                             "--output", str(out), "--", "sh", str(job)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    rows = list(csv.DictReader(open(out / "results.csv", newline="")))
+    assert all(r["status"] == "ok" and r["source"] == "regex" and r["steps"] == "6" for r in rows), rows
+    speed = {r["delay_ms"]: float(r["images_per_sec"]) for r in rows}
+    assert speed["20.0"] < speed["1.0"], speed
+    said = [line for log in sorted(out.glob("logs/*/n*-worker*.log")) for line in log.read_text().splitlines()
+            if line.startswith("node ")]
+    assert len(said) == 4, said  # two launches (the job never asks to stop) of two ranks
+    for line in said:
+        _, name, address, resolved, resolved_name = line.split()
+        assert name.startswith("netbench-n") and resolved == address and resolved_name == name
+    ranks = json.loads(next(out.glob("logs/*/ranks.json")).read_text())
+    assert ranks[0]["ended"] == "stopped"  # its peer may end by itself once rank 0 is gone
+    assert socket.gethostname() == host_name and processes_running(str(job)) == []
+    assert local.list_netbench_netns() == []
+
+
+def test_reset_after_the_controller_is_killed_ends_what_the_job_started(clean_machine, tmp_path):
+    job = tmp_path / "launcher.sh"  # a launcher whose child outlives it, as torchrun's workers would
+    job.write_text(f"{sys.executable} {ROOT}/examples/plain_steps.py --kib 16 &\nwait\n")
+    controller = subprocess.Popen([*NETBENCH, "sweep", "--latency", "1ms", "--workers", "2", "--steps", "100000",
+                                   "--images-per-step", "8", "--step-regex", REGEX, "--output", str(tmp_path / "out"),
+                                   "--", "sh", str(job)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(processes_running(f"{ROOT}/examples/plain_steps.py --kib 16")) < 2:
+            assert time.monotonic() < deadline, "the job's ranks never started"
+            time.sleep(0.5)
+        time.sleep(1.0)
+    finally:
+        os.kill(controller.pid, signal.SIGKILL)
+        controller.wait()
+    time.sleep(0.5)
+    assert processes_running(f"{ROOT}/examples/plain_steps.py --kib 16")  # the launcher's children outlive it
+    result = cli_ok("reset")
+    assert "namespace netbench-n1" in result.stdout + result.stderr
+    assert processes_running(f"{ROOT}/examples/plain_steps.py --kib 16") == []
+    assert local.list_netbench_netns() == []
