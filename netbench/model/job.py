@@ -20,6 +20,7 @@ import json
 import sys
 from dataclasses import dataclass
 
+from netbench.model.frameworks import DEFAULT_FRAMEWORK, check_framework, worker_module
 from netbench.model.topology import Node
 
 STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single")
@@ -47,6 +48,7 @@ class JobSpec:
     input_shape: tuple[int, ...] | None = None  # None: the model's default, or the data's
     classes: int | None = None  # None: 10, or the data's
     sample_resources_s: float = 0.0  # every process samples its CPU, memory and bytes this often; 0: off
+    framework: str = DEFAULT_FRAMEWORK  # "tensorflow" or "torch" (model/frameworks.py)
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ def check_job(job: JobSpec, workers: int) -> None:
         raise ValueError(f"accum_steps: must be at least 1, got {job.accum_steps}")
     if job.strategy == "ps" and job.ps < 1:
         raise ValueError(f"ps: strategy ps needs at least 1 parameter server, got {job.ps}")
+    check_framework(job.framework, job.strategy, job.model)
 
 
 def nodes_needed(job: JobSpec, workers: int) -> int:
@@ -110,9 +113,10 @@ def images_per_step(job: JobSpec, workers: int) -> int:
 
 
 def worker_argv(job: JobSpec, python: str = sys.executable) -> tuple[str, ...]:
-    """The harness command line every process of the job gets (roles come from TF_CONFIG)."""
+    """The harness command line every process of the job gets (roles come from TF_CONFIG; a
+    torch job's ranks and rendezvous too, see netbench.jobs.torch_harness.rendezvous)."""
     window = ("--seconds", f"{job.seconds:g}") if job.seconds else ("--steps", str(job.steps))
-    argv = [python, "-m", "netbench.jobs.worker", "--strategy", job.strategy, "--model", job.model,
+    argv = [python, "-m", worker_module(job.framework), "--strategy", job.strategy, "--model", job.model,
             "--batch-size", str(job.batch_size), "--warmup", str(job.warmup), *window, "--seed", str(job.seed)]
     if job.strategy == "allreduce-accum":
         argv += ["--accum-steps", str(job.accum_steps)]
