@@ -39,6 +39,9 @@ from netbench.model.profile import Profile, load_profile, parse_levels
               type=click.Choice(["allreduce", "allreduce-accum", "ps", "single"]),
               help="allreduce: all-reduce every step; allreduce-accum: every --accum-steps batches; "
                    "ps: parameter servers and a coordinator (asynchronous); single: one process, no network.")
+@click.option("--framework", default="tensorflow", show_default=True, type=click.Choice(["tensorflow", "torch"]),
+              help="tensorflow: tf.distribute (MultiWorkerMirroredStrategy); torch: PyTorch DistributedDataParallel "
+                   "over gloo (strategies allreduce, allreduce-accum, single; models mlp, cnn, resnet18).")
 @click.option("--workers", type=click.IntRange(1, 64), help="Training workers, one per node [default: 2; 1 with single].")
 @click.option("--accum-steps", default=4, show_default=True, type=click.IntRange(1, 10000),
               help="Local batches per all-reduce with --strategy allreduce-accum.")
@@ -78,7 +81,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @launch_options
 @hosts_options
 @handle_errors
-def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topology_file, scale, strategy, workers,
+def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topology_file, scale, strategy, framework, workers,
           accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, dry_run,
@@ -97,6 +100,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     Example: netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit
     Example: netbench sweep --schedule profiles/schedules/spike.yaml --latency 10ms
     Example: netbench sweep --topology profiles/topologies/world.yaml --workers 8 --scale 1,2
+    Example: netbench sweep --framework torch --model mlp --latency 1,20ms --workers 2
     """
     from netbench.model import design as sweep_plan
     from netbench.experiment import store as results
@@ -132,7 +136,9 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
         raise UsageError(f"flag --output: {exc.message}", exc.hint) from None
     config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
                                           batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
-                                          sample_resources_s=sample_resources or 0.0)
+                                          sample_resources_s=sample_resources or 0.0, framework=framework)
+    if inventory is None and not dry_run:
+        _require_framework(framework)
     pairs = None
     if topology_file is not None:
         pairs, runs = sweep_topology.topology_runs(topology_file, scale, repeat, config_job, workers, first)
@@ -228,6 +234,7 @@ def _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input
     if strategy == "single" and workers not in (None, 1):
         raise UsageError(f"flag --workers: strategy single runs one process, got {workers}",
                          hint="drop --workers, or choose --strategy allreduce")
+    _check_framework(rest.get("framework", "tensorflow"), strategy, model)
     workers = workers or (1 if strategy == "single" else 2)
     shape = None
     if input_shape:
@@ -247,6 +254,27 @@ def _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input
     data = data if data == datasets.SYNTHETIC else str(Path(data).resolve())  # workers start elsewhere
     return JobSpec(strategy=strategy, model=model, accum_steps=accum_steps, ps=ps_count, data=data,
                    input_shape=shape, classes=classes, **rest), workers
+
+
+def _check_framework(framework: str, strategy: str, model: str) -> None:
+    """Refuse a strategy or model the framework lacks, naming the flag."""
+    from netbench.model.frameworks import check_framework
+
+    try:
+        check_framework(framework, strategy, model)
+    except ValueError as exc:
+        setting, _, message = str(exc).partition(": ")
+        raise UsageError(f"flag --{setting}: {message.replace('framework torch', '--framework torch')}",
+                         hint="drop --framework torch, or choose one it runs") from None
+
+
+def _require_framework(framework: str) -> None:
+    """Refuse --framework torch where torch is not installed (before anything is set up)."""
+    import importlib.util
+
+    if framework == "torch" and importlib.util.find_spec("torch") is None:
+        raise UsageError("flag --framework: torch is not installed here",
+                         hint="pip install torch==2.13.0 (the CPU build; make install adds it where its wheel is on disk)")
 
 
 def _plan_runs(base, levels, repeat):
@@ -270,7 +298,8 @@ def _print_sweep_plan(config) -> None:
     topo = topology.plan_topology(testbed_size(nodes_needed(config.job, config.workers), config.topology),
                                   topology.choose_subnet([]))
     accum = f" ({config.job.accum_steps} batches per all-reduce)" if config.job.strategy == "allreduce-accum" else ""
-    console.info(f"[yellow]dry run[/]: {len(config.runs)} runs, strategy {config.job.strategy}{accum}, "
+    framework = "" if config.job.framework == "tensorflow" else f"framework {config.job.framework}, "
+    console.info(f"[yellow]dry run[/]: {len(config.runs)} runs, {framework}strategy {config.job.strategy}{accum}, "
                  f"{config.workers} workers, "
                  f"model {config.job.model}, batch {config.job.batch_size}/worker, "
                  f"{config.job.warmup} warm-up + "

@@ -101,7 +101,8 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      idle_ratio=phases.idle_ratio if phases else None,
                      step=analysis.step_kind(outcome.events, job), split_from=phases.source if phases else None,
                      resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)),
-                     topology=run.pairs.to_json() if run.pairs is not None else None)
+                     topology=run.pairs.to_json() if run.pairs is not None else None,
+                     framework=job.framework)
 
 
 def _driver(run: Run, testbed: Target, seed: int, observer: Observer):

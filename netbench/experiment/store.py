@@ -29,7 +29,8 @@ from netbench.jobs.resources import Usage, totals
 # 3: per-process resource use (--sample-resources) and its csv columns
 # 4: a run's schedule (its landed changes and lateness) and the csv's schedule column
 # 5: a run's per-pair topology (its `topology` record) and the csv's topology and scale columns
-SCHEMA_VERSION = 5
+# 6: the job's framework (tensorflow or torch) and the csv's framework column
+SCHEMA_VERSION = 6
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -49,7 +50,7 @@ CSV_COLUMNS = (
     "verify_rate_measured_mbit", "verify_ok",
     "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error", "schedule", "step", "split_from",
-    "launch", "settle_s", "settle_steps", "topology", "scale",
+    "launch", "settle_s", "settle_steps", "topology", "scale", "framework",
 )
 
 
@@ -102,6 +103,7 @@ class RunResult:
     # the per-pair topology the run applied instead of its profile (model.pairs.PairTopology.to_json,
     # scaled: its links are the delays applied, its scale the factor); None: the profile
     topology: dict[str, Any] | None = None
+    framework: str = "tensorflow"  # what trained: "tensorflow" or "torch" (model/frameworks.py)
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -141,6 +143,7 @@ class RunResult:
             "settle_steps": "" if self.settle_steps is None else self.settle_steps,
             "topology": (self.topology or {}).get("name", ""),
             "scale": "" if self.topology is None else f"{self.topology.get('scale', 1):g}",
+            "framework": self.framework,
         }
 
     def _resource_cells(self) -> dict[str, Any]:
@@ -320,4 +323,10 @@ def environment_facts() -> dict[str, Any]:
         facts["pyroute2"] = version("pyroute2")
     except Exception:  # noqa: BLE001
         facts["pyroute2"] = None
+    try:
+        from importlib.metadata import version
+
+        facts["torch"] = version("torch")
+    except Exception:  # noqa: BLE001 - not installed (an optional extra)
+        facts["torch"] = None
     return facts

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
 from netbench.model.profile import Profile, load_profile, validate
+from netbench.model.frameworks import FRAMEWORKS, check_framework
 from netbench.model.run import Settings, profile_name, scaled_name
 from netbench.yamlfile import read_yaml
 
@@ -96,6 +97,7 @@ SETTING_KEYS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "accum_steps": ("accum_steps", _whole(1, 10000), "accum_steps: [4]"),
     "data": ("data", _data, "data: synthetic"),
     "scale": ("scale", _scale, "scale: [1, 2, 4]"),  # with topology: only
+    "framework": ("framework", _choice(FRAMEWORKS), "framework: [tensorflow, torch]"),
 }
 NETWORK_KEYS = ("latency", "bandwidth", "loss", "jitter")  # what a topology gives instead
 FIELD_TO_KEY = {**{spec[0]: key for key, spec in SETTING_KEYS.items()}, "schedule": "schedule"}
@@ -408,6 +410,12 @@ def _cross(book: Playbook, factors: tuple[tuple[str, tuple[Any, ...]], ...]) -> 
 
 
 def _check_point(book: Playbook, settings: Settings, what: str) -> None:
+    try:
+        check_framework(settings.framework, settings.strategy, settings.model)
+    except ValueError as exc:
+        setting, _, message = str(exc).partition(": ")
+        raise fail(book.source, book.where(setting) if what == "factors" else what, message,
+                   "cross framework torch with the strategies and models it runs") from None
     if settings.strategy == "single" and settings.workers != 1:
         key = book.where("workers") if what == "factors" else what
         raise fail(book.source, key, f"strategy single runs one process, but workers is {settings.workers}",
