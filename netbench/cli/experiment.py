@@ -15,6 +15,7 @@ from netbench import console, units
 from netbench.cli import common
 from netbench.cli.common import (BACKEND_CHOICES, _sigterm_as_interrupt, check_metrics_flags, handle_errors,
                                  hosts_options, launch_options, launch_settings, metrics_options)
+from netbench.cli.framework import check_framework, framework_option, require_framework
 from netbench.cli.types import FiniteFloatRange
 from netbench.errors import UsageError
 from netbench.model.profile import Profile, load_profile, parse_levels
@@ -39,9 +40,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
               type=click.Choice(["allreduce", "allreduce-accum", "ps", "single"]),
               help="allreduce: all-reduce every step; allreduce-accum: every --accum-steps batches; "
                    "ps: parameter servers and a coordinator (asynchronous); single: one process, no network.")
-@click.option("--framework", default="tensorflow", show_default=True, type=click.Choice(["tensorflow", "torch"]),
-              help="tensorflow: tf.distribute (MultiWorkerMirroredStrategy); torch: PyTorch DistributedDataParallel "
-                   "over gloo (strategies allreduce, allreduce-accum, single; models mlp, cnn, resnet18).")
+@framework_option
 @click.option("--workers", type=click.IntRange(1, 64), help="Training workers, one per node [default: 2; 1 with single].")
 @click.option("--accum-steps", default=4, show_default=True, type=click.IntRange(1, 10000),
               help="Local batches per all-reduce with --strategy allreduce-accum.")
@@ -138,7 +137,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
                                           batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
                                           sample_resources_s=sample_resources or 0.0, framework=framework)
     if inventory is None and not dry_run:
-        _require_framework(framework)
+        require_framework(framework)
     pairs = None
     if topology_file is not None:
         pairs, runs = sweep_topology.topology_runs(topology_file, scale, repeat, config_job, workers, first)
@@ -234,7 +233,7 @@ def _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input
     if strategy == "single" and workers not in (None, 1):
         raise UsageError(f"flag --workers: strategy single runs one process, got {workers}",
                          hint="drop --workers, or choose --strategy allreduce")
-    _check_framework(rest.get("framework", "tensorflow"), strategy, model)
+    check_framework(rest.get("framework", "tensorflow"), strategy, model)
     workers = workers or (1 if strategy == "single" else 2)
     shape = None
     if input_shape:
@@ -254,27 +253,6 @@ def _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input
     data = data if data == datasets.SYNTHETIC else str(Path(data).resolve())  # workers start elsewhere
     return JobSpec(strategy=strategy, model=model, accum_steps=accum_steps, ps=ps_count, data=data,
                    input_shape=shape, classes=classes, **rest), workers
-
-
-def _check_framework(framework: str, strategy: str, model: str) -> None:
-    """Refuse a strategy or model the framework lacks, naming the flag."""
-    from netbench.model.frameworks import check_framework
-
-    try:
-        check_framework(framework, strategy, model)
-    except ValueError as exc:
-        setting, _, message = str(exc).partition(": ")
-        raise UsageError(f"flag --{setting}: {message.replace('framework torch', '--framework torch')}",
-                         hint="drop --framework torch, or choose one it runs") from None
-
-
-def _require_framework(framework: str) -> None:
-    """Refuse --framework torch where torch is not installed (before anything is set up)."""
-    import importlib.util
-
-    if framework == "torch" and importlib.util.find_spec("torch") is None:
-        raise UsageError("flag --framework: torch is not installed here",
-                         hint="pip install torch==2.13.0 (the CPU build; make install adds it where its wheel is on disk)")
 
 
 def _plan_runs(base, levels, repeat):

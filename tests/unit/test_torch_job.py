@@ -99,6 +99,16 @@ def test_sweep_dry_run_names_the_framework():
     assert "framework" not in invoke("sweep", "--dry-run", "--latency", "1ms").output.splitlines()[0]
 
 
+def test_sweep_refuses_torch_where_it_is_not_installed(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    result = invoke("sweep", "--framework", "torch", "--latency", "1ms", "--output", "/nonexistent/out")
+    assert result.exit_code != 0
+    assert result.output.startswith("error: flag --framework: torch is not installed"), result.output
+
+
 @pytest.mark.parametrize("argv, words", [(["--strategy", "ps"], "--strategy: ps"),
                                          (["--model", "mobilenetv2"], "--model: mobilenetv2")])
 def test_the_worker_refuses_what_torch_lacks(argv, words, capsys):
