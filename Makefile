@@ -28,7 +28,13 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 	fi
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[tf,test,report]'
+	@# PyTorch (the torch extra) only where pip finds its CPU build without an index (a wheel in
+	@# pip's find-links, e.g. /opt/wheels): an index would resolve torch to a CUDA build of several GB
+	@if $(BIN)/pip install -q --disable-pip-version-check --dry-run --ignore-installed --no-index --no-deps \
+			'torch==2.13.0+cpu' >/dev/null 2>&1; then extras=tf,test,report,torch; \
+	else extras=tf,test,report; echo "torch==2.13.0+cpu is not on this machine's disk: installing without the torch extra (its tests will skip)"; fi; \
+	echo "$(BIN)/pip install -c constraints.txt -e '.[$$extras]'"; \
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e ".[$$extras]"
 	# Keras 2 for model.fit under MultiWorkerMirroredStrategy (examples/keras_fit.py, tests/tf); --no-deps:
 	# it requires the package 'tensorflow', whose wheel would overwrite tensorflow-cpu's with a CUDA build
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps -c constraints.txt tf-keras==2.21.0
@@ -60,6 +66,7 @@ bench: install
 	$(BIN)/python bench/design_time.py
 	$(BIN)/python bench/harness.py
 	$(BIN)/python bench/controller_cost.py
+	$(BIN)/python bench/frameworks.py
 
 reset: install
 	$(BIN)/netbench reset

@@ -32,7 +32,7 @@ COMMANDS = {
     "doctor": "emulation:doctor_cmd",
     "reset": "emulation:reset_cmd",
     "sweep": "experiment:sweep",
-    "run": "experiment:run_playbook",
+    "run": "playbook:run_playbook",
     "collective": "collective:collective",
     "report": "report:report_cmd",
     "node": "node:node",

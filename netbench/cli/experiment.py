@@ -15,6 +15,7 @@ from netbench import console, units
 from netbench.cli import common
 from netbench.cli.common import (BACKEND_CHOICES, _sigterm_as_interrupt, check_metrics_flags, handle_errors,
                                  hosts_options, launch_options, launch_settings, metrics_options)
+from netbench.cli.framework import check_framework, framework_option, require_framework
 from netbench.cli.types import FiniteFloatRange
 from netbench.cli.algorithm_options import ALGORITHMS, ALGORITHMS_HELP, algorithm_options, finish_job
 from netbench.cli.user_job import command_options, with_command
@@ -42,6 +43,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
               help="allreduce: all-reduce every step; allreduce-accum: every --accum-steps batches; "
                    "ps: parameter servers and a coordinator (asynchronous); single: one process, no network; "
                    f"{ALGORITHMS_HELP}")
+@framework_option
 @click.option("--workers", type=click.IntRange(1, 64), help="Training workers, one per node [default: 2; 1 with single].")
 @click.option("--accum-steps", default=4, show_default=True, type=click.IntRange(1, 10000),
               help="Local batches per all-reduce with --strategy allreduce-accum.")
@@ -87,7 +89,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @hosts_options
 @command_options
 @handle_errors
-def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topology_file, scale, strategy, workers,
+def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topology_file, scale, strategy, framework, workers,
           accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, predict, dry_run,
@@ -113,6 +115,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     Example: netbench sweep --topology profiles/topologies/world.yaml --workers 8 --scale 1,2
     Example: netbench sweep --strategy ps-ssp --staleness 3 --data fashion-mnist --train-steps 200 --latency 1,50ms
     Example: netbench sweep --latency 1,20ms --workers 2 -- python examples/torch_ddp.py
+    Example: netbench sweep --framework torch --model mlp --latency 1,20ms --workers 2
     """
     from netbench.model import design as sweep_plan
     from netbench.experiment import store as results
@@ -149,9 +152,12 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
                                           batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
                                           sample_resources_s=sample_resources or 0.0, **(algorithm or {}),
+                                          framework=framework,
                                           **common.precision_settings(precision_text, max_seconds))
     config_job = with_command(config_job, user_command, images_per_step, step_regex, workers=workers,
                               verify=verify_points, schedules=schedule_files, topology=topology_file)
+    if inventory is None and not dry_run and not user_command:
+        require_framework(framework)
     pairs = None
     if topology_file is not None:
         pairs, runs = sweep_topology.topology_runs(topology_file, scale, repeat, config_job, workers, first)
@@ -247,6 +253,7 @@ def _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input
     if strategy == "single" and workers not in (None, 1):
         raise UsageError(f"flag --workers: strategy single runs one process, got {workers}",
                          hint="drop --workers, or choose --strategy allreduce")
+    check_framework(rest.get("framework", "tensorflow"), strategy, model)
     workers = workers or (1 if strategy == "single" else 2)
     shape = None
     if input_shape:
@@ -290,7 +297,8 @@ def _print_sweep_plan(config) -> None:
     topo = topology.plan_topology(testbed_size(nodes_needed(config.job, config.workers), config.topology),
                                   topology.choose_subnet([]))
     accum = f" ({config.job.accum_steps} batches per all-reduce)" if config.job.strategy == "allreduce-accum" else ""
-    console.info(f"[yellow]dry run[/]: {len(config.runs)} runs, strategy {config.job.strategy}{accum}, "
+    framework = "" if config.job.framework == "tensorflow" else f"framework {config.job.framework}, "
+    console.info(f"[yellow]dry run[/]: {len(config.runs)} runs, {framework}strategy {config.job.strategy}{accum}, "
                  f"{config.workers} workers, "
                  f"model {config.job.model}, batch {config.job.batch_size}/worker, "
                  f"{config.job.warmup} warm-up + "
@@ -332,165 +340,6 @@ def verify_settings_text() -> str:
 
     return (f"{QUICK.ping_count} pings every {QUICK.ping_interval_s:g} s"
             f" and {QUICK.iperf_seconds:g} s of iperf3 where a rate is set")
-
-
-# ---------------------------------------------------------------- playbooks and reports
-
-def _playbook_state(output: Path) -> dict | None:
-    from netbench.experiment.store import ResultStore
-
-    return ResultStore(output).read_playbook()
-
-
-@click.command("run")
-@click.argument("playbook_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
-              help="Results folder [default: results/<playbook name>]; an existing one resumes.")
-@click.option("--backend", type=click.Choice(BACKEND_CHOICES), help="Override the playbook's emulation backend.")
-@click.option("--verify", "verify_points", is_flag=True,
-              help="Before each run, measure the link (ping, iperf3 if a rate is set) and record it.")
-@metrics_options
-@click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
-              help="Every process samples its CPU, memory and its node's network bytes this often; "
-                   "summaries per process go into each run's record.")
-@click.option("--predict/--no-predict", default=True, show_default=True,
-              help="Calibrate (a short all-reduce and a compute run, before the first point) and record each "
-                   "run's predicted step beside the measured one (results.csv predicted_step_s).")
-@click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
-@launch_options
-@hosts_options
-@handle_errors
-def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, verify_points: bool,
-                 metrics_port: int | None, metrics_address: str | None, metrics_wait: str,
-                 sample_resources: float | None, predict: bool,
-                 dry_run: bool, isolate: bool, launch_order: str, settle_text: str, settle_steps: int,
-                 inventory: Path | None, insecure_host_keys: bool, takeover: bool) -> None:
-    """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
-
-    An interrupted playbook resumes: run it again with the same results folder and the
-    runs already recorded as ok or timeout are skipped. The run order's seed is recorded.
-    Exits 1 when any run of this session failed (a timeout is a result, not a failure).
-
-    Example: netbench run playbooks/smoke.yaml --dry-run
-    Example: netbench run playbooks/smoke.yaml --inventory hosts.yaml
-    """
-    import random as _random
-
-    from netbench.experiment.store import ResultStore
-    from netbench.model import design
-    from netbench.model import playbook as pb
-
-    metrics_wait_s = check_metrics_flags(metrics_port, metrics_address, metrics_wait)
-    book = pb.load_playbook(playbook_file)
-    output = output or Path("results") / book.name
-    state = _playbook_state(output)
-    seed = book.seed if book.seed is not None else (state or {}).get("seed")
-    if seed is None:
-        seed = _random.SystemRandom().randrange(2**31)
-    runs = design.expand(book, seed, sample_resources_s=sample_resources or 0.0)
-    store = ResultStore(output)
-    statuses = store.statuses()
-    design.check_resume(book, runs, state, output, has_runs=bool(statuses))
-    todo = design.pending(runs, statuses)
-    if dry_run:
-        _print_playbook_plan(book, seed, runs, statuses, output)
-        _print_launches(todo, seed, launch_settings(isolate, settle_text, settle_steps, launch_order),
-                        book.step_timeout_s)
-        return
-    from netbench.jobs import worker
-    from netbench.model import job as cluster
-    from netbench.jobs.launch import Timeouts
-
-    design.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
-    plans = tuple(todo)
-    if not plans:
-        console.info(f"playbook [bold]{escape(book.name)}[/]: all {len(runs)} runs are done in {escape(str(output))}; "
-                     f"'netbench report {escape(str(output))}' summarises them")
-        return
-    from netbench.cli.sweep_topology import check_playbook
-
-    check_playbook(book, runs, inventory)
-    if inventory is None:
-        if insecure_host_keys:
-            raise UsageError("flag --insecure-host-keys: only with --inventory")
-        if takeover:
-            raise UsageError("flag --takeover: only with --inventory")
-        common.require_root()
-    _sigterm_as_interrupt()
-    from netbench.experiment.runner import SweepConfig
-
-    chosen = backend if backend else book.backend
-    config = SweepConfig(sweep_id=f"playbook-{book.name}", runs=plans, job=plans[0].job,
-                         workers=max(r.workers for r in todo), output=output,
-                         backend=None if chosen in (None, "auto") else chosen,
-                         timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
-                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
-                         order_seed=seed, topology=book.topology, predict=predict,
-                         **launch_settings(isolate, settle_text, settle_steps, launch_order))
-    if inventory is not None:
-        from netbench.testbed.hosts import check_on_hosts
-
-        check_on_hosts(config, inventory)  # before the results folder is written
-    record = design.plan_record(book, seed, runs)
-    record["sessions"] = (state or {}).get("sessions", []) + [{"started": time.time(), "pending": len(todo)}]
-    store.write_playbook(record, playbook_file.read_text(encoding="utf-8"))
-    console.info(f"playbook [bold]{escape(book.name)}[/]: {len(runs)} runs, seed {seed}; "
-                 f"{len(runs) - len(todo)} already done, {len(todo)} to run")
-
-    if inventory is not None:
-        results = _run_on_hosts(config, inventory, insecure_host_keys, False, metrics_port, metrics_address, takeover,
-                                metrics_wait_s)
-    else:
-        results = _run_with_view(config, metrics_port, metrics_address, metrics_wait_s=metrics_wait_s)
-    record["sessions"][-1].update(ended=time.time(), completed=len(results))
-    store.write_playbook(record)
-    console.info(f"figures and a summary: netbench report {escape(str(output))}")
-    common.fail_if_any_failed(results)
-
-
-def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) -> None:
-    from rich.table import Table
-
-    from netbench.model import design
-    from netbench.model import playbook as pb
-
-    done = sum(1 for r in runs if statuses.get(r.run_id) in design.COMPLETE_STATUSES)
-    seed_note = "" if book.seed is not None else " (drawn: the playbook sets none; recorded in the results folder)"
-    console.info(f"[yellow]dry run[/]: playbook [bold]{escape(book.name)}[/] ({escape(book.source)}): {len(runs)} runs "
-                 f"= {len(runs) // book.repetitions} points x {book.repetitions} repetitions, "
-                 f"order {book.order}, seed {seed}{seed_note}")
-    console.info(f"{book.warmup} warm-up + " + (f"{book.seconds:g} s of" if book.seconds else f"{book.steps}")
-                 + f" measured steps per run; timeouts: startup {book.startup_timeout_s:g}s, step "
-                 f"{book.step_timeout_s:g}s; results -> {escape(str(output))} ({done} done, {len(runs) - done} to run)")
-    keys = [k for k, _ in book.factors] + [k for entry in book.extra_runs for k, _ in entry] + \
-        (["schedule"] if book.schedules else [])
-    shown = list(dict.fromkeys(keys))
-    table = Table(box=None)
-    for col in ("run", "point", "rep", *shown, "nodes", "profile", "state"):
-        table.add_column(col)
-    for run in runs:
-        cells = design.describe_settings(run.settings)
-        table.add_row(run.run_id, str(run.point), str(run.repeat), *(escape(cells[k]) for k in shown),
-                      str(run.settings.nodes), escape(run.profile.name), escape(statuses.get(run.run_id, "to run")))
-    console.out.print(table)
-    from netbench.cli.render import schedule_plan_line
-
-    shown_schedules = {}
-    for run in runs:
-        if run.schedule is not None:
-            shown_schedules.setdefault(run.schedule.name, schedule_plan_line(run.schedule, run.timeline))
-    for line in shown_schedules.values():
-        console.plain(line)
-    from netbench.jobs import worker
-    from netbench.model import job as cluster
-    from netbench.model.job import JobSpec
-
-    try:  # a design may be ahead of this build (a strategy or model still to come): say so now
-        design.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
-        for run in runs:
-            design.job_fields(book, run.settings, design.fields_of(JobSpec))
-    except pb.PlaybookError as exc:
-        console.info(f"[yellow]not runnable by this netbench yet[/]: {escape(exc.message)}")
 
 
 def print_hosts_plan(config, inventory) -> None:

@@ -73,6 +73,8 @@ class Prober(Protocol):
     def physdev(self) -> Outcome: ...
     def tool(self, name: str) -> Outcome: ...
     def tensorflow(self) -> Outcome: ...
+    def torch(self) -> Outcome: ...
+    def gloo(self) -> Outcome: ...
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class Spec:
 _NETEM_FIX = ("Debian: apt install linux-image-amd64 and boot it (Debian's stock kernel ships sch_netem); "
               "Ubuntu: apt install linux-modules-extra-$(uname -r); then modprobe sch_netem "
               "(custom kernels: CONFIG_NET_SCH_NETEM). Until then netbench uses the userspace backend")
+_TORCH_FIX = ("optional: make install adds it where torch's CPU build is on disk; else "
+              ".venv/bin/pip install torch==2.13.0 (never an unpinned torch: a CUDA build of several GB)")
 _ROOT = ("privileges",)
 _NS = ("namespaces",)
 _VETH = ("veth",)
@@ -115,6 +119,9 @@ SPECS: tuple[Spec, ...] = (
     Spec("ping", lambda p: p.tool("ping"), (), ("make bench",), "apt install iputils-ping"),
     Spec("tensorflow", lambda p: p.tensorflow(), (), ("sweep",),
          "make install (or .venv/bin/pip install -e '.[tf]')"),
+    Spec("torch", lambda p: p.torch(), (), ("sweep --framework torch",), _TORCH_FIX),
+    Spec("gloo", lambda p: p.gloo(), ("torch",), ("sweep --framework torch",),
+         "a torch build with distributed support (torch==2.13.0 from PyPI or the CPU wheel has gloo)"),
 )
 
 
@@ -206,6 +213,7 @@ class HostProber:
         self.netns = netns or scratch_name()
         self._created = False
         self._ns: Any = None
+        self._torch_found: tuple[str, bool] | None | bool = False  # False: not asked yet
 
     def privileges(self) -> Outcome:
         if os.geteuid() == 0:
@@ -294,6 +302,26 @@ class HostProber:
         outcome = self._command([sys.executable, "-c", "import tensorflow as tf; print(tf.__version__)"],
                                 "", timeout=TF_TIMEOUT_S)
         return Outcome(True, f"TensorFlow {outcome.detail}") if outcome.ok else outcome
+
+    def torch(self) -> Outcome:
+        found = self._torch()
+        return Outcome(True, f"PyTorch {found[0]}") if found else Outcome(False, "PyTorch is not installed")
+
+    def gloo(self) -> Outcome:
+        found = self._torch()
+        if found and found[1]:
+            return Outcome(True, f"gloo available in torch {found[0]}")
+        return Outcome(False, f"torch {found[0] if found else '-'} has no gloo backend (torch.distributed)")
+
+    def _torch(self) -> tuple[str, bool] | None:
+        """(torch's version, whether gloo is available), asked once; None: no torch."""
+        if self._torch_found is False:
+            outcome = self._command([sys.executable, "-c", "import torch, torch.distributed as d; "
+                                     "print(torch.__version__, int(d.is_available() and d.is_gloo_available()))"],
+                                    "", timeout=TF_TIMEOUT_S)
+            words = outcome.detail.split()
+            self._torch_found = (words[0], words[-1] == "1") if outcome.ok and len(words) == 2 else None
+        return self._torch_found  # type: ignore[return-value]
 
     def close(self) -> None:
         """Remove the scratch namespace (and everything made inside it); safe to call twice."""

@@ -131,7 +131,7 @@ class RunResult:
     # the framework that trained ("tensorflow" for netbench's own workers; a user's command:
     # what netbench.track found loaded, "" unknown) and where steps came from: "harness"
     # (netbench's workers), "track" (netbench.track) or "regex" (--step-regex on rank 0's output)
-    framework: str = "tensorflow"
+    framework: str = "tensorflow"  # netbench's own workers: the job's framework (tensorflow or torch)
     source: str = "harness"
     schema_version: int = SCHEMA_VERSION
 
@@ -437,4 +437,10 @@ def environment_facts() -> dict[str, Any]:
         facts["pyroute2"] = version("pyroute2")
     except Exception:  # noqa: BLE001
         facts["pyroute2"] = None
+    try:
+        from importlib.metadata import version
+
+        facts["torch"] = version("torch")
+    except Exception:  # noqa: BLE001 - not installed (an optional extra)
+        facts["torch"] = None
     return facts

@@ -26,7 +26,7 @@ def _chief(events: Sequence[ev.Event]) -> list[ev.Event]:
 def origin(events: Sequence[ev.Event], job: JobSpec) -> dict[str, str]:
     """The record's `framework` and `source`."""
     if job.command is None:
-        return {"framework": "tensorflow", "source": HARNESS}
+        return {"framework": job.framework, "source": HARNESS}
     if job.command.step_regex:
         return {"framework": "", "source": SOURCE_REGEX}
     for event in _chief(events):

@@ -217,6 +217,8 @@ def _settings_record(settings: Settings) -> dict[str, Any]:
         record.pop("schedule", None)
     if record.get("scale") == 1:
         record.pop("scale", None)
+    if record.get("framework") == Settings.framework:  # folders written before frameworks resume
+        record.pop("framework", None)
     return record
 
 
@@ -251,7 +253,7 @@ def check_resume(book: Playbook, runs: Sequence[Run], recorded: Mapping[str, Any
 
 # Settings field -> JobSpec field, for the settings that reach the training job
 _JOB_FIELDS = {"strategy": "strategy", "model": "model", "batch": "batch_size", "ps": "ps",
-               "accum_steps": "accum_steps", "data": "data"}
+               "accum_steps": "accum_steps", "data": "data", "framework": "framework"}
 
 
 def job_fields(book: Playbook, settings: Settings, available: Iterable[str]) -> dict[str, Any]:
@@ -270,7 +272,8 @@ def job_fields(book: Playbook, settings: Settings, available: Iterable[str]) -> 
             continue
         needed = (name == "ps" and settings.strategy in SERVER_STRATEGIES) or \
             (name == "accum_steps" and settings.strategy == "allreduce-accum") or \
-            (name == "data" and value != Settings.data)
+            (name == "data" and value != Settings.data) or \
+            (name == "framework" and value != Settings.framework)
         if needed:
             raise fail(book.source, book.where(name), f"this netbench cannot run it yet: its job has no "
                        f"'{job_field}' field", "run a playbook without it, or update netbench")
@@ -302,7 +305,8 @@ def describe_settings(settings: Settings) -> dict[str, str]:
            "accum_steps": str(s.accum_steps) if s.strategy == "allreduce-accum" else "-", "data": s.data,
            "latency": units.format_duration_us(s.delay_us), "bandwidth": units.format_rate_bps(s.rate_bps),
            "loss": units.format_ratio(s.loss), "jitter": units.format_duration_us(s.jitter_us),
-           "schedule": Path(s.schedule).name if s.schedule else "-", "scale": f"{s.scale:g}"}
+           "schedule": Path(s.schedule).name if s.schedule else "-", "scale": f"{s.scale:g}",
+           "framework": s.framework}
     return out
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from netbench.model import command_job
 from netbench.model.command_job import COMMAND, UserCommand
+from netbench.model.frameworks import DEFAULT_FRAMEWORK, check_framework, worker_module
 from netbench.model.topology import Node
 
 STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single", "ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd")
@@ -78,6 +79,7 @@ class JobSpec:
     eval_every: int = 0
     target_accuracy: float | None = None
     command: UserCommand | None = None  # a user's own command (strategy "command"; model/command_job.py)
+    framework: str = DEFAULT_FRAMEWORK  # "tensorflow" or "torch" (model/frameworks.py)
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,7 @@ def check_job(job: JobSpec, workers: int) -> None:
     if job.strategy in SERVER_STRATEGIES and job.ps < 1:
         raise ValueError(f"ps: strategy {job.strategy} needs at least 1 parameter server, got {job.ps}")
     check_algorithm(job, workers)
+    check_framework(job.framework, job.strategy, job.model)
 
 
 def check_algorithm(job: JobSpec, workers: int) -> None:
@@ -179,11 +182,12 @@ def images_per_step(job: JobSpec, workers: int) -> int:
 
 
 def worker_argv(job: JobSpec, python: str = sys.executable) -> tuple[str, ...]:
-    """The harness command line every process of the job gets (roles come from TF_CONFIG)."""
+    """The harness command line every process of the job gets (roles come from TF_CONFIG; a
+    torch job's ranks and rendezvous too, see netbench.jobs.torch_harness.rendezvous)."""
     window = ("--seconds", f"{job.seconds:g}") if job.seconds else ("--steps", str(job.steps))
     if job.train_steps:
         window = ("--train-steps", str(job.train_steps))
-    argv = [python, "-m", "netbench.jobs.worker", "--strategy", job.strategy, "--model", job.model,
+    argv = [python, "-m", worker_module(job.framework), "--strategy", job.strategy, "--model", job.model,
             "--batch-size", str(job.batch_size), "--warmup", str(job.warmup), *window, "--seed", str(job.seed)]
     if job.strategy == "allreduce-accum":
         argv += ["--accum-steps", str(job.accum_steps)]

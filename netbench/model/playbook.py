@@ -17,18 +17,17 @@ import itertools
 import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
 from netbench.model import algorithm_keys, command_job
 from netbench.model.profile import Profile, load_profile, validate
+from netbench.model.frameworks import check_framework
 from netbench.model.run import Settings, profile_name, scaled_name
+from netbench.model.playbook_values import SETTING_KEYS
 from netbench.yamlfile import read_yaml
 
-STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single", "ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd")
-# the models of issue 4; which of them this build's worker can train is checked before a run
-MODELS = ("mlp", "cnn", "mobilenetv2", "resnet50", "efficientnetb0", "vgg16", "resnet18")
 ORDERS = ("random", "as-written")
 TOP_KEYS = ("name", "description", "factors", "fixed", "extra_runs", "repetitions", "order", "seed",
             "warmup", "steps", "seconds", "timeouts", "backend", "profile", "schedule", "topology",
@@ -42,63 +41,6 @@ class PlaybookError(UsageError):
     """A playbook that cannot be loaded, fails validation, or does not match its results."""
 
 
-def _duration(raw: Any) -> int:
-    return units.parse_duration_us(raw)
-
-
-def _rate(raw: Any) -> int | None:
-    if raw is None or (isinstance(raw, str) and raw.strip().lower() == "unlimited"):
-        return None
-    return units.parse_rate_bps(raw)
-
-
-def _whole(low: int, high: int) -> Callable[[Any], int]:
-    def parse(raw: Any) -> int:
-        if isinstance(raw, bool) or not isinstance(raw, int):
-            raise ValueError(f"must be a whole number, got {shown(raw)}")
-        if not low <= raw <= high:
-            raise ValueError(f"{raw} is outside {low}..{high}")
-        return raw
-    return parse
-
-
-def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
-    def parse(raw: Any) -> str:
-        if raw not in allowed:
-            close = difflib.get_close_matches(str(raw), allowed, n=1)
-            extra = f" (did you mean {shown(close[0])}?)" if close else ""
-            raise ValueError(f"unknown value {shown(raw)}{extra}; use one of: {', '.join(allowed)}")
-        return raw
-    return parse
-
-
-def _scale(raw: Any) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw <= 1000 or raw != raw:
-        raise ValueError(f"must be a number above 0 (at most 1000), got {shown(raw)}")
-    return float(raw)
-
-
-def _data(raw: Any) -> str:
-    if not isinstance(raw, str) or not raw.strip():
-        raise ValueError(f"must be 'synthetic' or a path to a dataset, got {shown(raw)}")
-    return raw.strip()
-
-
-# setting key in YAML -> (Settings field, parser, example)
-SETTING_KEYS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
-    "latency": ("delay_us", _duration, "latency: [1ms, 10ms, 100ms]"),
-    "bandwidth": ("rate_bps", _rate, "bandwidth: [250mbit, 1gbit]"),
-    "loss": ("loss", units.parse_ratio, "loss: [0%, 1%, 10%]"),
-    "jitter": ("jitter_us", _duration, "jitter: [0ms, 1ms]"),
-    "strategy": ("strategy", _choice(STRATEGIES), "strategy: [allreduce, allreduce-accum]"),
-    "model": ("model", _choice(MODELS), "model: [mlp, mobilenetv2]"),
-    "batch": ("batch", _whole(1, 65536), "batch: [32, 64, 100]"),
-    "workers": ("workers", _whole(1, 64), "workers: [1, 2, 3]"),
-    "ps": ("ps", _whole(1, 16), "ps: [1, 2]"),
-    "accum_steps": ("accum_steps", _whole(1, 10000), "accum_steps: [4]"),
-    "data": ("data", _data, "data: synthetic"),
-    "scale": ("scale", _scale, "scale: [1, 2, 4]"),  # with topology: only
-}
 NETWORK_KEYS = ("latency", "bandwidth", "loss", "jitter")  # what a topology gives instead
 FIELD_TO_KEY = {**{spec[0]: key for key, spec in SETTING_KEYS.items()}, "schedule": "schedule"}
 
@@ -454,6 +396,12 @@ def _cross(book: Playbook, factors: tuple[tuple[str, tuple[Any, ...]], ...]) -> 
 
 
 def _check_point(book: Playbook, settings: Settings, what: str) -> None:
+    try:
+        check_framework(settings.framework, settings.strategy, settings.model)
+    except ValueError as exc:
+        setting, _, message = str(exc).partition(": ")
+        raise fail(book.source, book.where(setting) if what == "factors" else what, message,
+                   "cross framework torch with the strategies and models it runs") from None
     if settings.strategy == "single" and settings.workers != 1:
         key = book.where("workers") if what == "factors" else what
         raise fail(book.source, key, f"strategy single runs one process, but workers is {settings.workers}",

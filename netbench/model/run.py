@@ -38,6 +38,7 @@ class Settings:
     jitter_us: int = 0
     schedule: str = ""  # the schedule file the network follows during the run ("": a static profile)
     scale: float = 1.0  # the factor on every delay of the playbook's topology (1: as the file gives them)
+    framework: str = "tensorflow"  # what trains: "tensorflow" or "torch" (model/frameworks.py)
 
     def effective(self) -> "Settings":
         """The same settings with the ones this strategy ignores set to their defaults."""

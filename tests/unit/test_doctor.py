@@ -52,6 +52,8 @@ class FakeProber:
     def physdev(self): return self._answer("physdev")
     def tool(self, name): return self._answer(name)
     def tensorflow(self): return self._answer("tensorflow")
+    def torch(self): return self._answer("torch")
+    def gloo(self): return self._answer("gloo")
 
 
 ALL_NAMES = {spec.name for spec in doctor.SPECS}
@@ -121,6 +123,7 @@ def test_nothing_works_gives_none_and_every_missing_check_has_a_fix():
     ("iptables", ["apt install iptables"]),
     ("iperf3", ["apt install iperf3"]),
     ("tensorflow", ["make install", "pip install -e '.[tf]'"]),
+    ("torch", ["make install", "pip install torch==2.13.0"]),
     ("privileges", ["root", "CAP_NET_ADMIN"]),
 ])
 def test_fixes_are_concrete(name, words):
@@ -190,3 +193,12 @@ def test_has_net_admin(capeff, expected):
 
 
 # ---------------------------------------------------------------- root
+
+
+def test_gloo_is_checked_only_where_torch_imports():
+    prober = FakeProber(failing={"torch"})
+    checks = _by_name(doctor.diagnose(prober, tensorflow=False))
+    assert checks["torch"].status == "missing" and checks["gloo"].status == "skipped"
+    assert "torch" in checks["gloo"].detail and "gloo" not in prober.called
+    # torch is optional: its absence leaves the backend (and readiness) as it was
+    assert doctor.diagnose(FakeProber(failing={"torch"}), tensorflow=False).ready

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "netbench"
 MAX_LINES = 500
 # processes of their own (a training worker, a delay engine, a host's lease renewal, the
 # dashboards generator): they own their stdout and exit status
-ENTRY_POINTS = {"netbench.jobs.worker", "netbench.emulation.engine", "netbench.state.lease",
+ENTRY_POINTS = {"netbench.jobs.worker", "netbench.jobs.torch_worker", "netbench.emulation.engine", "netbench.state.lease",
                 "netbench.metrics.dashboards", "netbench.jobs.collective_bench"}
 PURE = ("netbench.model", "netbench.stats", "netbench.emulation.changes", "netbench.units", "netbench.errors",
         "netbench.emulation.delay_queue", "netbench.emulation.pair_queue")
@@ -127,7 +127,7 @@ def test_the_pure_core_imports_no_side_effects(core):
 def test_the_library_never_prints_or_exits():
     offenders = []
     for name, path in modules().items():
-        if name.startswith("netbench.cli") or name in ENTRY_POINTS or name.startswith("netbench.jobs.harness") \
+        if name.startswith("netbench.cli") or name in ENTRY_POINTS or name.startswith(("netbench.jobs.harness", "netbench.jobs.torch_harness")) \
                 or name == "netbench.console":
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))

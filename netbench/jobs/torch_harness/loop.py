@@ -1,0 +1,211 @@
+"""The synchronous training loop of a torch job (allreduce, allreduce-accum, single), emitting
+the same step events as the TensorFlow loop (netbench.jobs.harness.loop).
+
+One step is one optimizer update, run as a user's PyTorch loop runs it (``--step fused``,
+the default): forward, backward (DistributedDataParallel all-reduces the gradients in
+buckets over gloo while backward still runs: communication overlaps computation), optimizer
+step. allreduce-accum: the first k - 1 micro-batches' backward passes run under
+``no_sync`` (local accumulation, no network), the k-th one all-reduces, then one update.
+
+The computation/communication split is measured as the TensorFlow loop measures it: after
+the measured window, ``--calibration-steps`` split steps (phase ``calibration``; the first
+one untimed and unsent): every micro-batch's backward under ``no_sync`` (compute), then one
+all-reduce of all gradients flattened into one buffer and the update (comm, including any
+wait for a slower peer). ``--step split`` splits every step and runs no calibration.
+
+--seconds: every rank sizes the window from the all-reduced mean warm-up step time, so all
+run the same number of collectives. --until-stopped: measured steps until SIGTERM.
+The startup watchdog (--startup-timeout) covers imports, rendezvous and model building;
+gloo's timeout (--collective-timeout) every collective after. BatchNorm buffers are not
+synchronised each step (``forward_sync_buffers=False``), as MWMS does not synchronise Keras's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import time
+from contextlib import nullcontext
+from dataclasses import replace
+from datetime import timedelta
+from typing import IO, Any
+
+from netbench.jobs import events as ev
+from netbench.jobs.harness import data as datasets
+from netbench.jobs.harness import idx
+from netbench.jobs.harness.emit import arm_startup_watchdog, disarm_startup_watchdog, emit
+from netbench.jobs.harness.loop import calibration_steps, check_data_fits, measured_steps_from_mean, resolve_shape, \
+    warmup_mean
+from netbench.jobs.harness.models import DEFAULT_CLASSES
+from netbench.jobs.torch_harness import rendezvous
+
+NO_TIMEOUT_S = 365 * 24 * 3600.0  # --collective-timeout 0: gloo needs some timeout
+# OpenMP threads that wait by spinning hold the cores that the other ranks of the job need: on an
+# embedded testbed every rank shares this machine's cores (measured on 2 cores, 2 ranks over
+# loopback: ~27 ms per MLP step spinning, ~8 ms passive). Applied unless the environment sets it.
+OMP_WAIT_POLICY = "PASSIVE"
+
+
+def load_data(args: argparse.Namespace, rank: int, world: int) -> datasets.Dataset:
+    """This rank's examples: one synthetic batch, or its shard of an .npz or IDX dataset."""
+    if args.data == datasets.SYNTHETIC:
+        return datasets.synthetic(resolve_shape(args), args.classes or DEFAULT_CLASSES, args.batch_size,
+                                  seed=args.seed * 1_000_003 + rank)
+    if idx.is_idx_folder(args.data):
+        loaded = idx.load_idx_folder(args.data, rank, world)
+        check_data_fits(loaded, args)
+        return loaded
+    if os.path.isdir(args.data):
+        raise datasets.DataError(f"{args.data}: a torch job reads synthetic data, an .npz, or a folder of IDX "
+                                 f"files ({idx.TRAIN_IMAGES}[.gz]); not a folder of class folders")
+    loaded = datasets.load_npz(args.data)
+    check_data_fits(loaded, args)
+    return datasets.shard(loaded, rank, world)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _place(strategy: str) -> rendezvous.Rendezvous | None:
+    """Where this process meets its peers: TF_CONFIG's cluster, else RANK/WORLD_SIZE/MASTER_ADDR
+    as given, else a job of one on loopback; None for ``single`` (no process group)."""
+    if strategy == "single":
+        return None
+    where = rendezvous.from_environment(os.environ) or rendezvous.from_tf_config(os.environ.get("TF_CONFIG", ""))
+    return where or rendezvous.Rendezvous(rank=0, world=1, master_addr="127.0.0.1", master_port=_free_port(),
+                                          address="127.0.0.1")
+
+
+def _own_interface(where: rendezvous.Rendezvous) -> str | None:
+    address = where.address
+    if address and not address.replace(".", "").isdigit():
+        try:
+            address = socket.gethostbyname(address)
+        except OSError:
+            return None
+    return rendezvous.interface_of(address)
+
+
+def run(args: argparse.Namespace, events: IO[str]) -> int:
+    """Train under args.strategy, emitting events on ``events``; returns the steps run."""
+    arm_startup_watchdog(args.startup_timeout)
+    os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)  # read once, when torch loads OpenMP
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    from netbench.jobs.torch_harness.models import build_model, model_size
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    where = _place(args.strategy)
+    rank, world = (0, 1) if where is None else (where.rank, where.world)
+    if where is not None:
+        env = rendezvous.torch_env(where, os.environ.get("GLOO_SOCKET_IFNAME") or _own_interface(where))
+        os.environ.update(env)
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=args.collective_timeout or NO_TIMEOUT_S))
+    accum_steps = args.accum_steps if args.strategy == "allreduce-accum" else 1
+    data = load_data(args, rank, world)
+    classes = args.classes or max(data.classes, 2)
+    batches = [(torch.from_numpy(x), torch.from_numpy(y).long()) for x, y in datasets.batches(data, args.batch_size)]
+
+    torch.manual_seed(args.seed)  # same initial weights on every rank (DDP broadcasts rank 0's anyway)
+    model = build_model(args.model, data.input_shape, classes)
+    params, model_bytes = model_size(model)
+    net = model if where is None else DistributedDataParallel(model, forward_sync_buffers=False)
+    optimizer = torch.optim.SGD(net.parameters(), lr=args.learning_rate)
+    loss_fn = nn.CrossEntropyLoss()
+    kind = getattr(args, "step", ev.STEP_FUSED)
+    calibration = calibration_steps(args)
+
+    event = ev.start_event(rank, world, os.getpid(), time.monotonic(), "", args.model, params, args.batch_size,
+                           strategy=args.strategy, role="worker", accum_steps=accum_steps, model_bytes=model_bytes,
+                           input_shape=data.input_shape, classes=classes, data=args.data, step=kind)
+    event = replace(event, extra=(("framework", "torch"), ("framework_version", torch.__version__)))
+    disarm_startup_watchdog()
+    emit(event, events)
+    images = args.batch_size * world * accum_steps
+    micro = 0
+
+    def backward(x: Any, y: Any, sync: bool) -> float:
+        with nullcontext() if sync or where is None else net.no_sync():
+            loss = loss_fn(net(x), y) / accum_steps
+            loss.backward()
+        return float(loss.detach()) * accum_steps
+
+    def fused_update() -> tuple[float, float, float]:
+        """One update as users run it: (start, end, mean loss)."""
+        nonlocal micro
+        t0 = time.monotonic()
+        optimizer.zero_grad(set_to_none=True)
+        loss = 0.0
+        for j in range(accum_steps):
+            x, y = batches[micro % len(batches)]
+            micro += 1
+            loss += backward(x, y, sync=j == accum_steps - 1)  # the last backward all-reduces
+        optimizer.step()
+        return t0, time.monotonic(), loss / accum_steps
+
+    def split_update() -> tuple[float, float, float, float]:
+        """One update timed apart: (start, end of compute, end, mean loss)."""
+        nonlocal micro
+        t0 = time.monotonic()
+        optimizer.zero_grad(set_to_none=True)
+        loss = 0.0
+        for _ in range(accum_steps):
+            x, y = batches[micro % len(batches)]
+            micro += 1
+            loss += backward(x, y, sync=False)
+        t1 = time.monotonic()
+        if where is not None:
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat)  # one buffer: DDP's buckets, without the overlap with backward
+            flat /= world
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+        optimizer.step()
+        return t0, t1, time.monotonic(), loss / accum_steps
+
+    def timed_step(step: int, phase: str) -> float:
+        if kind == ev.STEP_SPLIT or phase == ev.PHASE_CALIBRATION:
+            t0, t1, t2, loss = split_update()
+            emit(ev.step_event(step, phase, t0, t2, images, loss, compute=t1 - t0, comm=t2 - t1), events)
+            return t2 - t0
+        t0, t2, loss = fused_update()
+        emit(ev.step_event(step, phase, t0, t2, images, loss), events)
+        return t2 - t0
+
+    warmup_durations = [timed_step(k, ev.PHASE_WARMUP) for k in range(args.warmup)]
+    if getattr(args, "until_stopped", False):
+        k = args.warmup  # a launch: measured steps until the controller stops this process
+        while True:
+            timed_step(k, ev.PHASE_MEASURED)
+            k += 1
+    if args.seconds is not None:
+        mean = torch.tensor([warmup_mean(warmup_durations)], dtype=torch.float64)
+        if where is not None:
+            dist.all_reduce(mean)  # every rank must run the same number of steps
+        measured = measured_steps_from_mean(args.seconds, float(mean[0]) / world)
+    else:
+        measured = args.steps
+    for k in range(args.warmup, args.warmup + measured):
+        timed_step(k, ev.PHASE_MEASURED)
+    total = args.warmup + measured
+    if calibration:
+        split_update()  # the first split step warms its path: not timed, not sent
+        for k in range(total, total + calibration):
+            timed_step(k, ev.PHASE_CALIBRATION)
+        total += calibration
+    emit(ev.Done(time=time.monotonic(), steps=total), events)
+    if where is not None:
+        dist.destroy_process_group()
+    return total

@@ -1,0 +1,99 @@
+"""Per-node PyTorch training process (``python -m netbench.jobs.torch_worker``): the torch twin
+of netbench.jobs.worker, for jobs run with ``--framework torch``.
+
+It takes the TensorFlow worker's options (the controller builds one command line for both,
+model.job.worker_argv) and writes the same JSON step events on stdout; the loop is
+netbench.jobs.torch_harness.loop (DistributedDataParallel over gloo). Strategies:
+``allreduce`` (DDP, one bucketed all-reduce per step, overlapped with backward),
+``allreduce-accum`` (k micro-batches under ``no_sync``, then one all-reduce) and ``single``
+(one process, no process group); models mlp, cnn and resnet18 (the TensorFlow ones'
+parameter counts). Ranks and the rendezvous come from TF_CONFIG (see
+torch_harness.rendezvous). Importing this module imports no torch.
+
+Failure handling: a peer that exits makes gloo's collectives fail at once (error event,
+exit 1); a hung peer hits gloo's timeout (--collective-timeout); a rendezvous that never
+completes hits the startup watchdog (--startup-timeout: traceback on stderr, exit 1).
+SIGTERM ends the process (torch does not catch it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import IO, Sequence
+
+from netbench.jobs import events as ev
+from netbench.jobs import worker
+from netbench.jobs.harness import data as datasets
+from netbench.jobs.harness.emit import disarm_startup_watchdog, emit, start_sampler, take_stdout_for_events
+from netbench.jobs.harness.models import DEFAULT_CLASSES, check_input
+from netbench.model.frameworks import TORCH, TORCH_MODELS, TORCH_STRATEGIES, check_framework
+
+PROG = "python -m netbench.jobs.torch_worker"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The TensorFlow worker's options, under this module's name."""
+    parser = worker.build_parser()
+    parser.prog = PROG
+    parser.description = ("Train a model with PyTorch DistributedDataParallel over gloo and report per-step "
+                          f"timings as JSON lines on stdout (strategies {', '.join(TORCH_STRATEGIES)}; "
+                          f"models {', '.join(TORCH_MODELS)}).")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse and validate; exits with status 2 naming the flag on bad input (as the TF worker)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_framework(TORCH, args.strategy, args.model)
+    except ValueError as exc:
+        flag = str(exc).split(":", 1)[0]
+        parser.error(f"--{flag}: {str(exc).split(': ', 1)[1]}")
+    if args.seconds is None:
+        if args.steps is None:
+            args.steps = worker.DEFAULT_STEPS
+    elif args.warmup < 1:
+        parser.error("--seconds needs --warmup >= 1")
+    try:
+        datasets.check_source(args.data)
+    except datasets.DataError as exc:
+        parser.error(f"--data: {exc}")
+    if args.data == datasets.SYNTHETIC:
+        try:
+            check_input(args.model, worker.resolve_shape(args), args.classes or DEFAULT_CLASSES)
+        except ValueError as exc:
+            parser.error(f"--input-shape: {exc}")
+    return args
+
+
+def run(args: argparse.Namespace, events: IO[str]) -> int:
+    """Train (imports torch), emitting events on ``events``; returns the steps run."""
+    from netbench.jobs.torch_harness import loop
+
+    return loop.run(args, events)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (0 ok, 1 error, 2 usage)."""
+    args = parse_args(argv)
+    events = take_stdout_for_events()
+    if args.sample_resources > 0:
+        start_sampler(args.sample_resources, events)
+    try:
+        run(args, events)
+    except Exception as exc:  # report any failure to the controller, then fail
+        disarm_startup_watchdog()
+        try:
+            emit(ev.error_event(exc), events)
+        finally:
+            sys.stderr.flush()
+            os._exit(1)  # a rank whose peer died can block in gloo's teardown
+    events.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
