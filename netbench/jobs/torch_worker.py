@@ -19,14 +19,12 @@ SIGTERM ends the process (torch does not catch it).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import IO, Sequence
 
-from netbench.jobs import events as ev
 from netbench.jobs import worker
 from netbench.jobs.harness import data as datasets
-from netbench.jobs.harness.emit import disarm_startup_watchdog, emit, start_sampler, take_stdout_for_events
+from netbench.jobs.harness.emit import run_process
 from netbench.jobs.harness.models import DEFAULT_CLASSES, check_input
 from netbench.model.frameworks import TORCH, TORCH_MODELS, TORCH_STRATEGIES, check_framework
 
@@ -77,22 +75,8 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 ok, 1 error, 2 usage)."""
-    args = parse_args(argv)
-    events = take_stdout_for_events()
-    if args.sample_resources > 0:
-        start_sampler(args.sample_resources, events)
-    try:
-        run(args, events)
-    except Exception as exc:  # report any failure to the controller, then fail
-        disarm_startup_watchdog()
-        try:
-            emit(ev.error_event(exc), events)
-        finally:
-            sys.stderr.flush()
-            os._exit(1)  # a rank whose peer died can block in gloo's teardown
-    events.flush()
-    return 0
+    """Entry point; returns the process exit status (0 ok, 1 error, 2 usage)."""
+    return run_process(parse_args(argv), run)
 
 
 if __name__ == "__main__":

@@ -42,13 +42,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from typing import IO, Any, Callable, Sequence
 
 from netbench.jobs import events as ev
 from netbench.jobs.harness import data as datasets
-from netbench.jobs.harness.emit import disarm_startup_watchdog, emit, start_sampler, take_stdout_for_events
+from netbench.jobs.harness.emit import emit, run_process
 from netbench.jobs.harness import exchange_loop, loop, ps
 from netbench.jobs.harness.loop import measured_steps_from_mean, resolve_shape, warmup_mean
 from netbench.jobs.harness.models import DEFAULT_CLASSES, MODELS, check_input, parse_input_shape
@@ -332,23 +331,7 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit status (0 ok, 1 error, 2 usage)."""
-    args = parse_args(argv)
-    events = take_stdout_for_events()
-    if args.sample_resources > 0:
-        start_sampler(args.sample_resources, events)
-    try:
-        run(args, events)
-    except Exception as exc:  # report any failure to the controller, then fail
-        disarm_startup_watchdog()
-        try:
-            emit(ev.error_event(exc), events)
-        finally:
-            sys.stderr.flush()
-            # A worker whose peer died can block in gRPC/coordination teardown
-            # during normal interpreter exit; the event is flushed, so leave now.
-            os._exit(1)
-    events.flush()
-    return 0
+    return run_process(parse_args(argv), run)
 
 
 if __name__ == "__main__":

@@ -72,3 +72,24 @@ def arm_startup_watchdog(timeout_s: float, stream: IO[str] | None = None) -> Non
 def disarm_startup_watchdog() -> None:
     """Cancel arm_startup_watchdog (no-op when not armed)."""
     faulthandler.cancel_dump_traceback_later()
+
+
+def run_process(args: Any, run: Any) -> int:
+    """A training process's main: events on the real stdout, the resource sampler if asked,
+    then `run(args, events)`; any failure is reported as an error event and the process
+    leaves at once with status 1 (a worker whose peer died can block in gRPC's or gloo's
+    teardown during a normal interpreter exit; the event is flushed by then)."""
+    events = take_stdout_for_events()
+    if args.sample_resources > 0:
+        start_sampler(args.sample_resources, events)
+    try:
+        run(args, events)
+    except Exception as exc:  # report any failure to the controller, then fail
+        disarm_startup_watchdog()
+        try:
+            emit(ev.error_event(exc), events)
+        finally:
+            sys.stderr.flush()
+            os._exit(1)
+    events.flush()
+    return 0
