@@ -1,0 +1,180 @@
+"""The command examples netbench ships, found by parsing, and the rewrites that make them short.
+
+Pure functions over text (no processes), so tests/unit can test them; tests/readme/ runs what
+they find. An *example* is one command line of a ```sh block in README.md, or one line of a
+click command's --help text that begins with `Example:` (or, in an indented block, with
+`netbench `). Comments (` # ...`) and comment-only continuation lines are dropped.
+
+The rewrites (`shorten`) only shorten a measurement; they never change what is measured:
+
+- `netbench sweep` (not a dry run): the measured window becomes `--steps 3 --warmup 1`; a sweep
+  with a `--seconds` window gets `--seconds 1 --warmup 1`; a sweep with `--schedule` gets
+  `--seconds 3 --warmup 1`, so a schedule's change two seconds in still lands inside the run
+  (spike.yaml changes at 2 s: a change from the schedule's own thread is what broke once);
+  `--repeat N` becomes `--repeat 1`; `--metrics-port N` becomes `--metrics-port 0` (any free
+  port: a fixed one may be taken on a shared machine).
+- `netbench verify`: `--count 10` pings and `--seconds 1` of iperf3 (the defaults are 100 or
+  50 per pair, and 3 s or 2 s).
+- `sudo netbench ...`: `netbench ...` (the tier runs as root; sudo would drop the environment
+  that selects this checkout).
+- `[--flag VALUE]`, an optional part shown in brackets: kept, without the brackets (the
+  fullest form is the one run); a placeholder word (e.g. `DIR`) is replaced as the caller says.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Mapping
+
+FENCE = re.compile(r"^```(\S*)\s*$")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$")
+COMMENT = re.compile(r"(^|\s)#.*$")
+BRACKETS = re.compile(r"\[([^\[\]]*)\]")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One shipped command line: where it is shown, the block it belongs to, and the command."""
+
+    source: str  # "README.md:38", or "netbench sweep --help"
+    block: str  # examples of one block run in order, in one testbed: "README.md:37 A tour of the CLI"
+    command: str  # as shown, without its comment
+
+
+def strip_comment(line: str) -> str:
+    """The line without a trailing shell comment (a `#` at the start or after a space)."""
+    return COMMENT.sub("", line).strip()
+
+
+def readme_examples(text: str, name: str = "README.md") -> list[Example]:
+    """Every command line of the ```sh blocks in `text`, in order, each with its block."""
+    found: list[Example] = []
+    heading, block = "", None
+    for number, line in enumerate(text.splitlines(), start=1):
+        fence = FENCE.match(line)
+        if fence:
+            if block is not None:
+                block = None
+            elif fence.group(1) == "sh":
+                block = f"{name}:{number} {heading}".strip()
+            else:
+                block = ""  # another language's block: inside it, but not ours
+            continue
+        if block is None:
+            title = HEADING.match(line)
+            if title:
+                heading = title.group(1)
+            continue
+        command = strip_comment(line)
+        if block and command:
+            found.append(Example(f"{name}:{number}", block, command))
+    return found
+
+
+def help_examples(path: str, help_text: str) -> list[Example]:
+    """The example lines of one command's --help text (`path`: "netbench sweep")."""
+    found = []
+    for line in (help_text or "").splitlines():
+        text = line.strip()
+        if text.startswith("Example:"):
+            text = text[len("Example:"):].strip()
+        elif not (line.startswith((" ", "\t")) and text.startswith(("netbench ", "sudo netbench "))):
+            continue
+        command = strip_comment(text)
+        if command:
+            found.append(Example(f"{path} --help", path, command))
+    return found
+
+
+def walk_help(command, path: str = "netbench") -> Iterator[Example]:
+    """The examples of a click command and of every subcommand, in --help's order."""
+    import click
+
+    yield from help_examples(path, command.help or "")
+    if isinstance(command, click.Group):
+        ctx = click.Context(command, info_name=path.split()[-1])
+        for name in command.list_commands(ctx):
+            yield from walk_help(command.get_command(ctx, name), f"{path} {name}")
+
+
+def expand(command: str, placeholders: Mapping[str, str]) -> str:
+    """Optional `[...]` parts kept without brackets; placeholder words replaced."""
+    while BRACKETS.search(command):
+        command = BRACKETS.sub(r"\1", command)
+    return " ".join(placeholders.get(word, word) for word in command.split(" "))
+
+
+def _drop(words: list[str], flag: str) -> list[str]:
+    """`words` without `flag` and its value (`--flag VALUE` or `--flag=VALUE`)."""
+    out, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == flag:
+            skip = True
+        elif not word.startswith(flag + "="):
+            out.append(word)
+    return out
+
+
+def _set(words: list[str], flag: str, value: str) -> list[str]:
+    """`words` with `flag` and its value moved to the end, holding `value`."""
+    return [*_drop(words, flag), flag, value]
+
+
+def _shorten_one(words: list[str]) -> list[str]:
+    if words[:2] == ["sudo", "netbench"]:
+        words = words[1:]
+    if words[:1] != ["netbench"] or "--dry-run" in words:
+        return words
+    if words[1:2] == ["sweep"]:
+        had_seconds = "--seconds" in words or any(w.startswith("--seconds=") for w in words)
+        schedule = "--schedule" in words or any(w.startswith("--schedule=") for w in words)
+        for flag in ("--steps", "--seconds", "--warmup"):
+            words = _drop(words, flag)
+        if schedule:
+            words += ["--seconds", "3"]
+        elif had_seconds:
+            words += ["--seconds", "1"]
+        else:
+            words += ["--steps", "3"]
+        words += ["--warmup", "1"]
+        if "--repeat" in words:
+            words = _set(words, "--repeat", "1")
+        if "--metrics-port" in words:
+            words = _set(words, "--metrics-port", "0")
+    elif words[1:2] == ["verify"]:
+        words = _set(_set(words, "--count", "10"), "--seconds", "1")
+    return words
+
+
+def shorten(command: str) -> str:
+    """The command with every measurement in it cut short (see the module's docstring);
+    each `&&`-joined part is rewritten on its own."""
+    parts = []
+    for part in (part.strip() for part in command.split("&&")):
+        words = shlex.split(part)
+        shorter = _shorten_one(words)
+        parts.append(part if shorter == words else shlex.join(shorter))
+    return " && ".join(parts)
+
+
+def dry_run(command: str) -> str:
+    """The command as a dry run: plans, prints, changes nothing."""
+    return command if "--dry-run" in command.split() else f"{command} --dry-run"
+
+
+def is_training(command: str) -> bool:
+    """A sweep or playbook run that would start training processes (not a dry run)."""
+    words = shlex.split(command)
+    return words[:1] == ["netbench"] and words[1:2] in (["sweep"], ["run"]) and "--dry-run" not in words
+
+
+def blocks(examples: Iterable[Example]) -> dict[str, list[Example]]:
+    """Examples grouped by block, blocks and examples in the order shown."""
+    grouped: dict[str, list[Example]] = {}
+    for example in examples:
+        grouped.setdefault(example.block, []).append(example)
+    return grouped
