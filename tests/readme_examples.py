@@ -18,7 +18,8 @@ The rewrites (`shorten`) only shorten a measurement; they never change what is m
 - `sudo netbench ...`: `netbench ...` (the tier runs as root; sudo would drop the environment
   that selects this checkout).
 - `[--flag VALUE]`, an optional part shown in brackets: kept, without the brackets (the
-  fullest form is the one run); a placeholder word (e.g. `DIR`) is replaced as the caller says.
+  fullest form is the one run), unless the caller leaves that flag out (`expand`'s `left_out`,
+  each with its reason); a placeholder word (e.g. `DIR`) is replaced as the caller says.
 """
 
 from __future__ import annotations
@@ -99,11 +100,18 @@ def walk_help(command, path: str = "netbench") -> Iterator[Example]:
             yield from walk_help(command.get_command(ctx, name), f"{path} {name}")
 
 
-def expand(command: str, placeholders: Mapping[str, str]) -> str:
-    """Optional `[...]` parts kept without brackets; placeholder words replaced."""
+def expand(command: str, placeholders: Mapping[str, str], left_out: Iterable[str] = ()) -> str:
+    """Optional `[...]` parts kept without brackets, except those whose first word is in
+    `left_out` (dropped); placeholder words replaced."""
+    left_out = set(left_out)
+
+    def part(match: re.Match) -> str:
+        inner = match.group(1)
+        return "" if inner.split()[:1] and inner.split()[0] in left_out else inner
+
     while BRACKETS.search(command):
-        command = BRACKETS.sub(r"\1", command)
-    return " ".join(placeholders.get(word, word) for word in command.split(" "))
+        command = BRACKETS.sub(part, command)
+    return " ".join(placeholders.get(word, word) for word in command.split())
 
 
 def _drop(words: list[str], flag: str) -> list[str]:

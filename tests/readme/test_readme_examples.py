@@ -17,7 +17,8 @@ playbooks/smoke.yaml` wrote a block before.
 What runs is shortened, never changed in kind (readme_examples.shorten): a sweep measures
 `--steps 3 --warmup 1` (a sweep with --schedule `--seconds 3`, so the schedule's change at 2 s
 lands inside the run; a --seconds window 1 s), `--repeat 1`, on any free --metrics-port; a
-verify sends 10 pings and 1 s of iperf3; `sudo` is dropped (the tier runs as root). Each example
+verify sends 10 pings and 1 s of iperf3; `sudo` is dropped (the tier runs as root); optional
+`[...]` parts are run, except the flags plan.LEFT_OUT names. Each example
 must exit 0 (or a status it documents, plan.STATUSES), show what its text says it shows
 (plan.OUTPUT) and write the files it names (plan.FILES); each real sweep or playbook run must
 record every run `ok`.
@@ -61,7 +62,8 @@ def steps(example: rx.Example) -> list[tuple[str, str]]:
     shown = example.command
     if shown in plan.NOT_RUNNABLE:
         return []
-    runs = [rx.shorten(rx.expand(rx.dry_run(shown) if shown in plan.DRY else shown, plan.PLACEHOLDERS))]
+    runs = [rx.shorten(rx.expand(rx.dry_run(shown) if shown in plan.DRY else shown, plan.PLACEHOLDERS,
+                                 plan.LEFT_OUT))]
     if shown in plan.FIRST_POINT:
         runs.append(rx.shorten(plan.FIRST_POINT[shown]))
     return [(shown, command) for command in runs]
@@ -96,7 +98,8 @@ def check_example(shown: str, command: str, result: subprocess.CompletedProcess,
                   new_results: set[Path]) -> list[str]:
     """What is wrong with one example's run (nothing: it kept its word)."""
     output = result.stdout + result.stderr
-    statuses = next((codes for prefix, (codes, _) in plan.STATUSES.items() if shown == prefix), {0})
+    statuses = next((codes for prefix, (codes, _) in plan.STATUSES.items()
+                     if shown == prefix or shown.startswith(prefix + " ")), {0})
     problems = []
     if result.returncode not in statuses:
         problems.append(f"exit status {result.returncode}, expected {sorted(statuses)}")

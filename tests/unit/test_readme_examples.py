@@ -74,6 +74,8 @@ def test_expand_keeps_optional_parts_and_replaces_placeholders():
     assert rx.expand("netbench report DIR --output figs", {"DIR": "results/smoke"}) == \
         "netbench report results/smoke --output figs"
     assert rx.expand("netbench report DIRECTORY", {"DIR": "x"}) == "netbench report DIRECTORY"  # whole words only
+    assert rx.expand("netbench verify --all-pairs [--throughput] [--json]", {}, left_out={"--throughput"}) == \
+        "netbench verify --all-pairs --json"
 
 
 @pytest.mark.parametrize("shown, runs", [
@@ -125,6 +127,11 @@ COMMANDS = {e.command for e in SHIPPED}
 def test_every_entry_of_the_plan_names_a_shipped_example(table):
     stale = [command for command in getattr(plan, table) if command not in COMMANDS]
     assert not stale, f"plan.{table} names examples no longer shipped: {stale}"
+
+
+def test_every_flag_left_out_is_an_optional_part_of_a_shipped_example():
+    for flag in plan.LEFT_OUT:
+        assert any(f"[{flag}" in command for command in COMMANDS), flag
 
 
 def test_every_prelude_names_a_block():
