@@ -123,7 +123,7 @@ SHIPPED = rx.readme_examples((ROOT / "README.md").read_text()) + list(rx.walk_he
 COMMANDS = {e.command for e in SHIPPED}
 
 
-@pytest.mark.parametrize("table", ["NOT_RUNNABLE", "DRY", "FIRST_POINT", "OUTPUT", "FILES", "STATUSES"])
+@pytest.mark.parametrize("table", ["NOT_RUNNABLE", "DRY", "OUTPUT", "FILES", "STATUSES"])
 def test_every_entry_of_the_plan_names_a_shipped_example(table):
     stale = [command for command in getattr(plan, table) if command not in COMMANDS]
     assert not stale, f"plan.{table} names examples no longer shipped: {stale}"
@@ -149,17 +149,15 @@ def test_what_cannot_run_on_one_machine_is_listed_with_a_reason():
     assert all(reason.strip() for reason in [*plan.NOT_RUNNABLE.values(), *plan.DRY.values()])
 
 
-def test_dry_and_first_point_entries_are_training_commands():
+def test_dry_entries_are_training_commands():
     assert all(rx.is_training(command) for command in plan.DRY)
-    assert set(plan.FIRST_POINT) <= set(plan.DRY)
-    assert all(rx.is_training(command) for command in plan.FIRST_POINT.values())
 
 
 def test_each_kind_of_training_runs_for_real_once():
     """A plain latency sweep, a --schedule sweep, a --topology sweep, a --metrics-port sweep and a
     playbook run: each kind shipped is trained for real by at least one example."""
     real = [command for command in COMMANDS if rx.is_training(command) and command not in plan.NOT_RUNNABLE
-            and command not in plan.DRY] + list(plan.FIRST_POINT.values())
+            and command not in plan.DRY]
     for flag in ("--latency", "--schedule", "--topology", "--metrics-port"):
         assert any(c.startswith("netbench sweep") and flag in c for c in real), flag
     assert any(c.startswith("netbench run ") for c in real)
