@@ -29,7 +29,6 @@ NOT_RUNNABLE = {
     "netbench sweep --inventory hosts.yaml --bandwidth 100mbit --dry-run": SSH,
     "netbench run playbooks/smoke.yaml --inventory hosts.yaml": SSH,
     "netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit": SSH,
-    "netbench plan JSON | netbench node apply --json --lease 60": AGENT,
     "netbench node apply --json --lease 60 < plan.json": AGENT,
     "netbench node info --interface eth1": AGENT,
     "netbench node lease-watch": AGENT,
