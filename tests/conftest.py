@@ -1,7 +1,7 @@
 """Shared fixtures. The folder is the tier: unit/ (pure, no root, no TensorFlow), root/ (real
 namespaces), tf/ (real TensorFlow processes), kernel/ (netem on a real netem kernel, under
-`make test-kernel`), ssh/ (real sshd hosts in namespaces), readme/ (every shipped command example,
-run on the embedded testbed: root and TensorFlow); fakes/ holds the shared fakes. Markers
+`make test-kernel`), ssh/ (real sshd hosts in namespaces), readme/ (the README's examples, run
+as written with short windows); fakes/ holds the shared fakes. Markers
 follow from the folder (set below), so `-m "not root and not tf"` still selects the unit tier.
 Every root test resets what it made, also on failure."""
 
@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NETBENCH = [sys.executable, "-m", "netbench.cli"]  # the CLI, run as a separate process
 
 
-TIER_MARKS = {"root": ("root",), "tf": ("tf",), "readme": ("root", "tf"), "kernel": ("root", "netem"),
-              "ssh": ("root",)}
+TIER_MARKS = {"root": ("root",), "tf": ("tf",), "kernel": ("root", "netem"), "ssh": ("root",),
+              "readme": ("root", "tf")}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -21,12 +21,13 @@ verify sends 10 pings and 1 s of iperf3; `sudo` is dropped (the tier runs as roo
 `[...]` parts are run, except the flags plan.LEFT_OUT names. Each example
 must exit 0 (or a status it documents, plan.STATUSES), show what its text says it shows
 (plan.OUTPUT) and write the files it names (plan.FILES); each real sweep or playbook run must
-record every run `ok`.
+record every run `ok`, and a run that follows a schedule must have landed a change during the run.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import subprocess
@@ -91,6 +92,21 @@ def results_folders(work: Path) -> set[Path]:
     return set((work / "results").glob("*")) if (work / "results").is_dir() else set()
 
 
+def schedule_problems(folder: Path) -> list[str]:
+    """A run that followed a schedule must have made a change during the run (after time 0, from
+    the schedule's own thread), not only started on the schedule's first step."""
+    problems = []
+    for path in sorted((folder / "runs").glob("*.json")):
+        section = json.loads(path.read_text()).get("schedule")
+        if not section:
+            continue
+        if section.get("error") is not None:
+            problems.append(f"{path.name}: schedule error {section['error']}")
+        if not any(change["scheduled_s"] > 0 for change in section.get("changes", [])):
+            problems.append(f"{path.name}: no change of schedule {section.get('name')} landed during the run")
+    return problems
+
+
 def check_example(shown: str, command: str, result: subprocess.CompletedProcess, work: Path,
                   new_results: set[Path]) -> list[str]:
     """What is wrong with one example's run (nothing: it kept its word)."""
@@ -118,6 +134,7 @@ def check_example(shown: str, command: str, result: subprocess.CompletedProcess,
                    if row.get("status") != "ok"]
             if not rows or bad:
                 problems.append(f"{folder.name}/results.csv: {len(rows)} runs, not ok: {bad}")
+            problems += [f"{folder.name}: {problem}" for problem in schedule_problems(folder)]
     if problems:
         problems = [f"`{command}` (shown as `{shown}`): {p}" for p in problems]
         problems.append("output ends: " + output[-3000:])
