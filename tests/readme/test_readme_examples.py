@@ -4,7 +4,7 @@
 The examples are found by parsing (tests/readme_examples.py), so a new one runs without being
 added here; tests/readme/plan.py names the exceptions, each with its reason: examples that
 cannot run on one machine (SSH inventories, make targets, the host agent), training commands
-that run as --dry-run (too many points or processes for this tier's few minutes), placeholders,
+that run as --dry-run (a kind another example trains, or a large grid), placeholders,
 and the state a block's text assumes (a testbed of N nodes).
 
 One test per block: its examples run in the order shown, in one testbed and one working folder
