@@ -16,7 +16,7 @@ help:
 	@echo "make test-kernel the netem backend on Debian's stock kernel under qemu (virtme-ng)"
 	@echo "make bench     emulation fidelity, delay-engine ceiling, sweep-memory, apply-speed, TCP carry-over, sweep-efficiency, design-time and harness benchmarks"
 	@echo "make dashboards regenerate grafana/dashboards; Prometheus + Grafana with docker compose"
-	@echo "make reset     remove everything netbench made"
+	@echo "make reset     remove everything netbench recorded in its journal (netbench reset; --all-namespaces also takes other testbeds)"
 
 install: $(STAMP)
 
@@ -56,6 +56,7 @@ bench: install
 	$(BIN)/python bench/sweep_efficiency.py --run
 	$(BIN)/python bench/design_time.py
 	$(BIN)/python bench/harness.py
+	$(BIN)/python bench/controller_cost.py
 
 reset: install
 	$(BIN)/netbench reset

@@ -17,6 +17,10 @@ Four measurements, in one run:
 4. a schedule on the same 8 links, as ``netbench apply --schedule`` runs it: a change of delay
    and rate every 100 ms; each change's distance from its time (landed - scheduled) and the time
    it took to make.
+5. the ramp on all ``--nodes`` links (``RAMP``: base 5 ms / 500 mbit, then 25 ms / 100 mbit over
+   4 s, a change every 100 ms), as ``netbench apply --schedule`` runs it, from an unshaped link:
+   each change's lateness, the changes merged into a later one, and how long the 4 s timeline
+   took. ``--ramp-only`` makes just this one (a minute).
 
 Every timed sample is a real change: the state before it is the same tool's shaping with the
 other value (set, untimed, just before). The measurements of 1 and 2 run in rounds, in a
@@ -56,6 +60,8 @@ RATES = ("100mbit", "200mbit")
 DELAYS = ("10ms", "20ms")
 TC_HANDLE = "4e42:"
 SCHEDULE_GAP_S = 0.1
+RAMP = ("name: ramp\nprofile: {delay: 5ms, rate: 500mbit}\n"
+        "steps:\n  - {at: 0s, delay: 25ms, rate: 100mbit, ramp: 4s}\n")
 
 
 def run(argv: list[str]) -> None:
@@ -71,7 +77,11 @@ def timed(action: Callable[[], None]) -> float:
 
 
 def netbench(*args: str) -> list[str]:
-    return [str(NETBENCH), *args]
+    """The CLI: the installed one, else this checkout's code through the running interpreter."""
+    if NETBENCH.exists():
+        return [str(NETBENCH), *args]
+    os.environ["PYTHONPATH"] = str(REPO)
+    return [sys.executable, "-m", "netbench.cli", *args]
 
 
 def testbed_nodes() -> list[dict]:
@@ -205,6 +215,42 @@ def schedule_lateness(steps: int, say: Callable[[str], None]) -> dict[str, list[
     return {"schedule_lateness": values, "schedule_apply": [(i.landed_s - i.started_s) * 1000 for i in landed[1:]]}
 
 
+def ramp_schedule(folder: Path, say: Callable[[str], None]) -> dict[str, list[float]]:
+    """Measurement 5: RAMP on the testbed that is up, as `netbench apply --schedule` runs it
+    (the embedded target, every profile planned first, run_schedule), from an unshaped link.
+    Lateness of each change in ms (the base's, before time 0 where the code does that, is left
+    out); how many were merged; the timeline's length (the last change's landing) in s."""
+    import inspect
+
+    sys.path.insert(0, str(REPO))
+    from netbench.experiment.schedule import PlanCache, link_before, run_schedule
+    from netbench.model.schedule import load_schedule, timeline
+    from netbench.state.journal import Journal
+    from netbench.testbed.embedded import EmbeddedTestbed
+
+    path = folder / "ramp.yaml"
+    path.write_text(RAMP)
+    schedule = load_schedule(path)
+    target = EmbeddedTestbed(Journal())
+    before = link_before(target.show())
+    entries = timeline(schedule, before)
+    plans = PlanCache(target, "auto")
+    for profile in [entry.profile for entry in entries] + [before, schedule.profile]:
+        plans.plan(profile)
+    options = {"base": schedule.profile} if "base" in inspect.signature(run_schedule).parameters else {}
+    landed = run_schedule(entries, plans.apply, **options)
+    timed_changes = [item for item in landed if item.landed_s > 0]  # the base before time 0 is not a change
+    values = [item.lateness_s * 1000 for item in timed_changes]
+    merged = sum(len(getattr(item, "merged", ())) for item in landed)
+    span = max(item.landed_s for item in landed)
+    p99 = sorted(values)[min(len(values) - 1, round(0.99 * (len(values) - 1)))]
+    say(f"  ramp: {len(entries)} changes due, {len(timed_changes)} made, {merged} merged into a later one; "
+        f"lateness first {values[0]:+.1f} ms, mean {statistics.fmean(values):+.1f} ms, p99 {p99:+.1f} ms, "
+        f"max {max(values):+.1f} ms; the {entries[-1].at_s:g} s timeline took {span:.2f} s")
+    return {"ramp_lateness": values, "ramp_apply": [(i.landed_s - i.started_s) * 1000 for i in timed_changes],
+            "ramp_span": [span * 1000], "ramp_merged": [float(merged)]}
+
+
 def on_sigterm(main_pid: int) -> None:
     """SIGTERM as Ctrl-C in this process; a child the library forked (and that inherited this
     handler) just exits, as it would without it."""
@@ -224,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lib-repeat", type=int, default=None, help="library changes per variant [20; --quick 6]")
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--json", metavar="PATH", help="also write every sample as JSON ('-': stdout)")
+    parser.add_argument("--ramp-only", action="store_true", help="only measurement 5, the ramp on --nodes links")
     args = parser.parse_args(argv)
     repeat = args.repeat or (2 if args.quick else 5)
     lib_repeat = args.lib_repeat or (6 if args.quick else 20)
@@ -234,9 +281,6 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("error: run as root (namespaces, qdiscs, iptables): sudo .venv/bin/python bench/apply_speed.py",
               file=sys.stderr)
-        return 2
-    if not NETBENCH.exists():
-        print(f"error: {NETBENCH} is missing (make install)", file=sys.stderr)
         return 2
     if testbed_nodes():
         print("error: a netbench testbed is already up (someone else's?); not touching it "
@@ -257,9 +301,22 @@ def main(argv: list[str] | None = None) -> int:
         try:
             say(f"testbed up --nodes {args.nodes}")
             run(netbench("testbed", "up", "--nodes", str(args.nodes)))
+            if args.ramp_only:
+                say(f"the ramp on {args.nodes} links")
+                ramp = ramp_schedule(Path(tmp), say)
+                stats = {k: summary(v) for k, v in ramp.items()}
+                record.update(samples=ramp, summary=stats, runtime_s=round(time.monotonic() - started, 1))
+                if args.json == "-":
+                    print(json.dumps(record, indent=2))
+                elif args.json:
+                    Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+                return 0
             bed = Testbed(testbed_nodes(), none_profile)
             say(f"whole commands on {args.nodes} links, {repeat} rounds")
             whole = whole_commands(bed, repeat, say)
+            run(netbench("apply", str(none_profile)))  # the ramp starts from an unshaped link
+            say(f"the ramp on {args.nodes} links")
+            whole_ramp = ramp_schedule(Path(tmp), say)
             run(netbench("testbed", "down"))
             say(f"testbed up --nodes {LIB_NODES}")
             run(netbench("testbed", "up", "--nodes", str(LIB_NODES)))
@@ -267,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             lib, backend = library_changes(lib_repeat, say)
             say(f"a schedule on {LIB_NODES} links, {schedule_steps} changes {SCHEDULE_GAP_S * 1000:.0f} ms apart")
             lib.update(schedule_lateness(schedule_steps, say))
+            lib.update(whole_ramp)
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130
@@ -296,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         (f"latency+rate, {LIB_NODES} links: library executor.apply, 10/20ms", "library_latency_rate", "ms", ""),
         (f"schedule on {LIB_NODES} links: each change's time to make (latency+rate)", "schedule_apply", "ms", ""),
         (f"schedule on {LIB_NODES} links: landed - scheduled (negative: early)", "schedule_lateness", "ms", ""),
+        (f"ramp on {n} links (4 s, every 100 ms): landed - scheduled", "ramp_lateness", "ms", ""),
+        (f"ramp on {n} links: each change's time to make", "ramp_apply", "ms", ""),
+        (f"ramp on {n} links: the 4 s timeline took", "ramp_span", "ms", ""),
     ]
     out = sys.stderr if args.json == "-" else sys.stdout
     width = max(len(r[0]) for r in rows)

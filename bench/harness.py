@@ -5,15 +5,19 @@ On a 2-node embedded testbed (``netbench testbed up --nodes 2``), at each one-wa
 
 * bare: bench/bare_mwms.py, a plain MultiWorkerMirroredStrategy custom loop with one
   compiled step (MLP 784-512-512-10, batch 64 per worker, synthetic data, SGD 0.01);
-* fused: netbench's worker as a sweep starts it (``--strategy allreduce``, the default
-  fused step);
-* split: the same with ``--step split`` (two compiled functions per step, as before the
-  fused step), unless ``--no-split``.
+* fused: ``netbench sweep --latency D`` itself, the path a user's sweep takes: its own
+  testbed, the controller reading every step event, the live view drawing on a terminal (a
+  pseudo-terminal here, so rich refreshes it as on a user's), one launch with the default
+  fused step, ``--precision off`` so its window is the bare loop's step count;
+* split: the worker alone with ``--step split`` (two compiled functions per step, as before
+  the fused step) started as the runner starts it, unless ``--no-split``.
 
-Every run is 2 processes started in the nodes' namespaces as netbench's runner starts
-them (netbench.proc.spawn with TF_CONFIG of both nodes' addresses, a fresh port each run),
-with the same warm-up and measured step counts. The figure of a run is worker 0's mean
-measured step times (netbench: its measured step events; bare: what it prints). Reported per
+bare and split are 2 processes started in the testbed's namespaces as netbench's runner
+starts them (netbench.proc.spawn with TF_CONFIG of both nodes' addresses, a fresh port each
+run); the testbed is brought up for them and taken down before the sweep (which brings up its
+own, at the same delay). All have the same warm-up and measured step counts. The figure of a
+run is worker 0's mean measured step times (netbench: its measured step events; bare: what it
+prints). Reported per
 delay: mean step time of each over the rounds, and netbench/bare of each round's mean step
 (mean and min-max over rounds), with the same of each round's median step beside it (less
 moved by load from elsewhere on the machine; the load average is printed too).
@@ -30,6 +34,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -38,7 +43,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-NETBENCH = REPO / ".venv" / "bin" / "netbench"
+NETBENCH = Path(os.environ.get("NETBENCH", REPO / ".venv" / "bin" / "netbench"))  # NETBENCH=...: another install
 BARE = Path(__file__).resolve().parent / "bare_mwms.py"
 TARGET = 0.02  # netbench within 2 % of the bare loop
 
@@ -73,6 +78,52 @@ def step_times(variant: str, stdout: str) -> list[float]:
     if not steps:
         raise RuntimeError(f"no measured steps: {stdout[-500:]}")
     return steps
+
+
+def sweep_run(delay: str, args: argparse.Namespace, log: Path) -> list[float]:
+    """`netbench sweep --latency DELAY` with its live view on a pseudo-terminal; the chief's
+    measured step times (s) from its run record."""
+    import pty
+    import tempfile
+    import threading
+
+    out = Path(tempfile.mkdtemp(prefix="netbench-harness-")) / "results"
+    argv = [str(NETBENCH), "sweep", "--latency", delay, "--workers", "2", "--batch-size", str(args.batch_size),
+            "--warmup", str(args.warmup), "--steps", str(args.steps), "--precision", "off", "--output", str(out)]
+    master, slave = pty.openpty()
+    sink = open(log, "ab")
+
+    def drain() -> None:  # what a terminal would show, kept in the log
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            sink.write(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, timeout=args.timeout,
+                              env={**os.environ, "COLUMNS": "160", "TERM": "xterm"})
+    finally:
+        os.close(slave)
+        reader.join(timeout=5)
+        os.close(master)
+        sink.close()
+    if done.returncode != 0:
+        raise RuntimeError(f"netbench sweep exited with {done.returncode} (log: {log})")
+    try:
+        record = json.loads((out / "runs" / "r000.json").read_text())
+    finally:
+        shutil.rmtree(out.parent, ignore_errors=True)
+    steps = sorted((e for e in record["events"] if e.get("event") == "step" and e.get("phase") == "measured"
+                    and e.get("worker", 0) == 0 and e.get("role", "worker") == "worker"), key=lambda e: e["step"])
+    if not steps:
+        raise RuntimeError(f"netbench sweep measured no steps (log: {log})")
+    return [float(e["duration"]) for e in steps]
 
 
 def one_run(variant: str, bed: list[dict], args: argparse.Namespace, log: Path) -> list[float]:
@@ -148,14 +199,19 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     results["load_before"] = os.getloadavg()
     try:
-        run("testbed", "up", "--nodes", "2")
-        bed = nodes()
         for delay in args.delays.split(","):
-            run("apply", "--latency", delay)
             times: dict[str, list[list[float]]] = {v: [] for v in variants}
             for r in range(args.rounds):
                 for v in variants:
-                    times[v].append(one_run(v, bed, args, log))
+                    if v == "fused":
+                        times[v].append(sweep_run(delay, args, log))
+                    else:
+                        run("testbed", "up", "--nodes", "2")
+                        run("apply", "--latency", delay)
+                        try:
+                            times[v].append(one_run(v, nodes(), args, log))
+                        finally:
+                            run("reset")
                     print(f"{delay} round {r + 1}: {v} mean {1000 * statistics.mean(times[v][-1]):.2f} ms, "
                           f"median {1000 * statistics.median(times[v][-1]):.2f} ms", file=sys.stderr, flush=True)
             results["delays"][delay] = summarise(times)

@@ -16,7 +16,11 @@ testbed once per mode in --modes, into a fresh folder each: ``isolate`` (a launc
 ``launch`` (the default: launches whose every change narrows the path, ``--order descending``)
 and ``random`` (one launch per job configuration, points shuffled), and reports each folder's share of wall time
 measured and, per point, each mode's images/sec against the first folder's (the bias a shared
-launch may carry). Exit status: 0 done, 2 could not run, 130 interrupted.
+launch may carry). Every sweep runs at the same ``--precision`` (default 2%: each point's window goes
+on until its mean step time is known to 2 %), and the report gives each folder's wall time against
+the first folder's and how many points reached the precision: the issue's figure is launches'
+wall time over --isolate's at equal precision, with every point within 10 % of its --isolate value.
+Exit status: 0 done, 2 could not run, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -56,10 +60,14 @@ def efficiency(results: Path) -> dict:
     wall = ended - started
     measured = sum(measured_window(r) for r in records if r.get("status") == "ok")
     launches = {r.get("launch") for r in records}
+    reached = [r.get("precision_reached") for r in records if r.get("status") == "ok"]
     return {"results": str(results), "points": len(records), "ok": sum(r.get("status") == "ok" for r in records),
             "launches": len(records) if launches == {None} else len(launches),
             "wall_s": round(wall, 2), "measured_s": round(measured, 2),
-            "share": round(measured / wall, 4) if wall > 0 else None}
+            "share": round(measured / wall, 4) if wall > 0 else None,
+            "precision_reached": sum(r is True for r in reached) if any(r is not None for r in reached) else None,
+            "ci_pct_max": max((r["step_time_ci_pct"] for r in records if r.get("step_time_ci_pct") is not None),
+                              default=None)}
 
 
 MODES = {"isolate": ["--isolate"], "launch": ["--launch"], "random": ["--launch", "--order", "random"]}
@@ -85,7 +93,8 @@ def run_sweeps(args) -> list[Path]:
         extra = MODES[name]
         folder = out / name
         cmd = [sys.executable, "-m", "netbench.cli", "sweep", "--latency", args.latency,
-               *(["--bandwidth", args.bandwidth] if args.bandwidth else []), "--output", str(folder), *extra]
+               *(["--bandwidth", args.bandwidth] if args.bandwidth else []), "--output", str(folder), *extra,
+               "--precision", args.precision, "--max-seconds", str(args.max_seconds)]
         print("$", " ".join(cmd), flush=True)
         started = time.monotonic()
         subprocess.run(cmd, check=True, cwd=ROOT)
@@ -103,6 +112,8 @@ def main(argv=None) -> int:
     parser.add_argument("--latency", default="1,10,50ms")
     parser.add_argument("--bandwidth", default="100mbit,1gbit", help="'' for none (make demo's sweep: "
                         "--latency 1,10,100ms --bandwidth '')")
+    parser.add_argument("--precision", default="2%", help="with --run: every sweep's --precision [2%%]")
+    parser.add_argument("--max-seconds", type=float, default=60.0, help="with --run: every sweep's --max-seconds [60]")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     try:
@@ -119,11 +130,15 @@ def main(argv=None) -> int:
     except (OSError, ValueError, subprocess.CalledProcessError) as exc:
         print(f"could not run: {exc}", file=sys.stderr)
         return 2
-    print(f"{'results':50} {'points':>6} {'launches':>8} {'wall s':>8} {'measured s':>10} {'share':>6}")
+    print(f"{'results':40} {'points':>6} {'launches':>8} {'wall s':>8} {'x first':>7} {'measured s':>10} "
+          f"{'share':>6} {'reached':>7} {'max ±%':>6}")
     for row in rows:
         share = "-" if row["share"] is None else f"{row['share']:.0%}"
-        print(f"{row['results'][-50:]:50} {row['points']:>6} {row['launches']:>8} {row['wall_s']:>8.1f} "
-              f"{row['measured_s']:>10.1f} {share:>6}")
+        row["wall_vs_first"] = round(row["wall_s"] / rows[0]["wall_s"], 3) if rows[0]["wall_s"] else None
+        reached = "-" if row["precision_reached"] is None else f"{row['precision_reached']}/{row['ok']}"
+        widest = "-" if row["ci_pct_max"] is None else f"{row['ci_pct_max']:.1f}"
+        print(f"{row['results'][-40:]:40} {row['points']:>6} {row['launches']:>8} {row['wall_s']:>8.1f} "
+              f"{row['wall_vs_first'] or 0:>7.2f} {row['measured_s']:>10.1f} {share:>6} {reached:>7} {widest:>6}")
     points = [per_point(folder) for folder in args.results]
     names = sorted({n for p in points for n in p}, key=lambda n: [int("".join(c for c in part if c.isdigit()) or 0)
                                                                     for part in n.split("-")])

@@ -59,6 +59,19 @@ class StateError(NetbenchError):
     """The on-disk journal or lock is unusable, or another run holds the lock."""
 
 
+class ResetIncomplete(StateError):
+    """A reset went through everything but could not undo some of it: `removed` holds what
+    it did remove (as its caller returns it), `failures` one line per thing left in place."""
+
+    def __init__(self, removed, failures: list[str]) -> None:
+        shown_ = "; ".join(failures[:5]) + (f"; and {len(failures) - 5} more" if len(failures) > 5 else "")
+        super().__init__(f"reset left {len(failures)} thing(s) in place: {shown_}",
+                         hint="everything else was removed; what failed stays journaled: fix the cause "
+                              "and run the reset again")
+        self.removed = removed
+        self.failures = list(failures)
+
+
 class VerifyFailed(NetbenchError):
     """A measured link is outside the tolerance of its configured profile."""
 

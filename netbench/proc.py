@@ -2,20 +2,25 @@
 
 Processes can be started inside a named network namespace (nsenter), in their own session,
 and optionally tied to the controller's life (PR_SET_PDEATHSIG, through setpriv) so a
-SIGKILLed controller leaves no orphan behind. Stopping always escalates: SIGTERM, a grace
-period, SIGKILL.
+SIGKILLed controller leaves no orphan behind. The kernel sends that signal when the *thread*
+that forked the child exits, not the process: every child is therefore forked by the main
+thread or by one thread that lives as long as the process (`_LastingThread`), whichever
+thread asks. Stopping always escalates: SIGTERM, a grace period, SIGKILL.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import queue
 import shutil
 import signal
 import subprocess
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from netbench.errors import NetbenchError
 
@@ -59,13 +64,55 @@ def _check_startable(argv: Sequence[str], netns: str | None, die_with_parent: bo
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
 
 
+_T = TypeVar("_T")
+
+
+class _LastingThread:
+    """One daemon thread, started on first use, that runs what is handed to it and never
+    returns while the process lives: children it forks get their parent-death signal only
+    when the controller process ends (a daemon thread dies with the process, never before)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._pid: int | None = None  # the process whose thread it is (a forked copy has none)
+
+    def call(self, work: Callable[[], _T]) -> _T:
+        """`work()` run on the main thread (the caller's, if it is the main one) or on the
+        lasting thread; its result or its exception."""
+        if threading.current_thread() is threading.main_thread():
+            return work()
+        with self._lock:
+            if self._pid != os.getpid():
+                self._work = queue.SimpleQueue()
+                threading.Thread(target=self._serve, args=(self._work,), name="netbench-spawner", daemon=True).start()
+                self._pid = os.getpid()
+            done: Future = Future()
+            self._work.put((work, done))
+        return done.result()
+
+    @staticmethod
+    def _serve(work_queue: queue.SimpleQueue) -> None:
+        while True:
+            work, done = work_queue.get()
+            try:
+                done.set_result(work())
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                done.set_exception(exc)
+
+
+_LASTING = _LastingThread()
+
+
 def spawn(argv: Sequence[str], *, netns: str | None = None, env: Mapping[str, str] | None = None,
           stdin=subprocess.DEVNULL, stdout=None, stderr=None, die_with_parent: bool = True,
           cwd: str | None = None) -> subprocess.Popen:
     """Start `argv` (optionally inside network namespace `netns`) in a new session.
 
-    die_with_parent: the child gets SIGKILL when the controller dies (sweeps). Long-lived
-    daemons started by `netbench apply` pass False and are tracked by the journal instead.
+    die_with_parent: the child gets SIGKILL when the controller process dies (sweeps), not
+    when the thread that asked returns (it is forked by a thread that lives as long as the
+    process). Long-lived daemons started by `netbench apply` pass False and are tracked by the
+    journal instead.
     """
     full_env = dict(os.environ)
     if env:
@@ -73,10 +120,9 @@ def spawn(argv: Sequence[str], *, netns: str | None = None, env: Mapping[str, st
     where = f" in {netns}" if netns else ""
     try:
         _check_startable(argv, netns, die_with_parent, "start", full_env.get("PATH"))
-        return subprocess.Popen(
-            child_argv(argv, netns, die_with_parent), stdin=stdin, stdout=stdout, stderr=stderr,
-            env=full_env, cwd=cwd, start_new_session=True,
-        )
+        full_argv = child_argv(argv, netns, die_with_parent)
+        return _LASTING.call(lambda: subprocess.Popen(full_argv, stdin=stdin, stdout=stdout, stderr=stderr,
+                                                      env=full_env, cwd=cwd, start_new_session=True))
     except OSError as exc:
         raise NetbenchError(f"cannot start {argv[0]}{where}: {exc.strerror or exc}") from None
 
@@ -118,6 +164,11 @@ def is_same_process(pid: int, started: int | None) -> bool:
     recorded start time it cannot be told from a process that reused the pid: False."""
     now = start_time(pid)
     return now is not None and started is not None and now == started
+
+
+def is_running(pid: int, started: int | None) -> bool:
+    """is_same_process, and not a zombie (a child that died and was not reaped yet)."""
+    return is_same_process(pid, started) and _alive(pid)
 
 
 def _alive(pid: int) -> bool:

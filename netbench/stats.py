@@ -14,6 +14,7 @@ by its duration as a long run would.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -271,3 +272,84 @@ def clopper_pearson_interval(k: int, n: int, confidence: float = 0.99) -> tuple[
 def tolerance(expected: float, floor: float, relative: float) -> float:
     """How far a measurement may stray from `expected`: `relative` of it, at least `floor`."""
     return max(floor, relative * expected)
+
+
+# ---------------------------------------------------------------- precision of a window
+
+PRECISION_CONFIDENCE = 0.95  # a window's precision: the 95 % interval of its mean step time
+MIN_BATCHES = 4  # fewer batch means give no interval (t's tails are too wide to say anything)
+
+
+@functools.lru_cache(maxsize=512)
+def t_critical(confidence: float, df: int) -> float:
+    """Two-sided Student's t critical value: P(|T| <= t) = confidence with df degrees of
+    freedom. Pure (no scipy: workers need it): P(|T| > t) = I_x(df/2, 1/2) with
+    x = df / (df + t^2), inverted by bisection; cached, as windows ask for few df."""
+    _check_confidence(confidence)
+    if df < 1:
+        raise ValueError("t needs at least 1 degree of freedom")
+    x = _beta_quantile(1 - confidence, df / 2, 0.5)
+    return math.sqrt(df * (1 - x) / x)
+
+
+def batch_count(n: int) -> int:
+    """How many batch means n correlated values are cut into: floor(sqrt(n)), so both the
+    number of batches and their length grow with n (batches long enough to be nearly
+    independent, enough of them for a t interval); 0 below MIN_BATCHES x 2 values."""
+    if n < 2 * MIN_BATCHES:
+        return 0
+    return max(MIN_BATCHES, math.isqrt(n))
+
+
+def batch_means_interval(values: Sequence[float], confidence: float = PRECISION_CONFIDENCE) -> Interval:
+    """The mean of `values` (a series in order, e.g. step times) with a batch-means t
+    interval: the series is cut into `batch_count(n)` consecutive batches (lengths differ by
+    at most one), and the interval is the batch means' t interval around the overall mean.
+    Steps that follow each other are correlated (a slow step is often followed by another),
+    which makes the plain s/sqrt(n) too narrow; the means of long batches are nearly
+    independent. No bounds with fewer than 2 x MIN_BATCHES values."""
+    if not values:
+        raise ValueError("an interval needs at least one value")
+    _check_confidence(confidence)
+    n, mean = len(values), statistics.fmean(values)
+    b = batch_count(n)
+    if b == 0:
+        return Interval(n=n, mean=mean, low=None, high=None, confidence=confidence)
+    edges = [i * n // b for i in range(b + 1)]
+    means = [statistics.fmean(values[edges[i]:edges[i + 1]]) for i in range(b)]
+    half = t_critical(confidence, b - 1) * statistics.stdev(means) / math.sqrt(b)
+    return Interval(n=n, mean=mean, low=mean - half, high=mean + half, confidence=confidence)
+
+
+def relative_half_width(interval: Interval) -> float | None:
+    """An interval's half-width as a fraction of its mean (None without bounds)."""
+    if interval.half_width is None or interval.mean <= 0:
+        return None
+    return interval.half_width / interval.mean
+
+
+def steps_to_precision(durations: Sequence[float], precision: float, elapsed_s: float, max_seconds: float,
+                       min_steps: int = 2) -> int:
+    """How many more steps a measured window of `durations` (s, in order) needs for the 95 %
+    batch-means interval of its mean to be within `precision` (a fraction) of the mean; 0 when
+    it is, or when the window has lasted `max_seconds` (`elapsed_s` so far). The estimate
+    assumes the half-width shrinks as 1/sqrt(n), asks for at least a tenth more steps (each
+    check costs a little) and never for more than the time left allows."""
+    if not 0 < precision < 1:
+        raise ValueError("precision must be a fraction between 0 and 1")
+    n = len(durations)
+    if n < min_steps:
+        return min_steps - n
+    if elapsed_s >= max_seconds:
+        return 0
+    width = relative_half_width(batch_means_interval(durations))
+    if width is not None and width <= precision:
+        return 0
+    if width is None:
+        wanted = 2 * MIN_BATCHES - n
+    else:
+        wanted = math.ceil(n * (width / precision) ** 2) - n
+    wanted = max(wanted, math.ceil(n / 10), 1)
+    mean = statistics.fmean(durations)
+    left = math.ceil((max_seconds - elapsed_s) / mean) if mean > 0 else wanted
+    return max(1, min(wanted, left))

@@ -62,7 +62,7 @@ def main() -> None:
     \b
     Typical use:
       netbench sweep --latency 1,10,100ms     # a latency sweep on the embedded testbed
-      netbench reset                          # remove everything netbench made
+      netbench reset                          # remove everything netbench recorded
     """
 
 

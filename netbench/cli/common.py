@@ -54,6 +54,18 @@ def handle_errors(func):
     return wrapper
 
 
+def fail_if_any_failed(results) -> None:
+    """After a sweep or playbook: exit 1 when any run failed (its record says why); a timeout
+    is a result, not a failure."""
+    from netbench.model.design import COMPLETE_STATUSES
+
+    failed = [result.run_id for result in results if result.status not in COMPLETE_STATUSES]
+    if failed:
+        shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+        raise NetbenchError(f"{len(failed)} of {len(results)} run(s) failed: {shown}",
+                            hint="each run's record (runs/<run>.json) and logs/ say why")
+
+
 def require_root() -> None:
     if os.geteuid() != 0:
         raise PrivilegeError("this command changes network namespaces and needs root",
@@ -187,3 +199,40 @@ def launch_settings(isolate: bool, settle_text: str, settle_steps: int, order: s
     except ValueError as exc:
         raise UsageError(f"flag --settle: {exc}", hint="e.g. --settle 1.5s") from None
     return {"isolate": isolate, "order": order, "settle": Settle(steps=settle_steps, seconds=seconds)}
+
+
+# about the run-to-run spread of a point on a shared 2-core machine (sd 1.6-3.8 % of images/s
+# over 3 runs): a window known more finely than runs differ is no more repeatable, and 30 steps at
+# 1 ms (about 1 s) were often wider than that (3.4-6 %); README "Precision" has the figures
+DEFAULT_PRECISION = "3%"
+
+
+def precision_options(command):
+    """--precision, --max-seconds: a point's window goes on until its mean step time is known."""
+    command = click.option("--max-seconds", default=60.0, show_default=True, type=FiniteFloatRange(0.1, 86400),
+                           help="With --precision, the longest measured window of a point, in seconds.")(command)
+    return click.option("--precision", "precision_text", default=DEFAULT_PRECISION, show_default=True,
+                        metavar="PERCENT",
+                        help="Measure each point past --steps/--seconds until the 95% interval of its mean "
+                             "step time (batch means) is within this of the mean, e.g. 2%; off: exactly "
+                             "--steps/--seconds. results.csv records step_time_ci_pct either way.")(command)
+
+
+def precision_settings(text: str, max_seconds: float, where: str = "flag --precision") -> dict:
+    """JobSpec's precision (a fraction, None: off) and max_seconds from the flags' text."""
+    if text.strip().lower() in ("off", "none", "0", "0%"):
+        return {"precision": None, "max_seconds": max_seconds}
+    try:
+        precision = units.parse_ratio(text)
+    except ValueError as exc:
+        raise UsageError(f"{where}: {exc}", hint="e.g. --precision 2%") from None
+    if not 0 < precision < 0.5:
+        raise UsageError(f"{where}: {text} is outside (0%, 50%)", hint="e.g. --precision 2%")
+    return {"precision": precision, "max_seconds": max_seconds}
+
+
+def precision_note(job) -> str:
+    """" at least, until ±P % (at most S s)" for a job with a precision; "" without."""
+    if not job.precision:
+        return ""
+    return f" at least, until ±{job.precision * 100:g} % (95 %, at most {job.max_seconds:g} s)"

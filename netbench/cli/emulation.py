@@ -15,11 +15,11 @@ import click
 from rich.markup import escape
 
 from netbench import console, units
-from netbench.cli import common, render, render_pairs
+from netbench.cli import common, render, render_pairs, schedule_apply
 from netbench.cli.common import (BACKEND_CHOICES, apply_remote_options, check_local_flags, handle_errors,
                                  inventory_options, profile_options)
 from netbench.cli.types import FiniteFloatRange
-from netbench.errors import NetbenchError, UsageError, VerifyFailed
+from netbench.errors import NetbenchError, ResetIncomplete, UsageError, VerifyFailed
 from netbench.model.profile import load_profile, profile_from_flags
 from netbench.testbed.base import common_profile
 from netbench.testbed.targets import open_target
@@ -103,10 +103,10 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run, sch
             raise UsageError(f"flag --schedule: not with {', '.join(given)}: the schedule says what to apply",
                              hint="put the base profile in the schedule's 'profile:' key")
         if inventory is not None:
-            _apply_schedule_to_hosts(schedule_file, backend, dry_run, inventory, insecure_host_keys, lease, force,
+            schedule_apply.apply_schedule_to_hosts(schedule_file, backend, dry_run, inventory, insecure_host_keys, lease, force,
                                      takeover)
             return
-        _apply_schedule(schedule_file, backend, dry_run)
+        schedule_apply.apply_schedule(schedule_file, backend, dry_run)
         return
     base = load_profile(profile_file) if profile_file else None
     chosen = profile_from_flags(base, latency=latency, jitter=jitter, bandwidth=bandwidth, loss=loss)
@@ -140,109 +140,14 @@ def _apply_network(network, backend: str, dry_run: bool) -> None:
     console.info("[green]applied[/]; read it back with 'netbench show', remove it with 'netbench reset'")
 
 
-def _apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
-    """Run a schedule on the local testbed in the foreground; Ctrl-C or SIGTERM put the link
-    back as it was before (read with show()), then exit 130."""
-    from netbench import interrupts
-    from netbench.experiment.schedule import PlanCache, lateness, link_before, run_schedule
-    from netbench.model.schedule import load_schedule, timeline
-
-    schedule = load_schedule(path)
-    common.require_root()
-    with open_target() as target:
-        before = link_before(target.show())
-        entries = timeline(schedule, before)
-        plans = PlanCache(target, backend)
-        if not _plan_schedule(path, schedule, entries, before, plans, dry_run):
-            return
-        common.sigterm_as_interrupt()
-        landed = []
-        try:
-            run_schedule(entries, plans.apply, repeat=schedule.repeat, period_s=schedule.period_s,
-                         on_change=lambda item: (landed.append(item), render.schedule_change(item)))
-        except KeyboardInterrupt:
-            with interrupts.held_off():
-                plans.apply(before)
-            render.schedule_summary(lateness(landed), restored=before)
-            raise
-    render.schedule_summary(lateness(landed))
-
-
-def _plan_schedule(path: Path, schedule, entries, before, plans, dry_run: bool) -> bool:
-    """Plan every profile of the timeline and the one to restore (every refusal, a backend's or
-    a key's, comes before any change), print the timeline; False under --dry-run."""
-    for profile in [entry.profile for entry in entries] + [before]:
-        plans.plan(profile)
-    chosen = plans.plan(entries[0].profile).backends
-    render.schedule_timeline(schedule, entries, before, ", ".join(sorted(set(chosen.values()))), dry_run)
-    if dry_run:
-        return False
-    if schedule.by_step:
-        raise UsageError(f"{path}: at_step: a schedule of training steps runs within a sweep, which sees "
-                         "the chief's steps", hint="use at: times for 'netbench apply --schedule'")
-    return True
-
-
-def _apply_schedule_to_hosts(path: Path, backend: str, dry_run: bool, inventory, insecure_host_keys, lease,
-                             force, takeover) -> None:
-    """Run a schedule on the controller, each change sent to every host through its agent over
-    connections kept open; Ctrl-C or SIGTERM put every host back as it was before (then exit
-    130). While it runs, the changes hold a lease that is renewed; at the end the last step
-    stays (the lease released), as on the local testbed, until 'netbench reset --inventory'."""
-    import contextlib
-    import statistics
-
-    from netbench import interrupts
-    from netbench.experiment.schedule import lateness, run_schedule
-    from netbench.model.schedule import load_schedule, timeline
-    from netbench.remote import controller as remote
-    from netbench.remote.schedule import HostsPlanCache, hosts_link_before
-    from netbench.state.lease import DEFAULT_LEASE_S, new_holder
-
-    schedule = load_schedule(path)
-    lease_s = DEFAULT_LEASE_S if lease is None else lease
-    with open_target(inventory, insecure_host_keys, takeover=bool(takeover)) as target, contextlib.ExitStack() as stack:
-        remote.check_lease(lease_s, len(target.inventory.hosts))
-        before = hosts_link_before(target.show())
-        entries = timeline(schedule, before)
-        plans = HostsPlanCache(target, backend, lease_s=lease_s, force=bool(force), holder=new_holder())
-        if not _plan_schedule(path, schedule, entries, before, plans, dry_run):
-            console.info("[yellow]dry run[/]: no host was changed")
-            return
-        common.sigterm_as_interrupt()
-        stack.enter_context(plans).open()  # one `node serve` per host for the schedule, closed at the end
-        landed = []
-        keeper = remote.LeaseKeeper(target.inventory, target.conns, lease_s, plans.holder) if lease_s > 0 else None
-        if keeper is not None:
-            plans.lost = lambda: dict(keeper.lost)
-        try:
-            with keeper if keeper is not None else contextlib.nullcontext():
-                run_schedule(entries, plans.apply, repeat=schedule.repeat, period_s=schedule.period_s,
-                             on_change=lambda item: (landed.append(item), render.schedule_change(item)))
-        except KeyboardInterrupt:
-            with interrupts.held_off():
-                plans.apply(before, lease_s=0)
-            render.schedule_summary(lateness(landed), restored=before)
-            raise
-        trips = plans.round_trips_s[:len(landed)]
-        if keeper is not None and landed:
-            plans.apply(landed[-1].profile, lease_s=0)  # unchanged in place; the lease released, the step stays
-        hosts = len(target.conns)
-    render.schedule_summary(lateness(landed))
-    if trips:
-        console.info(f"each change: one SSH round trip to {hosts} host(s) in parallel, "
-                     f"mean {statistics.fmean(trips) * 1000:.1f} ms, max {max(trips) * 1000:.1f} ms")
-    console.info("the last step stays; remove it with 'netbench reset --inventory ...'")
-
-
 def _apply_to_hosts(chosen, inventory, insecure_host_keys, backend, dry_run, lease, force, takeover) -> None:
-    from netbench.remote import controller as remote
+    from netbench.remote import keeper as leases
     from netbench.state.lease import DEFAULT_LEASE_S, new_holder
 
     lease_s = DEFAULT_LEASE_S if lease is None else lease
     with open_target(inventory, insecure_host_keys, takeover=bool(takeover)) as target:
         holder = new_holder()
-        remote.check_lease(lease_s, len(target.inventory.hosts))
+        leases.check_lease(lease_s, len(target.inventory.hosts))
         probe = not (dry_run and backend != "auto")  # the backend is given: plan without contacting any host
         if dry_run and probe:
             console.info("asking each host for its backend ('netbench node info'; nothing is changed; "
@@ -265,12 +170,12 @@ def _apply_to_hosts(chosen, inventory, insecure_host_keys, backend, dry_run, lea
 def _hold(inv, conns, lease_s: float, holder: str) -> None:
     """Renew the lease until Ctrl-C or SIGTERM, then revert every host. Renewal failures are
     shown as they come and go."""
-    from netbench.remote import controller as remote
+    from netbench.remote import controller as remote, keeper as leases
 
     common.sigterm_as_interrupt()
     console.info(f"holding a {lease_s:g} s lease on every host as {escape(holder)}; Ctrl-C reverts them "
                  "(if this process dies, each host reverts by itself when the lease runs out)")
-    keeper = remote.LeaseKeeper(inv, conns, lease_s, holder)
+    keeper = leases.LeaseKeeper(inv, conns, lease_s, holder)
     shown: dict[str, str] = {}
     try:
         with keeper:
@@ -475,17 +380,26 @@ def doctor_cmd(as_json: bool, no_tensorflow: bool, inventory, insecure_host_keys
 
 
 @click.command("reset")
+@click.option("--all-namespaces", is_flag=True, help="Also remove testbed namespaces this state folder's "
+              "journal did not record (another state folder's testbed, perhaps in use) and every process in them.")
 @handle_errors
 @inventory_options
-def reset_cmd(inventory, insecure_host_keys) -> None:
-    """Remove everything netbench made: qdiscs, iptables rules, delay engines, TF processes,
-    namespaces, veths and the bridge. Works after a crash; safe to run twice.
+def reset_cmd(all_namespaces: bool, inventory, insecure_host_keys) -> None:
+    """Remove everything netbench recorded in its journal: qdiscs, iptables rules, delay engines,
+    TF processes, namespaces, veths and the bridge. Works after a crash; safe to run twice. A
+    testbed namespace the journal did not record stays unless --all-namespaces asks for it.
 
     Example: netbench reset
     """
     check_local_flags(inventory, insecure_host_keys)
+    if inventory is not None and all_namespaces:  # refused before connecting to any host
+        raise UsageError("flag --all-namespaces: only without --inventory (a host never removes namespaces)")
     if inventory is None:
         common.require_root()
     with open_target(inventory, insecure_host_keys) as target:
-        removed = target.reset(warn=console.warning)
+        try:
+            removed = target.reset(warn=console.warning, all_namespaces=all_namespaces)
+        except ResetIncomplete as exc:  # what was removed is shown, then each failure, exit 1
+            render.removed(target.kind, exc.removed, complete=False)
+            raise
         render.removed(target.kind, removed)

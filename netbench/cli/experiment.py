@@ -76,6 +76,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
               help="Seed of the points' order within each launch (ties under --order descending) "
                    "[default: drawn; recorded in the manifest].")
 @launch_options
+@common.precision_options
 @hosts_options
 @handle_errors
 def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topology_file, scale, strategy, workers,
@@ -83,7 +84,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, dry_run,
           metrics_port, metrics_address, metrics_wait, order_seed, isolate, launch_order, settle_text, settle_steps,
-          inventory, insecure_host_keys, takeover) -> None:
+          inventory, insecure_host_keys, takeover, precision_text, max_seconds) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
@@ -92,7 +93,10 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     applied in place, each change only narrowing the path (--order); --isolate starts them anew
     for every point. See the README's 'Launches' for what a shared launch carries over and how it settles.
 
+    Exits 1 when any run failed (a timeout is a result, not a failure), after recording every run.
+
     Example: netbench sweep --latency 1,10,100ms --repeat 2
+    Example: netbench sweep --latency 1,10,50ms --bandwidth 100mbit,1gbit --precision 2%
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
     Example: netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit
     Example: netbench sweep --schedule profiles/schedules/spike.yaml --latency 10ms
@@ -132,7 +136,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
         raise UsageError(f"flag --output: {exc.message}", exc.hint) from None
     config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
                                           batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
-                                          sample_resources_s=sample_resources or 0.0)
+                                          sample_resources_s=sample_resources or 0.0,
+                                          **common.precision_settings(precision_text, max_seconds))
     pairs = None
     if topology_file is not None:
         pairs, runs = sweep_topology.topology_runs(topology_file, scale, repeat, config_job, workers, first)
@@ -151,8 +156,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
                          order_seed=order_seed, topology=pairs,
                          **launch_settings(isolate, settle_text, settle_steps, launch_order))
     if inventory is not None:
-        _run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port, metrics_address, takeover,
-                      metrics_wait_s)
+        common.fail_if_any_failed(_run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port,
+                                                metrics_address, takeover, metrics_wait_s))
         return
     if insecure_host_keys:
         raise UsageError("flag --insecure-host-keys: only with --inventory")
@@ -163,7 +168,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
         return
     common.require_root()
     _sigterm_as_interrupt()
-    _run_with_view(config, metrics_port, metrics_address, metrics_wait_s=metrics_wait_s)
+    common.fail_if_any_failed(_run_with_view(config, metrics_port, metrics_address, metrics_wait_s=metrics_wait_s))
 
 
 def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metrics_port, metrics_address,
@@ -275,7 +280,7 @@ def _print_sweep_plan(config) -> None:
                  f"model {config.job.model}, batch {config.job.batch_size}/worker, "
                  f"{config.job.warmup} warm-up + "
                  + (f"{config.job.seconds:g} s of" if config.job.seconds else f"{config.job.steps}")
-                 + f" measured steps; results -> {escape(str(config.output))}")
+                 + f" measured steps{common.precision_note(config.job)}; results -> {escape(str(config.output))}")
     console.plain(f"placement on {len(topo.nodes)} nodes (each run on a fresh port):")
     for line in describe_plan(plan_job(config.job, topo.nodes, config.workers, port=0)):
         console.plain("  " + line)
@@ -343,6 +348,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
 
     An interrupted playbook resumes: run it again with the same results folder and the
     runs already recorded as ok or timeout are skipped. The run order's seed is recorded.
+    Exits 1 when any run of this session failed (a timeout is a result, not a failure).
 
     Example: netbench run playbooks/smoke.yaml --dry-run
     Example: netbench run playbooks/smoke.yaml --inventory hosts.yaml
@@ -418,6 +424,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     record["sessions"][-1].update(ended=time.time(), completed=len(results))
     store.write_playbook(record)
     console.info(f"figures and a summary: netbench report {escape(str(output))}")
+    common.fail_if_any_failed(results)
 
 
 def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) -> None:

@@ -11,11 +11,17 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+import time
+
 from netbench import console, units
 
 if TYPE_CHECKING:  # the report's modules load with the report's tables (a quick command skips them)
     from netbench.report.groups import Group, Ratio
     from netbench.report.load import Observation
+
+
+REFRESH_S = 0.1  # the live view's step line changes at most this often
+INTERVAL_S = 1.0  # and works out the window's interval at most this often
 
 
 class SweepView:
@@ -35,6 +41,9 @@ class SweepView:
         self._stepping: str | None = None  # the run whose steps are coming in
         self._places: dict[str, str] = {}  # run id -> "launch L, point p/N" (launch_point)
         self._fresh: bool | None = None  # the point's processes start with it (None: not told)
+        self._window: list[float] = []  # the stepping run's measured step times (s), for its interval
+        self._shown: tuple = (0.0, None)  # when the step line last changed (monotonic), for which (run, phase)
+        self._interval: tuple[float, str] = (0.0, "")  # when the interval was last worked out, and its text
 
     def __enter__(self) -> "SweepView":
         self.progress.start()
@@ -72,20 +81,46 @@ class SweepView:
             self.progress.update(self.task, info="starting workers" if fresh else "settling after the change")
 
     def step(self, run, event) -> None:
+        # called for every step of every process: the line changes at most every REFRESH_S (it
+        # is drawn 10 times a second anyway) unless the run or phase changes, and the interval
+        # at most every INTERVAL_S, so the controller's per-step work stays small beside a 1 ms
+        # step on 2 shared cores
         from netbench.jobs import events as ev
-        from netbench.jobs.analysis import images_per_sec
-        from netbench.model.job import images_per_step
 
         event = ev.as_event(event)
         if not isinstance(event, ev.Step) or event.worker != 0:
             return
-        self._stepping = run.run_id
+        if self._stepping != run.run_id:
+            self._stepping, self._window, self._interval = run.run_id, [], (0.0, "")
+        if event.phase == ev.PHASE_MEASURED:
+            self._window.append(event.duration)
+        now = time.monotonic()
+        if now - self._shown[0] < REFRESH_S and self._shown[1] == (run.run_id, event.phase):
+            return
+        self._shown = (now, (run.run_id, event.phase))
+        from netbench.jobs.analysis import images_per_sec
+        from netbench.model.job import images_per_step
+
         duration = event.duration or 1e-9
         phase = {ev.PHASE_WARMUP: "warm-up", ev.PHASE_SETTLE: "settling"}.get(event.phase, event.phase)
         # a playbook run carries its own job; a step stands for more than one batch under accum
         images = images_per_step(run.job, run.workers)
         self.progress.update(self.task, info=f"step {event.step} ({phase}) "
-                             f"{duration * 1000:.0f} ms, {images_per_sec(images, duration):,.0f} img/s")
+                             f"{duration * 1000:.0f} ms, {images_per_sec(images, duration):,.0f} img/s"
+                             + self._precision(run, now))
+
+    def _precision(self, run, now: float) -> str:
+        """", ±h% of P (n steps)": the 95 % interval of the window's mean step so far, narrowing."""
+        from netbench import stats
+
+        if len(self._window) < 2 * stats.MIN_BATCHES:
+            return ""
+        if now - self._interval[0] >= INTERVAL_S:
+            width = stats.relative_half_width(stats.batch_means_interval(self._window))
+            target = f" of {run.job.precision * 100:g}%" if run.job.precision else ""
+            text = "" if width is None else f", ±{width * 100:.1f}%{target} ({len(self._window)} steps)"
+            self._interval = (now, text)
+        return self._interval[1]
 
     def run_finished(self, run, result) -> None:
         self.progress.advance(self.task)
@@ -111,7 +146,7 @@ class SweepView:
         table = Table(title=f"sweep {self.config.sweep_id}")
         for col, justify in (("run", "left"), ("profile", "left"), ("delay", "right"), ("rate", "right"),
                              ("loss", "right"), ("rep", "right"), ("images/s", "right"), ("± se", "right"),
-                             ("step mean", "right"), ("step p90", "right"), ("status", "left")):
+                             ("step mean", "right"), ("± 95%", "right"), ("step p90", "right"), ("status", "left")):
             table.add_column(col, justify=justify)
         for result in results:
             p, s = result.profile, result.stats or {}
@@ -120,10 +155,34 @@ class SweepView:
                           f"{s['images_per_sec']:,.1f}" if s else "-",
                           f"{s['images_per_sec_stderr']:,.1f}" if s else "-",
                           f"{s['mean_s'] * 1000:.1f} ms" if s else "-",
+                          "-" if result.step_time_ci_pct is None else f"{result.step_time_ci_pct:.1f}%"
+                          + ("" if result.precision_reached in (None, True) else " [yellow](not reached)[/]"),
                           f"{s['p90_s'] * 1000:.1f} ms" if s else "-",
                           "ok" if result.status == "ok" else f"[red]{escape(result.status)}[/]")
         console.out.print(table)
+        spread = run_to_run_line(results)
+        if spread:
+            console.info(spread)
         console.info(f"results: {escape(str(self.config.output))}/results.csv, manifest.json, runs/, logs/")
+
+
+def run_to_run_line(results) -> str:
+    """"run to run: <point> sd X % (within-run ±Y %), ..." for the points with 2 or more ok runs
+    (what varies between repetitions against each run's own interval); "" when none has."""
+    from netbench.report.groups import spread_pct
+
+    by_point: dict[str, list] = {}
+    for result in results:
+        if result.status == "ok" and result.stats:
+            by_point.setdefault(result.profile["name"], []).append(result)
+    cells = []
+    for name, runs in by_point.items():
+        sd = spread_pct([r.stats["images_per_sec"] for r in runs])
+        widths = [r.step_time_ci_pct for r in runs if r.step_time_ci_pct is not None]
+        if sd is not None:
+            within = f" (within-run ±{sum(widths) / len(widths):.1f} %)" if widths else ""
+            cells.append(f"{escape(name)} sd {sd:.1f} %{within}")
+    return "run to run: " + ", ".join(cells) if cells else ""
 
 
 # ---------------------------------------------------------------- testbed
@@ -193,8 +252,9 @@ def schedule_change(landed) -> None:
     """One change as it landed: when, the profile, how late."""
     when = f"step {landed.at_step}" if landed.at_step is not None else f"{landed.scheduled_s:8.3f}s"
     loop = f" (loop {landed.cycle + 1})" if landed.cycle else ""
+    merged = f", {len(landed.merged)} earlier change(s) merged into it" if getattr(landed, "merged", ()) else ""
     console.info(f"  {when}  {escape(landed.profile.name)} ({escape(landed.profile.label())}){loop}  "
-                 f"[dim]landed {landed.lateness_s * 1000:+.1f} ms from its time[/]")
+                 f"[dim]landed {landed.lateness_s * 1000:+.1f} ms from its time{merged}[/]")
 
 
 def schedule_summary(summary, restored=None) -> None:
@@ -300,16 +360,18 @@ def hosts_doctor(report, as_json: bool) -> None:
     console.out.print(table)
 
 
-def removed(target_kind: str, removed: dict[str, list[str]]) -> None:
-    """What reset removed: on this machine, or per host then this controller's leftovers."""
+def removed(target_kind: str, removed: dict[str, list[str]], complete: bool = True) -> None:
+    """What reset removed: on this machine, or per host then this controller's leftovers.
+    `complete` False: some of it could not be removed (the error that follows says what)."""
     from netbench.testbed.base import EMBEDDED
 
     if target_kind == "embedded":
-        lines = removed[EMBEDDED]
+        lines = removed.get(EMBEDDED, [])
         for line in lines:
             console.info(f"removed {escape(line)}")
-        console.info("[green]clean[/]: nothing netbench made is left" if lines
-                     else "nothing to remove: the machine is clean")
+        if complete:
+            console.info("[green]clean[/]: nothing netbench made is left" if lines
+                         else "nothing to remove: the machine is clean")
         return
     for name, lines in removed.items():
         if name == EMBEDDED:
@@ -358,17 +420,18 @@ def runs_table(observations: Sequence[Observation]) -> Table:
 
 def groups_table(groups: Sequence[Group], confidence: float) -> Table:
     from netbench.report.groups import ordered, varying
-    from netbench.report.summary import interval_text, level_text
+    from netbench.report.summary import interval_text, level_text, spread_cells
     from netbench.stats import MIN_RUNS
 
     shown = varying(groups) or ["model"]
     table = Table(title=f"{len(groups)} design points: geometric mean images/s over repetitions, "
                         f"{confidence:.0%} interval (log-scale t; under {MIN_RUNS} runs: the runs)")
-    for col in (*shown, "n", "geo. mean", "interval", "timeouts", "failed"):
+    for col in (*shown, "n", "geo. mean", "interval", "run-to-run sd", "within-run ±", "timeouts", "failed"):
         table.add_column(col)
     for g in ordered(groups):
         mean, ci = interval_text(g.interval, runs=g.values)
-        table.add_row(*(escape(level_text(s, g.get(s))) for s in shown), str(len(g.values)), mean, ci, str(g.timeouts),
+        table.add_row(*(escape(level_text(s, g.get(s))) for s in shown), str(len(g.values)), mean, ci,
+                      *spread_cells(g), str(g.timeouts),
                       str(g.failed))
     return table
 
@@ -426,3 +489,8 @@ def design_estimate(runs, isolate: bool, settle, step_timeout_s: float | None = 
     both = {mode: estimate_design(runs, mode, settle, costs, step_timeout_s, order) for mode in (isolate, not isolate)}
     for line in estimate_lines(both[isolate], both[not isolate], costs):
         console.plain(escape(line))
+    jobs = {run.job for run in runs if run.job is not None and run.job.precision}
+    if jobs:  # the estimate models --steps/--seconds; a precision can lengthen any window
+        longest = max(job.max_seconds for job in jobs)
+        console.plain(escape(f"  with --precision a point's window may go on past its steps, to at most {longest:g} s "
+                             f"(at most {_duration(longest * len(runs))} of windows for these runs)"))

@@ -23,14 +23,34 @@ import random
 from dataclasses import dataclass
 
 
+# bounds on every field (at least a profile's, model/profile.py: a unit test holds them so):
+# a control datagram or a command line beyond them is refused, never turned into an
+# overflow inside the engine's loop
+MAX_DELAY_US = 2**32 - 1  # ~71 minutes
+MAX_JITTER_US = 2**32 - 1
+MAX_RATE_BPS = 2**63 - 1
+MAX_SEED = 2**64 - 1
+_MAX_INT = {"delay_us": MAX_DELAY_US, "jitter_us": MAX_JITTER_US, "seed": MAX_SEED}
+
+
+def shown_value(value: object) -> str:
+    """`value` for a message, at most ~60 characters (an int of 4,300 digits has no repr)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"<an integer of {value.bit_length()} bits>"
+    text = repr(value) if not isinstance(value, (list, dict, str)) or len(value) < 60 else f"<a {type(value).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _check_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    top = _MAX_INT.get(name, MAX_SEED)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= top:
+        raise ValueError(f"{name} must be an int >= 0 and <= {top}, got {shown_value(value)}")
 
 
 def _check_loss(value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"loss must be a ratio in [0, 1], got {value!r}")
+    # an int is compared as is: float() of a 400-digit one would overflow
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"loss must be a ratio in [0, 1], got {shown_value(value)}")
 
 
 @dataclass(frozen=True)
@@ -52,13 +72,14 @@ class DestParams:
         try:
             ipaddress.IPv4Address(self.dst)
         except (ipaddress.AddressValueError, ValueError, TypeError):
-            raise ValueError(f"dst must be an IPv4 address, got {self.dst!r}") from None
+            raise ValueError(f"dst must be an IPv4 address, got {shown_value(self.dst)}") from None
         _check_int("delay_us", self.delay_us)
         _check_int("jitter_us", self.jitter_us)
         _check_loss(self.loss)
         if self.rate_bps is not None and (not isinstance(self.rate_bps, int) or isinstance(self.rate_bps, bool)
-                                          or self.rate_bps <= 0):
-            raise ValueError(f"rate_bps must be an int > 0 or None, got {self.rate_bps!r}")
+                                          or not 0 < self.rate_bps <= MAX_RATE_BPS):
+            raise ValueError(f"rate_bps must be an int > 0 and <= {MAX_RATE_BPS} or None, "
+                             f"got {shown_value(self.rate_bps)}")
 
     @property
     def key(self) -> int:
@@ -76,7 +97,7 @@ def dest_params_from_dict(data: object) -> DestParams:
         raise ValueError(f"a pair must be an object, got {type(data).__name__}")
     unknown = sorted(set(data) - {"dst", "delay_us", "jitter_us", "loss", "rate_bps"})
     if unknown:
-        raise ValueError(f"unknown pair field(s) {', '.join(unknown)}")
+        raise ValueError(f"unknown pair field(s) {', '.join(unknown)[:200]}")
     if "dst" not in data:
         raise ValueError("a pair needs dst")
     loss = data.get("loss", 0.0)
@@ -107,8 +128,8 @@ class EngineParams:
     def __post_init__(self) -> None:
         _check_int("delay_us", self.delay_us)
         _check_int("jitter_us", self.jitter_us)
-        if not 0.0 <= float(self.loss) <= 1.0:
-            raise ValueError(f"loss must be a ratio in [0, 1], got {self.loss!r}")
+        _check_int("seed", self.seed)
+        _check_loss(self.loss)
         seen: set[str] = set()
         for pair in self.pairs:
             if not isinstance(pair, DestParams):

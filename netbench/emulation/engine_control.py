@@ -13,7 +13,9 @@ a per-destination table, ``"pairs": [{"dst": "10.213.0.3", "delay_us": 25000, "j
 "loss": 0.001, "rate_bps": 1000000000}, ...]`` (delay_us/jitter_us/loss are then the default of
 destinations not in it; all zero: unshaped); a ``set`` without "pairs" drops the table (one
 profile for every destination). New parameters apply to packets arriving after the change;
-held packets keep their release time.
+held packets keep their release time. Every field is bounded (delay_us and jitter_us at most
+2**32 - 1, rate_bps 2**63 - 1, seed 2**64 - 1, 4096 pairs): whatever a datagram holds, it gets
+a reply and the engine carries on.
 
 :func:`handle_request` is pure (bytes and parameters in, reply and parameters out), for
 tests; :class:`ControlSocket` is the engine's side, :func:`request` the controller's.
@@ -23,21 +25,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import json
-import math
 import os
 import socket
 import tempfile
 import time
 from typing import Any, Iterator
 
-from netbench.emulation.delay_queue import dest_params_from_dict
+from netbench.emulation.delay_queue import shown_value, dest_params_from_dict
 
 MAX_DATAGRAM = 65536  # a table of 63 destinations is ~6 KB of JSON
+MAX_PAIRS = 4096  # destinations in one table (a testbed has at most 63 others)
 SET_FIELDS = ("delay_us", "jitter_us", "loss", "seed", "pairs")
 MAX_UNIX_PATH = 100  # sun_path is 108 bytes; longer paths go through /proc/self/fd
-_client_ids = itertools.count()
 
 
 class ControlError(ValueError):
@@ -51,7 +51,7 @@ def _is_int(value: Any) -> bool:
 def _checked_fields(msg: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(msg) - {"op", "id", *SET_FIELDS})
     if unknown:
-        raise ControlError(f"unknown field(s) {', '.join(unknown)}; a set takes {', '.join(SET_FIELDS)}")
+        raise ControlError(f"unknown field(s) {', '.join(unknown)[:200]}; a set takes {', '.join(SET_FIELDS)}")
     if "delay_us" not in msg:
         raise ControlError("set needs delay_us")
     fields = {}
@@ -60,43 +60,57 @@ def _checked_fields(msg: dict[str, Any]) -> dict[str, Any]:
             continue
         value = msg[name]
         if name == "pairs":
-            if not isinstance(value, list) or not value:
-                raise ControlError(f"pairs must be a non-empty list, got {value!r}"[:200])
+            if not isinstance(value, list) or not 0 < len(value) <= MAX_PAIRS:
+                raise ControlError(f"pairs must be a non-empty list of at most {MAX_PAIRS} destinations, "
+                                   f"got {shown_value(value)}")
             try:
                 value = tuple(dest_params_from_dict(item) for item in value)
             except ValueError as exc:
                 raise ControlError(f"pairs: {exc}") from None
         elif name == "loss":
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-                raise ControlError(f"loss must be a number in [0, 1], got {value!r}")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+                raise ControlError(f"loss must be a number in [0, 1], got {shown_value(value)}")
+            if not 0 <= value <= 1:  # compared as is: float() of a 400-digit int would overflow
+                raise ControlError(f"loss must be a ratio in [0, 1], got {shown_value(value)}")
             value = float(value)
         elif not _is_int(value):
-            raise ControlError(f"{name} must be an integer, got {value!r}")
+            raise ControlError(f"{name} must be an integer, got {shown_value(value)}")
         fields[name] = value
     fields.setdefault("pairs", ())  # no table given: one profile for every destination
     return fields
+
+
+def _request_id(value: Any) -> Any:
+    """The id a reply echoes: a short string or an int of at most 64 bits; anything else is
+    not echoed (it could not be encoded, or would make the reply too long to send)."""
+    if isinstance(value, str) and len(value) <= 100:
+        return value
+    if _is_int(value) and value.bit_length() <= 64:
+        return value
+    return None
 
 
 def handle_request(data: bytes, params: Any) -> tuple[dict[str, Any], Any | None]:
     """Answer one datagram given the engine's current ``params`` (an EngineParams).
 
     Returns (reply, new params or None when they do not change). Never raises: a bad
-    request gets ``{"ok": false, "error": ...}`` and the engine carries on.
+    request, whatever it holds (an integer of 5,000 digits, JSON nested 100,000 deep, a
+    delay of 10**400 us), gets ``{"ok": false, "error": ...}`` and the engine carries on.
     """
     request_id = None
     try:
         try:
             msg = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ControlError(f"not a JSON object: {exc}") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: an int over 4,300 digits
+            raise ControlError(f"not a JSON object: {str(exc)[:100]}") from None
         if not isinstance(msg, dict):
             raise ControlError(f"not a JSON object: {type(msg).__name__}")
-        request_id = msg.get("id")
+        request_id = _request_id(msg.get("id"))
         op = msg.get("op")
         if op == "ping":
             return {"ok": True, "id": request_id, "params": params.as_dict()}, None
         if op != "set":
-            raise ControlError(f"unknown op {op!r}; known: ping, set")
+            raise ControlError(f"unknown op {shown_value(op)}; known: ping, set")
         try:
             new = dataclasses.replace(params, **_checked_fields(msg))  # EngineParams validates
         except ValueError as exc:
@@ -104,6 +118,8 @@ def handle_request(data: bytes, params: Any) -> tuple[dict[str, Any], Any | None
         return {"ok": True, "id": request_id, "params": new.as_dict()}, new
     except ControlError as exc:
         return {"ok": False, "id": request_id, "error": str(exc)}, None
+    except Exception as exc:  # noqa: BLE001 - no datagram may stop the engine
+        return {"ok": False, "id": request_id, "error": f"bad request ({type(exc).__name__})"}, None
 
 
 def encode(obj: dict[str, Any]) -> bytes:
@@ -124,17 +140,35 @@ def _short_path(path: str) -> Iterator[str]:
         os.close(fd)
 
 
+def _private_dir(near: str) -> str:
+    """A new folder only this user may enter (mode 0700, a name no one can guess) in folder
+    `near`, or in the temp folder when a socket path in `near` would be too long."""
+    private = tempfile.mkdtemp(prefix=".nb-", dir=near)
+    if len(os.fsencode(os.path.join(private, "c.sock"))) <= MAX_UNIX_PATH:
+        return private
+    os.rmdir(private)
+    return tempfile.mkdtemp(prefix="netbench-")
+
+
 def bind_unix(sock: socket.socket, path: str) -> None:
-    """Bind ``sock`` at ``path`` with mode 0600: a stale file there is removed first, and the
-    umask keeps the socket private from its creation on (no window with a wider mode)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    old = os.umask(0o177)
+    """Bind ``sock`` at ``path`` with mode 0600, with no window in which it has a wider mode
+    and no change of the umask (process-wide: it would reach files other threads create
+    meanwhile): bound in a private 0700 folder beside ``path``, made 0600 there, then
+    renamed into place (replacing a stale file). A peer finds a socket by its file, so the
+    rename keeps it reachable; only a socket others send to is bound this way (a client's
+    address, which peers reply to, stays where it was bound: see request_many)."""
+    head, _ = os.path.split(os.path.abspath(path))
+    private = tempfile.mkdtemp(prefix=".nb-", dir=head)
     try:
-        with _short_path(path) as short:
+        inner = os.path.join(private, "s")
+        with _short_path(inner) as short:
             sock.bind(short)
+        os.chmod(inner, 0o600)
+        os.replace(inner, path)
     finally:
-        os.umask(old)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(private, "s"))
+        os.rmdir(private)
 
 
 class ControlSocket:
@@ -164,7 +198,7 @@ class ControlSocket:
         """Send ``reply`` to ``address``; a sender without an address or gone is skipped."""
         if not address:
             return
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):  # ValueError: a reply that cannot be encoded
             self.sock.sendto(encode(reply), address)
 
     def close(self) -> None:
@@ -177,9 +211,10 @@ def request(path: str, message: dict[str, Any], timeout_s: float = 1.0,
             client_dir: str | None = None) -> dict[str, Any]:
     """Send ``message`` to the engine's control socket at ``path`` and return its reply.
 
-    The client socket is bound in ``client_dir`` (default: next to ``path``; the temp dir
-    when that name would be too long for a socket address) so the engine, in any network
-    namespace, can answer; it is removed before returning. Raises
+    The client socket is bound in a private folder (mode 0700, made for this request) in
+    ``client_dir`` (default: next to ``path``; the temp dir when that name would be too long
+    for a socket address) so the engine, in any network namespace, can answer; both are
+    removed before returning. Raises
     FileNotFoundError / ConnectionRefusedError when nothing listens at ``path``,
     TimeoutError when no reply comes in ``timeout_s``.
     """
@@ -203,16 +238,16 @@ def request_many(messages: list[tuple[str, dict[str, Any]]], timeout_s: float = 
     `timeout_s` bounds the wait for each reply."""
     if not messages:
         return []
-    name = f".client-{os.getpid()}-{next(_client_ids)}.sock"
     first = messages[0][0]
-    client_path = os.path.join(client_dir or os.path.dirname(os.path.abspath(first)), name)
-    if len(os.fsencode(client_path)) > MAX_UNIX_PATH:
-        client_path = os.path.join(tempfile.gettempdir(), f"netbench{name}")
+    # a folder only this user may enter, under a name no one can guess: no one else can
+    # put a file or a link where the client binds, nor send it replies
+    private = _private_dir(client_dir or os.path.dirname(os.path.abspath(first)))
+    client_path = os.path.join(private, "c.sock")
     results: list[dict[str, Any] | BaseException | None] = [None] * len(messages)
     waiting: dict[Any, tuple[int, float]] = {}  # request id -> (index, deadline)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
-        bind_unix(sock, client_path)
+        sock.bind(client_path)
         pending = list(enumerate(messages))
         pending.reverse()
         while pending or waiting:
@@ -246,6 +281,7 @@ def request_many(messages: list[tuple[str, dict[str, Any]]], timeout_s: float = 
         sock.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(client_path)
+        os.rmdir(private)
     return results  # type: ignore[return-value]
 
 
@@ -257,7 +293,11 @@ def serve_pending(control: ControlSocket, get_params, apply) -> int:
         data, address = received
         reply, new = handle_request(data, get_params())
         if new is not None:
-            apply(new)
-            applied += 1
+            try:
+                apply(new)
+                applied += 1
+            except Exception as exc:  # noqa: BLE001 - refused, the engine keeps its parameters and runs on
+                reply = {"ok": False, "id": reply.get("id"), "error": f"cannot apply: {type(exc).__name__}: "
+                                                                      f"{str(exc)[:100]}"}
         control.reply(address, reply)
     return applied

@@ -107,6 +107,14 @@ class Engines:
         self.control_path(netns, queue_num).unlink(missing_ok=True)  # left behind by a KILL
         return stopped
 
+    def lost(self, journal) -> list[str]:
+        """One line per engine the journal holds as running whose process is gone (it died or
+        was killed: its NFQUEUE rule drops the node's traffic from then on)."""
+        return [f"the delay engine on queue {e.data.get('queue')} in {e.data.get('netns')} (pid {e.data['pid']}) "
+                f"died; see {self._paths(e.data.get('netns'), e.data.get('queue'))[2]}"
+                for e in journal.pending() if e.kind == "process" and e.data.get("role") == "engine"
+                and not proc.is_running(e.data["pid"], e.data.get("start"))]
+
     def reconfigure(self, netns: str, queue_num: int, delay_us: int, jitter_us: int, loss: float,
                     seed: int, journal, pairs: tuple = ()) -> bool:
         """Change the live engine's parameters in place, for packets arriving from now on.
@@ -127,7 +135,7 @@ class Engines:
         messages: list[tuple[str, dict[str, Any]]] = []
         sent: list[int] = []
         for i, (netns, queue_num, delay_us, jitter_us, loss, seed, *rest) in enumerate(changes):
-            if any(proc.is_same_process(e.data["pid"], e.data.get("start"))
+            if any(proc.is_running(e.data["pid"], e.data.get("start"))
                    for e in self._entries(netns, queue_num, journal)):
                 message = {"op": "set", "delay_us": int(delay_us), "jitter_us": int(jitter_us),
                            "loss": float(loss), "seed": int(seed), "id": next(_request_ids)}

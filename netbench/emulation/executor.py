@@ -81,6 +81,11 @@ class Executor:
         if release is not None:
             release()
 
+    def lost(self) -> list[str]:
+        """What of the emulation applied has died since (a delay engine), one line each."""
+        lost = getattr(self.engines, "lost", None)
+        return lost(self.journal) if lost is not None else []
+
     def held(self) -> Held:
         """What netbench holds now, from the journal (plan a change in place against it)."""
         return held_from_entries(self.journal.pending())

@@ -7,7 +7,8 @@ moves them through the launch's points (`plan_launches`; the order's seed is rec
 For each point it applies the profile in place, drops the chief's steps that overlap the
 change plus a settle window (`Settle`: at least `steps` steps AND at least `seconds` after
 the change AND until the step time is steady; the dropped steps are kept with phase
-"settle"), measures the next `job.steps` steps (or `job.seconds`), and goes on
+"settle"), measures the next `job.steps` steps (or `job.seconds`; with `job.precision`, more
+until the mean step time is known to it or `job.max_seconds` have passed), and goes on
 (`PointWindow` decides each step).
 
 Launches go "descending" by default: a job configuration's points are cut into chains in
@@ -27,12 +28,14 @@ split-plot; it measures the carry-over, and is biased wherever a point follows a
 
 from __future__ import annotations
 
+import bisect
 import random
 import statistics
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from netbench import stats
 from netbench.jobs import events as ev
 from netbench.jobs.launch import JobOutcome, TaskLost
 from netbench.jobs.live import JobBroken, LiveJob
@@ -187,8 +190,15 @@ class PointWindow:
     phase by step number. Warm-up steps stay warm-up (and count as settled steps: the first
     point of a launch is applied before the processes start)."""
 
-    def __init__(self, changed_at: float, settle: Settle, steps: int, seconds: float | None = None) -> None:
+    def __init__(self, changed_at: float, settle: Settle, steps: int, seconds: float | None = None,
+                 precision: float | None = None, max_seconds: float = 60.0) -> None:
         self.changed_at, self.settle, self.steps, self.seconds = changed_at, settle, steps, seconds
+        # with a precision, `steps`/`seconds` is the least window: it goes on until the mean step
+        # time is known to it (stats.steps_to_precision) or has lasted max_seconds
+        self.precision, self.max_seconds = precision, max_seconds
+        self.measured_durations: list[float] = []  # the chief's measured steps, in order
+        self._next_check = 0  # the measured step count at which precision is checked next
+        self._finished = False
         self.phase_of: dict[int, str] = {}
         self.first_index: int | None = None
         self.after = 0  # chief steps started after the change
@@ -202,11 +212,28 @@ class PointWindow:
 
     @property
     def done(self) -> bool:
+        if self._finished:
+            return True
         if self.window_start is None or self.window_end is None:
             return False
         if self.seconds:
-            return self.window_end - self.window_start >= self.seconds
-        return self.measured >= self.steps
+            least = self.window_end - self.window_start >= self.seconds
+        else:
+            least = self.measured >= self.steps
+        self._finished = least and (not self.precision or self._precise())
+        return self._finished
+
+    def _precise(self) -> bool:
+        """Whether the window has its precision (or its time is up); checked only when the
+        steps asked for at the last check have come, so a long window costs a few checks."""
+        elapsed = self.window_end - self.window_start
+        if elapsed >= self.max_seconds:
+            return True
+        if self.measured < self._next_check:
+            return False
+        need = stats.steps_to_precision(self.measured_durations, self.precision, elapsed, self.max_seconds)
+        self._next_check = self.measured + need
+        return need == 0
 
     def chief(self, step: ev.Step) -> str:
         """The phase of the chief's `step` in this point (it must not be done yet)."""
@@ -228,6 +255,7 @@ class PointWindow:
             self.window_end = step.recv if step.recv is not None else step.end
             self.measured += 1
             self.last_index = step.step
+            self.measured_durations.append(step.end - step.start)
         self.phase_of[step.step] = phase
         return phase
 
@@ -289,12 +317,15 @@ def run_launch(plan: LaunchPlan, ctx: Context) -> None:
     """Every run of `plan`, in its order, through as few launches as failures allow."""
     left = list(plan.runs)
     while left:
-        number = len(ctx.started)
-        ctx.started.append({"launch": number, "group": plan.group, "seed": plan.seed,
-                            "runs": [r.run_id for r in left], "started": time.time()})
+        # numbered after every launch the folder holds (an earlier session's, on --append or
+        # a playbook's resume) and every one this sweep started
+        number = max([ctx.store.next_launch()] + [s["launch"] + 1 for s in ctx.started])
+        this = {"launch": number, "group": plan.group, "seed": plan.seed,
+                "runs": [r.run_id for r in left], "started": time.time()}
+        ctx.started.append(this)
         ctx.observer.note(f"launch {number}: {len(left)} point(s), order " + " ".join(r.run_id for r in left))
         left = _one_launch(number, left, ctx)
-        ctx.started[number]["ended"] = time.time()
+        this["ended"] = time.time()
 
 
 def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
@@ -313,7 +344,7 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
             started, changed_at = time.time(), time.monotonic()
             ctx.testbed.apply(run, seed=ctx.seed_of(run))
             ctx.observer.profile_applied(run)
-            window = PointWindow(changed_at, ctx.settle, job.steps, job.seconds)
+            window = PointWindow(changed_at, ctx.settle, job.steps, job.seconds, job.precision, job.max_seconds)
             if live is None:
                 try:
                     live = LiveJob(tasks, ctx.store.log_dir(f"launch{number:03d}"), ctx.testbed.spawn)
@@ -351,22 +382,24 @@ def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: 
         ctx.observer.step(run, event)
 
     def settle_others() -> None:
-        for step in list(waiting):
-            phase = window.phase_for(step.step)
-            if phase is not None:
-                waiting.remove(step)
-                take(replace(step, phase=phase))
+        # `waiting` is kept in step order and the chief's steps come in order, so the steps it has
+        # reached are at the front: each chief step costs what it settles, not the whole list
+        while waiting:
+            phase = window.phase_for(waiting[0].step)
+            if phase is None:
+                break
+            take(ev.evolve(waiting.pop(0), phase=phase))
 
     def handle(event: ev.Event) -> None:
         if isinstance(event, ev.Start):
             starts.append(event)
             take(event)
         elif isinstance(event, ev.Step) and (event.role, event.worker) == chief:
-            take(replace(event, phase=window.chief(event)))
+            take(ev.evolve(event, phase=window.chief(event)))
             clock.since, clock.stepped = time.monotonic(), True
             settle_others()
         elif isinstance(event, ev.Step):
-            waiting.append(event)
+            bisect.insort(waiting, event, key=_step_number)
             settle_others()
         else:
             take(event)
@@ -391,6 +424,10 @@ def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: 
             handle(event)
     _drain(live, window, chief, waiting, carry, timeouts.step_s, take)
     return "ok", "", got
+
+
+def _step_number(step: ev.Step) -> int:
+    return step.step
 
 
 def _unmeasured(steps: list[ev.Step]) -> list[ev.Step]:
@@ -420,14 +457,14 @@ def _drain(live: LiveJob, window: PointWindow, chief, waiting: list, carry: list
             seen[(event.role, event.worker)] = max(seen[(event.role, event.worker)], event.step)
             phase = window.phase_for(event.step)
             if event.step <= last and phase is not None:
-                take(replace(event, phase=phase))
+                take(ev.evolve(event, phase=phase))
                 continue
         carry.append(event)
     kept = []
     for event in carry:  # other tasks' steps of this window that arrived before the drain
         if isinstance(event, ev.Step) and (event.role, event.worker) in seen and last is not None \
                 and event.step <= last and window.phase_for(event.step) is not None:
-            take(replace(event, phase=window.phase_for(event.step)))
+            take(ev.evolve(event, phase=window.phase_for(event.step)))
         else:
             kept.append(event)
     carry[:] = kept

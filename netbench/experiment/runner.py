@@ -101,7 +101,16 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      idle_ratio=phases.idle_ratio if phases else None,
                      step=analysis.step_kind(outcome.events, job), split_from=phases.source if phases else None,
                      resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)),
-                     topology=run.pairs.to_json() if run.pairs is not None else None)
+                     topology=run.pairs.to_json() if run.pairs is not None else None,
+                     **window_precision(durations, job.precision))
+
+
+def window_precision(durations: list[float], precision: float | None) -> dict:
+    """RunResult's step_time_ci_pct (the 95 % batch-means half-width in % of the mean step time)
+    and precision_reached (None without a precision) for a window's measured `durations`."""
+    width = measure.relative_half_width(measure.batch_means_interval(durations)) if durations else None
+    reached = None if not precision else (width is not None and width <= precision)
+    return {"step_time_ci_pct": None if width is None else 100 * width, "precision_reached": reached}
 
 
 def _driver(run: Run, testbed: Target, seed: int, observer: Observer):
@@ -135,6 +144,16 @@ def _with_schedule(result: RunResult, driver) -> RunResult:
     if driver.error and result.status == "ok":
         return replace(result, schedule=record, status="failed", error=f"schedule: {driver.error}")
     return replace(result, schedule=record)
+
+
+def _emulation_kept(result: RunResult, testbed: Target) -> RunResult:
+    """A run during which part of the emulation died (a delay engine: its node's traffic was
+    dropped from then on) fails, whatever its steps said: its figures are not of its profile."""
+    check = getattr(testbed, "emulation_lost", None)
+    lost = check() if check is not None else None
+    if lost and result.status != "failed":
+        return replace(result, status="failed", error=f"emulation: {lost}")
+    return result
 
 
 def split_runs(config: SweepConfig, testbed_kind: str) -> tuple[list[Run], list[Run]]:
@@ -176,6 +195,17 @@ def _run_isolated(run: Run, config: SweepConfig, testbed: Target, store: ResultS
         observer.window(run, *measured)
     del outcome  # its events live on in `result` until it is stored
     finish(run, result)
+
+
+def _lease_checked(testbed: Target, result: RunResult) -> RunResult:
+    """`result` failed when a host lost its lease while the run had it (the host reverted
+    itself: the run did not have its profile). Only a target holding leases (SSH hosts) has
+    `lease_lost`; it asks every host again, after the run's end."""
+    lease_lost = getattr(testbed, "lease_lost", None)
+    why = lease_lost(result.ended) if lease_lost is not None else None
+    if why is None:
+        return result
+    return replace(result, status="failed", error="; ".join(filter(None, [result.error, why])))
 
 
 Testbed = Target  # where a sweep runs: the one Target protocol of every command (testbed/base.py)
@@ -227,6 +257,8 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         rng = random.Random(config.seed ^ int(time.time()))
 
         def finish(run: Run, result: RunResult) -> None:
+            result = _lease_checked(testbed, result)
+            result = _emulation_kept(result, testbed)
             store.add(result)
             observer.run_finished(run, result)
             # the stored record keeps the step events; the controller keeps only the summary, so a

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 from netbench import stats
 from netbench.errors import UsageError
 from netbench.model.profile import Profile, profile_from_mapping
-from netbench.model.schedule import TimedProfile
+from netbench.model.schedule import TimedProfile, due
 
 FINE_WAIT_S = 0.002  # the last stretch before a change is one short sleep, not a coarse one
 COARSE_CHUNK_S = 0.1  # the longest single sleep, so a stop event is seen within this
@@ -30,7 +30,7 @@ class Landed:
     `scheduled_s` when it was due (for a training-step trigger: when the step was seen),
     `started_s` when the apply began, `landed_s` when it returned; `lateness_s` = landed - scheduled."""
 
-    index: int  # position in the timeline
+    index: int  # position in the timeline (-1: the schedule's base, in place before its first step)
     cycle: int  # the loop (0 without repeat)
     step: int  # the schedule step (or trace row) it comes from
     at_step: int | None
@@ -38,6 +38,7 @@ class Landed:
     started_s: float
     landed_s: float
     profile: Profile
+    merged: tuple[int, ...] = ()  # timeline positions that were due before this one landed, skipped for it
 
     @property
     def lateness_s(self) -> float:
@@ -76,12 +77,13 @@ def _wait_until(deadline: float, clock: Callable[[], float], sleep: Callable[[fl
 
 
 def _wait_for_step(target: int, current_step: Callable[[], int], sleep: Callable[[float], None],
-                   stop: threading.Event | None) -> bool:
-    while current_step() < target:
+                   stop: threading.Event | None) -> int | None:
+    """The training step once it has reached `target`; None if `stop` was set first."""
+    while (seen := current_step()) < target:
         if stop is not None and stop.is_set():
-            return False
+            return None
         sleep(STEP_POLL_S)
-    return not (stop is not None and stop.is_set())
+    return None if stop is not None and stop.is_set() else seen
 
 
 def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], None], *,
@@ -89,7 +91,8 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
                  repeat: bool = False, period_s: float | None = None,
                  current_step: Callable[[], int] | None = None,
                  on_change: Callable[[Landed], None] | None = None,
-                 stop: threading.Event | None = None, already: Profile | None = None) -> list[Landed]:
+                 stop: threading.Event | None = None, already: Profile | None = None,
+                 base: Profile | None = None) -> list[Landed]:
     """Apply each profile of `timeline` at its time (or once the training step reaches its
     at_step, asking `current_step`), in order; with `repeat`, loop every `period_s` (seconds,
     or training steps for a step-triggered timeline) until `stop` is set or the caller is
@@ -97,9 +100,14 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
     one left the link) is not applied again; `already` is what the link holds at the start (an
     entry equal to it is not applied either). Returns what landed; `on_change` sees each.
 
-    A change takes time to make (milliseconds per link): a timed change starts early by the
-    median duration of the last LEAD_WINDOW changes, so it lands at its time rather than that
-    much after it (lateness can then be slightly negative: early)."""
+    The profile in force at time 0 (the last entry due at 0, else `base`: a schedule's own
+    profile, recorded with index -1) is in place before time 0: the clock starts once it has
+    landed (starting a testbed's delay engines takes seconds). A change takes time to make
+    (milliseconds per link): a timed change starts early by the median duration of the last
+    LEAD_WINDOW changes, so it lands at its time rather than that much after it (lateness can
+    then be slightly negative: early). A change whose successors are already due when it is
+    made is merged into the last of them (model.schedule.due; `Landed.merged` lists them): the
+    link goes straight to the state it should have now and the timeline never stretches."""
     if not timeline:
         return []
     by_step = timeline[0].at_step is not None
@@ -108,23 +116,46 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
                          hint="run it within a sweep, or use at: times")
     if repeat and not (period_s and period_s > 0):
         raise UsageError("a repeating schedule needs a period above 0", hint="e.g. 'period: 10s'")
-    start = clock()
     landed: list[Landed] = []
     last: Profile | None = already
     durations: list[float] = []
+    first, start = 0, None
+    if not by_step and timeline[0].at_s > 0 and base is not None and (last is None or not _same_link(base, last)):
+        began = clock()
+        apply(base)
+        last, start = base, clock()
+        _record(landed, on_change, Landed(index=-1, cycle=0, step=0, at_step=None, scheduled_s=0.0,
+                                          started_s=began - start, landed_s=0.0, profile=base))
+    elif not by_step and timeline[0].at_s <= 0:
+        first = due(timeline, 0, 0.0) + 1
+        entry = timeline[first - 1]
+        if last is None or not _same_link(entry.profile, last):
+            began = clock()
+            apply(entry.profile)  # its duration (engines starting) is not a change's: no lead from it
+            last, start = entry.profile, clock()
+            _record(landed, on_change, Landed(index=first - 1, cycle=0, step=entry.step, at_step=None, scheduled_s=0.0,
+                                              started_s=began - start, landed_s=0.0, profile=entry.profile,
+                                              merged=tuple(range(first - 1))))
+    start = clock() if start is None else start
     cycle = 0
     while True:
         offset = cycle * period_s if repeat else 0
-        for index, entry in enumerate(timeline):
+        index = first if cycle == 0 else 0
+        while index < len(timeline):
+            entry = timeline[index]
             if by_step:
-                if not _wait_for_step(int(entry.at_step + offset), current_step, sleep, stop):
+                seen = _wait_for_step(int(entry.at_step + offset), current_step, sleep, stop)
+                if seen is None:
                     return landed
+                target = due(timeline, index, seen, offset)
                 scheduled = clock() - start
             else:
-                scheduled = entry.at_s + offset
                 lead = statistics.median(durations[-LEAD_WINDOW:]) if durations else 0.0
-                if not _wait_until(start + scheduled - lead, clock, sleep, stop):
+                if not _wait_until(start + entry.at_s + offset - lead, clock, sleep, stop):
                     return landed
+                target = due(timeline, index, clock() - start + lead, offset)
+                scheduled = timeline[target].at_s + offset
+            merged, index, entry = tuple(range(index, target)), target + 1, timeline[target]
             if last is not None and _same_link(entry.profile, last):
                 continue
             began = clock() - start
@@ -132,15 +163,19 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
             done = clock() - start
             durations.append(done - began)
             last = entry.profile
-            item = Landed(index=index, cycle=cycle, step=entry.step, at_step=None if not by_step else
-                          int(entry.at_step + offset), scheduled_s=scheduled, started_s=began, landed_s=done,
-                          profile=entry.profile)
-            landed.append(item)
-            if on_change is not None:
-                on_change(item)
+            at_step = None if not by_step else int(entry.at_step + offset)
+            _record(landed, on_change, Landed(index=target, cycle=cycle, step=entry.step, at_step=at_step,
+                                              scheduled_s=scheduled, started_s=began, landed_s=done,
+                                              profile=entry.profile, merged=merged))
         if not repeat or (stop is not None and stop.is_set()):
             return landed
         cycle += 1
+
+
+def _record(landed: list[Landed], on_change: Callable[[Landed], None] | None, item: Landed) -> None:
+    landed.append(item)
+    if on_change is not None:
+        on_change(item)
 
 
 def _same_link(a: Profile, b: Profile) -> bool:
@@ -250,6 +285,8 @@ class RunDriver:
             "changes": [{"index": item.index, "cycle": item.cycle, "step": item.step, "at_step": item.at_step,
                          "scheduled_s": round(item.scheduled_s, 6), "started_s": round(item.started_s, 6),
                          "landed_s": round(item.landed_s, 6), "lateness_ms": round(item.lateness_s * 1000, 3),
+                         "merged": [{"index": i, "step": self.entries[i].step, "when": self.entries[i].when}
+                                    for i in item.merged],
                          "profile": item.profile.to_record()} for item in self.landed],
             "lateness_ms": None if summary is None else {
                 "changes": summary.changes, "mean": round(summary.mean_s * 1000, 3),

@@ -4,9 +4,10 @@ A results folder holds results.csv (one row per run), runs/<id>.json (each run's
 record, step events included), logs/<id>/ (each process's output), manifest.json (the
 sweep: command line, backend, versions) and, for a playbook, playbook.json (its runs and
 sessions) beside playbook.yaml (the file as run). Nothing else in netbench names these
-paths: the runner, playbook resume, report and metrics all come through here. Each row is
-written (and flushed) as soon as its run ends, so an interrupted sweep keeps every
-completed run.
+paths: the runner, playbook resume, report and metrics all come through here. Each run's
+record, then its row, is written (and flushed) as soon as the run ends, so an interrupted
+sweep keeps every completed run; a record left without its row gets it when the folder is
+opened again, so a resume never runs a recorded point twice nor adds a second row for it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from netbench.jobs.resources import Usage, totals
 # 3: per-process resource use (--sample-resources) and its csv columns
 # 4: a run's schedule (its landed changes and lateness) and the csv's schedule column
 # 5: a run's per-pair topology (its `topology` record) and the csv's topology and scale columns
-SCHEMA_VERSION = 5
+# 6: a window's precision: step_time_ci_pct and precision_reached (record and csv)
+SCHEMA_VERSION = 6
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -50,6 +52,7 @@ CSV_COLUMNS = (
     "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error", "schedule", "step", "split_from",
     "launch", "settle_s", "settle_steps", "topology", "scale",
+    "step_time_ci_pct", "precision_reached",
 )
 
 
@@ -102,6 +105,10 @@ class RunResult:
     # the per-pair topology the run applied instead of its profile (model.pairs.PairTopology.to_json,
     # scaled: its links are the delays applied, its scale the factor); None: the profile
     topology: dict[str, Any] | None = None
+    # the 95 % batch-means interval of the mean step time, its half-width in % of the mean (None:
+    # too few steps), and whether it came within the job's precision (None: no precision asked)
+    step_time_ci_pct: float | None = None
+    precision_reached: bool | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -141,6 +148,8 @@ class RunResult:
             "settle_steps": "" if self.settle_steps is None else self.settle_steps,
             "topology": (self.topology or {}).get("name", ""),
             "scale": "" if self.topology is None else f"{self.topology.get('scale', 1):g}",
+            "step_time_ci_pct": opt(self.step_time_ci_pct, 3),
+            "precision_reached": "" if self.precision_reached is None else str(self.precision_reached).lower(),
         }
 
     def _resource_cells(self) -> dict[str, Any]:
@@ -179,6 +188,7 @@ class ResultStore:
         self.runs_dir = directory / RUNS_DIR
         self.logs_dir = directory / LOGS_DIR
         self.playbook_path = directory / PLAYBOOK_RECORD
+        self._rows: set[str] | None = None
 
     def create(self) -> None:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -186,31 +196,71 @@ class ResultStore:
         if not self.csv_path.exists():
             with open(self.csv_path, "w", newline="", encoding="utf-8") as fh:
                 csv.DictWriter(fh, fieldnames=CSV_COLUMNS).writeheader()
-            return
         with open(self.csv_path, newline="", encoding="utf-8") as fh:
             header = next(csv.reader(fh), [])
-        if tuple(header) == CSV_COLUMNS:
-            return
-        if not set(header) <= set(CSV_COLUMNS):
-            unknown = ", ".join(sorted(set(header) - set(CSV_COLUMNS)))
-            raise ResultsError(f"{self.csv_path}: columns this netbench does not write ({unknown})",
-                               hint="give another folder with --output")
-        # written by an older netbench (fewer columns): rewrite it with today's, keeping every row
-        rows = self.read_rows()
+        if tuple(header) != CSV_COLUMNS:
+            if not set(header) <= set(CSV_COLUMNS):
+                unknown = ", ".join(sorted(set(header) - set(CSV_COLUMNS)))
+                raise ResultsError(f"{self.csv_path}: columns this netbench does not write ({unknown})",
+                                   hint="give another folder with --output")
+            # written by an older netbench (fewer columns): rewrite it with today's, keeping every row
+            self._rewrite_rows(drop=set(), extra=[])
+        self._add_missing_rows()
+
+    def add(self, result: RunResult) -> None:
+        """The run's record, then its row. Resume counts a run done by its record, so a crash
+        between the two leaves a record whose row `create` adds back, never a run done twice;
+        a row already there for this run (an older netbench wrote the row first) is replaced."""
+        # the same JSON as asdict(result), without asdict's deep copy of every step event
+        write_json(self.runs_dir / f"{result.run_id}.json", {f.name: getattr(result, f.name) for f in fields(result)})
+        if result.run_id in self._row_ids():
+            self._rewrite_rows(drop={result.run_id}, extra=[result.csv_row()])
+        else:
+            self._append_rows([result.csv_row()])
+        self._row_ids().add(result.run_id)
+
+    def _row_ids(self) -> set[str]:
+        """The run ids results.csv holds a row for (read once, then kept up to date)."""
+        if self._rows is None:
+            self._rows = {row.get("run_id") or "" for row in self.read_rows()}
+        return self._rows
+
+    def _append_rows(self, rows: list[dict[str, Any]]) -> None:
+        with open(self.csv_path, "a", newline="", encoding="utf-8") as fh:
+            csv.DictWriter(fh, fieldnames=CSV_COLUMNS).writerows(rows)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _rewrite_rows(self, drop: set[str], extra: list[dict[str, Any]]) -> None:
+        """results.csv again (atomically), without the rows of `drop`, with `extra` at the end."""
+        rows = [row for row in self.read_rows() if row.get("run_id") not in drop] + extra
         tmp = self.csv_path.with_name(self.csv_path.name + ".tmp")
         with open(tmp, "w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS, restval="")
             writer.writeheader()
             writer.writerows(rows)
-        os.replace(tmp, self.csv_path)
-
-    def add(self, result: RunResult) -> None:
-        with open(self.csv_path, "a", newline="", encoding="utf-8") as fh:
-            csv.DictWriter(fh, fieldnames=CSV_COLUMNS).writerow(result.csv_row())
             fh.flush()
             os.fsync(fh.fileno())
-        # the same JSON as asdict(result), without asdict's deep copy of every step event
-        write_json(self.runs_dir / f"{result.run_id}.json", {f.name: getattr(result, f.name) for f in fields(result)})
+        os.replace(tmp, self.csv_path)
+
+    def _add_missing_rows(self) -> None:
+        """A row for each run record that has none (a crash between the two)."""
+        have = self._row_ids()
+        names = {f.name for f in fields(RunResult)}
+        missing = []
+        for path in self.record_paths():
+            if path.stem in have:  # the usual case, not read: a record holds every step event
+                continue
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+                result = RunResult(**{k: v for k, v in record.items() if k in names})
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue  # a record this netbench cannot read: its run is not counted done either
+            if result.run_id not in have:
+                missing.append(result)
+        if missing:
+            self._append_rows([r.csv_row() for r in missing])
+            have.update(r.run_id for r in missing)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         write_json(self.dir / MANIFEST, manifest)
@@ -219,9 +269,22 @@ class ResultStore:
         with open(self.csv_path, newline="", encoding="utf-8") as fh:
             return list(csv.DictReader(fh))
 
-    def log_dir(self, run_id: str) -> Path:
-        """Where a run's processes write their output (logs/<run id>/)."""
-        return self.logs_dir / run_id
+    def log_dir(self, name: str) -> Path:
+        """A new folder for the process logs of a run or a launch: logs/<name>/, or, when the
+        folder already holds that one (a playbook's run repeated on resume), logs/<name>.<n>/
+        with n = 2, 3, ...: one attempt's logs are never mixed with, or explained by, another's."""
+        path, attempt = self.logs_dir / name, 1
+        while path.exists():
+            attempt += 1
+            path = self.logs_dir / f"{name}.{attempt}"
+        return path
+
+    def next_launch(self) -> int:
+        """The number a new launch takes: after every launch whose logs the folder holds
+        (logs/launch<NNN>/ of an earlier session: --append, a resumed playbook)."""
+        numbers = [int(p.name[len("launch"):].split(".")[0]) for p in self.logs_dir.glob("launch*")
+                   if p.name[len("launch"):].split(".")[0].isdigit()] if self.logs_dir.is_dir() else []
+        return max(numbers, default=-1) + 1
 
     def record_paths(self) -> list[Path]:
         """Every run record (runs/<id>.json), in run id order; none for a folder without runs/."""
@@ -291,9 +354,33 @@ def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (temp file, then rename)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:  # streamed: a long run's record is never one string
-        json.dump(data, fh, indent=2, sort_keys=True, default=str)
+        if isinstance(data, dict) and isinstance(data.get("events"), (list, tuple)):
+            _write_record(fh, data)
+        else:
+            json.dump(data, fh, indent=2, sort_keys=True, default=str)
         fh.write("\n")
     os.replace(tmp, path)
+
+
+def _write_record(fh, data: dict) -> None:
+    """A run record as json.dump(indent=2, sort_keys=True) lays it out, but each event on one
+    line: json.dump with an indent runs Python's encoder a value at a time (about 130 us an
+    event, seconds for a long window's record, between two points of a launch), where one
+    json.dumps per event runs the C encoder."""
+    items = sorted(data.items())
+    fh.write("{\n")
+    for i, (key, value) in enumerate(items):
+        fh.write(f"  {json.dumps(key)}: ")
+        if key == "events" and value:
+            fh.write("[\n")
+            last = len(value) - 1
+            for j, event in enumerate(value):
+                fh.write("    " + json.dumps(event, sort_keys=True, default=str) + (",\n" if j < last else "\n"))
+            fh.write("  ]")
+        else:
+            fh.write(json.dumps(value, indent=2, sort_keys=True, default=str).replace("\n", "\n  "))
+        fh.write(",\n" if i < len(items) - 1 else "\n")
+    fh.write("}")
 
 
 def environment_facts() -> dict[str, Any]:

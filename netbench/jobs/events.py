@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
 SCHEMA_VERSION = 1
@@ -305,7 +305,17 @@ def to_record(event: Event) -> dict[str, Any]:
 
 def received(event: Event, worker: int, role: str, recv: float) -> Event:
     """The event as the controller keeps it: who sent it and when it arrived."""
-    return replace(event, worker=worker, role=role, recv=recv)
+    return evolve(event, worker=worker, role=role, recv=recv)
+
+
+def evolve(event: Event, **changes: Any) -> Event:
+    """dataclasses.replace for events, without re-running __init__: the controller tags every
+    step of every process (its sender, its phase in a point), 0.5 us against replace's 3 us.
+    Only for fields whose values the caller knows are valid (events check nothing on init)."""
+    new = object.__new__(type(event))
+    new.__dict__.update(event.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 def as_event(value: Event | Mapping[str, Any]) -> Event:

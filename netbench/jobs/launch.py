@@ -181,7 +181,7 @@ class _Live:
 _EOF = None  # what a reader puts in the sink when its task's stdout ends
 
 
-def _reader(position: int, task: Task, stream, sink: queue.Queue) -> None:
+def _reader(position: int, task: Task, stream, sink: queue.SimpleQueue) -> None:
     for raw in iter(stream.readline, b""):
         event = ev.parse_line(raw)
         if event is None or (isinstance(event, ev.Error) and event.type == ev.MALFORMED):
@@ -214,7 +214,7 @@ def run_job(tasks: list[Task], log_dir: Path, spawn: Spawner, timeouts: Timeouts
     """Run every task to completion (or failure); always stops every process it started.
     `spawn` starts each task where it runs (LocalSpawner: this machine's namespaces)."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    sink: queue.Queue = queue.Queue()
+    sink: queue.SimpleQueue = queue.SimpleQueue()  # C: put/get cost less
     live: list[_Live] = []
     events: list[ev.Event] = []
     try:
@@ -240,7 +240,7 @@ def run_job(tasks: list[Task], log_dir: Path, spawn: Spawner, timeouts: Timeouts
     return JobOutcome(status=status, events=tuple(events), error=error)
 
 
-def _collect(live: list[_Live], sink: queue.Queue, events: list[ev.Event], timeouts: Timeouts,
+def _collect(live: list[_Live], sink: queue.SimpleQueue, events: list[ev.Event], timeouts: Timeouts,
              on_event) -> tuple[str, str]:
     started = time.monotonic()
     last_step: float | None = None

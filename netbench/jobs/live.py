@@ -33,7 +33,7 @@ class LiveJob:
     def __init__(self, tasks: list[Task], log_dir: Path, spawn: Spawner, env: dict[str, str] | None = None) -> None:
         """Start every task (a TaskLost from the spawner stops those started and propagates)."""
         log_dir.mkdir(parents=True, exist_ok=True)
-        self._sink: queue.Queue = queue.Queue()
+        self._sink: queue.SimpleQueue = queue.SimpleQueue()  # C: put/get cost less
         self._live: list[_Live] = []
         self._reported: tuple[float, str] | None = None
         self.stopped = False

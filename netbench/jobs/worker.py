@@ -60,6 +60,7 @@ DEFAULT_BATCH_SIZE = 64
 DEFAULT_WARMUP = 10
 DEFAULT_STEPS = 30
 DEFAULT_SEED = 0
+DEFAULT_MAX_SECONDS = 60.0
 DEFAULT_LEARNING_RATE = 0.01
 DEFAULT_COLLECTIVE_TIMEOUT_S = 120.0
 DEFAULT_STARTUP_TIMEOUT_S = 300.0
@@ -95,6 +96,14 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    """argparse type: a fraction strictly between 0 and 1 (a precision)."""
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction between 0 and 1, got {text}")
     return value
 
 
@@ -175,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="measured window in seconds; the step count is derived "
                              "identically on all workers from the all-reduced mean "
                              "warm-up step time (needs --warmup >= 1)")
+    parser.add_argument("--precision", type=_fraction, default=None,
+                        help="after --steps/--seconds, go on until the 95 %% batch-means interval of "
+                             "the mean step time is within this fraction of it (all workers agree "
+                             "on each extension), or --max-seconds have passed")
+    parser.add_argument("--max-seconds", type=_positive_float, default=DEFAULT_MAX_SECONDS,
+                        help="with --precision, the longest measured window (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
                         help="seed for weights and synthetic data (default: %(default)s)")
     parser.add_argument("--learning-rate", type=_positive_float,

@@ -272,6 +272,8 @@ def job_fields(book: Playbook, settings: Settings, available: Iterable[str]) -> 
             raise fail(book.source, book.where(name), f"this netbench cannot run it yet: its job has no "
                        f"'{job_field}' field", "run a playbook without it, or update netbench")
     out.update(warmup=book.warmup, steps=book.steps, seconds=book.seconds)
+    if "precision" in available:
+        out.update(precision=book.precision, max_seconds=book.max_seconds)
     return out
 
 

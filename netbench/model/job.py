@@ -40,6 +40,10 @@ class JobSpec:
     warmup: int = 10
     steps: int = 30  # optimizer updates; with allreduce-accum each spans accum_steps batches
     seconds: float | None = None  # a measured window in seconds instead of `steps`
+    # the measured window goes on past `steps`/`seconds` until the 95 % batch-means interval of
+    # the mean step time is within this fraction of it, or for at most `max_seconds`; None: off
+    precision: float | None = None
+    max_seconds: float = 60.0
     seed: int = 0
     accum_steps: int = DEFAULT_ACCUM_STEPS  # used by allreduce-accum only
     ps: int = 1  # parameter servers, used by ps only
@@ -122,6 +126,8 @@ def worker_argv(job: JobSpec, python: str = sys.executable) -> tuple[str, ...]:
         argv += ["--input-shape", "x".join(str(d) for d in job.input_shape)]
     if job.classes:
         argv += ["--classes", str(job.classes)]
+    if job.precision:
+        argv += ["--precision", f"{job.precision:g}", "--max-seconds", f"{job.max_seconds:g}"]
     if job.sample_resources_s:
         argv += ["--sample-resources", f"{job.sample_resources_s:g}"]
     return tuple(argv)

@@ -30,7 +30,8 @@ STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single")
 MODELS = ("mlp", "cnn", "mobilenetv2", "resnet50", "efficientnetb0", "vgg16", "resnet18")
 ORDERS = ("random", "as-written")
 TOP_KEYS = ("name", "description", "factors", "fixed", "extra_runs", "repetitions", "order", "seed",
-            "warmup", "steps", "seconds", "timeouts", "backend", "profile", "schedule", "topology")
+            "warmup", "steps", "seconds", "timeouts", "backend", "profile", "schedule", "topology",
+            "precision", "max_seconds")
 TIMEOUT_KEYS = ("startup", "step")
 BACKENDS = ("auto", "netem", "userspace")
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: a name that is one folder
@@ -117,6 +118,8 @@ class Playbook:
     warmup: int = 10
     steps: int = 30
     seconds: float | None = None
+    precision: float | None = 0.03  # a fraction: each run's window goes on until it knows its mean step
+    max_seconds: float = 60.0  # to this precision, for at most this long
     startup_timeout_s: float = 240.0
     step_timeout_s: float = 60.0
     backend: str | None = None
@@ -162,6 +165,19 @@ def _number(source: str, key: str, raw: Any, low: float, high: float, whole: boo
         kind = "a whole number" if whole else "a number"
         raise fail(source, key, f"must be {kind} in {low:g}..{high:g}, got {shown(raw)}")
     return raw
+
+
+def _precision(source: str, raw: Any) -> float | None:
+    """`precision: 2%` (or 0.02) as a fraction in (0, 0.5); `off`: None (absent: 3 %, as sweep's)."""
+    if raw is None or raw is False or (isinstance(raw, str) and raw.strip().lower() == "off"):
+        return None
+    try:
+        value = units.parse_ratio(raw)
+    except ValueError as exc:
+        raise fail(source, "precision", str(exc), "e.g. 'precision: 2%'") from None
+    if not 0 < value < 0.5:
+        raise fail(source, "precision", f"{shown(raw)} is outside (0%, 50%)", "e.g. 'precision: 2%'")
+    return value
 
 
 def _seconds(source: str, key: str, raw: Any) -> float:
@@ -300,6 +316,8 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
         repetitions=_number(source, "repetitions", data.get("repetitions", 1), 1, 1000),
         order=order, seed=seed, warmup=warmup,
         steps=_number(source, "steps", data.get("steps", 30), 2, 1_000_000), seconds=seconds,
+        precision=_precision(source, data.get("precision", "3%")),
+        max_seconds=_seconds(source, "max_seconds", data.get("max_seconds", "60s")),
         startup_timeout_s=_seconds(source, "timeouts.startup", timeouts.get("startup", "240s")),
         step_timeout_s=_seconds(source, "timeouts.step", timeouts.get("step", "60s")),
         backend=None if backend == "auto" else backend, base_profile=base_profile,

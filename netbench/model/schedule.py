@@ -353,5 +353,20 @@ def timeline(schedule: Schedule, base: Profile | None = None) -> tuple[TimedProf
     return tuple(out)
 
 
+def due(entries: tuple[TimedProfile, ...] | list[TimedProfile], index: int, now: float, offset: float = 0.0) -> int:
+    """Which entry to make when entry `index` is about to be made at `now` (seconds from the
+    schedule's start plus the time a change takes, or the training step; `offset`: the loop's
+    start): the last of `index`, `index` + 1, ... that is already due by then. Those before it
+    are merged into it (pure): the link goes straight to the state it should have now, so a
+    change that cannot land on time never stretches the timeline behind it."""
+    def at(entry: TimedProfile) -> float:
+        return (entry.at_s if entry.at_s is not None else float(entry.at_step)) + offset
+
+    last = index
+    while last + 1 < len(entries) and at(entries[last + 1]) <= now:
+        last += 1
+    return last
+
+
 def _when(step: ScheduleStep, at: float) -> str:
     return f"step{int(at)}" if step.at_step is not None else when_text(at, None)

@@ -41,7 +41,11 @@ def read_trace(path: Path) -> list[tuple[int, float, dict[str, str]]]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: cannot read: {exc}") from None
-    rows = list(csv.reader(io.StringIO(text)))
+    reader = csv.reader(io.StringIO(text))
+    try:
+        rows = list(reader)
+    except csv.Error as exc:  # a field over csv's 128 KiB limit, a NUL byte
+        raise UsageError(f"{path}: row {reader.line_num}: not CSV: {shown(str(exc))}", hint=HINT) from None
     if not rows or not any(cell.strip() for cell in rows[0]):
         raise UsageError(f"{path}: row 1: the trace has no header row", hint=HINT)
     header = [cell.strip() for cell in rows[0]]

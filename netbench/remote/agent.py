@@ -257,24 +257,28 @@ def _ensure_watcher(journal: Journal) -> int:
 def reset_host(journal: Journal, keep_pid: int | None = None) -> list[str]:
     """Undo this host's journal (qdiscs, ingress redirects, engines, rules, the lease and its
     watcher) through the undo registry the local reset uses; never touches namespaces it did
-    not attach. Idempotent."""
-    from netbench.state.reset import undo_entry
+    not attach. Idempotent. An undo that fails does not stop the rest: ResetIncomplete at
+    the end names each failure."""
+    from netbench.errors import ResetIncomplete
+    from netbench.state.reset import undo_each
 
     removed: list[str] = []
+    failures: list[str] = []
     existing = {name for name in os.listdir(proc.NETNS_RUN_DIR)} if proc.NETNS_RUN_DIR.exists() else set()
     if lease.release(journal.dir):
         removed.append("lease")
     pending = list(reversed(journal.pending()))
+    undo: list = []
     # the attached namespace reference goes last, after everything inside it is undone
     for entry in [e for e in pending if e.kind != "attach"] + [e for e in pending if e.kind == "attach"]:
         if entry.kind == "netns" or (entry.kind == "process" and entry.data["pid"] == keep_pid):
             journal.done(entry)  # a host never removes namespaces; the watcher does not stop itself
-            continue
-        line = undo_entry(entry, existing)
-        if line:
-            removed.append(line)
-        journal.done(entry)
+        else:
+            undo.append(entry)
+    removed += undo_each(journal, undo, existing, lambda line: None, failures)
     journal.compact()
+    if failures:
+        raise ResetIncomplete(removed, failures)
     return removed
 
 

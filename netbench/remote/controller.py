@@ -11,11 +11,8 @@ with delay, jitter or loss is refused for it with the reason.
 from __future__ import annotations
 
 import json
-import math
 import shlex
-import threading
-import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -23,7 +20,7 @@ from netbench import __version__
 from netbench.emulation import changes as ch
 from netbench.emulation.backends import get_backend
 from netbench.emulation.wire import plan_to_json
-from netbench.errors import BackendUnavailable, NetbenchError, TestbedError, UsageError
+from netbench.errors import BackendUnavailable, NetbenchError, ResetIncomplete, TestbedError, UsageError
 from netbench.remote.inventory import Host, Inventory
 from netbench.model.pairs import PairTopology
 from netbench.model.profile import Profile
@@ -255,21 +252,27 @@ def plan_inventory(inventory: Inventory, conns: Sequence[HostConnection], profil
 
 def apply_inventory(inventory: Inventory, conns: Sequence[HostConnection], planned: RemoteApply,
                     lease_s: float = 0.0, force: bool = False, holder: str | None = None,
-                    takeover: bool = False, agents: dict[str, Any] | None = None) -> RemoteApply:
+                    takeover: bool = False, agents: dict[str, Any] | None = None,
+                    on_applied: Callable[[str], None] | None = None) -> RemoteApply:
     """Send each host its plan, with the lease taken for `holder` (the controller session's
     token): through its `node serve` channel where `agents` (channel.open_agents) has a live
     one, else with a `node apply`. If any host fails, it undoes its own changes and the hosts
     that succeeded are reset, so a failed apply leaves every host unshaped, and the first
-    apply error is raised (a reset that fails too is named in its hint)."""
+    apply error is raised (a reset that fails too is named in its hint). `on_applied(host)`
+    is called as each host's apply returns (a LeaseKeeper's `hold`: its lease is taken)."""
     by_name = {h.name: h for h in inventory.hosts}
 
     def one(conn: HostConnection) -> dict[str, Any]:
         agent = (agents or {}).get(conn.name)
         if agent is not None and agent.alive:
-            return agent.apply(planned.plans[conn.name], lease_s, force, holder, takeover)
-        args = ["apply", "--json", "--lease", f"{lease_s:g}"] + (["--force"] if force else [])
-        args += (["--holder", holder] if holder else []) + (["--takeover"] if takeover else [])
-        return call_node(conn, by_name[conn.name], args, input=plan_to_json(planned.plans[conn.name]))
+            answer = agent.apply(planned.plans[conn.name], lease_s, force, holder, takeover)
+        else:
+            args = ["apply", "--json", "--lease", f"{lease_s:g}"] + (["--force"] if force else [])
+            args += (["--holder", holder] if holder else []) + (["--takeover"] if takeover else [])
+            answer = call_node(conn, by_name[conn.name], args, input=plan_to_json(planned.plans[conn.name]))
+        if on_applied is not None:
+            on_applied(conn.name)
+        return answer
 
     results = in_parallel(conns, one)
     if any(isinstance(r, Exception) for r in results.values()):
@@ -285,10 +288,16 @@ def apply_inventory(inventory: Inventory, conns: Sequence[HostConnection], plann
 
 
 def reset_inventory(inventory: Inventory, conns: Sequence[HostConnection]) -> dict[str, list[str]]:
+    """Every host resets its own journal, all at once: host -> what it removed. Hosts that
+    fail do not stop the others: ResetIncomplete names each (and carries the others' lines)."""
     by_name = {h.name: h for h in inventory.hosts}
     results = in_parallel(conns, lambda c: call_node(c, by_name[c.name], ["reset", "--json"]))
-    _raise_first(results)
-    return {name: r["removed"] for name, r in results.items()}  # type: ignore[index]
+    removed = {name: r["removed"] for name, r in results.items() if not isinstance(r, Exception)}  # type: ignore[index]
+    failures = [r.message if isinstance(r, NetbenchError) else f"host {name}: {r}"
+                for name, r in results.items() if isinstance(r, Exception)]
+    if failures:
+        raise ResetIncomplete(removed, failures)
+    return removed
 
 
 def show_inventory(inventory: Inventory, conns: Sequence[HostConnection]) -> dict[str, dict[str, Any]]:
@@ -297,104 +306,6 @@ def show_inventory(inventory: Inventory, conns: Sequence[HostConnection]) -> dic
                                                                           by_name[c.name].interface]))
     _raise_first(results)
     return results  # type: ignore[return-value]
-
-
-RENEW_WORKERS = 16  # renewals in flight at once
-RENEW_MIN_S = 0.5  # the least time one renewal is given: an SSH round trip and a Python start on the host
-
-
-def min_lease_s(hosts: int) -> float:
-    """The shortest lease a controller can keep on `hosts` hosts: every third of it, each host
-    is renewed, RENEW_WORKERS at a time, each given at least RENEW_MIN_S (pure)."""
-    return 3 * math.ceil(max(1, hosts) / RENEW_WORKERS) * RENEW_MIN_S
-
-
-def check_lease(lease_s: float, hosts: int) -> None:
-    if 0 < lease_s < min_lease_s(hosts):
-        raise UsageError(f"flag --lease: {lease_s:g} s is too short for {hosts} host(s); "
-                         f"at least {min_lease_s(hosts):g} s",
-                         hint=f"renewals go out every third of the lease, {RENEW_WORKERS} hosts at a time, "
-                              f"each given {RENEW_MIN_S:g} s; --lease 0 holds no lease")
-
-
-class LeaseKeeper:
-    """Renews every host's lease every `seconds / 3` until stopped, all hosts at once, each
-    within a hard deadline. A host whose lease is gone (it reverted by itself) or was taken
-    over by another controller is reported in `lost`; a renewal that fails or does not answer
-    in time is recorded in `failures` (host -> why, cleared by its next success), and the
-    keeper goes on: the host reverts by itself only if this lasts a whole lease."""
-
-    def __init__(self, inventory: Inventory, conns: Sequence[HostConnection], seconds: float,
-                 holder: str = "") -> None:
-        from netbench.state.lease import renew_command
-
-        self.by_name = {h.name: h for h in inventory.hosts}
-        self.conns = list(conns)
-        self.period = max(0.1, seconds / 3)
-        waves = math.ceil(max(1, len(self.conns)) / RENEW_WORKERS)
-        self.deadline = self.period / waves  # one renewal's share of a period, channel open included
-        hosts = [self.by_name[c.name] for c in self.conns]
-        self.commands = {h.name: renew_command(f"{h.venv}/bin/python", h.state_dir, holder, h.sudo) for h in hosts}
-        self.lost: dict[str, str] = {}
-        self.failures: dict[str, str] = {}
-        self._pool = ThreadPoolExecutor(max_workers=max(1, min(RENEW_WORKERS, len(self.conns))),
-                                        thread_name_prefix="netbench-renew")
-        self._in_flight: dict[str, Future] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="netbench-lease", daemon=True)
-
-    def _renew(self, conn: HostConnection) -> None:
-        from netbench.state.lease import GONE, TAKEN
-
-        try:
-            result = conn.run(self.commands[conn.name], timeout=self.deadline)
-        except NetbenchError as exc:
-            self.failures[conn.name] = exc.message  # unreachable for now: keep trying
-            return
-        except Exception as exc:  # noqa: BLE001 - one host's surprise must not stop the others' renewals
-            self.failures[conn.name] = f"host {conn.name}: {type(exc).__name__}: {exc}"
-            return
-        if result.exit_code == GONE:
-            self.lost[conn.name] = "its lease had expired and it reverted its shaping"
-        elif result.exit_code == TAKEN:
-            self.lost[conn.name] = f"another controller took it over ({result.stdout.strip() or 'holder unknown'})"
-        elif not result.ok:
-            message, _ = _error_lines(result.stderr, result.stdout, result.exit_code)
-            self.failures[conn.name] = f"host {conn.name}: renewal failed: {message}"
-        else:
-            self.failures.pop(conn.name, None)
-
-    def renew_once(self) -> None:
-        """One round: renew every host not lost and not still busy with its last renewal;
-        return when all have answered or the period is up."""
-        for conn in self.conns:
-            if conn.name in self.lost or conn.name in self._in_flight:
-                continue
-            self._in_flight[conn.name] = self._pool.submit(self._renew, conn)
-        wait(list(self._in_flight.values()), timeout=self.period)
-        for name, future in list(self._in_flight.items()):
-            if future.done():
-                del self._in_flight[name]
-            else:
-                self.failures[name] = f"host {name}: lease renewal: no answer within {self.deadline:g}s"
-
-    def _loop(self) -> None:
-        next_round = time.monotonic() + self.period
-        while not self._stop.wait(max(0.0, next_round - time.monotonic())):
-            next_round = time.monotonic() + self.period
-            try:
-                self.renew_once()
-            except Exception as exc:  # noqa: BLE001 - renewing must go on while the controller holds leases
-                self.failures["(all)"] = f"lease renewal: {type(exc).__name__}: {exc}"
-
-    def __enter__(self) -> "LeaseKeeper":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.period + 30)
-        self._pool.shutdown(wait=False, cancel_futures=True)  # a stalled host's renewal is not waited for
 
 
 def check_versions(info: dict[str, Any], tensorflow: str | None) -> list[tuple[str, str, str]]:

@@ -111,7 +111,12 @@ def _host_fields(source: str, prefix: str, data: dict[str, Any], base: Path) -> 
         if key not in HOST_KEYS:
             raise _fail(source, where, "unknown key", hint=f"host keys are: {', '.join(HOST_KEYS)}")
         if key in ("ssh", "user"):
-            out[key] = _string(source, where, value)
+            text = _string(source, where, value)
+            # '-oProxyCommand=...' would be read as an option by any ssh command line it reaches
+            if text.startswith("-") or any(c.isspace() or not c.isprintable() for c in text):
+                raise _fail(source, where, f"must not begin with '-' nor hold spaces or control characters, "
+                                           f"got {shown(text)}")
+            out[key] = text
         elif key == "port":
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
                 raise _fail(source, where, f"must be a port number 1-65535, got {shown(value)}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -20,7 +21,7 @@ from typing import IO, Protocol
 from netbench.errors import TestbedError
 from netbench.remote.inventory import Host, Inventory
 
-CONNECT_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 10.0  # each step of setting up a connection, on every hop: TCP, banner, auth, channel
 KEEPALIVE_S = 15.0  # seconds of silence before an SSH keepalive goes out
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
 
@@ -89,6 +90,17 @@ class ChannelCommand:
         self.channel.close()
 
 
+def bound_setup(conn) -> None:
+    """Bound every step of opening fabric Connection `conn` by CONNECT_TIMEOUT_S: TCP connect,
+    the server's banner, authentication, and channel opens on it (paramiko waits an hour for
+    a channel by default, and fabric opens a ProxyJump hop's direct-tcpip channel with that
+    default; only the last hop got connect_timeout). A smaller ConnectTimeout from ssh_config
+    is kept."""
+    conn.connect_timeout = min(conn.connect_timeout or CONNECT_TIMEOUT_S, CONNECT_TIMEOUT_S)
+    conn.connect_kwargs = {**conn.connect_kwargs, "banner_timeout": CONNECT_TIMEOUT_S,
+                           "auth_timeout": CONNECT_TIMEOUT_S, "channel_timeout": CONNECT_TIMEOUT_S}
+
+
 def ssh_settings(host: Host, ssh_config: dict) -> tuple[str | None, int | None, str | None]:
     """(user, port, key) to give fabric for `host`; None lets ~/.ssh/config decide (pure).
 
@@ -117,6 +129,9 @@ class FabricHost:
             connect_kwargs["look_for_keys"] = False
         self.conn = Connection(host.ssh, user=user, port=port, config=config,
                                connect_timeout=CONNECT_TIMEOUT_S, connect_kwargs=connect_kwargs)
+        # one connection set-up at a time: a lease renewal's thread and the main thread may
+        # both find it closed, and two opens at once would race over one paramiko client
+        self._opening = threading.Lock()
         # fabric accepts unknown host keys by default; netbench does not, on the host and on
         # every ProxyJump hop (fabric makes each hop a Connection of its own, with its defaults)
         known = [str(p) for p in (Path(k).expanduser() for k in inventory.known_hosts or DEFAULT_KNOWN_HOSTS)
@@ -126,6 +141,7 @@ class FabricHost:
             hop.client.set_missing_host_key_policy(AutoAddPolicy() if insecure_host_keys else RejectPolicy())
             for path in known:
                 hop.client.load_system_host_keys(path)
+            bound_setup(hop)
             hop = hop.gateway
 
     @property
@@ -135,6 +151,11 @@ class FabricHost:
     def _open(self) -> None:
         if self.conn.is_connected:
             return
+        with self._opening:
+            if not self.conn.is_connected:  # another thread may have opened it meanwhile
+                self._open_now()
+
+    def _open_now(self) -> None:
         import paramiko
 
         try:
@@ -145,6 +166,12 @@ class FabricHost:
                                hint="if the host was reinstalled, update known_hosts (ssh-keygen -R)") from None
         except paramiko.SSHException as exc:
             text = str(exc)
+            # a port that accepts but never speaks SSH, or a stuck server or hop ("No existing
+            # session": the key exchange was cut off at the connect timeout)
+            if "banner" in text or "No existing session" in text:
+                raise TestbedError(f"host {self.name} ({self.target}): SSH set-up did not finish within "
+                                   f"{CONNECT_TIMEOUT_S:g}s",
+                                   hint="is sshd (and every ProxyJump hop) answering on that port?") from None
             if "not found in known_hosts" in text:
                 server = text.split("'")[1] if text.count("'") >= 2 else None
                 raise TestbedError(f"host {self.name} ({self.target}): {self._hop(server)}host key not in known_hosts",
@@ -154,6 +181,9 @@ class FabricHost:
         except (socket.timeout, TimeoutError):
             raise TestbedError(f"host {self.name} ({self.target}): no answer within {CONNECT_TIMEOUT_S:g}s",
                                hint="is the host up and the address right?") from None
+        except EOFError:  # the peer (or a jump host) closed the connection during set-up
+            raise TestbedError(f"host {self.name} ({self.target}): the connection closed during SSH set-up",
+                               hint="is it an SSH server, and does it accept this client?") from None
         except OSError as exc:
             raise TestbedError(f"host {self.name} ({self.target}): cannot connect: {exc.strerror or exc}",
                                hint="is sshd running there, and the port right?") from None

@@ -5,6 +5,7 @@ statistics are netbench.stats')."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -37,6 +38,37 @@ class Group:
     def metric_values(self, name: str) -> list[float]:
         """Every run's value of metric `name` (Observation.metric), leaving out runs without one."""
         return [v for v in (o.metric(name) for o in self.observations) if v is not None]
+
+    @property
+    def run_to_run_pct(self) -> float | None:
+        """How much the repetitions' throughputs differ: their standard deviation in % of their
+        mean (None with fewer than 2)."""
+        return spread_pct(self.values)
+
+    @property
+    def within_run_pct(self) -> float | None:
+        """The mean of its runs' own 95 % half-widths (batch means over each window's steps), in
+        % of the mean step time (None where the records have none)."""
+        widths = [o.within_pct for o in self.observations if o.within_pct is not None and o.images_per_sec is not None]
+        return statistics.fmean(widths) if widths else None
+
+    @property
+    def excess(self) -> float | None:
+        """Run-to-run spread over what the windows' own noise predicts for it (a run's standard
+        error, its half-width / 1.96): about 1 when runs differ only by their steps' noise; above,
+        something that holds for a whole run varies (the machine's load, TCP's state), which only
+        more repetitions average out: the point's interval is over repetitions for that reason."""
+        between, within = self.run_to_run_pct, self.within_run_pct
+        if between is None or not within:
+            return None
+        return between / (within / 1.96)
+
+
+def spread_pct(values: Sequence[float]) -> float | None:
+    """Standard deviation of `values` in % of their mean (None with fewer than 2)."""
+    if len(values) < 2 or statistics.fmean(values) <= 0:
+        return None
+    return 100 * statistics.stdev(values) / statistics.fmean(values)
 
 
 @dataclass(frozen=True)

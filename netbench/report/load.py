@@ -40,6 +40,7 @@ class Observation:
     # every measured value of an ok run by name: images_per_sec, step_time_s (mean step, s),
     # idleness (0..1), and results.csv's numeric columns for the run (test_accuracy, ...)
     metrics: tuple[tuple[str, float], ...] = ()
+    within_pct: float | None = None  # the run's own 95 % batch-means half-width, % of its mean step time
 
     def get(self, name: str) -> Any:
         return dict(self.factors)[name]
@@ -100,7 +101,8 @@ def observation_from_record(record: Mapping[str, Any], planned: Mapping[str, Any
     return Observation(run_id=str(record["run_id"]), factors=_record_factors(record, planned, row),
                        repeat=int(record.get("repeat", 0)), status=str(record.get("status", "?")),
                        images_per_sec=None if ips is None else float(ips),
-                       idleness=None if idle is None else float(idle), metrics=tuple(sorted(metrics.items())))
+                       idleness=None if idle is None else float(idle), metrics=tuple(sorted(metrics.items())),
+                       within_pct=_number(record.get("step_time_ci_pct")))
 
 
 def load_observations(results_dir: Path) -> list[Observation]:

@@ -53,6 +53,11 @@ def ratio_text(i: Interval) -> tuple[str, str]:
     return f"{i.mean:.2f}x", ci
 
 
+def spread_cells(g: Group) -> tuple[str, str]:
+    """The run-to-run sd and the within-run half-width of a design point, as % text ("-": none)."""
+    return tuple("-" if v is None else f"{v:.1f} %" for v in (g.run_to_run_pct, g.within_run_pct))
+
+
 def strategy_label(g: Group) -> str:
     return strategy_text(g)
 
@@ -115,9 +120,14 @@ def summary_blocks(results_dir: Path, observations: Sequence[Observation], group
                    Table((*cols, "efficiency", level), tuple(rows))]
     shown = varying(groups) or ["model"]
     blocks += [Heading("Design points"),
-               Table((*shown, "n", "geo. mean images/s", level, "timeouts"),
+               Paragraph("Run-to-run sd: the repetitions' standard deviation in % of their mean; within-run ±: "
+                         "the runs' own 95 % batch-means half-width (% of the mean step). A run-to-run sd well "
+                         "above within-run ± / 1.96 means something that holds for a whole run varies (load, TCP "
+                         "state): the repetitions, not a run's steps, are the replicates of the interval."),
+               Table((*shown, "n", "geo. mean images/s", level, "run-to-run sd", "within-run ±", "timeouts"),
                      tuple((*(level_text(s, g.get(s)) for s in shown), str(len(g.values)),
-                            *interval_text(g.interval, runs=g.values), str(g.timeouts)) for g in ordered(groups)))]
+                            *interval_text(g.interval, runs=g.values), *spread_cells(g), str(g.timeouts))
+                           for g in ordered(groups)))]
     if figures:
         blocks += [Heading("Figures"), *(Figure(p) for p in figures)]
     return blocks

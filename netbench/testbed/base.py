@@ -44,8 +44,9 @@ class Target(Protocol):
     def show(self) -> dict[str, Any]:
         """The active emulation, read back (JSON-able: what 'show --json' prints; "pairs" and
         `held_pairs` when it is shaped per destination)."""
-    def reset(self, warn: Callable[[str], None]) -> dict[str, list[str]]:
-        """Undo everything netbench made there; place -> what was removed."""
+    def reset(self, warn: Callable[[str], None], all_namespaces: bool = False) -> dict[str, list[str]]:
+        """Undo everything netbench recorded there; place -> what was removed. `all_namespaces`
+        (the embedded testbed only): also testbed namespaces no journal of its state folder recorded."""
     def doctor(self, tensorflow: bool) -> Any:
         """What the target can do, by trying it."""
 

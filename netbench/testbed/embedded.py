@@ -14,7 +14,7 @@ from netbench.emulation import backends, changes as ch
 from netbench.emulation.executor import BackendChoice, choose_backend, real_executor
 from netbench.emulation.held import held_from_entries
 from netbench.experiment.verify import verify_point
-from netbench.errors import TestbedError
+from netbench.errors import ResetIncomplete, TestbedError
 from netbench.testbed.base import EMBEDDED, Planned
 from netbench.jobs.launch import LocalSpawner
 from netbench.state.journal import Journal, Lock
@@ -117,14 +117,19 @@ class EmbeddedTestbed:
         self.held_pairs = pairs_from_rows(rows, topology)
         return {"nodes": rows} if self.held_pairs is None else {"nodes": rows, "pairs": self.held_pairs.to_json()}
 
-    def reset(self, warn: Callable[[str], None]) -> dict[str, list[str]]:
-        """Undo every journal entry, under the lock (never while a command is making changes)."""
+    def reset(self, warn: Callable[[str], None], all_namespaces: bool = False) -> dict[str, list[str]]:
+        """Undo every journal entry, under the lock (never while a command is making changes);
+        `all_namespaces`: also the testbed namespaces the journal did not record."""
         from netbench.state.reset import reset
 
         if self._commands is not None:  # its sockets would keep the removed namespaces alive
             self._commands.close()
         with Lock(self.journal.dir):
-            return {EMBEDDED: reset(self.journal, warn=warn)}
+            try:
+                return {EMBEDDED: reset(self.journal, warn=warn, all_namespaces=all_namespaces)}
+            except ResetIncomplete as exc:
+                exc.removed = {EMBEDDED: exc.removed}
+                raise
 
     def doctor(self, tensorflow: bool):
         """This machine's checks (experiment.doctor.Report)."""
@@ -174,6 +179,12 @@ class EmbeddedTestbed:
         network = run.pairs or run.profile
         self.executor.apply(backends.plan_network(network, self.topology, self.backend.name, seed=seed,
                                                   held=self.executor.held()))
+
+    def emulation_lost(self) -> str | None:
+        """What of the applied emulation died since it was applied (a delay engine), or None;
+        the runner fails a run that ends with any."""
+        lost = self.executor.lost() if self.executor is not None else []
+        return "; ".join(lost) or None
 
     def verify(self, run, observer):
         if run.pairs is not None:

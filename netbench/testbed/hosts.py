@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from netbench.emulation.executor import BackendChoice
-from netbench.errors import NetbenchError, UsageError
+from netbench.errors import NetbenchError, ResetIncomplete, UsageError
 from netbench.remote.inventory import Host, Inventory
 from netbench.model.job import COORDINATOR, PS, JobSpec, Task, nodes_needed, placement
 from netbench.jobs.launch import TaskLost, Timeouts, copy_to_log, log_tail
@@ -301,14 +301,22 @@ class HostsTestbed:
         self.held_pairs = hosts_pairs(shown["hosts"], remote.hosts_topology(self.inventory))
         return shown if self.held_pairs is None else {**shown, "pairs": self.held_pairs.to_json()}
 
-    def reset(self, warn: Callable[[str], None]) -> dict[str, list[str]]:
+    def reset(self, warn: Callable[[str], None], all_namespaces: bool = False) -> dict[str, list[str]]:
         """Each host's journal undone (host -> what it removed), then this controller's own
-        leftovers (a killed sweep's metrics target file) under base.EMBEDDED."""
+        leftovers (a killed sweep's metrics target file) under base.EMBEDDED. A host never
+        removes namespaces: `all_namespaces` is refused."""
         from netbench.metrics.exporter import remove_stale_targets, targets_dir
         from netbench.remote import controller as remote
         from netbench.testbed.base import EMBEDDED
 
-        removed = remote.reset_inventory(self.inventory, self.conns)
+        if all_namespaces:
+            raise UsageError("flag --all-namespaces: only without --inventory",
+                             hint="a host never removes namespaces; it undoes its own journal")
+        try:
+            removed = remote.reset_inventory(self.inventory, self.conns)
+        except ResetIncomplete as exc:  # the controller's own leftovers still go
+            exc.removed = {**exc.removed, EMBEDDED: list(remove_stale_targets(targets_dir()))}
+            raise
         return {**removed, EMBEDDED: list(remove_stale_targets(targets_dir()))}
 
     def doctor(self, tensorflow: bool) -> HostsReport:
@@ -369,11 +377,33 @@ class HostsTestbed:
             lost = "; ".join(f"host {name}: {why}" for name, why in self.keeper.lost.items())
             raise remote.RemoteError(f"lost the lease on {lost}", hint="renewals did not reach the host in time")
         planned = remote.RemoteApply(backends=self.planned.backends, plans=self.planned.plans[run.run_id])
-        self.applied = True
-        remote.apply_inventory(self.inventory, self.conns, planned, lease_s=self.lease_s, holder=self.holder,
-                               takeover=self.takeover)
         if self.keeper is None and self.lease_s > 0:
-            self.keeper = remote.LeaseKeeper(self.inventory, self.conns, self.lease_s, self.holder).__enter__()
+            from netbench.remote.keeper import LeaseKeeper
+
+            # renewing from before the first change: a host whose apply returns first (its
+            # lease taken) is renewed while the others still apply, however long they take
+            self.keeper = LeaseKeeper(self.inventory, self.conns, self.lease_s, self.holder, holding=()).__enter__()
+        self.applied = True
+        try:
+            remote.apply_inventory(self.inventory, self.conns, planned, lease_s=self.lease_s, holder=self.holder,
+                                   takeover=self.takeover, on_applied=self.keeper.hold if self.keeper else None)
+        except NetbenchError:
+            if self.keeper is not None:  # a failed apply leaves every host reset: no lease is held
+                self.keeper.holding.clear()
+                self.keeper.lost.clear()
+            raise
+
+    def lease_lost(self, ended: float) -> str | None:
+        """Why a run that ended at `ended` (time.time()) may not have had its profile: a host
+        lost its lease (it reverted by itself) or cannot show it held the lease after the run
+        (each host is asked again now); None when every host held it throughout."""
+        if self.keeper is None:
+            return None
+        missing = self.keeper.confirm(after=ended)
+        if not missing:
+            return None
+        return "lease not held through the run: " + "; ".join(
+            why if why.startswith(f"host {name}") else f"host {name}: {why}" for name, why in missing.items())
 
     def spawn(self, task: Task, log: Path, env: dict) -> RemoteTask:
         host, conn = self.by_name[task.node], self.conn_by_name[task.node]

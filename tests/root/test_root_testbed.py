@@ -170,7 +170,7 @@ for name in ("netbench-host", "netbench-n1"):         # references to the host's
     Path("/run/netns", name).touch()
     subprocess.run(["mount", "--bind", "/proc/self/ns/net", f"/run/netns/{name}"], check=True)
 sleeper("host")
-netns.create("netbench-n2")                           # a testbed namespace a crash left
+netns.create("netbench-n2")                           # a testbed namespace no journal here recorded
 sleeper("left", "nsenter", "--net=/run/netns/netbench-n2")
 gone = subprocess.Popen(["sleep", "300"])
 dead = topo.scratch_netns("doctor", gone.pid, proc.start_time(gone.pid))
@@ -180,19 +180,23 @@ netns.create(dead); netns.create(live)
 
 cli = [sys.executable, "-m", "netbench.cli"]
 shown = subprocess.run([*cli, "testbed", "show", "--json"], capture_output=True, text=True, timeout=120)
-result = subprocess.run([*cli, "reset"], capture_output=True, text=True, timeout=120)
+first = subprocess.run([*cli, "reset"], capture_output=True, text=True, timeout=120)
+first = {"rc": first.returncode, "stdout": first.stdout, "stderr": first.stderr,
+         "namespaces": sorted(netns.listnetns()), "alive": {k: p.poll() is None for k, p in children.items()}}
+result = subprocess.run([*cli, "reset", "--all-namespaces"], capture_output=True, text=True, timeout=120)
 print(json.dumps({
     "shown": json.loads(shown.stdout or "{}"), "rc": result.returncode, "stdout": result.stdout,
     "stderr": result.stderr, "namespaces": sorted(netns.listnetns()), "dead": dead, "live": live,
-    "alive": {k: p.poll() is None for k, p in children.items()}}))
+    "alive": {k: p.poll() is None for k, p in children.items()}, "first": first}))
 for p in children.values():
     p.kill(); p.wait()
 """
 
 
 def test_reset_leaves_what_netbench_did_not_make(state_dir, tmp_path):
-    """`netbench reset` removes only the namespaces netbench names (and scratch ones whose
-    maker is gone), and never stops a process in the host's own namespace."""
+    """`netbench reset` removes only what its journal recorded (and scratch namespaces whose
+    maker is gone); `--all-namespaces` also the testbed names netbench gives, never another
+    name, and never a process in the host's own namespace."""
     import os
 
     from tests.conftest import ROOT
@@ -217,11 +221,17 @@ def test_reset_leaves_what_netbench_did_not_make(state_dir, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     seen = json.loads(result.stdout)
     assert [node["name"] for node in seen["shown"]["nodes"]] == ["n2"]
+    first = seen["first"]  # a plain reset: netbench-n2 (no journal here recorded it) stays, its process alive
+    assert first["rc"] == 0, first["stderr"]
+    assert first["alive"] == {"user": True, "host": True, "left": True}
+    assert first["namespaces"] == sorted(["netbench-something", "netbench-host", "netbench-n1", "netbench-n2",
+                                          seen["live"]])
+    assert f"namespace {seen['dead']}" in first["stdout"]
+    assert "netbench-n2 left alone" in first["stderr"] and "--all-namespaces" in first["stderr"]
     assert seen["rc"] == 0, seen["stderr"]
     assert seen["alive"] == {"user": True, "host": True, "left": False}
     assert seen["namespaces"] == sorted(["netbench-something", "netbench-host", "netbench-n1", seen["live"]])
     assert "namespace netbench-n2 and 1 process(es) in it" in seen["stdout"]
-    assert f"namespace {seen['dead']}" in seen["stdout"]
     assert "netbench-n1 left alone" in seen["stderr"]
 
 

@@ -18,7 +18,7 @@ from tests.ssh.lab import root_lab, sh
 
 pytestmark = [pytest.mark.root, pytest.mark.tf]
 
-QUICK = ("--warmup", "2", "--steps", "5", "--batch-size", "32", "--startup-timeout", "120")
+QUICK = ("--warmup", "2", "--steps", "5", "--precision", "off", "--batch-size", "32", "--startup-timeout", "120")
 
 
 @pytest.fixture(scope="module")

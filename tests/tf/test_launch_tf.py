@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.root, pytest.mark.tf]
 def test_a_launch_sweep_starts_each_worker_once_and_records_every_point(clean_machine, tmp_path):
     out = tmp_path / "results"
     argv = [*NETBENCH, "sweep", "--latency", "1,5,20ms", "--workers", "2", "--batch-size", "16", "--warmup", "3",
-            "--steps", "6", "--launch", "--settle", "0.3s", "--settle-steps", "2", "--order-seed", "11",
+            "--steps", "6", "--precision", "off", "--launch", "--settle", "0.3s", "--settle-steps", "2", "--order-seed", "11",
             "--output", str(out)]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]

@@ -18,7 +18,7 @@ from tests.conftest import NETBENCH, netbench_processes
 pytestmark = [pytest.mark.root, pytest.mark.tf]
 
 def sweep_argv(out: Path, *args: str) -> list[str]:
-    return [*NETBENCH, "sweep", *args, "--output", str(out)]
+    return [*NETBENCH, "sweep", "--precision", "off", *args, "--output", str(out)]  # exact --steps
 
 
 def run_sweep(out: Path, *args: str) -> list[dict]:

@@ -27,7 +27,7 @@ def test_a_scale_sweep_trains_over_the_topology_and_records_it(clean_machine, tm
     topology.write_text(FAR)
     out = tmp_path / "results"
     result = cli("sweep", "--topology", str(topology), "--scale", "1,2", "--workers", "2", "--warmup", "2",
-                 "--steps", "4", "--batch-size", "16", "--backend", "userspace", "--output", str(out))
+                 "--steps", "4", "--precision", "off", "--batch-size", "16", "--backend", "userspace", "--output", str(out))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     records = [json.loads((out / "runs" / f"r00{i}.json").read_text()) for i in (0, 1)]
     assert [r["status"] for r in records] == ["ok", "ok"], [r["error"] for r in records]

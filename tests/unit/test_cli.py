@@ -377,7 +377,7 @@ def test_reset_refuses_while_another_command_holds_the_lock(tmp_path, monkeypatc
 def test_reset_prints_warnings_on_stderr(monkeypatch):
     from netbench.state import reset as reset_module
 
-    def reset_with_a_warning(journal, warn):
+    def reset_with_a_warning(journal, warn, all_namespaces=False):
         warn("journal line 3: not valid JSON; skipped")
         return []
 

@@ -341,3 +341,125 @@ def test_reset_removes_stale_control_files(journal):
         (engines.dir / name).write_text("")
     reset(journal)
     assert not engines.dir.exists()
+
+
+# --- hostile datagrams: refused in one line, the engine carries on -------------------------
+
+HUGE = "9" * 5000  # over Python's 4,300-digit limit for int(str): json.loads raises ValueError
+
+
+@pytest.mark.parametrize("data", [
+    b'{"op": "set", "delay_us": ' + HUGE.encode() + b'}',
+    b'{"op": "ping", "id": ' + HUGE.encode() + b'}',
+    b'{"op": "set", "delay_us": 1' + b"0" * 400 + b'}',  # 10**400 us
+    b'{"op": "set", "delay_us": 4294967296}',  # past 2**32 - 1 us
+    b'{"op": "set", "delay_us": 1, "jitter_us": 1' + b"0" * 400 + b'}',
+    b'{"op": "set", "delay_us": 1, "seed": 1' + b"0" * 400 + b'}',
+    b'{"op": "set", "delay_us": 1, "loss": 1' + b"0" * 400 + b'}',
+    b'{"op": "set", "delay_us": 1, "loss": 1e400}',
+    b'{"op": "set", "delay_us": 1, "pairs": [{"dst": "10.0.0.2", "delay_us": 1' + b"0" * 400 + b'}]}',
+    b'{"op": "set", "delay_us": 1, "pairs": [{"dst": "10.0.0.2", "rate_bps": 1' + b"0" * 400 + b'}]}',
+    b'{"op": "set", "delay_us": 1, "pairs": [{"dst": "10.0.0.2", "loss": 1' + b"0" * 400 + b'}]}',
+    b'{"op": "set", "delay_us": 1, "pairs": [{"dst": "' + b"1" * 60000 + b'"}]}',
+    b'{"op": "set", "delay_us": 1, "pairs": [{"dst": ["x"]}]}',
+    b'{"op": ' + b"[" * 100000 + b"]" * 100000 + b'}',
+    b"[" * 100000 + b"]" * 100000,
+    b'{"op": "' + b"x" * 60000 + b'"}',
+])
+def test_a_hostile_datagram_gets_a_short_refusal_and_changes_nothing(data):
+    reply, new = ec.handle_request(data, P20)
+    assert new is None and reply["ok"] is False
+    assert len(reply["error"]) < 300 and "\n" not in reply["error"]
+    assert json.loads(ec.encode(reply)) == reply  # the reply can be sent
+
+
+def test_an_id_that_cannot_be_echoed_is_dropped_from_the_reply():
+    reply, new = ec.handle_request(b'{"op": "set", "delay_us": 5, "id": 1' + b"0" * 400 + b'}', P20)
+    assert reply["ok"] is True and reply["id"] is None and new == EngineParams(5, seed=1)
+    assert ec.handle_request(b'{"op": "ping", "id": "' + b"a" * 5000 + b'"}', P20)[0]["id"] is None
+
+
+def test_the_engine_takes_whatever_a_profile_may_ask():
+    from netbench.emulation.delay_queue import DestParams
+    from netbench.model import profile
+
+    EngineParams(profile.MAX_DELAY_US, profile.MAX_JITTER_US, 1.0, 2**32 - 1)
+    DestParams("10.0.0.2", profile.MAX_DELAY_US, profile.MAX_JITTER_US, 1, profile.MAX_RATE_BPS)
+
+
+def test_a_set_the_engine_cannot_apply_is_refused_and_the_next_request_answered(tmp_path):
+    """Whatever applying a change raises, the engine answers with an error and keeps serving."""
+    control = ec.ControlSocket(str(tmp_path / "ctl.sock"))
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    client.bind(str(tmp_path / "client.sock"))
+    client.settimeout(5)
+    params = [P20]
+
+    def apply(new):
+        if new.delay_us == 666:
+            raise OverflowError("int too large to convert to float")
+        params[0] = new
+
+    try:
+        for delay in (666, 7):
+            client.sendto(json.dumps({"op": "set", "delay_us": delay, "id": delay}).encode(), control.path)
+        import select
+
+        select.select([control], [], [], 5)
+        assert ec.serve_pending(control, lambda: params[0], apply) == 1
+        first, second = (json.loads(client.recv(65536)) for _ in range(2))
+        assert first == {"ok": False, "id": 666, "error": "cannot apply: OverflowError: int too large to convert to float"}
+        assert second["ok"] is True and params[0].delay_us == 7
+    finally:
+        client.close()
+        control.close()
+
+
+# --- where sockets are bound: private folders, the umask left alone -------------------------
+
+def test_binding_never_touches_the_process_umask(tmp_path, monkeypatch, server):
+    """The umask is process-wide: changed for a moment, it would reach every file another
+    thread (a log, a record) creates meanwhile."""
+    calls = []
+    monkeypatch.setattr(os, "umask", lambda *a: calls.append(a) or 0o022)
+    path = tmp_path / "e.ctl"
+    path.write_text("stale")
+    server(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_ISSOCK(path.stat().st_mode)
+    assert ec.request(str(path), {"op": "ping", "id": 1})["ok"] is True
+    assert calls == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.ctl"]  # no private folder left
+
+
+def test_the_client_socket_of_a_long_path_is_in_a_private_folder_not_a_predictable_tmp_name(tmp_path, monkeypatch):
+    """A path too long for a socket address sent the client to /tmp under a name anyone
+    could guess (and take first): it now binds in a new 0700 folder of its own."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(ec.tempfile, "tempdir", str(temp))
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = deep / "netbench-sw-q12.ctl"
+    control = ec.ControlSocket(str(path))
+    seen = []
+
+    def engine():
+        import select
+
+        select.select([control], [], [], 5)
+        data, address = control.receive()
+        seen.append((address, stat.S_IMODE(os.stat(os.path.dirname(address)).st_mode)))
+        control.reply(address, ec.handle_request(data, P20)[0])
+
+    thread = threading.Thread(target=engine, daemon=True)
+    thread.start()
+    try:
+        assert ec.request(str(path), {"op": "ping", "id": 1})["ok"] is True
+    finally:
+        thread.join(timeout=5)
+        control.close()
+    (address, mode), = seen
+    folder = Path(address).parent
+    assert folder.parent == temp and folder.name.startswith("netbench-") and mode == 0o700
+    assert f"{os.getpid()}" not in folder.name  # not a name another user could work out
+    assert list(temp.iterdir()) == []  # the folder and the socket are gone

@@ -404,3 +404,73 @@ def test_a_task_pid_that_is_not_a_process_id_above_1_is_refused_and_never_killed
     assert outcome.status == "failed"
     assert outcome.error == f"host b: cannot start worker1: it sent {first!r}, not 'netbench-task pid=N' with N > 1"
     assert not hosts[1].ran("kill")
+
+
+# ---------------------------------------------------------------- leases through a sweep
+
+def _timed(log: list, answer):
+    """A responder recording when each command came, answering `answer` (or its result)."""
+    def respond(command, input):
+        log.append(time.monotonic())
+        return answer(command, input) if callable(answer) else answer
+    return respond
+
+
+def test_a_fast_hosts_lease_is_renewed_while_a_slow_host_still_applies(tmp_path):
+    """A host's apply may take longer than another host's lease: the keeper starts only after
+    every apply returned, so the host that finished first reverted itself meanwhile."""
+    from netbench.remote.ssh import CommandResult
+
+    a_renewals: list[float] = []
+    b_applied: list[float] = []
+
+    def slow_apply(command, input):
+        time.sleep(2.0)  # longer than the 1.2 s lease
+        b_applied.append(time.monotonic())
+        return ok_json({"applied": []})
+
+    hosts = fake_hosts()
+    hosts[0].responses.insert(0, ("netbench.state.lease renew", _timed(a_renewals, CommandResult(0, "", ""))))
+    b_renewals: list[float] = []
+    hosts[1].responses.insert(0, (" apply ", slow_apply))
+    hosts[1].responses.insert(0, ("netbench.state.lease renew", _timed(b_renewals, CommandResult(0, "", ""))))
+    results = run_sweep(_config(tmp_path, Profile(name="r100", rate_bps=10**8)),
+                        testbed=HostsTestbed(INV, hosts, lease_s=1.2))
+    assert [r.status for r in results] == ["ok"]
+    assert a_renewals and a_renewals[0] < b_applied[0], "host a was not renewed while host b applied"
+    assert not [t for t in b_renewals if t < b_applied[0]]  # b holds no lease before its apply returns
+
+
+def test_a_run_during_which_a_host_lost_its_lease_is_failed(tmp_path):
+    """The host reverted itself: the run did not have its profile, whatever it measured."""
+    from netbench.remote.ssh import CommandResult
+    from netbench.state.lease import GONE
+
+    hosts = fake_hosts()
+    hosts[0].responses.insert(0, ("netbench.state.lease renew", CommandResult(GONE, "", "")))
+    results = run_sweep(_config(tmp_path, Profile(name="r100", rate_bps=10**8)),
+                        testbed=HostsTestbed(INV, hosts, lease_s=30))
+    assert results[0].status == "failed"
+    assert results[0].error == ("lease not held through the run: host a: its lease had expired and it "
+                                "reverted its shaping")
+    with open(tmp_path / "out" / "results.csv", newline="") as fh:
+        assert [row["status"] for row in csv.DictReader(fh)] == ["failed"]
+    assert not hosts[0].ran(" reset ") and hosts[1].ran(" reset ")  # a is left alone: it reverted itself
+
+
+def test_a_run_is_ok_only_once_every_host_renewed_after_it(tmp_path):
+    """A lease is shown held through a run by a renewal sent after the run's end: each host
+    is asked at once, not at the keeper's next round (10 s later with a 30 s lease)."""
+    from netbench.remote.ssh import CommandResult
+
+    hosts = fake_hosts()
+    sent: dict[str, list[float]] = {"a": [], "b": []}
+    for host in hosts:
+        host.responses.insert(0, ("netbench.state.lease renew",
+                                  lambda command, input, n=host.name: sent[n].append(time.time())
+                                  or CommandResult(0, "", "")))
+    began = time.monotonic()
+    results = run_sweep(_config(tmp_path, Profile(name="r100", rate_bps=10**8)),
+                        testbed=HostsTestbed(INV, hosts, lease_s=30))
+    assert [r.status for r in results] == ["ok"] and time.monotonic() - began < 8
+    assert all(any(t >= results[0].ended for t in sent[name]) for name in sent), sent

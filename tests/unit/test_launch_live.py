@@ -311,3 +311,24 @@ def test_the_live_view_of_isolated_points_and_a_relaunch(monkeypatch):
     lines = out.getvalue().splitlines()
     assert "  r000 d0ms (repeat 0): 1,234.5 img/s" in lines
     assert "  r001 d1ms (repeat 0, launch 1, point 1/1): 1,234.5 img/s" in lines
+
+
+def test_the_live_view_shows_the_interval_narrowing_and_refreshes_at_most_every_tenth_second(monkeypatch):
+    from dataclasses import replace
+
+    from netbench.cli import render
+
+    run = SimpleNamespace(run_id="r000", repeat=0, profile=Profile(name="d0ms"), job=replace(JOB, precision=0.02),
+                          workers=2)
+    view, shown, _ = _view(monkeypatch, [run])
+    clock = [100.0]
+    monkeypatch.setattr(render.time, "monotonic", lambda: clock[0])
+    view.run_started(run)
+    view.step(run, _step(0, "measured"))
+    assert shown.info.startswith("step 0 (measured)") and "±" not in shown.info  # too few steps for an interval
+    for k in range(1, 40):
+        view.step(run, _step(k, "measured"))
+    assert shown.info.startswith("step 0 (measured)")  # the same run and phase: no sooner than REFRESH_S
+    clock[0] += 2 * render.REFRESH_S
+    view.step(run, _step(40, "measured"))
+    assert shown.info.startswith("step 40 (measured)") and "of 2% (41 steps)" in shown.info

@@ -393,3 +393,38 @@ def test_the_order_flag_offers_exactly_the_orders_launches_know():
         command = app.main.get_command(click.Context(app.main), name)
         option = next(p for p in command.params if p.name == "launch_order")
         assert tuple(option.type.choices) == ORDERS
+
+
+def test_a_resumed_sweep_numbers_its_launches_after_the_folders_and_logs_apart(tmp_path):
+    """A second session in the same folder (a playbook's resume, --append) neither reuses
+    logs/launch000/ nor a repeated run's log folder: its launches are numbered after the
+    folder's, and a run id that already has logs gets logs/<run>.2/."""
+    from netbench.experiment.store import ResultStore
+
+    runs = _runs(delays=range(1, 4))
+
+    class StopAfterOne:
+        def __getattr__(self, name):
+            return lambda *a: None
+
+        def run_finished(self, run, result):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(_config(tmp_path, runs), StopAfterOne(), testbed=SyntheticTestbed(Journal(tmp_path / "state")))
+    logs = tmp_path / "out" / "logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["launch000"]
+    (logs / "launch000" / "n1-worker0.log").write_text("the first session's last line\n")
+    left = design.pending(runs, ResultStore(tmp_path / "out").statuses())
+    results = run_sweep(replace(_config(tmp_path, runs), runs=tuple(left)),
+                        testbed=SyntheticTestbed(Journal(tmp_path / "state2")))
+    assert {r.launch for r in results} == {1}
+    assert sorted(p.name for p in logs.iterdir()) == ["launch000", "launch001"]
+    assert (logs / "launch000" / "n1-worker0.log").read_text() == "the first session's last line\n"
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [launch["launch"] for launch in manifest["launches"]] == [1]
+    store = ResultStore(tmp_path / "out")
+    assert store.next_launch() == 2
+    first = store.log_dir("r000")
+    first.mkdir()
+    assert first.name == "r000" and store.log_dir("r000").name == "r000.2"

@@ -104,3 +104,49 @@ def test_a_child_dies_with_a_killed_controller_only_when_asked(die_with_parent):
     finally:
         if proc.start_time(pid) is not None:
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_child_started_from_a_thread_outlives_the_thread():
+    """PR_SET_PDEATHSIG fires when the thread that forked the child exits: a child asked for by
+    a short-lived thread (a schedule's) must still live once that thread has returned."""
+    import threading
+
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(child=proc.spawn(["sleep", "30"])), name="short-lived")
+    thread.start()
+    thread.join()
+    child = box["child"]
+    try:
+        time.sleep(0.5)  # the signal, had it been sent, has arrived by now
+        assert child.poll() is None, f"the child died with its thread: {child.returncode}"
+    finally:
+        proc.stop(child, grace=1.0)
+    assert child.poll() is not None
+
+
+def test_the_lasting_thread_hands_back_results_and_exceptions():
+    import threading
+
+    seen = {}
+
+    def work():
+        seen["thread"] = threading.current_thread().name
+        return 7
+
+    def fail():
+        raise ValueError("no")
+
+    assert proc._LASTING.call(work) == 7 and seen["thread"] == threading.current_thread().name  # main: inline
+    out = {}
+
+    def from_thread():
+        out["value"] = proc._LASTING.call(work)
+        try:
+            proc._LASTING.call(fail)
+        except ValueError as exc:
+            out["error"] = str(exc)
+
+    thread = threading.Thread(target=from_thread)
+    thread.start()
+    thread.join()
+    assert out == {"value": 7, "error": "no"} and seen["thread"] == "netbench-spawner"

@@ -15,10 +15,11 @@ from tests.fakes.remote import FakeHost, failed, ok_json
 
 from netbench.state import lease
 from netbench.remote import controller as remote
+from netbench.remote import keeper as leases
 from netbench.cli.app import main
 from netbench.emulation import backends, changes as ch
 from netbench.emulation import wire
-from netbench.errors import BackendUnavailable, EmulationError, UsageError
+from netbench.errors import BackendUnavailable, EmulationError, ResetIncomplete, UsageError
 from netbench.remote.inventory import inventory_from_mapping
 from netbench.model.profile import Profile
 from netbench.state.journal import Journal
@@ -317,13 +318,13 @@ def test_the_watcher_does_not_revert_a_lease_renewed_while_it_waited_for_the_loc
 def test_lease_keeper_reports_a_host_whose_lease_is_gone_or_taken_over():
     a = FakeHost("a", [("netbench.state.lease renew", CommandResult(0, "", ""))])
     b = FakeHost("b", [("netbench.state.lease renew", CommandResult(lease.GONE, "", ""))])
-    keeper = remote.LeaseKeeper(INV, [a, b], seconds=3, holder="me@ctl:1:ab")
+    keeper = leases.LeaseKeeper(INV, [a, b], seconds=3, holder="me@ctl:1:ab")
     keeper.renew_once()
     assert keeper.lost == {"b": "its lease had expired and it reverted its shaping"}
     assert a.commands[0][0] == "/opt/nb/bin/python -m netbench.state.lease renew /run/netbench me@ctl:1:ab"
     assert b.commands[0][0] == "sudo -n /opt/nb/bin/python -m netbench.state.lease renew '/var/lib/nb state' me@ctl:1:ab"
     c = FakeHost("a", [("netbench.state.lease renew", CommandResult(lease.TAKEN, "held by them@other:2:cd\n", ""))])
-    keeper = remote.LeaseKeeper(INV, [c], seconds=3, holder="me@ctl:1:ab")
+    keeper = leases.LeaseKeeper(INV, [c], seconds=3, holder="me@ctl:1:ab")
     keeper.renew_once()
     assert keeper.lost == {"a": "another controller took it over (held by them@other:2:cd)"}
 
@@ -345,7 +346,7 @@ def test_one_stalled_or_broken_host_does_not_stop_renewals_for_the_others():
     healthy = FakeHost("c", [("netbench.state.lease renew", CommandResult(0, "", ""))])
     inv = inventory_from_mapping({"defaults": {"interface": "eth1"},
                                   "hosts": {n: {"ssh": n} for n in ("a", "b", "c")}}, "inv.yaml")
-    keeper = remote.LeaseKeeper(inv, [stalled, crashing, healthy], seconds=0.6, holder="me")
+    keeper = leases.LeaseKeeper(inv, [stalled, crashing, healthy], seconds=0.6, holder="me")
     try:
         with keeper:
             deadline = time.monotonic() + 20
@@ -383,7 +384,7 @@ def test_a_lease_too_short_for_the_host_count_is_refused_naming_the_flag(tmp_pat
     result = CliRunner().invoke(main, ["apply", "--inventory", str(path), "--bandwidth", "1mbit", "--lease", "1"])
     assert result.exit_code == 2
     assert "flag --lease: 1 s is too short for 2 host(s)" in result.output
-    assert remote.min_lease_s(2) == 1.5 and remote.min_lease_s(17) == 3.0
+    assert leases.min_lease_s(2) == 1.5 and leases.min_lease_s(17) == 3.0
 
 
 # ---------------------------------------------------------------- orchestration over fake hosts
@@ -703,8 +704,10 @@ def test_any_exception_on_one_host_is_reported_naming_it_and_the_others_still_ru
     assert isinstance(results["a"], remote.RemoteError)
     assert results["a"].message == "host a: EOFError: channel closed"
     assert results["b"] == {"removed": ["qdisc"]} and b.ran(" reset ")
-    with pytest.raises(remote.RemoteError, match="^host a: EOFError: channel closed$"):
+    with pytest.raises(ResetIncomplete, match="host a: EOFError: channel closed$") as failed:
         remote.reset_inventory(INV, [a, b])
+    assert failed.value.failures == ["host a: EOFError: channel closed"]
+    assert failed.value.removed == {"b": ["qdisc"]}  # what the others removed is kept for the report
 
 
 @pytest.mark.parametrize("command, answer, problem", [

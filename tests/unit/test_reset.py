@@ -103,3 +103,121 @@ def test_scratch_namespaces_are_stale_only_once_their_maker_is_gone(monkeypatch,
              "netbench-doctor-1", "nbscratch-doctor-x"]
     monkeypatch.setattr(pnetns, "listnetns", lambda *args, **kwargs: names)
     assert local.stale_scratch_netns() == sorted([names[0], names[2]])
+
+
+def _fake_namespaces(monkeypatch, names: list[str]) -> list[str]:
+    """/run/netns as `names` (none the host's own); removing one only records its name."""
+    from netbench.testbed import netns as local
+
+    present = list(names)
+    gone: list[str] = []
+
+    def remove(name):
+        if name not in present:
+            return False
+        present.remove(name)
+        gone.append(name)
+        return True
+
+    monkeypatch.setattr(pnetns, "listnetns", lambda *args, **kwargs: list(present))
+    monkeypatch.setattr(proc, "is_host_netns", lambda name: False)
+    monkeypatch.setattr(proc, "pids_in_netns", lambda name: [])
+    monkeypatch.setattr(local, "remove_netns", remove)
+    return gone
+
+
+def test_reset_leaves_testbed_namespaces_its_journal_did_not_record(journal, monkeypatch):
+    """Another state folder's testbed (perhaps live: removing a namespace stops every process
+    in it) is left alone, with a warning naming the flag that removes it; what this journal
+    recorded goes."""
+    gone = _fake_namespaces(monkeypatch, ["netbench-sw", "netbench-n1", "netbench-n2", "other"])
+    journal.record("netns", name="netbench-n2")
+    warnings: list[str] = []
+    removed = reset(journal, warn=warnings.append)
+    assert gone == ["netbench-n2"] and removed == ["namespace netbench-n2"]
+    assert sorted(w.split()[1] for w in warnings) == ["netbench-n1", "netbench-sw"]
+    assert all("left alone" in w and "--all-namespaces" in w for w in warnings)
+    assert reset(journal, warn=warnings.append, all_namespaces=True) == ["namespace netbench-n1",
+                                                                          "namespace netbench-sw"]
+    assert sorted(gone) == ["netbench-n1", "netbench-n2", "netbench-sw"]  # never 'other'
+
+
+def test_all_namespaces_is_refused_with_an_inventory(tmp_path):
+    from click.testing import CliRunner
+
+    from netbench.cli.app import main
+
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text("hosts: []\n")
+    result = CliRunner().invoke(main, ["reset", "--all-namespaces", "--inventory", str(inventory)])
+    assert result.exit_code == 2 and "--all-namespaces" in result.output and "only without --inventory" in result.output
+
+
+def _failing_qdisc_undo(monkeypatch):
+    from netbench.errors import EmulationError
+    from netbench.state import undo as undo_module
+
+    def fails(data, ctx):
+        raise EmulationError(f"cannot clear the qdisc on {data['ifname']}: device busy")
+
+    monkeypatch.setitem(undo_module.UNDO, "qdisc", fails)
+
+
+def test_one_undo_that_fails_does_not_stop_the_rest(journal, monkeypatch):
+    """Every other entry is still undone; the failure is named, stays journaled for the next
+    reset, and the reset ends in an error that carries what it did remove."""
+    from netbench.errors import ResetIncomplete
+
+    _failing_qdisc_undo(monkeypatch)
+    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    second = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        journal.record("process", pid=first.pid, start=proc.start_time(first.pid), netns=None, role="worker0")
+        journal.record("qdisc", netns="netbench-n1", ifname="eth0", handle="1:")
+        journal.record("process", pid=second.pid, start=proc.start_time(second.pid), netns=None, role="worker1")
+        with pytest.raises(ResetIncomplete) as failed:
+            reset(journal)
+        assert first.wait(timeout=30) is not None and second.wait(timeout=30) is not None
+        assert failed.value.removed == [f"process {second.pid} (worker1)", f"process {first.pid} (worker0)"]
+        assert failed.value.failures == ["qdisc eth0 in netbench-n1: cannot clear the qdisc on eth0: device busy"]
+        assert "1 thing(s) in place" in failed.value.message
+        assert [e.kind for e in journal.pending()] == ["qdisc"]  # the next reset tries it again
+    finally:
+        for child in (first, second):
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+
+
+def test_a_host_reset_goes_on_past_an_undo_that_fails(tmp_path, monkeypatch, sleeper):
+    from netbench.errors import ResetIncomplete
+    from netbench.remote.agent import reset_host
+
+    _failing_qdisc_undo(monkeypatch)
+    host_journal = Journal(tmp_path / "host")
+    host_journal.record("qdisc", netns=None, ifname="eth1", handle="1:")
+    host_journal.record("process", pid=sleeper.pid, start=proc.start_time(sleeper.pid), netns=None, role="engine")
+    with pytest.raises(ResetIncomplete) as failed:
+        reset_host(host_journal)
+    assert sleeper.wait(timeout=30) is not None
+    assert failed.value.removed == [f"process {sleeper.pid} (engine)"]
+    assert failed.value.failures == ["qdisc eth1: cannot clear the qdisc on eth1: device busy"]
+
+
+def test_reset_shows_what_it_removed_then_fails_naming_each_failure(monkeypatch, state_dir):
+    from click.testing import CliRunner
+
+    from netbench.cli import common
+    from netbench.cli.app import main
+    from netbench.errors import ResetIncomplete
+    from netbench.state import reset as reset_module
+
+    def incomplete(journal, warn, all_namespaces=False):
+        raise ResetIncomplete(["process 12 (worker0)"], ["qdisc eth0 in netbench-n1: busy", "namespace netbench-n2: busy"])
+
+    monkeypatch.setattr(common, "require_root", lambda: None)
+    monkeypatch.setattr(reset_module, "reset", incomplete)
+    result = CliRunner().invoke(main, ["reset"])
+    assert result.exit_code == 1
+    assert "removed process 12 (worker0)" in result.output and "clean" not in result.output
+    assert "reset left 2 thing(s) in place: qdisc eth0 in netbench-n1: busy; namespace netbench-n2: busy" in result.output

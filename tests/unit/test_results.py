@@ -226,3 +226,56 @@ def test_an_unreadable_playbook_record_is_refused_with_a_hint(tmp_path):
     with pytest.raises(ResultsError, match=r"playbook\.json: unreadable: ") as err:
         ResultStore(tmp_path).read_playbook()
     assert err.value.hint == "give another folder with --output"
+
+
+class _Crash(BaseException):
+    """A controller killed halfway through storing a run."""
+
+
+def _resume(directory, run):
+    """What a resumed sweep does with one point: run it again unless a record says it was done."""
+    store = ResultStore(directory)
+    store.create()
+    if run.run_id not in store.statuses():
+        store.add(run)
+    return store
+
+
+@pytest.mark.parametrize("crash_in", ["record", "row"])
+def test_a_crash_while_storing_a_run_never_leaves_it_twice_after_resume(tmp_path, monkeypatch, crash_in):
+    import csv as csv_module
+
+    from netbench.experiment import store as store_module
+
+    out = tmp_path / "out"
+    store = ResultStore(out)
+    store.create()
+    store.add(result("r000"))
+
+    def crash(*args, **kwargs):
+        raise _Crash()
+
+    with monkeypatch.context() as patch:
+        if crash_in == "record":
+            patch.setattr(store_module, "write_json", crash)
+        else:
+            patch.setattr(csv_module.DictWriter, "writerows", crash)
+            patch.setattr(csv_module.DictWriter, "writerow", crash)
+        with pytest.raises(_Crash):
+            store.add(result("r001"))
+    resumed = _resume(out, result("r001"))
+    _resume(out, result("r001"))  # and a second resume changes nothing
+    assert [row["run_id"] for row in resumed.read_rows()] == ["r000", "r001"]
+    assert sorted(resumed.statuses()) == ["r000", "r001"]
+
+
+def test_a_row_an_older_netbench_wrote_without_its_record_is_replaced_when_the_run_is_repeated(tmp_path):
+    out = tmp_path / "out"
+    store = ResultStore(out)
+    store.create()
+    store.add(result("r000"))
+    store.add(result("r001", status="failed", error="first try"))
+    (out / "runs" / "r001.json").unlink()  # the row was written first, then the controller died
+    resumed = _resume(out, result("r001"))
+    rows = resumed.read_rows()
+    assert [row["run_id"] for row in rows] == ["r000", "r001"] and rows[1]["status"] == "ok"

@@ -148,6 +148,9 @@ def test_bad_top_level_keys(tmp_path):
     ("delay_ms\n5\n", ("row 1", "time_s")),
     ("time_s,delay_ms\n0,5,7\n", ("row 2", "cells")),
     ("time_s,loss_pct\n0,150\n", ("row 2", "loss", "100%")),
+    ("time_s,delay_ms\n0,5\n1," + "9" * 140_000 + "\n", ("row 3", "not CSV", "field larger than field limit")),
+    ('time_s,delay_ms\n0,5\n1,"' + "x" * 140_000 + '"\n', ("row 3", "not CSV")),
+    ("time_s,delay_ms\n0,5\n1,\x006\n", ("row 3", "delay_ms")),
 ])
 def test_bad_trace_rows_name_the_trace_file_row_and_column(tmp_path, csv, needles):
     trace = write(tmp_path, csv, "link.csv")
@@ -175,3 +178,18 @@ def test_shipped_schedules_load(path):
 
 def test_schedules_are_shipped():
     assert len(SHIPPED) >= 2
+
+
+def test_due_is_the_last_entry_already_due_from_the_one_being_made():
+    from netbench.model.schedule import TimedProfile, due
+
+    timed = tuple(TimedProfile(at_s=at, at_step=None, profile=Profile(name=str(at)), step=i + 1)
+                  for i, at in enumerate((0.0, 0.1, 0.2, 0.3, 1.0)))
+    assert due(timed, 0, 0.0) == 0  # on time: itself
+    assert due(timed, 1, 0.25) == 2  # 0.2 is due too: 0.1 merges into it
+    assert due(timed, 1, 0.3) == 3  # a time equal to an entry's is due
+    assert due(timed, 3, 99.0) == 4 and due(timed, 4, 99.0) == 4  # never past the end
+    assert due(timed, 0, 5.15, offset=5.0) == 1  # a repeating schedule's later loop
+    stepped = tuple(TimedProfile(at_s=None, at_step=s, profile=Profile(name=str(s)), step=i + 1)
+                    for i, s in enumerate((0, 5, 10)))
+    assert due(stepped, 0, 7) == 1 and due(stepped, 1, 30, offset=20) == 2 and due(stepped, 1, 20, offset=20) == 1

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from tests.fakes.netlink import make_fakes
 
-from netbench.cli import common, emulation
+from netbench.cli import common, emulation, schedule_apply
 from netbench.cli.app import main
 from netbench.experiment import schedule as runner
 from netbench.model.topology import plan_topology
@@ -32,6 +32,7 @@ def target(monkeypatch, tmp_path):
         yield testbed
 
     monkeypatch.setattr(emulation, "open_target", open_target)
+    monkeypatch.setattr(schedule_apply, "open_target", open_target)
     monkeypatch.setattr(common, "require_root", lambda: None)
     monkeypatch.setattr(common, "sigterm_as_interrupt", lambda: None)
     monkeypatch.chdir(tmp_path)
@@ -112,7 +113,9 @@ def test_a_bad_schedule_changes_nothing(target, tmp_path):
 
 def test_a_training_step_schedule_is_refused_before_any_change(target, tmp_path):
     (tmp_path / "steps.yaml").write_text("steps:\n  - {at_step: 5, delay: 5ms}\n")
-    assert invoke("apply", "--schedule", "steps.yaml", "--dry-run").exit_code == 0
-    result = invoke("apply", "--schedule", "steps.yaml")
-    assert result.exit_code == 2 and "at_step" in result.output
+    for dry_run in (["--dry-run"], []):  # a dry run refuses what the run would refuse
+        result = invoke("apply", "--schedule", "steps.yaml", *dry_run)
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith("error: steps.yaml: at_step: a schedule of training steps runs within a sweep")
+        assert "dry run" not in result.output
     assert held(target) == [None, None]

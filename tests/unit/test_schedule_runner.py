@@ -44,15 +44,34 @@ def test_changes_land_in_order_at_their_times_with_lateness_measured():
     seen: list[Landed] = []
     landed = run_schedule(entries((0.0, 5000), (2.0, 30000), (4.0, 5000)), apply, clock=clock, sleep=clock.sleep,
                           on_change=seen.append)
-    # the first change starts at its time; once one change's duration is known, the next ones
-    # start that much early, so they land at their time
-    assert applied == [(100.0, 5000), pytest.approx((101.996, 30000)), pytest.approx((103.996, 5000))]
+    # the profile of time 0 is in place before the clock starts (at 100.004); the next change
+    # starts at its time; once one change's duration is known, the next ones start that much
+    # early, so they land at their time
+    assert applied == [(100.0, 5000), pytest.approx((102.004, 30000)), pytest.approx((104.0, 5000))]
     assert seen == landed and [item.step for item in landed] == [1, 2, 3]
     assert [item.scheduled_s for item in landed] == [0.0, 2.0, 4.0]
-    assert [item.lateness_s for item in landed] == pytest.approx([0.004, 0.0, 0.0], abs=1e-9)
+    assert landed[0].started_s == pytest.approx(-0.004) and landed[0].landed_s == 0.0
+    assert [item.lateness_s for item in landed] == pytest.approx([0.0, 0.004, 0.0], abs=1e-9)
+    assert all(item.merged == () for item in landed)
     assert max(clock.sleeps) <= 0.1  # coarse sleeps in chunks, then a short final one
     summary = lateness(landed)
     assert summary.changes == 3 and summary.max_s == pytest.approx(0.004) and summary.worst_s == pytest.approx(0.004)
+
+
+def test_the_profile_of_time_zero_is_in_place_before_the_clock_starts_however_long_it_takes():
+    """Starting 64 delay engines takes seconds: that must not make the changes after it late."""
+    clock = FakeClock()
+
+    def apply(profile):
+        clock.now += 4.4 if profile.delay_us == 5000 else 0.002
+
+    landed = run_schedule(entries((0.0, 1000), (0.0, 5000), (0.1, 6000), (0.2, 7000)), apply, clock=clock,
+                          sleep=clock.sleep)
+    # two steps at 0 s: the last of them is the state at 0 (the first merged into it)
+    assert [(item.index, item.merged, item.profile.delay_us) for item in landed] == [(1, (0,), 5000), (2, (), 6000),
+                                                                                     (3, (), 7000)]
+    assert landed[0].started_s == pytest.approx(-4.4) and landed[0].lateness_s == 0.0
+    assert [round(item.lateness_s, 6) for item in landed[1:]] == [0.002, 0.0]
 
 
 def test_a_timed_change_starts_early_by_the_median_of_recent_durations():
@@ -64,20 +83,28 @@ def test_a_timed_change_starts_early_by_the_median_of_recent_durations():
 
     landed = run_schedule(entries((0.0, 1000), (1.0, 2000), (2.0, 3000), (3.0, 4000), (4.0, 5000)), apply,
                           clock=clock, sleep=clock.sleep)
-    # leads: none, 10 ms, median(10, 2) = 6 ms, median(10, 2, 10) = 10 ms, 10 ms
-    assert [round(item.started_s, 6) for item in landed] == [0.0, 0.99, 1.994, 2.99, 3.99]
-    assert [round(item.lateness_s, 6) for item in landed] == [0.01, -0.008, 0.004, 0.0, 0.0]
+    # the first before the clock starts (its 10 ms not a lead); leads: none, 2 ms, median(2, 10)
+    # = 6 ms, median(2, 10, 10) = 10 ms
+    assert [round(item.started_s, 6) for item in landed] == [-0.01, 1.0, 1.998, 2.994, 3.99]
+    assert [round(item.lateness_s, 6) for item in landed] == [0.0, 0.002, 0.008, 0.004, 0.0]
 
 
-def test_a_late_start_is_recorded_as_lateness():
+def test_changes_due_while_one_is_made_are_merged_and_the_timeline_never_stretches():
     clock = FakeClock()
+    applied: list[int] = []
 
     def apply(profile):
-        clock.now += 0.5 if profile.delay_us == 1000 else 0.001  # the first apply overruns the second's time
+        applied.append(profile.delay_us)
+        clock.now += 0.5 if profile.delay_us == 2000 else 0.001  # one change overruns the next ones' times
 
-    landed = run_schedule(entries((0.0, 1000), (0.2, 2000)), apply, clock=clock, sleep=clock.sleep)
-    assert landed[1].started_s == pytest.approx(0.5)
-    assert landed[1].lateness_s == pytest.approx(0.301)
+    timeline = entries((0.0, 1000), (1.0, 2000), (1.2, 3000), (1.4, 4000), (1.6, 5000), (3.0, 6000))
+    landed = run_schedule(timeline, apply, clock=clock, sleep=clock.sleep)
+    # 3000 and 4000 were due before 2000 landed (1.5 s), 5000 by the time a change then lands
+    # (1.5 s + the 0.5 s a change took): the link goes straight to 5000
+    assert applied == [1000, 2000, 5000, 6000]
+    assert [(item.index, item.merged) for item in landed] == [(0, ()), (1, ()), (4, (2, 3)), (5, ())]
+    assert landed[2].scheduled_s == 1.6 and landed[2].started_s == pytest.approx(1.5)
+    assert landed[-1].landed_s <= 3.0 + 0.001  # the last change is at its time: nothing stretched
 
 
 def test_stop_ends_the_run_before_the_next_change():
@@ -165,3 +192,37 @@ def test_link_before():
         link_before({"nodes": [{"node": "n1", "profile": held}, {"node": "n2", "profile": None}]})
     with pytest.raises(UsageError, match="no testbed"):
         link_before({"nodes": []})
+
+
+def test_a_runs_record_lists_what_each_change_merged():
+    from netbench.experiment.schedule import RunDriver
+    from netbench.model.schedule import schedule_from_mapping
+
+    schedule = schedule_from_mapping({"name": "w", "steps": [{"at": "0s", "delay": "1ms"}, {"at": "1s", "delay": "2ms"},
+                                                             {"at": "1.1s", "delay": "3ms"}]}, "w.yaml")
+    timeline = entries((0.0, 1000), (1.0, 2000), (1.1, 3000))
+    driver = RunDriver(schedule, timeline, Profile(name="p", delay_us=1000), lambda p: None)
+    driver.landed = [Landed(index=2, cycle=0, step=3, at_step=None, scheduled_s=1.1, started_s=1.05, landed_s=1.101,
+                            profile=timeline[2].profile, merged=(1,))]
+    (change,) = driver.record()["changes"]
+    assert change["merged"] == [{"index": 1, "step": 2, "when": "1s"}] and change["lateness_ms"] == pytest.approx(1.0)
+
+
+def test_a_schedules_base_is_in_place_before_time_zero_when_no_step_is_at_zero():
+    clock = FakeClock()
+    applied: list[tuple[float, int]] = []
+
+    def apply(profile):
+        applied.append((round(clock.now - 100.0, 6), profile.delay_us))
+        clock.now += 3.0 if profile.delay_us == 5000 else 0.001  # the base starts the engines
+
+    base = Profile(name="base", delay_us=5000)
+    landed = run_schedule(entries((0.1, 6000), (0.2, 7000)), apply, clock=clock, sleep=clock.sleep, base=base)
+    assert applied == [(0.0, 5000), (3.1, 6000), (3.199, 7000)]  # the clock started at 3.0, once the base was in
+    assert [(item.index, item.step, item.profile.delay_us) for item in landed] == [(-1, 0, 5000), (0, 1, 6000),
+                                                                                   (1, 2, 7000)]
+    assert landed[0].started_s == pytest.approx(-3.0) and [round(i.lateness_s, 6) for i in landed] == [0.0, 0.001, 0.0]
+    # a link that already holds the base is not changed before time 0
+    applied.clear()
+    run_schedule(entries((0.1, 6000),), apply, clock=clock, sleep=clock.sleep, base=base, already=base)
+    assert [delay for _, delay in applied] == [6000]

@@ -157,7 +157,7 @@ def test_the_record_and_results_csv_carry_the_schedule(tmp_path):
     assert record["profile"]["name"] == "wave"
     with open(tmp_path / "out" / "results.csv", newline="") as fh:
         header, row = next(csv.reader(fh)), None
-    assert header[-10:-5] == ["status", "error", "schedule", "step", "split_from"]  # appended, the rest unchanged
+    assert header[-12:-7] == ["status", "error", "schedule", "step", "split_from"]  # appended, the rest unchanged
     with open(tmp_path / "out" / "results.csv", newline="") as fh:
         (row,) = list(csv.DictReader(fh))
     assert row["schedule"] == "wave" and row["profile"] == "wave"
@@ -339,3 +339,44 @@ def test_a_playbook_whose_schedule_changed_has_another_digest(tmp_path):
     (tmp_path / "sched" / "spike.yaml").write_text(SPIKE.replace("30ms", "40ms"))
     book = load_playbook(path)
     assert design.design_digest(book, design.expand(book, seed=1)) != before
+
+
+def test_a_run_whose_delay_engine_died_fails_and_says_which(tmp_path):
+    class Dying(SyntheticTestbed):
+        def emulation_lost(self):
+            return "the delay engine on queue 1 in netbench-sw (pid 42) died"
+
+    job = JobSpec(warmup=WARMUP, steps=STEPS)
+    runs = design.sweep_runs((Profile(name="d", delay_us=5000),), 1, job, 2)
+    config = SweepConfig(sweep_id="s", runs=runs, job=job, workers=2, output=tmp_path / "out")
+    (result,) = run_sweep(config, Recorder(), testbed=Dying(Journal(tmp_path / "state")))
+    assert result.status == "failed" and result.error == ("emulation: the delay engine on queue 1 in netbench-sw "
+                                                          "(pid 42) died")
+    stored = json.loads((tmp_path / "out" / "runs" / f"{result.run_id}.json").read_text())
+    assert stored["status"] == "failed" and "died" in stored["error"]
+
+
+@pytest.mark.parametrize("command", ["sweep", "run"])
+@pytest.mark.parametrize("chief_stops_after, code", [(None, 0), (3, 1)])
+def test_a_sweep_or_playbook_exits_1_when_a_run_failed(tmp_path, monkeypatch, chief_stops_after, code, command):
+    """A script running sweeps needs the exit status: 1 when any run failed (every run is
+    recorded first), 0 when all ended ok."""
+    from netbench.cli import common, experiment as cli_experiment
+    from netbench.experiment import runner
+
+    real = runner.run_sweep
+    monkeypatch.setattr(runner, "run_sweep", lambda config, observer, testbed=None: real(
+        config, observer, testbed=SyntheticTestbed(Journal(tmp_path / "state"), chief_stops_after=chief_stops_after)))
+    monkeypatch.setattr(common, "require_root", lambda: None)
+    monkeypatch.setattr(cli_experiment, "_sigterm_as_interrupt", lambda: None)
+    out = tmp_path / "out"
+    if command == "sweep":
+        args = ["sweep", "--latency", "1ms", "--warmup", "1", "--steps", "4"]
+    else:
+        args = ["run", str(write_book(tmp_path, "factors: {latency: [1ms]}\nwarmup: 1\nsteps: 4\n"))]
+    result = CliRunner().invoke(cli.main, [*args, "--output", str(out)], terminal_width=200)
+    assert result.exit_code == code, result.output
+    (record,) = [json.loads(path.read_text()) for path in (out / "runs").glob("*.json")]
+    assert record["status"] == ("ok" if code == 0 else "failed")
+    if code:
+        assert "1 of 1 run(s) failed: r000" in result.output

@@ -85,7 +85,7 @@ def test_a_scale_sweep_applies_the_scaled_topologies_widest_first_and_records_th
         ("two-regions", "two-regions", "1"), ("two-regions-x2", "two-regions", "2"),
         ("two-regions-x4", "two-regions", "4")]
     record = json.loads((out / "runs" / "r001.json").read_text())
-    assert record["topology"] == scaled(regions, 2).to_json() and record["schema_version"] == 5
+    assert record["topology"] == scaled(regions, 2).to_json() and record["schema_version"] == 6
     far = next(link for link in record["topology"]["links"] if link["src"] == "n1" and link["dst"] == "n3")
     assert far["profile"]["delay_us"] == 50_000
     manifest = json.loads((out / "manifest.json").read_text())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import threading
 from typing import Any, Protocol
 
 from contextlib import closing, contextmanager, nullcontext
@@ -80,6 +81,14 @@ def _send_netem(netns: str, command: str, index: int, handle: int, parent: int, 
     rtnl.request(netns, msg)
 
 
+class _ThreadState(threading.local):
+    """What one thread's session holds: its sockets (None outside a session) and peeked roots."""
+
+    def __init__(self) -> None:
+        self.sockets: dict[str, Any] | None = None
+        self.peeked: dict[tuple[str, str], tuple[int, Any]] = {}
+
+
 class NetlinkQdiscs:
     """netbench's qdisc trees on a node's interfaces, through pyroute2 (netlink, not `tc`).
 
@@ -89,49 +98,71 @@ class NetlinkQdiscs:
     """
 
     def __init__(self) -> None:
-        self._open_sockets: dict[str, Any] | None = None  # namespace -> IPRoute, inside session()
-        # (netns, device) -> (index, root qdisc) read by root_qdisc() in this session and not yet
-        # changed: the foreign-qdisc check's dump serves the change that follows it
-        self._peeked: dict[tuple[str, str], tuple[int, Any]] = {}
+        # pyroute2 refuses a socket on any thread but the one that made it, so sockets are
+        # owned by threads: the held ones by the thread that called hold(), a session's by the
+        # thread it runs on (a schedule's changes run on a thread of their own)
+        self._holder: int | None = None
+        self._held: dict[str, Any] = {}  # namespace -> IPRoute, the holder thread's
+        self._thread = _ThreadState()
+
+    @property
+    def _peeked(self) -> dict[tuple[str, str], tuple[int, Any]]:
+        """(netns, device) -> (index, root qdisc) read by root_qdisc() in this thread's session
+        and not yet changed: the foreign-qdisc check's dump serves the change that follows it."""
+        return self._thread.peeked
+
+    def _sockets(self) -> dict[str, Any] | None:
+        """The calling thread's open sockets: the held ones on the holder thread, else its
+        session's (None outside a session: each request opens and closes one)."""
+        if self._holder is not None and self._holder == threading.get_ident():
+            return self._held
+        return self._thread.sockets
 
     @contextmanager
     def session(self) -> Iterator[None]:
-        """One netlink socket per namespace for everything done inside (a whole apply); inside
-        hold(), the held sockets. What root_qdisc() read is used only within one session."""
-        self._peeked = {}
-        if self._open_sockets is not None:
+        """One netlink socket per namespace for everything done inside (a whole apply), made
+        and closed on the calling thread; on the thread that called hold(), the held sockets.
+        What root_qdisc() read is used only within one session."""
+        state = self._thread
+        state.peeked = {}
+        if self._sockets() is not None:
             try:
                 yield
             finally:
-                self._peeked = {}
+                state.peeked = {}
             return
-        self._open_sockets = {}
+        state.sockets = {}
         try:
             yield
         finally:
-            self.release()
+            sockets, state.sockets, state.peeked = state.sockets, None, {}
+            for ipr in sockets.values():
+                ipr.close()
 
     def hold(self) -> None:
         """Keep one socket per namespace open across sessions until release() (a sweep's or a
-        schedule's many changes: opening them is most of a small change's cost)."""
-        if self._open_sockets is None:
-            self._open_sockets = {}
+        schedule's many changes: opening them is most of a small change's cost). The calling
+        thread owns them; a session on another thread opens sockets of its own."""
+        if self._holder is None:
+            self._holder = threading.get_ident()
 
     def release(self) -> None:
-        sockets, self._open_sockets = self._open_sockets or {}, None
-        self._peeked = {}
+        """Close the held sockets (call it from the thread that called hold())."""
+        sockets, self._held, self._holder = self._held, {}, None
+        self._thread.peeked = {}
         for ipr in sockets.values():
             ipr.close()
 
     def _open(self, netns: str) -> ContextManager[Any]:
-        """An IPRoute in `netns` (the session's, or one closed after use); FileNotFoundError
-        when the namespace does not exist. Never creates a namespace: pyroute2's NetNS would
-        (O_CREAT), unjournaled, which no reset would ever remove."""
-        if self._open_sockets is None:
+        """An IPRoute in `netns` (the calling thread's held or session one, or one closed after
+        use); FileNotFoundError when the namespace does not exist. Never creates a namespace:
+        pyroute2's NetNS would (O_CREAT), unjournaled, which no reset would ever remove."""
+        sockets = self._sockets()
+        if sockets is None:
             return closing(rtnl.iproute_in(netns))
-        if netns not in self._open_sockets:
-            self._open_sockets[netns] = rtnl.iproute_in(netns)
-        return nullcontext(self._open_sockets[netns])
+        if netns not in sockets:
+            sockets[netns] = rtnl.iproute_in(netns)
+        return nullcontext(sockets[netns])
 
     def socket(self, netns: str) -> ContextManager[Any]:
         """An IPRoute in `netns` (held ones are shared: reading the testbed back and changing it
@@ -371,7 +402,7 @@ class NetlinkQdiscs:
             with self._open(netns) as ns:
                 found = ns.link_lookup(ifname=ifname)
                 root = self._root(ns, found[0]) if found else None
-                if found and self._open_sockets is not None:
+                if found and self._sockets() is not None:
                     self._peeked[(netns, ifname)] = (found[0], root)
         except FileNotFoundError:
             return None

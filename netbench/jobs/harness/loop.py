@@ -22,8 +22,9 @@ import argparse
 import math
 import os
 import time
-from typing import IO, Any, Sequence
+from typing import IO, Any, Callable, Sequence
 
+from netbench import stats
 from netbench.jobs import events as ev
 from netbench.jobs.harness import data as datasets
 from netbench.jobs.harness import strategy as strategies
@@ -72,6 +73,30 @@ def measured_steps_from_mean(seconds: float, mean_step_s: float) -> int:
     if not math.isfinite(mean_step_s) or mean_step_s <= 0:
         raise ValueError(f"mean step time must be finite and > 0, got {mean_step_s!r}")
     return max(1, math.ceil(seconds / mean_step_s))
+
+
+def extend_for_precision(args: argparse.Namespace, durations: list[float], started: float,
+                         agree: Callable[[int], float], steps: Callable[[int], list[float]]) -> int:
+    """With --precision, go on stepping after the minimum window (`durations`, measured since
+    `started` on this process's monotonic clock) until the 95 % batch-means interval of the mean
+    step time is within the precision, or --max-seconds have passed; returns the steps added.
+
+    Every worker must run the same steps, so at each check each one's own need
+    (stats.steps_to_precision) goes through `agree` (a cross-worker mean; the identity with one
+    stepping process) and all run ceil(that) more: a worker that still needs steps keeps every
+    worker going. Checks are few (each asks for at least a tenth more steps) and lie between
+    two timed steps, so no measured step includes one."""
+    precision = getattr(args, "precision", None)
+    if not precision:
+        return 0
+    added = 0
+    while True:
+        need = stats.steps_to_precision(durations, precision, time.monotonic() - started, args.max_seconds)
+        more = math.ceil(agree(need) - 1e-9)
+        if more <= 0:
+            return added
+        durations += steps(more)
+        added += more
 
 
 def load_training_data(tf: Any, args: argparse.Namespace, task_index: int,
@@ -128,12 +153,14 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
 
     # Same seed on every worker: identical initial weights.
     keras.utils.set_random_seed(args.seed)
-    with strategy.scope():
+    with strategy.scope(), strategies.initial_values_made_locally(strategy):
         model = build_model(keras, args.model, data.input_shape, classes)
         optimizer = keras.optimizers.SGD(learning_rate=args.learning_rate)
         # Create the optimizer's variables (iteration counter, slots) now,
         # under the scope, rather than lazily inside the traced step.
         optimizer.build(model.trainable_variables)
+    # the chief's initial values to every worker in one collective, not one per variable
+    strategies.broadcast_from_chief(tf, strategy, [*model.variables, *optimizer.variables])
     kind = getattr(args, "step", ev.STEP_FUSED)
     until_stopped = getattr(args, "until_stopped", False)
     calibration = calibration_steps(args)
@@ -213,8 +240,19 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
     else:
         measured = args.steps
 
-    for k in range(args.warmup, args.warmup + measured):
-        timed_step(k, ev.PHASE_MEASURED)
+    started = time.monotonic()
+    durations = [timed_step(k, ev.PHASE_MEASURED) for k in range(args.warmup, args.warmup + measured)]
+    if getattr(args, "precision", None):
+        reduce_mean = strategies.make_mean_reducer(tf, strategy)
+
+        def agree(need: int) -> float:
+            return float(reduce_mean(tf.constant(float(need), dtype=tf.float64)).numpy())
+
+        def more_steps(count: int) -> list[float]:
+            first = args.warmup + len(durations)
+            return [timed_step(k, ev.PHASE_MEASURED) for k in range(first, first + count)]
+
+        measured += extend_for_precision(args, durations, started, agree, more_steps)
 
     total = args.warmup + measured
     if calibration:

@@ -162,7 +162,13 @@ def _coordinate(args: argparse.Namespace, events: IO[str], cluster: dict[str, li
         measured = loop.measured_steps_from_mean(args.seconds, loop.warmup_mean(warmup))
     else:
         measured = args.steps
-    run_phase(args.warmup, measured, ev.PHASE_MEASURED)
+    started = time.monotonic()
+    durations = run_phase(args.warmup, measured, ev.PHASE_MEASURED)
+
+    def more_steps(count: int) -> list[float]:  # the coordinator alone steps: nothing to agree on
+        return run_phase(args.warmup + len(durations), count, ev.PHASE_MEASURED)
+
+    measured += loop.extend_for_precision(args, durations, started, float, more_steps)
     total = args.warmup + measured
     emit(ev.Done(time=time.monotonic(), steps=total), events)
     return total

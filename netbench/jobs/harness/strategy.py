@@ -6,10 +6,12 @@ this process sits in the cluster. TensorFlow is imported only inside functions.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import os
 import signal
 import threading
-from typing import Any, MutableMapping
+from typing import Any, Iterator, MutableMapping, Sequence
 
 # Applied only when the caller's environment does not set it already.
 DEFAULT_TF_CPP_MIN_LOG_LEVEL = "2"
@@ -79,3 +81,59 @@ def import_tf(args: argparse.Namespace) -> tuple[Any, Any]:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     return tf, keras
+
+
+@contextlib.contextmanager
+def initial_values_made_locally(strategy: Any) -> Iterator[None]:
+    """Within it, MultiWorkerMirroredStrategy makes each new variable from this worker's own
+    initial value, not from a broadcast of the chief's: TF broadcasts every variable on its own
+    (a collective each, round trips at start-up: at 50 ms, most of the model's set-up). Every
+    worker seeds its initial values alike, and `broadcast_from_chief` then sends the chief's
+    values once, in one packed collective, so all start from the chief's weights as before.
+    Without that TF method (another TF, another strategy) it changes nothing."""
+    extended = strategy.extended
+    parent = type(extended).__mro__[1] if len(type(extended).__mro__) > 1 else None
+    own = getattr(type(extended), "_get_variable_creator_initial_value", None)
+    local = getattr(parent, "_get_variable_creator_initial_value", None) if parent is not None else None
+    if own is None or local is None or own is local:
+        yield
+        return
+    extended._get_variable_creator_initial_value = local.__get__(extended)
+    try:
+        yield
+    finally:
+        del extended._get_variable_creator_initial_value
+
+
+def broadcast_from_chief(tf: Any, strategy: Any, variables: Sequence[Any]) -> int:
+    """Give every worker the chief's values of `variables` in ONE collective per float dtype
+    (usually one: an all-reduce sum of the chief's values and everyone else's zeros, packed into
+    one tensor); returns the number of variables sent. Integer variables (an optimizer's step
+    counter) start at the same value everywhere and are left as they are."""
+    groups: dict[Any, list[Any]] = {}
+    for v in variables:
+        dtype = tf.as_dtype(v.dtype)
+        if dtype.is_floating:
+            groups.setdefault(dtype, []).append(v)
+    if not groups or strategy.num_replicas_in_sync <= 1:
+        return 0
+
+    @tf.function
+    def packed() -> Any:
+        def fn() -> Any:
+            context = tf.distribute.get_replica_context()
+            first = tf.equal(context.replica_id_in_sync_group, 0)  # the chief's first replica
+            return [context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                       tf.concat([tf.reshape(v, [-1]) for v in group], axis=0)
+                                       * tf.cast(first, dtype))
+                    for dtype, group in groups.items()]
+        return [strategy.experimental_local_results(t)[0] for t in strategy.run(fn)]
+
+    for group, summed in zip(groups.values(), packed()):
+        offset = 0
+        for v in group:  # the same values on every local copy: no collective
+            size = math.prod(v.shape)
+            v.assign(tf.reshape(summed[offset:offset + size], v.shape))
+            offset += size
+    return sum(len(group) for group in groups.values())
+
