@@ -11,7 +11,9 @@ The rewrites (`shorten`) only shorten a measurement; they never change what is m
   with a `--seconds` window gets `--seconds 1 --warmup 1`; a sweep with `--schedule` gets
   `--seconds 3 --warmup 1`, so a schedule's change two seconds in still lands inside the run
   (spike.yaml changes at 2 s: a change from the schedule's own thread is what broke once);
-  `--repeat N` becomes `--repeat 1`; `--metrics-port N` becomes `--metrics-port 0` (any free
+  `--precision off` (the default, 3 %, grows a window until its mean step time is known, for
+  up to 60 s), or, where the example names a `--precision`, that precision within
+  `--max-seconds 2`; `--repeat N` becomes `--repeat 1`; `--metrics-port N` becomes `--metrics-port 0` (any free
   port: a fixed one may be taken on a shared machine).
 - `netbench verify`: `--count 10` pings and `--seconds 1` of iperf3 (the defaults are 100 or
   50 per pair, and 3 s or 2 s).
@@ -132,14 +134,17 @@ def _set(words: list[str], flag: str, value: str) -> list[str]:
     return [*_drop(words, flag), flag, value]
 
 
+def _has(words: list[str], flag: str) -> bool:
+    return flag in words or any(word.startswith(flag + "=") for word in words)
+
+
 def _shorten_one(words: list[str]) -> list[str]:
     if words[:2] == ["sudo", "netbench"]:
         words = words[1:]
     if words[:1] != ["netbench"] or "--dry-run" in words:
         return words
     if words[1:2] == ["sweep"]:
-        had_seconds = "--seconds" in words or any(w.startswith("--seconds=") for w in words)
-        schedule = "--schedule" in words or any(w.startswith("--schedule=") for w in words)
+        had_seconds, schedule = _has(words, "--seconds"), _has(words, "--schedule")
         for flag in ("--steps", "--seconds", "--warmup"):
             words = _drop(words, flag)
         if schedule:
@@ -149,6 +154,10 @@ def _shorten_one(words: list[str]) -> list[str]:
         else:
             words += ["--steps", "3"]
         words += ["--warmup", "1"]
+        if _has(words, "--precision"):
+            words = _set(words, "--max-seconds", "2")
+        else:
+            words += ["--precision", "off"]
         if "--repeat" in words:
             words = _set(words, "--repeat", "1")
         if "--metrics-port" in words:

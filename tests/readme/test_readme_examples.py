@@ -15,7 +15,8 @@ run in the order shown too, so `netbench report results/smoke` finds what `netbe
 playbooks/smoke.yaml` wrote a block before.
 
 What runs is shortened, never changed in kind (readme_examples.shorten): a sweep measures
-`--steps 3 --warmup 1` (a sweep with --schedule `--seconds 3`, so the schedule's change at 2 s
+`--steps 3 --warmup 1` with `--precision off` (or the precision it names within `--max-seconds
+2`; a sweep with --schedule `--seconds 3`, so the schedule's change at 2 s
 lands inside the run; a --seconds window 1 s), `--repeat 1`, on any free --metrics-port; a
 verify sends 10 pings and 1 s of iperf3; `sudo` is dropped (the tier runs as root); optional
 `[...]` parts are run, except the flags plan.LEFT_OUT names. Each example
@@ -39,7 +40,7 @@ import pytest
 
 from netbench.cli.app import main
 from tests import readme_examples as rx
-from tests.conftest import ROOT
+from tests.conftest import ROOT, netbench_processes
 from tests.readme import plan
 
 EXAMPLES = rx.readme_examples((ROOT / "README.md").read_text()) + list(rx.walk_help(main))
@@ -167,3 +168,4 @@ def test_block_of_examples_runs(block: str, clean_machine, workdir):
         reset = run("netbench reset", work, env)
     assert not problems, "\n".join(problems)
     assert reset.returncode == 0, reset.stdout + reset.stderr
+    assert netbench_processes() == []  # no engine or worker outlived its block
