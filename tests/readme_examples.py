@@ -189,6 +189,43 @@ def is_training(command: str) -> bool:
     return words[:1] == ["netbench"] and words[1:2] in (["sweep"], ["run"]) and "--dry-run" not in words
 
 
+def shown_output(text: str, after: str) -> list[str]:
+    """The lines of the first plain ``` block (no language) after the line containing `after`:
+    output the README shows."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line)
+    opening = next(i for i in range(start + 1, len(lines)) if lines[i].strip() == "```")
+    closing = next(i for i in range(opening + 1, len(lines)) if lines[i].strip() == "```")
+    return lines[opening + 1:closing]
+
+
+def table_cells(line: str) -> list[str]:
+    """The cells of one row of a table: printed by rich (split at its rules) or shown in the
+    README (split at runs of two or more spaces); a shown `...` ends the row."""
+    if any(rule in line for rule in "┃│|"):
+        cells = re.split(r"[┃│|]", line)
+    else:
+        cells = re.split(r"\s{2,}", line)
+    cells = [cell.strip() for cell in cells if cell.strip()]
+    return cells[:cells.index("...")] if "..." in cells else cells
+
+
+def table_problems(shown: list[str], output: str) -> list[str]:
+    """How a printed table differs from the one shown: its header must be the shown header,
+    and each shown row must begin a printed row with the same cells."""
+    printed = [table_cells(line) for line in output.splitlines() if table_cells(line)]
+    header = table_cells(shown[0])
+    problems = []
+    if header not in printed:
+        found = next((row for row in printed if row[:1] == header[:1] and header[-1] in row), None)
+        problems.append(f"the table's columns are {found}, the README shows {header}")
+    for line in shown[1:]:
+        cells = table_cells(line)
+        if not any(row[:len(cells)] == cells for row in printed):
+            problems.append(f"no printed row begins {cells}")
+    return problems
+
+
 def blocks(examples: Iterable[Example]) -> dict[str, list[Example]]:
     """Examples grouped by block, blocks and examples in the order shown."""
     grouped: dict[str, list[Example]] = {}

@@ -87,12 +87,12 @@ OUTPUT = {
     "netbench exec n1 -- ping -c 3 n2": [r"3 packets transmitted, 3 received"],
     "netbench profile check profiles/wan.yaml": [r"ok"],
     "netbench sweep --latency 1,10,100ms --dry-run": [r"d1ms", r"d10ms", r"d100ms"],
-    # README shows this table for the demo's `sweep --latency 1,10,100ms`
-    "netbench sweep --latency 1,10,100ms --metrics-port 9464": [
-        r"http://127\.0\.0\.1:\d+/metrics",
-        r"run\W+profile\W+delay\W+rate\W+loss\W+rep\W+images/s\W+± se\W+step mean\W+step p90\W+status",
-        r"r000\s+\S?\s*d1ms\s+\S?\s*1ms", r"r001\s+\S?\s*d10ms", r"r002\s+\S?\s*d100ms"],
+    "netbench sweep --latency 1,10,100ms --metrics-port 9464": [r"http://127\.0\.0\.1:\d+/metrics"],
 }
+
+# an example whose printed table must be the one README.md shows (its columns, and the shown rows'
+# first cells) -> the words just before that shown output: the demo's `sweep --latency 1,10,100ms`
+TABLES = {"netbench sweep --latency 1,10,100ms --metrics-port 9464": "prints a table such as:"}
 
 # files an example says it writes
 FILES = {

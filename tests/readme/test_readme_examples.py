@@ -21,7 +21,8 @@ lands inside the run; a --seconds window 1 s), `--repeat 1`, on any free --metri
 verify sends 10 pings and 1 s of iperf3; `sudo` is dropped (the tier runs as root); optional
 `[...]` parts are run, except the flags plan.LEFT_OUT names. Each example
 must exit 0 (or a status it documents, plan.STATUSES), show what its text says it shows
-(plan.OUTPUT) and write the files it names (plan.FILES); each real sweep or playbook run must
+(plan.OUTPUT; the demo's table as README shows it, plan.TABLES) and write the files it names
+(plan.FILES); each real sweep or playbook run must
 record every run `ok`, and a run that follows a schedule must have landed a change during the run.
 """
 
@@ -43,7 +44,8 @@ from tests import readme_examples as rx
 from tests.conftest import ROOT, netbench_processes
 from tests.readme import plan
 
-EXAMPLES = rx.readme_examples((ROOT / "README.md").read_text()) + list(rx.walk_help(main))
+README = (ROOT / "README.md").read_text()
+EXAMPLES = rx.readme_examples(README) + list(rx.walk_help(main))
 BLOCKS = rx.blocks(EXAMPLES)
 TIMEOUT_S = 300
 
@@ -120,6 +122,8 @@ def check_example(shown: str, command: str, result: subprocess.CompletedProcess,
     for pattern in plan.OUTPUT.get(shown, []) if command == rx.shorten(shown) else []:
         if not re.search(pattern, output):
             problems.append(f"output lacks /{pattern}/")
+    if shown in plan.TABLES and command == rx.shorten(shown):
+        problems += rx.table_problems(rx.shown_output(README, plan.TABLES[shown]), output)
     for name in plan.FILES.get(shown, []):
         if not (work / name).is_file():
             problems.append(f"{name} was not written")

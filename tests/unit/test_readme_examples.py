@@ -121,13 +121,36 @@ def test_training_commands_and_dry_runs():
     assert rx.dry_run("netbench run p.yaml --dry-run") == "netbench run p.yaml --dry-run"
 
 
+SHOWN = ["run   profile  rate   status", "r000  d1ms     1gbit  ...", "r001  d10ms    ..."]
+PRINTED = """sweep x
+┏━━━━━━┳━━━━━━━━━┳━━━━━━━┳━━━━━━━━┓
+┃ run  ┃ profile ┃  rate ┃ status ┃
+┡━━━━━━╇━━━━━━━━━╇━━━━━━━╇━━━━━━━━┩
+│ r000 │ d1ms    │ 1gbit │ ok     │
+│ r001 │ d10ms   │ 1gbit │ ok     │
+└──────┴─────────┴───────┴────────┘"""
+
+
+def test_shown_output_is_the_plain_block_after_the_words():
+    text = "intro\n```sh\nnetbench x\n```\nprints a table such as:\n\n```\nrun  a\nr000  b\n```\n```\nlater\n```\n"
+    assert rx.shown_output(text, "prints a table") == ["run  a", "r000  b"]
+
+
+def test_a_printed_table_matches_the_shown_one_by_columns_and_leading_cells():
+    assert rx.table_cells(SHOWN[1]) == ["r000", "d1ms", "1gbit"]
+    assert rx.table_problems(SHOWN, PRINTED) == []
+    extra_column = PRINTED.replace("┃  rate ┃", "┃  rate ┃ rep ┃")
+    assert "the table's columns are" in rx.table_problems(SHOWN, extra_column)[0]
+    assert rx.table_problems(SHOWN, PRINTED.replace("d10ms", "d20ms")) == ["no printed row begins ['r001', 'd10ms']"]
+
+
 # ---------------------------------------------------------------- the tier's plan against what ships
 
 SHIPPED = rx.readme_examples((ROOT / "README.md").read_text()) + list(rx.walk_help(main))
 COMMANDS = {e.command for e in SHIPPED}
 
 
-@pytest.mark.parametrize("table", ["NOT_RUNNABLE", "DRY", "OUTPUT", "FILES", "STATUSES"])
+@pytest.mark.parametrize("table", ["NOT_RUNNABLE", "DRY", "OUTPUT", "FILES", "STATUSES", "TABLES"])
 def test_every_entry_of_the_plan_names_a_shipped_example(table):
     stale = [command for command in getattr(plan, table) if command not in COMMANDS]
     assert not stale, f"plan.{table} names examples no longer shipped: {stale}"
@@ -136,6 +159,11 @@ def test_every_entry_of_the_plan_names_a_shipped_example(table):
 def test_every_flag_left_out_is_an_optional_part_of_a_shipped_example():
     for flag in plan.LEFT_OUT:
         assert any(f"[{flag}" in command for command in COMMANDS), flag
+
+
+def test_every_shown_table_is_found():
+    for words in plan.TABLES.values():
+        assert len(rx.shown_output((ROOT / "README.md").read_text(), words)) >= 2
 
 
 def test_every_prelude_names_a_block():
