@@ -32,7 +32,7 @@ from netbench.errors import UsageError
 def node(ctx: click.Context, state_dir: Path | None, ssh_connection: str | None) -> None:
     """Run on a remote host, by the controller over SSH: apply a change plan, show, reset.
 
-    Example: netbench plan JSON | netbench node apply --json --lease 60
+    Example: netbench node apply --json --lease 60 < plan.json   # a change plan from the controller
     """
     from netbench.state.journal import Journal
 

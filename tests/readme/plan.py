@@ -1,0 +1,102 @@
+"""How each shipped example runs in the readme tier: the exceptions, each with its reason.
+
+Every example found in README.md's ```sh blocks and in the --help texts (tests/readme_examples.py)
+runs for real, in its block's order, unless it is named here. A training command (a sweep or a
+playbook run) runs shortened (readme_examples.shorten), or as a dry run where DRY says why (its kind then
+runs for real in another example).
+tests/unit/test_readme_examples.py fails when an entry here names no shipped example any more.
+"""
+
+from __future__ import annotations
+
+SSH = "needs an inventory of SSH hosts (tests/ssh runs these commands against sshd hosts in namespaces)"
+AGENT = ("the host's side of the SSH protocol: the controller runs it on a host and feeds it JSON "
+         "(tests/ssh and tests/unit/test_node_serve.py cover it)")
+
+# command (as shown, comment removed) -> why it is not run here
+NOT_RUNNABLE = {
+    "make demo": "a make target: installs Debian packages and a venv first (it runs `netbench sweep "
+                 "--latency 1,10,100ms`, whose kind runs here as the --metrics-port sweep)",
+    "make test": "a make target: the suite that runs this tier",
+    "netbench provision --inventory hosts.yaml": SSH,
+    "netbench doctor --inventory hosts.yaml": SSH,
+    "netbench apply --inventory hosts.yaml --bandwidth 100mbit": SSH,
+    "netbench apply --inventory hosts.yaml profiles/wan.yaml --lease 0": SSH,
+    "netbench apply --inventory hosts.yaml --schedule profiles/schedules/spike.yaml": SSH,
+    "netbench show --inventory hosts.yaml [--json]": SSH,
+    "netbench reset --inventory hosts.yaml": SSH,
+    "netbench sweep --inventory hosts.yaml --bandwidth 1gbit,100mbit,20mbit --repeat 3": SSH,
+    "netbench sweep --inventory hosts.yaml --bandwidth 100mbit --dry-run": SSH,
+    "netbench run playbooks/smoke.yaml --inventory hosts.yaml": SSH,
+    "netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit": SSH,
+    "netbench node apply --json --lease 60 < plan.json": AGENT,
+    "netbench node info --interface eth1": AGENT,
+    "netbench node lease-watch": AGENT,
+    "netbench node reset --json": AGENT,
+    "netbench node serve < requests.jsonl": AGENT,
+    "netbench node show --json --interface eth1": AGENT,
+    "netbench node task --role worker0 --env TF_CONFIG={...} -- python -m netbench.jobs.worker": AGENT,
+}
+
+SAME_LATENCY = "a plain latency sweep: that kind runs for real as README's --metrics-port sweep"
+# training commands run as --dry-run (flags and plan checked, nothing trained) -> why; every other
+# training example is trained for real, shortened
+DRY = {
+    "netbench sweep --latency 1,10,100ms --bandwidth 250,1000mbit --repeat 3":
+        "18 runs (3 x 2 points x 3 repeats; 6 in two launches even at --repeat 1); a latency sweep "
+        "runs for real in the Live metrics block",
+    "netbench sweep --latency 1,10,100ms": SAME_LATENCY,
+    "netbench sweep --latency 1,10,100ms --repeat 2": SAME_LATENCY,
+    "netbench sweep --latency 1,10,100ms --metrics-port 9464 --metrics-address 0.0.0.0":
+        "the --metrics-port sweep above runs for real; this one adds only the bind address",
+    "netbench sweep --schedule profiles/schedules/spike.yaml --latency 10ms":
+        "a --schedule sweep runs for real in README's tour",
+}
+
+# placeholder words in examples -> what the tier runs instead
+PLACEHOLDERS = {"DIR": "results/smoke"}
+
+# optional flags shown in brackets that the tier leaves out -> why (the others are run)
+LEFT_OUT = {
+    "--throughput": "verify --all-pairs --throughput runs iperf3 on each ordered pair one at a time: on "
+                    "world.yaml's 8 nodes, 56 pairs took 158 s here, over this tier's budget (pings of "
+                    "every pair still run; one pair's throughput runs in the Emulation backends block)",
+}
+
+# commands run before a block's examples (the state the block's text assumes) -> block
+PRELUDE = {
+    "Per-pair topologies": ["netbench testbed up --nodes 8"],  # world.yaml names n1..n8
+    "Emulation backends": ["netbench testbed up --nodes 3"],  # verify --from n2 --to n3
+    "netbench testbed down": ["netbench testbed up --nodes 2"],
+    "netbench testbed show": ["netbench testbed up --nodes 2"],
+    "netbench exec": ["netbench testbed up --nodes 2"],
+    "netbench apply": ["netbench testbed up --nodes 4"],  # two-regions.yaml names n1..n4
+    "netbench show": ["netbench testbed up --nodes 2", "netbench apply --latency 10ms"],
+    "netbench verify": ["netbench testbed up --nodes 4"],
+}
+
+MEASURED = "a measurement on a shared 2-core machine may fall outside its tolerance: 1 is documented"
+# exit statuses other than 0 that an example documents -> command prefix
+STATUSES = {"netbench verify": ({0, 1}, MEASURED),
+            "netbench apply --latency 10ms --bandwidth 100mbit && netbench verify": ({0, 1}, MEASURED)}
+
+# what an example's output must show, where the README or --help shows it (regular expressions)
+OUTPUT = {
+    "netbench testbed up --nodes 3": [r"n1", r"n3"],
+    "netbench testbed show --json": [r'"name"', r'"netns"', r'"address"'],
+    "netbench exec n1 -- ping -c 3 n2": [r"3 packets transmitted, 3 received"],
+    "netbench profile check profiles/wan.yaml": [r"ok"],
+    "netbench sweep --latency 1,10,100ms --dry-run": [r"d1ms", r"d10ms", r"d100ms"],
+    "netbench sweep --latency 1,10,100ms --metrics-port 9464": [r"http://127\.0\.0\.1:\d+/metrics"],
+}
+
+# an example whose printed table must be the one README.md shows (its columns, and the shown rows'
+# first cells) -> the words just before that shown output: the demo's `sweep --latency 1,10,100ms`
+TABLES = {"netbench sweep --latency 1,10,100ms --metrics-port 9464": "prints a table such as:"}
+
+# files an example says it writes
+FILES = {
+    "netbench report results/smoke": ["results/smoke/report/report.md", "results/smoke/report/report.html"],
+    "netbench report DIR --output figs --level 90": ["figs/report.md"],
+    "netbench show --output held.yaml && netbench apply --topology held.yaml": ["held.yaml"],
+}

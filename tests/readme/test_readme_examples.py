@@ -1,0 +1,175 @@
+"""The README is a contract: every command example it ships (README.md's ```sh blocks and the
+--help texts' `Example:` lines) runs here, on the embedded testbed (root, TensorFlow).
+
+The examples are found by parsing (tests/readme_examples.py), so a new one runs without being
+added here; tests/readme/plan.py names the exceptions, each with its reason: examples that
+cannot run on one machine (SSH inventories, make targets, the host agent), training commands
+that run as --dry-run (a kind another example trains, or a large grid), placeholders,
+and the state a block's text assumes (a testbed of N nodes).
+
+One test per block: its examples run in the order shown, in one testbed and one working folder
+(the repository's profiles/ and playbooks/ linked in, results/ written there), each as a shell
+command line with `netbench` being this checkout's CLI; `netbench reset` ends every block, also
+on failure, and the `clean_machine` fixture fails a block that leaves anything behind. Blocks
+run in the order shown too, so `netbench report results/smoke` finds what `netbench run
+playbooks/smoke.yaml` wrote a block before.
+
+What runs is shortened, never changed in kind (readme_examples.shorten): a sweep measures
+`--steps 3 --warmup 1` with `--precision off` (or the precision it names within `--max-seconds
+2`; a sweep with --schedule `--seconds 3`, so the schedule's change at 2 s
+lands inside the run; a --seconds window 1 s), `--repeat 1`, on any free --metrics-port; a
+verify sends 10 pings and 1 s of iperf3; `sudo` is dropped (the tier runs as root); optional
+`[...]` parts are run, except the flags plan.LEFT_OUT names. Each example
+must exit 0 (or a status it documents, plan.STATUSES), show what its text says it shows
+(plan.OUTPUT; the demo's table as README shows it, plan.TABLES) and write the files it names
+(plan.FILES); each real sweep or playbook run must
+record every run `ok`, and a run that follows a schedule must have landed a change during the run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from netbench.cli.app import main
+from tests import readme_examples as rx
+from tests.conftest import ROOT, netbench_processes
+from tests.readme import plan
+
+README = (ROOT / "README.md").read_text()
+EXAMPLES = rx.readme_examples(README) + list(rx.walk_help(main))
+BLOCKS = rx.blocks(EXAMPLES)
+TIMEOUT_S = 300
+
+
+def heading(block: str) -> str:
+    """A README block's heading ("README.md:37 A tour of the CLI" -> "A tour of the CLI")."""
+    return block.split(" ", 1)[1] if block.startswith("README.md:") else block
+
+
+def prelude(block: str) -> list[str]:
+    title = heading(block)
+    return [command for key, commands in plan.PRELUDE.items()
+            if title == key or title.startswith(key + ":") for command in commands]
+
+
+def steps(example: rx.Example) -> list[tuple[str, str]]:
+    """(what is shown, what runs) for one example: nothing when it is not runnable here."""
+    shown = example.command
+    if shown in plan.NOT_RUNNABLE:
+        return []
+    command = rx.expand(rx.dry_run(shown) if shown in plan.DRY else shown, plan.PLACEHOLDERS, plan.LEFT_OUT)
+    return [(shown, rx.shorten(command))]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> tuple[Path, dict]:
+    """A working folder with profiles/ and playbooks/, and a PATH whose `netbench` is this checkout."""
+    work = tmp_path_factory.mktemp("readme")
+    for name in ("profiles", "playbooks"):
+        (work / name).symlink_to(ROOT / name)
+    bin_dir = work / ".bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "netbench"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m netbench.cli "$@"\n')
+    wrapper.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return work, env
+
+
+def run(command: str, work: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], cwd=work, env={**os.environ, **env}, capture_output=True,
+                          text=True, timeout=TIMEOUT_S)
+
+
+def results_folders(work: Path) -> set[Path]:
+    return set((work / "results").glob("*")) if (work / "results").is_dir() else set()
+
+
+def schedule_problems(folder: Path) -> list[str]:
+    """A run that followed a schedule must have made a change during the run (after time 0, from
+    the schedule's own thread), not only started on the schedule's first step."""
+    problems = []
+    for path in sorted((folder / "runs").glob("*.json")):
+        section = json.loads(path.read_text()).get("schedule")
+        if not section:
+            continue
+        if section.get("error") is not None:
+            problems.append(f"{path.name}: schedule error {section['error']}")
+        if not any(change["scheduled_s"] > 0 for change in section.get("changes", [])):
+            problems.append(f"{path.name}: no change of schedule {section.get('name')} landed during the run")
+    return problems
+
+
+def check_example(shown: str, command: str, result: subprocess.CompletedProcess, work: Path,
+                  new_results: set[Path]) -> list[str]:
+    """What is wrong with one example's run (nothing: it kept its word)."""
+    output = result.stdout + result.stderr
+    statuses = next((codes for prefix, (codes, _) in plan.STATUSES.items()
+                     if shown == prefix or shown.startswith(prefix + " ")), {0})
+    problems = []
+    if result.returncode not in statuses:
+        problems.append(f"exit status {result.returncode}, expected {sorted(statuses)}")
+    for pattern in plan.OUTPUT.get(shown, []) if command == rx.shorten(shown) else []:
+        if not re.search(pattern, output):
+            problems.append(f"output lacks /{pattern}/")
+    if shown in plan.TABLES and command == rx.shorten(shown):
+        problems += rx.table_problems(rx.shown_output(README, plan.TABLES[shown]), output)
+    for name in plan.FILES.get(shown, []):
+        if not (work / name).is_file():
+            problems.append(f"{name} was not written")
+    if rx.is_training(command):
+        if not new_results:
+            problems.append("no results folder was written")
+        for folder in sorted(new_results):
+            if not (folder / "results.csv").is_file():
+                problems.append(f"{folder.name}/results.csv was not written")
+                continue
+            rows = list(csv.DictReader(open(folder / "results.csv", newline="")))
+            bad = [(row.get("run"), row.get("status"), row.get("error", "")[:300]) for row in rows
+                   if row.get("status") != "ok"]
+            if not rows or bad:
+                problems.append(f"{folder.name}/results.csv: {len(rows)} runs, not ok: {bad}")
+            problems += [f"{folder.name}: {problem}" for problem in schedule_problems(folder)]
+    if problems:
+        problems = [f"`{command}` (shown as `{shown}`): {p}" for p in problems]
+        problems.append("output ends: " + output[-3000:])
+    return problems
+
+
+def runnable(block: str) -> bool:
+    return any(steps(example) for example in BLOCKS[block])
+
+
+# a block none of whose examples runs here is left out (tests/unit/test_readme_examples.py checks
+# that each is listed in plan.NOT_RUNNABLE with its reason)
+@pytest.mark.parametrize("block", [block for block in BLOCKS if runnable(block)], ids=heading)
+def test_block_of_examples_runs(block: str, clean_machine, workdir):
+    work, env = workdir
+    todo = [(shown, shown) for shown in prelude(block)]
+    todo += [step for example in BLOCKS[block] for step in steps(example)]
+    problems: list[str] = []
+    try:
+        for shown, command in todo:
+            before = results_folders(work)
+            started = time.monotonic()
+            result = run(command, work, env)
+            took = time.monotonic() - started
+            print(f"{took:6.1f} s  rc {result.returncode}  {command}")
+            problems = check_example(shown, command, result, work, results_folders(work) - before)
+            if problems:
+                break  # the block's later examples need this one's state
+    finally:
+        reset = run("netbench reset", work, env)
+    assert not problems, "\n".join(problems)
+    assert reset.returncode == 0, reset.stdout + reset.stderr
+    assert netbench_processes() == []  # no engine or worker outlived its block

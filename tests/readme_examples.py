@@ -1,0 +1,234 @@
+"""The command examples netbench ships, found by parsing, and the rewrites that make them short.
+
+Pure functions over text (no processes), so tests/unit can test them; tests/readme/ runs what
+they find. An *example* is one command line of a ```sh block in README.md, or one line of a
+click command's --help text that begins with `Example:` (or, in an indented block, with
+`netbench `). Comments (` # ...`) and comment-only continuation lines are dropped.
+
+The rewrites (`shorten`) only shorten a measurement; they never change what is measured:
+
+- `netbench sweep` (not a dry run): the measured window becomes `--steps 3 --warmup 1`; a sweep
+  with a `--seconds` window gets `--seconds 1 --warmup 1`; a sweep with `--schedule` gets
+  `--seconds 3 --warmup 1`, so a schedule's change two seconds in still lands inside the run
+  (spike.yaml changes at 2 s: a change from the schedule's own thread is what broke once);
+  `--precision off` (the default, 3 %, grows a window until its mean step time is known, for
+  up to 60 s), or, where the example names a `--precision`, that precision within
+  `--max-seconds 2`; `--repeat N` becomes `--repeat 1`; `--metrics-port N` becomes `--metrics-port 0` (any free
+  port: a fixed one may be taken on a shared machine).
+- `netbench verify`: `--count 10` pings and `--seconds 1` of iperf3 (the defaults are 100 or
+  50 per pair, and 3 s or 2 s).
+- `sudo netbench ...`: `netbench ...` (the tier runs as root; sudo would drop the environment
+  that selects this checkout).
+- `[--flag VALUE]`, an optional part shown in brackets: kept, without the brackets (the
+  fullest form is the one run), unless the caller leaves that flag out (`expand`'s `left_out`,
+  each with its reason); a placeholder word (e.g. `DIR`) is replaced as the caller says.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Mapping
+
+FENCE = re.compile(r"^```(\S*)\s*$")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$")
+COMMENT = re.compile(r"(^|\s)#.*$")
+BRACKETS = re.compile(r"\[([^\[\]]*)\]")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One shipped command line: where it is shown, the block it belongs to, and the command."""
+
+    source: str  # "README.md:38", or "netbench sweep --help"
+    block: str  # examples of one block run in order, in one testbed: "README.md:37 A tour of the CLI"
+    command: str  # as shown, without its comment
+
+
+def strip_comment(line: str) -> str:
+    """The line without a trailing shell comment (a `#` at the start or after a space)."""
+    return COMMENT.sub("", line).strip()
+
+
+def readme_examples(text: str, name: str = "README.md") -> list[Example]:
+    """Every command line of the ```sh blocks in `text`, in order, each with its block."""
+    found: list[Example] = []
+    heading, block = "", None
+    for number, line in enumerate(text.splitlines(), start=1):
+        fence = FENCE.match(line)
+        if fence:
+            if block is not None:
+                block = None
+            elif fence.group(1) == "sh":
+                block = f"{name}:{number} {heading}".strip()
+            else:
+                block = ""  # another language's block: inside it, but not ours
+            continue
+        if block is None:
+            title = HEADING.match(line)
+            if title:
+                heading = title.group(1)
+            continue
+        command = strip_comment(line)
+        if block and command:
+            found.append(Example(f"{name}:{number}", block, command))
+    return found
+
+
+def help_examples(path: str, help_text: str) -> list[Example]:
+    """The example lines of one command's --help text (`path`: "netbench sweep")."""
+    found = []
+    for line in (help_text or "").splitlines():
+        text = line.strip()
+        if text.startswith("Example:"):
+            text = text[len("Example:"):].strip()
+        elif not (line.startswith((" ", "\t")) and text.startswith(("netbench ", "sudo netbench "))):
+            continue
+        command = strip_comment(text)
+        if command:
+            found.append(Example(f"{path} --help", path, command))
+    return found
+
+
+def walk_help(command, path: str = "netbench") -> Iterator[Example]:
+    """The examples of a click command and of every subcommand, in --help's order."""
+    import click
+
+    yield from help_examples(path, command.help or "")
+    if isinstance(command, click.Group):
+        ctx = click.Context(command, info_name=path.split()[-1])
+        for name in command.list_commands(ctx):
+            yield from walk_help(command.get_command(ctx, name), f"{path} {name}")
+
+
+def expand(command: str, placeholders: Mapping[str, str], left_out: Iterable[str] = ()) -> str:
+    """Optional `[...]` parts kept without brackets, except those whose first word is in
+    `left_out` (dropped); placeholder words replaced."""
+    left_out = set(left_out)
+
+    def part(match: re.Match) -> str:
+        inner = match.group(1)
+        return "" if inner.split()[:1] and inner.split()[0] in left_out else inner
+
+    while BRACKETS.search(command):
+        command = BRACKETS.sub(part, command)
+    return " ".join(placeholders.get(word, word) for word in command.split())
+
+
+def _drop(words: list[str], flag: str) -> list[str]:
+    """`words` without `flag` and its value (`--flag VALUE` or `--flag=VALUE`)."""
+    out, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == flag:
+            skip = True
+        elif not word.startswith(flag + "="):
+            out.append(word)
+    return out
+
+
+def _set(words: list[str], flag: str, value: str) -> list[str]:
+    """`words` with `flag` and its value moved to the end, holding `value`."""
+    return [*_drop(words, flag), flag, value]
+
+
+def _has(words: list[str], flag: str) -> bool:
+    return flag in words or any(word.startswith(flag + "=") for word in words)
+
+
+def _shorten_one(words: list[str]) -> list[str]:
+    if words[:2] == ["sudo", "netbench"]:
+        words = words[1:]
+    if words[:1] != ["netbench"] or "--dry-run" in words:
+        return words
+    if words[1:2] == ["sweep"]:
+        had_seconds, schedule = _has(words, "--seconds"), _has(words, "--schedule")
+        for flag in ("--steps", "--seconds", "--warmup"):
+            words = _drop(words, flag)
+        if schedule:
+            words += ["--seconds", "3"]
+        elif had_seconds:
+            words += ["--seconds", "1"]
+        else:
+            words += ["--steps", "3"]
+        words += ["--warmup", "1"]
+        if _has(words, "--precision"):
+            words = _set(words, "--max-seconds", "2")
+        else:
+            words += ["--precision", "off"]
+        if "--repeat" in words:
+            words = _set(words, "--repeat", "1")
+        if "--metrics-port" in words:
+            words = _set(words, "--metrics-port", "0")
+    elif words[1:2] == ["verify"]:
+        words = _set(_set(words, "--count", "10"), "--seconds", "1")
+    return words
+
+
+def shorten(command: str) -> str:
+    """The command with every measurement in it cut short (see the module's docstring);
+    each `&&`-joined part is rewritten on its own."""
+    parts = []
+    for part in (part.strip() for part in command.split("&&")):
+        words = shlex.split(part)
+        shorter = _shorten_one(words)
+        parts.append(part if shorter == words else shlex.join(shorter))
+    return " && ".join(parts)
+
+
+def dry_run(command: str) -> str:
+    """The command as a dry run: plans, prints, changes nothing."""
+    return command if "--dry-run" in command.split() else f"{command} --dry-run"
+
+
+def is_training(command: str) -> bool:
+    """A sweep or playbook run that would start training processes (not a dry run)."""
+    words = shlex.split(command)
+    return words[:1] == ["netbench"] and words[1:2] in (["sweep"], ["run"]) and "--dry-run" not in words
+
+
+def shown_output(text: str, after: str) -> list[str]:
+    """The lines of the first plain ``` block (no language) after the line containing `after`:
+    output the README shows."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line)
+    opening = next(i for i in range(start + 1, len(lines)) if lines[i].strip() == "```")
+    closing = next(i for i in range(opening + 1, len(lines)) if lines[i].strip() == "```")
+    return lines[opening + 1:closing]
+
+
+def table_cells(line: str) -> list[str]:
+    """The cells of one row of a table: printed by rich (split at its rules) or shown in the
+    README (split at runs of two or more spaces); a shown `...` ends the row."""
+    if any(rule in line for rule in "┃│|"):
+        cells = re.split(r"[┃│|]", line)
+    else:
+        cells = re.split(r"\s{2,}", line)
+    cells = [cell.strip() for cell in cells if cell.strip()]
+    return cells[:cells.index("...")] if "..." in cells else cells
+
+
+def table_problems(shown: list[str], output: str) -> list[str]:
+    """How a printed table differs from the one shown: its header must be the shown header,
+    and each shown row must begin a printed row with the same cells."""
+    printed = [table_cells(line) for line in output.splitlines() if table_cells(line)]
+    header = table_cells(shown[0])
+    problems = []
+    if header not in printed:
+        found = next((row for row in printed if row[:1] == header[:1] and header[-1] in row), None)
+        problems.append(f"the table's columns are {found}, the README shows {header}")
+    for line in shown[1:]:
+        cells = table_cells(line)
+        if not any(row[:len(cells)] == cells for row in printed):
+            problems.append(f"no printed row begins {cells}")
+    return problems
+
+
+def blocks(examples: Iterable[Example]) -> dict[str, list[Example]]:
+    """Examples grouped by block, blocks and examples in the order shown."""
+    grouped: dict[str, list[Example]] = {}
+    for example in examples:
+        grouped.setdefault(example.block, []).append(example)
+    return grouped

@@ -1,0 +1,196 @@
+"""The readme tier's parsing and rewrites (tests/readme_examples.py) and its plan (tests/readme/plan.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from netbench.cli.app import main
+from tests import readme_examples as rx
+from tests.conftest import ROOT
+from tests.readme import plan
+
+TEXT = """# netbench
+
+## First steps
+
+```sh
+netbench testbed up --nodes 3          # a comment
+                                       # a comment's second line
+netbench exec n1 -- echo a#b
+
+netbench reset
+```
+
+```yaml
+name: wan      # not a command
+```
+
+## Later
+
+Prose that mentions `netbench reset` is no example.
+
+```
+run   profile  (output, no language)
+```
+
+```sh
+netbench show --output held.yaml && netbench apply --topology held.yaml   # a round trip
+```
+"""
+
+
+def test_sh_blocks_give_their_command_lines_with_the_block_and_line():
+    found = rx.readme_examples(TEXT)
+    assert [e.command for e in found] == [
+        "netbench testbed up --nodes 3", "netbench exec n1 -- echo a#b", "netbench reset",
+        "netbench show --output held.yaml && netbench apply --topology held.yaml"]
+    assert [e.source for e in found] == ["README.md:6", "README.md:8", "README.md:10", "README.md:26"]
+    assert [e.block for e in found] == ["README.md:5 First steps"] * 3 + ["README.md:25 Later"]
+
+
+def test_a_hash_inside_a_word_is_not_a_comment():
+    assert rx.strip_comment("netbench exec n1 -- echo a#b  # note") == "netbench exec n1 -- echo a#b"
+    assert rx.strip_comment("   # only a comment") == ""
+
+
+def test_help_examples_are_example_lines_and_indented_command_lines():
+    text = ("Apply a profile; then see netbench reset.\n\n    Example: netbench apply x.yaml --loss 1%\n"
+            "\b\n    Typical use:\n      netbench reset      # remove it\n      sudo netbench doctor\n")
+    found = rx.help_examples("netbench apply", text)
+    assert [e.command for e in found] == ["netbench apply x.yaml --loss 1%", "netbench reset", "sudo netbench doctor"]
+    assert {e.block for e in found} == {"netbench apply"} and found[0].source == "netbench apply --help"
+
+
+def test_walk_help_reaches_nested_commands_of_the_real_cli():
+    found = {(e.block, e.command) for e in rx.walk_help(main)}
+    assert ("netbench testbed up", "netbench testbed up --nodes 3") in found
+    assert ("netbench sweep", "netbench sweep --latency 1,10,100ms --repeat 2") in found
+    assert ("netbench", "netbench reset") in found  # the group's own "Typical use" block
+
+
+def test_expand_keeps_optional_parts_and_replaces_placeholders():
+    assert rx.expand("netbench verify --all-pairs [--throughput] [--tolerance 0.5ms+2%]", {}) == \
+        "netbench verify --all-pairs --throughput --tolerance 0.5ms+2%"
+    assert rx.expand("netbench report DIR --output figs", {"DIR": "results/smoke"}) == \
+        "netbench report results/smoke --output figs"
+    assert rx.expand("netbench report DIRECTORY", {"DIR": "x"}) == "netbench report DIRECTORY"  # whole words only
+    assert rx.expand("netbench verify --all-pairs [--throughput] [--json]", {}, left_out={"--throughput"}) == \
+        "netbench verify --all-pairs --json"
+
+
+@pytest.mark.parametrize("shown, runs", [
+    ("netbench sweep --latency 1,10,100ms", "netbench sweep --latency 1,10,100ms --steps 3 --warmup 1 --precision off"),
+    ("netbench sweep --latency 1ms --steps 50 --warmup 20 --repeat 3",
+     "netbench sweep --latency 1ms --steps 3 --warmup 1 --precision off --repeat 1"),
+    ("netbench sweep --latency 1ms --seconds 8",
+     "netbench sweep --latency 1ms --seconds 1 --warmup 1 --precision off"),
+    ("netbench sweep --schedule profiles/schedules/spike.yaml --seconds 8",
+     "netbench sweep --schedule profiles/schedules/spike.yaml --seconds 3 --warmup 1 --precision off"),
+    ("netbench sweep --schedule=a.yaml --steps=100",
+     "netbench sweep --schedule=a.yaml --seconds 3 --warmup 1 --precision off"),
+    ("netbench sweep --latency 1ms --precision 2% --max-seconds 60",
+     "netbench sweep --latency 1ms --precision 2% --steps 3 --warmup 1 --max-seconds 2"),
+    ("netbench sweep --latency 1ms --metrics-port 9464 --metrics-address 0.0.0.0",
+     "netbench sweep --latency 1ms --metrics-address 0.0.0.0 --steps 3 --warmup 1 --precision off --metrics-port 0"),
+    ("netbench verify --from n2 --to n3 --count 500 --seconds 10 --json",
+     "netbench verify --from n2 --to n3 --json --count 10 --seconds 1"),
+    ("sudo netbench doctor --no-tensorflow", "netbench doctor --no-tensorflow"),
+    ("netbench apply --latency 10ms && netbench verify",
+     "netbench apply --latency 10ms && netbench verify --count 10 --seconds 1"),
+])
+def test_shorten_cuts_every_measurement_short(shown, runs):
+    assert rx.shorten(shown) == runs
+
+
+@pytest.mark.parametrize("unchanged", [
+    "netbench sweep --latency 1,10,100ms --repeat 3 --dry-run",  # a dry run measures nothing
+    "netbench run playbooks/smoke.yaml",  # a playbook carries its own window
+    "netbench exec n1 -- ping -c 3 n2",
+    "netbench apply --latency 10ms --loss 1%",
+    "make demo",
+])
+def test_shorten_leaves_what_measures_nothing_alone(unchanged):
+    assert rx.shorten(unchanged) == unchanged
+
+
+def test_training_commands_and_dry_runs():
+    assert rx.is_training("netbench sweep --latency 1ms") and rx.is_training("netbench run playbooks/smoke.yaml")
+    assert not rx.is_training("netbench sweep --latency 1ms --dry-run")
+    assert not rx.is_training("netbench apply --latency 1ms")
+    assert rx.dry_run("netbench sweep --latency 1ms") == "netbench sweep --latency 1ms --dry-run"
+    assert rx.dry_run("netbench run p.yaml --dry-run") == "netbench run p.yaml --dry-run"
+
+
+SHOWN = ["run   profile  rate   status", "r000  d1ms     1gbit  ...", "r001  d10ms    ..."]
+PRINTED = """sweep x
+┏━━━━━━┳━━━━━━━━━┳━━━━━━━┳━━━━━━━━┓
+┃ run  ┃ profile ┃  rate ┃ status ┃
+┡━━━━━━╇━━━━━━━━━╇━━━━━━━╇━━━━━━━━┩
+│ r000 │ d1ms    │ 1gbit │ ok     │
+│ r001 │ d10ms   │ 1gbit │ ok     │
+└──────┴─────────┴───────┴────────┘"""
+
+
+def test_shown_output_is_the_plain_block_after_the_words():
+    text = "intro\n```sh\nnetbench x\n```\nprints a table such as:\n\n```\nrun  a\nr000  b\n```\n```\nlater\n```\n"
+    assert rx.shown_output(text, "prints a table") == ["run  a", "r000  b"]
+
+
+def test_a_printed_table_matches_the_shown_one_by_columns_and_leading_cells():
+    assert rx.table_cells(SHOWN[1]) == ["r000", "d1ms", "1gbit"]
+    assert rx.table_problems(SHOWN, PRINTED) == []
+    extra_column = PRINTED.replace("┃  rate ┃", "┃  rate ┃ rep ┃")
+    assert "the table's columns are" in rx.table_problems(SHOWN, extra_column)[0]
+    assert rx.table_problems(SHOWN, PRINTED.replace("d10ms", "d20ms")) == ["no printed row begins ['r001', 'd10ms']"]
+
+
+# ---------------------------------------------------------------- the tier's plan against what ships
+
+SHIPPED = rx.readme_examples((ROOT / "README.md").read_text()) + list(rx.walk_help(main))
+COMMANDS = {e.command for e in SHIPPED}
+
+
+@pytest.mark.parametrize("table", ["NOT_RUNNABLE", "DRY", "OUTPUT", "FILES", "STATUSES", "TABLES"])
+def test_every_entry_of_the_plan_names_a_shipped_example(table):
+    stale = [command for command in getattr(plan, table) if command not in COMMANDS]
+    assert not stale, f"plan.{table} names examples no longer shipped: {stale}"
+
+
+def test_every_flag_left_out_is_an_optional_part_of_a_shipped_example():
+    for flag in plan.LEFT_OUT:
+        assert any(f"[{flag}" in command for command in COMMANDS), flag
+
+
+def test_every_shown_table_is_found():
+    for words in plan.TABLES.values():
+        assert len(rx.shown_output((ROOT / "README.md").read_text(), words)) >= 2
+
+
+def test_every_prelude_names_a_block():
+    titles = {e.block.split(" ", 1)[1] if e.block.startswith("README.md:") else e.block for e in SHIPPED}
+    for key in plan.PRELUDE:
+        assert any(t == key or t.startswith(key + ":") for t in titles), key
+
+
+def test_what_cannot_run_on_one_machine_is_listed_with_a_reason():
+    """SSH inventories, make targets and the host agent cannot run here: each must be listed."""
+    unlisted = [e.command for e in SHIPPED
+                if ("--inventory" in e.command or e.command.startswith("make ") or " node " in e.command)
+                and e.command not in plan.NOT_RUNNABLE]
+    assert not unlisted
+    assert all(reason.strip() for reason in [*plan.NOT_RUNNABLE.values(), *plan.DRY.values()])
+
+
+def test_dry_entries_are_training_commands():
+    assert all(rx.is_training(command) for command in plan.DRY)
+
+
+def test_each_kind_of_training_runs_for_real_once():
+    """A plain latency sweep, a --schedule sweep, a --topology sweep, a --metrics-port sweep and a
+    playbook run: each kind shipped is trained for real by at least one example."""
+    real = [command for command in COMMANDS if rx.is_training(command) and command not in plan.NOT_RUNNABLE
+            and command not in plan.DRY]
+    for flag in ("--latency", "--schedule", "--topology", "--metrics-port"):
+        assert any(c.startswith("netbench sweep") and flag in c for c in real), flag
+    assert any(c.startswith("netbench run ") for c in real)
+    assert "netbench report results/smoke" in COMMANDS
