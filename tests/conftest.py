@@ -17,6 +17,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NETBENCH = [sys.executable, "-m", "netbench.cli"]  # the CLI, run as a separate process
 
+# The suite's sweeps measure exactly their --steps and skip the step model's calibrations
+# unless a test asks for them (--precision P, --predict: tests/tf/test_precision_tf.py and
+# test_root_sweep.py's end-to-end sweep do): a window that grows to its precision (up to 60 s)
+# and ~6-10 s of calibration in every sweep would make the suite several times longer, and
+# most tests count steps. A user's environment may set the same variables (sweep --help).
+os.environ.setdefault("NETBENCH_PRECISION", "off")
+os.environ.setdefault("NETBENCH_PREDICT", "0")
+
 
 TIER_MARKS = {"root": ("root",), "tf": ("tf",), "kernel": ("root", "netem"), "ssh": ("root",),
               "readme": ("root", "tf")}

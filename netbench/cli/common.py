@@ -212,10 +212,18 @@ def precision_options(command):
     command = click.option("--max-seconds", default=60.0, show_default=True, type=FiniteFloatRange(0.1, 86400),
                            help="With --precision, the longest measured window of a point, in seconds.")(command)
     return click.option("--precision", "precision_text", default=DEFAULT_PRECISION, show_default=True,
-                        metavar="PERCENT",
+                        metavar="PERCENT", envvar="NETBENCH_PRECISION", show_envvar=True,
                         help="Measure each point past --steps/--seconds until the 95% interval of its mean "
                              "step time (batch means) is within this of the mean, e.g. 2%; off: exactly "
                              "--steps/--seconds. results.csv records step_time_ci_pct either way.")(command)
+
+
+def predict_option(command):
+    """--predict/--no-predict: calibrate and record each run's predicted step (sweep and run)."""
+    return click.option("--predict/--no-predict", default=True, show_default=True, envvar="NETBENCH_PREDICT",
+                        show_envvar=True,
+                        help="Calibrate (a short all-reduce and a compute run, before the first point) and record "
+                             "each run's predicted step beside the measured one (results.csv predicted_step_s).")(command)
 
 
 def precision_settings(text: str, max_seconds: float, where: str = "flag --precision") -> dict:

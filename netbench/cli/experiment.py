@@ -76,9 +76,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
               help="Every process samples its CPU, memory and its node's network bytes this often; "
                    "summaries per process go into each run's record.")
-@click.option("--predict/--no-predict", default=True, show_default=True,
-              help="Calibrate (a short all-reduce and a compute run, before the first point) and record each "
-                   "run's predicted step beside the measured one (results.csv predicted_step_s).")
+@common.predict_option
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
 @metrics_options
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1),

@@ -36,9 +36,7 @@ def _playbook_state(output: Path) -> dict | None:
 @click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
               help="Every process samples its CPU, memory and its node's network bytes this often; "
                    "summaries per process go into each run's record.")
-@click.option("--predict/--no-predict", default=True, show_default=True,
-              help="Calibrate (a short all-reduce and a compute run, before the first point) and record each "
-                   "run's predicted step beside the measured one (results.csv predicted_step_s).")
+@common.predict_option
 @click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
 @launch_options
 @hosts_options

@@ -105,7 +105,7 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      step=analysis.step_kind(outcome.events, job), split_from=phases.source if phases else None,
                      resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)),
                      topology=run.pairs.to_json() if run.pairs is not None else None,
-                     **window_precision(durations, job.precision),
+                     **window_precision(durations, None if job.train_steps else job.precision),
                      wait_time_mean_s=phases.wait_mean_s if phases else None,
                      staleness_mean=phases.staleness_mean if phases else None,
                      accuracy_curve=tuple(p.to_record() for p in scored.curve),

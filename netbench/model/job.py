@@ -197,7 +197,7 @@ def worker_argv(job: JobSpec, python: str = sys.executable) -> tuple[str, ...]:
         argv += ["--input-shape", "x".join(str(d) for d in job.input_shape)]
     if job.classes:
         argv += ["--classes", str(job.classes)]
-    if job.precision:
+    if job.precision and not job.train_steps:  # an accuracy run trains its train_steps, no more
         argv += ["--precision", f"{job.precision:g}", "--max-seconds", f"{job.max_seconds:g}"]
     if job.sample_resources_s:
         argv += ["--sample-resources", f"{job.sample_resources_s:g}"]

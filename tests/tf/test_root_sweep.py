@@ -31,7 +31,8 @@ def run_sweep(out: Path, *args: str) -> list[dict]:
 
 def test_sweep_latency_end_to_end(clean_machine, tmp_path):
     out = tmp_path / "results"
-    rows = run_sweep(out, "--latency", "1,40ms", "--warmup", "3", "--steps", "8", "--batch-size", "32", "--verify")
+    rows = run_sweep(out, "--latency", "1,40ms", "--warmup", "3", "--steps", "8", "--batch-size", "32", "--verify",
+                     "--predict")  # the suite's default is --no-predict (tests/conftest.py)
     assert [r["delay_ms"] for r in rows] == ["1.0", "40.0"]
     # --verify measured each point before training on it and recorded it beside the profile
     assert [r["verify_rtt_configured_ms"] for r in rows] == ["2.0", "80.0"]

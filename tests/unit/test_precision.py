@@ -238,3 +238,24 @@ def test_the_sweep_summary_gives_each_repeated_points_run_to_run_spread():
                             result("d10ms", 50.0, 1.0), result("d10ms", 0.0, None, status="failed")])
     assert line == "run to run: d1ms sd 10.0 % (within-run ±2.0 %)"  # d10ms has one ok run: no spread
     assert run_to_run_line([result("d1ms", 100.0, 1.0)]) == ""
+
+
+def test_the_default_precision_and_its_environment_variable(monkeypatch):
+    """3 % by default; NETBENCH_PRECISION (as the suite sets it, tests/conftest.py) changes the
+    default and a flag still wins."""
+    from click.testing import CliRunner
+
+    from netbench.cli.app import main
+
+    def header(*args: str, env: str | None) -> str:
+        if env is None:
+            monkeypatch.delenv("NETBENCH_PRECISION", raising=False)
+        else:
+            monkeypatch.setenv("NETBENCH_PRECISION", env)
+        result = CliRunner().invoke(main, ["sweep", "--latency", "1ms", "--dry-run", *args])
+        assert result.exit_code == 0, result.output
+        return result.output.splitlines()[0]
+
+    assert "until ±3 % (95 %, at most 60 s)" in header(env=None)
+    assert "until ±" not in header(env="off") and "30 measured steps;" in header(env="off")
+    assert "until ±2 %" in header("--precision", "2%", env="off")
