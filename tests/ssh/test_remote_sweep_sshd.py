@@ -121,7 +121,7 @@ def test_a_worker_killed_on_a_host_fails_the_run_naming_the_host(lab, tmp_path):
     out = tmp_path / "results"
     with _endless_sweep(lab, out) as (child, output):
         os.kill(_wait_for_worker(lab, lab.hosts[1], settle=12), signal.SIGKILL)
-    assert child.returncode == 0, output["stdout"][-2000:] + output["stderr"][-2000:]
+    assert child.returncode == 1, output["stdout"][-2000:] + output["stderr"][-2000:]  # a run failed
     (row,) = _rows(out)
     assert row["status"] == "failed" and row["error"].startswith("h2 worker1 exited with 137"), row
     _assert_hosts_clean(lab)
@@ -135,7 +135,7 @@ def test_a_host_whose_ssh_connection_drops_fails_the_run_and_is_reset(lab, tmp_p
         assert sessions
         for pid in sessions:  # the controller's SSH sessions to h2 (sshd's listener stays up)
             os.kill(pid, signal.SIGKILL)
-    assert child.returncode == 0, output["stdout"][-2000:] + output["stderr"][-2000:]
+    assert child.returncode == 1, output["stdout"][-2000:] + output["stderr"][-2000:]  # a run failed
     (row,) = _rows(out)
     assert row["status"] == "failed" and row["error"] == "host h2: SSH connection lost while worker1 ran there", row
     assert not os.path.exists(f"/proc/{worker}")  # h2 stopped its worker when the channel went away
