@@ -139,6 +139,9 @@ def _has(words: list[str], flag: str) -> bool:
 
 
 def _shorten_one(words: list[str]) -> list[str]:
+    if "--" in words:  # a user's command follows: netbench's flags go before it, the command is left as written
+        at = words.index("--")
+        return _shorten_one(words[:at]) + words[at:]
     if words[:2] == ["sudo", "netbench"]:
         words = words[1:]
     if words[:1] != ["netbench"] or "--dry-run" in words:
@@ -180,7 +183,13 @@ def shorten(command: str) -> str:
 
 def dry_run(command: str) -> str:
     """The command as a dry run: plans, prints, changes nothing."""
-    return command if "--dry-run" in command.split() else f"{command} --dry-run"
+    words = command.split()
+    if "--dry-run" in words:
+        return command
+    if "--" in words:  # before a user's command, which gets its arguments as written
+        head, _, tail = command.partition(" -- ")
+        return f"{head} --dry-run -- {tail}"
+    return f"{command} --dry-run"
 
 
 def is_training(command: str) -> bool:

@@ -8,7 +8,7 @@ that run as --dry-run (a kind another example trains, or a large grid), placehol
 and the state a block's text assumes (a testbed of N nodes).
 
 One test per block: its examples run in the order shown, in one testbed and one working folder
-(the repository's profiles/ and playbooks/ linked in, results/ written there), each as a shell
+(the repository's profiles/, playbooks/ and examples/ linked in, results/ written there), each as a shell
 command line with `netbench` being this checkout's CLI; `netbench reset` ends every block, also
 on failure, and the `clean_machine` fixture fails a block that leaves anything behind. Blocks
 run in the order shown too, so `netbench report results/smoke` finds what `netbench run
@@ -72,9 +72,9 @@ def steps(example: rx.Example) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> tuple[Path, dict]:
-    """A working folder with profiles/ and playbooks/, and a PATH whose `netbench` is this checkout."""
+    """A working folder with profiles/, playbooks/ and examples/, and a PATH whose `netbench` is this checkout."""
     work = tmp_path_factory.mktemp("readme")
-    for name in ("profiles", "playbooks"):
+    for name in ("profiles", "playbooks", "examples"):
         (work / name).symlink_to(ROOT / name)
     bin_dir = work / ".bin"
     bin_dir.mkdir()

@@ -194,3 +194,13 @@ def test_each_kind_of_training_runs_for_real_once():
         assert any(c.startswith("netbench sweep") and flag in c for c in real), flag
     assert any(c.startswith("netbench run ") for c in real)
     assert "netbench report results/smoke" in COMMANDS
+
+
+def test_a_users_command_keeps_its_arguments_and_gets_none_of_netbenchs():
+    """Flags netbench adds (short windows, --dry-run) go before `--`; the user's command and its
+    arguments are left as written."""
+    command = "netbench sweep --latency 1,20ms --workers 2 -- python examples/torch_ddp.py --epochs 1"
+    assert rx.shorten(command) == ("netbench sweep --latency 1,20ms --workers 2 --steps 3 --warmup 1 "
+                                   "--precision off -- python examples/torch_ddp.py --epochs 1")
+    assert rx.dry_run(command) == ("netbench sweep --latency 1,20ms --workers 2 --dry-run "
+                                   "-- python examples/torch_ddp.py --epochs 1")
