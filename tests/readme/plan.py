@@ -51,6 +51,23 @@ DRY = {
         "the --metrics-port sweep above runs for real; this one adds only the bind address",
     "netbench sweep --schedule profiles/schedules/spike.yaml --latency 10ms":
         "a --schedule sweep runs for real in README's tour",
+    # kinds trained for real by a test of their own in tests/tf (kept dry here for the suite's time)
+    "netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit":
+        "ps sweeps train for real in tests/tf/test_root_strategies.py",
+    "netbench sweep --topology profiles/topologies/world.yaml --workers 8 --scale 1,2":
+        "topology scale sweeps train for real in tests/tf/test_topology_sweep_tf.py",
+    "netbench sweep --strategy ps-ssp --staleness 3 --data fashion-mnist --train-steps 200 --latency 1,50ms":
+        "every algorithm trains on Fashion-MNIST for real in tests/tf/test_algorithms_tf.py",
+    "netbench sweep --latency 1,20ms --workers 2 -- python examples/torch_ddp.py":
+        "examples/torch_ddp.py runs for real under this sweep in tests/tf/test_user_jobs_tf.py",
+    "netbench sweep --framework torch --model mlp --latency 1,20ms --workers 2":
+        "this sweep runs for real in tests/tf/test_torch_tf.py",
+    "netbench sweep --framework torch --strategy allreduce-accum --accum-steps 4 --bandwidth 100,1000mbit":
+        "torch's strategies run for real in tests/tf/test_torch_tf.py",
+    "netbench sweep --framework torch --model cnn --data /usr/share/datasets/fashion-mnist --latency 1,10ms":
+        "torch sweeps run for real in tests/tf/test_torch_tf.py",
+    "netbench run playbooks/frameworks.yaml --isolate":
+        "18 runs; both frameworks' sweeps run for real in tests/tf/test_torch_tf.py",
 }
 
 # placeholder words in examples -> what the tier runs instead
