@@ -54,8 +54,6 @@ DRY = {
     # kinds trained for real by a test of their own in tests/tf (kept dry here for the suite's time)
     "netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit":
         "ps sweeps train for real in tests/tf/test_root_strategies.py",
-    "netbench sweep --topology profiles/topologies/world.yaml --workers 8 --scale 1,2":
-        "topology scale sweeps train for real in tests/tf/test_topology_sweep_tf.py",
     "netbench sweep --strategy ps-ssp --staleness 3 --data fashion-mnist --train-steps 200 --latency 1,50ms":
         "every algorithm trains on Fashion-MNIST for real in tests/tf/test_algorithms_tf.py",
     "netbench sweep --latency 1,20ms --workers 2 -- python examples/torch_ddp.py":
