@@ -179,15 +179,22 @@ def _hold(inv, conns, lease_s: float, holder: str) -> None:
     shown: dict[str, str] = {}
     try:
         with keeper:
-            while not keeper.lost:
-                failures = dict(keeper.failures)
-                for name, why in failures.items():
-                    if shown.get(name) != why:
-                        console.info(f"[yellow]{escape(why)}[/] (the host reverts by itself if this lasts {lease_s:g} s)")
-                for name in set(shown) - set(failures):
-                    console.info(f"host {name}: lease renewed again")
-                shown = failures
-                time.sleep(0.2)
+            try:
+                while not keeper.lost:
+                    failures = dict(keeper.failures)
+                    for name, why in failures.items():
+                        if shown.get(name) != why:
+                            console.info(f"[yellow]{escape(why)}[/] (the host reverts by itself "
+                                         f"if this lasts {lease_s:g} s)")
+                    for name in set(shown) - set(failures):
+                        console.info(f"host {name}: lease renewed again")
+                    shown = failures
+                    time.sleep(0.2)
+            except KeyboardInterrupt:
+                pass
+            # the first lost host ends the loop while the others' renewals may still be in
+            # flight: every host answers before any is reset (one taken over is not ours)
+            keeper.settle()
     except KeyboardInterrupt:
         pass
     # a lost host reverted by itself or is another controller's now: leave it alone

@@ -158,6 +158,13 @@ class LeaseKeeper:
                 self._round.wait_for(lambda: self._rounds > seen, timeout=max(0.0, end - time.monotonic()))
         return self.unconfirmed(after)
 
+    def settle(self) -> None:
+        """Ask every held host once more and wait for each answer, renewals still in flight
+        included, within one renewal's deadline: before a controller reverts its hosts, each
+        host another controller took over meanwhile is in `lost` (left alone), not only the
+        first one whose answer came. Needs the keeper running."""
+        self.confirm(after=time.time(), timeout=self.deadline + 1.0)
+
     def _loop(self) -> None:
         next_round = time.monotonic() + self.period
         while not self._stop.is_set():

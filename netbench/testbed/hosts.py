@@ -423,6 +423,12 @@ class HostsTestbed:
         from netbench.remote import controller as remote
 
         if self.keeper is not None:
+            settle = getattr(self.keeper, "settle", None)
+            if self.applied and settle is not None:
+                try:  # every host answers before any is reset: one taken over meanwhile is left alone
+                    settle()
+                except KeyboardInterrupt:
+                    pass
             self.keeper.__exit__(None, None, None)
         if not self.applied:
             return
