@@ -23,9 +23,7 @@ import sys
 from typing import IO, Sequence
 
 from netbench.jobs import worker
-from netbench.jobs.harness import data as datasets
 from netbench.jobs.harness.emit import run_process
-from netbench.jobs.harness.models import DEFAULT_CLASSES, check_input
 from netbench.model.frameworks import TORCH, TORCH_MODELS, TORCH_STRATEGIES, check_framework
 
 PROG = "python -m netbench.jobs.torch_worker"
@@ -50,21 +48,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     except ValueError as exc:
         flag = str(exc).split(":", 1)[0]
         parser.error(f"--{flag}: {str(exc).split(': ', 1)[1]}")
-    if args.seconds is None:
-        if args.steps is None:
-            args.steps = worker.DEFAULT_STEPS
-    elif args.warmup < 1:
-        parser.error("--seconds needs --warmup >= 1")
-    try:
-        datasets.check_source(args.data)
-    except datasets.DataError as exc:
-        parser.error(f"--data: {exc}")
-    if args.data == datasets.SYNTHETIC:
-        try:
-            check_input(args.model, worker.resolve_shape(args), args.classes or DEFAULT_CLASSES)
-        except ValueError as exc:
-            parser.error(f"--input-shape: {exc}")
-    return args
+    return worker.check_window_and_data(parser, args)
 
 
 def run(args: argparse.Namespace, events: IO[str]) -> int:

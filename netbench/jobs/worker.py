@@ -254,6 +254,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--elastic-alpha must be at most 1, got {args.elastic_alpha}")
     if args.gossip_p > 1:
         parser.error(f"--gossip-p must be at most 1, got {args.gossip_p}")
+    return check_window_and_data(parser, args)
+
+
+def check_window_and_data(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """The checks every framework's worker makes: the measured window (exactly one of steps /
+    seconds set afterwards), the data source and the model's input; exits 2 naming the flag."""
     if args.seconds is None:
         if args.steps is None:
             args.steps = DEFAULT_STEPS
