@@ -218,6 +218,13 @@ def precision_options(command):
                              "--steps/--seconds. results.csv records step_time_ci_pct either way.")(command)
 
 
+def sample_resources_option(command):
+    """--sample-resources SECONDS (sweep and run)."""
+    return click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
+                        help="Every process samples its CPU, memory and its node's network bytes this often; "
+                             "summaries per process go into each run's record.")(command)
+
+
 def predict_option(command):
     """--predict/--no-predict: calibrate and record each run's predicted step (sweep and run)."""
     return click.option("--predict/--no-predict", default=True, show_default=True, envvar="NETBENCH_PREDICT",

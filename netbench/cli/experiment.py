@@ -73,9 +73,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
               help="Add this sweep's runs to a --output folder that holds results (numbered after its runs).")
 @click.option("--verify", "verify_points", is_flag=True,
               help="Before each point, measure the link (ping, iperf3 if a rate is set) and record it beside the profile.")
-@click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
-              help="Every process samples its CPU, memory and its node's network bytes this often; "
-                   "summaries per process go into each run's record.")
+@common.sample_resources_option
 @common.predict_option
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
 @metrics_options

@@ -16,7 +16,6 @@ from netbench.cli import common
 from netbench.cli.common import (BACKEND_CHOICES, _sigterm_as_interrupt, check_metrics_flags, handle_errors,
                                  hosts_options, launch_options, launch_settings, metrics_options)
 from netbench.cli.experiment import _print_launches, _run_on_hosts, _run_with_view
-from netbench.cli.types import FiniteFloatRange
 from netbench.errors import UsageError
 
 def _playbook_state(output: Path) -> dict | None:
@@ -33,9 +32,7 @@ def _playbook_state(output: Path) -> dict | None:
 @click.option("--verify", "verify_points", is_flag=True,
               help="Before each run, measure the link (ping, iperf3 if a rate is set) and record it.")
 @metrics_options
-@click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
-              help="Every process samples its CPU, memory and its node's network bytes this often; "
-                   "summaries per process go into each run's record.")
+@common.sample_resources_option
 @common.predict_option
 @click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
 @launch_options

@@ -223,13 +223,7 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         return duration
 
     def _timed_step(step: int, phase: str) -> float:
-        if kind == ev.STEP_SPLIT or phase == ev.PHASE_CALIBRATION:
-            t0, t1, t2, loss = split_update()
-            emit(ev.step_event(step, phase, t0, t2, images, loss, compute=t1 - t0, comm=t2 - t1), events)
-            return t2 - t0
-        t0, t2, loss = fused_update()
-        emit(ev.step_event(step, phase, t0, t2, images, loss), events)
-        return t2 - t0
+        return timed_update(step, phase, kind, split_update, fused_update, images, events)
 
     warmup_durations = [timed_step(k, ev.PHASE_WARMUP) for k in range(args.warmup)]
 
@@ -273,3 +267,17 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         total += calibration
     emit(ev.Done(time=time.monotonic(), steps=total), events)
     return total
+
+
+def timed_update(step: int, phase: str, kind: str, split_update: Any, fused_update: Any, images: int,
+                 events: IO[str]) -> float:
+    """Run one update and emit its step event; returns its duration in seconds. A split step
+    (``--step split``, and every calibration step) reports compute and communication apart;
+    a fused one is the update as users run it. Every framework's loop steps through this."""
+    if kind == ev.STEP_SPLIT or phase == ev.PHASE_CALIBRATION:
+        t0, t1, t2, loss = split_update()
+        emit(ev.step_event(step, phase, t0, t2, images, loss, compute=t1 - t0, comm=t2 - t1), events)
+        return t2 - t0
+    t0, t2, loss = fused_update()
+    emit(ev.step_event(step, phase, t0, t2, images, loss), events)
+    return t2 - t0

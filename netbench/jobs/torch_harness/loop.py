@@ -35,7 +35,7 @@ from netbench.jobs import events as ev
 from netbench.jobs.harness import data as datasets
 from netbench.jobs.harness import idx
 from netbench.jobs.harness.emit import arm_startup_watchdog, disarm_startup_watchdog, emit
-from netbench.jobs.harness.loop import calibration_steps, check_data_fits, measured_steps_from_mean, resolve_shape, \
+from netbench.jobs.harness.loop import calibration_steps, timed_update, check_data_fits, measured_steps_from_mean, resolve_shape, \
     warmup_mean
 from netbench.jobs.harness.models import DEFAULT_CLASSES
 from netbench.jobs.torch_harness import rendezvous
@@ -176,13 +176,7 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         return t0, t1, time.monotonic(), loss / accum_steps
 
     def timed_step(step: int, phase: str) -> float:
-        if kind == ev.STEP_SPLIT or phase == ev.PHASE_CALIBRATION:
-            t0, t1, t2, loss = split_update()
-            emit(ev.step_event(step, phase, t0, t2, images, loss, compute=t1 - t0, comm=t2 - t1), events)
-            return t2 - t0
-        t0, t2, loss = fused_update()
-        emit(ev.step_event(step, phase, t0, t2, images, loss), events)
-        return t2 - t0
+        return timed_update(step, phase, kind, split_update, fused_update, images, events)
 
     warmup_durations = [timed_step(k, ev.PHASE_WARMUP) for k in range(args.warmup)]
     if getattr(args, "until_stopped", False):
