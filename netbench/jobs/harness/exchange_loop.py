@@ -203,7 +203,6 @@ class _Worker:
             if self.strategy not in algorithms.SERVER_MODES or self.strategy == "easgd":
                 if self.strategy != "adpsgd":  # adpsgd applies its gradient after averaging
                     self._local_update(grads)
-            t1 = time.monotonic()
             comm, wait, staleness = self._exchange(k, grads)
             if self.strategy == "adpsgd":
                 self._local_update(grads)
