@@ -34,6 +34,7 @@ from typing import IO, Any, Callable
 
 from netbench.jobs import events as ev
 from netbench.jobs.harness.emit import emit, take_stdout_for_events
+from netbench.jobs.harness.strategy import farewell
 
 OPS = ("allreduce", "broadcast", "allgather")
 FRAMEWORKS = ("tf", "gloo")
@@ -174,6 +175,8 @@ def run(args: argparse.Namespace, stream: IO[str]) -> int:
             emit(ev.Step(step=sent, phase=EVENT, start=now - sum(times), end=now, duration=sum(times), images=0),
                  stream)
             sent += 1
+    if workers > 1 and args.framework == "tf":
+        farewell(make("allreduce", 4))
     emit(ev.Done(time=time.time(), steps=sent), stream)
     return 0
 

@@ -205,3 +205,25 @@ def test_ps_role_from_tf_config():
         ("ps", 0, {"ps": ["a:1"]})
     with pytest.raises(ValueError, match="TF_CONFIG"):
         task_of("")
+
+
+def test_farewell_waits_for_every_peer_then_lingers_for_the_last_small_collective():
+    """A worker leaves a collective job only after two barriers (the first proves every peer
+    finished its earlier transfers) and a linger of four timed barriers, capped."""
+    from netbench.jobs.harness.strategy import FAREWELL_LINGER_MAX_S, farewell
+
+    now = [100.0]
+    calls, slept = [], []
+
+    def barrier():
+        calls.append(now[0])
+        now[0] += 0.05  # each small collective takes 50 ms here
+
+    linger = farewell(barrier, sleep=slept.append, clock=lambda: now[0])
+    assert len(calls) == 2
+    assert linger == pytest.approx(0.1 + 4 * 0.05) and slept == [linger]
+
+    def slow_barrier():
+        now[0] += 10.0
+
+    assert farewell(slow_barrier, sleep=slept.append, clock=lambda: now[0]) == FAREWELL_LINGER_MAX_S

@@ -265,6 +265,9 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         for k in range(total, total + calibration):
             timed_step(k, ev.PHASE_CALIBRATION)
         total += calibration
+    if num_workers > 1:
+        goodbye = strategies.make_mean_reducer(tf, strategy)
+        strategies.farewell(lambda: goodbye(tf.constant(0.0, dtype=tf.float64)).numpy())
     emit(ev.Done(time=time.monotonic(), steps=total), events)
     return total
 

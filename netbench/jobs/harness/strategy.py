@@ -11,7 +11,8 @@ import math
 import os
 import signal
 import threading
-from typing import Any, Iterator, MutableMapping, Sequence
+import time
+from typing import Any, Callable, Iterator, MutableMapping, Sequence
 
 # Applied only when the caller's environment does not set it already.
 DEFAULT_TF_CPP_MIN_LOG_LEVEL = "2"
@@ -48,6 +49,28 @@ def make_mean_reducer(tf: Any, strategy: Any) -> Any:
         return strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
 
     return reduce_mean
+
+
+FAREWELL_LINGER_MAX_S = 5.0
+
+
+def farewell(barrier: Callable[[], Any], sleep: Callable[[float], Any] = time.sleep,
+             clock: Callable[[], float] = time.monotonic) -> float:
+    """Leave a collective job without cutting a peer's last transfer; returns the linger.
+
+    A ring all-reduce ends on each worker when it has every chunk, while a peer may still be
+    pulling this worker's last chunk (TF's RecvBuf is served by the sender's gRPC server): a
+    worker that exits at once resets that peer's connection (seen at 20 Mbit/s, where one
+    chunk takes a second). The first barrier returns only once every peer finished its
+    earlier collectives; the second, timed, is one small collective's latency, and the process
+    lingers four of those (at most FAREWELL_LINGER_MAX_S) while the peers pull its last value.
+    """
+    barrier()
+    start = clock()
+    barrier()
+    linger = min(FAREWELL_LINGER_MAX_S, 0.1 + 4 * (clock() - start))
+    sleep(linger)
+    return linger
 
 
 def cluster_position(strategy: Any) -> tuple[int, int]:
