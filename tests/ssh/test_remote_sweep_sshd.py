@@ -10,10 +10,12 @@ import csv
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from tests.conftest import ROOT
 from tests.ssh.lab import root_lab, sh
 
 pytestmark = [pytest.mark.root, pytest.mark.tf]
@@ -98,6 +100,28 @@ def test_a_two_host_sweep_over_ssh_records_results_like_a_local_sweep(lab, tmp_p
         cc = sh("sysctl", "-n", "net.ipv4.tcp_congestion_control", netns=host.netns).stdout.strip()
         assert manifest["tcp_congestion_control"][host.name] == cc != "", manifest["tcp_congestion_control"]
     assert sorted(p.name for p in (out / "logs" / "r000").iterdir()) == ["h1-worker0.log", "h2-worker1.log"]
+    _assert_hosts_clean(lab)
+
+
+def test_a_users_command_runs_on_every_host_and_its_lines_are_its_steps(lab, tmp_path):
+    """A job that knows nothing of netbench (examples/plain_steps.py) as rank i on host i+1 over
+    SSH, read by --step-regex from rank 0's output; each rank saw its host's own address."""
+    job = tmp_path / "job.sh"
+    job.write_text('echo "rank $RANK of $WORLD_SIZE at $NETBENCH_ADDRESS master $MASTER_ADDR" >&2\n'
+                   f'exec {sys.executable} {ROOT}/examples/plain_steps.py --kib 64\n')
+    out = tmp_path / "results"
+    result = lab.netbench("sweep", "--inventory", str(lab.write_inventory()), "--bandwidth", "1gbit",
+                          "--workers", "2", "--warmup", "2", "--steps", "5", "--images-per-step", "64",
+                          "--step-regex", r"step (?P<step>\d+) took (?P<ms>[\d.]+) ms", "--precision", "off",
+                          "--output", str(out), "--", "sh", str(job), timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (row,) = _rows(out)
+    assert row["status"] == "ok" and row["source"] == "regex" and row["steps"] == "5", row
+    assert float(row["images_per_sec"]) > 0
+    said = sorted(line for log in out.glob("logs/*/*.log") for line in log.read_text().splitlines()
+                  if line.startswith("rank "))
+    master = lab.hosts[0].data_address
+    assert said == [f"rank {i} of 2 at {h.data_address} master {master}" for i, h in enumerate(lab.hosts)], said
     _assert_hosts_clean(lab)
 
 
