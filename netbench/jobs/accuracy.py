@@ -2,7 +2,9 @@
 target accuracy was first reached.
 
 The reference is the reporting role's index 0 (netbench.jobs.analysis.reporting_role: worker 0,
-or the ps coordinator), whose model the curve follows. Every worker of the exchange and
+or the ps coordinator), whose model the curve follows; under easgd it is the centre variable
+that worker 0 reads from the servers and scores (``of: centre``), the model the EASGD paper
+reports, while the spread stays that of the workers' replicas. Every worker of the exchange and
 all-reduce strategies evaluates its own model at the same step counts; the ``spread`` of a
 point is the largest minus the smallest of their accuracies (0 when every worker holds the
 same model; None when only one process evaluated): the divergence between replicas that
@@ -45,8 +47,10 @@ def curve(events: Sequence[EventLike], job: JobSpec) -> tuple[CurvePoint, ...]:
     """The reference's evaluations in step order, with the spread over every evaluator."""
     role = reporting_role(job)
     typed = [e for e in ev.as_events(events) if e.task_role == role]
-    evals = [e for e in typed if isinstance(e, ev.Eval)]
-    mine = sorted((e for e in evals if e.worker in (0, None)), key=lambda e: e.step)
+    scored = [e for e in typed if isinstance(e, ev.Eval)]
+    evals = [e for e in scored if e.of is None]  # each worker's own model
+    centre = [e for e in scored if e.of == ev.EVAL_OF_CENTRE]
+    mine = sorted(centre or (e for e in evals if e.worker in (0, None)), key=lambda e: e.step)
     if not mine:
         return ()
     steps = sorted((e for e in typed if isinstance(e, ev.Step) and e.worker in (0, None)), key=lambda e: e.step)

@@ -38,6 +38,7 @@ VERSION_KEY = "v"  # absent: version 1
 PHASE_WARMUP = "warmup"
 PHASE_MEASURED = "measured"
 PHASE_CALIBRATION = "calibration"  # after the measured window, never measured
+EVAL_OF_CENTRE = "centre"  # an Eval of EASGD's centre variable, not of the sender's replica
 # set by the controller (never by a worker) on the steps of a launch dropped while a network
 # change settles; like any phase but measured, never measured
 PHASE_SETTLE = "settle"
@@ -202,7 +203,9 @@ class Resources(Event):
 class Eval(Event):
     """Held-out accuracy of the sender's model after ``step`` training steps, measured outside
     the timed steps: ``time`` (monotonic s), ``train_s`` (seconds in training steps so far,
-    evaluations left out), ``accuracy`` in [0, 1], mean ``loss``, and the ``examples`` scored."""
+    evaluations left out), ``accuracy`` in [0, 1], mean ``loss``, and the ``examples`` scored.
+    ``of`` names another model than the sender's own: ``centre`` (EASGD's centre variable, read
+    from the parameter servers outside the timed steps)."""
 
     kind: ClassVar[str] = "eval"
     step: int = 0
@@ -211,10 +214,14 @@ class Eval(Event):
     accuracy: float = 0.0
     loss: float | None = None
     examples: int = 0
+    of: str | None = None
 
     def body(self) -> dict[str, Any]:
-        return {"event": self.kind, "step": self.step, "time": self.time, "train_s": self.train_s,
+        body = {"event": self.kind, "step": self.step, "time": self.time, "train_s": self.train_s,
                 "accuracy": self.accuracy, "loss": self.loss, "examples": self.examples}
+        if self.of is not None:
+            body["of"] = self.of
+        return body
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,7 +269,7 @@ _READ: dict[str, dict[str, Any]] = {
     "error": {"type": str, "message": str},
     "resources": {"time": float, "cpu_s": float, "rss_bytes": int, "rx_bytes": int, "tx_bytes": int},
     "eval": {"step": int, "time": float, "train_s": float, "accuracy": float, "loss": _finite_or_none,
-             "examples": int},
+             "examples": int, "of": lambda v: None if v is None else str(v)},
 }
 
 

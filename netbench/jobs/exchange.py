@@ -35,6 +35,7 @@ PULL = "pull"  # worker -> ps: the weights (after the barrier or the staleness g
 ELASTIC = "elastic"  # worker -> ps: its replica; the reply is the elastic difference (easgd)
 GOSSIP = "gossip"  # worker -> peer: a weighted model, no reply (gosgd)
 AVERAGE = "average"  # worker -> peer: its model; the reply is the peer's (adpsgd)
+CENTRE = "centre"  # worker -> ps: its shard of the centre variable (easgd's evaluation, untimed)
 BYE = "bye"  # worker -> server or peer: this worker is done
 REPLY = "reply"  # the answer to any request that has one
 

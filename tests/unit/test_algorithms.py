@@ -193,6 +193,23 @@ def test_the_accuracy_curve_follows_worker_0_with_the_spread_over_workers():
     assert accuracy.summarise([start], JobSpec()).test_accuracy is None
 
 
+def test_easgd_s_curve_follows_the_centre_variable_with_the_spread_of_the_replicas():
+    import dataclasses
+
+    start = ev.received(ev.step_event(0, ev.PHASE_WARMUP, 99.0, 99.5, 64, 2.0), 0, "worker", 0.0)
+    centre = [ev.received(dataclasses.replace(ev.eval_event(step, 101.0 + step, step / 10, acc, 0.4, 10_000),
+                                              of=ev.EVAL_OF_CENTRE), 0, "worker", 0.0)
+              for step, acc in [(50, 0.65), (100, 0.85)]]
+    events = [start, *evals(0, [(50, 0.6), (100, 0.8)]), *evals(1, [(50, 0.5), (100, 0.7)]), *centre]
+    summary = accuracy.summarise(events, JobSpec(strategy="easgd", target_accuracy=0.82))
+    assert [(p.step, p.accuracy) for p in summary.curve] == [(50, 0.65), (100, 0.85)]
+    assert [p.spread for p in summary.curve] == [pytest.approx(0.1), pytest.approx(0.1)]  # replicas only
+    assert (summary.test_accuracy, summary.steps_to_target) == (0.85, 100)
+    wire = ev.to_wire(centre[0])
+    assert wire["of"] == "centre" and ev.from_record(wire).of == ev.EVAL_OF_CENTRE
+    assert "of" not in ev.to_wire(evals(0, [(1, 0.1)])[0])
+
+
 def test_step_and_eval_events_round_trip_and_old_steps_stay_as_they_were():
     step = ev.step_event(3, ev.PHASE_MEASURED, 1.0, 2.0, 64, 0.5, compute=0.2, comm=0.3, wait=0.5, staleness=2)
     assert ev.from_record(ev.to_wire(step)) == step

@@ -12,7 +12,8 @@ Each worker streams its own step events: ``compute`` (gradient and local update)
 server measured it) and ``staleness`` (ps-sync and ps-ssp: updates applied between the read of
 the weights and this step's update). With ``--eval-every K`` every worker evaluates its model
 on the held-out set after every K-th step and after the last, outside the timed steps, and
-sends an ``eval`` event (harness.evaluate).
+sends an ``eval`` event (harness.evaluate); under easgd worker 0 also reads the centre variable
+from the servers and sends its evaluation (``of: centre``), the model the EASGD paper scores.
 
 At the end a worker tells its servers and peers it is done (bye) and, for gosgd and adpsgd,
 keeps answering its peers until each of them has said bye too.
@@ -21,6 +22,7 @@ keeps answering its peers until each of them has said bye too.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import threading
@@ -148,6 +150,13 @@ class _Worker:
         with self.lock:
             self.weights = [w - self.args.learning_rate * g for w, g in zip(self.weights, grads)]
 
+    def _evaluate_centre(self, evaluator: Any, state: list[Any], step: int, train_s: float) -> ev.Eval:
+        """EASGD's model is the centre variable (the paper evaluates it): read it from the
+        servers, outside the timed steps, and score it."""
+        replies = self._to_servers(exchange.CENTRE, [], {})
+        centre = exchange.join_shards([r.arrays for r in replies], len(self.weights))
+        return dataclasses.replace(evaluator(centre, state, step, train_s), of=ev.EVAL_OF_CENTRE)
+
     def _goodbye(self) -> None:
         for channel in self.servers:
             channel.request(exchange.Message(exchange.BYE, {"worker": self.index}))
@@ -215,6 +224,8 @@ class _Worker:
                 with self.lock:
                     current = list(self.weights)
                 emit(evaluator(current, state, k + 1, clock.seconds), self.events)
+                if self.strategy == "easgd" and self.index == 0:
+                    emit(self._evaluate_centre(evaluator, state, k + 1, clock.seconds), self.events)
         self._goodbye()
         emit(ev.Done(time=time.monotonic(), steps=total), self.events)
         return total

@@ -54,6 +54,8 @@ def make_handler(state: algorithms.ServerState, condition: threading.Condition):
             if message.op == exchange.ELASTIC:
                 diff = state.elastic(message.arrays)
                 return exchange.Message(exchange.REPLY, {"version": state.version}, tuple(diff))
+            if message.op == exchange.CENTRE:
+                return exchange.Message(exchange.REPLY, {"version": state.version}, tuple(state.weights or ()))
             if message.op == exchange.BYE:
                 state.leave(worker)
                 condition.notify_all()
