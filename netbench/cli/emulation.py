@@ -198,8 +198,11 @@ def _hold(inv, conns, lease_s: float, holder: str) -> None:
     except KeyboardInterrupt:
         pass
     # a lost host reverted by itself or is another controller's now: leave it alone
-    removed = remote.reset_inventory(inv, [c for c in conns if c.name not in keeper.lost])
+    kept: dict[str, str] = {}
+    removed = remote.reset_inventory(inv, [c for c in conns if c.name not in keeper.lost], holder, kept)
     console.info(f"reverted {', '.join(removed) or 'no host'}")
+    for name, other in kept.items():  # taken over after the keeper's last answer
+        keeper.lost[name] = f"another controller took it over ({other})"
     if keeper.lost:
         lost = "; ".join(f"{name}: {why}" for name, why in keeper.lost.items())
         raise NetbenchError(f"lost the lease on {lost}", hint="renewals did not reach the host in time")

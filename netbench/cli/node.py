@@ -129,21 +129,27 @@ def node_show(journal, as_json: bool, interface: str) -> None:
 
 @node.command("reset")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--holder", help="Reset only if no other holder has an unexpired lease here (a controller "
+                               "resetting what it applied): otherwise remove nothing and answer who holds it.")
 @click.pass_obj
 @handle_errors
-def node_reset(journal, as_json: bool) -> None:
+def node_reset(journal, as_json: bool, holder: str | None) -> None:
     """Undo everything this host's journal records (its shaping, lease and watcher).
 
     Example: netbench node reset --json
     """
+    from netbench.state import lease
     from netbench.state.journal import Lock
-    from netbench.remote.agent import reset_host
+    from netbench.remote.agent import held_by_another, reset_host
 
     common.require_root()
     with Lock(journal.dir):
-        removed = reset_host(journal)
+        other = held_by_another(lease.read(journal.dir), holder)
+        removed = [] if other else reset_host(journal)
     if as_json:
-        _emit({"removed": removed})
+        _emit({"removed": removed, **({"held_by": other} if other else {})})
+    elif other:
+        console.info(f"left alone: {escape(other)} holds this host's lease now")
     else:
         for line in removed or ["nothing to remove"]:
             console.info(escape(line))

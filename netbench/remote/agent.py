@@ -209,6 +209,15 @@ def apply_plan(plan: list[ch.Change], journal: Journal, *, lease_s: float = 0.0,
     return {"applied": [c.describe() for c in bound], "lease_s": lease_s, "watcher_pid": watcher}
 
 
+def held_by_another(state: lease.LeaseState, holder: str | None) -> str | None:
+    """Who else holds this host now (an unexpired lease of another holder), or None (pure).
+    A controller resetting what it applied leaves such a host alone: it was taken over
+    between its last renewal and its reset."""
+    if holder is None or not state.held or state.expired or state.holder == holder:
+        return None
+    return state.holder or "an unnamed holder"
+
+
 def check_holder(state: lease.LeaseState, holder: str, takeover: bool) -> None:
     """Refuse to change a host whose unexpired lease another controller holds (pure)."""
     if not state.held or state.expired or state.holder == holder or takeover:

@@ -113,7 +113,8 @@ ANSWER_SHAPES: dict[str, tuple[tuple[str, bool, Callable[[Any], bool], str], ...
              *((key, False, _optional_str, "a string") for key in ("backend", "backend_reason", "netbench",
                                                                    "tensorflow"))),
     "apply": (("applied", False, _str_list, "a list of strings"),),
-    "reset": (("removed", True, _str_list, "a list of strings"),),
+    "reset": (("removed", True, _str_list, "a list of strings"),
+              ("held_by", False, _optional_str, "a string")),
     "show": (("nodes", True, lambda v: isinstance(v, list) and all(_node_row(r) for r in v), "a list of node rows"),
              ("lease", True, _lease, "a lease object"),
              ("watchers", False, lambda v: isinstance(v, list) and all(_number(p) for p in v), "a list of pids")),
@@ -287,11 +288,20 @@ def apply_inventory(inventory: Inventory, conns: Sequence[HostConnection], plann
     return planned
 
 
-def reset_inventory(inventory: Inventory, conns: Sequence[HostConnection]) -> dict[str, list[str]]:
+def reset_inventory(inventory: Inventory, conns: Sequence[HostConnection], holder: str | None = None,
+                    kept: dict[str, str] | None = None) -> dict[str, list[str]]:
     """Every host resets its own journal, all at once: host -> what it removed. Hosts that
-    fail do not stop the others: ResetIncomplete names each (and carries the others' lines)."""
+    fail do not stop the others: ResetIncomplete names each (and carries the others' lines).
+    With `holder` (a controller resetting what it applied), a host whose lease another holder
+    took meanwhile is left alone, recorded in `kept` (host -> the other holder)."""
     by_name = {h.name: h for h in inventory.hosts}
-    results = in_parallel(conns, lambda c: call_node(c, by_name[c.name], ["reset", "--json"]))
+    args = ["reset", "--json", *(["--holder", holder] if holder else [])]
+    results = in_parallel(conns, lambda c: call_node(c, by_name[c.name], args))
+    for name, r in list(results.items()):
+        if isinstance(r, dict) and r.get("held_by"):
+            if kept is not None:
+                kept[name] = r["held_by"]
+            del results[name]
     removed = {name: r["removed"] for name, r in results.items() if not isinstance(r, Exception)}  # type: ignore[index]
     failures = [r.message if isinstance(r, NetbenchError) else f"host {name}: {r}"
                 for name, r in results.items() if isinstance(r, Exception)]

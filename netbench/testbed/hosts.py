@@ -434,10 +434,13 @@ class HostsTestbed:
             return
         lost = self.keeper.lost if self.keeper is not None else {}  # reverted, or another controller's now
         conns = [c for c in self.conns if c.name not in lost]
-        results = remote.in_parallel(conns, lambda c: remote.call_node(c, self.by_name[c.name],
-                                                                            ["reset", "--json"]))
+        # --holder: a host taken over between the keeper's last answer and now is left alone
+        results = remote.in_parallel(conns, lambda c: remote.call_node(
+            c, self.by_name[c.name], ["reset", "--json", "--holder", self.holder]))
         for name, result in results.items():
-            if isinstance(result, Exception):
+            if isinstance(result, dict) and result.get("held_by"):
+                note(f"host {name}: another controller took it over ({result['held_by']}); left alone")
+            elif isinstance(result, Exception):
                 note(f"host {name}: could not reset it: {result.message}; it reverts by itself when its "
                      f"{self.lease_s:g} s lease runs out, or run 'netbench reset --inventory {self.inventory.path}'")
             elif result.get("removed"):

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -218,7 +219,7 @@ def test_a_sweep_over_hosts_applies_each_point_records_results_and_resets_every_
         applies = host.ran(" apply ")  # one holder token for the whole sweep
         assert len(applies) == 2 and all(c.endswith(f"--lease 60 --holder {testbed.holder}") for c, _ in applies)
         assert '"rate_bps": 20000000' in applies[1][1]
-        assert host.commands[-1][0].endswith("reset --json")  # the last thing done on every host
+        assert re.search(r"reset --json --holder \S+$", host.commands[-1][0])  # the last thing done on every host
     with open(tmp_path / "out" / "results.csv", newline="") as fh:
         assert [row["status"] for row in csv.DictReader(fh)] == ["ok", "ok"]
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
@@ -242,7 +243,7 @@ def test_a_host_that_drops_out_fails_that_run_and_the_sweep_still_resets(tmp_pat
     results = run_sweep(config, testbed=HostsTestbed(INV, hosts))
     assert results[0].status == "failed" and results[0].error == "b worker1 exited with 1: RuntimeError: boom"
     assert results[1].status == "ok"
-    assert all(h.commands[-1][0].endswith("reset --json") for h in hosts)
+    assert all(re.search(r"reset --json --holder \S+$", h.commands[-1][0]) for h in hosts)
 
 
 def test_a_profile_a_host_cannot_shape_is_refused_before_anything_is_applied(tmp_path):

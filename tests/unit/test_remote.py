@@ -782,3 +782,20 @@ def test_a_host_makes_the_controllers_plan_in_place_against_its_own_journal(tmp_
     journal.record("qdisc", netns="nbhost-test-none", ifname="eth1", handle="4e42:", qdisc_kind="tbf")
     remote_node.apply_plan(plan[:2], journal, environ={})  # held and no longer wanted: cleared
     assert [type(c).__name__ for c in applied[-1]] == ["ClearQdisc"]
+
+
+def test_a_controllers_reset_leaves_a_host_another_controller_took_over(tmp_path):
+    """`node reset --holder H` removes nothing while another holder's lease stands (a takeover
+    between the keeper's last renewal and the run's reset), and resets as before otherwise."""
+    from netbench.remote.agent import held_by_another
+
+    lease.write(tmp_path, 60, holder="c2")
+    assert held_by_another(lease.read(tmp_path), "c1") == "c2"
+    assert held_by_another(lease.read(tmp_path), "c2") is None and held_by_another(lease.read(tmp_path), None) is None
+    taken = CliRunner().invoke(main, ["node", "--state-dir", str(tmp_path), "reset", "--json", "--holder", "c1"])
+    assert taken.exit_code == 0, taken.output
+    assert json.loads(taken.output) == {"removed": [], "held_by": "c2"} and lease.read(tmp_path).held
+    _age_lease(tmp_path, 61)  # c2 is gone: its lease ran out
+    ours = CliRunner().invoke(main, ["node", "--state-dir", str(tmp_path), "reset", "--json", "--holder", "c1"])
+    assert json.loads(ours.output) == {"removed": ["lease"]} and not lease.read(tmp_path).held
+    assert remote.answer_problem("reset", {"removed": [], "held_by": 3}) is not None

@@ -24,8 +24,8 @@ INV = inventory_from_mapping({
     "defaults": {"interface": "eth1", "venv": "/opt/nb"},
     "hosts": {"a": {"ssh": "10.0.0.1", "tf_address": "10.9.0.1"},
               "b": {"ssh": "10.0.0.2", "tf_address": "10.9.0.2"}}}, "inv.yaml")
-THREE = ("name: three\nsteps:\n  - {at: 0s, rate: 10mbit}\n  - {at: 10ms, rate: 20mbit}\n"
-         "  - {at: 20ms, rate: 30mbit}\n")
+THREE = ("name: three\nsteps:\n  - {at: 0s, rate: 10mbit}\n  - {at: 250ms, rate: 20mbit}\n"
+         "  - {at: 500ms, rate: 30mbit}\n")
 
 
 class Agent:
@@ -127,7 +127,7 @@ def test_ctrl_c_puts_every_host_back_as_before(agents, monkeypatch):
 
 
 def test_a_delay_step_is_refused_for_a_rate_only_host_before_any_change(agents, tmp_path):
-    (tmp_path / "three.yaml").write_text(THREE + "  - {at: 30ms, delay: 5ms}\n")
+    (tmp_path / "three.yaml").write_text(THREE + "  - {at: 750ms, delay: 5ms}\n")
     result = invoke()
     assert result.exit_code != 0 and "without netem a remote host shapes rate only" in result.output
     assert all(agent.applies == [] for agent in agents)
