@@ -34,6 +34,12 @@ class AlgorithmPoint:
     time_to_target: Interval | None  # over the runs that reached it
     reached: int  # runs that reached the target
     spread: float | None  # mean final spread between workers' accuracies
+    # each run's value of images_per_sec, test_accuracy and time_to_target_s, shown where there is
+    # no interval (fewer than MIN_RUNS runs)
+    run_values: tuple[tuple[str, tuple[float, ...]], ...] = ()
+
+    def values(self, name: str) -> tuple[float, ...]:
+        return dict(self.run_values).get(name, ())
 
 
 def _key(record: Mapping[str, Any]) -> tuple[str, int, float]:
@@ -64,6 +70,8 @@ def algorithm_points(records: Sequence[Mapping[str, Any]], confidence: float = 0
     points = []
     for (strategy, workers, latency), runs in sorted(groups.items()):
         ok = [r for r in runs if r.get("status") == "ok"]
+        found = {"images_per_sec": [(r.get("stats") or {}).get("images_per_sec") for r in ok],
+                 **{name: [r.get(name) for r in ok] for name in ("test_accuracy", "time_to_target_s")}}
         points.append(AlgorithmPoint(
             strategy=strategy, workers=workers, latency_ms=latency, runs=len(runs), ok=len(ok),
             images_per_sec=_interval([(r.get("stats") or {}).get("images_per_sec") for r in ok], confidence),
@@ -72,15 +80,20 @@ def algorithm_points(records: Sequence[Mapping[str, Any]], confidence: float = 0
             accuracy=_interval([r.get("test_accuracy") for r in ok], confidence, share=True),
             time_to_target=_interval([r.get("time_to_target_s") for r in ok], confidence),
             reached=sum(1 for r in ok if r.get("steps_to_target") is not None),
-            spread=_mean([(r.get("accuracy_curve") or [{}])[-1].get("spread") for r in ok])))
+            spread=_mean([(r.get("accuracy_curve") or [{}])[-1].get("spread") for r in ok]),
+            run_values=tuple((name, tuple(float(v) for v in values if v is not None))
+                             for name, values in found.items())))
     return points
 
 
-def _text(i: Interval | None, digits: int) -> str:
+def _text(i: Interval | None, digits: int, runs: Sequence[float] = (), scale: float = 1.0) -> str:
+    """A centre with its interval in brackets; without one (fewer than MIN_RUNS runs) the runs."""
     if i is None:
         return "-"
+    i = i.scaled(scale)
     if i.low is None:
-        return f"{i.mean:,.{digits}f}"
+        shown = f" (runs: {', '.join(f'{scale * v:,.{digits}f}' for v in runs)})" if len(runs) > 1 else ""
+        return f"{i.mean:,.{digits}f}{shown}"
     return f"{i.mean:,.{digits}f} ({i.low:,.{digits}f} .. {i.high:,.{digits}f})"
 
 
@@ -88,70 +101,113 @@ def _opt(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def winners(points: Sequence[AlgorithmPoint]) -> list[str]:
-    """Which algorithm and network point won on time (throughput; time to target) and on accuracy."""
-    lines = []
-    fast = [p for p in points if p.images_per_sec is not None]
+def _where(p: AlgorithmPoint) -> str:
+    return f"{p.strategy}, {p.workers} workers, {p.latency_ms:g} ms"
+
+
+def _runner_up(ranked: Sequence[AlgorithmPoint], text) -> str:
+    """The second of `ranked` with its number: 'tied with' where the numbers read the same."""
+    if len(ranked) < 2:
+        return ""
+    tied = text(ranked[0]) == text(ranked[1])
+    return f"; {'tied with' if tied else 'next'}: {_where(ranked[1])} ({text(ranked[1])})"
+
+
+def _time_lines(points: Sequence[AlgorithmPoint], target: float | None) -> list[str]:
+    if target is None and not any(p.reached for p in points):
+        return ["- On time to a target accuracy: no target was set (--target-accuracy), so time is "
+                "judged by throughput alone."]
+    aim = "the target accuracy" if target is None else f"the target accuracy {target:.0%}"
+    # a point every one of whose runs reached the target ranks before one where only some did
+    ranked = sorted((p for p in points if p.time_to_target is not None),
+                    key=lambda p: (p.reached < p.ok, p.time_to_target.mean))
+    if not ranked:
+        return [f"- On time to {aim}: no run reached it."]
+
+    def text(p: AlgorithmPoint) -> str:
+        return f"{_text(p.time_to_target, 2, p.values('time_to_target_s'))} s of training, {p.reached}/{p.ok} runs reached it"
+
+    return [f"- On time to {aim}: {_where(ranked[0])} ({text(ranked[0])}){_runner_up(ranked, text)}."]
+
+
+def winners(points: Sequence[AlgorithmPoint], target: float | None = None) -> list[str]:
+    """Which algorithm and network point won on time (to the target accuracy; throughput) and on
+    accuracy (final test accuracy), each with its number and the runner-up's; `target`: the
+    sweep's target accuracy (None: none set, and said so)."""
+    if not points:
+        return []
+    lines = _time_lines(points, target)
+    fast = sorted((p for p in points if p.images_per_sec is not None), key=lambda p: -p.images_per_sec.mean)
     if fast:
-        best = max(fast, key=lambda p: p.images_per_sec.mean)
-        lines.append(f"- On throughput: {best.strategy}, {best.workers} workers, {best.latency_ms:g} ms "
-                     f"({best.images_per_sec.mean:,.0f} images/s).")
-    timed = [p for p in points if p.time_to_target is not None]
-    if timed:
-        best = min(timed, key=lambda p: p.time_to_target.mean)
-        lines.append(f"- On time to the target accuracy: {best.strategy}, {best.workers} workers, "
-                     f"{best.latency_ms:g} ms ({best.time_to_target.mean:.2f} s of training).")
-    scored = [p for p in points if p.accuracy is not None]
+        def ips(p: AlgorithmPoint) -> str:
+            return f"{_text(p.images_per_sec, 0, p.values('images_per_sec'))} images/s"
+
+        lines.append(f"- On throughput: {_where(fast[0])} ({ips(fast[0])}){_runner_up(fast, ips)}.")
+    scored = sorted((p for p in points if p.accuracy is not None), key=lambda p: -p.accuracy.mean)
     if scored:
-        best = max(scored, key=lambda p: p.accuracy.mean)
-        lines.append(f"- On accuracy: {best.strategy}, {best.workers} workers, {best.latency_ms:g} ms "
-                     f"(test accuracy {best.accuracy.mean:.3f}).")
+        def acc(p: AlgorithmPoint) -> str:
+            return f"test accuracy {_text(p.accuracy, 1, p.values('test_accuracy'), 100)} %"
+
+        lines.append(f"- On accuracy: {_where(scored[0])} ({acc(scored[0])}){_runner_up(scored, acc)}.")
         for latency in sorted({p.latency_ms for p in scored}):
             here = [p for p in scored if p.latency_ms == latency]
-            top = max(here, key=lambda p: p.accuracy.mean)
             quick = max((p for p in here if p.images_per_sec is not None), key=lambda p: p.images_per_sec.mean,
                         default=None)
-            lines.append(f"- At {latency:g} ms: most accurate {top.strategy} ({top.accuracy.mean:.3f})"
+            lines.append(f"- At {latency:g} ms: most accurate {here[0].strategy} ({100 * here[0].accuracy.mean:.1f} %)"
                          + (f", fastest {quick.strategy} ({quick.images_per_sec.mean:,.0f} images/s)" if quick else "")
                          + ".")
     return lines
 
 
+def winner_blocks(points: Sequence[AlgorithmPoint], target: float | None = None) -> list:
+    """report.md's 'Which won' section (none without accuracy runs)."""
+    from netbench.report.document import Heading, Paragraph
+
+    if not points:
+        return []
+    return [Heading("Which won"),
+            Paragraph("Centres are geometric means (accuracy: means) over a point's repetitions, with their "
+                      f"intervals in brackets (none under {MIN_RUNS} runs); time to target counts training time "
+                      "only, over the runs that reached it.\n\n" + "\n".join(winners(points, target)))]
+
+
 def accuracy_blocks_of(points: Sequence[AlgorithmPoint], confidence: float) -> list:
-    """The report's section as blocks (none without accuracy runs)."""
+    """The algorithms' table as blocks (none without accuracy runs)."""
     from netbench.report.document import Heading, Paragraph, Table
 
     if not points:
         return []
-    rows = tuple((p.strategy, str(p.workers), f"{p.latency_ms:g}", f"{p.ok}/{p.runs}", _text(p.images_per_sec, 0),
+    rows = tuple((p.strategy, str(p.workers), f"{p.latency_ms:g}", f"{p.ok}/{p.runs}",
+                  _text(p.images_per_sec, 0, p.values("images_per_sec")),
                   _opt(p.idleness, ".0%"), _opt(None if p.wait_s is None else p.wait_s * 1000, ".1f"),
-                  _opt(p.staleness, ".2f"), _text(p.accuracy, 3), f"{p.reached}/{p.ok}", _text(p.time_to_target, 2),
+                  _opt(p.staleness, ".2f"), _text(p.accuracy, 1, p.values("test_accuracy"), 100),
+                  f"{p.reached}/{p.ok}", _text(p.time_to_target, 2, p.values("time_to_target_s")),
                   _opt(p.spread, ".3f")) for p in points)
     return [Heading("Algorithms: throughput, idleness and accuracy"),
             Paragraph(f"Per algorithm and network point: images/s and time to target are geometric means with a "
                       f"{confidence:.0%} log-scale t interval over repetitions, test accuracy a mean with an interval "
-                      f"inside 0..1; with fewer than {MIN_RUNS} runs there is no interval. Idleness: (communication + "
-                      "waiting) / step; waiting: held by a barrier or staleness gate; staleness: updates applied "
-                      "between a step's read of the weights and its update; time to target: seconds of training "
-                      "(evaluations excluded) until the held-out accuracy first reached the target, over the runs "
-                      "that reached it; spread: the largest minus the smallest worker's final accuracy "
+                      f"inside 0..100 %; with fewer than {MIN_RUNS} runs there is no interval. Idleness: "
+                      "(communication + waiting) / step; waiting: held by a barrier or staleness gate; staleness: "
+                      "updates applied between a step's read of the weights and its update; time to target: seconds "
+                      "of training (evaluations excluded) until the held-out accuracy first reached the target, over "
+                      "the runs that reached it; spread: the largest minus the smallest worker's final accuracy "
                       "(decentralised algorithms)."),
             Table(("algorithm", "workers", "latency ms", "ok/runs", "images/s", "idleness", "wait ms", "staleness",
-                   "test accuracy", "reached", "time to target s", "spread"), rows),
-            Paragraph("Which won:\n\n" + "\n".join(winners(points)))]
+                   "test accuracy %", "reached", "time to target s", "spread"), rows)]
 
 
-def accuracy_markdown(points: Sequence[AlgorithmPoint], confidence: float) -> str:
-    """The report.md section ('' without accuracy runs)."""
+def accuracy_markdown(points: Sequence[AlgorithmPoint], confidence: float, target: float | None = None) -> str:
+    """The table and which won as markdown ('' without accuracy runs)."""
     from netbench.report.document import to_markdown
 
-    blocks = accuracy_blocks_of(points, confidence)
+    blocks = accuracy_blocks_of(points, confidence) + winner_blocks(points, target)
     return to_markdown(blocks) if blocks else ""
 
 
-def accuracy_blocks(results_dir: Path, confidence: float = 0.95) -> list:
-    """The section for a results folder (none when it holds no accuracy run)."""
+def read_points(results_dir: Path, confidence: float = 0.95) -> tuple[list[AlgorithmPoint], float | None]:
+    """A results folder's accuracy runs as AlgorithmPoints, and the target accuracy its
+    manifest's job set (None: none; a folder several sweeps appended to: the last one's)."""
     store = ResultStore(Path(results_dir))
     records = [read_json(path) for path in store.record_paths()]
-    points = algorithm_points([r for r in records if isinstance(r, dict)], confidence)
-    return accuracy_blocks_of(points, confidence)
+    target = ((store.read_manifest() or {}).get("job") or {}).get("target_accuracy")
+    return algorithm_points([r for r in records if isinstance(r, dict)], confidence), target
