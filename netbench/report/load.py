@@ -4,7 +4,10 @@ The folder is read through netbench.experiment.store, its one owner; a playbook'
 playbook.json supplies the settings a record does not carry. Measured values beyond
 throughput (step time, idleness, and whatever numeric columns results.csv holds for a run:
 test_accuracy, time_to_target_s, predicted_step_s, ...) become the observation's `metrics`;
-a column a folder lacks is simply absent, and nothing is drawn for it.
+a column a folder lacks is simply absent, and nothing is drawn for it. An accuracy run keeps
+its curve (the record's accuracy_curve) and the target accuracy of the sweep (manifest.json's
+job; a folder several sweeps were appended to: the last one's), so a run that never reached
+the target can be told from one of a sweep that set none.
 """
 
 from __future__ import annotations
