@@ -5,9 +5,11 @@ as the papers on distributed training draw them.
 The core is pure: `curve_spec` turns observations into a frozen `CurveFigure` (its curves,
 labels, target and caption); `draw_curve_figure` is the edge that draws one with matplotlib in
 the report's style (figures.py: fixed panel size, constrained layout, the legend below the
-panels headed by what the marks mean). Each ok run's curve is a thin line; where a point has
-two or more repetitions, a thick line with markers is their mean at each evaluation (its x the
-mean of theirs: evaluations come at the same steps, not at the same seconds).
+panels headed by what the marks mean). A point's line is thick, with a marker and a dash
+pattern of its algorithm's own (so lines that coincide, as synchronous algorithms' do against
+step, both show): the mean of its repetitions at each evaluation (its x the mean of theirs:
+evaluations come at the same steps, not at the same seconds), or its one run; where it has two
+or more repetitions each run is a thin line beside it.
 """
 
 from __future__ import annotations
@@ -28,18 +30,22 @@ CURVE_X = {"step": ("training step", "training steps (worker 0's)"),
            "train_s": ("training time", "training time (s, evaluations excluded)")}
 NETWORK_POINT = (*NETWORK, "topology")
 PANELS_PER_ROW = 3
+# each series' own marker and dash pattern: lines that coincide stay visible, and print in grey
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+DASHES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1)), (0, (3, 1)), (0, (1, 1)))
 
 
 @dataclass(frozen=True)
 class Curve:
-    """One line: a run's evaluations (runs == 1) or the mean of a point's `runs` repetitions
-    at each evaluation; accuracy in percent."""
+    """One line: a point's (`centre`: the mean of its `runs` repetitions at each evaluation, or
+    its one run) or one run's of a point of several (thin); accuracy in percent."""
 
     panel: str
     series: str
     x: tuple[float, ...]
     accuracy_pct: tuple[float, ...]
     runs: int = 1
+    centre: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,7 @@ def curve_runs(observations: Sequence[Observation]) -> list[Observation]:
 def _mean(runs: Sequence[Curve]) -> Curve:
     """The runs' mean at each evaluation index that every one of them reached."""
     length = min(len(c.x) for c in runs)
-    return Curve(panel=runs[0].panel, series=runs[0].series, runs=len(runs),
+    return Curve(panel=runs[0].panel, series=runs[0].series, runs=len(runs), centre=True,
                  x=tuple(statistics.fmean(c.x[k] for c in runs) for k in range(length)),
                  accuracy_pct=tuple(statistics.fmean(c.accuracy_pct[k] for c in runs) for k in range(length)))
 
@@ -109,17 +115,20 @@ def curve_spec(observations: Sequence[Observation], x: str = "wall_s") -> CurveF
     by_line: dict[tuple[str, str], list[Curve]] = {}
     for c in lines:
         by_line.setdefault((c.panel, c.series), []).append(c)
-    means = tuple(_mean(cs) for cs in by_line.values() if len(cs) > 1)
+    centres = tuple(_mean(cs) for cs in by_line.values())
+    thin = tuple(c for cs in by_line.values() if len(cs) > 1 for c in cs)
     targets = {o.target_accuracy for o in runs if o.target_accuracy is not None}
     short, words = CURVE_X[x]
-    note = ("thin lines: each run (a repetition), worker 0's held-out accuracy at each evaluation"
-            + ("; thick lines with markers: the mean of a point's repetitions at each evaluation"
-               + (" (x: the mean of their times)" if x != "step" else "") if means else "")
-            + ("; dashed grey: the target accuracy" if targets else ""))
+    repeated = max(len(cs) for cs in by_line.values()) > 1
+    note = ("worker 0's held-out accuracy at each evaluation; thick lines with markers: "
+            + ("the mean of a point's repetitions at each evaluation" + (" (x: the mean of their times)"
+                                                                        if x != "step" else "")
+               + "; thin lines: each run" if repeated else "each point's one run")
+            + ("; grey dashes: the target accuracy" if targets else ""))
     return CurveFigure(title=f"test accuracy against {short}, per algorithm and network point",
                        x_label=words, y_label="test accuracy (%)", note=note,
                        panels=tuple(dict.fromkeys(c.panel for c in lines)),
-                       series=series, curves=(*lines, *means),
+                       series=series, curves=(*thin, *centres),
                        target_pct=100 * max(targets) if len(targets) == 1 else None)
 
 
@@ -143,13 +152,13 @@ def draw_curve_figure(spec: CurveFigure):
     right = max(v for c in spec.curves for v in c.x)
     for index, (ax, name) in enumerate(zip(cells, spec.panels)):
         for c in (c for c in spec.curves if c.panel == name):
-            colour = f"C{spec.series.index(c.series) % 10}"
-            if c.runs == 1:
-                ax.plot(c.x, c.accuracy_pct, color=colour, linewidth=1, alpha=0.6, gid="curve",
-                        label=c.series if not any(m.runs > 1 and m.series == c.series for m in spec.curves) else None)
+            k = spec.series.index(c.series)
+            colour = f"C{k % 10}"
+            if c.centre:
+                ax.plot(c.x, c.accuracy_pct, color=colour, linewidth=2, linestyle=DASHES[k % len(DASHES)],
+                        marker=MARKERS[k % len(MARKERS)], markersize=5, gid="mean", label=c.series, zorder=3)
             else:
-                ax.plot(c.x, c.accuracy_pct, color=colour, linewidth=2.2, marker="o", markersize=4, gid="mean",
-                        label=c.series)
+                ax.plot(c.x, c.accuracy_pct, color=colour, linewidth=0.8, alpha=0.5, gid="curve", zorder=2)
         if spec.target_pct is not None:
             ax.axhline(spec.target_pct, color="grey", linestyle="--", linewidth=1, gid="target",
                        label=f"target {spec.target_pct:g} %")

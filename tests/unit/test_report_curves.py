@@ -38,26 +38,29 @@ def test_the_curve_spec_has_a_panel_per_network_point_and_a_mean_of_the_repetiti
     assert spec.panels == ("latency 1 ms", "latency 20 ms")
     assert spec.series == ("allreduce", "ps-sync", "gosgd")  # the order the runs were made: the other figures'
     assert spec.target_pct == pytest.approx(60.0) and spec.x_label == "training steps (worker 0's)"
-    runs = [c for c in spec.curves if c.runs == 1]
-    means = [c for c in spec.curves if c.runs > 1]
-    assert len(runs) == 18 and len(means) == 6 and all(c.runs == 3 for c in means)
+    runs = [c for c in spec.curves if not c.centre]
+    means = [c for c in spec.curves if c.centre]
+    assert len(runs) == 18 and len(means) == 6 and all(c.runs == 3 for c in means) and all(c.runs == 1 for c in runs)
     # the mean at each evaluation, by hand: the three repetitions' accuracies at step 10
     mine = [c for c in runs if c.panel == "latency 20 ms" and c.series == "gosgd"]
     mean = next(c for c in means if c.panel == "latency 20 ms" and c.series == "gosgd")
     assert mean.x == mine[0].x == (10.0, 20.0, 30.0, 40.0, 50.0, 60.0)
     assert mean.accuracy_pct[0] == pytest.approx(sum(c.accuracy_pct[0] for c in mine) / 3)
-    assert "thin lines: each run" in spec.note and "thick lines with markers: the mean" in spec.note
+    assert "thick lines with markers: the mean of a point's repetitions" in spec.note
+    assert "thin lines: each run" in spec.note
     # against wall time: x is each run's wall_s, the mean's the mean of theirs
     wall = curves.curve_spec(observations(tmp_path / "r"), "wall_s")
     assert wall.x_label == "wall time from the first step (s, evaluations included)"
-    first = [c for c in wall.curves if c.runs == 1 and c.panel == "latency 1 ms" and c.series == "allreduce"]
+    first = [c for c in wall.curves if not c.centre and c.panel == "latency 1 ms" and c.series == "allreduce"]
     assert first[0].x[0] == pytest.approx(10 * 0.030 + 0.4)
     assert "(x: the mean of their times)" in wall.note
 
 
 def test_one_run_per_point_draws_no_mean_and_a_folder_without_curves_has_none(tmp_path):
     spec = curves.curve_spec(observations(designs.algorithms(tmp_path / "r", repetitions=1, target=None)), "step")
-    assert all(c.runs == 1 for c in spec.curves) and "thick" not in spec.note
+    # one run a point: its run is the point's line, no thin lines beside it
+    assert len(spec.curves) == 6 and all(c.centre and c.runs == 1 for c in spec.curves)
+    assert "thick lines with markers: each point's one run" in spec.note and "thin" not in spec.note
     assert spec.target_pct is None and "target" not in spec.note
     with pytest.raises(report.ReportError, match="no accuracy curve"):
         curves.curve_spec(observations(designs.demo_latency(tmp_path / "d")), "step")
@@ -100,10 +103,11 @@ def test_the_curve_figures_read_as_a_paper_prints_them(tmp_path):
         legend = fig.legends[0].get_window_extent()
         assert all(legend.y1 <= ax.get_window_extent().y0 for ax in panels)
         assert [t.get_text() for t in fig.legends[0].get_texts()] == ["allreduce", "ps-sync", "gosgd", "target 60 %"]
-        # colours: one per algorithm, the same in both panels
+        # colours, markers and dashes: one of each per algorithm, the same in both panels
         for ax in panels:
-            colour = {line.get_label(): line.get_color() for line in ax.lines if line.get_gid() == "mean"}
-            assert colour == {"allreduce": "C0", "ps-sync": "C1", "gosgd": "C2"}
+            style = {line.get_label(): (line.get_color(), line.get_marker(), line.get_linestyle())
+                     for line in ax.lines if line.get_gid() == "mean"}
+            assert style == {"allreduce": ("C0", "o", "-"), "ps-sync": ("C1", "s", "--"), "gosgd": ("C2", "^", "-.")}
 
 
 def test_many_network_points_wrap_into_rows(tmp_path):
