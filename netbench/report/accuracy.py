@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from netbench.experiment.store import ResultStore, read_json
+from netbench.report.load import FACTORS, record_factors
 from netbench.stats import MIN_RUNS, Interval, log_t_interval, share_interval
 
 
@@ -37,14 +38,35 @@ class AlgorithmPoint:
     # each run's value of images_per_sec, test_accuracy and time_to_target_s, shown where there is
     # no interval (fewer than MIN_RUNS runs)
     run_values: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    # the other factors that set points apart where the folder varies them (bandwidth, loss,
+    # model, ...), in words: '' where only algorithm, workers and latency vary
+    setting: str = ""
 
     def values(self, name: str) -> tuple[float, ...]:
         return dict(self.run_values).get(name, ())
 
 
-def _key(record: Mapping[str, Any]) -> tuple[str, int, float]:
-    profile = record.get("profile") or {}
-    return str(record.get("strategy")), int(record.get("workers", 0)), profile.get("delay_us", 0) / 1000
+SHOWN = ("strategy", "workers", "latency_ms")  # the table's own columns; any other factor that varies: `setting`
+WORDS = {"bandwidth_mbit": "bandwidth {} Mbit/s", "loss_pct": "loss {} %", "jitter_ms": "jitter {} ms",
+         "scale": "scale {}", "accum_steps": "accum {}", "ps": "{} ps"}
+
+
+def _order(factors: tuple[tuple[str, Any], ...]) -> tuple:
+    return tuple((v is None, not isinstance(v, (int, float)), v if isinstance(v, (int, float)) else str(v))
+                 for _, v in factors)
+
+
+def _setting(factors: tuple[tuple[str, Any], ...], names: Sequence[str]) -> str:
+    levels = dict(factors)
+
+    def one(name: str) -> str:
+        value = levels[name]
+        if name == "bandwidth_mbit" and value is None:
+            return "bandwidth unlimited"
+        value = f"{value:g}" if isinstance(value, float) else value
+        return WORDS.get(name, name + " {}").format(value)
+
+    return ", ".join(one(n) for n in names if levels[n] is not None or n == "bandwidth_mbit")
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -62,13 +84,19 @@ def _interval(values: Sequence[float | None], confidence: float, share: bool = F
 
 
 def algorithm_points(records: Sequence[Mapping[str, Any]], confidence: float = 0.95) -> list[AlgorithmPoint]:
-    """The accuracy runs grouped by (strategy, workers, one-way latency), in that order."""
-    groups: dict[tuple[str, int, float], list[Mapping[str, Any]]] = {}
+    """The accuracy runs grouped by design point (every factor but the repetition, as the report's
+    groups), in factor order: algorithm, ..., workers, latency, ...; factors other than those
+    three that vary are the points' `setting`."""
+    groups: dict[tuple[tuple[str, Any], ...], list[Mapping[str, Any]]] = {}
     for record in records:
         if record.get("accuracy_curve"):
-            groups.setdefault(_key(record), []).append(record)
+            groups.setdefault(record_factors(record), []).append(record)
+    # a strategy's own setting (ps, accum_steps) is None for the others: only its own levels count
+    others = [n for n in FACTORS if n not in SHOWN
+              and len({dict(k)[n] for k in groups} - ({None} if n in ("ps", "accum_steps") else set())) > 1]
     points = []
-    for (strategy, workers, latency), runs in sorted(groups.items()):
+    for factors, runs in sorted(groups.items(), key=lambda item: _order(item[0])):
+        strategy, workers, latency = (dict(factors)[n] for n in SHOWN)
         ok = [r for r in runs if r.get("status") == "ok"]
         found = {"images_per_sec": [(r.get("stats") or {}).get("images_per_sec") for r in ok],
                  **{name: [r.get(name) for r in ok] for name in ("test_accuracy", "time_to_target_s")}}
@@ -81,6 +109,7 @@ def algorithm_points(records: Sequence[Mapping[str, Any]], confidence: float = 0
             time_to_target=_interval([r.get("time_to_target_s") for r in ok], confidence),
             reached=sum(1 for r in ok if r.get("steps_to_target") is not None),
             spread=_mean([(r.get("accuracy_curve") or [{}])[-1].get("spread") for r in ok]),
+            setting=_setting(factors, others),
             run_values=tuple((name, tuple(float(v) for v in values if v is not None))
                              for name, values in found.items())))
     return points
@@ -102,7 +131,7 @@ def _opt(value: float | None, fmt: str) -> str:
 
 
 def _where(p: AlgorithmPoint) -> str:
-    return f"{p.strategy}, {p.workers} workers, {p.latency_ms:g} ms"
+    return f"{p.strategy}, {p.workers} workers, {p.latency_ms:g} ms" + (f", {p.setting}" if p.setting else "")
 
 
 def _runner_up(ranked: Sequence[AlgorithmPoint], text) -> str:
@@ -117,7 +146,7 @@ def _time_lines(points: Sequence[AlgorithmPoint], target: float | None) -> list[
     if target is None and not any(p.reached for p in points):
         return ["- On time to a target accuracy: no target was set (--target-accuracy), so time is "
                 "judged by throughput alone."]
-    aim = "the target accuracy" if target is None else f"the target accuracy {target:.0%}"
+    aim = "the target accuracy" if target is None else f"the target accuracy {100 * target:g} %"
     # a point every one of whose runs reached the target ranks before one where only some did
     ranked = sorted((p for p in points if p.time_to_target is not None),
                     key=lambda p: (p.reached < p.ok, p.time_to_target.mean))
@@ -125,7 +154,8 @@ def _time_lines(points: Sequence[AlgorithmPoint], target: float | None) -> list[
         return [f"- On time to {aim}: no run reached it."]
 
     def text(p: AlgorithmPoint) -> str:
-        return f"{_text(p.time_to_target, 2, p.values('time_to_target_s'))} s of training, {p.reached}/{p.ok} runs reached it"
+        return (f"{_text(p.time_to_target, 2, p.values('time_to_target_s'))} s of training, "
+                f"{p.reached}/{p.ok} runs reached it")
 
     return [f"- On time to {aim}: {_where(ranked[0])} ({text(ranked[0])}){_runner_up(ranked, text)}."]
 
@@ -149,11 +179,12 @@ def winners(points: Sequence[AlgorithmPoint], target: float | None = None) -> li
             return f"test accuracy {_text(p.accuracy, 1, p.values('test_accuracy'), 100)} %"
 
         lines.append(f"- On accuracy: {_where(scored[0])} ({acc(scored[0])}){_runner_up(scored, acc)}.")
-        for latency in sorted({p.latency_ms for p in scored}):
-            here = [p for p in scored if p.latency_ms == latency]
+        for latency, setting in dict.fromkeys((p.latency_ms, p.setting) for p in sorted(
+                scored, key=lambda p: p.latency_ms)):
+            here = [p for p in scored if (p.latency_ms, p.setting) == (latency, setting)]
             quick = max((p for p in here if p.images_per_sec is not None), key=lambda p: p.images_per_sec.mean,
                         default=None)
-            lines.append(f"- At {latency:g} ms: most accurate {here[0].strategy} ({100 * here[0].accuracy.mean:.1f} %)"
+            lines.append(f"- At {latency:g} ms{', ' + setting if setting else ''}: most accurate {here[0].strategy} ({100 * here[0].accuracy.mean:.1f} %)"
                          + (f", fastest {quick.strategy} ({quick.images_per_sec.mean:,.0f} images/s)" if quick else "")
                          + ".")
     return lines
@@ -177,7 +208,9 @@ def accuracy_blocks_of(points: Sequence[AlgorithmPoint], confidence: float) -> l
 
     if not points:
         return []
-    rows = tuple((p.strategy, str(p.workers), f"{p.latency_ms:g}", f"{p.ok}/{p.runs}",
+    setting = any(p.setting for p in points)  # a column for the other factors, where any varies
+    rows = tuple((p.strategy, str(p.workers), f"{p.latency_ms:g}", *((p.setting,) if setting else ()),
+                  f"{p.ok}/{p.runs}",
                   _text(p.images_per_sec, 0, p.values("images_per_sec")),
                   _opt(p.idleness, ".0%"), _opt(None if p.wait_s is None else p.wait_s * 1000, ".1f"),
                   _opt(p.staleness, ".2f"), _text(p.accuracy, 1, p.values("test_accuracy"), 100),
@@ -192,7 +225,7 @@ def accuracy_blocks_of(points: Sequence[AlgorithmPoint], confidence: float) -> l
                       "of training (evaluations excluded) until the held-out accuracy first reached the target, over "
                       "the runs that reached it; spread: the largest minus the smallest worker's final accuracy "
                       "(decentralised algorithms)."),
-            Table(("algorithm", "workers", "latency ms", "ok/runs", "images/s", "idleness", "wait ms", "staleness",
+            Table(("algorithm", "workers", "latency ms", *(("other factors",) if setting else ()), "ok/runs", "images/s", "idleness", "wait ms", "staleness",
                    "test accuracy %", "reached", "time to target s", "spread"), rows)]
 
 

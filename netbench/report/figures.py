@@ -321,8 +321,10 @@ def build_metric_figure(groups: Sequence[Group], measure: Measure, x: str, confi
     words = AXIS_LABELS.get(x, x)
     numeric = is_numeric({p.x for p in points})
     # bars stand on zero: their length is the value, which a log axis would not show
-    return build_figure(points, x_label=words, y_label=measure.axis_label, log_ok=measure.domain == "positive" and numeric,
-                        title=f"{measure.label.split(':')[0]} against {words.split(' (')[0]}",
+    log_ok = measure.domain == "positive" and numeric
+    every = "" if baseline else ", every network point"
+    return build_figure(points, x_label=words, y_label=measure.axis_label, log_ok=log_ok,
+                        title=f"{measure.label.split(':')[0]} against {words.split(' (')[0]}{every}",
                         note=caption(measure, confidence, bars=not numeric),
                         panel_name=panel,
                         companion_label=measure.companion_label)

@@ -58,8 +58,9 @@ class Observation:
         return dict(self.metrics).get(name)
 
 
-def _record_factors(record: Mapping[str, Any], planned: Mapping[str, Any] | None,
-                    row: Mapping[str, Any] | None = None) -> tuple[tuple[str, Any], ...]:
+def record_factors(record: Mapping[str, Any], planned: Mapping[str, Any] | None = None,
+                   row: Mapping[str, Any] | None = None) -> tuple[tuple[str, Any], ...]:
+    """A run record's level of every factor (FACTORS order): what its design point is."""
     profile = record.get("profile") or {}
     planned = planned or {}
     rate = profile.get("rate_bps")
@@ -115,7 +116,7 @@ def observation_from_record(record: Mapping[str, Any], planned: Mapping[str, Any
         for source in (row or {}, record, {"step_time_s": stats.get("mean_s"), "images_per_sec": ips,
                                             "idleness": idle}):
             metrics.update((str(k), v) for k, v in ((k, _number(v)) for k, v in source.items()) if v is not None)
-    return Observation(run_id=str(record["run_id"]), factors=_record_factors(record, planned, row),
+    return Observation(run_id=str(record["run_id"]), factors=record_factors(record, planned, row),
                        repeat=int(record.get("repeat", 0)), status=str(record.get("status", "?")),
                        images_per_sec=None if ips is None else float(ips),
                        idleness=None if idle is None else float(idle), metrics=tuple(sorted(metrics.items())),

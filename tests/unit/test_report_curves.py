@@ -182,7 +182,7 @@ def test_write_report_draws_the_algorithms_figures_and_says_which_won_first(tmp_
                      "report.html", "report.md", "throughput-latency.png", "time-to-target-strategy.png"]
     text = (tmp_path / "out" / "report.md").read_text()
     assert text.index("## Which won") < text.index("## Throughput along latency") < text.index("## Algorithms")
-    assert ("- On time to the target accuracy 60%: allreduce, 2 workers, 1 ms (0.63 (0.56 .. 0.71) s of training, "
+    assert ("- On time to the target accuracy 60 %: allreduce, 2 workers, 1 ms (0.63 (0.56 .. 0.71) s of training, "
             "3/3 runs reached it); next: ps-sync") in text
     assert "- On throughput: gosgd, 2 workers, 1 ms (6,100 (5,419 .. 6,867) images/s)" in text
     assert "- On accuracy: allreduce, 2 workers, 1 ms (test accuracy 78.4 (75.5 .. 81.1) %); tied with" in text
@@ -208,4 +208,22 @@ def test_without_a_target_the_report_says_so_and_draws_no_time_to_target(tmp_pat
 def test_a_target_nobody_reached_is_said_in_words(tmp_path):
     points, target = read_points(designs.algorithms(tmp_path / "r", target=0.95))
     assert target == 0.95 and all(p.reached == 0 for p in points)
-    assert winners(points, target)[0] == "- On time to the target accuracy 95%: no run reached it."
+    assert winners(points, target)[0] == "- On time to the target accuracy 95 %: no run reached it."
+
+
+def test_points_that_differ_in_bandwidth_are_not_merged_and_say_where_they_differ(tmp_path):
+    records = []
+    for i, (rate, ips) in enumerate(((100, 900.0), (100, 880.0), (1000, 2400.0), (1000, 2500.0))):
+        curve = designs.accuracy_curve(0.8, 12, 128 / ips)
+        records.append(designs.record(f"r{i:03d}", rate_mbit=rate, delay_ms=10, strategy="ps-sync", repeat=i % 2,
+                                      ips=ips, accuracy_curve=curve, test_accuracy=curve[-1]["accuracy"]))
+    points, target = read_points(designs.write_results(tmp_path / "r", records))
+    assert target is None  # no manifest: no target known
+    assert [(p.setting, p.runs) for p in points] == [("bandwidth 100 Mbit/s", 2), ("bandwidth 1000 Mbit/s", 2)]
+    lines = winners(points, target)
+    assert lines[1] == ("- On throughput: ps-sync, 2 workers, 10 ms, bandwidth 1000 Mbit/s (2,449 (runs: 2,400, "
+                        "2,500) images/s); next: ps-sync, 2 workers, 10 ms, bandwidth 100 Mbit/s (890 (runs: 900, "
+                        "880) images/s).")
+    assert "- At 10 ms, bandwidth 100 Mbit/s: most accurate ps-sync" in "\n".join(lines)
+    text = report.write_report(tmp_path / "r", tmp_path / "out", LEVEL) and (tmp_path / "out" / "report.md").read_text()
+    assert "| other factors |" in text and "| ps-sync | 2 | 10 | bandwidth 100 Mbit/s | 2/2 |" in text
