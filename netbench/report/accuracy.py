@@ -135,11 +135,11 @@ def _where(p: AlgorithmPoint) -> str:
 
 
 def _runner_up(ranked: Sequence[AlgorithmPoint], text) -> str:
-    """The second of `ranked` with its number: 'tied with' where the numbers read the same."""
-    if len(ranked) < 2:
-        return ""
-    tied = text(ranked[0]) == text(ranked[1])
-    return f"; {'tied with' if tied else 'next'}: {_where(ranked[1])} ({text(ranked[1])})"
+    """Every point whose number reads the same as the winner's ('tied with'), then the next one."""
+    tied = [p for p in ranked[1:] if text(p) == text(ranked[0])]
+    rest = ranked[1 + len(tied):]
+    out = f"; tied with {'; '.join(_where(p) for p in tied)}" if tied else ""
+    return out + (f"; next: {_where(rest[0])} ({text(rest[0])})" if rest else "")
 
 
 def _time_lines(points: Sequence[AlgorithmPoint], target: float | None) -> list[str]:

@@ -185,7 +185,8 @@ def test_write_report_draws_the_algorithms_figures_and_says_which_won_first(tmp_
     assert ("- On time to the target accuracy 60 %: allreduce, 2 workers, 1 ms (0.63 (0.56 .. 0.71) s of training, "
             "3/3 runs reached it); next: ps-sync") in text
     assert "- On throughput: gosgd, 2 workers, 1 ms (6,100 (5,419 .. 6,867) images/s)" in text
-    assert "- On accuracy: allreduce, 2 workers, 1 ms (test accuracy 78.4 (75.5 .. 81.1) %); tied with" in text
+    assert ("- On accuracy: allreduce, 2 workers, 1 ms (test accuracy 78.4 (75.5 .. 81.1) %); tied with allreduce, "
+            "2 workers, 20 ms; next: ps-sync, 2 workers, 1 ms (test accuracy 75.9 (72.8 .. 78.7) %).") in text
     assert "| gosgd | 2 | 20 | 3/3 |" in text and "| 0/3 | - |" in text
     page = (tmp_path / "out" / "report.html").read_text()
     assert len(re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)) == 6
