@@ -192,14 +192,15 @@ def winners(points: Sequence[AlgorithmPoint], target: float | None = None) -> li
 
 def winner_blocks(points: Sequence[AlgorithmPoint], target: float | None = None) -> list:
     """report.md's 'Which won' section (none without accuracy runs)."""
-    from netbench.report.document import Heading, Paragraph
+    from netbench.report.document import Bullets, Heading, Paragraph
 
     if not points:
         return []
     return [Heading("Which won"),
             Paragraph("Centres are geometric means (accuracy: means) over a point's repetitions, with their "
                       f"intervals in brackets (none under {MIN_RUNS} runs); time to target counts training time "
-                      "only, over the runs that reached it.\n\n" + "\n".join(winners(points, target)))]
+                      "only, over the runs that reached it."),
+            Bullets(tuple(line.removeprefix("- ") for line in winners(points, target)))]
 
 
 def accuracy_blocks_of(points: Sequence[AlgorithmPoint], confidence: float) -> list:

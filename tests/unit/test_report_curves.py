@@ -189,6 +189,7 @@ def test_write_report_draws_the_algorithms_figures_and_says_which_won_first(tmp_
             "2 workers, 20 ms; next: ps-sync, 2 workers, 1 ms (test accuracy 75.9 (72.8 .. 78.7) %).") in text
     assert "| gosgd | 2 | 20 | 3/3 |" in text and "| 0/3 | - |" in text
     page = (tmp_path / "out" / "report.html").read_text()
+    assert "<ul><li>On time to the target accuracy 60 %: allreduce" in page  # a list in the page too
     assert len(re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)) == 6
     for png in written.files[:-2]:
         assert base64.b64encode(png.read_bytes())[:20].decode() in page
