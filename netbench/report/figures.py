@@ -163,7 +163,9 @@ def build_figure(points: Sequence[Point], *, x_label: str, y_label: str, title: 
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:.3g}"))
             ax.yaxis.set_minor_formatter(NullFormatter())
         elif min(every, default=0) >= 0:
-            ax.set_ylim(bottom=0)
+            # from zero, with the margin above the highest mark recomputed for the taller range
+            # (else a mark at the top sits on the frame)
+            ax.set_ylim(0, max(ax.get_ylim()[1], 1.05 * max(every, default=0)))
         if reference is not None:  # the reference line in view with room above it, not on the frame
             ax.set_ylim(top=max(ax.get_ylim()[1], 1.1 * reference))
         if any(p.unreached for p in mine) and every:

@@ -229,3 +229,13 @@ def test_points_that_differ_in_bandwidth_are_not_merged_and_say_where_they_diffe
     assert "- At 10 ms, bandwidth 100 Mbit/s: most accurate ps-sync" in "\n".join(lines)
     text = report.write_report(tmp_path / "r", tmp_path / "out", LEVEL) and (tmp_path / "out" / "report.md").read_text()
     assert "| other factors |" in text and "| ps-sync | 2 | 10 | bandwidth 100 Mbit/s | 2/2 |" in text
+
+
+def test_a_figure_from_zero_keeps_its_top_marks_off_the_frame(tmp_path):
+    # accuracy against latency starts at 0 %: the margin above the highest run is of the whole range
+    groups = report.group_observations(observations(designs.algorithms(tmp_path / "r")), LEVEL)
+    fig = report.build_metric_figure(groups, report.ACCURACY, "latency_ms", LEVEL)
+    looks_right(fig, 1)
+    highest = max(v for g in groups for v in report.ACCURACY.values(g))
+    low, high = fig.axes[0].get_ylim()
+    assert low == 0 and high >= 1.05 * highest
