@@ -295,6 +295,16 @@ class ResultStore:
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         write_json(self.dir / MANIFEST, manifest)
 
+    def read_manifest(self) -> dict[str, Any] | None:
+        """manifest.json (the last sweep that wrote into the folder); None when there is none."""
+        path = self.dir / MANIFEST
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ResultsError(f"{path}: unreadable: {exc}") from None
+
     def read_rows(self) -> list[dict[str, str]]:
         with open(self.csv_path, newline="", encoding="utf-8") as fh:
             return list(csv.DictReader(fh))

@@ -11,10 +11,15 @@ there is no interval and the runs are shown instead. A repetition is a launch (o
 the job's processes), the unit of replication. figures.py draws any Measure against any factor
 (lines and markers on a numeric axis, grouped bars for a categorical factor) with
 matplotlib's constrained layout at fixed sizes (PANEL_PX per panel), so they can be checked;
-summary.py builds the report as blocks (document.py) and writes them as markdown and HTML.
+curves.py draws what is not a statistic of a point but a run's own series: accuracy runs'
+curves (against step or wall time, a panel per network point, a line per algorithm), as a
+frozen CurveFigure built purely and drawn at the edge in the same style; accuracy.py is the
+algorithms' table and which algorithm and network point won. summary.py builds the report as
+blocks (document.py) and writes them as markdown and HTML.
 The library writes files and returns data; the CLI prints the tables (netbench/cli/render.py).
 """
 
+from netbench.report.curves import CURVE_X, Curve, CurveFigure, curve_figure, curve_spec, draw_curve_figure
 from netbench.report.figures import AXIS_LABELS, DPI, PANEL_PX, Point, axis_scale, build_efficiency_figure, \
     build_figure, build_metric_figure, efficiency_figure, idleness_figure, is_numeric, metric_figure, points_for, \
     save_figure, throughput_figure, value_scale
@@ -26,7 +31,8 @@ from netbench.report.measures import ACCURACY, IDLENESS, REPORTED, STEP_TIME, TH
 from netbench.report.summary import Written, markdown_summary, percent, report_figures, summary_blocks, write_report
 
 __all__ = [
-    "ACCURACY", "AXIS_LABELS", "BEST_IS_LOW", "DPI", "FACTORS", "IDLENESS", "NETWORK", "PANEL_PX", "REFERENCE_STRATEGY",
+    "ACCURACY", "AXIS_LABELS", "BEST_IS_LOW", "CURVE_X", "Curve", "CurveFigure", "curve_figure", "curve_spec",
+    "draw_curve_figure", "DPI", "FACTORS", "IDLENESS", "NETWORK", "PANEL_PX", "REFERENCE_STRATEGY",
     "REPORTED", "STEP_TIME", "THROUGHPUT", "TIME_TO_TARGET",
     "Efficiency", "Group", "Measure", "Observation", "Point", "Ratio", "ReportError", "Written",
     "axis_scale", "baseline_slice", "build_efficiency_figure", "build_figure", "build_metric_figure",

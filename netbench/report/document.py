@@ -25,6 +25,11 @@ class Paragraph:
 
 
 @dataclass(frozen=True)
+class Bullets:
+    items: tuple[str, ...]  # each may hold **bold**
+
+
+@dataclass(frozen=True)
 class Table:
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
@@ -35,7 +40,7 @@ class Figure:
     path: Path
 
 
-Block = Union[Heading, Paragraph, Table, Figure]
+Block = Union[Heading, Paragraph, Bullets, Table, Figure]
 
 
 def _cell(text: str) -> str:
@@ -49,6 +54,8 @@ def to_markdown(blocks: Sequence[Block]) -> str:
             lines += ["#" * b.level + " " + b.text, ""]
         elif isinstance(b, Paragraph):
             lines += [b.text, ""]
+        elif isinstance(b, Bullets):
+            lines += [f"- {item}" for item in b.items] + [""]
         elif isinstance(b, Table):
             lines += ["| " + " | ".join(map(_cell, b.header)) + " |", "|" + "---|" * len(b.header)]
             lines += ["| " + " | ".join(map(_cell, row)) + " |" for row in b.rows] + [""]
@@ -76,6 +83,8 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
             out.append(f"<h{b.level}>{html.escape(b.text)}</h{b.level}>")
         elif isinstance(b, Paragraph):
             out.append(f"<p>{_inline(b.text)}</p>")
+        elif isinstance(b, Bullets):
+            out.append("<ul>" + "".join(f"<li>{_inline(item)}</li>" for item in b.items) + "</ul>")
         elif isinstance(b, Table):
             out.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in b.header) + "</tr>")
             out += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in b.rows]

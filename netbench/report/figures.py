@@ -6,7 +6,8 @@ logarithmic where its positive levels span 10x or more, with a line and markers 
 a categorical one (strategy, data, topology) gets grouped bars. The centre of a point is its
 Measure's (geometric mean for positive values, mean for shares), whiskers its interval
 (none under MIN_RUNS runs), the runs are black dots on their own marker or bar, timeouts red
-crosses at the foot of the axes. The y axis comes from the data, logarithmic where the
+crosses at the foot of the axes, runs that never reached the target accuracy (time to target)
+open triangles at the top, one per run, never a bar of zero. The y axis comes from the data, logarithmic where the
 values span 10x or more. matplotlib's constrained layout places titles, labels and the
 legend inside a fixed-size figure (PANEL_PX per panel), so it can be checked; nothing is
 placed by hand. A companion value (predicted beside measured) is a dashed line.
@@ -17,6 +18,7 @@ matplotlib is imported only when a figure is drawn (an optional extra).
 
 from __future__ import annotations
 
+import math
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +55,7 @@ class Point:
     runs: tuple[float, ...]
     timeouts: int = 0
     companion: float | None = None
+    unreached: int = 0  # runs that never reached the target accuracy (Measure.to_target): no value
 
 
 def axis_scale(levels: Iterable[float]) -> str:
@@ -84,7 +87,7 @@ def is_numeric(levels: Iterable[Any]) -> bool:
     return bool(levels) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in levels)
 
 
-def _pyplot():
+def pyplot():
     try:
         import matplotlib
     except ImportError:
@@ -100,7 +103,8 @@ def points_for(groups: Sequence[Group], measure: Measure, x: str, confidence: fl
                panel: str = "model") -> list[Point]:
     """The points of `measure` against factor `x`: one per group with a level of `x` and a
     value or a timeout; series are the other factors that vary (but `panel`)."""
-    picked = [g for g in groups if g.get(x) is not None and (measure.values(g) or g.timeouts)]
+    picked = [g for g in groups if g.get(x) is not None and (measure.values(g) or g.timeouts
+                                                              or measure.unreached(g))]
     # along strategy, a strategy's own settings (ps count, k) are part of the level, not a series
     own = ("ps", "accum_steps") if x == "strategy" else ()
     series = [s for s in varying(picked) if s not in (x, panel, *own)]
@@ -113,14 +117,16 @@ def points_for(groups: Sequence[Group], measure: Measure, x: str, confidence: fl
         out.append(Point(panel=str(g.get(panel)), series=label, x=level,
                          centre=None if i is None else i.mean, low=None if i is None else i.low,
                          high=None if i is None else i.high, runs=tuple(measure.values(g)), timeouts=g.timeouts,
-                         companion=measure.companion_value(g)))
+                         companion=measure.companion_value(g), unreached=measure.unreached(g)))
     return out
 
 
 def caption(measure: Measure, confidence: float, bars: bool = False) -> str:
     """What the marks mean, once per figure."""
     shape = "bars" if bars else "markers"
-    return (f"{shape}: {measure.centre_words()} of the runs; whiskers: {confidence:.0%} interval over "
+    reached = (" that reached the target; open triangles at the top: a run that never reached it"
+               if measure.to_target else "")
+    return (f"{shape}: {measure.centre_words()} of the runs{reached}; whiskers: {confidence:.0%} interval over "
             f"repetitions ({'logit' if measure.domain == 'share' else 'log'}-scale t); dots: runs; "
             f"no whiskers: fewer than {MIN_RUNS} runs")
 
@@ -131,7 +137,7 @@ def build_figure(points: Sequence[Point], *, x_label: str, y_label: str, title: 
     """A figure of `points`: one panel per distinct Point.panel (titled `panel_name` and its
     level), lines and markers when every x is a number, grouped bars otherwise; `note` (what
     the marks mean) heads the legend below the panels. `reference`: a dashed grey line (100 %)."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     panels = sorted({p.panel for p in points})
@@ -157,9 +163,13 @@ def build_figure(points: Sequence[Point], *, x_label: str, y_label: str, title: 
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:.3g}"))
             ax.yaxis.set_minor_formatter(NullFormatter())
         elif min(every, default=0) >= 0:
-            ax.set_ylim(bottom=0)
+            # from zero, with the margin above the highest mark recomputed for the taller range
+            # (else a mark at the top sits on the frame)
+            ax.set_ylim(0, max(ax.get_ylim()[1], 1.05 * max(every, default=0)))
         if reference is not None:  # the reference line in view with room above it, not on the frame
             ax.set_ylim(top=max(ax.get_ylim()[1], 1.1 * reference))
+        if any(p.unreached for p in mine) and every:
+            _headroom(ax, max(every), log_y)
         ax.set_title(f"{panel_name} {name}", fontsize=10)
         ax.set_xlabel(x_label + (f" ({ax.get_xscale()} scale)" if ax.get_xscale() != "linear" else ""), fontsize=9)
         ax.set_ylabel(y_label + (" (log scale)" if log_y else ""), fontsize=9)
@@ -171,10 +181,16 @@ def build_figure(points: Sequence[Point], *, x_label: str, y_label: str, title: 
         from matplotlib.lines import Line2D
 
         handles[f"{companion_label} (dashed)"] = Line2D([], [], color="grey", linestyle="--")
-    fig.legend(handles.values(), handles.keys(), loc="outside lower center", fontsize=8,
-               ncols=max(1, min(len(handles), 2 * len(panels) + 1)), frameon=False,
-               title="\n".join(textwrap.wrap(note, width=80 * len(panels))), title_fontsize=8)
+    figure_legend(fig, handles, note, len(panels))
     return fig
+
+
+def figure_legend(fig, handles: dict, note: str, columns: int) -> None:
+    """The legend below the panels (`columns` of them side by side), headed by `note`, what the
+    marks mean: constrained layout makes room for it, so it covers no data."""
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", fontsize=8,
+               ncols=max(1, min(len(handles), 2 * columns + 1)), frameon=False,
+               title="\n".join(textwrap.wrap(note, width=80 * columns)), title_fontsize=8)
 
 
 def _offsets(fig, count: int) -> list:
@@ -213,8 +229,9 @@ def _draw_lines(fig, ax, points: Sequence[Point], labels: Sequence[str], log_y: 
         if predicted:
             ax.plot([p.x for p in predicted], [p.companion for p in predicted], linestyle="--", color=colour,
                     transform=shift, gid="companion")
-        _timeouts(ax, [p.x for p in mine for _ in range(p.timeouts)],
-                  blended_transform_factory(ax.transData + offsets[i], ax.transAxes))
+        across = blended_transform_factory(ax.transData + offsets[i], ax.transAxes)
+        _timeouts(ax, [p.x for p in mine for _ in range(p.timeouts)], across)
+        _unreached(ax, [(p.x, p.unreached) for p in mine], across)
     # artists drawn through an offset transform do not widen the data limits: give them the values
     values = [(p.x, v) for p in points for v in (p.centre, p.low, p.high, p.companion, *p.runs) if v is not None]
     anchor = values[0][1] if values else 1.0  # a level with only timeouts still needs its place on x
@@ -249,8 +266,9 @@ def _draw_bars(fig, ax, points: Sequence[Point], labels: Sequence[str], log_y: b
         for p in predicted:
             ax.hlines(p.companion, where[id(p)] - width / 2, where[id(p)] + width / 2, colors=colour,
                       linestyles="--", gid="companion")
-        _timeouts(ax, [where[id(p)] for p in mine for _ in range(p.timeouts)],
-                  blended_transform_factory(ax.transData, ax.transAxes))
+        across = blended_transform_factory(ax.transData, ax.transAxes)
+        _timeouts(ax, [where[id(p)] for p in mine for _ in range(p.timeouts)], across)
+        _unreached(ax, [(where[id(p)], p.unreached) for p in mine], across)
     ax.set_xticks(range(len(levels)), [str(v) for v in levels])
     ax.set_xlim(-0.5, len(levels) - 0.5)  # every level in view, a bar's or a timeout's
 
@@ -261,33 +279,63 @@ def _timeouts(ax, xs: Sequence[float], transform) -> None:
                    label="timeout (no value)", gid="timeout")
 
 
+UNREACHED_STACK = 4  # triangles stacked at one level; more are one triangle and their count
+
+
+def _unreached(ax, counts: Sequence[tuple[float, int]], transform) -> None:
+    """One open triangle per run that never reached the target, stacked down from the top of
+    the axes at its level: off the scale, as its time is (there is no value to draw)."""
+    xy = [(x, 0.95 - 0.04 * k) for x, n in counts for k in range(n if n <= UNREACHED_STACK else 1)]
+    if xy:
+        ax.scatter(*zip(*xy), transform=transform, marker="^", s=40, facecolors="white", edgecolors="black",
+                   linewidths=1, zorder=4, label="run that never reached the target", gid="unreached")
+    for x, n in counts:
+        if n > UNREACHED_STACK:
+            ax.text(x, 0.89, f"x{n}", transform=transform, ha="center", va="center", fontsize=7, gid="unreached")
+
+
+def _headroom(ax, highest: float, log_y: bool, share: float = 0.75) -> None:
+    """Raise the top of the y axis so the data stay in its lower `share`, below the triangles."""
+    bottom, top = ax.get_ylim()
+    if log_y and bottom > 0 and highest > 0:
+        needed = 10 ** (math.log10(bottom) + (math.log10(highest) - math.log10(bottom)) / share)
+    else:
+        needed = bottom + (highest - bottom) / share
+    ax.set_ylim(top=max(top, needed))
+
+
 def save_figure(fig, path: Path) -> Path:
     """Write `fig` as a PNG at DPI and free it."""
     fig.savefig(path, dpi=DPI)
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
 
 
 def build_metric_figure(groups: Sequence[Group], measure: Measure, x: str, confidence: float,
-                        panel: str = "model"):
+                        panel: str = "model", baseline: bool = True):
     """`measure` against factor `x` through the baseline slice (the best level of every other
-    network factor), networked groups only, one panel per level of `panel`."""
-    picked = [g for g in networked(baseline_slice(groups, x)) if g.get(x) is not None]
+    network factor; `baseline=False`: every network point, each a series), networked groups
+    only, one panel per level of `panel`."""
+    picked = [g for g in networked(baseline_slice(groups, x) if baseline else groups) if g.get(x) is not None]
     points = points_for(picked, measure, x, confidence, panel)
     if not points:
         raise ReportError(f"no {measure.label} to draw against {x}")
     words = AXIS_LABELS.get(x, x)
-    return build_figure(points, x_label=words, y_label=measure.axis_label, log_ok=measure.domain == "positive",
-                        title=f"{measure.label.split(':')[0]} against {words.split(' (')[0]}",
-                        note=caption(measure, confidence, bars=not is_numeric({p.x for p in points})),
+    numeric = is_numeric({p.x for p in points})
+    # bars stand on zero: their length is the value, which a log axis would not show
+    log_ok = measure.domain == "positive" and numeric
+    every = "" if baseline else ", every network point"
+    return build_figure(points, x_label=words, y_label=measure.axis_label, log_ok=log_ok,
+                        title=f"{measure.label.split(':')[0]} against {words.split(' (')[0]}{every}",
+                        note=caption(measure, confidence, bars=not numeric),
                         panel_name=panel,
                         companion_label=measure.companion_label)
 
 
 def metric_figure(groups: Sequence[Group], measure: Measure, x: str, path: Path, confidence: float,
-                  panel: str = "model") -> Path:
+                  panel: str = "model", baseline: bool = True) -> Path:
     """build_metric_figure, written to `path`."""
-    return save_figure(build_metric_figure(groups, measure, x, confidence, panel), path)
+    return save_figure(build_metric_figure(groups, measure, x, confidence, panel, baseline), path)
 
 
 def throughput_figure(groups: Sequence[Group], x: str, path: Path, confidence: float) -> Path:

@@ -168,7 +168,9 @@ def networked(groups: Sequence[Group]) -> list[Group]:
 def series_label(group: Group, series: Sequence[str]) -> str:
     """A legend entry from the factors that distinguish series, e.g. 'allreduce, 2 workers'."""
     names = {"batch": "batch {}", "workers": "{} workers", "ps": "{} ps", "accum_steps": "accum {}",
-             "data": "data {}", "strategy": "{}"}
+             "data": "data {}", "strategy": "{}", "latency_ms": "latency {:g} ms",
+             "bandwidth_mbit": "bandwidth {:g} Mbit/s", "loss_pct": "loss {:g} %", "jitter_ms": "jitter {:g} ms",
+             "scale": "scale {:g}"}
     series = [s for s in series if group.get(s) is not None]  # e.g. accum_steps of a non-accum series
 
     def one(name: str) -> str:

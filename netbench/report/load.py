@@ -4,7 +4,10 @@ The folder is read through netbench.experiment.store, its one owner; a playbook'
 playbook.json supplies the settings a record does not carry. Measured values beyond
 throughput (step time, idleness, and whatever numeric columns results.csv holds for a run:
 test_accuracy, time_to_target_s, predicted_step_s, ...) become the observation's `metrics`;
-a column a folder lacks is simply absent, and nothing is drawn for it.
+a column a folder lacks is simply absent, and nothing is drawn for it. An accuracy run keeps
+its curve (the record's accuracy_curve) and the target accuracy of the sweep (manifest.json's
+job; a folder several sweeps were appended to: the last one's), so a run that never reached
+the target can be told from one of a sweep that set none.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, Mapping
 
 from netbench.errors import UsageError
 from netbench.experiment.store import ResultsError, ResultStore, read_json
+from netbench.jobs.accuracy import CurvePoint
 
 # factors a run can differ in, in the order tables show them
 FACTORS = ("strategy", "model", "batch", "workers", "ps", "accum_steps", "data", "framework",
@@ -41,6 +45,10 @@ class Observation:
     # idleness (0..1), and results.csv's numeric columns for the run (test_accuracy, ...)
     metrics: tuple[tuple[str, float], ...] = ()
     within_pct: float | None = None  # the run's own 95 % batch-means half-width, % of its mean step time
+    # an accuracy run's held-out evaluations in step order (netbench.jobs.accuracy: step, wall_s,
+    # train_s, accuracy 0..1, spread) and the target accuracy its sweep set (None: none set)
+    curve: tuple[CurvePoint, ...] = ()
+    target_accuracy: float | None = None
 
     def get(self, name: str) -> Any:
         return dict(self.factors)[name]
@@ -50,8 +58,9 @@ class Observation:
         return dict(self.metrics).get(name)
 
 
-def _record_factors(record: Mapping[str, Any], planned: Mapping[str, Any] | None,
-                    row: Mapping[str, Any] | None = None) -> tuple[tuple[str, Any], ...]:
+def record_factors(record: Mapping[str, Any], planned: Mapping[str, Any] | None = None,
+                   row: Mapping[str, Any] | None = None) -> tuple[tuple[str, Any], ...]:
+    """A run record's level of every factor (FACTORS order): what its design point is."""
     profile = record.get("profile") or {}
     planned = planned or {}
     rate = profile.get("rate_bps")
@@ -85,24 +94,34 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def curve_from_record(points: Any) -> tuple[CurvePoint, ...]:
+    """A record's accuracy_curve as CurvePoints (KeyError, TypeError, ValueError: not one)."""
+    return tuple(CurvePoint(step=int(p["step"]), wall_s=float(p["wall_s"]), train_s=float(p["train_s"]),
+                            accuracy=float(p["accuracy"]), spread=_number(p.get("spread")))
+                 for p in points or ())
+
+
 def observation_from_record(record: Mapping[str, Any], planned: Mapping[str, Any] | None = None,
-                            row: Mapping[str, Any] | None = None) -> Observation:
+                            row: Mapping[str, Any] | None = None, target: float | None = None) -> Observation:
     """An Observation from one runs/<id>.json record (and its playbook entry and results.csv
-    row, if any; the record wins where both hold a value)."""
+    row, if any; the record wins where both hold a value); `target`: the sweep's target
+    accuracy (manifest.json's job), kept for a run with an accuracy curve."""
     stats = record.get("stats") or {}
     ok = record.get("status") == "ok"
     ips = stats.get("images_per_sec") if ok else None
     idle = record.get("idle_ratio")  # share of a step spent waiting on the network, where the strategy tells
     metrics: dict[str, float] = {}
+    curve = curve_from_record(record.get("accuracy_curve"))
     if ok:
         for source in (row or {}, record, {"step_time_s": stats.get("mean_s"), "images_per_sec": ips,
                                             "idleness": idle}):
             metrics.update((str(k), v) for k, v in ((k, _number(v)) for k, v in source.items()) if v is not None)
-    return Observation(run_id=str(record["run_id"]), factors=_record_factors(record, planned, row),
+    return Observation(run_id=str(record["run_id"]), factors=record_factors(record, planned, row),
                        repeat=int(record.get("repeat", 0)), status=str(record.get("status", "?")),
                        images_per_sec=None if ips is None else float(ips),
                        idleness=None if idle is None else float(idle), metrics=tuple(sorted(metrics.items())),
-                       within_pct=_number(record.get("step_time_ci_pct")))
+                       within_pct=_number(record.get("step_time_ci_pct")), curve=curve,
+                       target_accuracy=_number((planned or {}).get("target_accuracy", target)) if curve else None)
 
 
 def load_observations(results_dir: Path) -> list[Observation]:
@@ -121,6 +140,10 @@ def load_observations(results_dir: Path) -> list[Observation]:
         raise ReportError(exc.message) from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ReportError(f"{store.playbook_path}: unreadable: {exc}") from None
+    try:
+        target = _number(((store.read_manifest() or {}).get("job") or {}).get("target_accuracy"))
+    except ResultsError as exc:
+        raise ReportError(exc.message) from None
     rows: dict[str, dict[str, str]] = {}
     if store.csv_path.is_file():  # optional: the records alone make a report
         try:
@@ -132,7 +155,7 @@ def load_observations(results_dir: Path) -> list[Observation]:
         try:
             record = read_json(path)
             run_id = record.get("run_id")
-            out.append(observation_from_record(record, planned.get(run_id), rows.get(str(run_id))))
+            out.append(observation_from_record(record, planned.get(run_id), rows.get(str(run_id)), target))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ReportError(f"{path}: not a run record: {exc}") from None
     return out

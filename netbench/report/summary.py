@@ -11,11 +11,12 @@ from typing import Any, Mapping, Sequence
 from netbench.experiment.store import ResultStore
 from netbench.report.document import Block, Figure, Heading, Paragraph, Table, to_html, to_markdown
 from netbench.report.figures import efficiency_figure, metric_figure, strategy_text
-from netbench.report.accuracy import accuracy_blocks
+from netbench.report.accuracy import accuracy_blocks_of, read_points, winner_blocks
+from netbench.report.curves import curve_figure, curve_runs
 from netbench.report.groups import NETWORK, REFERENCE_STRATEGY, Efficiency, Group, baseline_slice, \
     group_observations, networked, ordered, scaling_efficiency, slowdown, speedups, varying
 from netbench.report.load import Observation, load_observations
-from netbench.report.measures import REPORTED
+from netbench.report.measures import REPORTED, TIME_TO_TARGET
 from netbench.stats import MIN_RUNS, Interval, t_quantile
 
 
@@ -79,9 +80,10 @@ def intervals_paragraph(confidence: float) -> str:
 
 def summary_blocks(results_dir: Path, observations: Sequence[Observation], groups: Sequence[Group],
                    effs: Sequence[Efficiency], figures: Sequence[Path], confidence: float,
-                   playbook: Mapping[str, Any] | None = None) -> list[Block]:
-    """The report as blocks: what ran, the slow-down along each network factor, speed-ups,
-    scaling efficiency, every design point's centre and interval (or runs), the figures."""
+                   playbook: Mapping[str, Any] | None = None, won: Sequence[Block] = ()) -> list[Block]:
+    """The report as blocks: what ran, which algorithm and network point won (`won`, from
+    accuracy.winner_blocks), the slow-down along each network factor, speed-ups, scaling
+    efficiency, every design point's centre and interval (or runs), the figures."""
     statuses = {s: sum(o.status == s for o in observations) for s in sorted({o.status for o in observations})}
     blocks: list[Block] = [Heading(f"Report: {results_dir.name}", 1)]
     if playbook:
@@ -91,7 +93,7 @@ def summary_blocks(results_dir: Path, observations: Sequence[Observation], group
             blocks.append(Paragraph(str(playbook.get("description", "")).strip()))
     blocks += [Paragraph(f"{len(observations)} runs ({', '.join(f'{n} {s}' for s, n in statuses.items())}) in "
                          f"{len(groups)} design points. Throughput is images/s (global batch / mean step time)."),
-               Paragraph(intervals_paragraph(confidence))]
+               Paragraph(intervals_paragraph(confidence)), *won]
     level = f"{confidence:.0%} interval"
     for x in NETWORK:
         rows = slowdown(groups, x, confidence)
@@ -148,7 +150,9 @@ def report_figures(groups: Sequence[Group], effs: Sequence[Efficiency], out_dir:
                    confidence: float) -> list[Path]:
     """Every figure the design supports: each reported Measure the folder holds against each
     network factor with two or more levels (else against a design factor that varies: a
-    categorical one gets grouped bars), and scaling efficiency where single-process runs exist."""
+    categorical one gets grouped bars), scaling efficiency where single-process runs exist, and
+    for accuracy runs their curves against step and wall time (curves.py) and, with a target,
+    time to it as bars per algorithm at every network point."""
     along = [x for x in NETWORK if len({g.get(x) for g in networked(baseline_slice(groups, x))} - {None}) > 1]
     if not along:
         along = [x for x in ("strategy", "batch", "workers", "data", "framework", "topology")
@@ -165,6 +169,13 @@ def report_figures(groups: Sequence[Group], effs: Sequence[Efficiency], out_dir:
                                              confidence))
     if effs:
         figures.append(efficiency_figure(effs, out_dir / "scaling-efficiency.png", confidence))
+    runs = curve_runs([o for g in networked(groups) for o in g.observations])
+    if runs:
+        figures += [curve_figure(runs, "step", out_dir / "accuracy-step.png"),
+                    curve_figure(runs, "wall_s", out_dir / "accuracy-walltime.png")]
+    if any(o.target_accuracy is not None for o in runs):
+        figures.append(metric_figure(groups, TIME_TO_TARGET, "strategy", out_dir / "time-to-target-strategy.png",
+                                     confidence, baseline=False))
     return figures
 
 
@@ -180,8 +191,10 @@ def write_report(results_dir: Path, out_dir: Path, confidence: float = 0.95) -> 
     effs_shown = [e for e in effs if e.group in network_best]
     figures = report_figures(groups, effs_shown, out_dir, confidence)
     playbook = ResultStore(results_dir).read_playbook()  # load_observations has read it once already
-    blocks = summary_blocks(results_dir, observations, groups, effs_shown, figures, confidence, playbook)
-    blocks += accuracy_blocks(results_dir, confidence)
+    points, target = read_points(results_dir, confidence)
+    blocks = summary_blocks(results_dir, observations, groups, effs_shown, figures, confidence, playbook,
+                            won=winner_blocks(points, target))
+    blocks += accuracy_blocks_of(points, confidence)
     summary, page = out_dir / "report.md", out_dir / "report.html"
     summary.write_text(to_markdown(blocks), encoding="utf-8")
     page.write_text(to_html(blocks, f"Report: {results_dir.name}"), encoding="utf-8")

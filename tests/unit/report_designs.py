@@ -108,3 +108,41 @@ def predicted_latency(directory: Path, repetitions: int = 3) -> Path:
                                         "test_accuracy": 0.9 - delay / 1000 - 0.01 * rep, "framework": "tensorflow"}
                 i += 1
     return write_results(directory, records, columns)
+
+
+def accuracy_curve(top: float, tau: float, step_s: float, steps: int = 60, every: int = 10,
+                   eval_s: float = 0.4, spread: float | None = None) -> list[dict]:
+    """A run's accuracy_curve as the runner records it: worker 0's held-out accuracy every
+    `every` steps, rising from chance (10 %) towards `top` with time constant `tau` steps."""
+    import math
+
+    return [{"step": k, "wall_s": round(k * step_s + (k // every) * eval_s, 4), "train_s": round(k * step_s, 4),
+             "accuracy": round(top - (top - 0.1) * math.exp(-k / tau), 4), "spread": spread}
+            for k in range(every, steps + 1, every)]
+
+
+def algorithms(directory: Path, repetitions: int = 3, target: float | None = 0.6) -> Path:
+    """An accuracy sweep (issue 21): allreduce, ps-sync and gosgd on 2 workers x latency 1/20 ms,
+    `repetitions` each, curves every 10 of 60 steps, a manifest with `target`; gosgd at 20 ms
+    converges slowly: none of its runs reaches the target, and at 1 ms its last run does not."""
+    shapes = {("allreduce", 1): (0.80, 12, 0.030), ("allreduce", 20): (0.80, 12, 0.090),
+              ("ps-sync", 1): (0.78, 14, 0.040), ("ps-sync", 20): (0.78, 14, 0.120),
+              ("gosgd", 1): (0.70, 30, 0.020), ("gosgd", 20): (0.55, 40, 0.025)}
+    records, i = [], 0
+    for (strategy, delay), (top, tau, step_s) in shapes.items():
+        for rep in range(repetitions):
+            slow = 1 + 0.05 * rep
+            late = strategy == "gosgd" and delay == 1 and rep == repetitions - 1
+            curve = accuracy_curve(top - (0.12 if late else 0.01 * rep), tau * slow, step_s * slow,
+                                   spread=0.03 if strategy == "gosgd" else None)
+            hit = next((p for p in curve if target is not None and p["accuracy"] >= target), None)
+            records.append(record(f"r{i:03d}", strategy=strategy, delay_ms=delay, repeat=rep, batch=64,
+                                  ips=128 / (step_s * slow), idle_ratio=min(0.9, 0.1 + step_s * 3),
+                                  wait_time_mean_s=0.002, staleness_mean=0.0 if strategy != "gosgd" else 1.5,
+                                  accuracy_curve=curve, test_accuracy=curve[-1]["accuracy"],
+                                  steps_to_target=hit and hit["step"], time_to_target_s=hit and hit["train_s"]))
+            i += 1
+    write_results(directory, records)
+    job = {"strategy": "allreduce", "train_steps": 60, "eval_every": 10, "target_accuracy": target}
+    (directory / "manifest.json").write_text(json.dumps({"sweep_id": "algorithms", "job": job}))
+    return directory
