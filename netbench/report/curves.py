@@ -120,7 +120,7 @@ def curve_spec(observations: Sequence[Observation], x: str = "wall_s") -> CurveF
     targets = {o.target_accuracy for o in runs if o.target_accuracy is not None}
     short, words = CURVE_X[x]
     repeated = max(len(cs) for cs in by_line.values()) > 1
-    note = ("worker 0's held-out accuracy at each evaluation; thick lines with markers: "
+    note = ("worker 0's held-out accuracy at each evaluation (easgd: the centre variable's); thick lines with markers: "
             + ("the mean of a point's repetitions at each evaluation" + (" (x: the mean of their times)"
                                                                         if x != "step" else "")
                + "; thin lines: each run" if repeated else "each point's one run")
