@@ -110,7 +110,8 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      staleness_mean=phases.staleness_mean if phases else None,
                      accuracy_curve=tuple(p.to_record() for p in scored.curve),
                      test_accuracy=scored.test_accuracy, steps_to_target=scored.steps_to_target,
-                     time_to_target_s=scored.time_to_target_s, **user_results.origin(outcome.events, job))
+                     time_to_target_s=scored.time_to_target_s, target_accuracy=job.target_accuracy,
+                     **user_results.origin(outcome.events, job))
 
 
 def window_precision(durations: list[float], precision: float | None) -> dict:

@@ -128,6 +128,8 @@ class RunResult:
     test_accuracy: float | None = None
     steps_to_target: int | None = None
     time_to_target_s: float | None = None
+    target_accuracy: float | None = None  # the run's own target (record only: sweeps appended
+    # to one folder may set different ones; the manifest keeps the last sweep's)
     # the framework that trained ("tensorflow" for netbench's own workers; a user's command:
     # what netbench.track found loaded, "" unknown) and where steps came from: "harness"
     # (netbench's workers), "track" (netbench.track) or "regex" (--step-regex on rank 0's output)

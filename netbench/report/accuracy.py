@@ -239,9 +239,11 @@ def accuracy_markdown(points: Sequence[AlgorithmPoint], confidence: float, targe
 
 
 def read_points(results_dir: Path, confidence: float = 0.95) -> tuple[list[AlgorithmPoint], float | None]:
-    """A results folder's accuracy runs as AlgorithmPoints, and the target accuracy its
-    manifest's job set (None: none; a folder several sweeps appended to: the last one's)."""
+    """A results folder's accuracy runs as AlgorithmPoints, and the target accuracy: the one
+    every run record holds (schema 10), else the manifest's job's (None: none; a folder
+    several sweeps appended to: the last one's)."""
     store = ResultStore(Path(results_dir))
     records = [read_json(path) for path in store.record_paths()]
-    target = ((store.read_manifest() or {}).get("job") or {}).get("target_accuracy")
+    own = {r["target_accuracy"] for r in records if isinstance(r, dict) and "target_accuracy" in r}
+    target = own.pop() if len(own) == 1 else ((store.read_manifest() or {}).get("job") or {}).get("target_accuracy")
     return algorithm_points([r for r in records if isinstance(r, dict)], confidence), target

@@ -5,9 +5,9 @@ playbook.json supplies the settings a record does not carry. Measured values bey
 throughput (step time, idleness, and whatever numeric columns results.csv holds for a run:
 test_accuracy, time_to_target_s, predicted_step_s, ...) become the observation's `metrics`;
 a column a folder lacks is simply absent, and nothing is drawn for it. An accuracy run keeps
-its curve (the record's accuracy_curve) and the target accuracy of the sweep (manifest.json's
-job; a folder several sweeps were appended to: the last one's), so a run that never reached
-the target can be told from one of a sweep that set none.
+its curve (the record's accuracy_curve) and its target accuracy (the record's own; records
+before schema 10: the manifest's job's, the last one's in a folder several sweeps were
+appended to), so a run that never reached the target can be told from one that set none.
 """
 
 from __future__ import annotations
@@ -105,7 +105,8 @@ def observation_from_record(record: Mapping[str, Any], planned: Mapping[str, Any
                             row: Mapping[str, Any] | None = None, target: float | None = None) -> Observation:
     """An Observation from one runs/<id>.json record (and its playbook entry and results.csv
     row, if any; the record wins where both hold a value); `target`: the sweep's target
-    accuracy (manifest.json's job), kept for a run with an accuracy curve."""
+    accuracy (manifest.json's job), kept for a run with an accuracy curve whose record does
+    not hold its own (records before schema 10)."""
     stats = record.get("stats") or {}
     ok = record.get("status") == "ok"
     ips = stats.get("images_per_sec") if ok else None
@@ -121,7 +122,9 @@ def observation_from_record(record: Mapping[str, Any], planned: Mapping[str, Any
                        images_per_sec=None if ips is None else float(ips),
                        idleness=None if idle is None else float(idle), metrics=tuple(sorted(metrics.items())),
                        within_pct=_number(record.get("step_time_ci_pct")), curve=curve,
-                       target_accuracy=_number((planned or {}).get("target_accuracy", target)) if curve else None)
+                       target_accuracy=_number(record.get("target_accuracy",
+                                                          (planned or {}).get("target_accuracy", target)))
+                       if curve else None)
 
 
 def load_observations(results_dir: Path) -> list[Observation]:

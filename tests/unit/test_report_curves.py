@@ -239,3 +239,14 @@ def test_a_figure_from_zero_keeps_its_top_marks_off_the_frame(tmp_path):
     highest = max(v for g in groups for v in report.ACCURACY.values(g))
     low, high = fig.axes[0].get_ylim()
     assert low == 0 and high >= 1.05 * highest
+
+
+def test_a_runs_own_target_wins_over_the_manifests_which_an_appended_sweep_overwrote():
+    from netbench.report.load import observation_from_record
+
+    curve = [{"step": 10, "wall_s": 1.0, "train_s": 0.5, "accuracy": 0.6, "spread": None}]
+    record = {"run_id": "r000", "status": "ok", "accuracy_curve": curve, "target_accuracy": 0.5}
+    assert observation_from_record(record, target=0.9).target_accuracy == 0.5
+    older = {k: v for k, v in record.items() if k != "target_accuracy"}  # a record before schema 10
+    assert observation_from_record(older, target=0.9).target_accuracy == 0.9
+    assert observation_from_record({**record, "target_accuracy": None}, target=0.9).target_accuracy is None
