@@ -465,21 +465,22 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def estimate_lines(current, other, costs) -> list[str]:
+def estimate_lines(current, other, costs, precision: bool = False) -> list[str]:
     """A dry run's estimate: the mode asked for, then the other one, one line each; then
-    what the figures assume (experiment.estimate.Estimate)."""
+    what the figures assume (experiment.estimate.Estimate; `precision`: some run has one)."""
     from netbench.experiment.estimate import assumptions
 
     lines = []
     for estimate, note in ((current, "this run"), (other, "other mode")):
         mode = "--isolate" if estimate.isolate else "--launch"
-        timeouts = f", {estimate.timeouts} point(s) modelled as step timeouts" if estimate.timeouts else ""
+        timeouts = (f", {estimate.timeouts} point(s) modelled as step timeouts" if estimate.timeouts else "") + (
+            f", {estimate.capped} point(s) expected to stop at --max-seconds short of their precision" * bool(estimate.capped))
         lines.append(f"estimated wall time {mode} ({note}): {_duration(estimate.wall_s)} for {estimate.runs} runs in "
                      f"{len(estimate.launches)} launch(es), {estimate.process_starts} process starts: "
                      f"start-up {_duration(estimate.startup_s)}, settle {_duration(estimate.settle_s)}, "
                      f"measured {_duration(estimate.measured_s)} ({estimate.measured_share:.0%}), "
                      f"other {_duration(estimate.other_s)}{timeouts}")
-    lines.append("  assumes: " + assumptions(costs))
+    lines.append("  assumes: " + assumptions(costs, precision))
     return lines
 
 
@@ -490,10 +491,10 @@ def design_estimate(runs, isolate: bool, settle, step_timeout_s: float | None = 
 
     costs = costs or Costs()
     both = {mode: estimate_design(runs, mode, settle, costs, step_timeout_s, order) for mode in (isolate, not isolate)}
-    for line in estimate_lines(both[isolate], both[not isolate], costs):
+    jobs = {run.job for run in runs if run.job is not None and run.job.precision and not run.job.train_steps}
+    for line in estimate_lines(both[isolate], both[not isolate], costs, precision=bool(jobs)):
         console.plain(escape(line))
-    jobs = {run.job for run in runs if run.job is not None and run.job.precision}
-    if jobs:  # the estimate models --steps/--seconds; a precision can lengthen any window
+    if jobs:  # the modelled window is an expectation; the cap bounds it whatever the noise
         longest = max(job.max_seconds for job in jobs)
         console.plain(escape(f"  with --precision a point's window may go on past its steps, to at most {longest:g} s "
                              f"(at most {_duration(longest * len(runs))} of windows for these runs)"))
