@@ -41,6 +41,9 @@ class Observation:
     # idleness (0..1), and results.csv's numeric columns for the run (test_accuracy, ...)
     metrics: tuple[tuple[str, float], ...] = ()
     within_pct: float | None = None  # the run's own 95 % batch-means half-width, % of its mean step time
+    # whether its window came within the precision asked (False: --max-seconds ended it first;
+    # None: no precision asked, or a record from before precisions)
+    precision_reached: bool | None = None
 
     def get(self, name: str) -> Any:
         return dict(self.factors)[name]
@@ -102,7 +105,8 @@ def observation_from_record(record: Mapping[str, Any], planned: Mapping[str, Any
                        repeat=int(record.get("repeat", 0)), status=str(record.get("status", "?")),
                        images_per_sec=None if ips is None else float(ips),
                        idleness=None if idle is None else float(idle), metrics=tuple(sorted(metrics.items())),
-                       within_pct=_number(record.get("step_time_ci_pct")))
+                       within_pct=_number(record.get("step_time_ci_pct")),
+                       precision_reached=reached if isinstance(reached := record.get("precision_reached"), bool) else None)
 
 
 def load_observations(results_dir: Path) -> list[Observation]:

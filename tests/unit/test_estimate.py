@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from netbench.cli import app as cli
-from netbench.cli.render import estimate_lines
+from netbench.cli.render_estimate import estimate_lines
 from netbench.errors import UsageError
 from netbench.experiment.estimate import Costs, estimate_design, step_s
 from netbench.experiment.launch import Settle
