@@ -37,9 +37,9 @@ With a precision (--precision P) a point's window is its --steps/--seconds at le
 goes on until its 95 % batch-means interval is within P, for at most max_seconds: modelled as
 stats.steps_for_precision(step_cv, P) steps, where step_cv is the step time's coefficient of
 variation widened for correlated steps (an assumption: 0.10 by default, between the 0.05 and
-0.16 measured here at 1 ms with 1 Gbit/s and 100 Mbit/s; calibrated per model from a results
-folder's step_time_ci_pct). A point whose modelled window reaches the cap is counted as capped:
-it is expected to stop there without its precision.
+0.15-0.19 measured here at 1 ms with 1 Gbit/s and 100 Mbit/s; calibrated per model from a
+results folder's step_time_ci_pct). A point whose modelled window reaches the cap is counted as
+capped: it is expected to stop there without its precision.
 """
 
 from __future__ import annotations
@@ -100,8 +100,10 @@ class Costs:
     loss_penalty: bool = False
     # the step time's coefficient of variation, widened for correlated steps (sd of the mean of
     # n steps = step_cv / sqrt(n) of it): what a precision's window length is modelled by.
-    # Measured here (2 workers, mlp, 1 ms one-way): 0.05 at 1 Gbit/s, 0.16 at 100 Mbit/s
-    # (a 0.4 s step every ~10 s, and slow drifts; README "Precision")
+    # Implied by the intervals measured here (2 workers, mlp, 1 ms one-way, estimate.row_cv):
+    # 0.05 at 1 Gbit/s (2 s window), 0.15-0.19 at 100 Mbit/s (60 s windows; README "Precision").
+    # Slow drifts make it grow with the window (0.34 at 1 Gbit/s over 45 s): for long windows the
+    # modelled length is a lower bound
     step_cv: float = 0.10
     step_cv_by_model: Mapping[str, float] = field(default_factory=dict)  # calibrated per model
     model_bytes: Mapping[str, int] = field(default_factory=lambda: dict(MODEL_BYTES))
