@@ -40,7 +40,7 @@ def estimate_lines(current, other, costs, precision: bool = False) -> list[str]:
 def design_estimate(runs, isolate: bool, settle, step_timeout_s: float | None = None, costs=None,
                     order: str = "descending") -> None:
     """Print the estimate of `runs` in both modes (a sweep's or playbook's --dry-run)."""
-    from netbench.experiment.estimate import Costs, estimate_design
+    from netbench.experiment.estimate import Costs, estimate_design, step_s, window_s
 
     costs = costs or Costs()
     both = {mode: estimate_design(runs, mode, settle, costs, step_timeout_s, order) for mode in (isolate, not isolate)}
@@ -49,5 +49,8 @@ def design_estimate(runs, isolate: bool, settle, step_timeout_s: float | None = 
         console.plain(escape(line))
     if jobs:  # the modelled window is an expectation; the cap bounds it whatever the noise
         longest = max(job.max_seconds for job in jobs)
+        most = sum(max(window_s(run.job, step_s(run, costs), costs)[0],
+                       run.job.max_seconds if run.job in jobs else 0.0) for run in runs)
         console.plain(escape(f"  with --precision a point's window may go on past its steps, to at most {longest:g} s "
-                             f"(at most {_duration(longest * len(runs))} of windows for these runs)"))
+                             f"or its steps' own length (at most {_duration(most)} of windows for these runs at "
+                             f"the modelled steps)"))

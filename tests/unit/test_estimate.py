@@ -273,5 +273,7 @@ def test_a_dry_run_with_a_precision_models_its_windows(tmp_path, monkeypatch):
     assert out.exit_code == 0, out.output
     assert "expected to stop at --max-seconds short of their precision" in out.output  # 10 Mbit/s: ~1 s steps
     assert "assumed coefficient of variation 0.10" in " ".join(out.output.split())
+    # the bound counts the 10 Mbit/s point's 30 steps (about 68 s, past the cap) whole: 68 + 60 s
+    assert "(at most 2.1 min of windows for these runs at the modelled steps)" in " ".join(out.output.split())
     off = CliRunner().invoke(cli.main, ["sweep", "--dry-run", "--latency", "1ms", "--precision", "off"])
     assert off.exit_code == 0 and "coefficient of variation" not in off.output
