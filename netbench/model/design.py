@@ -215,13 +215,19 @@ def _measurement_record(book: Playbook) -> dict[str, Any]:
     the accuracy run's and algorithm's keys, the user's command. Each is left out at its
     default (3 %, 60 s; none), so folders written before it was fingerprinted resume."""
     doc: dict[str, Any] = {}
-    if (book.precision, book.max_seconds) != (Playbook.precision, Playbook.max_seconds):
-        doc["precision"] = [book.precision, book.max_seconds]
+    window = _precision_window(book.precision, book.max_seconds)
+    if window != (Playbook.precision, Playbook.max_seconds):
+        doc["precision"] = list(window)
     if book.job_extra:
         doc["job_extra"] = [list(pair) for pair in book.job_extra]
     if book.command is not None:
         doc["command"] = asdict(book.command)
     return doc
+
+
+def _precision_window(precision: float | None, max_seconds: float | None) -> tuple:
+    """(precision, cap) as they decide a window: the cap matters only with a precision."""
+    return (precision, max_seconds if precision else None)
 
 
 def _settings_record(settings: Settings) -> dict[str, Any]:
@@ -269,12 +275,13 @@ def check_resume(book: Playbook, runs: Sequence[Run], recorded: Mapping[str, Any
 
 def _what_changed(book: Playbook, recorded: Mapping[str, Any]) -> str:
     """Why a digest differs, where the record says: the precision or its cap; else in general."""
-    was = (recorded.get("precision"), recorded.get("max_seconds"))
-    if "precision" in recorded and was != (book.precision, book.max_seconds):
-        def shown(precision, cap) -> str:
+    was = _precision_window(recorded.get("precision"), recorded.get("max_seconds"))
+    numbers = all(isinstance(v, (int, float, type(None))) and not isinstance(v, bool) for v in was)
+    if "precision" in recorded and numbers and was != _precision_window(book.precision, book.max_seconds):
+        def text(precision, cap) -> str:
             return "off" if not precision else f"{precision * 100:g} % within {cap:g} s"
 
-        return f"its precision was {shown(*was)}, now {shown(book.precision, book.max_seconds)}"
+        return f"its precision was {text(*was)}, now {text(book.precision, book.max_seconds)}"
     return "the playbook or its seed changed since"
 
 
