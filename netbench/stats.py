@@ -353,3 +353,29 @@ def steps_to_precision(durations: Sequence[float], precision: float, elapsed_s: 
     mean = statistics.fmean(durations)
     left = math.ceil((max_seconds - elapsed_s) / mean) if mean > 0 else wanted
     return max(1, min(wanted, left))
+
+
+def steps_for_precision(cv: float, precision: float, confidence: float = PRECISION_CONFIDENCE) -> int:
+    """The fewest steps whose batch-means interval (batch_means_interval) is expected within
+    `precision` (a fraction) of the mean, for steps whose coefficient of variation is `cv`,
+    widened for correlation (the standard deviation of the mean of n steps is cv / sqrt(n) of
+    it): the least n with t(batch_count(n) - 1) x cv / sqrt(n) <= precision. An expectation for
+    planning (a dry run's estimate), not a promise: a window's own interval decides."""
+    if not 0 < precision < 1:
+        raise ValueError("precision must be a fraction between 0 and 1")
+    if not cv >= 0 or math.isinf(cv):
+        raise ValueError("the coefficient of variation must be a finite number, 0 or more")
+
+    def enough(n: int) -> bool:
+        return t_critical(confidence, batch_count(n) - 1) * cv / math.sqrt(n) <= precision
+
+    low = 2 * MIN_BATCHES
+    if enough(low):
+        return low
+    high = low * 2
+    while not enough(high):  # both t and 1/sqrt(n) fall with n: one crossing
+        low, high = high, high * 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return high

@@ -215,7 +215,8 @@ def precision_options(command):
                         metavar="PERCENT", envvar="NETBENCH_PRECISION", show_envvar=True,
                         help="Measure each point past --steps/--seconds until the 95% interval of its mean "
                              "step time (batch means) is within this of the mean, e.g. 2%; off: exactly "
-                             "--steps/--seconds. results.csv records step_time_ci_pct either way.")(command)
+                             "--steps/--seconds. results.csv records step_time_ci_pct either way. --dry-run's "
+                             "estimate assumes a step-time CV of 0.10 (README 'Precision').")(command)
 
 
 def sample_resources_option(command):

@@ -322,7 +322,7 @@ def _print_sweep_plan(config) -> None:
 
 def _print_launches(runs, seed: int | None, launches: dict, step_timeout_s: float) -> None:
     """A dry run's launches (`launches`: common.launch_settings) and the design's estimated wall time."""
-    from netbench.cli.render import design_estimate
+    from netbench.cli.render_estimate import design_estimate
     from netbench.experiment.launch import describe_launches
 
     isolate = launches["isolate"] or bool(runs) and all(r.job.train_steps for r in runs)

@@ -159,14 +159,29 @@ class SweepView:
                           f"{s['images_per_sec_stderr']:,.1f}" if s else "-",
                           f"{s['mean_s'] * 1000:.1f} ms" if s else "-",
                           "-" if result.step_time_ci_pct is None else f"{result.step_time_ci_pct:.1f}%"
-                          + ("" if result.precision_reached in (None, True) else " [yellow](not reached)[/]"),
+                          + ("" if result.precision_reached in (None, True) else " [yellow](cap hit: not reached)[/]"),
                           f"{s['p90_s'] * 1000:.1f} ms" if s else "-",
                           "ok" if result.status == "ok" else f"[red]{escape(result.status)}[/]")
         console.out.print(table)
-        spread = run_to_run_line(results)
-        if spread:
-            console.info(spread)
+        for line in (capped_line(results, self.config.job), run_to_run_line(results)):
+            if line:
+                console.info(line)
         console.info(f"results: {escape(str(self.config.output))}/results.csv, manifest.json, runs/, logs/")
+
+
+def capped_line(results, job) -> str:
+    """"N of M runs stopped at --max-seconds short of ±P %: r000 (±2.3 %), ..." for the ok runs
+    whose window the cap ended before its precision; "" when none did."""
+    capped = [r for r in results if r.status == "ok" and r.precision_reached is False]
+    if not capped:
+        return ""
+    asked = [r for r in results if r.status == "ok" and r.precision_reached is not None]
+    target = f" short of ±{job.precision * 100:g} %" if getattr(job, "precision", None) else " short of the precision"
+    cap = f" ({job.max_seconds:g} s)" if getattr(job, "max_seconds", None) else ""
+    runs = ", ".join(f"{r.run_id} (±{r.step_time_ci_pct:.1f} %)" if r.step_time_ci_pct is not None else r.run_id
+                     for r in capped)
+    return (f"[yellow]precision not reached[/]: {len(capped)} of {len(asked)} runs stopped at --max-seconds{cap}"
+            f"{target}: {escape(runs)}")
 
 
 def run_to_run_line(results) -> str:
@@ -429,13 +444,15 @@ def groups_table(groups: Sequence[Group], confidence: float) -> Table:
     shown = varying(groups) or ["model"]
     table = Table(title=f"{len(groups)} design points: geometric mean images/s over repetitions, "
                         f"{confidence:.0%} interval (log-scale t; under {MIN_RUNS} runs: the runs)")
-    for col in (*shown, "n", "geo. mean", "interval", "run-to-run sd", "within-run ±", "timeouts", "failed"):
+    for col in (*shown, "n", "geo. mean", "interval", "run-to-run sd", "within-run ±", "precision", "timeouts",
+                "failed"):
         table.add_column(col)
     for g in ordered(groups):
         mean, ci = interval_text(g.interval, runs=g.values)
+        precision = g.precision_text
         table.add_row(*(escape(level_text(s, g.get(s))) for s in shown), str(len(g.values)), mean, ci,
-                      *spread_cells(g), str(g.timeouts),
-                      str(g.failed))
+                      *spread_cells(g), f"[yellow]{precision}[/]" if precision.startswith("cap") else precision,
+                      str(g.timeouts), str(g.failed))
     return table
 
 
@@ -454,46 +471,3 @@ def speedups_table(ratios: Sequence[Ratio]) -> Table:
         table.add_row(escape(strategy_label(r.numerator)), *(escape(level_text(s, r.numerator.get(s))) for s in shown),
                       str(r.interval.n), mean, ci)
     return table
-
-
-def _duration(seconds: float) -> str:
-    """3.2 s, 14 min, 5.3 h: a wall time read at a glance."""
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def estimate_lines(current, other, costs) -> list[str]:
-    """A dry run's estimate: the mode asked for, then the other one, one line each; then
-    what the figures assume (experiment.estimate.Estimate)."""
-    from netbench.experiment.estimate import assumptions
-
-    lines = []
-    for estimate, note in ((current, "this run"), (other, "other mode")):
-        mode = "--isolate" if estimate.isolate else "--launch"
-        timeouts = f", {estimate.timeouts} point(s) modelled as step timeouts" if estimate.timeouts else ""
-        lines.append(f"estimated wall time {mode} ({note}): {_duration(estimate.wall_s)} for {estimate.runs} runs in "
-                     f"{len(estimate.launches)} launch(es), {estimate.process_starts} process starts: "
-                     f"start-up {_duration(estimate.startup_s)}, settle {_duration(estimate.settle_s)}, "
-                     f"measured {_duration(estimate.measured_s)} ({estimate.measured_share:.0%}), "
-                     f"other {_duration(estimate.other_s)}{timeouts}")
-    lines.append("  assumes: " + assumptions(costs))
-    return lines
-
-
-def design_estimate(runs, isolate: bool, settle, step_timeout_s: float | None = None, costs=None,
-                    order: str = "descending") -> None:
-    """Print the estimate of `runs` in both modes (a sweep's or playbook's --dry-run)."""
-    from netbench.experiment.estimate import Costs, estimate_design
-
-    costs = costs or Costs()
-    both = {mode: estimate_design(runs, mode, settle, costs, step_timeout_s, order) for mode in (isolate, not isolate)}
-    for line in estimate_lines(both[isolate], both[not isolate], costs):
-        console.plain(escape(line))
-    jobs = {run.job for run in runs if run.job is not None and run.job.precision}
-    if jobs:  # the estimate models --steps/--seconds; a precision can lengthen any window
-        longest = max(job.max_seconds for job in jobs)
-        console.plain(escape(f"  with --precision a point's window may go on past its steps, to at most {longest:g} s "
-                             f"(at most {_duration(longest * len(runs))} of windows for these runs)"))

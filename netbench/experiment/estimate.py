@@ -32,6 +32,14 @@ from a transparent step-time model:
 
 A point whose modelled step exceeds the step timeout is counted as a timeout (the timeout's
 seconds, nothing measured; in a shared launch the points after it pay a new start-up).
+
+With a precision (--precision P) a point's window is its --steps/--seconds at least, then
+goes on until its 95 % batch-means interval is within P, for at most max_seconds: modelled as
+stats.steps_for_precision(step_cv, P) steps, where step_cv is the step time's coefficient of
+variation widened for correlated steps (an assumption: 0.10 by default, between the 0.05 and
+0.15-0.19 measured here at 1 ms with 1 Gbit/s and 100 Mbit/s; calibrated per model from a
+results folder's step_time_ci_pct). A point whose modelled window reaches the cap is counted as
+capped: it is expected to stop there without its precision.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from netbench import stats
 from netbench.experiment.launch import Settle, plan_launches
 from netbench.model.job import EXCHANGE_STRATEGIES, effective_accum_steps, nodes_needed
 
@@ -89,6 +98,14 @@ class Costs:
     cores: int = 2
     mss_bytes: int = 1448
     loss_penalty: bool = False
+    # the step time's coefficient of variation, widened for correlated steps (sd of the mean of
+    # n steps = step_cv / sqrt(n) of it): what a precision's window length is modelled by.
+    # Implied by the intervals measured here (2 workers, mlp, 1 ms one-way, estimate.row_cv):
+    # 0.05 at 1 Gbit/s (2 s window), 0.15-0.19 at 100 Mbit/s (60 s windows; README "Precision").
+    # Slow drifts make it grow with the window (0.34 at 1 Gbit/s over 45 s): for long windows the
+    # modelled length is a lower bound
+    step_cv: float = 0.10
+    step_cv_by_model: Mapping[str, float] = field(default_factory=dict)  # calibrated per model
     model_bytes: Mapping[str, int] = field(default_factory=lambda: dict(MODEL_BYTES))
     source: str = DEFAULT_SOURCE
 
@@ -97,6 +114,9 @@ class Costs:
 
     def startup(self, model: str) -> float:
         return self.startup_s.get(model, self.default_startup_s)
+
+    def cv(self, model: str) -> float:
+        return self.step_cv_by_model.get(model, self.step_cv)
 
     @classmethod
     def from_results(cls, folder: Path | str, base: "Costs | None" = None) -> "Costs":
@@ -118,6 +138,7 @@ class LaunchEstimate:
     measured_s: float
     other_s: float  # in-place changes, draining, stopping
     timeouts: int = 0
+    capped: int = 0  # points whose precision is expected to take longer than max_seconds
 
     @property
     def wall_s(self) -> float:
@@ -162,6 +183,10 @@ class Estimate:
     @property
     def timeouts(self) -> int:
         return sum(launch.timeouts for launch in self.launches)
+
+    @property
+    def capped(self) -> int:
+        return sum(launch.capped for launch in self.launches)
 
     @property
     def runs(self) -> int:
@@ -242,16 +267,31 @@ def exchange_s(job, workers: int, model_s: float, rtt: float) -> float:
     return exchange  # adpsgd
 
 
+def window_s(job, step: float, costs: Costs) -> tuple[float, bool]:
+    """(seconds, capped) of a point's measured window at a modelled `step`: --steps/--seconds,
+    and with a precision as long as stats.steps_for_precision at the model's step_cv, but no
+    longer than max_seconds or the least window, whichever is longer (capped: the precision is
+    expected to need more). An accuracy run (train_steps) trains its steps, no more."""
+    least = job.seconds if job.seconds else job.steps * step
+    if not job.precision or job.train_steps:
+        return least, False
+    wanted = stats.steps_for_precision(costs.cv(job.model), job.precision) * step
+    if wanted <= least:
+        return least, False
+    cap = max(least, job.max_seconds)  # the least window is measured whatever the cap
+    return min(wanted, cap), wanted > cap
+
+
 def _point(run, costs: Costs, settle: Settle | None, step_timeout_s: float | None):
-    """(settle, measured, other, timed out) seconds of one point; settle None: --isolate."""
+    """(settle, measured, other, timed out, capped) seconds of one point; settle None: --isolate."""
     step = step_s(run, costs)
     if step_timeout_s is not None and step > step_timeout_s:
-        return 0.0, 0.0, step_timeout_s, True
-    measured = run.job.seconds if run.job.seconds else run.job.steps * step
+        return 0.0, 0.0, step_timeout_s, True, False
+    measured, capped = window_s(run.job, step, costs)
     held = 0.0
     if settle is not None:  # the step in flight at the change, then the window
         held = max(settle.seconds, settle.steps * step) + step / 2
-    return held, measured, costs.point_overhead_s, False
+    return held, measured, costs.point_overhead_s, False, capped
 
 
 def _launch(runs, isolate: bool, settle: Settle, costs: Costs, step_timeout_s) -> list[LaunchEstimate]:
@@ -266,12 +306,13 @@ def _launch(runs, isolate: bool, settle: Settle, costs: Costs, step_timeout_s) -
         job, workers = left[0].job, left[0].workers
         processes = nodes_needed(job, workers)
         totals = [0.0, 0.0, costs.stop_s]
-        done, timeouts = [], 0
+        done, timeouts, capped = [], 0, 0
         for run in left:
-            held, measured, other, timed_out = _point(run, costs, None if isolate else settle, step_timeout_s)
+            held, measured, other, timed_out, at_cap = _point(run, costs, None if isolate else settle, step_timeout_s)
             totals[0] += held
             totals[1] += measured
             totals[2] += other
+            capped += at_cap
             done.append(run)
             if timed_out:
                 timeouts += 1
@@ -283,7 +324,8 @@ def _launch(runs, isolate: bool, settle: Settle, costs: Costs, step_timeout_s) -
         startup += statistics.mean(
             (costs.cluster_round_trips * rtt_s(r.profile) if processes > 1 else 0.0)
             + job.warmup * min(step_s(r, costs), step_timeout_s or math.inf) for r in done)
-        out.append(LaunchEstimate(tuple(r.run_id for r in done), processes, startup, *totals, timeouts=timeouts))
+        out.append(LaunchEstimate(tuple(r.run_id for r in done), processes, startup, *totals, timeouts=timeouts,
+                                  capped=capped))
         left = left[len(done):]
     return out
 
@@ -299,12 +341,19 @@ def estimate_design(runs, isolate: bool, settle: Settle, costs: Costs,
     return Estimate(isolate=isolate, launches=tuple(launches), source=costs.source)
 
 
-def assumptions(costs: Costs) -> str:
-    """One line: what the estimate takes for granted."""
+def assumptions(costs: Costs, precision: bool = False) -> str:
+    """One line: what the estimate takes for granted (`precision`: what a precision's window
+    length is modelled by, too)."""
     loss = "loss caps TCP's rate (Mathis)" if costs.loss_penalty else "loss not modelled"
+    window = ""
+    if precision:
+        calibrated = "".join(f", {m} {cv:.2f}" for m, cv in sorted(costs.step_cv_by_model.items()))
+        window = (f"a precision's window lasts until a 95 % interval that narrows as the step time's assumed "
+                  f"coefficient of variation {costs.step_cv:.2f}{calibrated} (correlated steps included) over "
+                  f"sqrt(steps), at most max_seconds; ")
     return (f"step = compute (per sample per model, {costs.cores} cores shared) + ring/ps transfers at the "
             f"profile's rate (a topology's: its slowest pair's) + round trips x RTT; {loss}; start-up per launch per model + warm-up; "
-            f"every point ok but those whose step exceeds the step timeout; costs: {costs.source}")
+            f"{window}every point ok but those whose step exceeds the step timeout; costs: {costs.source}")
 
 
 
@@ -350,15 +399,41 @@ def measured_window_s(record: dict) -> float:
     return max(e["end"] for e in steps) - min(e["start"] for e in steps) if steps else 0.0
 
 
+def row_cv(row: dict) -> float | None:
+    """The step_cv (Costs) a results.csv row implies: its interval's half-width (step_time_ci_pct)
+    times sqrt(steps) over t at its batch count; None without an interval."""
+    text, steps = row.get("step_time_ci_pct"), row.get("steps")
+    if not text or not steps or int(steps) < 2 * stats.MIN_BATCHES:
+        return None
+    n = int(steps)
+    return float(text) / 100 * math.sqrt(n) / stats.t_critical(stats.PRECISION_CONFIDENCE, stats.batch_count(n) - 1)
+
+
+def _read_rows(path: Path) -> list[dict]:
+    """results.csv's ok rows with a step time; a file that is not such a CSV is one error naming it."""
+    from netbench.errors import UsageError
+
+    hint = "give a results folder of an earlier sweep"
+    if not path.is_file():
+        raise UsageError(f"{path}: no results.csv to calibrate from", hint=hint)
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            rows = [r for r in reader if r.get("status") == "ok" and r.get("step_time_median_s")]
+        for row in rows:  # every value calibrate reads, checked before any is used
+            if not math.isfinite(float(row["step_time_median_s"])) or row_cv(row) == math.inf:
+                raise ValueError(f"run {row.get('run_id')}: a step time or interval that is not finite")
+            _row_run(row)
+    except csv.Error as exc:  # a field over csv's 128 KiB limit, a NUL byte
+        raise UsageError(f"{path}: line {reader.reader.line_num}: not a results CSV: {exc}", hint=hint) from None
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{path}: not a results CSV: {type(exc).__name__}: {str(exc)[:200]}", hint=hint) from None
+    return rows
+
+
 def calibrate(folder: Path, base: Costs) -> Costs:
     """Costs.from_results (see there)."""
-    path = folder / "results.csv"
-    if not path.is_file():
-        from netbench.errors import UsageError
-
-        raise UsageError(f"{path}: no results.csv to calibrate from", hint="give a results folder of an earlier sweep")
-    with path.open(newline="", encoding="utf-8") as handle:
-        rows = [r for r in csv.DictReader(handle) if r.get("status") == "ok" and r.get("step_time_median_s")]
+    rows = _read_rows(folder / "results.csv")
     sizes = dict(base.model_bytes)
     sizes.update({r["model"]: int(r["model_bytes"]) for r in rows if r.get("model_bytes")})
     costs = replace(base, model_bytes=sizes)
@@ -369,6 +444,11 @@ def calibrate(folder: Path, base: Costs) -> Costs:
         per_sample.setdefault(run.job.model, []).append(
             _solve_per_sample(run, costs, float(row["step_time_median_s"])) / effective_accum_steps(run.job))
         steps[row["run_id"]] = float(row["step_time_median_s"])
+    cvs: dict[str, list[float]] = {}
+    for row in rows:
+        cv = row_cv(row)
+        if cv is not None:
+            cvs.setdefault(row["model"], []).append(cv)
     startups, points = _startups(folder, {r["run_id"]: r for r in rows}, steps, costs)
     models = sorted(set(per_sample) | set(startups))
     costs = replace(
@@ -376,6 +456,7 @@ def calibrate(folder: Path, base: Costs) -> Costs:
         s_per_sample={**costs.s_per_sample, **{m: statistics.median(v) for m, v in per_sample.items()}},
         startup_s={**costs.startup_s, **{m: statistics.median(v) for m, v in startups.items()}},
         point_overhead_s=statistics.median(points) if points else costs.point_overhead_s,
+        step_cv_by_model={**costs.step_cv_by_model, **{m: statistics.median(v) for m, v in cvs.items()}},
         source=f"calibrated from {folder} ({len(rows)} ok runs: {', '.join(models) or 'no model'}; "
                f"the rest {base.source})")
     return costs

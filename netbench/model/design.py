@@ -200,6 +200,7 @@ def design_digest(book: Playbook, runs: Sequence[Run]) -> str:
     edited between sessions never mixes two designs in one folder."""
     doc = {"window": [book.warmup, book.steps, book.seconds], "base_profile": book.base_profile.to_record(),
            "runs": [[r.run_id, r.point, r.repeat, _settings_record(r.settings)] for r in runs]}
+    doc.update(_measurement_record(book))
     if book.schedules:  # a schedule edited between sessions is another design too
         doc["schedules"] = {ref: [schedule.repeat, schedule.cycle, [[e.at_s, e.at_step, e.profile.to_record()]
                                                                     for e in timeline(schedule, None)]]
@@ -207,6 +208,26 @@ def design_digest(book: Playbook, runs: Sequence[Run]) -> str:
     if book.topology is not None:  # so is a topology file edited between sessions
         doc["topology"] = book.topology.to_json()
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _measurement_record(book: Playbook) -> dict[str, Any]:
+    """What else decides what a run measures: the precision its window goes on to (and its cap),
+    the accuracy run's and algorithm's keys, the user's command. Each is left out at its
+    default (3 %, 60 s; none), so folders written before it was fingerprinted resume."""
+    doc: dict[str, Any] = {}
+    window = _precision_window(book.precision, book.max_seconds)
+    if window != (Playbook.precision, Playbook.max_seconds):
+        doc["precision"] = list(window)
+    if book.job_extra:
+        doc["job_extra"] = [list(pair) for pair in book.job_extra]
+    if book.command is not None:
+        doc["command"] = asdict(book.command)
+    return doc
+
+
+def _precision_window(precision: float | None, max_seconds: float | None) -> tuple:
+    """(precision, cap) as they decide a window: the cap matters only with a precision."""
+    return (precision, max_seconds if precision else None)
 
 
 def _settings_record(settings: Settings) -> dict[str, Any]:
@@ -231,6 +252,7 @@ def plan_record(book: Playbook, seed: int, runs: Sequence[Run]) -> dict[str, Any
     """What a results folder keeps about its playbook (playbook.json)."""
     return {"name": book.name, "source": book.source, "description": book.description, "seed": seed,
             "order": book.order, "repetitions": book.repetitions, "digest": design_digest(book, runs),
+            "precision": book.precision, "max_seconds": book.max_seconds,
             "factors": [k for k, _ in book.factors],
             **({"topology": book.topology.to_json()} if book.topology is not None else {}),
             "runs": [{"run_id": r.run_id, "point": r.point, "repeat": r.repeat, "profile": r.profile.name,
@@ -247,8 +269,20 @@ def check_resume(book: Playbook, runs: Sequence[Run], recorded: Mapping[str, Any
         return
     if recorded.get("digest") != design_digest(book, runs):
         raise PlaybookError(f"{results_dir}: holds results of a different design than {book.source} "
-                            f"(the playbook or its seed changed since)",
+                            f"({_what_changed(book, recorded)})",
                             hint="give another folder with --output, or restore the playbook as it was")
+
+
+def _what_changed(book: Playbook, recorded: Mapping[str, Any]) -> str:
+    """Why a digest differs, where the record says: the precision or its cap; else in general."""
+    was = _precision_window(recorded.get("precision"), recorded.get("max_seconds"))
+    numbers = all(isinstance(v, (int, float, type(None))) and not isinstance(v, bool) for v in was)
+    if "precision" in recorded and numbers and was != _precision_window(book.precision, book.max_seconds):
+        def text(precision, cap) -> str:
+            return "off" if not precision else f"{precision * 100:g} % within {cap:g} s"
+
+        return f"its precision was {text(*was)}, now {text(book.precision, book.max_seconds)}"
+    return "the playbook or its seed changed since"
 
 
 # Settings field -> JobSpec field, for the settings that reach the training job

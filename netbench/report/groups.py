@@ -53,6 +53,17 @@ class Group:
         return statistics.fmean(widths) if widths else None
 
     @property
+    def precision_text(self) -> str:
+        """Whether its ok runs' windows reached their precision: "reached", "cap: k of n runs"
+        (--max-seconds ended k windows first), or "-" (no precision asked)."""
+        asked = [o.precision_reached for o in self.observations
+                 if o.precision_reached is not None and o.images_per_sec is not None]
+        if not asked:
+            return "-"
+        short = asked.count(False)
+        return f"cap: {short} of {len(asked)} runs not reached" if short else "reached"
+
+    @property
     def excess(self) -> float | None:
         """Run-to-run spread over what the windows' own noise predicts for it (a run's standard
         error, its half-width / 1.96): about 1 when runs differ only by their steps' noise; above,

@@ -49,6 +49,9 @@ class Observation:
     # train_s, accuracy 0..1, spread) and the target accuracy its sweep set (None: none set)
     curve: tuple[CurvePoint, ...] = ()
     target_accuracy: float | None = None
+    # whether its window came within the precision asked (False: --max-seconds ended it first;
+    # None: no precision asked, or a record from before precisions)
+    precision_reached: bool | None = None
 
     def get(self, name: str) -> Any:
         return dict(self.factors)[name]
@@ -124,7 +127,8 @@ def observation_from_record(record: Mapping[str, Any], planned: Mapping[str, Any
                        within_pct=_number(record.get("step_time_ci_pct")), curve=curve,
                        target_accuracy=_number(record.get("target_accuracy",
                                                           (planned or {}).get("target_accuracy", target)))
-                       if curve else None)
+                       if curve else None,
+                       precision_reached=reached if isinstance(reached := record.get("precision_reached"), bool) else None)
 
 
 def load_observations(results_dir: Path) -> list[Observation]:

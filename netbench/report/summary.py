@@ -60,6 +60,17 @@ def spread_cells(g: Group) -> tuple[str, str]:
     return tuple("-" if v is None else f"{v:.1f} %" for v in (g.run_to_run_pct, g.within_run_pct))
 
 
+def precision_blocks(observations: Sequence[Observation]) -> list[Block]:
+    """A plain warning when --max-seconds ended any ok run's window short of its precision."""
+    asked = [o for o in observations if o.precision_reached is not None and o.images_per_sec is not None]
+    capped = [o.run_id for o in asked if o.precision_reached is False]
+    if not capped:
+        return []
+    return [Paragraph(f"**Precision not reached in {len(capped)} of {len(asked)} runs** ({', '.join(capped)}): "
+                      f"--max-seconds stopped their windows before their interval came within the precision "
+                      f"asked; their within-run ± is wider than asked.")]
+
+
 def strategy_label(g: Group) -> str:
     return strategy_text(g)
 
@@ -125,15 +136,18 @@ def summary_blocks(results_dir: Path, observations: Sequence[Observation], group
     from netbench.report.predicted import predicted_blocks
 
     blocks += predicted_blocks(results_dir / "results.csv")
-    blocks += [Heading("Design points"),
+    blocks += [Heading("Design points"), *precision_blocks(observations),
                Paragraph("Run-to-run sd: the repetitions' standard deviation in % of their mean; within-run ±: "
                          "the runs' own 95 % batch-means half-width (% of the mean step). A run-to-run sd well "
                          "above within-run ± / 1.96 means something that holds for a whole run varies (load, TCP "
-                         "state): the repetitions, not a run's steps, are the replicates of the interval."),
-               Table((*shown, "n", "geo. mean images/s", level, "run-to-run sd", "within-run ±", "timeouts"),
+                         "state): the repetitions, not a run's steps, are the replicates of the interval. "
+                         "precision: whether the runs' windows came within the precision asked, or "
+                         "--max-seconds stopped them first (cap: not reached)."),
+               Table((*shown, "n", "geo. mean images/s", level, "run-to-run sd", "within-run ±", "precision",
+                      "timeouts"),
                      tuple((*(level_text(s, g.get(s)) for s in shown), str(len(g.values)),
-                            *interval_text(g.interval, runs=g.values), *spread_cells(g), str(g.timeouts))
-                           for g in ordered(groups)))]
+                            *interval_text(g.interval, runs=g.values), *spread_cells(g), g.precision_text,
+                            str(g.timeouts)) for g in ordered(groups)))]
     if figures:
         blocks += [Heading("Figures"), *(Figure(p) for p in figures)]
     return blocks

@@ -23,6 +23,8 @@ def _sweep(out: Path, *mode: str) -> dict:
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     with open(out / "results.csv", newline="") as fh:
         (row,) = list(csv.DictReader(fh))
+    # the summary says so plainly when the cap ended the window
+    assert "precision not reached: 1 of 1 runs stopped at --max-seconds (2 s)" in " ".join(result.stdout.split())
     return row
 
 

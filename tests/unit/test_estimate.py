@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from netbench.cli import app as cli
-from netbench.cli.render import estimate_lines
+from netbench.cli.render_estimate import estimate_lines
 from netbench.errors import UsageError
 from netbench.experiment.estimate import Costs, estimate_design, step_s
 from netbench.experiment.launch import Settle
@@ -186,3 +186,94 @@ def test_dry_runs_print_the_estimate_of_both_modes(tmp_path, monkeypatch):
                                          "--output", str(tmp_path / "out")])
     assert book.exit_code == 0, book.output
     assert "for 315 runs in 315 launch(es)" in book.output  # every run is its own job configuration
+
+
+# ---------------------------------------------------------------- a precision's window
+
+def test_steps_for_precision_is_the_least_n_whose_interval_is_expected_within_it():
+    from netbench import stats
+
+    # cv 0.1 at 2 %: 125 steps make 11 batches, t(10) = 2.228: 2.228 x 0.1 / sqrt(125) = 1.993 %;
+    # 124 steps (also 11 batches) give 2.001 %
+    assert stats.steps_for_precision(0.1, 0.02) == 125
+    assert stats.steps_for_precision(0.0, 0.02) == 2 * stats.MIN_BATCHES  # no interval below that
+    for cv, precision in ((0.05, 0.03), (0.16, 0.02), (0.3, 0.005)):
+        n = stats.steps_for_precision(cv, precision)
+        def width(k):
+            return stats.t_critical(0.95, stats.batch_count(k) - 1) * cv / k ** 0.5
+        assert width(n) <= precision < width(n - 1)
+    # half the width takes a little under 4x the steps: more batches, a smaller t
+    assert 3 * 125 < stats.steps_for_precision(0.1, 0.01) < 4 * 125
+    with pytest.raises(ValueError):
+        stats.steps_for_precision(-0.1, 0.02)
+
+
+def _precise(run: Run, precision: float | None, max_seconds: float = 60.0, **job) -> Run:
+    return replace(run, job=replace(run.job, precision=precision, max_seconds=max_seconds, **job))
+
+
+def test_a_precision_lengthens_the_modelled_window_up_to_its_cap():
+    from netbench.experiment.estimate import window_s
+
+    costs = replace(PLAIN, step_cv=0.1)
+    job = _run(0).job  # 10 steps
+    assert window_s(job, 0.1, costs) == (pytest.approx(1.0), False)  # no precision: the steps
+    job = replace(job, precision=0.02, max_seconds=60.0)
+    assert window_s(job, 0.1, costs) == (pytest.approx(12.5), False)  # 125 steps (cv 0.1 at 2 %)
+    assert window_s(job, 1.0, costs) == (pytest.approx(60.0), True)  # 125 s wanted: capped
+    assert window_s(replace(job, steps=200), 0.1, costs) == (pytest.approx(20.0), False)  # --steps is the least
+    # a least window past the cap is measured whole, and still short of the precision
+    assert window_s(replace(job, steps=100), 1.0, costs) == (pytest.approx(100.0), True)
+    assert window_s(replace(job, train_steps=50), 0.1, costs) == (pytest.approx(1.0), False)  # accuracy runs
+    calibrated = replace(costs, step_cv_by_model={"mlp": 0.05})
+    assert window_s(job, 0.1, calibrated)[0] == pytest.approx(0.1 * 42)
+
+
+def test_the_estimate_counts_points_expected_to_stop_at_the_cap():
+    costs = replace(PLAIN, step_cv=0.16)
+    fast, slow = _run(0, rate_mbit=1000), _run(1, rate_mbit=10)  # 0.1 s and ~0.96 s steps
+    runs = [_precise(fast, 0.02), _precise(slow, 0.02)]
+    est = estimate_design(runs, False, Settle(), costs)
+    assert est.capped == 1
+    assert est.measured_s == pytest.approx(289 * step_s(fast, costs) + 60.0)  # 289 steps at cv 0.16, 2 %
+    lines = estimate_lines(est, estimate_design(runs, True, Settle(), costs), costs, precision=True)
+    assert "1 point(s) expected to stop at --max-seconds short of their precision" in lines[0]
+    assert "coefficient of variation 0.16" in lines[2]
+    assert "coefficient of variation" not in estimate_lines(est, est, costs)[2]
+
+
+def test_from_results_calibrates_the_step_cv_from_the_rows_intervals(tmp_path):
+    from netbench import stats
+
+    t = stats.t_critical(0.95, stats.batch_count(100) - 1)  # 100 steps: 10 batches
+    rows = [_row(f"r00{i}", 0.2, steps=100, step_time_ci_pct=100 * cv * t / 10) for i, cv in enumerate((0.1, 0.2, 0.3))]
+    costs = Costs.from_results(_results(tmp_path / "r", rows, []), PLAIN)
+    assert costs.cv("mlp") == pytest.approx(0.2)
+    assert costs.cv("resnet50") == PLAIN.step_cv  # not in the folder: the assumed one
+
+
+@pytest.mark.parametrize("content, message", [
+    ("run_id,status,step_time_median_s\nr000,ok," + "9" * 200_000 + "\n", "line 2: not a results CSV: field larger"),
+    ("run_id,status,step_time_median_s,model,strategy\nr000,ok,fast,mlp,allreduce\n", "not a results CSV: ValueError"),
+    ("run_id,status,step_time_median_s\nr000,ok,0.1\n", "not a results CSV: KeyError: 'strategy'"),
+])
+def test_from_results_refuses_a_hostile_csv_in_one_line_naming_it(tmp_path, content, message):
+    (tmp_path / "results.csv").write_text(content)
+    with pytest.raises(UsageError) as caught:
+        Costs.from_results(tmp_path)
+    assert caught.value.message.startswith(f"{tmp_path / 'results.csv'}: ")
+    assert message in caught.value.message and "\n" not in caught.value.message
+    assert len(caught.value.message) < 400
+
+
+def test_a_dry_run_with_a_precision_models_its_windows(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = CliRunner().invoke(cli.main, ["sweep", "--dry-run", "--latency", "1ms", "--bandwidth", "10mbit,1gbit",
+                                        "--precision", "2%"])
+    assert out.exit_code == 0, out.output
+    assert "expected to stop at --max-seconds short of their precision" in out.output  # 10 Mbit/s: ~1 s steps
+    assert "assumed coefficient of variation 0.10" in " ".join(out.output.split())
+    # the bound counts the 10 Mbit/s point's 30 steps (about 68 s, past the cap) whole: 68 + 60 s
+    assert "(at most 2.1 min of windows for these runs at the modelled steps)" in " ".join(out.output.split())
+    off = CliRunner().invoke(cli.main, ["sweep", "--dry-run", "--latency", "1ms", "--precision", "off"])
+    assert off.exit_code == 0 and "coefficient of variation" not in off.output

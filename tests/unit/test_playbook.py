@@ -202,6 +202,27 @@ def test_resume_refuses_another_design(tmp_path):
         design.check_resume(b, runs, None, tmp_path, has_runs=True)
 
 
+def test_a_playbook_measured_to_another_precision_is_another_design(tmp_path):
+    base = dict(factors={"latency": ["1ms", "2ms"]})
+    digest = {}
+    for name, extra in {"default": {}, "two": {"precision": "2%"}, "off": {"precision": "off"},
+                        "cap": {"max_seconds": "30s"}, "train": {"train_steps": 200},
+                        "tau": {"algorithm": {"tau": 8}}, "command": {"command": ["python", "train.py"]}}.items():
+        b = book(**base, **extra)
+        digest[name] = design.design_digest(b, expand(b, 3))
+    assert len(set(digest.values())) == len(digest)  # each option makes its own design
+    b = book(**base, precision="3%", max_seconds="60s")  # the defaults written out: the same design
+    assert design.design_digest(b, expand(b, 3)) == digest["default"]
+    b = book(**base, precision="off", max_seconds="30s")  # without a precision its cap does not matter
+    assert design.design_digest(b, expand(b, 3)) == digest["off"]
+    three, two = book(**base), book(**base, precision="2%")
+    record = design.plan_record(three, 3, expand(three, 3))
+    with pytest.raises(PlaybookError, match=r"its precision was 3 % within 60 s, now 2 % within 60 s"):
+        design.check_resume(two, expand(two, 3), record, tmp_path, has_runs=True)
+    with pytest.raises(PlaybookError, match=r"the playbook or its seed changed since"):  # an edited record
+        design.check_resume(two, expand(two, 3), {**record, "precision": "3%"}, tmp_path, has_runs=True)
+
+
 # ---------------------------------------------------------------- shipped playbooks and the CLI
 
 @pytest.fixture

@@ -259,3 +259,38 @@ def test_the_default_precision_and_its_environment_variable(monkeypatch):
     assert "until ±3 % (95 %, at most 60 s)" in header(env=None)
     assert "until ±" not in header(env="off") and "30 measured steps;" in header(env="off")
     assert "until ±2 %" in header("--precision", "2%", env="off")
+
+
+def test_the_sweep_summary_and_the_report_say_plainly_which_runs_the_cap_stopped():
+    from types import SimpleNamespace
+
+    from netbench.cli.render import capped_line
+    from netbench.report.load import observation_from_record
+    from netbench.report.summary import precision_blocks
+
+    def result(run_id, reached, width=2.3, status="ok"):
+        return SimpleNamespace(run_id=run_id, status=status, precision_reached=reached, step_time_ci_pct=width)
+
+    job = SimpleNamespace(precision=0.02, max_seconds=60.0)
+    results = [result("r000", False), result("r001", True, 1.5), result("r002", False, status="failed")]
+    assert capped_line(results, job) == ("[yellow]precision not reached[/]: 1 of 2 runs stopped at --max-seconds "
+                                         "(60 s) short of ±2 %: r000 (±2.3 %)")
+    assert capped_line([result("r001", True)], job) == "" and capped_line([result("r0", None)], job) == ""
+
+    record = {"run_id": "r000", "status": "ok", "stats": {"images_per_sec": 5.0}, "profile": {},
+              "step_time_ci_pct": 2.3, "precision_reached": False}
+    capped, reached = observation_from_record(record), observation_from_record({**record, "run_id": "r001",
+                                                                                "precision_reached": True})
+    old = observation_from_record({k: v for k, v in record.items() if k != "precision_reached"})
+    assert (capped.precision_reached, reached.precision_reached, old.precision_reached) == (False, True, None)
+    (warning,) = precision_blocks([capped, reached, old])
+    assert warning.text.startswith("**Precision not reached in 1 of 2 runs** (r000): --max-seconds stopped")
+    assert precision_blocks([reached, old]) == []
+    assert _group_of([capped, reached]).precision_text == "cap: 1 of 2 runs not reached"
+    assert _group_of([reached]).precision_text == "reached" and _group_of([old]).precision_text == "-"
+
+
+def _group_of(observations):
+    from netbench.report.groups import Group
+
+    return Group(factors=(("model", "mlp"),), observations=tuple(observations), interval=None)

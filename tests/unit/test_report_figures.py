@@ -254,7 +254,7 @@ def test_write_report_draws_what_the_folder_holds_and_one_html_page_embeds_it(tm
 def test_the_summary_shows_runs_instead_of_an_interval_and_states_the_level_once(tmp_path):
     report.write_report(designs.two_by_two(tmp_path / "r"), tmp_path / "out", 0.9)
     text = (tmp_path / "out" / "report.md").read_text()
-    assert "| 256 | 1 | 2 | 1,826.2 | runs: 2,900.0, 1,150.0 | 61.1 % | - | 0 |" in text
+    assert "| 256 | 1 | 2 | 1,826.2 | runs: 2,900.0, 1,150.0 | 61.1 % | - | - | 0 |" in text
     assert "| mlp | batch 256 | 0 | 1 | 2 | 62% | none (n < 3) |" in text
     assert text.count("fewer than 3 runs has no interval") == 1 and "90% interval" in text
     assert "--isolate) each run is its own launch" not in text and "by default the job's processes start once" in text
