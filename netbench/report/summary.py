@@ -110,7 +110,7 @@ def summary_blocks(results_dir: Path, observations: Sequence[Observation], group
         rows = slowdown(groups, x, confidence)
         if rows:
             blocks += [Heading(f"Throughput along {x.split('_')[0]}"),
-                       Table((f"model", "series", f"{x} best", f"{x} worst", "n", "worst / best", level),
+                       Table(("model", "series", f"{x} best", f"{x} worst", "n", "worst / best", level),
                              tuple((str(m), s, f"{b:g}", f"{w:g}", str(r.n), percent(r.mean),
                                     f"none (n < {MIN_RUNS})" if r.low is None
                                     else f"{percent(r.low)} .. {percent(r.high)}") for m, s, b, w, r in rows))]
