@@ -15,7 +15,8 @@ its own (or a host given to the sweep), holding nothing but the job, so they are
 
 Where steps come from (`source`): ``regex`` when the user gave ``--step-regex`` (rank 0's
 output lines; the other ranks only serve), else ``track`` (every rank's `netbench.track`
-events on its stdout).
+events on its stdout), or, when no rank says it imported netbench.track, ``bytes``: no steps,
+the bytes on each node's link over a window of seconds (jobs/link_bytes.py).
 """
 
 from __future__ import annotations

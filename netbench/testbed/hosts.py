@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import queue
 import re
+import shlex
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -413,6 +414,26 @@ class HostsTestbed:
         except NetbenchError as exc:
             raise TaskLost(f"host {host.name}: cannot start {task.role}{task.index}: {exc.message}") from None
         return RemoteTask(conn, host, task, log, stream, self.startup_s)
+
+    def link_counters(self, nodes) -> dict[str, tuple[int, int]]:
+        """host -> (rx_bytes, tx_bytes) of each named host's data-plane interface, read from its
+        /sys/class/net over the hosts' SSH connections, in parallel (experiment/link_window.py)."""
+        from netbench.remote import controller as remote
+
+        def read(conn) -> tuple[int, int]:
+            path = shlex.quote(f"/sys/class/net/{self.by_name[conn.name].interface}/statistics")
+            result = conn.run(f"cat {path}/rx_bytes {path}/tx_bytes", timeout=10.0)
+            words = result.stdout.split()
+            if not result.ok or len(words) != 2 or not all(w.isdigit() for w in words):
+                raise remote.RemoteError(f"host {conn.name}: cannot read its interface's counters: "
+                                         f"{(result.stderr or result.stdout).strip()[:120]}")
+            return int(words[0]), int(words[1])
+
+        results = remote.in_parallel([self.conn_by_name[name] for name in nodes], read)
+        failed = next((r for r in results.values() if isinstance(r, NetbenchError)), None)
+        if failed is not None:
+            raise failed
+        return dict(results)
 
     def verify(self, run, observer) -> dict | None:
         return None  # refused at the command line: verify measures between local namespaces

@@ -1,0 +1,78 @@
+"""A launch's point measured in bytes on its nodes' links (a user's command that reports no steps).
+
+`meter_for` arms a `LinkMeter` for the first point of a launch of a user's command without a
+step regex, on a target that can read its nodes' interface counters (`link_counters(nodes)`:
+node -> (rx_bytes, tx_bytes)). The launch's reading loop (experiment/launch.py) polls it
+between events: it samples the counters when its `BytesWindow` (jobs/link_bytes.py) wants a
+sample, and ends the point when the window is over. Any track event disarms it: the job
+reports steps, and the point is measured from them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping, Sequence
+
+from netbench.errors import NetbenchError
+from netbench.jobs.link_bytes import BytesWindow, LinkSample, reports_steps
+
+Reader = Callable[[], Mapping[str, tuple[int, int]]]
+
+
+class LinkMeter:
+    """Samples a launch's link counters into a BytesWindow; see the module docstring."""
+
+    def __init__(self, read: Reader, window: BytesWindow, clock=time.monotonic, wall=time.time) -> None:
+        self.read, self.window, self.clock, self.wall = read, window, clock, wall
+        self.armed = True  # False once the job said it reports steps
+        self.started_wall: float | None = None  # the first sample's time, as Unix time
+        self.link: dict | None = None  # the record's link_bytes once the window is over
+
+    def heard(self, event) -> None:
+        """An event of the job: one that says it reports steps disarms the meter."""
+        if self.armed and reports_steps(event):
+            self.armed = False
+
+    def poll(self, startup_s: float) -> tuple[str, str] | None:
+        """Sample if a sample is due; (status, error) once the point is over, else None."""
+        now = self.clock()
+        if self.window.wait(now) <= 0:
+            try:
+                counters = self.read()
+            except (OSError, NetbenchError) as exc:
+                return "failed", f"reading the links' byte counters: {exc}"
+            if self.started_wall is None:
+                self.started_wall = self.wall()
+            self.window.add(LinkSample.of(now, counters))
+        if self.window.done:
+            try:
+                self.link = self.window.result(self.started_wall)
+            except ValueError as exc:
+                return "failed", str(exc)
+            return "ok", ""
+        deadline = self.window.deadline(startup_s)
+        if deadline is not None and now > deadline:
+            if self.window.active_at is None:
+                return "timeout", (f"no step events and under {self.window.active_bytes} bytes on the job's links "
+                                   f"within {startup_s:g}s")
+            return "timeout", "the links' byte window did not end in time"
+        return None
+
+    def wait(self) -> float:
+        """Seconds until the next sample is due."""
+        return self.window.wait(self.clock())
+
+    def window_wall(self) -> tuple[float, float]:
+        """The measured window as Unix times (once done)."""
+        return self.link["window_start_wall"], self.link["window_end_wall"]
+
+
+def meter_for(job, testbed, nodes: Sequence[str]) -> LinkMeter | None:
+    """A meter for the first point of a launch of `job` on `nodes` (None: not a user's command,
+    one with a step regex, or a target that cannot read its links' counters)."""
+    command = getattr(job, "command", None)
+    read = getattr(testbed, "link_counters", None)
+    if command is None or command.step_regex or read is None:
+        return None
+    names = list(dict.fromkeys(nodes))
+    return LinkMeter(lambda: read(names), BytesWindow(job.warmup, job.seconds))
