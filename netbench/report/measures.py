@@ -60,7 +60,7 @@ IDLENESS = Measure("idleness", "idleness: share of a step waiting on the network
 ACCURACY = Measure("test_accuracy", "test accuracy", "%", domain="share", scale=100)
 TIME_TO_TARGET = Measure("time_to_target_s", "time to target accuracy", "s")
 # a user's command that reports no steps: not throughput (report/link_bytes.py says so)
-LINK_BYTES = Measure("link_bytes_per_s", "bytes each node sent (measured in bytes, not steps)", "bytes/s")
+LINK_BYTES = Measure("link_bytes_per_s", "bytes sent per node", "B/s")
 # what write_report draws against each factor, where the folder has it (file name: column's first word)
 REPORTED: Sequence[tuple[str, Measure]] = (("throughput", THROUGHPUT), ("idleness", IDLENESS),
                                            ("accuracy", ACCURACY), ("time-to-target", TIME_TO_TARGET),

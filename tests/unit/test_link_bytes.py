@@ -214,3 +214,22 @@ def test_a_command_that_reports_nothing_is_measured_in_bytes_point_by_point(tmp_
     record = json.loads((tmp_path / "out" / "runs" / f"{results[0].run_id}.json").read_text())
     assert record["schema_version"] == 10 and [n["node"] for n in record["link_bytes"]["nodes"]] == ["n1", "n2"]
     assert record["link_bytes"]["window_s"] >= 0.6
+    # the report and the tables say these are bytes, not steps, and never show images/s for them
+    from rich.console import Console
+
+    from netbench.cli import render_bytes, render_report
+    from netbench.report.load import load_observations
+    from netbench.report.summary import write_report
+
+    written = write_report(tmp_path / "out", tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "## Measured in bytes, not steps" in text and "bytes/s sent per node" in text
+    assert (tmp_path / "report" / "linkbytes-bandwidth.png") in written.files
+    console = Console(width=200, record=True)
+    console.print(render_report.runs_table(load_observations(tmp_path / "out")))
+    table = console.export_text()
+    assert table.count("ok (bytes)") == 2 and "bytes/s sent per node (no steps)" in table
+    line = render_bytes.finished_text(results[0])
+    assert "measured in bytes, not steps" in line and "img/s" not in line.replace("no images/s", "")
+    assert render_bytes.summary_note(results).startswith("measured in bytes, not steps")
+    assert render_bytes.status_cell(results[0]) == "ok (bytes)" and render_bytes.summary_note([]) == ""
