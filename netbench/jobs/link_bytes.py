@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping
 
 from netbench.jobs import events as ev
-from netbench.model.command_job import SOURCE_BYTES, SOURCE_REGEX, SOURCE_TRACK
+from netbench.model.command_job import BYTES_WINDOW_S, SOURCE_BYTES, SOURCE_REGEX, SOURCE_TRACK
 
 TRACK_LOADED = "track-loaded"  # netbench.track's event at import: this job reports steps
 SAMPLE_S = 0.5  # seconds between counter samples
 ACTIVE_BYTES = 16 * 1024  # bytes on the nodes' links, together, that say the job has started
-WINDOW_S = 10.0  # the measured window without --seconds
+WINDOW_S = BYTES_WINDOW_S  # the measured window without --seconds
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,20 @@ def hosts_text(places: Sequence[Place]) -> str:
     return "\n".join(lines) + "\n"
 
 
+BYTES_WINDOW_S = 10.0  # a job measured in bytes: its window without --seconds (jobs/link_bytes.WINDOW_S)
+
+
+def describe_source(command: UserCommand, warmup: int, seconds: float | None) -> str:
+    """A dry run's line: where the command's steps come from, and what a job that reports
+    none is measured by."""
+    if command.step_regex:
+        return (f"steps: rank 0's output lines that match {command.step_regex!r}, "
+                f"{command.images_per_step} images each")
+    return (f"steps: netbench.track's events on every rank; a job that never imports it is measured in bytes "
+            f"on each node's link instead ({warmup} s warm-up after its first bytes, then a "
+            f"{seconds or BYTES_WINDOW_S:g} s window; no images/s)")
+
+
 def describe_rank(argv: Sequence[str], env: Sequence[tuple[str, str]]) -> list[str]:
     """A dry run's lines for one rank: its command, then its environment, one variable a line."""
     return [f"  $ {shlex.join(argv)}"] + [f"    {name}={value}" for name, value in env]
