@@ -46,6 +46,8 @@ class UserCommand:
 
     @property
     def source(self) -> str:
+        """The source the command asks for: regex with a step regex, else track (a job that
+        then reports nothing is measured in bytes: decided while it runs, jobs/link_bytes.py)."""
         return SOURCE_REGEX if self.step_regex else SOURCE_TRACK
 
 

@@ -233,3 +233,20 @@ def test_a_command_that_reports_nothing_is_measured_in_bytes_point_by_point(tmp_
     assert "measured in bytes, not steps" in line and "img/s" not in line.replace("no images/s", "")
     assert render_bytes.summary_note(results).startswith("measured in bytes, not steps")
     assert render_bytes.status_cell(results[0]) == "ok (bytes)" and render_bytes.summary_note([]) == ""
+
+
+def test_hosts_read_their_interfaces_counters_over_ssh_and_a_bad_answer_names_the_host():
+    from netbench.remote.inventory import inventory_from_mapping
+    from netbench.remote.ssh import CommandResult
+    from netbench.testbed.hosts import HostsTestbed
+    from tests.fakes.remote import FakeHost
+
+    inventory = inventory_from_mapping({"hosts": {"a": {"ssh": "10.0.0.1", "interface": "eth1"},
+                                                  "b": {"ssh": "10.0.0.2", "interface": "ens5"}}}, "hosts.yaml")
+    a = FakeHost("a", [("/sys/class/net/eth1/statistics", CommandResult(0, "1200\n3400\n", ""))])
+    b = FakeHost("b", [("/sys/class/net/ens5/statistics", CommandResult(1, "", "cat: No such file or directory"))])
+    testbed = HostsTestbed(inventory, [a, b])
+    assert testbed.link_counters(["a"]) == {"a": (1200, 3400)}
+    assert a.ran("cat /sys/class/net/eth1/statistics/rx_bytes /sys/class/net/eth1/statistics/tx_bytes")
+    with pytest.raises(Exception, match="host b: cannot read its interface's counters: cat: No such file"):
+        testbed.link_counters(["a", "b"])
