@@ -445,7 +445,8 @@ def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: 
         wait = meter.wait() if meter is not None and meter.armed else clock.since + limit - time.monotonic()
         if wait <= 0 and not (meter is not None and meter.armed):
             what = "the next step" if clock.stepped else "the first step"
-            return "timeout", f"no {what} within {limit:g}s", got + _unmeasured(waiting)
+            note = meter.note if meter is not None else ""
+            return "timeout", f"no {what} within {limit:g}s{note}", got + _unmeasured(waiting)
         try:
             event = live.read(min(wait, 1.0))
         except JobBroken as exc:

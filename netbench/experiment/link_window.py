@@ -27,6 +27,7 @@ class LinkMeter:
         self.armed = True  # False once the job said it reports steps
         self.started_wall: float | None = None  # the first sample's time, as Unix time
         self.link: dict | None = None  # the record's link_bytes once the window is over
+        self.note = ""  # why the links could not be measured (added to a timeout's error)
 
     def heard(self, event) -> None:
         """An event of the job: one that says it reports steps disarms the meter."""
@@ -34,13 +35,17 @@ class LinkMeter:
             self.armed = False
 
     def poll(self, startup_s: float) -> tuple[str, str] | None:
-        """Sample if a sample is due; (status, error) once the point is over, else None."""
+        """Sample if a sample is due; (status, error) once the point is over, else None. A reading
+    that fails disarms the meter (the point waits for steps, and a timeout says why)."""
         now = self.clock()
         if self.window.wait(now) <= 0:
             try:
                 counters = self.read()
             except (OSError, NetbenchError) as exc:
-                return "failed", f"reading the links' byte counters: {exc}"
+                # the job may still report steps (its track import may come later): wait for them
+                self.armed = False
+                self.note = f"; its links' bytes could not be read either: {getattr(exc, 'message', exc)}"
+                return None
             if self.started_wall is None:
                 self.started_wall = self.wall()
             self.window.add(LinkSample.of(now, counters))

@@ -76,6 +76,17 @@ def link_rates(start: LinkSample, end: LinkSample) -> tuple[NodeBytes, ...]:
     return tuple(out)
 
 
+def interface_counters(net_dev: str, ifname: str) -> tuple[int, int] | None:
+    """(rx_bytes, tx_bytes) of `ifname` in the text of /proc/net/dev (the reader's network
+    namespace); None when the interface is not there."""
+    for line in net_dev.splitlines()[2:]:
+        name, _, numbers = line.partition(":")
+        columns = numbers.split()
+        if name.strip() == ifname and len(columns) >= 9:
+            return int(columns[0]), int(columns[8])
+    return None
+
+
 def mean_sent_per_s(nodes: Iterable[NodeBytes]) -> float | None:
     """The mean over nodes of the bytes each sent per second (None without nodes). Between the
     testbed's nodes what one sends another receives, so it is also the mean received."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import queue
 import re
-import shlex
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -416,18 +415,20 @@ class HostsTestbed:
         return RemoteTask(conn, host, task, log, stream, self.startup_s)
 
     def link_counters(self, nodes) -> dict[str, tuple[int, int]]:
-        """host -> (rx_bytes, tx_bytes) of each named host's data-plane interface, read from its
-        /sys/class/net over the hosts' SSH connections, in parallel (experiment/link_window.py)."""
+        """host -> (rx_bytes, tx_bytes) of each named host's data-plane interface, from its
+        /proc/net/dev (the namespace the host's commands run in, as its jobs do) over the hosts'
+        SSH connections, in parallel (experiment/link_window.py)."""
+        from netbench.jobs.link_bytes import interface_counters
         from netbench.remote import controller as remote
 
         def read(conn) -> tuple[int, int]:
-            path = shlex.quote(f"/sys/class/net/{self.by_name[conn.name].interface}/statistics")
-            result = conn.run(f"cat {path}/rx_bytes {path}/tx_bytes", timeout=10.0)
-            words = result.stdout.split()
-            if not result.ok or len(words) != 2 or not all(w.isdigit() for w in words):
-                raise remote.RemoteError(f"host {conn.name}: cannot read its interface's counters: "
-                                         f"{(result.stderr or result.stdout).strip()[:120]}")
-            return int(words[0]), int(words[1])
+            interface = self.by_name[conn.name].interface
+            result = conn.run("cat /proc/net/dev", timeout=10.0)
+            counters = interface_counters(result.stdout, interface) if result.ok else None
+            if counters is None:
+                why = (result.stderr.strip()[:120] if not result.ok else f"no interface {interface} in /proc/net/dev")
+                raise remote.RemoteError(f"host {conn.name}: cannot read its interface's counters: {why}")
+            return counters
 
         results = remote.in_parallel([self.conn_by_name[name] for name in nodes], read)
         failed = next((r for r in results.values() if isinstance(r, NetbenchError)), None)

@@ -132,6 +132,15 @@ def test_a_track_event_disarms_the_meter_and_silence_times_out():
     assert status == "timeout" and "no step events" in error and "5s" in error
 
 
+def test_a_meter_that_cannot_read_the_links_waits_for_steps_and_says_why():
+    def broken():
+        raise OSError("no such interface")
+
+    meter = LinkMeter(broken, BytesWindow(warmup_s=1.0), clock=Clock())
+    assert meter.poll(startup_s=5.0) is None and not meter.armed
+    assert meter.note == "; its links' bytes could not be read either: no such interface"
+
+
 def test_a_meter_only_for_a_command_without_a_step_regex_on_a_target_that_reads_its_links():
     class Reads:
         def link_counters(self, nodes):
@@ -235,18 +244,44 @@ def test_a_command_that_reports_nothing_is_measured_in_bytes_point_by_point(tmp_
     assert render_bytes.status_cell(results[0]) == "ok (bytes)" and render_bytes.summary_note([]) == ""
 
 
-def test_hosts_read_their_interfaces_counters_over_ssh_and_a_bad_answer_names_the_host():
+NET_DEV = """Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:  999999     10    0    0    0     0          0         0   999999      10    0    0    0     0       0          0
+  eth1:    1200      7    0    0    0     0          0         0     3400       9    0    0    0     0       0          0
+"""
+
+
+def test_hosts_read_their_interfaces_counters_over_ssh_and_a_missing_interface_names_the_host():
+    from netbench.jobs.link_bytes import interface_counters
     from netbench.remote.inventory import inventory_from_mapping
     from netbench.remote.ssh import CommandResult
     from netbench.testbed.hosts import HostsTestbed
     from tests.fakes.remote import FakeHost
 
+    assert interface_counters(NET_DEV, "eth1") == (1200, 3400) and interface_counters(NET_DEV, "eth") is None
     inventory = inventory_from_mapping({"hosts": {"a": {"ssh": "10.0.0.1", "interface": "eth1"},
                                                   "b": {"ssh": "10.0.0.2", "interface": "ens5"}}}, "hosts.yaml")
-    a = FakeHost("a", [("/sys/class/net/eth1/statistics", CommandResult(0, "1200\n3400\n", ""))])
-    b = FakeHost("b", [("/sys/class/net/ens5/statistics", CommandResult(1, "", "cat: No such file or directory"))])
+    a = FakeHost("a", [("cat /proc/net/dev", CommandResult(0, NET_DEV, ""))])
+    b = FakeHost("b", [("cat /proc/net/dev", CommandResult(0, NET_DEV, ""))])
     testbed = HostsTestbed(inventory, [a, b])
-    assert testbed.link_counters(["a"]) == {"a": (1200, 3400)}
-    assert a.ran("cat /sys/class/net/eth1/statistics/rx_bytes /sys/class/net/eth1/statistics/tx_bytes")
-    with pytest.raises(Exception, match="host b: cannot read its interface's counters: cat: No such file"):
+    assert testbed.link_counters(["a"]) == {"a": (1200, 3400)} and a.ran("cat /proc/net/dev")
+    with pytest.raises(Exception, match="host b: cannot read its interface's counters: no interface ens5"):
         testbed.link_counters(["a", "b"])
+
+
+def test_links_that_cannot_be_read_leave_a_silent_job_to_time_out_saying_why(tmp_path):
+    from netbench.errors import TestbedError
+    from netbench.jobs.launch import Timeouts
+
+    class Unreadable(LinksTestbed):
+        def link_counters(self, nodes):
+            raise TestbedError("node n1: no interface eth0")
+
+    job = JobSpec(strategy="command", model="command", batch_size=0, warmup=0, command=UserCommand(argv=("q",)))
+    runs = design.plan_sweep(Profile(name="base"), design.SweepLevels(rate_bps=(10_000_000,)), 1, job, 2)
+    config = SweepConfig(sweep_id="s", runs=tuple(runs), job=job, workers=2, output=tmp_path / "out",
+                         timeouts=Timeouts(startup_s=0.5))
+    [result] = run_sweep(config, testbed=Unreadable(Journal(tmp_path / "state")))
+    assert (result.status, result.source, result.link_bytes) == ("timeout", "track", None)
+    assert result.error == "no the first step within 0.5s; its links' bytes could not be read either: " \
+                           "node n1: no interface eth0"
