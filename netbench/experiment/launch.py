@@ -358,7 +358,8 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
                     _record(ctx, run, number, window, JobOutcome("failed", (), exc.message), started)
                     return runs[i + 1:]
                 clock = _Clock(since=time.monotonic())
-                meter = meter_for(job, ctx.testbed, [t.node for t in tasks])
+                meter = meter_for(job, ctx.testbed, [t.node for t in tasks], lambda text, r=run: ctx.observer.note(
+                    f"{r.run_id}: {text}"))
             status, error, got = _measure(live, run, window, starts, carry, clock, ctx, meter if i == 0 else None)
             link = meter.link if meter is not None and meter.armed and i == 0 else None
             if link is not None:

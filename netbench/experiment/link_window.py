@@ -22,8 +22,10 @@ Reader = Callable[[], Mapping[str, tuple[int, int]]]
 class LinkMeter:
     """Samples a launch's link counters into a BytesWindow; see the module docstring."""
 
-    def __init__(self, read: Reader, window: BytesWindow, clock=time.monotonic, wall=time.time) -> None:
-        self.read, self.window, self.clock, self.wall = read, window, clock, wall
+    def __init__(self, read: Reader, window: BytesWindow, clock=time.monotonic, wall=time.time,
+                 note: Callable[[str], None] | None = None) -> None:
+        """note: told once, when the job's bytes begin and no step event has come (the live view)."""
+        self.read, self.window, self.clock, self.wall, self.tell = read, window, clock, wall, note
         self.armed = True  # False once the job said it reports steps
         self.started_wall: float | None = None  # the first sample's time, as Unix time
         self.link: dict | None = None  # the record's link_bytes once the window is over
@@ -48,7 +50,11 @@ class LinkMeter:
                 return None
             if self.started_wall is None:
                 self.started_wall = self.wall()
+            was_active = self.window.active_at is not None
             self.window.add(LinkSample.of(now, counters))
+            if self.tell is not None and not was_active and self.window.active_at is not None:
+                self.tell(f"no step events, bytes on the links: measuring them ({self.window.warmup_s:g} s warm-up, "
+                          f"then {self.window.window_s:g} s; a job that imports netbench.track reports steps instead)")
         if self.window.done:
             try:
                 self.link = self.window.result(self.started_wall)
@@ -72,12 +78,12 @@ class LinkMeter:
         return self.link["window_start_wall"], self.link["window_end_wall"]
 
 
-def meter_for(job, testbed, nodes: Sequence[str]) -> LinkMeter | None:
+def meter_for(job, testbed, nodes: Sequence[str], note: Callable[[str], None] | None = None) -> LinkMeter | None:
     """A meter for the first point of a launch of `job` on `nodes` (None: not a user's command,
-    one with a step regex, or a target that cannot read its links' counters)."""
+    one with a step regex, or a target that cannot read its links' counters); `note`: LinkMeter's."""
     command = getattr(job, "command", None)
     read = getattr(testbed, "link_counters", None)
     if command is None or command.step_regex or read is None:
         return None
     names = list(dict.fromkeys(nodes))
-    return LinkMeter(lambda: read(names), BytesWindow(job.warmup, job.seconds))
+    return LinkMeter(lambda: read(names), BytesWindow(job.warmup, job.seconds), note=note)

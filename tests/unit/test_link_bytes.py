@@ -108,13 +108,16 @@ def test_the_meter_ends_the_point_when_its_window_is_over():
         sent["n"] = int(clock.now * 1_000_000)  # 1 MB/s from each node
         return {"n1": (sent["n"], sent["n"]), "n2": (sent["n"], sent["n"])}
 
-    meter = LinkMeter(read, BytesWindow(warmup_s=1.0, window_s=2.0), clock=clock, wall=lambda: 500.0)
+    told = []
+    meter = LinkMeter(read, BytesWindow(warmup_s=1.0, window_s=2.0), clock=clock, wall=lambda: 500.0, note=told.append)
     ended = None
     while ended is None:
         ended = meter.poll(startup_s=30.0)
         clock.now += max(meter.wait(), 0.01)
         assert clock.now < 10
     assert ended == ("ok", "") and meter.armed
+    assert told == ["no step events, bytes on the links: measuring them (1 s warm-up, then 2 s; a job that imports "
+                    "netbench.track reports steps instead)"]  # once, when the bytes began
     assert meter.link["sent_bytes_per_s_mean"] == pytest.approx(1e6)
     assert meter.window_wall()[1] - meter.window_wall()[0] == pytest.approx(2.0)
 
