@@ -14,7 +14,8 @@ from dataclasses import replace
 from typing import Sequence
 
 from netbench.jobs import events as ev
-from netbench.model.command_job import SOURCE_BYTES, SOURCE_REGEX, SOURCE_TRACK
+from netbench.jobs.link_bytes import source_of
+from netbench.model.command_job import SOURCE_TRACK
 from netbench.model.job import JobSpec
 
 HARNESS = "harness"
@@ -28,10 +29,10 @@ def origin(events: Sequence[ev.Event], job: JobSpec, link: dict | None = None) -
     """The record's `framework` and `source` (`link`: measured in bytes on the links)."""
     if job.command is None:
         return {"framework": job.framework, "source": HARNESS}
-    if link is not None:
-        return {"framework": "", "source": SOURCE_BYTES}
-    if job.command.step_regex:
-        return {"framework": "", "source": SOURCE_REGEX}
+    # a bytes window is only ever over when no track event came (experiment/link_window.py)
+    source = source_of(job.command.step_regex, heard_track=link is None)
+    if source != SOURCE_TRACK:
+        return {"framework": "", "source": source}
     for event in _chief(events):
         if isinstance(event, ev.Start):
             return {"framework": str(dict(event.extra).get("framework", "")), "source": SOURCE_TRACK}
