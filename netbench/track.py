@@ -16,6 +16,10 @@ line on a line of its own whatever the job prints around it. Outside netbench (n
 NETBENCH_RANK in the environment) nothing is written and stop_requested() is always False,
 so the same script runs as it did.
 
+On import every rank says that it reports through this module (a ``track-loaded`` event):
+a job that imports neither this module nor gives --step-regex is measured in bytes on its
+nodes' links instead.
+
 Steps are numbered from 0 on each rank; the first NETBENCH_WARMUP are warm-up. When netbench
 wants the job to end it writes a step count into the file named by NETBENCH_CONTROL, a few
 steps ahead of the last step it heard: stop_requested() turns true on every rank once that
@@ -84,6 +88,16 @@ def _start() -> None:
     _write({"event": "start", "task_index": _state.rank, "num_workers": _state.world, "pid": os.getpid(),
             "time": time.monotonic(), "strategy": "command", "model": "", "framework": _framework(),
             "source": "track"})
+
+
+def _loaded() -> None:
+    """Say at import that this rank reports its steps through this module, so netbench waits
+    for them rather than measuring the job in bytes on its links (netbench.jobs.link_bytes)."""
+    if _state.active:
+        _write({"event": "track-loaded", "task_index": _state.rank, "pid": os.getpid()})
+
+
+_loaded()
 
 
 def record(start: float, end: float, images: int = 0) -> None:

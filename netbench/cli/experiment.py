@@ -58,9 +58,10 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @click.option("--input-shape", metavar="SHAPE", help="Per-example input shape, e.g. 32x32x3 [default: the model's or the data's].")
 @click.option("--classes", type=click.IntRange(2, 100000), help="Output classes [default: 10, or the data's].")
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 65536), help="Per-worker batch size.")
-@click.option("--warmup", default=10, show_default=True, type=click.IntRange(0, 100000), help="Warm-up steps, excluded from statistics.")
+@click.option("--warmup", default=10, show_default=True, type=click.IntRange(0, 100000), help="Warm-up steps, excluded from statistics (seconds for a COMMAND that reports no steps).")
 @click.option("--steps", default=30, show_default=True, type=click.IntRange(2, 1000000), help="Measured steps per run.")
-@click.option("--seconds", type=FiniteFloatRange(0.1, 86400), help="Measured window in seconds instead of --steps (all workers agree on the step count after warm-up).")
+@click.option("--seconds", type=FiniteFloatRange(0.1, 86400), help="Measured window in seconds instead of --steps (all workers agree on the step count after warm-up); "
+                   "a COMMAND that reports no steps: its window of bytes [default: 10].")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 1000), help="Repetitions of each point.")
 @click.option("--step-timeout", default=60.0, show_default=True, type=FiniteFloatRange(1, 86400), help="Seconds a step may take before the run ends as 'timeout'.")
 @click.option("--startup-timeout", default=240.0, show_default=True, type=FiniteFloatRange(1, 86400), help="Seconds until the first step.")
@@ -99,7 +100,9 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     The job's processes start once per repetition (a launch) and move through the points, each
     applied in place, each change only narrowing the path (--order); --isolate starts them anew
     for every point. See the README's 'Launches' for what a shared launch carries over and how it settles.
-    After '--', your own COMMAND runs once per node instead (README 'Your own training job').
+    After '--', your own COMMAND runs once per node instead (README 'Your own training job'):
+    its steps come from netbench.track or --step-regex; with neither, netbench measures the
+    bytes on each node's link over --seconds after --warmup seconds, and says so.
 
     Exits 1 when any run failed (a timeout is a result, not a failure), after recording every run.
 
@@ -300,9 +303,15 @@ def _print_sweep_plan(config) -> None:
                  f"{config.job.warmup} warm-up + "
                  + (f"{config.job.seconds:g} s of" if config.job.seconds else f"{config.job.steps}")
                  + f" measured steps{common.precision_note(config.job)}; results -> {escape(str(config.output))}")
-    console.plain(f"placement on {len(topo.nodes)} nodes (each run on a fresh port):")
-    for line in describe_plan(plan_job(config.job, topo.nodes, config.workers, port=0)):
-        console.plain("  " + line)
+    if config.job.command is not None:
+        from netbench.cli.user_job import command_plan_lines
+
+        for line in command_plan_lines(config.job, config.workers):
+            console.plain(line)
+    else:
+        console.plain(f"placement on {len(topo.nodes)} nodes (each run on a fresh port):")
+        for line in describe_plan(plan_job(config.job, topo.nodes, config.workers, port=0)):
+            console.plain("  " + line)
     for line in describe_algorithm(config.job, config.workers):
         console.plain(line)
     from netbench.cli.render import schedule_plan_line

@@ -159,6 +159,12 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
             shown_schedules.setdefault(run.schedule.name, schedule_plan_line(run.schedule, run.timeline))
     for line in shown_schedules.values():
         console.plain(line)
+    from netbench.cli.user_job import command_plan_lines
+
+    commands = {(run.job, run.workers): None for run in runs if run.job is not None and run.job.command is not None}
+    for job, workers in commands:  # a playbook's command: what each rank runs, once per job and worker count
+        for line in command_plan_lines(job, workers):
+            console.plain(line)
     from netbench.jobs import worker
     from netbench.model import job as cluster
     from netbench.model.job import JobSpec

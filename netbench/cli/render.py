@@ -1,11 +1,10 @@
 """All of the CLI's rendering (rich): tables for the testbed, the emulation read back, verify's
 checks, doctor over hosts, apply's plan, the sweep's live view and final table (SweepView
-implements runner.Observer), and the report's tables. Recorded and user text is escaped, so a
+implements runner.Observer; a point measured in bytes: render_bytes.py); the report's tables
+are render_report.py's. Recorded and user text is escaped, so a
 profile, a host or a results folder cannot inject markup."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING, Sequence
 
 from rich.markup import escape
 from rich.table import Table
@@ -14,10 +13,6 @@ from rich.text import Text
 import time
 
 from netbench import console, units
-
-if TYPE_CHECKING:  # the report's modules load with the report's tables (a quick command skips them)
-    from netbench.report.groups import Group, Ratio
-    from netbench.report.load import Observation
 
 
 REFRESH_S = 0.1  # the live view's step line changes at most this often
@@ -125,11 +120,14 @@ class SweepView:
     def run_finished(self, run, result) -> None:
         self.progress.advance(self.task)
         stats = result.stats or {}
-        if result.status == "ok":
-            text = f"{stats.get('images_per_sec', 0):,.1f} img/s"
-            from netbench.cli.render_collective import versus_predicted
+        from netbench.cli import render_bytes
+        from netbench.cli.render_collective import versus_predicted
 
-            text += versus_predicted(stats.get("mean_s"), result.predicted_step_s)
+        if result.status == "ok" and render_bytes.is_bytes(result):
+            text = render_bytes.finished_text(result)
+        elif result.status == "ok":
+            text = f"{stats.get('images_per_sec', 0):,.1f} img/s" + versus_predicted(stats.get("mean_s"),
+                                                                                    result.predicted_step_s)
         else:
             text = f"[red]{escape(result.status)}[/]: {escape(result.error)}"
         place = self._places.pop(run.run_id, None) or (None if result.launch is None else f"launch {result.launch}")
@@ -146,6 +144,8 @@ class SweepView:
         self.progress.console.print(f"[yellow]warning:[/] {escape(text)}")
 
     def summary(self, results) -> None:
+        from netbench.cli import render_bytes
+
         table = Table(title=f"sweep {self.config.sweep_id}")
         for col, justify in (("run", "left"), ("profile", "left"), ("delay", "right"), ("rate", "right"),
                              ("loss", "right"), ("rep", "right"), ("images/s", "right"), ("± se", "right"),
@@ -161,9 +161,10 @@ class SweepView:
                           "-" if result.step_time_ci_pct is None else f"{result.step_time_ci_pct:.1f}%"
                           + ("" if result.precision_reached in (None, True) else " [yellow](cap hit: not reached)[/]"),
                           f"{s['p90_s'] * 1000:.1f} ms" if s else "-",
-                          "ok" if result.status == "ok" else f"[red]{escape(result.status)}[/]")
+                          render_bytes.status_cell(result))
         console.out.print(table)
-        for line in (capped_line(results, self.config.job), run_to_run_line(results)):
+        for line in (capped_line(results, self.config.job), run_to_run_line(results),
+                     render_bytes.summary_note(results)):
             if line:
                 console.info(line)
         console.info(f"results: {escape(str(self.config.output))}/results.csv, manifest.json, runs/, logs/")
@@ -416,58 +417,3 @@ def doctor_table(report) -> Table:
     return table
 
 
-# ---------------------------------------------------------------- the report's tables
-
-
-def runs_table(observations: Sequence[Observation]) -> Table:
-    from netbench.report.groups import varying
-    from netbench.report.summary import level_text
-
-    shown = varying(observations) or ["model"]
-    idle = any(o.idleness is not None for o in observations)
-    table = Table(title=f"{len(observations)} runs")
-    for col in ("run", *shown, "rep", "images/s", *(["idle"] if idle else []), "status"):
-        table.add_column(col, justify="right" if col in ("images/s", "rep", "idle") else "left")
-    for o in observations:
-        idle_cell = ["-" if o.idleness is None else f"{o.idleness:.0%}"] if idle else []
-        table.add_row(escape(o.run_id), *(escape(level_text(s, o.get(s))) for s in shown), str(o.repeat),
-                      "-" if o.images_per_sec is None else f"{o.images_per_sec:,.1f}", *idle_cell,
-                      o.status if o.status == "ok" else f"[red]{escape(o.status)}[/]")
-    return table
-
-
-def groups_table(groups: Sequence[Group], confidence: float) -> Table:
-    from netbench.report.groups import ordered, varying
-    from netbench.report.summary import interval_text, level_text, spread_cells
-    from netbench.stats import MIN_RUNS
-
-    shown = varying(groups) or ["model"]
-    table = Table(title=f"{len(groups)} design points: geometric mean images/s over repetitions, "
-                        f"{confidence:.0%} interval (log-scale t; under {MIN_RUNS} runs: the runs)")
-    for col in (*shown, "n", "geo. mean", "interval", "run-to-run sd", "within-run ±", "precision", "timeouts",
-                "failed"):
-        table.add_column(col)
-    for g in ordered(groups):
-        mean, ci = interval_text(g.interval, runs=g.values)
-        precision = g.precision_text
-        table.add_row(*(escape(level_text(s, g.get(s))) for s in shown), str(len(g.values)), mean, ci,
-                      *spread_cells(g), f"[yellow]{precision}[/]" if precision.startswith("cap") else precision,
-                      str(g.timeouts), str(g.failed))
-    return table
-
-
-def speedups_table(ratios: Sequence[Ratio]) -> Table:
-    from netbench.report.groups import REFERENCE_STRATEGY, varying
-    from netbench.report.summary import level_text, ratio_text, strategy_label
-
-    groups = [r.numerator for r in ratios]
-    shown = [f for f in varying(groups) if f not in ("strategy",)]
-    table = Table(title=f"speed-up over per-step {REFERENCE_STRATEGY} (ratio of geometric means, "
-                        f"{ratios[0].interval.confidence:.0%} Welch interval on log throughput)" if ratios else "speed-ups")
-    for col in ("strategy", *shown, "n", "speed-up", "interval"):
-        table.add_column(col, justify="right" if col in ("n", "speed-up") else "left")
-    for r in ratios:
-        mean, ci = ratio_text(r.interval)
-        table.add_row(escape(strategy_label(r.numerator)), *(escape(level_text(s, r.numerator.get(s))) for s in shown),
-                      str(r.interval.n), mean, ci)
-    return table

@@ -8,7 +8,7 @@ import click
 from rich.markup import escape
 
 from netbench import console
-from netbench.cli import render
+from netbench.cli import render_report as render
 from netbench.cli.common import handle_errors
 from netbench.cli.types import FiniteFloatRange
 

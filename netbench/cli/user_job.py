@@ -42,3 +42,18 @@ def with_command(job, argv: tuple[str, ...], images_per_step: int | None, step_r
     except ValueError as exc:
         raise UsageError(f"flag --{exc}") from None
     return command_spec(job, command, workers)
+
+
+def command_plan_lines(job, workers: int) -> list[str]:
+    """A dry run's lines for a job that runs a user's command: where its steps come from, then
+    each rank's node, command line and environment (none for netbench's own jobs)."""
+    from netbench.model import topology
+    from netbench.model.command_job import describe_source
+    from netbench.model.job import describe_plan, nodes_needed, plan_job
+
+    if job is None or job.command is None:
+        return []
+    nodes = topology.plan_topology(nodes_needed(job, workers), topology.choose_subnet([])).nodes
+    return [describe_source(job.command, job.warmup, job.seconds),
+            f"placement on {len(nodes)} nodes (each launch on a fresh port):",
+            *("  " + line for line in describe_plan(plan_job(job, nodes, workers, port=0)))]

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from netbench import stats
+from netbench.experiment.link_window import LinkMeter, meter_for
 from netbench.jobs import events as ev
 from netbench.jobs.launch import JobOutcome, TaskLost
 from netbench.jobs.live import JobBroken, LiveJob
@@ -341,6 +342,7 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
     starts: list[ev.Event] = []  # the processes' start events: every point's record has them
     carry: list[ev.Event] = []  # events read after a point's window, before the next change
     clock = _Clock(since=time.monotonic())
+    meter: LinkMeter | None = None  # a user's command that reports no steps: its links' bytes
     try:
         for i, run in enumerate(runs):
             ctx.observer.run_started(run)
@@ -356,10 +358,15 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
                     _record(ctx, run, number, window, JobOutcome("failed", (), exc.message), started)
                     return runs[i + 1:]
                 clock = _Clock(since=time.monotonic())
-            status, error, got = _measure(live, run, window, starts, carry, clock, ctx)
-            if window.window_start is not None:
+                meter = meter_for(job, ctx.testbed, [t.node for t in tasks], lambda text, r=run: ctx.observer.note(
+                    f"{r.run_id}: {text}"))
+            status, error, got = _measure(live, run, window, starts, carry, clock, ctx, meter if i == 0 else None)
+            link = meter.link if meter is not None and meter.armed and i == 0 else None
+            if link is not None:
+                ctx.observer.window(run, *meter.window_wall())
+            elif window.window_start is not None:
                 ctx.observer.window(run, wall_time(window.window_start), wall_time(window.window_end))
-            _record(ctx, run, number, window, JobOutcome(status, tuple(got), error), started)
+            _record(ctx, run, number, window, JobOutcome(status, tuple(got), error), started, link)
             if status != "ok":
                 return runs[i + 1:]
             keeps = keeps or (job.command is not None and checks_stop(got))
@@ -381,14 +388,16 @@ def user_spawner(job: JobSpec, ctx: Context, log_dir) -> UserSpawner:
                        own_hostnames=getattr(ctx.testbed, "kind", "") == "embedded")
 
 
-def _record(ctx: Context, run: Run, number: int, window: PointWindow, outcome: JobOutcome, started: float) -> None:
-    result = ctx.make_result(run, ctx.backend_name, outcome, started, time.time())
+def _record(ctx: Context, run: Run, number: int, window: PointWindow, outcome: JobOutcome, started: float,
+            link: dict | None = None) -> None:
+    result = ctx.make_result(run, ctx.backend_name, outcome, started, time.time(), link=link)
     ctx.finish(run, replace(result, launch=number, settle_s=window.settle_s(), settle_steps=window.dropped))
 
 
 def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: list, clock: _Clock,
-             ctx: Context) -> tuple[str, str, list[ev.Event]]:
-    """Read the launch's events into this point until its window is measured (or it fails)."""
+             ctx: Context, meter: LinkMeter | None = None) -> tuple[str, str, list[ev.Event]]:
+    """Read the launch's events into this point until its window is measured (or it fails);
+    with an armed `meter`, until its bytes window is over, unless the job reports steps."""
     timeouts = ctx.config.timeouts
     chief = (live.clock_task.role, live.clock_task.index)
     got: list[ev.Event] = list(starts)
@@ -408,6 +417,8 @@ def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: 
             take(ev.evolve(waiting.pop(0), phase=phase))
 
     def handle(event: ev.Event) -> None:
+        if meter is not None:
+            meter.heard(event)
         if isinstance(event, ev.Start):
             starts.append(event)
             take(event)
@@ -416,7 +427,7 @@ def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: 
             clock.since, clock.stepped = time.monotonic(), True
             settle_others()
         elif isinstance(event, ev.Step):
-            bisect.insort(waiting, event, key=_step_number)
+            bisect.insort(waiting, event, key=lambda s: s.step)
             settle_others()
         else:
             take(event)
@@ -428,11 +439,15 @@ def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: 
         else:
             handle(event)
     while not window.done:
+        ended = meter.poll(timeouts.startup_s) if meter is not None and meter.armed else None
+        if ended is not None:
+            return (*ended, got)
         limit = timeouts.step_s if clock.stepped else timeouts.startup_s
-        wait = clock.since + limit - time.monotonic()
-        if wait <= 0:
+        wait = meter.wait() if meter is not None and meter.armed else clock.since + limit - time.monotonic()
+        if wait <= 0 and not (meter is not None and meter.armed):
             what = "the next step" if clock.stepped else "the first step"
-            return "timeout", f"no {what} within {limit:g}s", got + _unmeasured(waiting)
+            note = meter.note if meter is not None else ""
+            return "timeout", f"no {what} within {limit:g}s{note}", got + _unmeasured(waiting)
         try:
             event = live.read(min(wait, 1.0))
         except JobBroken as exc:
@@ -441,10 +456,6 @@ def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: 
             handle(event)
     _drain(live, window, chief, waiting, carry, timeouts.step_s, take)
     return "ok", "", got
-
-
-def _step_number(step: ev.Step) -> int:
-    return step.step
 
 
 def _unmeasured(steps: list[ev.Step]) -> list[ev.Step]:

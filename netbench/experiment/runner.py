@@ -80,14 +80,17 @@ class _Quiet:
     def note(self, *a): pass
 
 
-def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, ended: float) -> RunResult:
-    """Turn a job's events into a run record; warm-up steps are kept but excluded."""
+def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, ended: float,
+                link: dict | None = None) -> RunResult:
+    """Turn a job's events into a run record; warm-up steps are kept but excluded. `link`: a
+    user's command that reports no steps, measured in bytes on its links (experiment/link_window.py):
+    the record's link_bytes, no step statistics."""
     job, workers = user_results.resolved_job(run.job, outcome.events, run.workers), run.workers
     status, error, stats = outcome.status, outcome.error, None
     durations = analysis.measured_durations(outcome.events, job)
     if durations:
         stats = asdict(measure.step_stats(durations, images_per_step(job, workers)))
-    elif status == "ok":
+    elif status == "ok" and link is None:
         status, error = "failed", "no measured steps"
     phases = analysis.phase_times(outcome.events, job)
     scored = accuracy.summarise(outcome.events, job)
@@ -111,7 +114,8 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      accuracy_curve=tuple(p.to_record() for p in scored.curve),
                      test_accuracy=scored.test_accuracy, steps_to_target=scored.steps_to_target,
                      time_to_target_s=scored.time_to_target_s, target_accuracy=job.target_accuracy,
-                     **user_results.origin(outcome.events, job))
+                     **user_results.origin(outcome.events, job, link),
+                     link_bytes=link, link_bytes_per_s=None if link is None else link["sent_bytes_per_s_mean"])
 
 
 def window_precision(durations: list[float], precision: float | None) -> dict:

@@ -35,7 +35,10 @@ from netbench.jobs.resources import Usage, totals
 # 8: the training algorithm's waiting and staleness, and accuracy (a run's accuracy_curve and the
 #    csv's test_accuracy, steps_to_target, time_to_target_s, wait_time_mean_s, staleness_mean)
 # 9: who trained and where the steps came from: `framework` and `source` (harness, track, regex)
-SCHEMA_VERSION = 9
+# 10: a user's command that reports no steps, measured in bytes on its nodes' links: source
+#     "bytes", the record's `link_bytes` (window, each node's bytes) and the csv's link_bytes_per_s;
+#     each record also keeps its own target_accuracy
+SCHEMA_VERSION = 10
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -60,6 +63,8 @@ CSV_COLUMNS = (
     # the training algorithm and its accuracy (issue 21)
     "wait_time_mean_s", "staleness_mean", "test_accuracy", "steps_to_target", "time_to_target_s",
     "framework", "source",
+    # a user's command that reports no steps: bytes each node sent per second (issue 22)
+    "link_bytes_per_s",
 )
 
 
@@ -132,9 +137,15 @@ class RunResult:
     # to one folder may set different ones; the manifest keeps the last sweep's)
     # the framework that trained ("tensorflow" for netbench's own workers; a user's command:
     # what netbench.track found loaded, "" unknown) and where steps came from: "harness"
-    # (netbench's workers), "track" (netbench.track) or "regex" (--step-regex on rank 0's output)
+    # (netbench's workers), "track" (netbench.track), "regex" (--step-regex on rank 0's output)
+    # or "bytes" (neither: measured in bytes on the links, below)
     framework: str = "tensorflow"  # netbench's own workers: the job's framework (tensorflow or torch)
     source: str = "harness"
+    # source "bytes" (a user's command that reports no steps; jobs/link_bytes.py): the window
+    # (warm-up, start and length in seconds), each node's bytes received and sent and per second,
+    # and their mean: link_bytes_per_s, bytes each node sent per second. No images/sec.
+    link_bytes: dict[str, Any] | None = None
+    link_bytes_per_s: float | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -182,6 +193,7 @@ class RunResult:
             "steps_to_target": "" if self.steps_to_target is None else self.steps_to_target,
             "time_to_target_s": opt(self.time_to_target_s, 4),
             "framework": self.framework, "source": self.source,
+            "link_bytes_per_s": opt(self.link_bytes_per_s, 1),
         }
 
     def _resource_cells(self) -> dict[str, Any]:

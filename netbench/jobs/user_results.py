@@ -3,8 +3,9 @@
 netbench's own workers are TensorFlow and report through their harness (source "harness").
 A user's command (model/command_job.py) reports through netbench.track (source "track": its
 start event names the framework it found loaded) or through lines of its output read with
---step-regex (source "regex"). Its images per step are --images-per-step, or what its
-track events say (each event carries the whole cluster's images).
+--step-regex (source "regex"); one that does neither is measured in bytes on its nodes'
+links (source "bytes": jobs/link_bytes.py), with no images at all. Its images per step are
+--images-per-step, or what its track events say (each event carries the whole cluster's images).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import replace
 from typing import Sequence
 
 from netbench.jobs import events as ev
-from netbench.model.command_job import SOURCE_REGEX, SOURCE_TRACK
+from netbench.jobs.link_bytes import source_of
+from netbench.model.command_job import SOURCE_TRACK
 from netbench.model.job import JobSpec
 
 HARNESS = "harness"
@@ -23,12 +25,14 @@ def _chief(events: Sequence[ev.Event]) -> list[ev.Event]:
     return [e for e in ev.as_events(events) if e.task_role == "worker" and e.worker == 0]
 
 
-def origin(events: Sequence[ev.Event], job: JobSpec) -> dict[str, str]:
-    """The record's `framework` and `source`."""
+def origin(events: Sequence[ev.Event], job: JobSpec, link: dict | None = None) -> dict[str, str]:
+    """The record's `framework` and `source` (`link`: measured in bytes on the links)."""
     if job.command is None:
         return {"framework": job.framework, "source": HARNESS}
-    if job.command.step_regex:
-        return {"framework": "", "source": SOURCE_REGEX}
+    # a bytes window is only ever over when no track event came (experiment/link_window.py)
+    source = source_of(job.command.step_regex, heard_track=link is None)
+    if source != SOURCE_TRACK:
+        return {"framework": "", "source": source}
     for event in _chief(events):
         if isinstance(event, ev.Start):
             return {"framework": str(dict(event.extra).get("framework", "")), "source": SOURCE_TRACK}

@@ -15,7 +15,8 @@ its own (or a host given to the sweep), holding nothing but the job, so they are
 
 Where steps come from (`source`): ``regex`` when the user gave ``--step-regex`` (rank 0's
 output lines; the other ranks only serve), else ``track`` (every rank's `netbench.track`
-events on its stdout).
+events on its stdout), or, when no rank says it imported netbench.track, ``bytes``: no steps,
+the bytes on each node's link over a window of seconds (jobs/link_bytes.py).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class UserCommand:
 
     @property
     def source(self) -> str:
+        """The source the command asks for: regex with a step regex, else track (a job that
+        then reports nothing is measured in bytes: decided while it runs, jobs/link_bytes.py)."""
         return SOURCE_REGEX if self.step_regex else SOURCE_TRACK
 
 
@@ -136,6 +139,20 @@ def hosts_text(places: Sequence[Place]) -> str:
     lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
     lines += [f"{p.address}\t{p.hostname}" for p in places if p.hostname]
     return "\n".join(lines) + "\n"
+
+
+BYTES_WINDOW_S = 10.0  # a job measured in bytes: its window without --seconds (jobs/link_bytes.WINDOW_S)
+
+
+def describe_source(command: UserCommand, warmup: int, seconds: float | None) -> str:
+    """A dry run's line: where the command's steps come from, and what a job that reports
+    none is measured by."""
+    if command.step_regex:
+        return (f"steps: rank 0's output lines that match {command.step_regex!r}, "
+                f"{command.images_per_step} images each")
+    return (f"steps: netbench.track's events on every rank; a job that never imports it is measured in bytes "
+            f"on each node's link instead ({warmup} s warm-up after its first bytes, then a "
+            f"{seconds or BYTES_WINDOW_S:g} s window; no images/s)")
 
 
 def describe_rank(argv: Sequence[str], env: Sequence[tuple[str, str]]) -> list[str]:

@@ -71,5 +71,8 @@ ACCURACY = Measure("test_accuracy", "test accuracy", "%", domain="share", scale=
 TIME_TO_TARGET = Measure("time_to_target_s", "training time to the target accuracy", "s", to_target=True)
 # what write_report draws against each factor, where the folder has it (file name: column's first word);
 # TIME_TO_TARGET is drawn on its own, as bars per algorithm at every network point (summary.report_figures)
+# a user's command that reports no steps: not throughput (report/link_bytes.py says so)
+LINK_BYTES = Measure("link_bytes_per_s", "bytes sent per node", "B/s")
 REPORTED: Sequence[tuple[str, Measure]] = (("throughput", THROUGHPUT), ("idleness", IDLENESS),
-                                           ("accuracy", ACCURACY), ("steptime", STEP_TIME))
+                                           ("accuracy", ACCURACY), ("steptime", STEP_TIME),
+                                           ("linkbytes", LINK_BYTES))

@@ -16,7 +16,7 @@ from netbench.report.curves import curve_figure, curve_runs
 from netbench.report.groups import NETWORK, REFERENCE_STRATEGY, Efficiency, Group, baseline_slice, \
     group_observations, networked, ordered, scaling_efficiency, slowdown, speedups, varying
 from netbench.report.load import Observation, load_observations
-from netbench.report.measures import REPORTED, TIME_TO_TARGET
+from netbench.report.measures import LINK_BYTES, REPORTED, TIME_TO_TARGET
 from netbench.stats import MIN_RUNS, Interval, t_quantile
 
 
@@ -153,6 +153,27 @@ def summary_blocks(results_dir: Path, observations: Sequence[Observation], group
     return blocks
 
 
+def bytes_blocks(groups: Sequence[Group], confidence: float) -> list[Block]:
+    """The section for runs measured in bytes on their links (a user's command that reports no
+    steps, results.csv's source "bytes"): per design point, the bytes each node sent per second,
+    saying that these are bytes, not steps (none when no run was measured in bytes)."""
+    measured = [g for g in ordered(groups) if LINK_BYTES.values(g)]
+    if not measured:
+        return []
+    shown = varying(measured) or ["model"]
+    rows = []
+    for g in measured:
+        values = LINK_BYTES.values(g)
+        mean, ci = interval_text(LINK_BYTES.interval(g, confidence), digits=0, runs=values)
+        rows.append((*(level_text(s, g.get(s)) for s in shown), str(len(values)), mean, ci))
+    return [Heading("Measured in bytes, not steps"),
+            Paragraph("These runs' job reported no steps (neither netbench.track nor --step-regex): netbench "
+                      "measured the bytes on each node's link over a window of seconds after a warm-up, so they "
+                      "have no images/s and no step time. Bytes each node sent per second, averaged over the "
+                      f"job's nodes; geometric mean over repetitions with a {confidence:.0%} interval."),
+            Table((*shown, "n", "bytes/s sent per node", f"{confidence:.0%} interval"), tuple(rows))]
+
+
 def markdown_summary(results_dir: Path, observations: Sequence[Observation], groups: Sequence[Group],
                      effs: Sequence[Efficiency], figures: Sequence[Path], confidence: float,
                      playbook: Mapping[str, Any] | None = None) -> str:
@@ -209,6 +230,7 @@ def write_report(results_dir: Path, out_dir: Path, confidence: float = 0.95) -> 
     blocks = summary_blocks(results_dir, observations, groups, effs_shown, figures, confidence, playbook,
                             won=winner_blocks(points, target))
     blocks += accuracy_blocks_of(points, confidence)
+    blocks += bytes_blocks(groups, confidence)
     summary, page = out_dir / "report.md", out_dir / "report.html"
     summary.write_text(to_markdown(blocks), encoding="utf-8")
     page.write_text(to_html(blocks, f"Report: {results_dir.name}"), encoding="utf-8")

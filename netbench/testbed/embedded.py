@@ -173,6 +173,12 @@ class EmbeddedTestbed:
         """Nodes in placement order: n1, n2, ..."""
         return self.topology.nodes
 
+    def link_counters(self, nodes) -> dict[str, tuple[int, int]]:
+        """node -> (rx_bytes, tx_bytes) of each named node's interface, read in its namespace
+        (a user's command that reports no steps is measured by them: experiment/link_window.py)."""
+        by_name = {node.name: node for node in self.topology.nodes}
+        return {name: local.link_counters(by_name[name].netns, by_name[name].ifname) for name in nodes}
+
     def apply(self, run, seed: int) -> None:
         """One run's network (its per-pair topology if it has one, else its profile), changed in
         place from the last (the sweep holds the lock)."""

@@ -414,6 +414,28 @@ class HostsTestbed:
             raise TaskLost(f"host {host.name}: cannot start {task.role}{task.index}: {exc.message}") from None
         return RemoteTask(conn, host, task, log, stream, self.startup_s)
 
+    def link_counters(self, nodes) -> dict[str, tuple[int, int]]:
+        """host -> (rx_bytes, tx_bytes) of each named host's data-plane interface, from its
+        /proc/net/dev (the namespace the host's commands run in, as its jobs do) over the hosts'
+        SSH connections, in parallel (experiment/link_window.py)."""
+        from netbench.jobs.link_bytes import interface_counters
+        from netbench.remote import controller as remote
+
+        def read(conn) -> tuple[int, int]:
+            interface = self.by_name[conn.name].interface
+            result = conn.run("cat /proc/net/dev", timeout=10.0)
+            counters = interface_counters(result.stdout, interface) if result.ok else None
+            if counters is None:
+                why = (result.stderr.strip()[:120] if not result.ok else f"no interface {interface} in /proc/net/dev")
+                raise remote.RemoteError(f"host {conn.name}: cannot read its interface's counters: {why}")
+            return counters
+
+        results = remote.in_parallel([self.conn_by_name[name] for name in nodes], read)
+        failed = next((r for r in results.values() if isinstance(r, NetbenchError)), None)
+        if failed is not None:
+            raise failed
+        return dict(results)
+
     def verify(self, run, observer) -> dict | None:
         return None  # refused at the command line: verify measures between local namespaces
 

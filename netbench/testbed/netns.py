@@ -158,6 +158,20 @@ def discover(open_socket=None) -> topo.Topology | None:
     return topo.Topology(nodes=tuple(nodes), subnet=subnet)
 
 
+def link_counters(name: str, ifname: str) -> tuple[int, int]:
+    """(rx_bytes, tx_bytes) of interface `ifname` in namespace `name`, read over netlink (a
+    socket made in-process in the namespace: no fork, a few milliseconds)."""
+    try:
+        with closing(rtnl.iproute_in(name)) as ns:
+            links = ns.get_links(ifname=ifname)
+            stats = dict(links[0].get_attr("IFLA_STATS64") or links[0].get_attr("IFLA_STATS") or {}) if links else None
+    except (NetlinkError, OSError) as exc:
+        raise TestbedError(f"node {name}: cannot read {ifname}'s counters: {exc}") from None
+    if stats is None:
+        raise TestbedError(f"node {name}: no interface {ifname}")
+    return int(stats.get("rx_bytes", 0)), int(stats.get("tx_bytes", 0))
+
+
 CONGESTION_CONTROL_SYSCTL = "/proc/sys/net/ipv4/tcp_congestion_control"
 
 

@@ -1,6 +1,6 @@
 """A user's command that knows nothing of netbench, on real namespaces (root): its steps read
-from its output lines, its node's own hostname, and what `netbench reset` finds after the
-controller is killed with SIGKILL."""
+from its output lines, its node's own hostname, a job that reports no steps measured in bytes
+on its links, and what `netbench reset` finds after the controller is killed with SIGKILL."""
 
 from __future__ import annotations
 
@@ -60,6 +60,28 @@ def test_a_plain_job_is_read_by_its_lines_on_nodes_named_after_themselves(clean_
     assert ranks[0]["ended"] == "stopped"  # its peer may end by itself once rank 0 is gone
     assert socket.gethostname() == host_name and processes_running(str(job)) == []
     assert local.list_netbench_netns() == []
+
+
+def test_a_job_that_reports_no_steps_is_measured_in_bytes_on_its_links(clean_machine, tmp_path):
+    out, job = tmp_path / "out", f"{ROOT}/examples/ring_bytes.py"
+    result = subprocess.run([*NETBENCH, "sweep", "--bandwidth", "1gbit,20mbit", "--workers", "2", "--warmup", "1",
+                             "--seconds", "2", "--output", str(out), "--", "python", job],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "measured in bytes, not steps" in result.stdout  # the terminal says what it measured
+    rows = list(csv.DictReader(open(out / "results.csv", newline="")))
+    assert [(r["status"], r["source"], r["images_per_sec"], r["step_time_mean_s"]) for r in rows] == \
+        [("ok", "bytes", "", "")] * 2, rows
+    sent = {r["rate_mbit"]: float(r["link_bytes_per_s"]) for r in rows}
+    print("link_bytes_per_s by rate_mbit:", sent)  # the figures of the report (pytest -s)
+    assert 0 < sent["20.0"] < sent["1000.0"], sent
+    assert sent["20.0"] <= 20e6 / 8 * 1.1  # no more than the shaped rate allows
+    record = json.loads((out / "runs" / f"{rows[0]['run_id']}.json").read_text())
+    assert [n["node"] for n in record["link_bytes"]["nodes"]] == ["n1", "n2"] and record["link_bytes"]["window_s"] >= 2
+    assert all(n["tx_bytes"] > 0 and n["rx_bytes"] > 0 for n in record["link_bytes"]["nodes"])
+    ranks = [json.loads(p.read_text()) for p in sorted(out.glob("logs/launch*/ranks.json"))]
+    assert len(ranks) == 2 and all(r["ended"] == "stopped" for launch in ranks for r in launch)  # stopped, each point
+    assert processes_running(job) == [] and local.list_netbench_netns() == []
 
 
 def test_reset_after_the_controller_is_killed_ends_what_the_job_started(clean_machine, tmp_path):

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from netbench import report
 from netbench.cli import app as cli
-from netbench.cli import render
+from netbench.cli import render_report as render
 from netbench.report import Observation, axis_scale, baseline_slice, group_observations, scaling_efficiency
 from netbench.stats import log_t_interval, ratio_interval, t_interval
 from tests.unit.report_designs import record, write_results

@@ -38,7 +38,9 @@ def test_steps_are_the_workers_events_warm_up_first_with_the_clusters_images(mon
     for _ in range(3):
         with track.step(images=32):
             pass
-    got = events_of(capfd.readouterr().out)
+    loaded, *got = events_of(capfd.readouterr().out)
+    assert isinstance(loaded, ev.Other) and loaded.name == "track-loaded"  # said at import
+    assert dict(loaded.fields_)["task_index"] == 1
     assert isinstance(got[0], ev.Start) and got[0].task_index == 1 and got[0].num_workers == 2
     assert dict(got[0].extra)["framework"] == "torch 9.9" and dict(got[0].extra)["source"] == "track"
     steps = got[1:]
@@ -58,7 +60,7 @@ def test_stop_is_requested_on_the_step_count_the_control_file_gives(monkeypatch,
         answers.append(track.stop_requested())
     assert answers == [False, False, False, True, True, True]  # true once 4 steps are done
     asked = [e for e in events_of(capfd.readouterr().out) if isinstance(e, ev.Other)]
-    assert [e.name for e in asked] == ["stop-checked"]  # said once
+    assert [e.name for e in asked] == ["track-loaded", "stop-checked"]  # each said once
 
 
 def test_outside_netbench_it_writes_nothing_and_never_asks_to_stop(monkeypatch, capfd):

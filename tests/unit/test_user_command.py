@@ -93,6 +93,19 @@ def test_sweep_dry_run_prints_each_ranks_command_and_environment():
     assert "strategy command" in result.output
     assert result.output.count("$ python job.py --lr 1") == 2
     assert "NETBENCH_RANK=1" in result.output and "PET_NNODES=2" in result.output
+    assert "a job that never imports it is measured in bytes on each node's link instead (10 s warm-up after " \
+           "its first bytes, then a 10 s window; no images/s)" in result.output
+
+
+def test_a_playbooks_dry_run_prints_the_command_each_rank_runs(tmp_path):
+    book = tmp_path / "book.yaml"
+    book.write_text("name: ring\nfactors:\n  bandwidth: [1gbit, 20mbit]\nfixed:\n  workers: 2\nwarmup: 2\n"
+                    "seconds: 5s\ncommand: [python, ring.py, --kib, 32]\nimages_per_step: 8\nstep_regex: 'x (?P<ms>.*)'\n")
+    result = invoke("run", str(book), "--dry-run", "--output", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    assert result.output.count("$ python ring.py --kib 32") == 2 and "NETBENCH_RANK=1" in result.output
+    assert "steps: rank 0's output lines that match 'x (?P<ms>.*)', 8 images each" in result.output
+    assert "rank 1 on n2" in result.output and "output ignored" in result.output  # with a regex, rank 0 reports
 
 
 @pytest.mark.parametrize("args, message", [
