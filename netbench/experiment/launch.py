@@ -445,7 +445,7 @@ def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: 
         limit = timeouts.step_s if clock.stepped else timeouts.startup_s
         wait = meter.wait() if meter is not None and meter.armed else clock.since + limit - time.monotonic()
         if wait <= 0 and not (meter is not None and meter.armed):
-            what = "the next step" if clock.stepped else "the first step"
+            what = "next step" if clock.stepped else "first step"
             note = meter.note if meter is not None else ""
             return "timeout", f"no {what} within {limit:g}s{note}", got + _unmeasured(waiting)
         try:

@@ -256,7 +256,7 @@ def _collect(live: list[_Live], sink: queue.SimpleQueue, events: list[ev.Event],
         since = started if last_step is None else last_step
         wait = since + limit - now
         if wait <= 0:
-            what = "the first step" if last_step is None else "the next step"
+            what = "first step" if last_step is None else "next step"
             return "timeout", f"no {what} within {limit:g}s"
         if reported is not None:
             wait = min(wait, reported[0] + ERROR_SETTLE_S - now)

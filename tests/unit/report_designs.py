@@ -18,7 +18,7 @@ def record(run_id: str, *, delay_ms: float = 0, rate_mbit: float | None = None, 
     rec = {
         "run_id": run_id, "schema_version": 1, "backend": "userspace", "strategy": strategy, "model": model,
         "batch_size": batch, "workers": workers, "repeat": repeat, "warmup_steps": 2, "status": status,
-        "error": "" if status == "ok" else "no the next step within 1s",
+        "error": "" if status == "ok" else "no next step within 1s",
         "profile": {"name": "p", "delay_us": int(delay_ms * 1000), "jitter_us": 0, "loss": loss_pct / 100,
                     "rate_bps": None if rate_mbit is None else int(rate_mbit * 1e6)},
         "stats": None if ips is None else {"images_per_sec": ips, "steps": 5, "mean_s": batch * workers / ips},

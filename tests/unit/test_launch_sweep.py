@@ -260,7 +260,7 @@ def test_a_point_whose_steps_stop_coming_times_out_and_the_rest_relaunch(tmp_pat
     finally:
         release.set()
     assert [r.status for r in results] == ["ok", "timeout", "ok"]
-    assert results[1].error == "no the next step within 0.3s"
+    assert results[1].error == "no next step within 0.3s"
     assert [r.launch for r in results] == [0, 0, 1]
 
 

@@ -286,5 +286,5 @@ def test_links_that_cannot_be_read_leave_a_silent_job_to_time_out_saying_why(tmp
                          timeouts=Timeouts(startup_s=0.5))
     [result] = run_sweep(config, testbed=Unreadable(Journal(tmp_path / "state")))
     assert (result.status, result.source, result.link_bytes) == ("timeout", "track", None)
-    assert result.error == "no the first step within 0.5s; its links' bytes could not be read either: " \
+    assert result.error == "no first step within 0.5s; its links' bytes could not be read either: " \
                            "node n1: no interface eth0"
