@@ -91,9 +91,10 @@ def _runs(latency, bandwidth, loss, jitter, topology_file, scale, workers):
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path),
               help="Results folder [default: results/collective-<time>].")
 @click.option("--json", "as_json", is_flag=True, help="Print the TensorFlow points' fits and all-reduce sizes as JSON.")
+@common.hosts_options
 @handle_errors
 def collective(latency, bandwidth, loss, jitter, topology_file, scale, workers, sizes, ops, framework, warmup, reps,
-               timeout, backend, seed, output, as_json) -> None:
+               timeout, backend, seed, output, as_json, inventory, insecure_host_keys, takeover) -> None:
     """Time collectives (like nccl-tests) on the testbed's links at every point.
 
     For each point (the product of the level flags, or a --topology), applies it as a sweep
@@ -101,8 +102,12 @@ def collective(latency, bandwidth, loss, jitter, topology_file, scale, workers, 
     MultiWorkerMirroredStrategy runs) and with gloo when PyTorch is installed; fits the
     all-reduce's time to alpha + beta x bytes.
 
+    With --inventory the processes run on the SSH hosts (one per host, as a sweep places
+    workers) and the hosts' links are shaped; every host is put back afterwards.
+
     Example: netbench collective --latency 1,10ms --sizes 8-1MiB --reps 3
     Example: netbench collective --bandwidth 100mbit --ops allreduce --json
+    Example: netbench collective --inventory hosts.yaml --bandwidth 100,1000mbit --sizes 8-16MiB
     """
     from netbench.cli import render_collective
     from netbench.experiment.collective import CollectiveConfig, json_report, run_collective
@@ -116,10 +121,18 @@ def collective(latency, bandwidth, loss, jitter, topology_file, scale, workers, 
     config = CollectiveConfig(runs=tuple(runs), workers=workers, output=output, settings=settings,
                               frameworks=frameworks, backend=None if backend == "auto" else backend,
                               command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, topology=pairs)
-    common.require_root()
-    common.sigterm_as_interrupt()
     view = render_collective.CollectiveView(quiet=as_json)
-    points = run_collective(config, view)
+    if inventory is None:
+        common.check_local_flags(None, insecure_host_keys, takeover=takeover)
+        common.require_root()
+        common.sigterm_as_interrupt()
+        points = run_collective(config, view)
+    else:  # the controller needs no root: the hosts shape their own links
+        from netbench.testbed.targets import open_target
+
+        with open_target(inventory, insecure_host_keys, config.backend, takeover=takeover) as hosts:
+            common.sigterm_as_interrupt()
+            points = run_collective(config, view, testbed=hosts)
     if as_json:
         render_collective.as_json(json_report(points, frameworks[0]))
     else:

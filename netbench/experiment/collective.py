@@ -141,6 +141,7 @@ class CollectiveConfig:
     seed: int = 0
     topology: Any = None
     job: JobSpec = field(default=JOB)  # what Target.prepare reads (placement, messages)
+    timeouts: Timeouts = Timeouts(startup_s=240.0, step_s=300.0)  # what a hosts target reads too
 
 
 class Observer(Protocol):
@@ -201,7 +202,8 @@ def run_collective(config: CollectiveConfig, observer: Observer | None = None, t
                 for framework in config.frameworks:
                     observer.point_started(run, framework)
                     point = measure(testbed, run, config.settings, framework,
-                                    config.output / "logs" / f"{run.run_id}-{framework}", port=rng.randrange(20000, 30000))
+                                    config.output / "logs" / f"{run.run_id}-{framework}", port=rng.randrange(20000, 30000),
+                                    timeouts=config.timeouts)
                     points.append(point)
                     writer.writerows(csv_rows(run, point))
                     fh.flush()

@@ -125,6 +125,24 @@ def test_a_users_command_runs_on_every_host_and_its_lines_are_its_steps(lab, tmp
     _assert_hosts_clean(lab)
 
 
+def test_collectives_time_the_hosts_shaped_links(lab, tmp_path):
+    """`netbench collective --inventory`: the benchmark's processes on the hosts, their links
+    shaped to 20 Mbit/s, a 1 MiB all-reduce timed at about what that rate allows."""
+    out = tmp_path / "collective"
+    result = lab.netbench("collective", "--inventory", str(lab.write_inventory()), "--bandwidth", "20mbit",
+                          "--ops", "allreduce", "--framework", "tf", "--sizes", "8,1MiB", "--warmup", "1",
+                          "--reps", "2", "--output", str(out), timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    with open(out / "collective.csv", newline="") as fh:
+        rows = {int(r["bytes"]): r for r in csv.DictReader(fh)}
+    assert set(rows) == {8, 1 << 20} and {r["rate_mbit"] for r in rows.values()} == {"20.0"}, rows
+    # a 2-worker ring all-reduce sends each worker's 1 MiB once: 0.42 s at 20 Mbit/s
+    assert 0.35 < float(rows[1 << 20]["time_s"]) < 5.0, rows[1 << 20]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["testbed_kind"] == "hosts" and manifest["ended"]
+    _assert_hosts_clean(lab)
+
+
 @contextlib.contextmanager
 def _endless_sweep(lab, out: Path):
     """A 1gbit sweep over the lab that trains until something stops it; yields the child and
