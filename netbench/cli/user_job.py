@@ -32,10 +32,10 @@ def with_command(job, argv: tuple[str, ...], images_per_step: int | None, step_r
                 raise UsageError(f"flag {flag}: only with a COMMAND", hint="e.g. netbench sweep --latency 1,20ms "
                                  "--workers 2 -- python train.py")
         return job
-    for flag, value in (("--verify", verify), ("--schedule", schedules), ("--topology", topology)):
-        if value:
-            raise UsageError(f"flag {flag}: not with a COMMAND (yet)", hint="sweep static --latency, --bandwidth, "
-                             "--loss or --jitter levels with a COMMAND")
+    for flag, value in (("--verify", verify), ("--schedule", schedules)):
+        if value:  # a user's command runs in launches, which neither verify nor drive schedules
+            raise UsageError(f"flag {flag}: not with a COMMAND (yet)", hint="sweep --latency, --bandwidth, "
+                             "--loss or --jitter levels, or a --topology, with a COMMAND")
     command = UserCommand(argv=tuple(argv), images_per_step=images_per_step, step_regex=step_regex or "")
     try:
         check_command(command)

@@ -84,6 +84,26 @@ def test_a_job_that_reports_no_steps_is_measured_in_bytes_on_its_links(clean_mac
     assert processes_running(job) == [] and local.list_netbench_netns() == []
 
 
+def test_a_users_command_runs_across_a_per_pair_topology(clean_machine, tmp_path):
+    """--topology with a COMMAND: ranks on n1 and n2 of two-regions (2 ms one-way), then every
+    delay x4; the job's own step (one exchange with rank 0) grows with the pair's delay."""
+    out = tmp_path / "out"
+    result = subprocess.run([*NETBENCH, "sweep", "--topology", f"{ROOT}/profiles/topologies/two-regions.yaml",
+                             "--scale", "1,4", "--workers", "2", "--warmup", "2", "--steps", "6",
+                             "--images-per-step", "64", "--step-regex", REGEX, "--output", str(out), "--",
+                             sys.executable, f"{ROOT}/examples/plain_steps.py", "--kib", "16"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    rows = list(csv.DictReader(open(out / "results.csv", newline="")))
+    assert [(r["status"], r["source"]) for r in rows] == [("ok", "regex")] * 2, rows
+    steps = sorted((json.loads((out / "runs" / f"{r['run_id']}.json").read_text()) for r in rows),
+                   key=lambda s: s["topology"]["scale"])
+    assert [s["topology"]["scale"] for s in steps] == [1.0, 4.0]
+    near, far = (s["stats"]["mean_s"] for s in steps)
+    assert near > 0.004 and far > near + 0.010, (near, far)  # a round trip of 4 ms, then of 16 ms
+    assert local.list_netbench_netns() == []
+
+
 def test_reset_after_the_controller_is_killed_ends_what_the_job_started(clean_machine, tmp_path):
     job = tmp_path / "launcher.sh"  # a launcher whose child outlives it, as torchrun's workers would
     job.write_text(f"{sys.executable} {ROOT}/examples/plain_steps.py --kib 16 &\nwait\n")

@@ -114,6 +114,7 @@ def test_a_playbooks_dry_run_prints_the_command_each_rank_runs(tmp_path):
     (["--step-regex", "(x", "--", "python", "j.py"], "flag --step-regex"),
     (["--step-regex", "x", "--", "python", "j.py"], "needs images-per-step"),
     (["--verify", "--", "python", "j.py"], "flag --verify: not with a COMMAND"),
+    (["--schedule", "profiles/schedules/spike.yaml", "--", "python", "j.py"], "flag --schedule: not with a COMMAND"),
 ])
 def test_sweep_refuses_flags_that_do_not_fit_a_command(args, message):
     result = invoke("sweep", "--latency", "1ms", "--dry-run", *args)
