@@ -125,6 +125,20 @@ def test_a_users_command_runs_on_every_host_and_its_lines_are_its_steps(lab, tmp
     _assert_hosts_clean(lab)
 
 
+def test_a_users_command_that_reports_no_steps_is_measured_in_bytes_on_the_hosts(lab, tmp_path):
+    """The hosts' link counters (read over SSH in the namespace their jobs run in) measure a
+    job that reports no steps: bytes/s within the 20 Mbit/s the hosts' links are shaped to."""
+    out = tmp_path / "results"
+    result = lab.netbench("sweep", "--inventory", str(lab.write_inventory()), "--bandwidth", "20mbit",
+                          "--workers", "2", "--warmup", "1", "--seconds", "2", "--output", str(out), "--",
+                          sys.executable, f"{ROOT}/examples/ring_bytes.py", timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (row,) = _rows(out)
+    assert (row["status"], row["source"], row["images_per_sec"]) == ("ok", "bytes", ""), row
+    assert 0.5e6 < float(row["link_bytes_per_s"]) <= 20e6 / 8 * 1.1, row
+    _assert_hosts_clean(lab)
+
+
 def test_collectives_time_the_hosts_shaped_links(lab, tmp_path):
     """`netbench collective --inventory`: the benchmark's processes on the hosts, their links
     shaped to 20 Mbit/s, a 1 MiB all-reduce timed at about what that rate allows."""
