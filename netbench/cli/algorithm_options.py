@@ -29,7 +29,7 @@ def algorithm_options(command):
 
     options = [
         click.option("--staleness", default=3, show_default=True, type=click.IntRange(0, 10000),
-                     help="ps-ssp: steps a worker may run ahead of the slowest."),
+                     help="ps-ssp: steps a worker may run ahead of the slowest (pushes it leaves unanswered while it computes on the weights it has)."),
         click.option("--tau", default=4, show_default=True, type=click.IntRange(1, 100000),
                      help="easgd: local steps between elastic exchanges with the centre variable."),
         click.option("--elastic-alpha", type=FiniteFloatRange(1e-6, 1.0),

@@ -2,8 +2,10 @@
 
 * ``ps-sync`` (BSP): every worker pushes its step's gradient; the server applies the mean of a
   round's W gradients once, together, and a worker's pull waits for its round (the barrier);
-* ``ps-ssp`` (SSP, Ho et al. 2013): each push is applied at once; a worker that has pushed c
-  steps may go on only while c - (the slowest worker's count) <= S (the staleness gate);
+* ``ps-ssp`` (SSP, Ho et al. 2013): each push is applied at once; a worker computes on the
+  weights it last received and keeps up to S pushes unanswered (its pipeline), and the server
+  answers push k once every worker still training has pushed k (the gate): so a worker that
+  has pushed c steps runs at most S ahead of the slowest, and a step hides up to S round trips;
 * ``easgd`` (asynchronous EASGD, Zhang, Choromanska and LeCun 2015): every tau local steps a
   worker and the centre variable move towards each other by alpha times their difference;
 * ``gosgd`` (Blot et al. 2016): after each step, with probability p, a worker halves its weight
@@ -40,6 +42,18 @@ PEER_STRATEGIES = ("gosgd", "adpsgd")
 def default_elastic_alpha(workers: int) -> float:
     """The EASGD paper's moving rate for `workers` workers: alpha = beta / p with beta = 0.9."""
     return EASGD_BETA / max(1, workers)
+
+
+def pipeline_depth(strategy: str, staleness: int) -> int:
+    """Pushes a worker may leave unanswered while it computes on the weights it has: SSP's
+    slack (ps-ssp: S), none for BSP (ps-sync waits for its round's reply every step)."""
+    return max(0, staleness) if strategy == "ps-ssp" else 0
+
+
+def server_gate(strategy: str, staleness: int) -> int:
+    """The lead the server's gate allows before it answers a push (ServerState.staleness): 0
+    under ps-ssp, whose workers' pipelines carry the S steps; `staleness` otherwise."""
+    return 0 if strategy == "ps-ssp" else staleness
 
 
 def ssp_may_proceed(clock: int, clocks: Sequence[int], staleness: int) -> bool:

@@ -268,8 +268,9 @@ def describe_algorithm(job: JobSpec, workers: int) -> list[str]:
         lines.append("algorithm: BSP; each step every worker pushes its gradient to the parameter servers and "
                      "pulls the weights once the round's gradients are applied together")
     elif job.strategy == "ps-ssp":
-        lines.append(f"algorithm: SSP, staleness {job.staleness}; each step a worker pushes its gradient and pulls "
-                     f"the weights, waiting while it is more than {job.staleness} steps ahead of the slowest")
+        lines.append(f"algorithm: SSP, staleness {job.staleness}; each step a worker pushes its gradient and goes on "
+                     f"with the weights it last received, waiting only with more than {job.staleness} pushes "
+                     f"unanswered (at most {job.staleness} steps ahead of the slowest)")
     elif job.strategy == "easgd":
         alpha = f"{job.elastic_alpha:g}" if job.elastic_alpha is not None else f"{0.9 / workers:g} (0.9 / workers)"
         lines.append(f"algorithm: asynchronous EASGD, tau {job.tau}, alpha {alpha}; every {job.tau} local steps "

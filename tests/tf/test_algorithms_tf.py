@@ -74,9 +74,13 @@ def test_every_algorithm_trains_and_moves_the_bytes_it_should(clean_machine, tmp
             assert all(p["spread"] is not None for p in run["accuracy_curve"]), strategy
         if strategy in ("ps-sync", "ps-ssp"):
             steps = [e for e in run["events"] if e["event"] == "step" and e.get("phase") == "measured"]
-            assert all("wait" in e and "staleness" in e for e in steps), strategy
-            if strategy == "ps-sync":  # one version per round: every gradient was fresh
-                assert {e["staleness"] for e in steps} == {0}
+            assert all("wait" in e for e in steps), strategy
+            if strategy == "ps-sync":  # one version per round, answered every step: every gradient was fresh
+                assert {e.get("staleness") for e in steps} == {0}
+            else:  # S = 3 pushes in flight: a step takes the answers that came (none, one or more),
+                # to updates computed on older weights
+                answered = [e["staleness"] for e in steps if "staleness" in e]
+                assert len(answered) >= len(steps) / 2 and max(answered) > 0, answered
             assert run["idle_ratio"] is not None and run["wait_time_mean_s"] is not None
     # the synchronous algorithms' servers serve, on a node of their own (not a worker's)
     assert {u["role"] for u in runs["ps-sync"]["resources"]} == {"worker", "ps"}

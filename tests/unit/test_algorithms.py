@@ -335,3 +335,46 @@ def test_the_estimate_models_each_algorithms_exchange():
     assert exchange_s(JobSpec(strategy="gosgd", gossip_p=0.1), 2, model_s, rtt) == pytest.approx(0.002)
     # the parameter server's link carries every worker's models
     assert exchange_s(JobSpec(strategy="ps-ssp"), 16, model_s, 0.0) == pytest.approx(0.64)
+
+
+def test_an_ssp_worker_keeps_s_pushes_in_flight_and_blocks_only_beyond_them():
+    """ps-ssp hides round trips: worker 0 (S = 2) pushes twice without waiting; its third push
+    waits for the answer to its first, which the server gives once worker 1 has pushed too."""
+    import argparse
+    import threading
+
+    from netbench.jobs.harness import param_server
+    from netbench.jobs.harness.exchange_loop import _Worker
+    from netbench.jobs.harness.peers import Channel, Listener
+
+    assert (algorithms.pipeline_depth("ps-ssp", 2), algorithms.pipeline_depth("ps-sync", 2)) == (2, 0)
+    assert (algorithms.server_gate("ps-ssp", 2), algorithms.server_gate("ps-sync", 2)) == (0, 2)
+    s = algorithms.ServerState(mode=algorithms.SSP, workers=2, learning_rate=0.5,
+                               staleness=algorithms.server_gate("ps-ssp", 2))
+    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()))
+    address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
+    try:
+        args = argparse.Namespace(strategy="ps-ssp", staleness=2, seed=0, startup_timeout=5)
+        worker = _Worker(args, io.StringIO(), 0, {"worker": ["a:1", "b:1"], "ps": [address]})
+        worker.weights = [np.zeros(3, np.float32)]
+        worker._hello()
+        worker._read_replies()
+        other = Channel.connect(address, 5)
+        other.request(exchange.Message(exchange.HELLO, {"worker": 1}))
+        grads = [np.ones(3, np.float32)]
+        for _ in range(2):  # within the pipeline: nothing is waited for (the server holds both answers)
+            comm, wait, staleness = worker._push(0.0, grads)
+            assert staleness is None and worker.unanswered in (1, 2)
+        third: dict = {}
+        thread = threading.Thread(target=lambda: third.update(out=worker._push(0.0, grads)))
+        thread.start()
+        thread.join(0.3)
+        assert thread.is_alive()  # its first push is unanswered until worker 1 pushes once
+        other.request(exchange.Message(exchange.PUSH, {"worker": 1, "version": 0}, (np.ones(3, np.float32),)))
+        thread.join(5)
+        _, wait, staleness = third["out"]
+        assert worker.unanswered == 2 and staleness == 0 and wait > 0.2  # held by the gate
+        np.testing.assert_allclose(worker.weights[0], [-1.0] * 3)  # answered after both workers pushed once
+        assert listener.errors == []
+    finally:
+        listener.close()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import queue
 import random
 import threading
 import time
@@ -67,6 +68,10 @@ class _Worker:
         self.peers: dict[int, Channel] = {}
         self.farewells = threading.Semaphore(0)
         self.version = 0
+        # ps-ssp's pipeline: pushes sent and not yet answered, and how many may stay so
+        self.unanswered = 0
+        self.depth = algorithms.pipeline_depth(self.strategy, getattr(args, "staleness", 0))
+        self.inboxes: list[queue.Queue] = []  # ps-sync, ps-ssp: each server's replies (_read_replies)
 
     # -- the network -------------------------------------------------------------------
 
@@ -115,12 +120,7 @@ class _Worker:
     def _exchange(self, step: int, grads: list[np.ndarray]) -> tuple[float, float, int | None]:
         t0 = time.monotonic()
         if self.strategy in ("ps-sync", "ps-ssp"):
-            replies = self._to_servers(exchange.PUSH, grads, {"version": self.version})
-            self.weights = exchange.join_shards([r.arrays for r in replies], len(self.weights))
-            self.version = min(int(r.meta["version"]) for r in replies)
-            wait = max(float(r.meta.get("wait_s", 0.0)) for r in replies)
-            staleness = max(int(r.meta.get("staleness", 0)) for r in replies)
-            return max(0.0, time.monotonic() - t0 - wait), wait, staleness
+            return self._push(t0, grads)
         if self.strategy == "easgd":
             if (step + 1) % self.args.tau == 0:
                 replies = self._to_servers(exchange.ELASTIC, self.weights, {})
@@ -145,6 +145,58 @@ class _Worker:
             return time.monotonic() - t0, 0.0, None
         raise ValueError(f"no exchange for strategy {self.strategy!r}")
 
+    def _push(self, t0: float, grads: list[np.ndarray]) -> tuple[float, float, int | None]:
+        """Send this step's gradient; then take the replies already here (fresher weights) and
+        block for more only while over the pipeline's depth (ps-sync: 0, its round's reply
+        every step). wait: the share of the blocked time the server held a reply (barrier or
+        gate); staleness: the largest of the updates answered in this step (None: none was)."""
+        shards = exchange.split_by_shard(grads, len(self.servers))
+        for channel, shard in zip(self.servers, shards):
+            channel.send(exchange.Message(exchange.PUSH, {"worker": self.index, "version": self.version},
+                                          tuple(shard)))
+        self.unanswered += 1
+        sent = time.monotonic()
+        held, staleness = 0.0, None
+        while self.unanswered > self.depth or (self.unanswered and self._answered()):
+            replies = [self._reply(inbox) for inbox in self.inboxes]
+            self.unanswered -= 1
+            self.weights = exchange.join_shards([r.arrays for r in replies], len(self.weights))
+            self.version = min(int(r.meta["version"]) for r in replies)
+            held = max(held, max(float(r.meta.get("wait_s", 0.0)) for r in replies))
+            staleness = max([staleness or 0, *(int(r.meta.get("staleness", 0)) for r in replies)])
+        blocked = time.monotonic() - sent
+        wait = min(held, blocked)
+        return max(0.0, time.monotonic() - t0 - wait), wait, staleness
+
+    def _answered(self) -> bool:
+        """Whether every server's next reply is here."""
+        return all(not inbox.empty() for inbox in self.inboxes)
+
+    @staticmethod
+    def _reply(inbox: queue.Queue) -> exchange.Message:
+        got = inbox.get()
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def _read_replies(self) -> None:
+        """A thread per server takes its replies as they come, so a server never blocks
+        sending one while this worker is busy sending its next pushes (both sides' buffers
+        full of model-sized frames would deadlock)."""
+        self.inboxes = [queue.Queue() for _ in self.servers]
+
+        def read(channel: Channel, inbox: queue.Queue) -> None:
+            while True:
+                try:
+                    inbox.put(channel.receive())
+                except BaseException as exc:  # noqa: BLE001 - handed to the training thread
+                    inbox.put(ConnectionError(f"parameter server: {type(exc).__name__}: {exc}")
+                              if not isinstance(exc, EOFError) else EOFError("a parameter server closed"))
+                    return
+
+        for channel, inbox in zip(self.servers, self.inboxes):
+            threading.Thread(target=read, args=(channel, inbox), name="netbench-replies", daemon=True).start()
+
     def _local_update(self, grads: list[np.ndarray]) -> None:
         """Decentralised and elastic strategies train their replica locally (plain SGD)."""
         with self.lock:
@@ -158,6 +210,16 @@ class _Worker:
         return dataclasses.replace(evaluator(centre, state, step, train_s), of=ev.EVAL_OF_CENTRE)
 
     def _goodbye(self) -> None:
+        if self.inboxes:  # ps-sync, ps-ssp: the pipeline's last replies, then bye through the readers
+            for _ in range(self.unanswered):
+                for inbox in self.inboxes:
+                    self._reply(inbox)
+            self.unanswered = 0
+            for channel in self.servers:
+                channel.send(exchange.Message(exchange.BYE, {"worker": self.index}))
+            for inbox in self.inboxes:
+                self._reply(inbox)
+            return
         for channel in self.servers:
             channel.request(exchange.Message(exchange.BYE, {"worker": self.index}))
         if self.strategy in algorithms.PEER_STRATEGIES:
@@ -192,6 +254,8 @@ class _Worker:
             Listener(host, int(port), self._peer_handler)
         if self.cluster.get("ps"):
             self._hello()
+            if self.strategy in ("ps-sync", "ps-ssp"):
+                self._read_replies()
         emit(ev.start_event(self.index, self.workers, os.getpid(), time.monotonic(), tf.__version__, args.model,
                             params, args.batch_size, strategy=self.strategy, role="worker",
                             model_bytes=model_bytes, input_shape=data.input_shape, classes=classes,

@@ -70,7 +70,8 @@ def serve(args: argparse.Namespace, events: IO[str], index: int, cluster: dict[s
     workers = len(cluster.get("worker", []))
     alpha = args.elastic_alpha or algorithms.default_elastic_alpha(workers)
     state = algorithms.ServerState(mode=algorithms.SERVER_MODES[args.strategy], workers=workers,
-                                   learning_rate=args.learning_rate, staleness=args.staleness, alpha=alpha)
+                                   learning_rate=args.learning_rate,
+                                   staleness=algorithms.server_gate(args.strategy, args.staleness), alpha=alpha)
     condition = threading.Condition()
     host, port = cluster["ps"][index].rsplit(":", 1)
     Listener(host, int(port), make_handler(state, condition))
