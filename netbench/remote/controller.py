@@ -20,7 +20,7 @@ from netbench import __version__
 from netbench.emulation import changes as ch
 from netbench.emulation.backends import get_backend
 from netbench.emulation.wire import plan_to_json
-from netbench.errors import BackendUnavailable, NetbenchError, ResetIncomplete, TestbedError, UsageError
+from netbench.errors import BackendUnavailable, NetbenchError, ResetIncomplete, TestbedError
 from netbench.remote.inventory import Host, Inventory
 from netbench.model.pairs import PairTopology
 from netbench.model.profile import Profile

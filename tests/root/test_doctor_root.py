@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
 
 import pytest
 from pyroute2 import netns as pnetns
-from rich.console import Console
 
 from netbench.experiment import doctor
-from netbench.experiment.doctor import Check, Outcome
 from netbench.emulation.executor import choose_backend
 from tests.conftest import ROOT
 from tests.unit.test_doctor import _by_name

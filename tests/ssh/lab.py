@@ -161,7 +161,6 @@ def _wait_listening(host: LabHost, log: Path, timeout: float = 15.0) -> None:
 
 
 def _build(lab: Lab, count: int) -> None:
-    p = lab.prefix
     for ns in (lab.switch, lab.controller, *(h.netns for h in lab.hosts)):
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "set", "lo", "up", netns=ns)

@@ -8,8 +8,6 @@ import subprocess
 import sys
 import types
 
-import pytest
-
 from netbench.jobs import events as ev
 
 ENV = {"NETBENCH_RANK": "1", "NETBENCH_WORLD_SIZE": "2", "NETBENCH_WARMUP": "2"}
