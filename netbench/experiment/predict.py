@@ -63,7 +63,8 @@ class Predictor:
             strategy=job.strategy, workers=workers, model_bytes=measured.model_bytes, compute_s=measured.compute_s,
             delay_s=profile.delay_us / 1e6, rate_bps=profile.rate_bps,
             overhead_s=fit.alpha_s if fit else 0.0, beta_s_per_byte=fit.beta_s_per_byte if fit else 0.0,
-            accum_steps=job.accum_steps, ps=job.ps)
+            accum_steps=job.accum_steps, ps=job.ps,
+            params={"period": job.tau, "p": job.gossip_p, "staleness": job.staleness})
 
     def predict(self, run) -> step_model.Prediction | None:
         x = self.inputs(run)

@@ -129,7 +129,7 @@ PATTERNS: dict[str, Callable[[StepInputs], float]] = {
     "allreduce-accum": allreduce_s,  # one all-reduce per accum_steps batches: a step is one update
     "ps": _ps,
     "ps-sync": _ps,  # every worker pulls and pushes each step, the servers' egress shared
-    "ps-ssp": _ps,  # the same transfers; staleness only hides waiting, not bytes
+    "ps-ssp": _ps,  # the same transfers, up to S of them in flight (predict: PIPELINED)
     # elastic averaging: an exchange with the centre every `period` steps
     "easgd": lambda x: (_ps(x) - 2 * x.delay_s) / _period(x, "period", 4),
     # gossip: one push of the model to one peer with probability `p` per step
@@ -141,7 +141,11 @@ PATTERNS: dict[str, Callable[[StepInputs], float]] = {
 
 # strategies whose step event is a completion at the coordinator, from whichever worker is free
 # (jobs/harness/ps.py: duration = the time between completions): W workers overlap their steps
-COMPLETIONS = frozenset({"ps", "ps-ssp"})
+COMPLETIONS = frozenset({"ps"})
+# strategies whose workers keep up to `staleness` exchanges in flight while they compute (ps-ssp:
+# jobs/harness/exchange_loop.py): a step is a round trip shared by S + 1 steps, never less than
+# its computing or the bytes its busiest egress sends per step
+PIPELINED = frozenset({"ps-ssp"})
 
 
 def predict(x: StepInputs) -> Prediction | None:
@@ -159,6 +163,12 @@ def predict(x: StepInputs) -> Prediction | None:
         shard = x.model_bytes / max(1, x.ps)
         step = max(step / max(1, x.workers), link_beta(x) * shard)
         floor = shard * _wire(x)
+    elif x.strategy in PIPELINED:
+        depth = 1 + max(0.0, float(x.params.get("staleness", 0)))
+        shard = x.model_bytes / max(1, x.ps)
+        busiest = link_beta(x) * max(x.model_bytes, shard * x.workers)
+        step = max(compute, step / depth, busiest)
+        floor = compute + _wire(x) * max(x.model_bytes, shard * x.workers)
     return Prediction(step_s=step, compute_s=compute, comm_s=comm, floor_s=floor)
 
 

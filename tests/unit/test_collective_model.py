@@ -198,3 +198,15 @@ def test_the_report_tables_measured_beside_predicted(tmp_path):
     assert "1 of 2 runs within 25%" in "\n".join(lines)
     (tmp_path / "results.csv").write_text(header + "r002,x,ps,mlp,2,0.3,\n")
     assert predicted_lines(tmp_path / "results.csv") == []
+
+
+def test_an_ssp_step_shares_its_round_trip_with_the_s_steps_in_flight():
+    sync = step_model.predict(_inputs(strategy="ps-sync", ps=1, rate_bps=None, delay_s=0.050))
+    ssp = step_model.predict(_inputs(strategy="ps-ssp", ps=1, rate_bps=None, delay_s=0.050, params={"staleness": 3}))
+    assert sync.step_s == pytest.approx(sync.compute_s + sync.comm_s)  # a round trip every step
+    assert ssp.step_s == pytest.approx(sync.step_s / 4)  # S = 3: four steps per round trip
+    gated = step_model.predict(_inputs(strategy="ps-ssp", ps=1, rate_bps=None, delay_s=0.050, params={"staleness": 0}))
+    assert gated.step_s == pytest.approx(sync.step_s)  # no slack: BSP's pace
+    narrow = _inputs(strategy="ps-ssp", ps=1, rate_bps=20e6, delay_s=0.001, params={"staleness": 3})
+    # a thin link binds: the server's egress sends the weights to both workers every step
+    assert step_model.predict(narrow).step_s == pytest.approx(step_model.link_beta(narrow) * 2 * narrow.model_bytes)
