@@ -14,6 +14,7 @@ from netbench.emulation.engines import Engines
 from netbench.emulation.held import Held, held_from_entries
 from netbench.emulation.iptables import Iptables
 from netbench.emulation.netlink.qdisc import NetlinkQdiscs, QdiscAdapter
+from netbench.emulation.netlink.tbf_batch import TbfLink
 from netbench.errors import EmulationError
 from netbench.model.topology import Topology
 
@@ -40,25 +41,35 @@ class Executor:
             i = 0
             while i < len(plan):
                 batch = self._reconfigure_batch(plan, i)
-                for change in batch or plan[i:i + 1]:
+                tbfs = [] if batch else self._tbf_batch(plan, i)
+                for change in batch or tbfs or plan[i:i + 1]:
                     if self.on_change:
                         self.on_change(change)
                 if batch:
                     self._reconfigure(batch)
+                elif tbfs:
+                    self._set_tbfs(tbfs)
                 else:
                     self._dispatch(plan[i])
-                self.done.extend(batch or plan[i:i + 1])
-                i += len(batch) or 1
+                self.done.extend(batch or tbfs or plan[i:i + 1])
+                i += len(batch or tbfs) or 1
 
     def _reconfigure_batch(self, plan: list[ch.Change], start: int) -> list[ch.ReconfigureEngine]:
         """The run of engine reconfigurations from `start` (sent together: the engines answer in
         about the time of one), when the engines adapter can batch them; else []."""
-        if not hasattr(self.engines, "reconfigure_many"):
-            return []
-        end = start
-        while end < len(plan) and isinstance(plan[end], ch.ReconfigureEngine):
-            end += 1
-        return list(plan[start:end]) if end - start > 1 else []
+        return _run_of(plan, start, ch.ReconfigureEngine) if hasattr(self.engines, "reconfigure_many") else []
+
+    def _tbf_batch(self, plan: list[ch.Change], start: int) -> list[ch.SetTbf]:
+        """The run of tbf changes from `start` (one per node: sent together, then their acks
+        read), when the qdisc adapter can batch them; else []."""
+        return _run_of(plan, start, ch.SetTbf) if hasattr(self.qdiscs, "replace_tbf_many") else []
+
+    def _set_tbfs(self, batch: list[ch.SetTbf]) -> None:
+        pending = self.journal.pending()
+        for change in batch:
+            self._record_root(change.netns, change.ifname, "tbf", pending=pending)
+        self.qdiscs.replace_tbf_many([TbfLink(c.netns, c.ifname, c.rate_bps, c.burst_bytes, c.limit_bytes)
+                                      for c in batch])
 
     def _reconfigure(self, batch: list[ch.ReconfigureEngine]) -> None:
         j = self.journal
@@ -90,13 +101,14 @@ class Executor:
         """What netbench holds now, from the journal (plan a change in place against it)."""
         return held_from_entries(self.journal.pending())
 
-    def _record_root(self, netns: str, dev: str, kind: str, **extra: Any) -> None:
+    def _record_root(self, netns: str, dev: str, kind: str, pending: list | None = None, **extra: Any) -> None:
         """One pending `qdisc` entry per device, however many live changes a sweep or a schedule
-        makes: a new one is written only when what it says changes (the old ones are then done)."""
+        makes: a new one is written only when what it says changes (the old ones are then done).
+        `pending`: the journal's pending entries, when the caller just read them."""
         j = self.journal
         data = {"netns": netns, "ifname": dev, "handle": ch.QDISC_HANDLE, "qdisc_kind": kind, **extra}
-        older = [e for e in j.pending() if e.kind == "qdisc" and e.data.get("netns") == netns
-                 and e.data.get("ifname") == dev]
+        entries = j.pending() if pending is None else pending
+        older = [e for e in entries if e.kind == "qdisc" and e.data.get("netns") == netns and e.data.get("ifname") == dev]
         if any(e.data == data for e in older):
             return
         j.record("qdisc", **data)
@@ -173,6 +185,14 @@ class Executor:
             self.iptables.add_rule(change.netns, change.iptables_args())
         else:  # pragma: no cover - a new change type without a handler is a bug
             raise TypeError(f"no handler for {type(change).__name__}")
+
+
+def _run_of(plan: list[ch.Change], start: int, kind: type) -> list:
+    """The changes of `kind` from `start` on, when there are at least two in a row; else []."""
+    end = start
+    while end < len(plan) and isinstance(plan[end], kind):
+        end += 1
+    return list(plan[start:end]) if end - start > 1 else []
 
 
 def _pairs(change: ch.StartEngine) -> dict[str, Any]:

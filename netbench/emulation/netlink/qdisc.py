@@ -24,6 +24,8 @@ from netbench.emulation.changes import (CHILD_MAJOR, HANDLE_MAJOR, HTB_UNLIMITED
 from netbench.emulation.netlink import netem, pairtree, rtnl
 from netbench.emulation.netlink.netem import NetemParams
 from netbench.emulation.netlink.qdisc_read import decode_qdisc, decode_tree
+from netbench.emulation.netlink import tbf_batch
+from netbench.emulation.netlink.tbf_batch import Installed, TbfLink
 from netbench.errors import EmulationError, PrivilegeError
 
 ETH_P_IP = 0x0800
@@ -82,11 +84,16 @@ def _send_netem(netns: str, command: str, index: int, handle: int, parent: int, 
 
 
 class _ThreadState(threading.local):
-    """What one thread's session holds: its sockets (None outside a session) and peeked roots."""
+    """What one thread holds: its sockets (None outside a session and a hold), the peeked
+    roots of its session, and, while it holds its sockets (hold()), its raw sockets for
+    batched requests and the roots it installed (tbf_batch.Installed per (netns, device))."""
 
     def __init__(self) -> None:
         self.sockets: dict[str, Any] | None = None
         self.peeked: dict[tuple[str, str], tuple[int, Any]] = {}
+        self.held = False
+        self.raw: dict[str, Any] = {}  # namespace -> a bound NETLINK_ROUTE socket (rtnl.open_socket)
+        self.installed: dict[tuple[str, str], Installed] = {}
 
 
 class NetlinkQdiscs:
@@ -99,10 +106,8 @@ class NetlinkQdiscs:
 
     def __init__(self) -> None:
         # pyroute2 refuses a socket on any thread but the one that made it, so sockets are
-        # owned by threads: the held ones by the thread that called hold(), a session's by the
-        # thread it runs on (a schedule's changes run on a thread of their own)
-        self._holder: int | None = None
-        self._held: dict[str, Any] = {}  # namespace -> IPRoute, the holder thread's
+        # owned by threads: the held ones by the thread that called hold() (a sweep's main
+        # thread, a schedule's own thread: each holds its own), a session's by its thread
         self._thread = _ThreadState()
 
     @property
@@ -112,20 +117,18 @@ class NetlinkQdiscs:
         return self._thread.peeked
 
     def _sockets(self) -> dict[str, Any] | None:
-        """The calling thread's open sockets: the held ones on the holder thread, else its
-        session's (None outside a session: each request opens and closes one)."""
-        if self._holder is not None and self._holder == threading.get_ident():
-            return self._held
+        """The calling thread's open sockets: its held ones, else its session's (None outside
+        a session: each request opens and closes one)."""
         return self._thread.sockets
 
     @contextmanager
     def session(self) -> Iterator[None]:
         """One netlink socket per namespace for everything done inside (a whole apply), made
-        and closed on the calling thread; on the thread that called hold(), the held sockets.
+        and closed on the calling thread; on a thread that called hold(), its held sockets.
         What root_qdisc() read is used only within one session."""
         state = self._thread
         state.peeked = {}
-        if self._sockets() is not None:
+        if state.sockets is not None:
             try:
                 yield
             finally:
@@ -141,17 +144,38 @@ class NetlinkQdiscs:
 
     def hold(self) -> None:
         """Keep one socket per namespace open across sessions until release() (a sweep's or a
-        schedule's many changes: opening them is most of a small change's cost). The calling
+        schedule's many changes: opening them is most of a small change's cost), and remember
+        the roots installed meanwhile (a tbf changed again is not read back first). The calling
         thread owns them; a session on another thread opens sockets of its own."""
-        if self._holder is None:
-            self._holder = threading.get_ident()
+        state = self._thread
+        if not state.held:
+            state.held = True
+            if state.sockets is None:
+                state.sockets = {}
 
     def release(self) -> None:
-        """Close the held sockets (call it from the thread that called hold())."""
-        sockets, self._held, self._holder = self._held, {}, None
-        self._thread.peeked = {}
+        """Close the calling thread's held sockets (the thread that called hold())."""
+        state = self._thread
+        if not state.held:
+            return
+        sockets, raw = state.sockets or {}, state.raw
+        state.held, state.sockets, state.raw, state.installed, state.peeked = False, None, {}, {}, {}
         for ipr in sockets.values():
             ipr.close()
+        for sock in raw.values():
+            sock.close()
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """hold() on the calling thread for the block, then release() (a schedule's thread)."""
+        if self._thread.held:
+            yield
+            return
+        self.hold()
+        try:
+            yield
+        finally:
+            self.release()
 
     def _open(self, netns: str) -> ContextManager[Any]:
         """An IPRoute in `netns` (the calling thread's held or session one, or one closed after
@@ -177,8 +201,12 @@ class NetlinkQdiscs:
                                  hint="is the testbed up? 'netbench testbed show'") from None
 
     def _forget(self, netns: str) -> None:
+        """Drop what this thread read or installed in `netns` (its trees are about to change)."""
         for key in [key for key in self._peeked if key[0] == netns]:
             del self._peeked[key]
+        installed = self._thread.installed
+        for key in [key for key in installed if key[0] == netns]:
+            del installed[key]
 
     def _index(self, ns: Any, netns: str, ifname: str) -> int:
         found = ns.link_lookup(ifname=ifname)
@@ -204,7 +232,32 @@ class NetlinkQdiscs:
                 ns.tc("replace", "tbf", index, handle=QDISC_HANDLE, rate=rate_bps // 8,
                       burst=burst_bytes, limit=limit_bytes)
             except NetlinkError as exc:
+                self._thread.installed.pop((netns, ifname), None)
                 raise _nl_error(f"{netns}: tbf on {ifname}", exc) from None
+            if self._thread.held:
+                self._thread.installed[(netns, ifname)] = Installed(index, burst_bytes)
+
+    def replace_tbf_many(self, links: list[TbfLink]) -> None:
+        """replace_tbf on every link of `links`, the requests of the links this thread installed
+        (while holding its sockets) all sent before any ack is read (tbf_batch); any other link
+        as replace_tbf. Every link is tried; EmulationError names each one refused (the others
+        hold their new tbf)."""
+        state = self._thread
+        known = [link for link in links if (link.netns, link.ifname) in state.installed]
+        for link in [link for link in links if link not in known]:  # read first, then known
+            self.replace_tbf(link.netns, link.ifname, link.rate_bps, link.burst_bytes, link.limit_bytes)
+        if not known:
+            return
+        try:
+            failed = tbf_batch.change(state.raw, state.installed, known, _HANDLE_INT)
+        except FileNotFoundError as exc:
+            raise EmulationError(f"namespace {exc.filename} does not exist",
+                                 hint="is the testbed up? 'netbench testbed show'") from None
+        if failed:
+            reasons = "; ".join(f"{netns}: tbf on {ifname}: {exc.args[1] if len(exc.args) > 1 else exc}"
+                                for (netns, ifname), exc in sorted(failed.items()))
+            raise EmulationError(f"{len(failed)} of {len(links)} links refused their tbf change: {reasons}",
+                                 hint="the other links hold their new rate; 'netbench show' reads them back")
 
     @staticmethod
     def _root(ns: Any, index: int) -> Any | None:
@@ -398,6 +451,8 @@ class NetlinkQdiscs:
     def root_qdisc(self, netns: str, ifname: str) -> tuple[str, int] | None:
         """(kind, handle) of the root qdisc on `ifname`; handle 0 is the kernel's default.
         None when there is none, or no such interface or namespace (yet)."""
+        if (netns, ifname) in self._thread.installed:  # this thread installed it and holds its socket
+            return "tbf", _HANDLE_INT
         try:
             with self._open(netns) as ns:
                 found = ns.link_lookup(ifname=ifname)
