@@ -237,7 +237,10 @@ def ramp_schedule(folder: Path, say: Callable[[str], None]) -> dict[str, list[fl
     plans = PlanCache(target, "auto")
     for profile in [entry.profile for entry in entries] + [before, schedule.profile]:
         plans.plan(profile)
-    options = {"base": schedule.profile} if "base" in inspect.signature(run_schedule).parameters else {}
+    supported = inspect.signature(run_schedule).parameters  # the bench also runs against older code
+    options = {"base": schedule.profile} if "base" in supported else {}
+    if "rehearse" in supported:
+        options["rehearse"] = True  # as apply --schedule does
     landed = run_schedule(entries, plans.apply, **options)
     timed_changes = [item for item in landed if item.landed_s > 0]  # the base before time 0 is not a change
     values = [item.lateness_s * 1000 for item in timed_changes]

@@ -31,7 +31,7 @@ def apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
         shown = lambda item: (landed.append(item), render.schedule_change(item))  # noqa: E731
         try:
             run_schedule(entries, plans.apply, repeat=schedule.repeat, period_s=schedule.period_s,
-                         base=schedule.profile, on_change=shown)
+                         base=schedule.profile, on_change=shown, rehearse=True)
         except KeyboardInterrupt:
             with interrupts.held_off():
                 plans.apply(before)

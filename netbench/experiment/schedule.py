@@ -92,7 +92,7 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
                  current_step: Callable[[], int] | None = None,
                  on_change: Callable[[Landed], None] | None = None,
                  stop: threading.Event | None = None, already: Profile | None = None,
-                 base: Profile | None = None) -> list[Landed]:
+                 base: Profile | None = None, rehearse: bool = False) -> list[Landed]:
     """Apply each profile of `timeline` at its time (or once the training step reaches its
     at_step, asking `current_step`), in order; with `repeat`, loop every `period_s` (seconds,
     or training steps for a step-triggered timeline) until `stop` is set or the caller is
@@ -107,7 +107,10 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
     LEAD_WINDOW changes, so it lands at its time rather than that much after it (lateness can
     then be slightly negative: early). A change whose successors are already due when it is
     made is merged into the last of them (model.schedule.due; `Landed.merged` lists them): the
-    link goes straight to the state it should have now and the timeline never stretches."""
+    link goes straight to the state it should have now and the timeline never stretches.
+    `rehearse` (timed schedules): before the clock starts, the profile the link holds then is
+    applied once more (in place: nothing changes) and timed, so the first change starts early
+    by what a change costs, as the later ones do (without it, it lands that much late)."""
     if not timeline:
         return []
     by_step = timeline[0].at_step is not None
@@ -136,6 +139,11 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
             _record(landed, on_change, Landed(index=first - 1, cycle=0, step=entry.step, at_step=None, scheduled_s=0.0,
                                               started_s=began - start, landed_s=0.0, profile=entry.profile,
                                               merged=tuple(range(first - 1))))
+    if rehearse and not by_step and last is not None:
+        began = clock()
+        apply(last)
+        durations.append(clock() - began)
+        start = None  # the clock starts after the rehearsal
     start = clock() if start is None else start
     cycle = 0
     while True:
