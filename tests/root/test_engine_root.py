@@ -278,7 +278,8 @@ def _stats_after_change(engines, netns: str, reconfigurations: int) -> dict:
     """The engine's stats once they count `reconfigurations` (written STATS_AFTER_SET_S after
     its answer); the last read if they never do within a second."""
     deadline = time.monotonic() + 1.0
-    while (stats := engines.read(netns, QUEUE)).get("reconfigurations", 0) < reconfigurations and time.monotonic() < deadline:
+    while ((stats := engines.read(netns, QUEUE) or {}).get("reconfigurations", 0) < reconfigurations
+           and time.monotonic() < deadline):
         time.sleep(0.01)
     return stats
 
@@ -378,4 +379,4 @@ def test_a_second_start_on_a_served_queue_leaves_the_live_engines_socket(pair, m
     with pytest.raises(EmulationError, match="already bound"):
         engines.start(pair.a, QUEUE, 2_000, 0, 0.0, 1, journal)
     assert engines.reconfigure(pair.a, QUEUE, 3_000, 0, 0.0, 1, journal) is True
-    assert engines.read(pair.a, QUEUE)["pid"] == pid
+    assert _stats_after_change(engines, pair.a, 1)["pid"] == pid
