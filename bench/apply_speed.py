@@ -215,7 +215,7 @@ def schedule_lateness(steps: int, say: Callable[[str], None]) -> dict[str, list[
     return {"schedule_lateness": values, "schedule_apply": [(i.landed_s - i.started_s) * 1000 for i in landed[1:]]}
 
 
-def ramp_schedule(folder: Path, say: Callable[[str], None]) -> dict[str, list[float]]:
+def ramp_schedule(folder: Path, say: Callable[[str], None], realtime: bool = True) -> dict[str, list[float]]:
     """Measurement 5: RAMP on the testbed that is up, as `netbench apply --schedule` runs it
     (the embedded target, every profile planned first, run_schedule), from an unshaped link.
     Lateness of each change in ms (the base's, before time 0 where the code does that, is left
@@ -241,7 +241,13 @@ def ramp_schedule(folder: Path, say: Callable[[str], None]) -> dict[str, list[fl
     options = {"base": schedule.profile} if "base" in supported else {}
     if "rehearse" in supported:
         options["rehearse"] = True  # as apply --schedule does
-    landed = run_schedule(entries, plans.apply, **options)
+    import contextlib
+
+    from netbench import proc
+
+    priority = getattr(sys.modules["netbench.experiment.schedule"], "SCHEDULE_RT_PRIORITY", None)
+    with proc.realtime(priority) if priority and realtime else contextlib.nullcontext():  # as apply --schedule does
+        landed = run_schedule(entries, plans.apply, **options)
     timed_changes = [item for item in landed if item.landed_s > 0]  # the base before time 0 is not a change
     values = [item.lateness_s * 1000 for item in timed_changes]
     merged = sum(len(getattr(item, "merged", ())) for item in landed)
@@ -274,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--json", metavar="PATH", help="also write every sample as JSON ('-': stdout)")
     parser.add_argument("--ramp-only", action="store_true", help="only measurement 5, the ramp on --nodes links")
+    parser.add_argument("--no-realtime", action="store_true",
+                        help="run the ramp's schedule at normal priority (apply --schedule uses SCHED_FIFO)")
     args = parser.parse_args(argv)
     repeat = args.repeat or (2 if args.quick else 5)
     lib_repeat = args.lib_repeat or (6 if args.quick else 20)
@@ -306,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             run(netbench("testbed", "up", "--nodes", str(args.nodes)))
             if args.ramp_only:
                 say(f"the ramp on {args.nodes} links")
-                ramp = ramp_schedule(Path(tmp), say)
+                ramp = ramp_schedule(Path(tmp), say, realtime=not args.no_realtime)
                 stats = {k: summary(v) for k, v in ramp.items()}
                 record.update(samples=ramp, summary=stats, runtime_s=round(time.monotonic() - started, 1))
                 if args.json == "-":
@@ -319,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             whole = whole_commands(bed, repeat, say)
             run(netbench("apply", str(none_profile)))  # the ramp starts from an unshaped link
             say(f"the ramp on {args.nodes} links")
-            whole_ramp = ramp_schedule(Path(tmp), say)
+            whole_ramp = ramp_schedule(Path(tmp), say, realtime=not args.no_realtime)
             run(netbench("testbed", "down"))
             say(f"testbed up --nodes {LIB_NODES}")
             run(netbench("testbed", "up", "--nodes", str(LIB_NODES)))

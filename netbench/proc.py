@@ -19,8 +19,9 @@ import subprocess
 import threading
 import time
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from netbench.errors import NetbenchError
 
@@ -304,3 +305,20 @@ def child_pythonpath() -> str:
     root = str(Path(__file__).resolve().parents[1])
     existing = os.environ.get("PYTHONPATH")
     return root if not existing else f"{root}{os.pathsep}{existing}"
+
+
+@contextmanager
+def realtime(priority: int) -> Iterator[bool]:
+    """The calling thread at SCHED_FIFO `priority` for the block (its children forked meanwhile
+    start with normal scheduling: SCHED_RESET_ON_FORK), then back to what it had. Yields
+    False, changing nothing, where the system refuses (not root, or no real-time scheduling)."""
+    try:
+        before = os.sched_getscheduler(0), os.sched_getparam(0)
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(priority))
+    except (OSError, AttributeError):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.sched_setscheduler(0, before[0], before[1])

@@ -14,7 +14,7 @@ from netbench.emulation.engines import Engines
 from netbench.emulation.held import Held, held_from_entries
 from netbench.emulation.iptables import Iptables
 from netbench.emulation.netlink.qdisc import NetlinkQdiscs, QdiscAdapter
-from netbench.emulation.netlink.tbf_batch import TbfLink
+from netbench.emulation.netlink.batch import TbfLink
 from netbench.errors import EmulationError
 from netbench.model.topology import Topology
 
@@ -41,35 +41,47 @@ class Executor:
             i = 0
             while i < len(plan):
                 batch = self._reconfigure_batch(plan, i)
-                tbfs = [] if batch else self._tbf_batch(plan, i)
-                for change in batch or tbfs or plan[i:i + 1]:
+                roots = [] if batch else self._roots_batch(plan, i)
+                for change in batch or roots or plan[i:i + 1]:
                     if self.on_change:
                         self.on_change(change)
                 if batch:
                     self._reconfigure(batch)
-                elif tbfs:
-                    self._set_tbfs(tbfs)
+                elif roots:
+                    self._set_roots(roots)
                 else:
                     self._dispatch(plan[i])
-                self.done.extend(batch or tbfs or plan[i:i + 1])
-                i += len(batch or tbfs) or 1
+                self.done.extend(batch or roots or plan[i:i + 1])
+                i += len(batch or roots) or 1
 
     def _reconfigure_batch(self, plan: list[ch.Change], start: int) -> list[ch.ReconfigureEngine]:
         """The run of engine reconfigurations from `start` (sent together: the engines answer in
         about the time of one), when the engines adapter can batch them; else []."""
-        return _run_of(plan, start, ch.ReconfigureEngine) if hasattr(self.engines, "reconfigure_many") else []
+        if not hasattr(self.engines, "reconfigure_many"):
+            return []
+        return _run_of(plan, start, lambda c: isinstance(c, ch.ReconfigureEngine))
 
-    def _tbf_batch(self, plan: list[ch.Change], start: int) -> list[ch.SetTbf]:
-        """The run of tbf changes from `start` (one per node: sent together, then their acks
-        read), when the qdisc adapter can batch them; else []."""
-        return _run_of(plan, start, ch.SetTbf) if hasattr(self.qdiscs, "replace_tbf_many") else []
+    def _roots_batch(self, plan: list[ch.Change], start: int) -> list[ch.Change]:
+        """The run of root changes from `start`, one per device: tbfs (the userspace backend) or
+        netem roots without htb (the netem backend), sent together and then their acks read,
+        when the qdisc adapter can batch them; else []."""
+        if isinstance(plan[start], ch.SetTbf) and hasattr(self.qdiscs, "replace_tbf_many"):
+            return _run_of(plan, start, lambda c: isinstance(c, ch.SetTbf))
+        if isinstance(plan[start], ch.ShapeDevice) and hasattr(self.qdiscs, "shape_many"):
+            return _run_of(plan, start, lambda c: isinstance(c, ch.ShapeDevice) and not c.uses_htb)
+        return []
 
-    def _set_tbfs(self, batch: list[ch.SetTbf]) -> None:
-        pending = self.journal.pending()
-        for change in batch:
-            self._record_root(change.netns, change.ifname, "tbf", pending=pending)
-        self.qdiscs.replace_tbf_many([TbfLink(c.netns, c.ifname, c.rate_bps, c.burst_bytes, c.limit_bytes)
-                                      for c in batch])
+    def _set_roots(self, batch: list[ch.Change]) -> None:
+        pending = self.journal.pending()  # read once for the whole batch
+        if isinstance(batch[0], ch.SetTbf):
+            for c in batch:
+                self._record_root(c.netns, c.ifname, "tbf", pending=pending)
+            self.qdiscs.replace_tbf_many([TbfLink(c.netns, c.ifname, c.rate_bps, c.burst_bytes, c.limit_bytes)
+                                          for c in batch])
+            return
+        for c in batch:  # the kernel does not report netem's distribution table: the journal remembers it
+            self._record_root(c.netns, c.dev, "netem", pending=pending, distribution=c.netem.distribution)
+        self.qdiscs.shape_many(batch)
 
     def _reconfigure(self, batch: list[ch.ReconfigureEngine]) -> None:
         j = self.journal
@@ -187,10 +199,10 @@ class Executor:
             raise TypeError(f"no handler for {type(change).__name__}")
 
 
-def _run_of(plan: list[ch.Change], start: int, kind: type) -> list:
-    """The changes of `kind` from `start` on, when there are at least two in a row; else []."""
+def _run_of(plan: list[ch.Change], start: int, accept: Callable[[ch.Change], bool]) -> list[ch.Change]:
+    """The changes `accept`ed from `start` on, when at least two in a row are; else []."""
     end = start
-    while end < len(plan) and isinstance(plan[end], kind):
+    while end < len(plan) and accept(plan[end]):
         end += 1
     return list(plan[start:end]) if end - start > 1 else []
 

@@ -22,6 +22,9 @@ FINE_WAIT_S = 0.002  # the last stretch before a change is one short sleep, not 
 COARSE_CHUNK_S = 0.1  # the longest single sleep, so a stop event is seen within this
 STEP_POLL_S = 0.05  # how often a step-triggered schedule asks for the current training step
 LEAD_WINDOW = 5  # a timed change starts early by the median time of the last few changes
+# apply --schedule's thread runs at SCHED_FIFO below the delay engines' (10): on a busy host
+# a change then waits for the engines it asks, not for other processes' time slices
+SCHEDULE_RT_PRIORITY = 5
 
 
 @dataclass(frozen=True)

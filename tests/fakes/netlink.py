@@ -85,6 +85,12 @@ class FakeQdiscs(_Recorder):
         for link in links:
             self.replace_tbf(link.netns, link.ifname, link.rate_bps, link.burst_bytes, link.limit_bytes)
 
+    def shape_many(self, changes: list) -> None:
+        """As NetlinkQdiscs.shape_many: shape() of each; `batches` records the batch's size."""
+        self.batches.append(len(changes))
+        for change in changes:
+            self.shape(change)
+
     def shape(self, change: ShapeDevice) -> None:
         """Keeps what the kernel would: the netem options go through netlink encoding and
         decoding (netem.options -> bytes -> pyroute2's tcmsg -> netem.decode)."""

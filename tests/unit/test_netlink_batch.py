@@ -1,4 +1,4 @@
-"""A change's tbf on every link at once (emulation/netlink/tbf_batch.py) and what decides it:
+"""A change's tbf on every link at once (emulation/netlink/batch.py) and what decides it:
 the requests, their bytes, the acks; the executor's batches; the roots a thread installed;
 the engines' client sockets. No root: sockets are stand-ins."""
 
@@ -10,6 +10,7 @@ import struct
 import threading
 
 import pytest
+from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 from tests.fakes.netlink import make_fakes
 
@@ -18,10 +19,10 @@ from netbench.emulation import engine_control as ec
 from netbench.emulation.changes import tbf_burst_bytes, tbf_limit_bytes
 from netbench.emulation.executor import Executor
 from netbench.emulation.netlink import qdisc as qdisc_module
-from netbench.emulation.netlink import rtnl, tbf_batch
+from netbench.emulation.netlink import rtnl, batch
 from netbench.emulation.netlink.qdisc import NetlinkQdiscs
 from netbench.emulation.netlink.qdisc_read import decode_qdisc
-from netbench.emulation.netlink.tbf_batch import Installed, TbfLink
+from netbench.emulation.netlink.batch import Installed, TbfLink
 from netbench.errors import EmulationError
 from netbench.model.profile import Profile
 from netbench.model.topology import plan_topology
@@ -36,23 +37,23 @@ def link(netns: str, rate_bps: int) -> TbfLink:
 
 def test_a_shrinking_burst_deletes_first_a_growing_or_equal_one_is_replaced_in_place():
     held = Installed(index=3, burst_bytes=tbf_burst_bytes(500_000_000))
-    assert tbf_batch.steps(link("n1", 100_000_000), held) == ("del", "replace")
-    assert tbf_batch.steps(link("n1", 500_000_000), held) == ("replace",)
-    assert tbf_batch.steps(link("n1", 1_000_000_000), held) == ("replace",)
+    assert batch.steps(link("n1", 100_000_000), held) == ("del", "replace")
+    assert batch.steps(link("n1", 500_000_000), held) == ("replace",)
+    assert batch.steps(link("n1", 1_000_000_000), held) == ("replace",)
 
 
 def test_one_template_per_rate_carries_each_links_index_and_sequence_number():
-    template = tbf_batch.tbf_template(HANDLE, 100_000_000, tbf_burst_bytes(100_000_000), tbf_limit_bytes(100_000_000))
-    data = tbf_batch.with_index(template, 7, 4242)
+    template = batch.tbf_template(HANDLE, 100_000_000, tbf_burst_bytes(100_000_000), tbf_limit_bytes(100_000_000))
+    data = batch.with_index(template, 7, 4242)
     assert len(data) == len(template) and data != template
     msg = tcmsg(data)
     msg.decode()  # what the kernel reads: netbench's root tbf at the rate asked, on interface 7
     assert (msg["index"], msg["handle"], msg["parent"], msg["header"]["sequence_number"]) == (7, HANDLE,
                                                                                              0xFFFFFFFF, 4242)
     assert decode_qdisc(msg) == {"kind": "tbf", "rate_bps": 100_000_000, "limit_bytes": tbf_limit_bytes(100_000_000)}
-    other = tbf_batch.with_index(template, 9, 4243)
+    other = batch.with_index(template, 9, 4243)
     assert other[:8] == data[:8] and other[24:] == data[24:]  # only the sequence number and index differ
-    delete = tcmsg(tbf_batch.with_index(tbf_batch.delete_template(HANDLE), 7, 1))
+    delete = tcmsg(batch.with_index(batch.delete_template(HANDLE), 7, 1))
     delete.decode()
     assert (delete["index"], delete["handle"], delete.get_attr("TCA_KIND")) == (7, HANDLE, None)
 
@@ -61,7 +62,7 @@ def test_requests_in_link_order_each_sequence_number_owned_by_its_link():
     links = [link("n1", 100_000_000), link("n2", 200_000_000)]
     installed = {("n1", "eth0"): Installed(3, tbf_burst_bytes(500_000_000)),
                  ("n2", "eth0"): Installed(4, tbf_burst_bytes(100_000_000))}
-    out, owner = tbf_batch.requests(links, installed, HANDLE)
+    out, owner = batch.requests(links, installed, HANDLE)
     assert [netns for netns, _, _ in out] == ["n1", "n1", "n2"]  # n1's burst shrinks: its delete first
     seqs = [seq for _, seq, _ in out]
     assert len(set(seqs)) == 3 and seqs == sorted(seqs)
@@ -81,7 +82,7 @@ def ack(seq: int, code: int = 0) -> bytes:
 
 
 def test_acks_are_read_per_sequence_number_with_the_kernels_refusal():
-    acks = tbf_batch.parse_acks(ack(5) + ack(6, -errno.ENODEV) + rtnl._HDR.pack(16, 3, 0, 7, 0))
+    acks = batch.parse_acks(ack(5) + ack(6, -errno.ENODEV) + rtnl._HDR.pack(16, 3, 0, 7, 0))
     assert [seq for seq, _ in acks] == [5, 6]  # NLMSG_DONE (3) is not an ack
     assert acks[0][1] is None and acks[1][1].code == errno.ENODEV
 
@@ -118,7 +119,7 @@ def test_every_request_goes_out_and_every_refusal_comes_back_by_link():
     installed = {("n1", "eth0"): Installed(3, tbf_burst_bytes(500_000_000)),
                  ("n2", "eth0"): Installed(4, tbf_burst_bytes(500_000_000))}
     try:
-        failed = tbf_batch.change(sockets, installed, [link("n1", 100_000_000), link("n2", 100_000_000)], HANDLE)
+        failed = batch.change(sockets, installed, [link("n1", 100_000_000), link("n2", 100_000_000)], HANDLE)
     finally:
         for sock in sockets.values():
             sock.close()
@@ -143,7 +144,7 @@ def test_a_holding_thread_neither_reads_back_nor_checks_a_root_it_installed(monk
         sent.append(tuple(links))
         return {("n2", "eth0"): OSError(errno.ENODEV, "No such device")} if len(sent) == 2 else {}
 
-    monkeypatch.setattr(qdisc_module.tbf_batch, "change", change)
+    monkeypatch.setattr(qdisc_module.batch, "change", change)
     qdiscs = NetlinkQdiscs()
     links = [link("n1", 100_000_000), link("n2", 100_000_000)]
     with qdiscs.holding():
@@ -188,3 +189,64 @@ def test_requests_are_dealt_over_as_few_client_sockets_as_keep_them_all_in_fligh
     assert len(spread) == 8 and all(len(part) == 8 for part in spread)
     assert sorted(i for part in spread for i in part) == list(range(64))
     assert len(ec.spread(100)) == ec.MAX_CLIENTS  # beyond 64: each socket sends its share in turns
+
+
+# --- the netem backend: netem roots changed in one batch ---------------------------------------
+
+def test_a_batched_netem_change_sends_the_bytes_the_one_at_a_time_path_sends(monkeypatch):
+    from netbench.emulation.netlink.netem import NetemParams
+
+    params = NetemParams(delay_us=25_000, jitter_us=1_000, loss=0.01, rate_bps=100_000_000)
+    sent = []
+    monkeypatch.setattr(qdisc_module.rtnl, "request", lambda netns, msg, seq=1: sent.append(msg))
+    qdisc_module._send_netem("n1", "change", 7, HANDLE, 0xFFFFFFFF, params)
+    (msg,) = sent
+    msg["header"]["sequence_number"] = 77
+    msg.encode()
+    assert batch.with_index(batch.netem_template(HANDLE, params), 7, 77) == bytes(msg.data)
+
+
+def test_netem_roots_this_thread_installed_are_changed_in_one_batch_and_a_vanished_one_made_again(monkeypatch):
+    from netbench.emulation.changes import ShapeDevice
+    from netbench.emulation.netlink.netem import NetemParams
+
+    monkeypatch.setattr(qdisc_module.rtnl, "iproute_in", NoSocket)
+    changes = [ShapeDevice(f"n{i}", f"ns{i}", "eth0", NetemParams(delay_us=25_000)) for i in (1, 2, 3)]
+    batched, shaped = [], []
+    answers = iter([{("ns2", "eth0"): NetlinkError(errno.ENOENT, "gone")},
+                    {("ns3", "eth0"): NetlinkError(errno.EPERM, "Operation not permitted")}])
+
+    def change_netem(sockets, installed, known, handle):
+        batched.append([c.netns for c in known])
+        failed = next(answers)
+        for key in failed:
+            del installed[key]
+        return failed
+
+    monkeypatch.setattr(qdisc_module.batch, "change_netem", change_netem)
+    qdiscs = NetlinkQdiscs()
+    monkeypatch.setattr(qdiscs, "shape", lambda change: shaped.append(change.netns))
+    with qdiscs.holding():
+        for netns in ("ns1", "ns2", "ns3"):
+            qdiscs._thread.installed[(netns, "eth0")] = Installed(3, kind="netem")
+        qdiscs._thread.installed[("ns1", "eth0")] = Installed(3, kind="tbf")  # another kind: shape()'s path
+        assert qdiscs.root_qdisc("ns1", "eth0") == ("tbf", HANDLE) and qdiscs.root_qdisc("ns2", "eth0") == ("netem",
+                                                                                                            HANDLE)
+        qdiscs.shape_many(changes)
+        assert batched == [["ns2", "ns3"]] and shaped == ["ns1", "ns2"]  # ENOENT: made again, whole
+        qdiscs._thread.installed[("ns2", "eth0")] = Installed(3, kind="netem")
+        with pytest.raises(EmulationError, match=r"1 of 3 links refused their netem change: ns3: netem on eth0: "
+                                                 r"Operation not permitted"):
+            qdiscs.shape_many(changes)
+
+
+def test_the_netem_backends_changes_go_as_one_batch_of_roots(tmp_path):
+    topo = plan_topology(3, ipaddress.ip_network("10.213.0.0/24"))
+    qdiscs, iptables, engines, _ = make_fakes()
+    ex = Executor(journal=Journal(tmp_path / "state"), qdiscs=qdiscs, iptables=iptables, engines=engines)
+    for delay in (5_000, 25_000):
+        ex.apply(backends.plan_apply(Profile(name="d", delay_us=delay, rate_bps=100_000_000), topo, "netem",
+                                     held=ex.held()))
+    assert qdiscs.batches == [3, 3]
+    roots = [e for e in ex.journal.pending() if e.kind == "qdisc"]
+    assert sorted(e.data["qdisc_kind"] for e in roots) == ["netem"] * 3

@@ -1,4 +1,4 @@
-"""Many links' tbf changed at once: every request sent before any ack is read.
+"""Many links' root qdisc (tbf, or netem) changed at once: every request sent before any ack is read.
 
 A schedule changes the rate of every node's link at each step. Through pyroute2's IPRoute one
 tbf `replace` costs about a millisecond of Python (its request machinery, encoding the 1 KB
@@ -13,7 +13,10 @@ again: 64 links took 100-200 ms, longer than a schedule's step. Here:
 - the requests go out on each namespace's socket, all of them, and then the acks are read
   (`send_and_collect`): one refusal per link, each with the kernel's reason.
 
-The decisions are pure (`steps`, `with_index`); `send_and_collect` is the only I/O.
+The same goes for a netem root this process installed (`change_netem`: the netem backend's
+change of delay, loss or rate on every node), `change`d in place.
+
+The decisions are pure (`steps`, `requests`, `with_index`); `send_and_collect` is the only I/O.
 """
 
 from __future__ import annotations
@@ -25,13 +28,14 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_DELQDISC, RTM_NEWQDISC
 
-from netbench.emulation.netlink import rtnl
+from netbench.emulation.netlink import netem, rtnl
+from netbench.emulation.netlink.netem import NetemParams
 
 ROOT_PARENT = 0xFFFFFFFF
 _INDEX_OFFSET = 20  # nlmsghdr (16 bytes), then tcmsg: family, pad, pad (4 bytes), ifindex (i32)
@@ -54,10 +58,11 @@ class TbfLink:
 @dataclass(frozen=True)
 class Installed:
     """What this process last installed (and the kernel acked) as netbench's root on a link:
-    the interface's index and the tbf's burst in bytes."""
+    the interface's index, the root's kind ("tbf" or "netem") and a tbf's burst in bytes."""
 
     index: int
-    burst_bytes: int
+    burst_bytes: int = 0
+    kind: str = "tbf"
 
 
 def steps(link: TbfLink, installed: Installed) -> tuple[str, ...]:
@@ -84,6 +89,27 @@ def change(sockets: dict[str, socket.socket], installed: dict[tuple[str, str], I
             del installed[key]
         else:
             installed[key] = Installed(installed[key].index, link.burst_bytes)
+    return failed
+
+
+def change_netem(sockets: dict[str, socket.socket], installed: dict[tuple[str, str], Installed],
+                 changes: Sequence[Any], handle: int) -> dict[tuple[str, str], NetlinkError]:
+    """`change` the netem at the root (`handle`) of each ShapeDevice in `changes` (each in
+    `installed` as a netem root) to its parameters, its queue kept: all requests sent, then
+    all acks read, on `sockets` (opened here where missing, as change()). A device refused is
+    dropped from `installed`. Returns the refusals per (netns, device)."""
+    for netns in dict.fromkeys(c.netns for c in changes):
+        if netns not in sockets:
+            sockets[netns] = rtnl.open_socket(netns)
+    out: list[tuple[str, int, bytes]] = []
+    owner: dict[int, tuple[str, str]] = {}
+    for c in changes:
+        seq = next_seq()
+        out.append((c.netns, seq, with_index(netem_template(handle, c.netem), installed[(c.netns, c.dev)].index, seq)))
+        owner[seq] = (c.netns, c.dev)
+    failed = {owner[seq]: error for seq, error in send_and_collect(sockets, out).items()}
+    for key in failed:
+        del installed[key]
     return failed
 
 
@@ -117,6 +143,19 @@ def tbf_template(handle: int, rate_bps: int, burst_bytes: int, limit_bytes: int)
     msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", options]]
     msg["header"]["type"] = RTM_NEWQDISC
     msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE
+    msg["header"]["sequence_number"], msg["header"]["pid"] = 0, 0
+    msg.encode()
+    return bytes(msg.data)
+
+
+@functools.lru_cache(maxsize=64)
+def netem_template(handle: int, params: NetemParams) -> bytes:
+    """The RTM_NEWQDISC `change` of netbench's netem at the root to `params` (ifindex 0,
+    sequence 0): the bytes NetlinkQdiscs sends for it one at a time (qdisc._send_netem)."""
+    msg = netem.netem_tcmsg()
+    msg["family"], msg["index"], msg["handle"], msg["parent"] = 0, 0, handle, ROOT_PARENT
+    msg["attrs"] = [["TCA_KIND", "netem"], ["TCA_OPTIONS", netem.options(params)]]
+    msg["header"]["type"], msg["header"]["flags"] = RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK | NLM_F_REPLACE
     msg["header"]["sequence_number"], msg["header"]["pid"] = 0, 0
     msg.encode()
     return bytes(msg.data)
