@@ -11,7 +11,8 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager, Sequence
 
 from netbench import stats
 from netbench.errors import UsageError
@@ -240,9 +241,11 @@ class RunDriver:
 
     def __init__(self, schedule: Any, entries: Sequence[TimedProfile], start: Profile,
                  apply: Callable[[Profile], None], on_change: Callable[[Landed], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] | None = None,
+                 hold: Callable[[], ContextManager[Any]] | None = None) -> None:
         self.schedule, self.entries, self.start_profile = schedule, tuple(entries), start
         self.apply, self.on_change, self.clock = apply, on_change, clock
+        self.hold = hold  # entered on the schedule's thread for its life (the target's sockets for it)
         self.sleep = sleep
         self.landed: list[Landed] = []
         self.error: str | None = None
@@ -265,12 +268,16 @@ class RunDriver:
     def _drive(self) -> None:
         sleep = self.sleep or (lambda s: self._stop.wait(s))
         try:
-            run_schedule(self.entries, self.apply, clock=self.clock, sleep=sleep, repeat=self.schedule.repeat,
-                         period_s=self.schedule.cycle if self.schedule.repeat else None,
-                         current_step=lambda: self.steps, on_change=self._landed, stop=self._stop,
-                         already=self.start_profile)
+            with self.hold() if self.hold is not None else nullcontext():
+                self._run(sleep)
         except Exception as exc:  # noqa: BLE001 - recorded and reported by the runner
             self.error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+
+    def _run(self, sleep: Callable[[float], None]) -> None:
+        run_schedule(self.entries, self.apply, clock=self.clock, sleep=sleep, repeat=self.schedule.repeat,
+                     period_s=self.schedule.cycle if self.schedule.repeat else None,
+                     current_step=lambda: self.steps, on_change=self._landed, stop=self._stop,
+                     already=self.start_profile)
 
     def _landed(self, item: Landed) -> None:
         self.landed.append(item)
