@@ -150,3 +150,25 @@ def test_the_lasting_thread_hands_back_results_and_exceptions():
     thread.start()
     thread.join()
     assert out == {"value": 7, "error": "no"} and seen["thread"] == "netbench-spawner"
+
+
+def test_realtime_runs_the_block_at_sched_fifo_and_puts_the_thread_back(monkeypatch):
+    calls = []
+    monkeypatch.setattr(os, "sched_getscheduler", lambda pid: os.SCHED_OTHER)
+    monkeypatch.setattr(os, "sched_getparam", lambda pid: os.sched_param(0))
+    monkeypatch.setattr(os, "sched_setscheduler", lambda pid, policy, param: calls.append((pid, policy,
+                                                                                          param.sched_priority)))
+    with proc.realtime(5) as changed:
+        assert changed is True
+        # the calling thread only; children forked meanwhile start with normal scheduling
+        assert calls == [(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, 5)]
+    assert calls[-1] == (0, os.SCHED_OTHER, 0)
+
+
+def test_realtime_refused_changes_nothing_and_says_so(monkeypatch):
+    def refuse(pid, policy, param):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    with proc.realtime(5) as changed:
+        assert changed is False
