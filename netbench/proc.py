@@ -168,8 +168,17 @@ def is_same_process(pid: int, started: int | None) -> bool:
 
 
 def is_running(pid: int, started: int | None) -> bool:
-    """is_same_process, and not a zombie (a child that died and was not reaped yet)."""
-    return is_same_process(pid, started) and _alive(pid)
+    """is_same_process, and not a zombie (a child that died and was not reaped yet): one read
+    of /proc/PID/stat (a change to 64 delay engines asks this of each)."""
+    if started is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            stat = fh.read()
+        fields = stat[stat.rindex(")") + 2:].split()  # comm may hold spaces and parentheses
+        return int(fields[19]) == started and fields[0] != "Z"
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def _alive(pid: int) -> bool:

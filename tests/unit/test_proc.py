@@ -172,3 +172,18 @@ def test_realtime_refused_changes_nothing_and_says_so(monkeypatch):
     monkeypatch.setattr(os, "sched_setscheduler", refuse)
     with proc.realtime(5) as changed:
         assert changed is False
+
+
+def test_is_running_tells_a_live_process_from_a_zombie_and_from_one_that_reused_its_pid():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    started = proc.start_time(child.pid)
+    assert proc.is_running(child.pid, started) is True
+    assert proc.is_running(child.pid, started + 1) is False  # another process under that pid
+    assert proc.is_running(child.pid, None) is False  # no start time recorded: cannot tell
+    deadline = time.monotonic() + 10
+    while proc.is_running(child.pid, started) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.start_time(child.pid) == started  # exited, not reaped: a zombie is not running
+    assert proc.is_running(child.pid, started) is False
+    child.wait()
+    assert proc.is_running(child.pid, started) is False
