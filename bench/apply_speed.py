@@ -20,7 +20,13 @@ Four measurements, in one run:
 5. the ramp on all ``--nodes`` links (``RAMP``: base 5 ms / 500 mbit, then 25 ms / 100 mbit over
    4 s, a change every 100 ms), as ``netbench apply --schedule`` runs it, from an unshaped link:
    each change's lateness, the changes merged into a later one, and how long the 4 s timeline
-   took. ``--ramp-only`` makes just this one (a minute).
+   took. ``--ramp-only`` makes just this one (a minute). Like ``apply --schedule`` it runs the
+   schedule at SCHED_FIFO (``--no-realtime``: at normal priority) and rehearses a change before
+   the clock starts. Figures (2 shared CPUs, 2026-11-26, 3 runs each, side by side; lateness
+   p99 of 40 changes): before the batched netlink and engine changes (bff18e5) +115, +125,
+   +150 ms with 10-12 of 40 changes merged, each change ~125-145 ms; after +1.1, +3.1, +1.4 ms
+   (normal priority +3.0, +6.4, +3.3 ms), none merged, each change ~17-20 ms. bench/README.md
+   has the table.
 
 Every timed sample is a real change: the state before it is the same tool's shaping with the
 other value (set, untimed, just before). The measurements of 1 and 2 run in rounds, in a
@@ -215,7 +221,7 @@ def schedule_lateness(steps: int, say: Callable[[str], None]) -> dict[str, list[
     return {"schedule_lateness": values, "schedule_apply": [(i.landed_s - i.started_s) * 1000 for i in landed[1:]]}
 
 
-def ramp_schedule(folder: Path, say: Callable[[str], None]) -> dict[str, list[float]]:
+def ramp_schedule(folder: Path, say: Callable[[str], None], realtime: bool = True) -> dict[str, list[float]]:
     """Measurement 5: RAMP on the testbed that is up, as `netbench apply --schedule` runs it
     (the embedded target, every profile planned first, run_schedule), from an unshaped link.
     Lateness of each change in ms (the base's, before time 0 where the code does that, is left
@@ -237,8 +243,17 @@ def ramp_schedule(folder: Path, say: Callable[[str], None]) -> dict[str, list[fl
     plans = PlanCache(target, "auto")
     for profile in [entry.profile for entry in entries] + [before, schedule.profile]:
         plans.plan(profile)
-    options = {"base": schedule.profile} if "base" in inspect.signature(run_schedule).parameters else {}
-    landed = run_schedule(entries, plans.apply, **options)
+    supported = inspect.signature(run_schedule).parameters  # the bench also runs against older code
+    options = {"base": schedule.profile} if "base" in supported else {}
+    if "rehearse" in supported:
+        options["rehearse"] = True  # as apply --schedule does
+    import contextlib
+
+    from netbench import proc
+
+    priority = getattr(sys.modules["netbench.experiment.schedule"], "SCHEDULE_RT_PRIORITY", None)
+    with proc.realtime(priority) if priority and realtime else contextlib.nullcontext():  # as apply --schedule does
+        landed = run_schedule(entries, plans.apply, **options)
     timed_changes = [item for item in landed if item.landed_s > 0]  # the base before time 0 is not a change
     values = [item.lateness_s * 1000 for item in timed_changes]
     merged = sum(len(getattr(item, "merged", ())) for item in landed)
@@ -271,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--json", metavar="PATH", help="also write every sample as JSON ('-': stdout)")
     parser.add_argument("--ramp-only", action="store_true", help="only measurement 5, the ramp on --nodes links")
+    parser.add_argument("--no-realtime", action="store_true",
+                        help="run the ramp's schedule at normal priority (apply --schedule uses SCHED_FIFO)")
     args = parser.parse_args(argv)
     repeat = args.repeat or (2 if args.quick else 5)
     lib_repeat = args.lib_repeat or (6 if args.quick else 20)
@@ -303,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             run(netbench("testbed", "up", "--nodes", str(args.nodes)))
             if args.ramp_only:
                 say(f"the ramp on {args.nodes} links")
-                ramp = ramp_schedule(Path(tmp), say)
+                ramp = ramp_schedule(Path(tmp), say, realtime=not args.no_realtime)
                 stats = {k: summary(v) for k, v in ramp.items()}
                 record.update(samples=ramp, summary=stats, runtime_s=round(time.monotonic() - started, 1))
                 if args.json == "-":
@@ -316,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
             whole = whole_commands(bed, repeat, say)
             run(netbench("apply", str(none_profile)))  # the ramp starts from an unshaped link
             say(f"the ramp on {args.nodes} links")
-            whole_ramp = ramp_schedule(Path(tmp), say)
+            whole_ramp = ramp_schedule(Path(tmp), say, realtime=not args.no_realtime)
             run(netbench("testbed", "down"))
             say(f"testbed up --nodes {LIB_NODES}")
             run(netbench("testbed", "up", "--nodes", str(LIB_NODES)))

@@ -19,8 +19,9 @@ import subprocess
 import threading
 import time
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from netbench.errors import NetbenchError
 
@@ -167,8 +168,17 @@ def is_same_process(pid: int, started: int | None) -> bool:
 
 
 def is_running(pid: int, started: int | None) -> bool:
-    """is_same_process, and not a zombie (a child that died and was not reaped yet)."""
-    return is_same_process(pid, started) and _alive(pid)
+    """is_same_process, and not a zombie (a child that died and was not reaped yet): one read
+    of /proc/PID/stat (a change to 64 delay engines asks this of each)."""
+    if started is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            stat = fh.read()
+        fields = stat[stat.rindex(")") + 2:].split()  # comm may hold spaces and parentheses
+        return int(fields[19]) == started and fields[0] != "Z"
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def _alive(pid: int) -> bool:
@@ -304,3 +314,20 @@ def child_pythonpath() -> str:
     root = str(Path(__file__).resolve().parents[1])
     existing = os.environ.get("PYTHONPATH")
     return root if not existing else f"{root}{os.pathsep}{existing}"
+
+
+@contextmanager
+def realtime(priority: int) -> Iterator[bool]:
+    """The calling thread at SCHED_FIFO `priority` for the block (its children forked meanwhile
+    start with normal scheduling: SCHED_RESET_ON_FORK), then back to what it had. Yields
+    False, changing nothing, where the system refuses (not root, or no real-time scheduling)."""
+    try:
+        before = os.sched_getscheduler(0), os.sched_getparam(0)
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(priority))
+    except (OSError, AttributeError):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.sched_setscheduler(0, before[0], before[1])

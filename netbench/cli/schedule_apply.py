@@ -15,7 +15,8 @@ def apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
     """Run a schedule on the local testbed in the foreground; Ctrl-C or SIGTERM put the link
     back as it was before (read with show()), then exit 130."""
     from netbench import interrupts
-    from netbench.experiment.schedule import PlanCache, lateness, link_before, run_schedule
+    from netbench import proc
+    from netbench.experiment.schedule import SCHEDULE_RT_PRIORITY, PlanCache, lateness, link_before, run_schedule
     from netbench.model.schedule import timeline
 
     schedule = _load_timed_schedule(path)
@@ -30,8 +31,9 @@ def apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
         landed = []
         shown = lambda item: (landed.append(item), render.schedule_change(item))  # noqa: E731
         try:
-            run_schedule(entries, plans.apply, repeat=schedule.repeat, period_s=schedule.period_s,
-                         base=schedule.profile, on_change=shown)
+            with proc.realtime(SCHEDULE_RT_PRIORITY):
+                run_schedule(entries, plans.apply, repeat=schedule.repeat, period_s=schedule.period_s,
+                             base=schedule.profile, on_change=shown, rehearse=True)
         except KeyboardInterrupt:
             with interrupts.held_off():
                 plans.apply(before)

@@ -54,6 +54,11 @@ from netbench.emulation.engine_args import DEFAULT_SPIN_US, build_parser, parse_
 from netbench.emulation.pair_queue import PairScheduler
 
 STATS_INTERVAL_S = 1.0
+# after a change through the control channel the stats (hence `netbench show`) say so this
+# much later, not before the reply: a schedule changes every engine of a testbed at once, and
+# 64 stats files written at real-time priority while the controller waits for the replies
+# tripled the time a change took (a file's replace costs 0.2-2 ms on this disk)
+STATS_AFTER_SET_S = 0.03
 # recv() calls per readability event before we look at due releases again;
 # bounds how long a burst of arrivals can postpone a release.
 MAX_RECV_PER_WAKEUP = 128
@@ -103,6 +108,7 @@ class DelayEngine:
         self.counters = EngineCounters()
         self._queue: nfqueue.NfqueueSocket | None = None
         self._stop = False
+        self.stats_due: float | None = None  # monotonic time of the stats write a change asked for
 
     # -- lifecycle ----------------------------------------------------------
     def run(self, on_ready=None) -> None:
@@ -148,10 +154,12 @@ class DelayEngine:
         next_stats = next_control = clock() + STATS_INTERVAL_S
         while not self._stop:
             now = clock()
-            if now >= next_stats:
+            stats_at = self.stats_at(next_stats)
+            if now >= stats_at:
                 self.write_stats(final=False)
-                next_stats = now + STATS_INTERVAL_S
-            timeout = self._timeout_s(now, next_stats)
+                next_stats, self.stats_due = now + STATS_INTERVAL_S, None
+                stats_at = next_stats
+            timeout = self._timeout_s(now, stats_at)
             if timeout > self.spin_s:
                 # Sleep until spin_s before the deadline; the rest is spent
                 # polling (timeout 0) because VM timer wakeups overshoot by
@@ -170,10 +178,17 @@ class DelayEngine:
     def _serve_control(self) -> None:
         # packets already queued arrived before the change: they get the old parameters
         self._ingest()
-        engine_control.serve_pending(self._control, lambda: self.params, self.set_params)
+        if engine_control.serve_pending(self._control, lambda: self.params, self.set_params) and self.stats_due is None:
+            self.stats_due = time.monotonic() + STATS_AFTER_SET_S  # the loop writes them (see STATS_AFTER_SET_S)
+
+    def stats_at(self, next_stats: float) -> float:
+        """When the loop writes the stats next: at `next_stats` (every STATS_INTERVAL_S), or
+        sooner where a change asked for them (stats_due)."""
+        return next_stats if self.stats_due is None else min(next_stats, self.stats_due)
 
     def set_params(self, params: EngineParams) -> None:
-        """Change the parameters in place (packets arriving from now on); stats at once.
+        """Change the parameters in place (packets arriving from now on); the stats say so
+        STATS_AFTER_SET_S after the control channel's reply (the loop writes them).
 
         Held packets keep their release time, whichever scheduler takes over: a table
         arriving turns a DelayScheduler into a PairScheduler (which releases what the old one
@@ -192,7 +207,6 @@ class DelayEngine:
         else:
             old.set_params(params)
         self.counters.reconfigurations += 1
-        self.write_stats(final=False)
 
     def _back_to_one_profile(self) -> None:
         """The table is gone and the PairScheduler holds nothing: the fast path takes over."""
@@ -366,9 +380,9 @@ def _arrival(now: float, wall: float, stamp: float | None) -> float:
 def write_json_atomic(path: str, data: dict) -> None:
     """Write JSON to a temp file in the same directory, then os.replace."""
     tmp = f"{path}.tmp.{os.getpid()}"
+    text = json.dumps(data, sort_keys=True) + "\n"  # one write: json.dump writes each token
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, sort_keys=True)
-        fh.write("\n")
+        fh.write(text)
     os.replace(tmp, path)
 
 

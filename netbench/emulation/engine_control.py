@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import select
 import socket
 import tempfile
 import time
@@ -224,65 +225,84 @@ def request(path: str, message: dict[str, Any], timeout_s: float = 1.0,
     return result
 
 
-# requests in flight at once: the replies queue on one client socket, and a unix datagram
-# socket queues at most net.unix.max_dgram_qlen (10 by default) datagrams: an engine whose
-# reply finds the queue full would lose it (its socket does not block)
+# requests in flight at once on one client socket: the replies queue there, and a unix
+# datagram socket queues at most net.unix.max_dgram_qlen (10 by default) datagrams: an engine
+# whose reply finds the queue full would lose it (its socket does not block)
 MAX_IN_FLIGHT = 8
+# client sockets of one request_many: 64 requests in flight, so a testbed's 64 engines are all
+# asked at once (with one socket, each engine waited for the controller to read a reply)
+MAX_CLIENTS = 8
+
+
+def spread(count: int, in_flight: int = MAX_IN_FLIGHT, clients: int = MAX_CLIENTS) -> list[list[int]]:
+    """Which of `count` requests each client socket sends, in order: as few sockets as let
+    them all be in flight at once (at most `clients`), the requests dealt round-robin."""
+    sockets = max(1, min(clients, -(-count // in_flight)))
+    return [list(range(k, count, sockets)) for k in range(sockets)]
 
 
 def request_many(messages: list[tuple[str, dict[str, Any]]], timeout_s: float = 1.0,
                  client_dir: str | None = None) -> list[dict[str, Any] | BaseException]:
-    """`request` to several engines from one client socket, up to MAX_IN_FLIGHT at a time
-    (a reply lets the next request go), so N engines answer in about N / MAX_IN_FLIGHT times
-    one's time. Each result is the reply, or the exception `request` would have raised for it;
-    `timeout_s` bounds the wait for each reply."""
+    """`request` to several engines at once: from up to MAX_CLIENTS client sockets, each with
+    up to MAX_IN_FLIGHT requests out (a reply lets its socket's next request go), so up to 64
+    engines answer in about one's time. Each result is the reply, or the exception `request`
+    would have raised for it; `timeout_s` bounds the wait for each reply."""
     if not messages:
         return []
     first = messages[0][0]
     # a folder only this user may enter, under a name no one can guess: no one else can
     # put a file or a link where the client binds, nor send it replies
     private = _private_dir(client_dir or os.path.dirname(os.path.abspath(first)))
-    client_path = os.path.join(private, "c.sock")
     results: list[dict[str, Any] | BaseException | None] = [None] * len(messages)
-    waiting: dict[Any, tuple[int, float]] = {}  # request id -> (index, deadline)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    queues = [list(reversed(order)) for order in spread(len(messages))]
+    waiting: list[dict[Any, tuple[int, float]]] = [{} for _ in queues]  # per socket: id -> (index, deadline)
+    socks: list[socket.socket] = []
     try:
-        sock.bind(client_path)
-        pending = list(enumerate(messages))
-        pending.reverse()
-        while pending or waiting:
-            while pending and len(waiting) < MAX_IN_FLIGHT:
-                i, (path, message) = pending.pop()
-                try:
-                    with _short_path(path) as short:
-                        sock.sendto(encode(message), short)
-                    waiting[message.get("id")] = (i, time.monotonic() + timeout_s)
-                except (FileNotFoundError, ConnectionRefusedError) as exc:
-                    results[i] = exc
-            if not waiting:
+        for k in range(len(queues)):
+            socks.append(socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
+            socks[k].bind(os.path.join(private, f"c{k}.sock"))
+        while any(queues) or any(waiting):
+            for sock, pending, out in zip(socks, queues, waiting):
+                _send_up_to(sock, pending, out, messages, results, timeout_s)
+            if not any(waiting):
                 continue
-            left = min(deadline for _, deadline in waiting.values()) - time.monotonic()
-            if left <= 0:
-                for key, (i, deadline) in list(waiting.items()):
-                    if deadline <= time.monotonic():
+            now = time.monotonic()
+            for out in waiting:
+                for key, (i, deadline) in list(out.items()):
+                    if deadline <= now:
                         results[i] = TimeoutError(f"no reply from {messages[i][0]} within {timeout_s:g}s")
-                        del waiting[key]
+                        del out[key]
+            left = min((deadline for out in waiting for _, deadline in out.values()), default=now) - now
+            if left <= 0:
                 continue
-            sock.settimeout(left)
-            try:
-                data = sock.recv(MAX_DATAGRAM)
-            except socket.timeout:
-                continue
-            reply = json.loads(data.decode("utf-8"))
-            found = waiting.pop(reply.get("id"), None)
-            if found is not None:
-                results[found[0]] = reply
+            for sock in select.select([s for s, out in zip(socks, waiting) if out], [], [], left)[0]:
+                out = waiting[socks.index(sock)]
+                reply = json.loads(sock.recv(MAX_DATAGRAM).decode("utf-8"))
+                found = out.pop(reply.get("id"), None)
+                if found is not None:
+                    results[found[0]] = reply
     finally:
-        sock.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(client_path)
+        for k, sock in enumerate(socks):
+            sock.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(private, f"c{k}.sock"))
         os.rmdir(private)
     return results  # type: ignore[return-value]
+
+
+def _send_up_to(sock: socket.socket, pending: list[int], out: dict[Any, tuple[int, float]],
+                messages: list[tuple[str, dict[str, Any]]], results: list, timeout_s: float) -> None:
+    """Send `pending`'s next requests (popped from its end) on `sock` until MAX_IN_FLIGHT are
+    out; one that finds no engine gets that error as its result."""
+    while pending and len(out) < MAX_IN_FLIGHT:
+        i = pending.pop()
+        path, message = messages[i]
+        try:
+            with _short_path(path) as short:
+                sock.sendto(encode(message), short)
+            out[message.get("id")] = (i, time.monotonic() + timeout_s)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            results[i] = exc
 
 
 def serve_pending(control: ControlSocket, get_params, apply) -> int:

@@ -120,7 +120,8 @@ class Engines:
         """Change the live engine's parameters in place, for packets arriving from now on.
 
         Held packets keep their release time. True once the engine confirmed (its stats,
-        hence `read`, show the new parameters by then); False when no live engine with a
+        hence `read`, show the new parameters engine.STATS_AFTER_SET_S later: its answer does
+        not wait on its stats file); False when no live engine with a
         control socket serves `queue_num` in `netns` (the caller then starts one).
         Raises EmulationError when the engine refuses the change or does not answer.
         """
@@ -134,9 +135,12 @@ class Engines:
         results = [False] * len(changes)
         messages: list[tuple[str, dict[str, Any]]] = []
         sent: list[int] = []
+        engines: dict[tuple[str, int], list] = {}  # the journal read once for every engine
+        for entry in journal.pending():
+            if entry.kind == "process" and entry.data.get("role") == "engine":
+                engines.setdefault((entry.data.get("netns"), entry.data.get("queue")), []).append(entry)
         for i, (netns, queue_num, delay_us, jitter_us, loss, seed, *rest) in enumerate(changes):
-            if any(proc.is_running(e.data["pid"], e.data.get("start"))
-                   for e in self._entries(netns, queue_num, journal)):
+            if any(proc.is_running(e.data["pid"], e.data.get("start")) for e in engines.get((netns, queue_num), [])):
                 message = {"op": "set", "delay_us": int(delay_us), "jitter_us": int(jitter_us),
                            "loss": float(loss), "seed": int(seed), "id": next(_request_ids)}
                 if rest and rest[0]:

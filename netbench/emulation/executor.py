@@ -14,6 +14,7 @@ from netbench.emulation.engines import Engines
 from netbench.emulation.held import Held, held_from_entries
 from netbench.emulation.iptables import Iptables
 from netbench.emulation.netlink.qdisc import NetlinkQdiscs, QdiscAdapter
+from netbench.emulation.netlink.batch import TbfLink
 from netbench.errors import EmulationError
 from netbench.model.topology import Topology
 
@@ -40,25 +41,47 @@ class Executor:
             i = 0
             while i < len(plan):
                 batch = self._reconfigure_batch(plan, i)
-                for change in batch or plan[i:i + 1]:
+                roots = [] if batch else self._roots_batch(plan, i)
+                for change in batch or roots or plan[i:i + 1]:
                     if self.on_change:
                         self.on_change(change)
                 if batch:
                     self._reconfigure(batch)
+                elif roots:
+                    self._set_roots(roots)
                 else:
                     self._dispatch(plan[i])
-                self.done.extend(batch or plan[i:i + 1])
-                i += len(batch) or 1
+                self.done.extend(batch or roots or plan[i:i + 1])
+                i += len(batch or roots) or 1
 
     def _reconfigure_batch(self, plan: list[ch.Change], start: int) -> list[ch.ReconfigureEngine]:
         """The run of engine reconfigurations from `start` (sent together: the engines answer in
         about the time of one), when the engines adapter can batch them; else []."""
         if not hasattr(self.engines, "reconfigure_many"):
             return []
-        end = start
-        while end < len(plan) and isinstance(plan[end], ch.ReconfigureEngine):
-            end += 1
-        return list(plan[start:end]) if end - start > 1 else []
+        return _run_of(plan, start, lambda c: isinstance(c, ch.ReconfigureEngine))
+
+    def _roots_batch(self, plan: list[ch.Change], start: int) -> list[ch.Change]:
+        """The run of root changes from `start`, one per device: tbfs (the userspace backend) or
+        netem roots without htb (the netem backend), sent together and then their acks read,
+        when the qdisc adapter can batch them; else []."""
+        if isinstance(plan[start], ch.SetTbf) and hasattr(self.qdiscs, "replace_tbf_many"):
+            return _run_of(plan, start, lambda c: isinstance(c, ch.SetTbf))
+        if isinstance(plan[start], ch.ShapeDevice) and hasattr(self.qdiscs, "shape_many"):
+            return _run_of(plan, start, lambda c: isinstance(c, ch.ShapeDevice) and not c.uses_htb)
+        return []
+
+    def _set_roots(self, batch: list[ch.Change]) -> None:
+        pending = self.journal.pending()  # read once for the whole batch
+        if isinstance(batch[0], ch.SetTbf):
+            for c in batch:
+                self._record_root(c.netns, c.ifname, "tbf", pending=pending)
+            self.qdiscs.replace_tbf_many([TbfLink(c.netns, c.ifname, c.rate_bps, c.burst_bytes, c.limit_bytes)
+                                          for c in batch])
+            return
+        for c in batch:  # the kernel does not report netem's distribution table: the journal remembers it
+            self._record_root(c.netns, c.dev, "netem", pending=pending, distribution=c.netem.distribution)
+        self.qdiscs.shape_many(batch)
 
     def _reconfigure(self, batch: list[ch.ReconfigureEngine]) -> None:
         j = self.journal
@@ -90,13 +113,14 @@ class Executor:
         """What netbench holds now, from the journal (plan a change in place against it)."""
         return held_from_entries(self.journal.pending())
 
-    def _record_root(self, netns: str, dev: str, kind: str, **extra: Any) -> None:
+    def _record_root(self, netns: str, dev: str, kind: str, pending: list | None = None, **extra: Any) -> None:
         """One pending `qdisc` entry per device, however many live changes a sweep or a schedule
-        makes: a new one is written only when what it says changes (the old ones are then done)."""
+        makes: a new one is written only when what it says changes (the old ones are then done).
+        `pending`: the journal's pending entries, when the caller just read them."""
         j = self.journal
         data = {"netns": netns, "ifname": dev, "handle": ch.QDISC_HANDLE, "qdisc_kind": kind, **extra}
-        older = [e for e in j.pending() if e.kind == "qdisc" and e.data.get("netns") == netns
-                 and e.data.get("ifname") == dev]
+        entries = j.pending() if pending is None else pending
+        older = [e for e in entries if e.kind == "qdisc" and e.data.get("netns") == netns and e.data.get("ifname") == dev]
         if any(e.data == data for e in older):
             return
         j.record("qdisc", **data)
@@ -173,6 +197,14 @@ class Executor:
             self.iptables.add_rule(change.netns, change.iptables_args())
         else:  # pragma: no cover - a new change type without a handler is a bug
             raise TypeError(f"no handler for {type(change).__name__}")
+
+
+def _run_of(plan: list[ch.Change], start: int, accept: Callable[[ch.Change], bool]) -> list[ch.Change]:
+    """The changes `accept`ed from `start` on, when at least two in a row are; else []."""
+    end = start
+    while end < len(plan) and accept(plan[end]):
+        end += 1
+    return list(plan[start:end]) if end - start > 1 else []
 
 
 def _pairs(change: ch.StartEngine) -> dict[str, Any]:

@@ -142,7 +142,9 @@ def _driver(run: Run, testbed: Target, seed: int, observer: Observer):
         observer.note(f"{run.run_id} schedule {run.schedule.name}: {when} -> {item.profile.name} ({item.profile.label()}) "
                       f"(landed {item.lateness_s * 1000:.1f} ms after due)")
 
-    return RunDriver(run.schedule, run.timeline, run.profile, apply, on_change=landed)
+    # the target's netlink sockets for the schedule's own thread, held for its life (not one per change)
+    return RunDriver(run.schedule, run.timeline, run.profile, apply, on_change=landed,
+                     hold=getattr(testbed, "schedule_thread", None))
 
 
 def _heard(observer: Observer, run: Run, driver, event: events.Event) -> None:

@@ -11,7 +11,8 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager, Sequence
 
 from netbench import stats
 from netbench.errors import UsageError
@@ -22,6 +23,9 @@ FINE_WAIT_S = 0.002  # the last stretch before a change is one short sleep, not 
 COARSE_CHUNK_S = 0.1  # the longest single sleep, so a stop event is seen within this
 STEP_POLL_S = 0.05  # how often a step-triggered schedule asks for the current training step
 LEAD_WINDOW = 5  # a timed change starts early by the median time of the last few changes
+# apply --schedule's thread runs at SCHED_FIFO below the delay engines' (10): on a busy host
+# a change then waits for the engines it asks, not for other processes' time slices
+SCHEDULE_RT_PRIORITY = 5
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
                  current_step: Callable[[], int] | None = None,
                  on_change: Callable[[Landed], None] | None = None,
                  stop: threading.Event | None = None, already: Profile | None = None,
-                 base: Profile | None = None) -> list[Landed]:
+                 base: Profile | None = None, rehearse: bool = False) -> list[Landed]:
     """Apply each profile of `timeline` at its time (or once the training step reaches its
     at_step, asking `current_step`), in order; with `repeat`, loop every `period_s` (seconds,
     or training steps for a step-triggered timeline) until `stop` is set or the caller is
@@ -107,7 +111,10 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
     LEAD_WINDOW changes, so it lands at its time rather than that much after it (lateness can
     then be slightly negative: early). A change whose successors are already due when it is
     made is merged into the last of them (model.schedule.due; `Landed.merged` lists them): the
-    link goes straight to the state it should have now and the timeline never stretches."""
+    link goes straight to the state it should have now and the timeline never stretches.
+    `rehearse` (timed schedules): before the clock starts, the profile the link holds then is
+    applied once more (in place: nothing changes) and timed, so the first change starts early
+    by what a change costs, as the later ones do (without it, it lands that much late)."""
     if not timeline:
         return []
     by_step = timeline[0].at_step is not None
@@ -136,6 +143,11 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
             _record(landed, on_change, Landed(index=first - 1, cycle=0, step=entry.step, at_step=None, scheduled_s=0.0,
                                               started_s=began - start, landed_s=0.0, profile=entry.profile,
                                               merged=tuple(range(first - 1))))
+    if rehearse and not by_step and last is not None:
+        began = clock()
+        apply(last)
+        durations.append(clock() - began)
+        start = None  # the clock starts after the rehearsal
     start = clock() if start is None else start
     cycle = 0
     while True:
@@ -229,9 +241,11 @@ class RunDriver:
 
     def __init__(self, schedule: Any, entries: Sequence[TimedProfile], start: Profile,
                  apply: Callable[[Profile], None], on_change: Callable[[Landed], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] | None = None,
+                 hold: Callable[[], ContextManager[Any]] | None = None) -> None:
         self.schedule, self.entries, self.start_profile = schedule, tuple(entries), start
         self.apply, self.on_change, self.clock = apply, on_change, clock
+        self.hold = hold  # entered on the schedule's thread for its life (the target's sockets for it)
         self.sleep = sleep
         self.landed: list[Landed] = []
         self.error: str | None = None
@@ -254,12 +268,16 @@ class RunDriver:
     def _drive(self) -> None:
         sleep = self.sleep or (lambda s: self._stop.wait(s))
         try:
-            run_schedule(self.entries, self.apply, clock=self.clock, sleep=sleep, repeat=self.schedule.repeat,
-                         period_s=self.schedule.cycle if self.schedule.repeat else None,
-                         current_step=lambda: self.steps, on_change=self._landed, stop=self._stop,
-                         already=self.start_profile)
+            with self.hold() if self.hold is not None else nullcontext():
+                self._run(sleep)
         except Exception as exc:  # noqa: BLE001 - recorded and reported by the runner
             self.error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+
+    def _run(self, sleep: Callable[[float], None]) -> None:
+        run_schedule(self.entries, self.apply, clock=self.clock, sleep=sleep, repeat=self.schedule.repeat,
+                     period_s=self.schedule.cycle if self.schedule.repeat else None,
+                     current_step=lambda: self.steps, on_change=self._landed, stop=self._stop,
+                     already=self.start_profile)
 
     def _landed(self, item: Landed) -> None:
         self.landed.append(item)

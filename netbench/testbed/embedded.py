@@ -186,6 +186,14 @@ class EmbeddedTestbed:
         self.executor.apply(backends.plan_network(network, self.topology, self.backend.name, seed=seed,
                                                   held=self.executor.held()))
 
+    def schedule_thread(self):
+        """Entered on a run's schedule thread for its life: that thread's own netlink sockets,
+        held across its changes (pyroute2's belong to the thread that made them)."""
+        from contextlib import nullcontext
+
+        holding = getattr(self.executor.qdiscs, "holding", None) if self.executor is not None else None
+        return holding() if holding is not None else nullcontext()
+
     def emulation_lost(self) -> str | None:
         """What of the applied emulation died since it was applied (a delay engine), or None;
         the runner fails a run that ends with any."""

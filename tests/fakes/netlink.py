@@ -61,6 +61,7 @@ class FakeQdiscs(_Recorder):
         self.foreign: dict[tuple[str, str], tuple[str, int]] = {}
         self.foreign_ingress: dict[tuple[str, str], str] = {}
         self.sessions = 0
+        self.batches: list[int] = []
 
     def root_qdisc(self, netns: str, ifname: str) -> tuple[str, int] | None:
         if (netns, ifname) in self.state:
@@ -76,6 +77,19 @@ class FakeQdiscs(_Recorder):
         self.foreign.pop((netns, ifname), None)  # replaced, as the kernel's `replace` would
         self.state[(netns, ifname)] = {"kind": "tbf", "rate_bps": rate_bps, "burst_bytes": burst_bytes,
                                        "limit_bytes": limit_bytes}
+
+    def replace_tbf_many(self, links: list) -> None:
+        """As NetlinkQdiscs.replace_tbf_many: every link's tbf (tbf_batch.TbfLink); `batches`
+        records the size of each batch."""
+        self.batches.append(len(links))
+        for link in links:
+            self.replace_tbf(link.netns, link.ifname, link.rate_bps, link.burst_bytes, link.limit_bytes)
+
+    def shape_many(self, changes: list) -> None:
+        """As NetlinkQdiscs.shape_many: shape() of each; `batches` records the batch's size."""
+        self.batches.append(len(changes))
+        for change in changes:
+            self.shape(change)
 
     def shape(self, change: ShapeDevice) -> None:
         """Keeps what the kernel would: the netem options go through netlink encoding and

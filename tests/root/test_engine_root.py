@@ -274,6 +274,16 @@ def _sent_and_rtt(out: str) -> list[tuple[float, float]]:
     return rows
 
 
+def _stats_after_change(engines, netns: str, reconfigurations: int) -> dict:
+    """The engine's stats once they count `reconfigurations` (written STATS_AFTER_SET_S after
+    its answer); the last read if they never do within a second."""
+    deadline = time.monotonic() + 1.0
+    while ((stats := engines.read(netns, QUEUE) or {}).get("reconfigurations", 0) < reconfigurations
+           and time.monotonic() < deadline):
+        time.sleep(0.01)
+    return stats
+
+
 def test_reconfigure_changes_a_live_engine_without_a_restart(pair, managed):
     engines, journal = managed
     pid = engines.start(pair.a, QUEUE, 20_000, 0, 0.0, 1, journal)
@@ -282,7 +292,7 @@ def test_reconfigure_changes_a_live_engine_without_a_restart(pair, managed):
     avg, sent, recv = _ping(pair.a, 5, 0.05)
     assert sent == recv == 5 and avg >= 20.0
     assert engines.reconfigure(pair.a, QUEUE, 5_000, 1_000, 0.0, 7, journal) is True
-    stats = engines.read(pair.a, QUEUE)  # written by the engine before it answered
+    stats = _stats_after_change(engines, pair.a, 1)  # written by the engine just after it answered
     assert stats["pid"] == pid and stats["alive"] is True
     assert stats["params"] == {"delay_us": 5_000, "jitter_us": 1_000, "loss": 0.0, "seed": 7}
     assert stats["reconfigurations"] == 1 and stats["received"] == 5
@@ -358,7 +368,7 @@ def test_delay_changes_under_ping_never_release_early_nor_lose(pair, managed):
     assert len(slow) > 40 and len(fast) > 20
     assert all(rtt >= 20.0 for _, rtt in slow), slow
     assert sorted(rtt for _, rtt in fast)[len(fast) // 2] < 20.0  # the change took effect
-    assert engines.read(pair.a, QUEUE)["reconfigurations"] == 2
+    assert _stats_after_change(engines, pair.a, 2)["reconfigurations"] == 2
 
 
 def test_a_second_start_on_a_served_queue_leaves_the_live_engines_socket(pair, managed):
@@ -369,4 +379,4 @@ def test_a_second_start_on_a_served_queue_leaves_the_live_engines_socket(pair, m
     with pytest.raises(EmulationError, match="already bound"):
         engines.start(pair.a, QUEUE, 2_000, 0, 0.0, 1, journal)
     assert engines.reconfigure(pair.a, QUEUE, 3_000, 0, 0.0, 1, journal) is True
-    assert engines.read(pair.a, QUEUE)["pid"] == pid
+    assert _stats_after_change(engines, pair.a, 1)["pid"] == pid

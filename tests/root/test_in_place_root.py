@@ -110,3 +110,60 @@ def test_a_fall_in_rate_under_load_never_stalls_the_link(clean_machine):
     ping = subprocess.run([*ns, "netbench-n1", "ping", "-n", "-c", "5", "-i", "0.2", "10.213.0.2"],
                           capture_output=True, text=True, timeout=30)
     assert " 0% packet loss" in ping.stdout, ping.stdout + ping.stderr
+
+
+def test_a_schedules_batched_rate_changes_land_never_stall_and_name_each_refused_link(clean_machine, monkeypatch):
+    """As apply --schedule makes its changes (one target and PlanCache in this process, sockets
+    held): after the first, a change's tbfs go out as one batch with no root read back; a fall
+    from 1gbit to 100mbit under iperf3 must not stall the link (the tbf is deleted first, as
+    replace_tbf does); a link the kernel refuses is named, and the others hold the new rate."""
+    import json
+
+    from netbench.emulation.netlink.qdisc import NetlinkQdiscs
+    from netbench.errors import EmulationError
+    from netbench.experiment.schedule import PlanCache
+    from netbench.model.profile import Profile
+    from netbench.testbed import netns as local
+    from netbench.testbed.embedded import EmbeddedTestbed
+
+    topology = local.up(2, clean_machine)
+    target = EmbeddedTestbed(clean_machine)
+    plans = PlanCache(target, "userspace")
+    plans.apply(Profile(name="fast", delay_us=1_000, rate_bps=1_000_000_000))  # reads the roots: first change
+    reads: list[int] = []
+    original_root = NetlinkQdiscs._root
+    monkeypatch.setattr(NetlinkQdiscs, "_root", staticmethod(lambda ns, index: reads.append(index)
+                                                             or original_root(ns, index)))
+    ns = ["ip", "netns", "exec"]
+    server = subprocess.Popen([*ns, "netbench-n2", "iperf3", "-s", "-1"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    client = None
+    try:
+        time.sleep(0.5)
+        client = subprocess.Popen([*ns, "netbench-n1", "iperf3", "-c", topology.nodes[1].address, "-t", "6",
+                                   "--json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(2.5)
+        plans.apply(Profile(name="slow", delay_us=10_000, rate_bps=100_000_000))
+        try:
+            out, _ = client.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("iperf3 did not end within 30 s of a 6 s run: the link stalled after the change")
+    finally:
+        for proc in (client, server):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    intervals = [i["sum"]["bits_per_second"] for i in json.loads(out)["intervals"]]
+    assert intervals[4:] and min(intervals[4:]) > 5e6, [round(r / 1e6) for r in intervals]
+    assert reads == []  # the batch: no root read back
+    rates = lambda: [target._command_executor().qdiscs.read(n.netns, n.ifname)["rate_bps"]  # noqa: E731
+                     for n in topology.nodes]
+    assert rates() == [100_000_000, 100_000_000]
+    plans.apply(Profile(name="mid", delay_us=5_000, rate_bps=200_000_000))
+    assert rates() == [200_000_000, 200_000_000]
+    subprocess.run(["ip", "-n", topology.nodes[1].netns, "link", "del", topology.nodes[1].ifname], check=True)
+    with pytest.raises(EmulationError, match=r"1 of 2 links refused their tbf change: netbench-n2: tbf on eth0"):
+        plans.apply(Profile(name="low", delay_us=5_000, rate_bps=50_000_000))
+    qdiscs = target._command_executor().qdiscs
+    assert qdiscs.read(topology.nodes[0].netns, topology.nodes[0].ifname)["rate_bps"] == 50_000_000
+    target._command_executor().close()

@@ -9,6 +9,7 @@ import os
 import socket
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -244,16 +245,28 @@ def _ask(engine: DelayEngine, tmp_path: Path, payload: bytes) -> dict:
         os.unlink(tmp_path / "client.sock")
 
 
-def test_engine_applies_a_set_and_writes_stats_at_once(tmp_path):
+def test_engine_applies_a_set_answers_first_and_writes_stats_soon_after(tmp_path):
+    """A schedule changes 64 engines at once: the reply does not wait on the stats file (the
+    loop writes it STATS_AFTER_SET_S later, before its usual interval)."""
+    from netbench.emulation import engine as engine_module
+
     engine = _engine(tmp_path)
     try:
         engine.scheduler.arrive(1, 0.0)
+        before = time.monotonic()
         reply = _ask(engine, tmp_path, b'{"op": "set", "delay_us": 10000, "seed": 2, "id": 9}')
         assert reply["ok"] is True and reply["id"] == 9
         assert engine.params == engine.scheduler.params == EngineParams(10_000, seed=2)
         assert engine.scheduler.next_release_time() == pytest.approx(0.020)  # the held packet
+        assert not (tmp_path / "stats.json").exists()  # not written before the reply
+        due = engine.stats_due
+        assert before + engine_module.STATS_AFTER_SET_S <= due <= time.monotonic() + engine_module.STATS_AFTER_SET_S
+        assert engine.stats_at(due + 1.0) == due and engine.stats_at(due - 0.5) == due - 0.5
+        _ask(engine, tmp_path, b'{"op": "set", "delay_us": 10000, "seed": 2, "id": 10}')
+        assert engine.stats_due == due  # a second change does not put the write off
+        engine.write_stats(final=False)  # as the loop does at stats_at()
         stats = json.loads((tmp_path / "stats.json").read_text())
-        assert stats["params"]["delay_us"] == 10_000 and stats["reconfigurations"] == 1
+        assert stats["params"]["delay_us"] == 10_000 and stats["reconfigurations"] == 2
         assert stats["control"] == str(tmp_path / "e.ctl")
     finally:
         engine._control.close()

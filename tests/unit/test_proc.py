@@ -150,3 +150,40 @@ def test_the_lasting_thread_hands_back_results_and_exceptions():
     thread.start()
     thread.join()
     assert out == {"value": 7, "error": "no"} and seen["thread"] == "netbench-spawner"
+
+
+def test_realtime_runs_the_block_at_sched_fifo_and_puts_the_thread_back(monkeypatch):
+    calls = []
+    monkeypatch.setattr(os, "sched_getscheduler", lambda pid: os.SCHED_OTHER)
+    monkeypatch.setattr(os, "sched_getparam", lambda pid: os.sched_param(0))
+    monkeypatch.setattr(os, "sched_setscheduler", lambda pid, policy, param: calls.append((pid, policy,
+                                                                                          param.sched_priority)))
+    with proc.realtime(5) as changed:
+        assert changed is True
+        # the calling thread only; children forked meanwhile start with normal scheduling
+        assert calls == [(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, 5)]
+    assert calls[-1] == (0, os.SCHED_OTHER, 0)
+
+
+def test_realtime_refused_changes_nothing_and_says_so(monkeypatch):
+    def refuse(pid, policy, param):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    with proc.realtime(5) as changed:
+        assert changed is False
+
+
+def test_is_running_tells_a_live_process_from_a_zombie_and_from_one_that_reused_its_pid():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    started = proc.start_time(child.pid)
+    assert proc.is_running(child.pid, started) is True
+    assert proc.is_running(child.pid, started + 1) is False  # another process under that pid
+    assert proc.is_running(child.pid, None) is False  # no start time recorded: cannot tell
+    deadline = time.monotonic() + 10
+    while proc.is_running(child.pid, started) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.start_time(child.pid) == started  # exited, not reaped: a zombie is not running
+    assert proc.is_running(child.pid, started) is False
+    child.wait()
+    assert proc.is_running(child.pid, started) is False

@@ -226,3 +226,24 @@ def test_a_schedules_base_is_in_place_before_time_zero_when_no_step_is_at_zero()
     applied.clear()
     run_schedule(entries((0.1, 6000),), apply, clock=clock, sleep=clock.sleep, base=base, already=base)
     assert [delay for _, delay in applied] == [6000]
+
+
+def test_a_rehearsal_times_a_change_before_the_clock_starts_so_the_first_one_lands_on_time():
+    clock = FakeClock()
+    applied: list[tuple[float, int]] = []
+
+    def apply(profile):
+        applied.append((clock.now, profile.delay_us))
+        clock.now += 0.02  # every change takes 20 ms
+
+    timeline = entries((1.0, 30000), (2.0, 5000))
+    base = Profile(name="base", delay_us=10000)
+    late = run_schedule(timeline, apply, clock=clock, sleep=clock.sleep, base=base)
+    assert [round(item.lateness_s, 6) for item in late[1:]] == [0.02, 0.0]  # the first: no lead yet
+    clock.now, applied[:] = 100.0, []
+    landed = run_schedule(timeline, apply, clock=clock, sleep=clock.sleep, base=base, rehearse=True)
+    # the base, the base again (timed: in place, nothing changes), then each change 20 ms early
+    assert [delay for _, delay in applied] == [10000, 10000, 30000, 5000]
+    assert [item.index for item in landed] == [-1, 0, 1]  # the rehearsal is not a change
+    assert [round(item.lateness_s, 6) for item in landed[1:]] == [0.0, 0.0]
+    assert applied[2][0] == pytest.approx(applied[1][0] + 0.02 + 1.0 - 0.02)  # the clock starts after it

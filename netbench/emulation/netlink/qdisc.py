@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import threading
 from typing import Any, Protocol
-
-from contextlib import closing, contextmanager, nullcontext
-from typing import ContextManager, Iterator
 
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
@@ -24,6 +20,9 @@ from netbench.emulation.changes import (CHILD_MAJOR, HANDLE_MAJOR, HTB_UNLIMITED
 from netbench.emulation.netlink import netem, pairtree, rtnl
 from netbench.emulation.netlink.netem import NetemParams
 from netbench.emulation.netlink.qdisc_read import decode_qdisc, decode_tree
+from netbench.emulation.netlink import batch
+from netbench.emulation.netlink.batch import Installed, TbfLink
+from netbench.emulation.netlink.sockets import ThreadSockets
 from netbench.errors import EmulationError, PrivilegeError
 
 ETH_P_IP = 0x0800
@@ -81,110 +80,13 @@ def _send_netem(netns: str, command: str, index: int, handle: int, parent: int, 
     rtnl.request(netns, msg)
 
 
-class _ThreadState(threading.local):
-    """What one thread's session holds: its sockets (None outside a session) and peeked roots."""
-
-    def __init__(self) -> None:
-        self.sockets: dict[str, Any] | None = None
-        self.peeked: dict[tuple[str, str], tuple[int, Any]] = {}
-
-
-class NetlinkQdiscs:
+class NetlinkQdiscs(ThreadSockets):
     """netbench's qdisc trees on a node's interfaces, through pyroute2 (netlink, not `tc`).
 
     Idempotent: everything lives under netbench-owned handles (4e42: at the root, 4e43:+
     below it); a tree of the same shape is changed in place (netem `change` keeps the
     queue), a different shape replaces only the netbench-owned root.
     """
-
-    def __init__(self) -> None:
-        # pyroute2 refuses a socket on any thread but the one that made it, so sockets are
-        # owned by threads: the held ones by the thread that called hold(), a session's by the
-        # thread it runs on (a schedule's changes run on a thread of their own)
-        self._holder: int | None = None
-        self._held: dict[str, Any] = {}  # namespace -> IPRoute, the holder thread's
-        self._thread = _ThreadState()
-
-    @property
-    def _peeked(self) -> dict[tuple[str, str], tuple[int, Any]]:
-        """(netns, device) -> (index, root qdisc) read by root_qdisc() in this thread's session
-        and not yet changed: the foreign-qdisc check's dump serves the change that follows it."""
-        return self._thread.peeked
-
-    def _sockets(self) -> dict[str, Any] | None:
-        """The calling thread's open sockets: the held ones on the holder thread, else its
-        session's (None outside a session: each request opens and closes one)."""
-        if self._holder is not None and self._holder == threading.get_ident():
-            return self._held
-        return self._thread.sockets
-
-    @contextmanager
-    def session(self) -> Iterator[None]:
-        """One netlink socket per namespace for everything done inside (a whole apply), made
-        and closed on the calling thread; on the thread that called hold(), the held sockets.
-        What root_qdisc() read is used only within one session."""
-        state = self._thread
-        state.peeked = {}
-        if self._sockets() is not None:
-            try:
-                yield
-            finally:
-                state.peeked = {}
-            return
-        state.sockets = {}
-        try:
-            yield
-        finally:
-            sockets, state.sockets, state.peeked = state.sockets, None, {}
-            for ipr in sockets.values():
-                ipr.close()
-
-    def hold(self) -> None:
-        """Keep one socket per namespace open across sessions until release() (a sweep's or a
-        schedule's many changes: opening them is most of a small change's cost). The calling
-        thread owns them; a session on another thread opens sockets of its own."""
-        if self._holder is None:
-            self._holder = threading.get_ident()
-
-    def release(self) -> None:
-        """Close the held sockets (call it from the thread that called hold())."""
-        sockets, self._held, self._holder = self._held, {}, None
-        self._thread.peeked = {}
-        for ipr in sockets.values():
-            ipr.close()
-
-    def _open(self, netns: str) -> ContextManager[Any]:
-        """An IPRoute in `netns` (the calling thread's held or session one, or one closed after
-        use); FileNotFoundError when the namespace does not exist. Never creates a namespace:
-        pyroute2's NetNS would (O_CREAT), unjournaled, which no reset would ever remove."""
-        sockets = self._sockets()
-        if sockets is None:
-            return closing(rtnl.iproute_in(netns))
-        if netns not in sockets:
-            sockets[netns] = rtnl.iproute_in(netns)
-        return nullcontext(sockets[netns])
-
-    def socket(self, netns: str) -> ContextManager[Any]:
-        """An IPRoute in `netns` (held ones are shared: reading the testbed back and changing it
-        then use one socket per namespace); FileNotFoundError when the namespace does not exist."""
-        return self._open(netns)
-
-    def _ns(self, netns: str) -> ContextManager[Any]:
-        try:
-            return self._open(netns)
-        except FileNotFoundError:
-            raise EmulationError(f"namespace {netns} does not exist",
-                                 hint="is the testbed up? 'netbench testbed show'") from None
-
-    def _forget(self, netns: str) -> None:
-        for key in [key for key in self._peeked if key[0] == netns]:
-            del self._peeked[key]
-
-    def _index(self, ns: Any, netns: str, ifname: str) -> int:
-        found = ns.link_lookup(ifname=ifname)
-        if not found:
-            raise EmulationError(f"{netns}: no interface {ifname}", hint="is the testbed up? 'netbench testbed show'")
-        return found[0]
 
     def replace_tbf(self, netns, ifname, rate_bps, burst_bytes, limit_bytes):
         with self._ns(netns) as ns:
@@ -204,7 +106,29 @@ class NetlinkQdiscs:
                 ns.tc("replace", "tbf", index, handle=QDISC_HANDLE, rate=rate_bps // 8,
                       burst=burst_bytes, limit=limit_bytes)
             except NetlinkError as exc:
+                self._thread.installed.pop((netns, ifname), None)
                 raise _nl_error(f"{netns}: tbf on {ifname}", exc) from None
+            if self._thread.held:
+                self._thread.installed[(netns, ifname)] = Installed(index, burst_bytes)
+
+    def replace_tbf_many(self, links: list[TbfLink]) -> None:
+        """replace_tbf on every link of `links`, the requests of the links this thread installed
+        (while holding its sockets) all sent before any ack is read (batch); any other link
+        as replace_tbf. Every link is tried; EmulationError names each one refused (the others
+        hold their new tbf)."""
+        state = self._thread
+        known = [link for link in links if getattr(state.installed.get((link.netns, link.ifname)), "kind", "") == "tbf"]
+        for link in [link for link in links if link not in known]:  # read first, then known
+            self.replace_tbf(link.netns, link.ifname, link.rate_bps, link.burst_bytes, link.limit_bytes)
+        if not known:
+            return
+        try:
+            failed = batch.change(state.raw, state.installed, known, _HANDLE_INT)
+        except FileNotFoundError as exc:
+            raise EmulationError(f"namespace {exc.filename} does not exist",
+                                 hint="is the testbed up? 'netbench testbed show'") from None
+        if failed:
+            _refused(failed, len(links), "tbf")
 
     @staticmethod
     def _root(ns: Any, index: int) -> Any | None:
@@ -234,8 +158,32 @@ class NetlinkQdiscs:
                 self._shape_htb(netns, index, change)
             else:
                 self._put_netem(netns, index, _HANDLE_INT, ROOT_PARENT, change.netem, "netem")
+                if self._thread.held:
+                    self._thread.installed[(netns, dev)] = Installed(index, kind="netem")
         except NetlinkError as exc:
             raise _nl_error(f"{netns}: netem on {dev}", exc) from None
+
+    def shape_many(self, changes: list[ShapeDevice]) -> None:
+        """shape() of every change; a netem root this thread installed (holding its sockets) is
+        `change`d with the others' requests all sent before any ack is read (batch); one the
+        kernel no longer has (ENOENT, EINVAL) gets shape()'s whole path. EmulationError names
+        each device refused (the others hold their new netem)."""
+        installed = self._thread.installed
+        known = [c for c in changes if not c.uses_htb
+                 and getattr(installed.get((c.netns, c.dev)), "kind", "") == "netem"]
+        for change in [c for c in changes if c not in known]:
+            self.shape(change)
+        try:
+            failed = batch.change_netem(self._thread.raw, installed, known, _HANDLE_INT) if known else {}
+        except FileNotFoundError as exc:
+            raise EmulationError(f"namespace {exc.filename} does not exist",
+                                 hint="is the testbed up? 'netbench testbed show'") from None
+        for change in [c for c in known if failed.get((c.netns, c.dev)) is not None
+                       and failed[(c.netns, c.dev)].code in (errno.ENOENT, errno.EINVAL)]:
+            del failed[(change.netns, change.dev)]
+            self.shape(change)
+        if failed:
+            _refused(failed, len(changes), "netem")
 
     def _put_netem(self, netns: str, index: int, handle: int, parent: int, params: NetemParams, root_kind: str) -> None:
         """`change` the netem at `handle` in place (the queue is kept); if there is none, `add`
@@ -398,6 +346,8 @@ class NetlinkQdiscs:
     def root_qdisc(self, netns: str, ifname: str) -> tuple[str, int] | None:
         """(kind, handle) of the root qdisc on `ifname`; handle 0 is the kernel's default.
         None when there is none, or no such interface or namespace (yet)."""
+        if (netns, ifname) in self._thread.installed:  # this thread installed it and holds its socket
+            return self._thread.installed[(netns, ifname)].kind, _HANDLE_INT
         try:
             with self._open(netns) as ns:
                 found = ns.link_lookup(ifname=ifname)
@@ -436,6 +386,14 @@ class NetlinkQdiscs:
             classes = list(ns.get_classes(index=found[0])) if root.get_attr("TCA_KIND") == "htb" else []
             filters = list(ns.get_filters(index=found[0], parent=_HANDLE_INT)) if classes else []
             return decode_tree(root, qdiscs, classes, filters, distribution)
+
+
+def _refused(failed: dict[tuple[str, str], Exception], count: int, kind: str) -> None:
+    """One EmulationError naming every link of a batch the kernel refused, with its reason."""
+    reasons = "; ".join(f"{netns}: {kind} on {dev}: {exc.args[1] if len(exc.args) > 1 else exc}"
+                        for (netns, dev), exc in sorted(failed.items()))
+    raise EmulationError(f"{len(failed)} of {count} links refused their {kind} change: {reasons}",
+                         hint="the other links hold their new settings; 'netbench show' reads them back")
 
 
 def _tbf_burst(root: Any) -> int:

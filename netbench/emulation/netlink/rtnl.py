@@ -63,13 +63,24 @@ def iproute_in(netns: str):
         raise
 
 
-@contextmanager
-def socket_in(netns: str | None) -> Iterator[socket.socket]:
-    """A bound NETLINK_ROUTE socket with extended acks, created inside `netns`."""
+def open_socket(netns: str | None) -> socket.socket:
+    """A bound NETLINK_ROUTE socket with extended acks, created inside `netns`; the caller
+    closes it. FileNotFoundError when the namespace does not exist."""
     sock = raw_socket_in(netns)
     try:
         sock.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
         sock.bind((0, 0))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+@contextmanager
+def socket_in(netns: str | None) -> Iterator[socket.socket]:
+    """A bound NETLINK_ROUTE socket with extended acks, created inside `netns`, closed after."""
+    sock = open_socket(netns)
+    try:
         yield sock
     finally:
         sock.close()
