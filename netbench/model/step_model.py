@@ -128,8 +128,9 @@ PATTERNS: dict[str, Callable[[StepInputs], float]] = {
     "allreduce": allreduce_s,
     "allreduce-accum": allreduce_s,  # one all-reduce per accum_steps batches: a step is one update
     "ps": _ps,
-    "ps-sync": _ps,  # every worker pulls and pushes each step, the servers' egress shared
-    "ps-ssp": _ps,  # the same transfers, up to S of them in flight (predict: PIPELINED)
+    # every worker pushes and pulls each step, the servers' egress shared; no coordinator
+    "ps-sync": lambda x: _ps(x) - 2 * x.delay_s,
+    "ps-ssp": lambda x: _ps(x) - 2 * x.delay_s,  # the same, up to S in flight (predict: PIPELINED)
     # elastic averaging: an exchange with the centre every `period` steps
     "easgd": lambda x: (_ps(x) - 2 * x.delay_s) / _period(x, "period", 4),
     # gossip: one push of the model to one peer with probability `p` per step
