@@ -48,7 +48,7 @@ def widened(allowed: list[str], name: str) -> str | None:
     return " ".join([*allowed, name])
 
 
-def describe(by_node: dict[str, str], requested: str | None = None, host_default: str = "") -> str:
+def describe(by_node: dict[str, str], requested: str | None = None) -> str:
     """One line for the sweep's start: the nodes' TCP congestion control as read back, and
     whether the sweep set it."""
     kinds = sorted(set(by_node.values()))
@@ -57,6 +57,5 @@ def describe(by_node: dict[str, str], requested: str | None = None, host_default
     else:
         line = "TCP congestion control: " + ", ".join(f"{node} {cc or 'unknown'}" for node, cc in by_node.items())
     if requested:
-        host = f"; the host's default is {host_default}" if host_default else ""
-        line += f" (netbench set {requested} for this sweep{host})"
+        line += f" (asked for this sweep: {requested})"
     return line

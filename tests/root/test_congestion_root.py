@@ -40,7 +40,7 @@ def test_a_sweep_sets_every_nodes_congestion_control_and_puts_it_back(clean_mach
                              "--congestion-control", chosen, "--output", str(out), "--", "sh", str(job)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert f"TCP congestion control on every node: {chosen} (netbench set {chosen}" in result.stdout
+    assert f"TCP congestion control on every node: {chosen} (asked for this sweep: {chosen}" in result.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["congestion_control"] == chosen
     assert manifest["tcp_congestion_control"] == {"n1": chosen, "n2": chosen}  # read back in the nodes

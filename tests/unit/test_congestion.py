@@ -41,7 +41,7 @@ def test_the_allowed_list_is_widened_only_when_a_namespace_may_not_choose_the_na
 def test_the_line_says_what_the_nodes_use_and_that_netbench_set_it():
     assert cc.describe({"n1": "cubic", "n2": "cubic"}) == "TCP congestion control on every node: cubic"
     assert cc.describe({"n1": "cubic", "n2": "cubic"}, "cubic") == \
-        "TCP congestion control on every node: cubic (netbench set cubic for this sweep)"
+        "TCP congestion control on every node: cubic (asked for this sweep: cubic)"
     assert cc.describe({"n1": "cubic", "n2": "bbr"}, "cubic").startswith("TCP congestion control: n1 cubic, n2 bbr")
 
 

@@ -384,7 +384,7 @@ def test_a_congestion_control_the_sweep_set_is_recorded_and_said(tmp_path):
               testbed=_CongestionTestbed(Journal(tmp_path / "state")))
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["congestion_control"] == "cubic" and manifest["tcp_congestion_control"]["n1"] == "cubic"
-    assert "TCP congestion control on every node: cubic (netbench set cubic for this sweep)" in heard
+    assert "TCP congestion control on every node: cubic (asked for this sweep: cubic)" in heard
 
 
 def test_mixed_congestion_controls_are_named_per_node():
