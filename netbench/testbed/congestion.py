@@ -40,8 +40,7 @@ def check_available(name: str, where: str) -> None:
             pass
     why = why or cc.refusal(name, available())
     if why is not None:
-        raise UsageError(f"{where}: {why}", hint=f"e.g. {where.split()[-1]} cubic; leave it out to keep the "
-                                                  "nodes' own")
+        raise UsageError(f"{where}: {why}", hint="choose an available one, or leave it out to keep the nodes' own")
 
 
 def _set(journal: Journal, key: str, value: str, name: str | None, previous: str) -> Entry:
