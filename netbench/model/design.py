@@ -278,7 +278,8 @@ def check_resume(book: Playbook, runs: Sequence[Run], recorded: Mapping[str, Any
 
 
 def _what_changed(book: Playbook, recorded: Mapping[str, Any]) -> str:
-    """Why a digest differs, where the record says: the precision or its cap; else in general."""
+    """Why a digest differs, where the record says: the precision or its cap, the congestion
+    control (a record that holds the precision holds it too, where it was set); else in general."""
     was = _precision_window(recorded.get("precision"), recorded.get("max_seconds"))
     numbers = all(isinstance(v, (int, float, type(None))) and not isinstance(v, bool) for v in was)
     if "precision" in recorded and numbers and was != _precision_window(book.precision, book.max_seconds):
@@ -286,6 +287,12 @@ def _what_changed(book: Playbook, recorded: Mapping[str, Any]) -> str:
             return "off" if not precision else f"{precision * 100:g} % within {cap:g} s"
 
         return f"its precision was {text(*was)}, now {text(book.precision, book.max_seconds)}"
+    if "precision" in recorded and recorded.get("congestion_control") != book.congestion_control:
+        def named(cc) -> str:
+            return cc or "the nodes' own"
+
+        return (f"its congestion control was {named(recorded.get('congestion_control'))}, "
+                f"now {named(book.congestion_control)}")
     return "the playbook or its seed changed since"
 
 

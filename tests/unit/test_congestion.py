@@ -69,8 +69,11 @@ def test_the_congestion_control_is_part_of_the_fingerprint_only_when_set():
     assert "congestion_control" not in design.plan_record(plain, 3, expand(plain, 3))
     assert design.plan_record(cubic, 3, expand(cubic, 3))["congestion_control"] == "cubic"
     record = design.plan_record(cubic, 3, expand(cubic, 3))
-    with pytest.raises(PlaybookError, match="different design"):
+    with pytest.raises(PlaybookError, match="its congestion control was cubic, now bbr"):
         design.check_resume(bbr, expand(bbr, 3), record, "out", has_runs=True)
+    with pytest.raises(PlaybookError, match="its congestion control was the nodes' own, now cubic"):
+        design.check_resume(cubic, expand(cubic, 3), design.plan_record(plain, 3, expand(plain, 3)), "out",
+                            has_runs=True)
 
 
 # ---------------------------------------------------------------- the flag
