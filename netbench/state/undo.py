@@ -88,7 +88,7 @@ def _undo_sysctl(data: dict[str, Any], ctx: UndoContext) -> str | None:
     if local.read_sysctl(data["key"], where) == data["previous"]:
         return None
     local.write_sysctl(data["key"], data["previous"], where)
-    return f"{data['key']} back to {data['previous']!r} " + (f"in {where}" if where else "on the host")
+    return f"{data['key']} change " + (f"in {where}" if where else "on the host") + f" (back to {data['previous']!r})"
 
 
 UNDO: dict[str, UndoFn] = {

@@ -176,8 +176,8 @@ def test_reset_puts_it_back_after_a_crash(sysctl, tmp_path):
     congestion.set_on_nodes(journal, NODES, "cubic")  # and the controller is killed: nothing restored
     del sysctl.values["netbench-n2"]  # a namespace gone meanwhile takes its value with it
     removed = reset(journal)
-    assert any("back to 'bbr' in netbench-n1" in line for line in removed), removed
-    assert any("back to 'reno bbr' on the host" in line for line in removed), removed
+    assert f"{cc.DEFAULT_KEY} change in netbench-n1 (back to 'bbr')" in removed, removed
+    assert f"{cc.ALLOWED_KEY} change on the host (back to 'reno bbr')" in removed, removed
     assert sysctl.read(cc.DEFAULT_KEY, "netbench-n1") == "bbr" and sysctl.read(cc.ALLOWED_KEY) == "reno bbr"
     assert journal.pending() == [] and reset(journal) == []
 
