@@ -234,6 +234,32 @@ def predict_option(command):
                              "each run's predicted step beside the measured one (results.csv predicted_step_s).")(command)
 
 
+def _congestion_name(ctx, param, value: str | None) -> str | None:
+    from netbench.model.congestion import check_name
+
+    why = None if value is None else check_name(value)
+    if why is not None:
+        raise click.BadParameter(f"{why}; e.g. --congestion-control cubic")
+    return value
+
+
+def congestion_option(command):
+    """--congestion-control NAME (sweep and run): every node's TCP congestion control for the sweep."""
+    return click.option("--congestion-control", "congestion_control", metavar="NAME", callback=_congestion_name,
+                        help="Set every node's TCP congestion control (e.g. cubic, reno, bbr) for the sweep and "
+                             "put the previous one back after it [default: leave the nodes' own, as reported]. "
+                             "Embedded testbed only.")(command)
+
+
+def check_congestion(name: str | None, where: str = "flag --congestion-control") -> None:
+    """Before a sweep on this machine: refuse a congestion control the kernel does not have
+    (after trying to load its module), naming `where`; nothing is applied."""
+    if name:
+        from netbench.testbed.congestion import check_available
+
+        check_available(name, where)
+
+
 def precision_settings(text: str, max_seconds: float, where: str = "flag --precision") -> dict:
     """JobSpec's precision (a fraction, None: off) and max_seconds from the flags' text."""
     if text.strip().lower() in ("off", "none", "0", "0%"):

@@ -83,6 +83,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
                    "[default: drawn; recorded in the manifest].")
 @launch_options
 @common.precision_options
+@common.congestion_option
 @hosts_options
 @command_options
 @handle_errors
@@ -91,8 +92,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, predict, dry_run,
           metrics_port, metrics_address, metrics_wait, order_seed, isolate, launch_order, settle_text, settle_steps,
-          inventory, insecure_host_keys, takeover, precision_text, max_seconds, images_per_step, step_regex,
-          user_command, algorithm=None) -> None:
+          inventory, insecure_host_keys, takeover, precision_text, max_seconds, congestion_control, images_per_step,
+          step_regex, user_command, algorithm=None) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
@@ -108,6 +109,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
 
     Example: netbench sweep --latency 1,10,100ms --repeat 2
     Example: netbench sweep --latency 1,10,50ms --bandwidth 100mbit,1gbit --precision 2%
+    Example: netbench sweep --bandwidth 100mbit --latency 1ms --precision 2% --congestion-control cubic
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
     Example: netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit
     Example: netbench sweep --schedule profiles/schedules/spike.yaml --latency 10ms
@@ -172,7 +174,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
                          backend=None if backend == "auto" else backend,
                          timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
-                         order_seed=order_seed, topology=pairs, predict=predict,
+                         order_seed=order_seed, topology=pairs, predict=predict, congestion_control=congestion_control,
                          **launch_settings(isolate, settle_text, settle_steps, launch_order))
     if inventory is not None:
         common.fail_if_any_failed(_run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port,
@@ -186,6 +188,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
         _print_sweep_plan(config)
         return
     common.require_root()
+    common.check_congestion(congestion_control)
     _sigterm_as_interrupt()
     common.fail_if_any_failed(_run_with_view(config, metrics_port, metrics_address, metrics_wait_s=metrics_wait_s))
 
@@ -314,6 +317,9 @@ def _print_sweep_plan(config) -> None:
             console.plain("  " + line)
     for line in describe_algorithm(config.job, config.workers):
         console.plain(line)
+    if config.congestion_control:
+        console.plain(f"TCP congestion control {config.congestion_control} on every node for the sweep "
+                      "(the previous one put back after it)")
     from netbench.cli.render import schedule_plan_line
 
     for run in config.runs:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -36,13 +37,14 @@ def _playbook_state(output: Path) -> dict | None:
 @common.predict_option
 @click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
 @launch_options
+@common.congestion_option
 @hosts_options
 @handle_errors
 def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, verify_points: bool,
                  metrics_port: int | None, metrics_address: str | None, metrics_wait: str,
                  sample_resources: float | None, predict: bool,
                  dry_run: bool, isolate: bool, launch_order: str, settle_text: str, settle_steps: int,
-                 inventory: Path | None, insecure_host_keys: bool, takeover: bool) -> None:
+                 congestion_control: str | None, inventory: Path | None, insecure_host_keys: bool, takeover: bool) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
 
     An interrupted playbook resumes: run it again with the same results folder and the
@@ -51,6 +53,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
 
     Example: netbench run playbooks/smoke.yaml --dry-run
     Example: netbench run playbooks/smoke.yaml --inventory hosts.yaml
+    Example: netbench run playbooks/smoke.yaml --congestion-control cubic --dry-run
     """
     import random as _random
 
@@ -60,6 +63,9 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
 
     metrics_wait_s = check_metrics_flags(metrics_port, metrics_address, metrics_wait)
     book = pb.load_playbook(playbook_file)
+    where = f"{book.source}: congestion_control"
+    if congestion_control:  # the flag stands for the key, in the design's digest too
+        book, where = replace(book, congestion_control=congestion_control), "flag --congestion-control"
     output = output or Path("results") / book.name
     state = _playbook_state(output)
     seed = book.seed if book.seed is not None else (state or {}).get("seed")
@@ -94,6 +100,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
         if takeover:
             raise UsageError("flag --takeover: only with --inventory")
         common.require_root()
+        common.check_congestion(book.congestion_control, where)
     _sigterm_as_interrupt()
     from netbench.experiment.runner import SweepConfig
 
@@ -104,6 +111,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                          timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
                          order_seed=seed, topology=book.topology, predict=predict,
+                         congestion_control=book.congestion_control,
                          **launch_settings(isolate, settle_text, settle_steps, launch_order))
     if inventory is not None:
         from netbench.testbed.hosts import check_on_hosts
@@ -140,6 +148,9 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
     console.info(f"{book.warmup} warm-up + " + (f"{book.seconds:g} s of" if book.seconds else f"{book.steps}")
                  + f" measured steps per run; timeouts: startup {book.startup_timeout_s:g}s, step "
                  f"{book.step_timeout_s:g}s; results -> {escape(str(output))} ({done} done, {len(runs) - done} to run)")
+    if book.congestion_control:
+        console.plain(f"TCP congestion control {book.congestion_control} on every node for the session "
+                      "(the previous one put back after it)")
     keys = [k for k, _ in book.factors] + [k for entry in book.extra_runs for k, _ in entry] + \
         (["schedule"] if book.schedules else [])
     shown = list(dict.fromkeys(keys))

@@ -48,6 +48,9 @@ class SweepConfig:
     order_seed: int | None = None  # the points' order within each launch; None: drawn (and recorded)
     topology: Any = None  # model.pairs.PairTopology (unscaled) the runs apply at their scales; for the manifest
     predict: bool = False  # calibrate before the first point; each run gets predicted_step_s (experiment/predict.py)
+    # every node's TCP congestion control for the sweep (--congestion-control; the embedded
+    # testbed sets it and puts the previous one back); None: the nodes' own, reported as found
+    congestion_control: str | None = None
 
 
 class Observer(Protocol):
@@ -230,12 +233,11 @@ def _lease_checked(testbed: Target, result: RunResult) -> RunResult:
 Testbed = Target  # where a sweep runs: the one Target protocol of every command (testbed/base.py)
 
 
-def describe_congestion(by_node: dict[str, str]) -> str:
-    """One line for the sweep's start: the nodes' TCP congestion control (pure)."""
-    kinds = sorted(set(by_node.values()))
-    if len(kinds) == 1:
-        return f"TCP congestion control on every node: {kinds[0] or 'unknown'}"
-    return "TCP congestion control: " + ", ".join(f"{node} {cc or 'unknown'}" for node, cc in by_node.items())
+def describe_congestion(by_node: dict[str, str], requested: str | None = None) -> str:
+    """One line for the sweep's start: the nodes' TCP congestion control (pure; model/congestion.py)."""
+    from netbench.model.congestion import describe
+
+    return describe(by_node, requested)
 
 
 def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Journal | None = None,
@@ -271,8 +273,10 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         observer.sweep_started(config, backend, topology)
         congestion = getattr(testbed, "congestion_control", None)  # the nodes' or the hosts' own
         if congestion is not None:
-            manifest["tcp_congestion_control"] = congestion()
-            observer.note(describe_congestion(manifest["tcp_congestion_control"]))
+            manifest["tcp_congestion_control"] = congestion()  # read back, after the testbed set it
+            observer.note(describe_congestion(manifest["tcp_congestion_control"], config.congestion_control))
+        if config.congestion_control:
+            manifest["congestion_control"] = config.congestion_control
         rng = random.Random(config.seed ^ int(time.time()))
         predictor = None
         if config.predict:

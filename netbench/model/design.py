@@ -212,8 +212,9 @@ def design_digest(book: Playbook, runs: Sequence[Run]) -> str:
 
 def _measurement_record(book: Playbook) -> dict[str, Any]:
     """What else decides what a run measures: the precision its window goes on to (and its cap),
-    the accuracy run's and algorithm's keys, the user's command. Each is left out at its
-    default (3 %, 60 s; none), so folders written before it was fingerprinted resume."""
+    the accuracy run's and algorithm's keys, the user's command, the nodes' congestion control.
+    Each is left out at its default (3 %, 60 s; none), so folders written before it was
+    fingerprinted resume."""
     doc: dict[str, Any] = {}
     window = _precision_window(book.precision, book.max_seconds)
     if window != (Playbook.precision, Playbook.max_seconds):
@@ -222,6 +223,8 @@ def _measurement_record(book: Playbook) -> dict[str, Any]:
         doc["job_extra"] = [list(pair) for pair in book.job_extra]
     if book.command is not None:
         doc["command"] = asdict(book.command)
+    if book.congestion_control is not None:
+        doc["congestion_control"] = book.congestion_control
     return doc
 
 
@@ -253,6 +256,7 @@ def plan_record(book: Playbook, seed: int, runs: Sequence[Run]) -> dict[str, Any
     return {"name": book.name, "source": book.source, "description": book.description, "seed": seed,
             "order": book.order, "repetitions": book.repetitions, "digest": design_digest(book, runs),
             "precision": book.precision, "max_seconds": book.max_seconds,
+            **({"congestion_control": book.congestion_control} if book.congestion_control else {}),
             "factors": [k for k, _ in book.factors],
             **({"topology": book.topology.to_json()} if book.topology is not None else {}),
             "runs": [{"run_id": r.run_id, "point": r.point, "repeat": r.repeat, "profile": r.profile.name,
@@ -274,7 +278,8 @@ def check_resume(book: Playbook, runs: Sequence[Run], recorded: Mapping[str, Any
 
 
 def _what_changed(book: Playbook, recorded: Mapping[str, Any]) -> str:
-    """Why a digest differs, where the record says: the precision or its cap; else in general."""
+    """Why a digest differs, where the record says: the precision or its cap, the congestion
+    control (a record that holds the precision holds it too, where it was set); else in general."""
     was = _precision_window(recorded.get("precision"), recorded.get("max_seconds"))
     numbers = all(isinstance(v, (int, float, type(None))) and not isinstance(v, bool) for v in was)
     if "precision" in recorded and numbers and was != _precision_window(book.precision, book.max_seconds):
@@ -282,6 +287,12 @@ def _what_changed(book: Playbook, recorded: Mapping[str, Any]) -> str:
             return "off" if not precision else f"{precision * 100:g} % within {cap:g} s"
 
         return f"its precision was {text(*was)}, now {text(book.precision, book.max_seconds)}"
+    if "precision" in recorded and recorded.get("congestion_control") != book.congestion_control:
+        def named(cc) -> str:
+            return cc or "the nodes' own"
+
+        return (f"its congestion control was {named(recorded.get('congestion_control'))}, "
+                f"now {named(book.congestion_control)}")
     return "the playbook or its seed changed since"
 
 

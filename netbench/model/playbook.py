@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping
 
 from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
-from netbench.model import algorithm_keys, command_job
+from netbench.model import algorithm_keys, command_job, congestion
 from netbench.model.profile import Profile, load_profile, validate
 from netbench.model.frameworks import check_framework
 from netbench.model.run import Settings, profile_name, scaled_name
@@ -31,7 +31,7 @@ from netbench.yamlfile import read_yaml
 ORDERS = ("random", "as-written")
 TOP_KEYS = ("name", "description", "factors", "fixed", "extra_runs", "repetitions", "order", "seed",
             "warmup", "steps", "seconds", "timeouts", "backend", "profile", "schedule", "topology",
-            "precision", "max_seconds", *algorithm_keys.TOP_KEYS, *command_job.PLAYBOOK_KEYS)
+            "precision", "max_seconds", "congestion_control", *algorithm_keys.TOP_KEYS, *command_job.PLAYBOOK_KEYS)
 TIMEOUT_KEYS = ("startup", "step")
 BACKENDS = ("auto", "netem", "userspace")
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: a name that is one folder
@@ -78,6 +78,7 @@ class Playbook:
     job_extra: tuple[tuple[str, Any], ...] = ()
     topology_ref: str = ""
     command: Any = None  # a user's command (model.command_job.UserCommand) every run runs instead
+    congestion_control: str | None = None  # every node's TCP congestion control (None: the nodes' own)
 
     def where(self, key: str) -> str:
         """Where a setting's value came from, as the user wrote it: factors.X or fixed.X."""
@@ -278,7 +279,7 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
         fixed_keys=tuple(fixed_data or ()), schedules=schedules,
         topology=topology, topology_ref=str(data["topology"]).strip() if topology is not None else "",
         job_extra=_job_extra(data, source, warmup),
-        command=command,
+        command=command, congestion_control=_congestion(source, data.get("congestion_control")),
     )
     _check_topology_keys(book)
     for point in design_points(book):  # every combination must make sense; fail at load, not mid-study
@@ -288,6 +289,16 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
         if topology is not None:
             _check_scaled(book, point.scale)
     return book
+
+
+def _congestion(source: str, raw: Any) -> str | None:
+    """`congestion_control: cubic`: a name the kernel may have (checked against it before the run)."""
+    if raw is None:
+        return None
+    why = congestion.check_name(raw) if isinstance(raw, str) else f"must be a name, got {shown(raw)}"
+    if why is not None:
+        raise fail(source, "congestion_control", why, "e.g. 'congestion_control: cubic'")
+    return raw
 
 
 def _command(data: Mapping, source: str, factors) -> Any:

@@ -39,7 +39,7 @@ QUARANTINE_NAME = "journal.bad"  # lines compaction could not read, kept for a p
 REQUIRED: dict[str, dict[str, type]] = {
     "netns": {"name": str}, "attach": {"name": str}, "process": {"pid": int},
     "qdisc": {"netns": str, "ifname": str}, "ingress": {"netns": str, "dev": str, "ifb": str},
-    "iptables": {"netns": str},
+    "iptables": {"netns": str}, "sysctl": {"key": str, "previous": str},
 }
 
 
@@ -91,7 +91,7 @@ class Entry:
     """One recorded change: `kind` says how to undo it, `data` what it touched."""
 
     id: str
-    kind: str  # netns | process | qdisc | iptables
+    kind: str  # netns | process | qdisc | iptables | ingress | attach | sysctl
     data: dict[str, Any] = field(default_factory=dict)
 
 

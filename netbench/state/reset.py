@@ -42,7 +42,7 @@ def _what(entry) -> str:
     """A journal entry in a few words, for a failure line."""
     data = entry.data
     where = data.get("netns") or data.get("name") or ""
-    detail = data.get("pid") or data.get("ifname") or data.get("chain") or data.get("dev") or ""
+    detail = data.get("pid") or data.get("ifname") or data.get("chain") or data.get("dev") or data.get("key") or ""
     return " ".join(str(part) for part in (entry.kind, detail, f"in {where}" if where and detail else where) if part)
 
 

@@ -79,6 +79,18 @@ def _undo_attach(data: dict[str, Any], ctx: UndoContext) -> str | None:
     return f"namespace reference {name}"
 
 
+def _undo_sysctl(data: dict[str, Any], ctx: UndoContext) -> str | None:
+    """A sysctl netbench set (a node's congestion control, the host's allowed list): its
+    previous value back, where its namespace still exists (None: the host's own)."""
+    where = data.get("netns")
+    if where is not None and where not in ctx.existing:
+        return None
+    if local.read_sysctl(data["key"], where) == data["previous"]:
+        return None
+    local.write_sysctl(data["key"], data["previous"], where)
+    return f"{data['key']} change " + (f"in {where}" if where else "on the host") + f" (back to {data['previous']!r})"
+
+
 UNDO: dict[str, UndoFn] = {
     "process": _undo_process,
     "iptables": _undo_iptables,
@@ -86,6 +98,7 @@ UNDO: dict[str, UndoFn] = {
     "ingress": _undo_ingress,
     "netns": _undo_netns,
     "attach": _undo_attach,
+    "sysctl": _undo_sysctl,
 }
 
 

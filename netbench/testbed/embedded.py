@@ -48,6 +48,8 @@ class EmbeddedTestbed:
         self._commands = None  # the executor of apply_plan (commands), made on first use
         self.held_pairs: PairTopology | None = None  # what show() read back, when nodes shape per pair
         self.spawn = LocalSpawner(journal)
+        self.congestion: str | None = None  # the sweep's --congestion-control (None: the nodes' own)
+        self._congestion_set: list = []  # its journal entries, put back by finish()
 
     # ---------------------------------------------------------------- commands
 
@@ -143,6 +145,11 @@ class EmbeddedTestbed:
         """Take the lock, probe the backend and check the testbed that is up; changes nothing."""
         self.lock.__enter__()
         try:
+            self.congestion = getattr(config, "congestion_control", None)
+            if self.congestion:
+                from netbench.testbed import congestion
+
+                congestion.check_available(self.congestion, "congestion control")
             backend = choose_backend(self.requested)
             self.topology = local.discover()
             if self.topology is not None and len(self.topology.nodes) < needed:
@@ -162,6 +169,10 @@ class EmbeddedTestbed:
             self.topology = local.up(self.needed, self.journal)
             self.brought_up = True
         self.executor = real_executor(self.journal, hold=True)
+        if self.congestion:
+            from netbench.testbed import congestion
+
+            self._congestion_set = congestion.set_on_nodes(self.journal, self.topology.nodes, self.congestion)
         return self.topology
 
     def congestion_control(self) -> dict[str, str]:
@@ -208,8 +219,17 @@ class EmbeddedTestbed:
         return verify_point(run, self.topology, observer)
 
     def finish(self, note: Callable[[str], None]) -> None:
-        """Clear the shaping (or take down the testbed this sweep brought up); release the lock."""
+        """Put the nodes' congestion control back, clear the shaping (or take down the testbed this
+        sweep brought up); release the lock."""
         try:
+            if self._congestion_set:
+                from netbench.testbed import congestion
+
+                entries, self._congestion_set = self._congestion_set, []
+                try:
+                    congestion.restore(self.journal, entries)
+                except TestbedError as exc:  # journaled still: the rest goes on, reset tries again
+                    note(f"{exc.message} ({exc.hint})")
             if self.executor is not None and self.topology is not None and not self.brought_up:
                 self.executor.apply(ch.plan_clear(self.topology))
             if self.executor is not None:

@@ -472,7 +472,10 @@ class HostsTestbed:
 # ---------------------------------------------------------------- sweeps and playbooks over hosts
 
 def refuse_schedules(config) -> None:
-    """Schedules change the link during a run on the embedded testbed only."""
+    """Schedules change the link during a run, and a congestion control is set, on the embedded testbed only."""
+    if getattr(config, "congestion_control", None):
+        raise UsageError("--congestion-control is embedded-only for now (a playbook's congestion_control: too)",
+                         hint="drop --inventory, or set net.ipv4.tcp_congestion_control on the hosts yourself")
     scheduled = next((run for run in config.runs if getattr(run, "schedule", None) is not None), None)
     if scheduled is not None:
         raise UsageError(f"schedule {scheduled.schedule.name}: not with --inventory: a schedule changes the link "

@@ -178,14 +178,35 @@ CONGESTION_CONTROL_SYSCTL = "/proc/sys/net/ipv4/tcp_congestion_control"
 def congestion_control(name: str | None = None) -> str:
     """The TCP congestion control that new connections in namespace `name` use (a namespace
     starts with the host's default; None: this process's namespace); "" when it cannot be read."""
+    return read_sysctl("net.ipv4.tcp_congestion_control", name)
+
+
+def _sysctl_path(key: str) -> str:
+    return "/proc/sys/" + key.replace(".", "/")
+
+
+def read_sysctl(key: str, name: str | None = None) -> str:
+    """A sysctl's value (e.g. net.ipv4.tcp_congestion_control) in namespace `name` (None: this
+    process's namespace); "" when it cannot be read."""
     if name is None:
         try:
-            with open(CONGESTION_CONTROL_SYSCTL) as fh:
+            with open(_sysctl_path(key)) as fh:
                 return fh.read().strip()
         except OSError:
             return ""
-    result = proc.run(["cat", CONGESTION_CONTROL_SYSCTL], netns=name, check=False)
+    result = proc.run(["cat", _sysctl_path(key)], netns=name, check=False)
     return result.stdout.strip() if result.returncode == 0 else ""
+
+
+def write_sysctl(key: str, value: str, name: str | None = None) -> None:
+    """Set a sysctl in namespace `name` (None: this process's namespace); TestbedError with the
+    kernel's reason when it refuses (an algorithm a namespace may not choose: "Operation not
+    permitted"; one the kernel does not have: "No such file or directory")."""
+    result = proc.run(["sysctl", "-q", "-w", f"{key}={value}"], netns=name, check=False)
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        where = f" in {name}" if name else " on the host"
+        raise TestbedError(f"cannot set {key}={value}{where}: {detail[-1] if detail else result.returncode}")
 
 
 def remove_netns(name: str) -> bool:

@@ -104,6 +104,8 @@ OUTPUT = {
     "netbench profile check profiles/wan.yaml": [r"ok"],
     "netbench sweep --latency 1,10,100ms --dry-run": [r"d1ms", r"d10ms", r"d100ms"],
     "netbench sweep --latency 1,10,100ms --metrics-port 9464": [r"http://127\.0\.0\.1:\d+/metrics"],
+    "netbench sweep --bandwidth 100mbit --latency 1ms --precision 2% --congestion-control cubic":
+        [r"TCP congestion control on every node: cubic \(asked for this sweep: cubic\)"],
 }
 
 # an example whose printed table must be the one README.md shows (its columns, and the shown rows'

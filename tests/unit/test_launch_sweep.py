@@ -373,6 +373,20 @@ def test_the_manifest_records_the_nodes_congestion_control_and_the_sweep_says_it
     assert "TCP congestion control on every node: cubic" in heard
 
 
+def test_a_congestion_control_the_sweep_set_is_recorded_and_said(tmp_path):
+    heard = []
+
+    class Notes:
+        def __getattr__(self, name):
+            return (lambda text: heard.append(text)) if name == "note" else (lambda *a, **k: None)
+
+    run_sweep(_config(tmp_path, _runs(delays=(1,)), congestion_control="cubic"), observer=Notes(),
+              testbed=_CongestionTestbed(Journal(tmp_path / "state")))
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["congestion_control"] == "cubic" and manifest["tcp_congestion_control"]["n1"] == "cubic"
+    assert "TCP congestion control on every node: cubic (asked for this sweep: cubic)" in heard
+
+
 def test_mixed_congestion_controls_are_named_per_node():
     assert describe_congestion({"n1": "cubic", "n2": "bbr"}) == "TCP congestion control: n1 cubic, n2 bbr"
     assert describe_congestion({"n1": ""}) == "TCP congestion control on every node: unknown"
@@ -380,7 +394,8 @@ def test_mixed_congestion_controls_are_named_per_node():
 
 def test_a_testbed_without_the_reading_records_none(tmp_path):
     run_sweep(_config(tmp_path, _runs(delays=(1,))), testbed=SyntheticTestbed(Journal(tmp_path / "state")))
-    assert "tcp_congestion_control" not in json.loads((tmp_path / "out" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert "tcp_congestion_control" not in manifest and "congestion_control" not in manifest
 
 
 def test_the_order_flag_offers_exactly_the_orders_launches_know():

@@ -1,0 +1,91 @@
+"""A sweep's TCP congestion control on the embedded nodes: checked, set in every node's
+namespace, journaled, and put back (model/congestion.py holds the pure decisions).
+
+Each change is a journal entry of kind `sysctl` (key, the previous value, the namespace or
+None for the host's own), recorded before it is made: the sweep's end puts them back, and so
+does `netbench reset` after a crash (state/undo.py). A testbed that `netbench testbed up`
+brought up outlives the sweep; its nodes get their previous congestion control back.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from pyroute2 import netns as pnetns
+
+from netbench import proc
+from netbench.errors import NetbenchError, TestbedError, UsageError
+from netbench.model import congestion as cc
+from netbench.state.journal import Entry, Journal
+from netbench.testbed import netns as local
+
+
+def _ignore(message: str) -> None:
+    pass
+
+
+def available() -> list[str]:
+    """The algorithms this kernel has (tcp_available_congestion_control, host-wide)."""
+    return local.read_sysctl(cc.AVAILABLE_KEY).split()
+
+
+def check_available(name: str, where: str) -> None:
+    """Refuse `name` (UsageError naming `where`, e.g. "flag --congestion-control") unless this
+    kernel has it, loading its module (tcp_NAME) first if it is missing; changes nothing else."""
+    why = cc.check_name(name)
+    if why is None and name not in available():
+        try:  # a stock kernel builds most algorithms as modules; this one may have none
+            proc.run(["modprobe", "-q", f"tcp_{name}"], check=False, timeout=10)
+        except NetbenchError:
+            pass
+    why = why or cc.refusal(name, available())
+    if why is not None:
+        raise UsageError(f"{where}: {why}", hint="choose an available one, or leave it out to keep the nodes' own")
+
+
+def _set(journal: Journal, key: str, value: str, name: str | None, previous: str) -> Entry:
+    entry = journal.record("sysctl", key=key, value=value, previous=previous, netns=name)
+    try:
+        local.write_sysctl(key, value, name)
+    except BaseException:
+        journal.done(entry)  # nothing was changed
+        raise
+    return entry
+
+
+def set_on_nodes(journal: Journal, nodes, name: str) -> list[Entry]:
+    """Make `name` every node's default congestion control (widening the host's allowed list
+    first when a namespace may not choose it); each change journaled before it is made and read
+    back. On any failure what was set is put back before the error goes on."""
+    entries: list[Entry] = []
+    try:
+        allowed = local.read_sysctl(cc.ALLOWED_KEY).split()
+        wider = cc.widened(allowed, name)
+        if wider is not None:
+            entries.append(_set(journal, cc.ALLOWED_KEY, wider, None, " ".join(allowed)))
+        for node in nodes:
+            previous = local.read_sysctl(cc.DEFAULT_KEY, node.netns)
+            if not previous:
+                raise TestbedError(f"node {node.name}: cannot read {cc.DEFAULT_KEY}")
+            if previous != name:
+                entries.append(_set(journal, cc.DEFAULT_KEY, name, node.netns, previous))
+            now = local.read_sysctl(cc.DEFAULT_KEY, node.netns)
+            if now != name:
+                raise TestbedError(f"node {node.name}: {cc.DEFAULT_KEY} reads {now or 'nothing'} after setting {name}")
+    except BaseException:
+        restore(journal, entries)
+        raise
+    return entries
+
+
+def restore(journal: Journal, entries: list[Entry], warn: Callable[[str], None] = _ignore) -> list[str]:
+    """Put back what `entries` changed, newest first, through the undo registry (as reset
+    does); one line per value put back. A failure is raised once the rest were tried."""
+    from netbench.state.reset import undo_each
+
+    failures: list[str] = []
+    done = undo_each(journal, list(reversed(entries)), set(pnetns.listnetns()), warn, failures)
+    if failures:
+        raise TestbedError("could not put the congestion control back: " + "; ".join(failures),
+                           hint="'netbench reset' tries again")
+    return done
