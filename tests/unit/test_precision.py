@@ -294,3 +294,18 @@ def _group_of(observations):
     from netbench.report.groups import Group
 
     return Group(factors=(("model", "mlp"),), observations=tuple(observations), interval=None)
+
+
+def test_the_compute_calibration_runs_fixed_steps_whatever_precision_the_sweep_asks():
+    """A --precision would stretch the calibration's short, noisy window of 1-ms steps to its
+    cap (48,952 steps in 62 s before this): the calibration's processes take none."""
+    from netbench.experiment.predict import COMPUTE_STEPS, _compute_tasks
+    from netbench.model.job import JobSpec
+    from netbench.model.topology import Node
+
+    nodes = [Node(name=f"n{i}", netns=f"ns{i}", ifname="eth0", address=f"10.0.0.{i}", prefixlen=24, port=f"p{i}")
+             for i in (1, 2)]
+    tasks = _compute_tasks(JobSpec(precision=0.02, max_seconds=60.0), nodes, 2, port=20000)
+    assert len(tasks) == 2
+    for task in tasks:
+        assert "--precision" not in task.argv and task.argv[task.argv.index("--steps") + 1] == str(COMPUTE_STEPS)
