@@ -12,7 +12,6 @@ import pytest
 from pyroute2 import netns as pnetns
 
 from netbench.experiment import doctor
-from netbench.emulation.executor import choose_backend
 from tests.conftest import ROOT
 from tests.unit.test_doctor import _by_name
 

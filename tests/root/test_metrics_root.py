@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from netbench.emulation import backends, changes as ch
+from netbench.emulation import backends
 from netbench.emulation.executor import real_executor
 from netbench.metrics.network import NetworkReader
 from netbench.model.profile import Profile

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from netbench.experiment import verify
-from netbench.emulation import backends, changes as ch
+from netbench.emulation import backends
 from netbench.emulation.executor import choose_backend, real_executor
 from netbench.model.profile import Profile
 from netbench.testbed import netns as local

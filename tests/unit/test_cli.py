@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from netbench.cli import app as cli
 from netbench.cli import common
-from netbench.emulation import backends, changes as ch
+from netbench.emulation import backends
 from netbench.model.profile import Profile
 from netbench.model import topology
 

@@ -6,21 +6,15 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass, field
 
 import pytest
-from pyroute2 import netns as pnetns
 from rich.console import Console
 
 from netbench.cli import render
 from netbench.experiment import doctor
 from netbench.experiment.doctor import Check, Outcome
 from netbench.emulation.executor import choose_backend
-from tests.conftest import ROOT
 
 USERSPACE_PIECES = {"tbf", "iptables", "NFQUEUE", "physdev", "bridge netfilter"}
 NAMESPACE_CHECKS = {"namespaces", "veth", "netem", "tbf", "htb", "ifb", "ingress+mirred",

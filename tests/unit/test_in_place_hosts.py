@@ -11,7 +11,7 @@ from netbench.emulation.executor import Executor
 from netbench.emulation.held import NOTHING, Held, held_from_entries
 from netbench.emulation.in_place import in_place
 from netbench.model.profile import Profile
-from netbench.remote.agent import HOST_NETNS, bind_plan
+from netbench.remote.agent import bind_plan
 from netbench.remote.controller import hosts_topology, plan_for_host
 from netbench.remote.inventory import Host, Inventory
 from netbench.state.journal import Journal

@@ -7,12 +7,11 @@ import dataclasses
 import pytest
 import yaml
 from hypothesis import given
-from hypothesis import strategies as st
 
 from netbench import units
 from netbench.errors import ProfileError, UsageError
 from tests.strategies import valid_profiles
-from netbench.model.profile import (MAX_DELAY_US, Profile, load_profile, parse_levels, profile_from_flags,
+from netbench.model.profile import (Profile, load_profile, parse_levels, profile_from_flags,
                               profile_from_mapping)
 
 

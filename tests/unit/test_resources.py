@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import signal
-from pathlib import Path
 
 import pytest
 

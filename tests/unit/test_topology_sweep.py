@@ -13,7 +13,6 @@ from click.testing import CliRunner
 from netbench.cli import common
 from netbench.cli.app import main
 from netbench.experiment.launch import Settle, plan_launches, run_follows
-from netbench.experiment import store
 from netbench.experiment.runner import SweepConfig, run_sweep
 from netbench.jobs.launch import Timeouts
 from netbench.experiment.store import SCHEMA_VERSION

@@ -10,10 +10,8 @@ import io
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
