@@ -53,7 +53,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
 
     Example: netbench run playbooks/smoke.yaml --dry-run
     Example: netbench run playbooks/smoke.yaml --inventory hosts.yaml
-    Example: netbench run playbooks/smoke.yaml --congestion-control cubic --dry-run
+    Example: netbench run playbooks/smoke.yaml --congestion-control cubic --output results/smoke-cubic --dry-run
     """
     import random as _random
 
