@@ -75,6 +75,34 @@ def test_a_sigkill_in_the_middle_of_changes_leaves_reset_able_to_remove_everythi
     assert "netbench-" not in left, left
 
 
+def iperf_during(change, address: str, seconds: int, before_s: float, parallel: int = 1) -> list[float]:
+    """iperf3 from n1 to n2 for `seconds`, `change()` made `before_s` into it: the per-second
+    rates (bit/s); a link that stalls after the change fails the test."""
+    import json
+
+    ns = ["ip", "netns", "exec"]
+    server = subprocess.Popen([*ns, "netbench-n2", "iperf3", "-s", "-1"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    client = None
+    try:
+        time.sleep(0.5)
+        client = subprocess.Popen([*ns, "netbench-n1", "iperf3", "-c", address, "-t", str(seconds), "-P",
+                                   str(parallel), "--json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+        time.sleep(before_s)
+        change()
+        try:
+            out, _ = client.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"iperf3 did not end within 30 s of a {seconds} s run: the link stalled after the change")
+    finally:
+        for proc in (client, server):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return [i["sum"]["bits_per_second"] for i in json.loads(out)["intervals"]]
+
+
 def test_a_fall_in_rate_under_load_never_stalls_the_link(clean_machine):
     # tbf keeps its queue when changed in place, and a packet queued under 1gbit's burst (a
     # 64 KB GSO segment) is larger than 100mbit's: tbf never gathers the tokens to send it, and
@@ -82,27 +110,8 @@ def test_a_fall_in_rate_under_load_never_stalls_the_link(clean_machine):
     cli_ok("testbed", "up", "--nodes", "2")
     cli_ok("apply", "--latency", "1ms", "--bandwidth", "1gbit", "--backend", "userspace")
     ns = ["ip", "netns", "exec"]
-    server = subprocess.Popen([*ns, "netbench-n2", "iperf3", "-s", "-1"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    client = None
-    try:
-        time.sleep(0.5)
-        client = subprocess.Popen([*ns, "netbench-n1", "iperf3", "-c", "10.213.0.2", "-t", "8", "-P", "2",
-                                   "--json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        time.sleep(3)
-        cli_ok("apply", "--latency", "10ms", "--bandwidth", "100mbit", "--backend", "userspace")
-        try:
-            out, _ = client.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            pytest.fail("iperf3 did not end within 30 s of an 8 s run: the link stalled after the change")
-    finally:
-        for proc in (client, server):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    import json
-
-    intervals = [i["sum"]["bits_per_second"] for i in json.loads(out)["intervals"]]
+    intervals = iperf_during(lambda: cli_ok("apply", "--latency", "10ms", "--bandwidth", "100mbit", "--backend",
+                                            "userspace"), "10.213.0.2", 8, 3, parallel=2)
     after = intervals[4:]  # from a second after the change to the end
     # TCP takes seconds to come back to 100mbit after the fall (measured: 19-39 Mbit/s in
     # these seconds); stalled, it moved nothing at all
@@ -117,8 +126,6 @@ def test_a_schedules_batched_rate_changes_land_never_stall_and_name_each_refused
     held): after the first, a change's tbfs go out as one batch with no root read back; a fall
     from 1gbit to 100mbit under iperf3 must not stall the link (the tbf is deleted first, as
     replace_tbf does); a link the kernel refuses is named, and the others hold the new rate."""
-    import json
-
     from netbench.emulation.netlink.qdisc import NetlinkQdiscs
     from netbench.errors import EmulationError
     from netbench.experiment.schedule import PlanCache
@@ -134,26 +141,8 @@ def test_a_schedules_batched_rate_changes_land_never_stall_and_name_each_refused
     original_root = NetlinkQdiscs._root
     monkeypatch.setattr(NetlinkQdiscs, "_root", staticmethod(lambda ns, index: reads.append(index)
                                                              or original_root(ns, index)))
-    ns = ["ip", "netns", "exec"]
-    server = subprocess.Popen([*ns, "netbench-n2", "iperf3", "-s", "-1"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    client = None
-    try:
-        time.sleep(0.5)
-        client = subprocess.Popen([*ns, "netbench-n1", "iperf3", "-c", topology.nodes[1].address, "-t", "6",
-                                   "--json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        time.sleep(2.5)
-        plans.apply(Profile(name="slow", delay_us=10_000, rate_bps=100_000_000))
-        try:
-            out, _ = client.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            pytest.fail("iperf3 did not end within 30 s of a 6 s run: the link stalled after the change")
-    finally:
-        for proc in (client, server):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    intervals = [i["sum"]["bits_per_second"] for i in json.loads(out)["intervals"]]
+    intervals = iperf_during(lambda: plans.apply(Profile(name="slow", delay_us=10_000, rate_bps=100_000_000)),
+                             topology.nodes[1].address, 6, 2.5)
     assert intervals[4:] and min(intervals[4:]) > 5e6, [round(r / 1e6) for r in intervals]
     assert reads == []  # the batch: no root read back
     rates = lambda: [target._command_executor().qdiscs.read(n.netns, n.ifname)["rate_bps"]  # noqa: E731
