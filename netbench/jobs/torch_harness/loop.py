@@ -139,29 +139,29 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
             loss.backward()
         return float(loss.detach()) * accum_steps
 
-    def fused_update() -> tuple[float, float, float]:
-        """One update as users run it: (start, end, mean loss)."""
+    def accumulate(sync_last: bool) -> float:
+        """The update's accum_steps backward passes into fresh gradients; the last one
+        all-reduces when `sync_last` (DDP's own hook). Returns the mean loss."""
         nonlocal micro
-        t0 = time.monotonic()
         optimizer.zero_grad(set_to_none=True)
         loss = 0.0
         for j in range(accum_steps):
             x, y = batches[micro % len(batches)]
             micro += 1
-            loss += backward(x, y, sync=j == accum_steps - 1)  # the last backward all-reduces
+            loss += backward(x, y, sync=sync_last and j == accum_steps - 1)
+        return loss / accum_steps
+
+    def fused_update() -> tuple[float, float, float]:
+        """One update as users run it: (start, end, mean loss)."""
+        t0 = time.monotonic()
+        loss = accumulate(sync_last=True)
         optimizer.step()
-        return t0, time.monotonic(), loss / accum_steps
+        return t0, time.monotonic(), loss
 
     def split_update() -> tuple[float, float, float, float]:
         """One update timed apart: (start, end of compute, end, mean loss)."""
-        nonlocal micro
         t0 = time.monotonic()
-        optimizer.zero_grad(set_to_none=True)
-        loss = 0.0
-        for _ in range(accum_steps):
-            x, y = batches[micro % len(batches)]
-            micro += 1
-            loss += backward(x, y, sync=False)
+        loss = accumulate(sync_last=False)
         t1 = time.monotonic()
         if where is not None:
             grads = [p.grad for p in model.parameters() if p.grad is not None]
@@ -173,7 +173,7 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
                 g.copy_(flat[offset:offset + g.numel()].view_as(g))
                 offset += g.numel()
         optimizer.step()
-        return t0, t1, time.monotonic(), loss / accum_steps
+        return t0, t1, time.monotonic(), loss
 
     def timed_step(step: int, phase: str) -> float:
         return timed_update(step, phase, kind, split_update, fused_update, images, events)
