@@ -12,8 +12,8 @@ from netbench.cli.types import FiniteFloatRange
 from netbench.errors import UsageError
 
 # the strategies of issue 21 (model.job.EXCHANGE_STRATEGIES; the CLI keeps its literal, as for --order)
-ALGORITHMS = ("ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd")
-ALGORITHMS_HELP = ("ps-sync (BSP), ps-ssp (--staleness), easgd (--tau, --elastic-alpha): parameter servers (--ps) "
+ALGORITHMS = ("ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd", "adpsgd")
+ALGORITHMS_HELP = ("ps-sync (BSP), ps-async (ASP over the same protocol), ps-ssp (--staleness), easgd (--tau, --elastic-alpha): parameter servers (--ps) "
                    "without a coordinator; gosgd (--gossip-p), adpsgd: workers and their peers only.")
 # the JobSpec field each flag sets
 _FIELDS = ("staleness", "tau", "elastic_alpha", "gossip_p", "train_steps", "eval_every", "target_accuracy")

@@ -258,7 +258,7 @@ def exchange_s(job, workers: int, model_s: float, rtt: float) -> float:
     parameter servers' links carry every worker's models; easgd pays it every tau steps, gosgd
     sends one model with probability p and waits for nothing."""
     exchange = 2 * model_s + 2 * rtt
-    if job.strategy in ("ps-sync", "ps-ssp"):
+    if job.strategy in ("ps-sync", "ps-async", "ps-ssp"):
         return max(exchange, 2 * workers * model_s / max(1, job.ps))
     if job.strategy == "easgd":
         return exchange / job.tau

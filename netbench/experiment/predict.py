@@ -25,7 +25,7 @@ from netbench.errors import NetbenchError
 from netbench.jobs import events as ev
 from netbench.jobs.launch import Timeouts, run_job
 from netbench.model import step_model
-from netbench.model.job import JobSpec, plan_job
+from netbench.model.job import JobSpec, pipeline_window, plan_job
 
 CALIBRATION_SIZES = (64 * 2**10, 256 * 2**10, 2**20, 4 * 2**20)
 COMPUTE_WARMUP, COMPUTE_STEPS = 3, 10
@@ -64,7 +64,7 @@ class Predictor:
             delay_s=profile.delay_us / 1e6, rate_bps=profile.rate_bps,
             overhead_s=fit.alpha_s if fit else 0.0, beta_s_per_byte=fit.beta_s_per_byte if fit else 0.0,
             accum_steps=job.accum_steps, ps=job.ps,
-            params={"period": job.tau, "p": job.gossip_p, "staleness": job.staleness})
+            params={"period": job.tau, "p": job.gossip_p, "window": pipeline_window(job)})
 
     def predict(self, run) -> step_model.Prediction | None:
         x = self.inputs(run)

@@ -2,6 +2,10 @@
 
 * ``ps-sync`` (BSP): every worker pushes its step's gradient; the server applies the mean of a
   round's W gradients once, together, and a worker's pull waits for its round (the barrier);
+* ``ps-async`` (ASP, as Dean et al. 2012's Downpour SGD and Jia et al.'s Async-SGD): each push
+  is applied at once and answered at once; a worker pushes and goes on computing on the
+  freshest weights it has received, never waiting for the other workers; only its transport
+  window (ASYNC_WINDOW pushes unanswered) makes it wait, for its own replies;
 * ``ps-ssp`` (SSP, Ho et al. 2013): each push is applied at once; a worker computes on the
   weights it last received and keeps up to S pushes unanswered (its pipeline), and the server
   answers push k once every worker still training has pushed k (the gate): so a worker that
@@ -26,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-SYNC, SSP, ELASTIC_MODE = "sync", "ssp", "elastic"
+SYNC, SSP, ASYNC, ELASTIC_MODE = "sync", "ssp", "async", "elastic"
 DEFAULT_STALENESS = 3
 DEFAULT_TAU = 4
 DEFAULT_GOSSIP_P = 0.1
@@ -34,8 +38,14 @@ DEFAULT_GOSSIP_P = 0.1
 EASGD_BETA = 0.9
 
 # the strategies this module serves, and which of them have parameter servers
-EXCHANGE_STRATEGIES = ("ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd")
-SERVER_MODES = {"ps-sync": SYNC, "ps-ssp": SSP, "easgd": ELASTIC_MODE}
+EXCHANGE_STRATEGIES = ("ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd", "adpsgd")
+SERVER_MODES = {"ps-sync": SYNC, "ps-async": ASYNC, "ps-ssp": SSP, "easgd": ELASTIC_MODE}
+# the strategies whose workers push a gradient every step and get the weights back
+PUSH_STRATEGIES = ("ps-sync", "ps-async", "ps-ssp")
+# ps-async's pushes a worker may leave unanswered: a transport window that bounds the replies
+# (each a model) queued at the worker, not a staleness bound (the server gates nothing); wide
+# enough for a round trip of 100 ms at a few milliseconds of compute per step
+ASYNC_WINDOW = 16
 PEER_STRATEGIES = ("gosgd", "adpsgd")
 
 
@@ -46,7 +56,10 @@ def default_elastic_alpha(workers: int) -> float:
 
 def pipeline_depth(strategy: str, staleness: int) -> int:
     """Pushes a worker may leave unanswered while it computes on the weights it has: SSP's
-    slack (ps-ssp: S), none for BSP (ps-sync waits for its round's reply every step)."""
+    slack (ps-ssp: S), ASP's transport window (ps-async: ASYNC_WINDOW), none for BSP (ps-sync
+    waits for its round's reply every step)."""
+    if strategy == "ps-async":
+        return ASYNC_WINDOW
     return max(0, staleness) if strategy == "ps-ssp" else 0
 
 
@@ -99,11 +112,11 @@ def model_transfers_per_step(strategy: str, workers: int, gossip_p: float = DEFA
                              tau: int = DEFAULT_TAU) -> float:
     """Model-sized transfers a worker's node SENDS per step, as the algorithm says (what
     --sample-resources' tx bytes of a worker should show, over the model's bytes):
-    ps-sync/ps-ssp its gradient (the weights come back), easgd its replica every tau steps,
+    ps-sync/ps-async/ps-ssp its gradient (the weights come back), easgd its replica every tau steps,
     gosgd a model with probability p, adpsgd its model every step plus, on average, one reply
     to a peer's request (each worker is asked once per step by someone), allreduce 2(W-1)/W
     of one (ring)."""
-    if strategy in ("ps-sync", "ps-ssp"):
+    if strategy in PUSH_STRATEGIES:
         return 1.0
     if strategy == "adpsgd":
         return 2.0
@@ -119,7 +132,7 @@ def model_transfers_per_step(strategy: str, workers: int, gossip_p: float = DEFA
 @dataclass
 class ServerState:
     """One parameter server's shard: its weights, the version (updates applied) and each
-    worker's push count. `mode` is SYNC, SSP or ELASTIC_MODE."""
+    worker's push count. `mode` is SYNC, ASYNC, SSP or ELASTIC_MODE."""
 
     mode: str
     workers: int
@@ -168,7 +181,8 @@ class ServerState:
             self.version += 1
 
     def may_read(self, worker: int) -> bool:
-        """Whether the worker's pull can be answered now (the barrier, or the gate)."""
+        """Whether the worker's pull can be answered now (the barrier, or the gate; ASYNC and
+        ELASTIC_MODE answer at once)."""
         clock = self.clocks.get(worker, 0)
         if self.mode == SYNC:
             return self.version >= clock

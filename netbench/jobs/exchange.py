@@ -1,10 +1,11 @@
 """The wire protocol of the exchange strategies (pure): how model-sized arrays travel between
 a worker and a parameter server or a peer over a plain TCP stream.
 
-Used by ``ps-sync``, ``ps-ssp``, ``easgd``, ``gosgd`` and ``adpsgd`` (netbench.jobs.algorithms
-holds their arithmetic; netbench.jobs.harness.peers the socket edge). TensorFlow computes the
-gradients; every model-sized transfer is one message on a socket between the two roles'
-node addresses, so it crosses exactly the shaped links between them.
+Used by ``ps-sync``, ``ps-async``, ``ps-ssp``, ``easgd``, ``gosgd`` and ``adpsgd``
+(netbench.jobs.algorithms holds their arithmetic; netbench.jobs.harness.peers the socket
+edge). TensorFlow computes the gradients; every model-sized transfer is one message on a
+socket between the two roles' node addresses, so it crosses exactly the shaped links
+between them.
 
 A message is a frame::
 
@@ -30,7 +31,7 @@ DTYPES = ("float32", "float64", "float16", "int32", "int64")
 
 # operations
 HELLO = "hello"  # worker -> server: who it is; worker 0 sends the initial weights with it
-PUSH = "push"  # worker -> ps: gradients of one step (ps-sync, ps-ssp)
+PUSH = "push"  # worker -> ps: gradients of one step (ps-sync, ps-async, ps-ssp)
 PULL = "pull"  # worker -> ps: the weights (after the barrier or the staleness gate)
 ELASTIC = "elastic"  # worker -> ps: its replica; the reply is the elastic difference (easgd)
 GOSSIP = "gossip"  # worker -> peer: a weighted model, no reply (gosgd)

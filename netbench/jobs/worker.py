@@ -19,8 +19,8 @@ imports TensorFlow (and only inside functions, so importing this module stays ch
   ``--accum-steps`` local batches before one all-reduce and update;
 * ``single``: TF's default strategy in one process: no cluster, no network;
 * ``ps``: ``ParameterServerStrategy``; see ``netbench.jobs.harness.ps``;
-* ``ps-sync``, ``ps-ssp``, ``easgd``, ``gosgd``, ``adpsgd``: TF computes gradients, the
-  algorithm's transfers go over netbench's own exchange protocol between the roles' nodes;
+* ``ps-sync``, ``ps-async``, ``ps-ssp``, ``easgd``, ``gosgd``, ``adpsgd``: TF computes
+  gradients, the algorithm's transfers go over netbench's own exchange protocol between the roles' nodes;
   see ``netbench.jobs.harness.exchange_loop``.
 
 Failure handling (TF 2.21 behaviour measured on loopback):
@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
                         help="allreduce: all-reduce every step; allreduce-accum: every "
                              "--accum-steps batches; ps: asynchronous parameter servers (role from "
-                             "TF_CONFIG); single: one process; ps-sync, ps-ssp, easgd, gosgd, "
+                             "TF_CONFIG); single: one process; ps-sync, ps-async, ps-ssp, easgd, gosgd, "
                              "adpsgd: see --staleness, --tau, --gossip-p (default: %(default)s)")
     parser.add_argument("--accum-steps", type=_positive_int, default=DEFAULT_ACCUM_STEPS,
                         help="local batches per all-reduce with allreduce-accum "

@@ -12,7 +12,7 @@ Placement, one process per node so every byte between roles crosses shaped links
   coordinator (TF's "chief" task) on the node after them: W + P + 1 nodes. Workers and
   parameter servers run plain TF servers; the coordinator dispatches every step and is
   the process that streams step events.
-* ``ps-sync``, ``ps-ssp`` and ``easgd``: W workers on n1..nW and P parameter servers on the
+* ``ps-sync``, ``ps-async``, ``ps-ssp`` and ``easgd``: W workers on n1..nW and P parameter servers on the
   next P nodes (W + P nodes; no coordinator: the workers talk to the servers themselves and
   each streams its own steps); the servers serve until the job stops them;
 * ``gosgd`` and ``adpsgd``: W workers on n1..nW, each talking to its peers directly.
@@ -32,11 +32,13 @@ from netbench.model.command_job import COMMAND, UserCommand
 from netbench.model.frameworks import DEFAULT_FRAMEWORK, check_framework, worker_module
 from netbench.model.topology import Node
 
-STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single", "ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd")
+STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single", "ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd",
+              "adpsgd")
 # strategies whose parameter servers are processes of their own (job.ps of them)
-SERVER_STRATEGIES = ("ps", "ps-sync", "ps-ssp", "easgd")
+SERVER_STRATEGIES = ("ps", "ps-sync", "ps-async", "ps-ssp", "easgd")
 # workers and servers over netbench's own exchange protocol (netbench.jobs.exchange)
-EXCHANGE_STRATEGIES = ("ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd")
+EXCHANGE_STRATEGIES = ("ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd", "adpsgd")
+ASYNC_WINDOW = 16  # ps-async: pushes a worker may leave unanswered (jobs.algorithms.ASYNC_WINDOW)
 DEFAULT_ACCUM_STEPS = 4
 DEFAULT_STALENESS = 3  # ps-ssp: steps a worker may run ahead of the slowest
 DEFAULT_TAU = 4  # easgd: local steps between elastic exchanges
@@ -165,6 +167,15 @@ def effective_accum_steps(job: JobSpec) -> int:
     return job.accum_steps if job.strategy == "allreduce-accum" else 1
 
 
+def pipeline_window(job: JobSpec) -> int:
+    """Pushes a worker may leave unanswered while it computes: ps-ssp's staleness, ps-async's
+    transport window, 0 for every other strategy (jobs.algorithms.pipeline_depth, which the
+    worker itself uses)."""
+    if job.strategy == "ps-async":
+        return ASYNC_WINDOW
+    return max(0, job.staleness) if job.strategy == "ps-ssp" else 0
+
+
 def images_per_step(job: JobSpec, workers: int) -> int:
     """Images one step event stands for.
 
@@ -267,6 +278,10 @@ def describe_algorithm(job: JobSpec, workers: int) -> list[str]:
     if job.strategy == "ps-sync":
         lines.append("algorithm: BSP; each step every worker pushes its gradient to the parameter servers and "
                      "pulls the weights once the round's gradients are applied together")
+    elif job.strategy == "ps-async":
+        lines.append("algorithm: ASP; each push is applied and answered at once; a worker pushes its gradient and goes "
+                     "on with the freshest weights it has received, never waiting for the other workers (at most "
+                     f"{ASYNC_WINDOW} of its own pushes unanswered)")
     elif job.strategy == "ps-ssp":
         lines.append(f"algorithm: SSP, staleness {job.staleness}; each step a worker pushes its gradient and goes on "
                      f"with the weights it last received, waiting only with more than {job.staleness} pushes "

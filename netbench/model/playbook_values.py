@@ -10,7 +10,8 @@ from netbench import units
 from netbench.errors import shown
 from netbench.model.frameworks import FRAMEWORKS
 
-STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single", "ps-sync", "ps-ssp", "easgd", "gosgd", "adpsgd")
+STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single", "ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd",
+              "adpsgd")
 # the models of issue 4; which of them this build's worker can train is checked before a run
 MODELS = ("mlp", "cnn", "mobilenetv2", "resnet50", "efficientnetb0", "vgg16", "resnet18")
 

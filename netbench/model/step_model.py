@@ -131,6 +131,7 @@ PATTERNS: dict[str, Callable[[StepInputs], float]] = {
     # every worker pushes and pulls each step, the servers' egress shared; no coordinator
     "ps-sync": lambda x: _ps(x) - 2 * x.delay_s,
     "ps-ssp": lambda x: _ps(x) - 2 * x.delay_s,  # the same, up to S in flight (predict: PIPELINED)
+    "ps-async": lambda x: _ps(x) - 2 * x.delay_s,  # the same, up to its window in flight
     # elastic averaging: an exchange with the centre every `period` steps
     "easgd": lambda x: (_ps(x) - 2 * x.delay_s) / _period(x, "period", 4),
     # gossip: one push of the model to one peer with probability `p` per step
@@ -143,10 +144,10 @@ PATTERNS: dict[str, Callable[[StepInputs], float]] = {
 # strategies whose step event is a completion at the coordinator, from whichever worker is free
 # (jobs/harness/ps.py: duration = the time between completions): W workers overlap their steps
 COMPLETIONS = frozenset({"ps"})
-# strategies whose workers keep up to `staleness` exchanges in flight while they compute (ps-ssp:
-# jobs/harness/exchange_loop.py): a step is a round trip shared by S + 1 steps, never less than
-# its computing or the bytes its busiest egress sends per step
-PIPELINED = frozenset({"ps-ssp"})
+# strategies whose workers keep up to `window` exchanges in flight while they compute (ps-ssp: S,
+# ps-async: its transport window; jobs/harness/exchange_loop.py): a step is a round trip shared
+# by window + 1 steps, never less than its computing or the bytes its busiest egress sends per step
+PIPELINED = frozenset({"ps-ssp", "ps-async"})
 
 
 def predict(x: StepInputs) -> Prediction | None:
@@ -165,7 +166,7 @@ def predict(x: StepInputs) -> Prediction | None:
         step = max(step / max(1, x.workers), link_beta(x) * shard)
         floor = shard * _wire(x)
     elif x.strategy in PIPELINED:
-        depth = 1 + max(0.0, float(x.params.get("staleness", 0)))
+        depth = 1 + max(0.0, float(x.params.get("window", 0)))
         shard = x.model_bytes / max(1, x.ps)
         busiest = link_beta(x) * max(x.model_bytes, shard * x.workers)
         step = max(compute, step / depth, busiest)

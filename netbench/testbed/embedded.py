@@ -236,7 +236,7 @@ class EmbeddedTestbed:
                 self.executor.close()  # a socket would keep a removed namespace alive
             if self.brought_up:
                 local.down(self.journal)
-                note("took down the testbed this sweep brought up")
+                note("took down the testbed this run brought up")
             self.journal.compact()
         finally:
             if self.executor is not None:

@@ -13,6 +13,7 @@ import pytest
 
 from netbench.jobs import accuracy, algorithms, exchange
 from netbench.jobs import events as ev
+from netbench.model import job as job_module
 from netbench.model.job import JobSpec, check_job, describe_algorithm, nodes_needed, plan_job, worker_argv
 from netbench.model.topology import Node
 
@@ -102,6 +103,20 @@ def test_ssp_applies_each_push_and_gates_a_worker_more_than_s_ahead():
     assert s.push(1, 0, [np.ones(2, np.float32)]) == 2  # computed on version 0, two updates ago
     assert s.may_read(0)
     np.testing.assert_allclose(s.weights[0], [-1.5, -1.5])
+
+
+def test_asp_applies_each_push_and_answers_at_once_however_far_ahead():
+    s = state(algorithms.ASYNC, staleness=1)
+    for version in range(5):  # worker 0 runs 5 pushes ahead of worker 1: nothing gates it
+        assert s.push(0, version, [np.ones(2, np.float32)]) == 0
+        assert s.may_read(0)
+    assert s.push(1, 0, [np.ones(2, np.float32)]) == 5  # computed on version 0, five updates ago
+    np.testing.assert_allclose(s.weights[0], [-3.0, -3.0])
+    assert algorithms.SERVER_MODES["ps-async"] == algorithms.ASYNC
+    assert algorithms.pipeline_depth("ps-async", 0) == algorithms.ASYNC_WINDOW == job_module.ASYNC_WINDOW
+    assert job_module.pipeline_window(JobSpec(strategy="ps-async")) == algorithms.ASYNC_WINDOW
+    assert job_module.pipeline_window(JobSpec(strategy="ps-ssp", staleness=5)) == 5
+    assert job_module.pipeline_window(JobSpec(strategy="ps-sync", staleness=5)) == 0
 
 
 def test_the_staleness_gate_itself():
@@ -335,6 +350,44 @@ def test_the_estimate_models_each_algorithms_exchange():
     assert exchange_s(JobSpec(strategy="gosgd", gossip_p=0.1), 2, model_s, rtt) == pytest.approx(0.002)
     # the parameter server's link carries every worker's models
     assert exchange_s(JobSpec(strategy="ps-ssp"), 16, model_s, 0.0) == pytest.approx(0.64)
+
+
+def test_an_asp_worker_never_waits_for_a_worker_that_does_not_push():
+    """ps-async: worker 0 pushes a window's worth of steps while worker 1 never pushes; every
+    push is answered at once (no gate), the staleness each update had comes back."""
+    import argparse
+    import threading
+
+    from netbench.jobs.harness import param_server
+    from netbench.jobs.harness.exchange_loop import _Worker
+    from netbench.jobs.harness.peers import Channel, Listener
+
+    s = algorithms.ServerState(mode=algorithms.SERVER_MODES["ps-async"], workers=2, learning_rate=0.5,
+                               staleness=algorithms.server_gate("ps-async", 0))
+    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()))
+    address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
+    try:
+        args = argparse.Namespace(strategy="ps-async", staleness=0, seed=0, startup_timeout=5)
+        worker = _Worker(args, io.StringIO(), 0, {"worker": ["a:1", "b:1"], "ps": [address]})
+        worker.weights = [np.zeros(3, np.float32)]
+        worker._hello()
+        worker._read_replies()
+        other = Channel.connect(address, 5)
+        other.request(exchange.Message(exchange.HELLO, {"worker": 1}))
+        grads = [np.ones(3, np.float32)]
+        pushes = 3 * algorithms.ASYNC_WINDOW
+        done = threading.Thread(target=lambda: [worker._push(0.0, grads) for _ in range(pushes)])
+        done.start()
+        done.join(10)
+        assert not done.is_alive()  # worker 1 never pushed, and nothing waited for it
+        assert worker.unanswered <= algorithms.ASYNC_WINDOW
+        worker._goodbye()
+        assert s.version == pushes and s.clocks == {0: pushes}
+        np.testing.assert_allclose(s.weights[0], [-0.5 * pushes] * 3)  # every push applied once
+        assert worker.weights[0][0] < 0  # the worker computes on the weights the replies brought
+        assert listener.errors == []
+    finally:
+        listener.close()
 
 
 def test_an_ssp_worker_keeps_s_pushes_in_flight_and_blocks_only_beyond_them():

@@ -202,11 +202,13 @@ def test_the_report_tables_measured_beside_predicted(tmp_path):
 
 def test_an_ssp_step_shares_its_round_trip_with_the_s_steps_in_flight():
     sync = step_model.predict(_inputs(strategy="ps-sync", ps=1, rate_bps=None, delay_s=0.050))
-    ssp = step_model.predict(_inputs(strategy="ps-ssp", ps=1, rate_bps=None, delay_s=0.050, params={"staleness": 3}))
+    ssp = step_model.predict(_inputs(strategy="ps-ssp", ps=1, rate_bps=None, delay_s=0.050, params={"window": 3}))
     assert sync.step_s == pytest.approx(sync.compute_s + sync.comm_s)  # a round trip every step
     assert ssp.step_s == pytest.approx(sync.step_s / 4)  # S = 3: four steps per round trip
-    gated = step_model.predict(_inputs(strategy="ps-ssp", ps=1, rate_bps=None, delay_s=0.050, params={"staleness": 0}))
+    gated = step_model.predict(_inputs(strategy="ps-ssp", ps=1, rate_bps=None, delay_s=0.050, params={"window": 0}))
     assert gated.step_s == pytest.approx(sync.step_s)  # no slack: BSP's pace
-    narrow = _inputs(strategy="ps-ssp", ps=1, rate_bps=20e6, delay_s=0.001, params={"staleness": 3})
+    asp = step_model.predict(_inputs(strategy="ps-async", ps=1, rate_bps=None, delay_s=0.050, params={"window": 16}))
+    assert asp.step_s == pytest.approx(max(asp.compute_s, sync.step_s / 17))  # its window of 16 in flight
+    narrow = _inputs(strategy="ps-ssp", ps=1, rate_bps=20e6, delay_s=0.001, params={"window": 3})
     # a thin link binds: the server's egress sends the weights to both workers every step
     assert step_model.predict(narrow).step_s == pytest.approx(step_model.link_beta(narrow) * 2 * narrow.model_bytes)

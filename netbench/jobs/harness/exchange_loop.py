@@ -1,4 +1,4 @@
-"""The training loop of the exchange strategies: ps-sync, ps-ssp, easgd, gosgd and adpsgd.
+"""The training loop of the exchange strategies: ps-sync, ps-async, ps-ssp, easgd, gosgd and adpsgd.
 
 TensorFlow only computes: each step, the gradient of the loss at this worker's weights on its
 local batch (Keras 3 ``stateless_call``, one compiled function). The weights live here as
@@ -9,7 +9,7 @@ through a coordinator: there is none.
 
 Each worker streams its own step events: ``compute`` (gradient and local update), ``comm``
 (sending and receiving), ``wait`` (a reply held by the barrier or the staleness gate, as the
-server measured it) and ``staleness`` (ps-sync and ps-ssp: updates applied between the read of
+server measured it) and ``staleness`` (ps-sync, ps-async and ps-ssp: updates applied between the read of
 the weights and this step's update). With ``--eval-every K`` every worker evaluates its model
 on the held-out set after every K-th step and after the last, outside the timed steps, and
 sends an ``eval`` event (harness.evaluate); under easgd worker 0 also reads the centre variable
@@ -68,10 +68,10 @@ class _Worker:
         self.peers: dict[int, Channel] = {}
         self.farewells = threading.Semaphore(0)
         self.version = 0
-        # ps-ssp's pipeline: pushes sent and not yet answered, and how many may stay so
+        # ps-ssp's and ps-async's pipeline: pushes sent and not yet answered, and how many may stay so
         self.unanswered = 0
         self.depth = algorithms.pipeline_depth(self.strategy, getattr(args, "staleness", 0))
-        self.inboxes: list[queue.Queue] = []  # ps-sync, ps-ssp: each server's replies (_read_replies)
+        self.inboxes: list[queue.Queue] = []  # ps-sync, ps-async, ps-ssp: each server's replies (_read_replies)
 
     # -- the network -------------------------------------------------------------------
 
@@ -119,7 +119,7 @@ class _Worker:
 
     def _exchange(self, step: int, grads: list[np.ndarray]) -> tuple[float, float, int | None]:
         t0 = time.monotonic()
-        if self.strategy in ("ps-sync", "ps-ssp"):
+        if self.strategy in algorithms.PUSH_STRATEGIES:
             return self._push(t0, grads)
         if self.strategy == "easgd":
             if (step + 1) % self.args.tau == 0:
@@ -210,7 +210,7 @@ class _Worker:
         return dataclasses.replace(evaluator(centre, state, step, train_s), of=ev.EVAL_OF_CENTRE)
 
     def _goodbye(self) -> None:
-        if self.inboxes:  # ps-sync, ps-ssp: the pipeline's last replies, then bye through the readers
+        if self.inboxes:  # ps-sync, ps-async, ps-ssp: the pipeline's last replies, then bye through the readers
             for _ in range(self.unanswered):
                 for inbox in self.inboxes:
                     self._reply(inbox)
@@ -254,7 +254,7 @@ class _Worker:
             Listener(host, int(port), self._peer_handler)
         if self.cluster.get("ps"):
             self._hello()
-            if self.strategy in ("ps-sync", "ps-ssp"):
+            if self.strategy in algorithms.PUSH_STRATEGIES:
                 self._read_replies()
         emit(ev.start_event(self.index, self.workers, os.getpid(), time.monotonic(), tf.__version__, args.model,
                             params, args.batch_size, strategy=self.strategy, role="worker",

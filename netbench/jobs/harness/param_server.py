@@ -1,4 +1,4 @@
-"""A parameter server of ps-sync, ps-ssp and easgd: a process of its own on its own node.
+"""A parameter server of ps-sync, ps-async, ps-ssp and easgd: a process of its own on its own node.
 
 It holds its shard of the weights (variables round robin over the servers: exchange.shard_of)
 in a `ServerState` (netbench.jobs.algorithms) behind one lock and condition, listens on its
@@ -6,9 +6,10 @@ node's address, and answers each worker's requests:
 
 * hello: worker 0's carries the initial weights (every worker starts from the same seed);
   the reply (once the weights exist) carries them to the others;
-* push: the gradient is applied (ps-ssp) or joins its round (ps-sync); the reply waits for
-  the barrier or the staleness gate, then carries the weights, the version, the update's
-  staleness and ``wait_s`` (how long the reply was held: the worker's waiting time);
+* push: the gradient is applied (ps-async, ps-ssp) or joins its round (ps-sync); the reply
+  waits for the barrier (ps-sync) or the staleness gate (ps-ssp), under ps-async for nothing,
+  then carries the weights, the version, the update's staleness and ``wait_s`` (how long the
+  reply was held: the worker's waiting time);
 * elastic: the centre moves towards the replica; the reply is the difference (easgd);
 * bye: the worker is done (it no longer holds back a round or the gate).
 
