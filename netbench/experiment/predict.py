@@ -64,11 +64,32 @@ class Predictor:
             delay_s=profile.delay_us / 1e6, rate_bps=profile.rate_bps,
             overhead_s=fit.alpha_s if fit else 0.0, beta_s_per_byte=fit.beta_s_per_byte if fit else 0.0,
             accum_steps=job.accum_steps, ps=job.ps,
-            params={"period": job.tau, "p": job.gossip_p, "window": pipeline_window(job)})
+            params={"period": job.tau, "p": job.gossip_p, "window": pipeline_window(job)},
+            ring_rtts_s=ring_rtts_s(run, workers))
 
     def predict(self, run) -> step_model.Prediction | None:
         x = self.inputs(run)
         return None if x is None else step_model.predict(x)
+
+
+def ring_rtts_s(run, workers: int) -> tuple[float, ...]:
+    """On a per-pair topology, the round trip of each hop of the workers' ring (worker i on
+    node n(i+1) to worker i + 1, TF's ring in task order): the two one-way delays (jitter
+    ignored, as everywhere in the model), an unshaped direction counting 0; () without a topology."""
+    pairs = getattr(run, "pairs", None)
+    if pairs is None or not pairs.links or workers < 2:
+        return ()
+    from netbench.model.topology import node_name
+
+    def one_way(src: str, dst: str) -> float:
+        profile = pairs.link(src, dst)
+        return 0.0 if profile is None else profile.delay_us / 1e6
+
+    hops = []
+    for i in range(workers):
+        a, b = node_name(i), node_name((i + 1) % workers)
+        hops.append(one_way(a, b) + one_way(b, a))
+    return tuple(hops)
 
 
 def _compute_tasks(job: JobSpec, nodes, workers: int, port: int):

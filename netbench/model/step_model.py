@@ -53,6 +53,9 @@ class StepInputs:
     ps: int = 1
     buckets: int = 1  # all-reduces per step: TF packs every gradient into one (bytes_per_pack 0)
     params: Mapping[str, float] = field(default_factory=dict)  # a pattern's own settings (period, ...)
+    # per-pair topologies: the round trip of each hop of the ring, worker i to worker i + 1 (the
+    # sum of the two one-way delays); () when every pair has `delay_s` each way
+    ring_rtts_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,19 @@ def link_beta(x: StepInputs) -> float:
     return max(_wire(x), measured)
 
 
+def ring_round_trips_s(x: StepInputs) -> float:
+    """The round trips a ring all-reduce waits on: its 2(n-1) transfers follow each other
+    around the ring, each a round trip on its hop (a transfer can start only when the one
+    before it on the ring has arrived), so the slowest run of 2(n-1) consecutive hops: with
+    every pair alike 2(n-1) x 2 x delay, on a per-pair topology the hops' own round trips."""
+    n = x.workers
+    transfers = 2 * (n - 1)
+    if len(x.ring_rtts_s) != n:
+        return transfers * 2 * x.delay_s
+    hops = x.ring_rtts_s
+    return max(sum(hops[(start + k) % n] for k in range(transfers)) for start in range(n))
+
+
 def allreduce_s(x: StepInputs, size_bytes: float | None = None) -> float:
     """Ring all-reduce of `size_bytes` (default: the model's) in x.buckets pieces: 2(n-1)
     sequential transfers of 1/n of a bucket, each a round trip, per bucket."""
@@ -88,7 +104,7 @@ def allreduce_s(x: StepInputs, size_bytes: float | None = None) -> float:
     if n < 2:
         return 0.0
     size = x.model_bytes if size_bytes is None else size_bytes
-    latency = x.buckets * (x.overhead_s + 2 * (n - 1) * 2 * x.delay_s)
+    latency = x.buckets * (x.overhead_s + ring_round_trips_s(x))
     per_byte = max(x.beta_s_per_byte, 2 * (n - 1) / n * _wire(x))
     return latency + per_byte * size
 
@@ -101,6 +117,15 @@ def allreduce_floor_s(size_bytes: float, workers: int, delay_s: float, rate_bps:
         return 0.0
     wire = 2 * (n - 1) / n * size_bytes * 8 / rate_bps if rate_bps else 0.0
     return wire + 2 * (n - 1) * delay_s
+
+
+def _ring_floor_s(x: StepInputs) -> float:
+    """allreduce_floor_s at the point, the one-way delays of a per-pair topology's ring hops
+    in place of 2(n-1) x delay (half of each hop's round trip)."""
+    if x.workers < 2:
+        return 0.0
+    uniform = allreduce_floor_s(x.model_bytes, x.workers, x.delay_s, x.rate_bps)
+    return uniform - 2 * (x.workers - 1) * x.delay_s + ring_round_trips_s(x) / 2
 
 
 def _message(x: StepInputs, size_bytes: float, through_one_link: float = 1.0) -> float:
@@ -158,8 +183,7 @@ def predict(x: StepInputs) -> Prediction | None:
     batches = max(1, x.accum_steps) if x.strategy == "allreduce-accum" else 1
     compute = x.compute_s * batches
     comm = pattern(x)
-    floor = compute + (allreduce_floor_s(x.model_bytes, x.workers, x.delay_s, x.rate_bps)
-                       if x.strategy.startswith("allreduce") else 0.0)
+    floor = compute + (_ring_floor_s(x) if x.strategy.startswith("allreduce") else 0.0)
     step = compute + comm
     if x.strategy in COMPLETIONS:  # W steps in flight; a server's egress sends its shard every step
         shard = x.model_bytes / max(1, x.ps)

@@ -212,3 +212,27 @@ def test_an_ssp_step_shares_its_round_trip_with_the_s_steps_in_flight():
     narrow = _inputs(strategy="ps-ssp", ps=1, rate_bps=20e6, delay_s=0.001, params={"window": 3})
     # a thin link binds: the server's egress sends the weights to both workers every step
     assert step_model.predict(narrow).step_s == pytest.approx(step_model.link_beta(narrow) * 2 * narrow.model_bytes)
+
+
+def test_on_a_per_pair_topology_the_ring_waits_on_its_consecutive_hops_not_2n_slowest():
+    """Two regions (2 and 3 ms one-way inside, 25 ms between): the ring n1 n2 n3 n4 crosses the
+    far link twice per lap, so 2(n-1) = 6 consecutive hops cost 50+6+50+4+50+6 = 166 ms of round
+    trips at worst, not 6 x 50 ms (measured on this machine: 197 ms a step against 344 ms
+    predicted by the slowest pair, 0.57 x; 210 ms with the ring's hops)."""
+    from netbench.model.pairs_file import pair_topology_from_mapping
+
+    pairs = pair_topology_from_mapping({
+        "name": "two-regions", "groups": {"us": ["n1", "n2"], "eu": ["n3", "n4"]},
+        "links": {"us": {"delay": "2ms"}, "eu": {"delay": "3ms"}, "us-eu": {"delay": "25ms", "rate": "1gbit"}}},
+        "two-regions.yaml")
+    run = Run(index=0, profile=Profile(name="p"), repeat=0, job=JobSpec(), workers=4, pairs=pairs)
+    hops = predict.ring_rtts_s(run, 4)
+    assert hops == pytest.approx((0.004, 0.050, 0.006, 0.050))
+    x = _inputs(workers=4, delay_s=0.025, rate_bps=1e9, ring_rtts_s=hops)
+    assert step_model.ring_round_trips_s(x) == pytest.approx(0.166)
+    uniform = _inputs(workers=4, delay_s=0.025, rate_bps=1e9)
+    assert step_model.ring_round_trips_s(uniform) == pytest.approx(0.300)
+    assert step_model.allreduce_s(uniform) - step_model.allreduce_s(x) == pytest.approx(0.300 - 0.166)
+    p = step_model.predict(x)
+    assert p.floor_s == pytest.approx(p.compute_s + 1.5 * x.model_bytes * 8 / 1e9 + 0.083)
+    assert predict.ring_rtts_s(Run(index=0, profile=Profile(name="p"), repeat=0, job=JobSpec(), workers=4), 4) == ()
