@@ -162,6 +162,8 @@ def build_figure(points: Sequence[Point], *, x_label: str, y_label: str, title: 
             ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0)))
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:.3g}"))
             ax.yaxis.set_minor_formatter(NullFormatter())
+            if not numeric:  # the bars' feet on the axis' bottom
+                ax.set_ylim(bottom=bar_base(points))
         elif min(every, default=0) >= 0:
             # from zero, with the margin above the highest mark recomputed for the taller range
             # (else a mark at the top sits on the frame)
@@ -242,18 +244,27 @@ def _draw_lines(fig, ax, points: Sequence[Point], labels: Sequence[str], log_y: 
     ax.margins(x=0.08)
 
 
+def bar_base(points: Sequence[Point]) -> float:
+    """Where bars stand on a log axis: the decade boundary at or below the lowest value drawn
+    (a bar's top is its value, read on the axis; its foot is the axis' bottom, not zero)."""
+    lowest = min((v for p in points for v in (p.centre, p.low, p.companion, *p.runs) if v is not None and v > 0),
+                 default=1.0)
+    return 10.0 ** math.floor(math.log10(lowest))
+
+
 def _draw_bars(fig, ax, points: Sequence[Point], labels: Sequence[str], log_y: bool) -> None:
     from matplotlib.transforms import blended_transform_factory
 
     levels = list(dict.fromkeys(p.x for p in sorted(points, key=lambda p: str(p.x))))
     width = 0.8 / len(labels)
+    base = bar_base(points) if log_y else 0.0
     for i, label in enumerate(labels):
         colour = f"C{i % 10}"
         mine = [p for p in points if p.series == label]
         where = {id(p): levels.index(p.x) + (i - (len(labels) - 1) / 2) * width for p in mine}
         drawn = [p for p in mine if p.centre is not None]
-        ax.bar([where[id(p)] for p in drawn], [p.centre for p in drawn], width=width, color=colour, alpha=0.7,
-               label=label, gid="bar")
+        ax.bar([where[id(p)] for p in drawn], [p.centre - base for p in drawn], bottom=base, width=width,
+               color=colour, alpha=0.7, label=label, gid="bar")
         with_ci = [p for p in drawn if p.low is not None]
         if with_ci:
             ax.errorbar([where[id(p)] for p in with_ci], [p.centre for p in with_ci],
@@ -322,8 +333,9 @@ def build_metric_figure(groups: Sequence[Group], measure: Measure, x: str, confi
         raise ReportError(f"no {measure.label} to draw against {x}")
     words = AXIS_LABELS.get(x, x)
     numeric = is_numeric({p.x for p in points})
-    # bars stand on zero: their length is the value, which a log axis would not show
-    log_ok = measure.domain == "positive" and numeric
+    # log where the values span 10x (lines and bars alike: on a linear axis the short bars of
+    # such a figure read as nothing); bars then stand on the axis' bottom, a decade boundary
+    log_ok = measure.domain == "positive"
     every = "" if baseline else ", every network point"
     return build_figure(points, x_label=words, y_label=measure.axis_label, log_ok=log_ok,
                         title=f"{measure.label.split(':')[0]} against {words.split(' (')[0]}{every}",

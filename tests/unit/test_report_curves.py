@@ -250,3 +250,27 @@ def test_a_runs_own_target_wins_over_the_manifests_which_an_appended_sweep_overw
     older = {k: v for k, v in record.items() if k != "target_accuracy"}  # a record before schema 10
     assert observation_from_record(older, target=0.9).target_accuracy == 0.9
     assert observation_from_record({**record, "target_accuracy": None}, target=0.9).target_accuracy is None
+
+
+def test_bars_whose_values_span_ten_times_stand_on_a_log_axis_with_their_tops_at_the_values():
+    """Time to target from 0.47 s (gosgd, 1 ms) to 75 s (TF's ps, 50 ms): on a linear axis the
+    1 ms bars read as nothing; on the log axis every bar's top is its value and its foot the
+    decade below the lowest value, and every element stays inside the axes."""
+    from netbench.report.figures import Point, bar_base, build_figure
+
+    values = {("gosgd", "1 ms"): 0.47, ("gosgd", "50 ms"): 1.9, ("ps", "1 ms"): 2.5, ("ps", "50 ms"): 75.0}
+    points = [Point(panel="mlp", series=net, x=algo, centre=v, low=v * 0.8, high=v * 1.25, runs=(v * 0.9, v * 1.1, v))
+              for (algo, net), v in values.items()]
+    assert bar_base(points) == pytest.approx(0.1)  # 0.47 x 0.8 = 0.376: the decade below is 0.1
+    fig = build_figure(points, x_label="strategy", y_label="training time to the target accuracy (s)",
+                       title="time to target", note="bars", log_ok=True)
+    looks_right(fig, 1)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and ax.get_ylim()[0] == pytest.approx(0.1)
+    bars = [p for p in ax.patches if p.get_gid() == "bar"]
+    assert sorted(round(b.get_y() + b.get_height(), 6) for b in bars) == sorted(values.values())
+    assert all(b.get_y() == pytest.approx(0.1) for b in bars)
+    near = [Point(panel="mlp", series="1 ms", x=a, centre=v, low=None, high=None, runs=(v,))
+            for a, v in (("a", 2.0), ("b", 5.0))]
+    fig = build_figure(near, x_label="strategy", y_label="s", title="t", note="bars", log_ok=True)
+    assert fig.axes[0].get_yscale() == "linear" and fig.axes[0].get_ylim()[0] == 0  # under 10x: from zero
