@@ -133,7 +133,7 @@ def caption(measure: Measure, confidence: float, bars: bool = False) -> str:
 
 def build_figure(points: Sequence[Point], *, x_label: str, y_label: str, title: str, note: str = "",
                  log_ok: bool = True, reference: float | None = None, companion_label: str = "predicted",
-                 panel_name: str = "model"):
+                 panel_name: str = "model", zoom: bool = False):
     """A figure of `points`: one panel per distinct Point.panel (titled `panel_name` and its
     level), lines and markers when every x is a number, grouped bars otherwise; `note` (what
     the marks mean) heads the legend below the panels. `reference`: a dashed grey line (100 %)."""
@@ -164,7 +164,7 @@ def build_figure(points: Sequence[Point], *, x_label: str, y_label: str, title: 
             ax.yaxis.set_minor_formatter(NullFormatter())
             if not numeric:  # the bars' feet on the axis' bottom
                 ax.set_ylim(bottom=bar_base(points))
-        elif min(every, default=0) >= 0:
+        elif min(every, default=0) >= 0 and not (zoom and numeric):
             # from zero, with the margin above the highest mark recomputed for the taller range
             # (else a mark at the top sits on the frame)
             ax.set_ylim(0, max(ax.get_ylim()[1], 1.05 * max(every, default=0)))
@@ -340,7 +340,7 @@ def build_metric_figure(groups: Sequence[Group], measure: Measure, x: str, confi
     return build_figure(points, x_label=words, y_label=measure.axis_label, log_ok=log_ok,
                         title=f"{measure.label.split(':')[0]} against {words.split(' (')[0]}{every}",
                         note=caption(measure, confidence, bars=not numeric),
-                        panel_name=panel,
+                        panel_name=panel, zoom=measure.zoom,
                         companion_label=measure.companion_label)
 
 

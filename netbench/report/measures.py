@@ -28,6 +28,10 @@ class Measure:
     companion: str | None = None
     companion_label: str = "predicted"
     to_target: bool = False
+    # lines keep to the data's range instead of starting at zero (accuracy, as the studies plot
+    # it: a few points between algorithms matter and would be a flat band on 0..100 %); bars
+    # always stand on zero
+    zoom: bool = False
 
     @property
     def axis_label(self) -> str:
@@ -67,7 +71,7 @@ class Measure:
 THROUGHPUT = Measure("images_per_sec", "throughput", "images/s")
 STEP_TIME = Measure("step_time_s", "mean step time", "s", companion="predicted_step_s")
 IDLENESS = Measure("idleness", "idleness: share of a step waiting on the network", "%", domain="share", scale=100)
-ACCURACY = Measure("test_accuracy", "test accuracy", "%", domain="share", scale=100)
+ACCURACY = Measure("test_accuracy", "test accuracy", "%", domain="share", scale=100, zoom=True)
 TIME_TO_TARGET = Measure("time_to_target_s", "training time to the target accuracy", "s", to_target=True)
 # what write_report draws against each factor, where the folder has it (file name: column's first word);
 # TIME_TO_TARGET is drawn on its own, as bars per algorithm at every network point (summary.report_figures)

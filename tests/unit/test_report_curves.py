@@ -232,13 +232,27 @@ def test_points_that_differ_in_bandwidth_are_not_merged_and_say_where_they_diffe
 
 
 def test_a_figure_from_zero_keeps_its_top_marks_off_the_frame(tmp_path):
-    # accuracy against latency starts at 0 %: the margin above the highest run is of the whole range
+    # idleness against latency starts at 0 %: the margin above the highest run is of the whole range
+    groups = report.group_observations(observations(designs.algorithms(tmp_path / "r")), LEVEL)
+    fig = report.build_metric_figure(groups, report.IDLENESS, "latency_ms", LEVEL)
+    looks_right(fig, 1)
+    highest = max(v for g in groups for v in report.IDLENESS.values(g))
+    low, high = fig.axes[0].get_ylim()
+    assert low == 0 and high >= 1.05 * highest
+
+
+def test_accuracy_lines_keep_to_the_datas_range_and_accuracy_bars_to_zero(tmp_path):
+    # a few points of accuracy between algorithms are the finding: on 0..100 % they are one flat band
     groups = report.group_observations(observations(designs.algorithms(tmp_path / "r")), LEVEL)
     fig = report.build_metric_figure(groups, report.ACCURACY, "latency_ms", LEVEL)
     looks_right(fig, 1)
-    highest = max(v for g in groups for v in report.ACCURACY.values(g))
+    values = [v for g in groups for v in report.ACCURACY.values(g)]
     low, high = fig.axes[0].get_ylim()
-    assert low == 0 and high >= 1.05 * highest
+    assert 0 < low < min(values) and max(values) < high < 100
+    assert (high - low) < 2 * (max(values) - min(values)) + 1
+    bars = report.build_metric_figure(groups, report.ACCURACY, "strategy", LEVEL, baseline=False)
+    looks_right(bars, 1)
+    assert bars.axes[0].get_ylim()[0] == 0  # a bar's length is its value
 
 
 def test_a_runs_own_target_wins_over_the_manifests_which_an_appended_sweep_overwrote():
