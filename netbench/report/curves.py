@@ -1,6 +1,8 @@
 """Accuracy curves: held-out accuracy against training step or wall time, read from the run
 records (an Observation's `curve`), one panel per network point and one colour per algorithm,
-as the papers on distributed training draw them.
+as the papers on distributed training draw them; and the spread between the workers' models
+against step (the largest minus the smallest worker's accuracy at each evaluation: the
+divergence paper 003 blames for decentralised training's accuracy loss).
 
 The core is pure: `curve_spec` turns observations into a frozen `CurveFigure` (its curves,
 labels, target and caption); `draw_curve_figure` is the edge that draws one with matplotlib in
@@ -24,6 +26,8 @@ from netbench.report.figures import DPI, PANEL_PX, pyplot, figure_legend, save_f
 from netbench.report.groups import NETWORK, series_label, varying
 from netbench.report.load import FACTORS, Observation, ReportError
 
+# a curve's y: accuracy or the spread between workers, in percentage points
+CURVE_Y = ("accuracy", "spread")
 # a curve's x: the reference worker's evaluation (netbench.jobs.accuracy.CurvePoint), with its words
 CURVE_X = {"step": ("training step", "training steps (worker 0's)"),
            "wall_s": ("wall time", "wall time from the first step (s, evaluations included)"),
@@ -84,6 +88,20 @@ def curve_runs(observations: Sequence[Observation]) -> list[Observation]:
     return [o for o in observations if o.status == "ok" and o.curve]
 
 
+def spread_runs(observations: Sequence[Observation]) -> list[Observation]:
+    """The ok runs whose curve has a spread (several evaluating workers); none where no
+    run's workers ever disagreed (then there is nothing to draw)."""
+    runs = [o for o in curve_runs(observations) if any(p.spread is not None for p in o.curve)]
+    return runs if any(p.spread for o in runs for p in o.curve) else []
+
+
+def _y_of(o: Observation, x: str, y: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(x, y in percent) of a run's curve; the spread's points where it has one."""
+    points = [p for p in o.curve if y == "accuracy" or p.spread is not None]
+    values = [p.accuracy if y == "accuracy" else p.spread for p in points]
+    return tuple(float(getattr(p, x)) for p in points), tuple(100 * v for v in values)
+
+
 def _mean(runs: Sequence[Curve]) -> Curve:
     """The runs' mean at each evaluation index that every one of them reached."""
     length = min(len(c.x) for c in runs)
@@ -92,15 +110,19 @@ def _mean(runs: Sequence[Curve]) -> Curve:
                  accuracy_pct=tuple(statistics.fmean(c.accuracy_pct[k] for c in runs) for k in range(length)))
 
 
-def curve_spec(observations: Sequence[Observation], x: str = "wall_s") -> CurveFigure:
-    """Accuracy against `x` (a CURVE_X key) for every ok run with a curve: a panel per network
-    point (the network factors that vary; the one point's latency if none does), a series per
-    algorithm (and whatever else varies: workers, model, ...)."""
+def curve_spec(observations: Sequence[Observation], x: str = "wall_s", y: str = "accuracy") -> CurveFigure:
+    """Accuracy (or with y="spread" the spread between workers) against `x` (a CURVE_X key)
+    for every ok run with a curve: a panel per network point (the network factors that vary;
+    the one point's latency if none does), a series per algorithm (and whatever else varies:
+    workers, model, ...)."""
     if x not in CURVE_X:
         raise ValueError(f"x: one of {', '.join(CURVE_X)}, got {x!r}")
-    runs = curve_runs(observations)
+    if y not in CURVE_Y:
+        raise ValueError(f"y: one of {', '.join(CURVE_Y)}, got {y!r}")
+    runs = curve_runs(observations) if y == "accuracy" else spread_runs(observations)
     if not runs:
-        raise ReportError("no accuracy curve to draw (an accuracy run: --train-steps with --eval-every)")
+        raise ReportError("no accuracy curve to draw (an accuracy run: --train-steps with --eval-every)"
+                          if y == "accuracy" else "no spread to draw (no run's workers disagreed)")
     shown = [n for n in NETWORK_POINT if len({o.get(n) for o in runs}) > 1] or \
         (["topology", "scale"] if runs[0].get("topology") else ["latency_ms"])
     kinds = [f for f in FACTORS if f not in NETWORK_POINT]
@@ -109,24 +131,28 @@ def curve_spec(observations: Sequence[Observation], x: str = "wall_s") -> CurveF
     series = tuple(dict.fromkeys(series_label(o, series_of) for o in runs))
     runs = sorted(runs, key=lambda o: (_network_key(o, shown), series.index(series_label(o, series_of)), o.repeat,
                                        o.run_id))
-    lines = [Curve(panel=network_text(o, shown), series=series_label(o, series_of),
-                   x=tuple(float(getattr(p, x)) for p in o.curve),
-                   accuracy_pct=tuple(100 * p.accuracy for p in o.curve)) for o in runs]
+    lines = [Curve(panel=network_text(o, shown), series=series_label(o, series_of), x=xs, accuracy_pct=ys)
+             for o in runs for xs, ys in [_y_of(o, x, y)]]
     by_line: dict[tuple[str, str], list[Curve]] = {}
     for c in lines:
         by_line.setdefault((c.panel, c.series), []).append(c)
     centres = tuple(_mean(cs) for cs in by_line.values())
     thin = tuple(c for cs in by_line.values() if len(cs) > 1 for c in cs)
-    targets = {o.target_accuracy for o in runs if o.target_accuracy is not None}
+    targets = {o.target_accuracy for o in runs if o.target_accuracy is not None} if y == "accuracy" else set()
     short, words = CURVE_X[x]
     repeated = max(len(cs) for cs in by_line.values()) > 1
-    note = ("worker 0's held-out accuracy at each evaluation (easgd: the centre variable's); thick lines with markers: "
+    what = ("worker 0's held-out accuracy at each evaluation (easgd: the centre variable's)" if y == "accuracy" else
+            "the best minus the worst worker's held-out accuracy at each evaluation (0: every worker holds the "
+            "same model; easgd: the replicas')")
+    note = (what + "; thick lines with markers: "
             + ("the mean of a point's repetitions at each evaluation" + (" (x: the mean of their times)"
                                                                         if x != "step" else "")
                + "; thin lines: each run" if repeated else "each point's one run")
             + ("; grey dashes: the target accuracy" if targets else ""))
-    return CurveFigure(title=f"test accuracy against {short}, per algorithm and network point",
-                       x_label=words, y_label="test accuracy (%)", note=note,
+    title = "test accuracy" if y == "accuracy" else "spread between the workers' models"
+    return CurveFigure(title=f"{title} against {short}, per algorithm and network point",
+                       x_label=words, note=note,
+                       y_label="test accuracy (%)" if y == "accuracy" else "spread: best - worst worker (points)",
                        panels=tuple(dict.fromkeys(c.panel for c in lines)),
                        series=series, curves=(*thin, *centres),
                        target_pct=100 * max(targets) if len(targets) == 1 else None)
@@ -182,6 +208,6 @@ def draw_curve_figure(spec: CurveFigure):
     return fig
 
 
-def curve_figure(observations: Sequence[Observation], x: str, path: Path) -> Path:
+def curve_figure(observations: Sequence[Observation], x: str, path: Path, y: str = "accuracy") -> Path:
     """curve_spec drawn and written to `path` as a PNG."""
-    return save_figure(draw_curve_figure(curve_spec(observations, x)), path)
+    return save_figure(draw_curve_figure(curve_spec(observations, x, y)), path)

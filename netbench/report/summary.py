@@ -12,7 +12,7 @@ from netbench.experiment.store import ResultStore
 from netbench.report.document import Block, Figure, Heading, Paragraph, Table, to_html, to_markdown
 from netbench.report.figures import efficiency_figure, metric_figure, strategy_text
 from netbench.report.accuracy import accuracy_blocks_of, read_points, winner_blocks
-from netbench.report.curves import curve_figure, curve_runs
+from netbench.report.curves import curve_figure, curve_runs, spread_runs
 from netbench.report.groups import NETWORK, REFERENCE_STRATEGY, Efficiency, Group, baseline_slice, \
     group_observations, networked, ordered, scaling_efficiency, slowdown, speedups, varying
 from netbench.report.load import Observation, load_observations
@@ -208,6 +208,8 @@ def report_figures(groups: Sequence[Group], effs: Sequence[Efficiency], out_dir:
     if runs:
         figures += [curve_figure(runs, "step", out_dir / "accuracy-step.png"),
                     curve_figure(runs, "wall_s", out_dir / "accuracy-walltime.png")]
+        if spread_runs(runs):
+            figures.append(curve_figure(runs, "step", out_dir / "spread-step.png", y="spread"))
     if any(o.target_accuracy is not None for o in runs):
         figures.append(metric_figure(groups, TIME_TO_TARGET, "strategy", out_dir / "time-to-target-strategy.png",
                                      confidence, baseline=False))

@@ -179,7 +179,8 @@ def test_write_report_draws_the_algorithms_figures_and_says_which_won_first(tmp_
     written = report.write_report(designs.algorithms(tmp_path / "r"), tmp_path / "out", LEVEL)
     names = sorted(p.name for p in written.files)
     assert names == ["accuracy-latency.png", "accuracy-step.png", "accuracy-walltime.png", "idleness-latency.png",
-                     "report.html", "report.md", "throughput-latency.png", "time-to-target-strategy.png"]
+                     "report.html", "report.md", "spread-step.png", "throughput-latency.png",
+                     "time-to-target-strategy.png"]
     text = (tmp_path / "out" / "report.md").read_text()
     assert text.index("## Which won") < text.index("## Throughput along latency") < text.index("## Algorithms")
     assert ("- On time to the target accuracy 60 %: allreduce, 2 workers, 1 ms (0.63 (0.56 .. 0.71) s of training, "
@@ -190,7 +191,7 @@ def test_write_report_draws_the_algorithms_figures_and_says_which_won_first(tmp_
     assert "| gosgd | 2 | 20 | 3/3 |" in text and "| 0/3 | - |" in text
     page = (tmp_path / "out" / "report.html").read_text()
     assert "<ul><li>On time to the target accuracy 60 %: allreduce" in page  # a list in the page too
-    assert len(re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)) == 6
+    assert len(re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)) == 7
     for png in written.files[:-2]:
         assert base64.b64encode(png.read_bytes())[:20].decode() in page
 
@@ -288,3 +289,20 @@ def test_bars_whose_values_span_ten_times_stand_on_a_log_axis_with_their_tops_at
             for a, v in (("a", 2.0), ("b", 5.0))]
     fig = build_figure(near, x_label="strategy", y_label="s", title="t", note="bars", log_ok=True)
     assert fig.axes[0].get_yscale() == "linear" and fig.axes[0].get_ylim()[0] == 0  # under 10x: from zero
+
+
+def test_the_spread_between_workers_is_drawn_against_step_where_workers_disagreed(tmp_path):
+    obs = observations(designs.algorithms(tmp_path / "r"))
+    assert {o.get("strategy") for o in curves.spread_runs(obs)} == {"gosgd"}  # the others record no spread
+    spec = curves.curve_spec(obs, "step", y="spread")
+    assert spec.series == ("gosgd",) and spec.target_pct is None
+    assert all(v == pytest.approx(3.0) for c in spec.curves for v in c.accuracy_pct)  # 0.03 in points
+    assert "best minus the worst worker" in spec.note
+    looks_right_curves = curves.draw_curve_figure(spec)
+    assert outside(looks_right_curves) == []
+    written = report.write_report(tmp_path / "r", tmp_path / "out", LEVEL)
+    assert (tmp_path / "out" / "spread-step.png").is_file() and written
+    agreeing = [o for o in obs if o.get("strategy") != "gosgd"]
+    assert curves.spread_runs(agreeing) == []
+    with pytest.raises(report.ReportError, match="no spread"):
+        curves.curve_spec(agreeing, "step", y="spread")
