@@ -4,6 +4,7 @@ summary of a run's evaluations."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import random
@@ -352,9 +353,11 @@ def test_the_estimate_models_each_algorithms_exchange():
     assert exchange_s(JobSpec(strategy="ps-ssp"), 16, model_s, 0.0) == pytest.approx(0.64)
 
 
-def test_an_asp_worker_never_waits_for_a_worker_that_does_not_push():
-    """ps-async: worker 0 pushes a window's worth of steps while worker 1 never pushes; every
-    push is answered at once (no gate), the staleness each update had comes back."""
+@contextlib.contextmanager
+def pushing_worker(strategy: str, staleness: int):
+    """A parameter server of `strategy` on loopback, worker 0 of two connected to it with its
+    reply reader started, and worker 1's channel (said hello): (server state, worker 0, worker
+    1's channel). The server's listener must have seen no error by the end."""
     import argparse
     import threading
 
@@ -362,18 +365,30 @@ def test_an_asp_worker_never_waits_for_a_worker_that_does_not_push():
     from netbench.jobs.harness.exchange_loop import _Worker
     from netbench.jobs.harness.peers import Channel, Listener
 
-    s = algorithms.ServerState(mode=algorithms.SERVER_MODES["ps-async"], workers=2, learning_rate=0.5,
-                               staleness=algorithms.server_gate("ps-async", 0))
+    s = algorithms.ServerState(mode=algorithms.SERVER_MODES[strategy], workers=2, learning_rate=0.5,
+                               staleness=algorithms.server_gate(strategy, staleness))
     listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()))
     address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
     try:
-        args = argparse.Namespace(strategy="ps-async", staleness=0, seed=0, startup_timeout=5)
+        args = argparse.Namespace(strategy=strategy, staleness=staleness, seed=0, startup_timeout=5)
         worker = _Worker(args, io.StringIO(), 0, {"worker": ["a:1", "b:1"], "ps": [address]})
         worker.weights = [np.zeros(3, np.float32)]
         worker._hello()
         worker._read_replies()
         other = Channel.connect(address, 5)
         other.request(exchange.Message(exchange.HELLO, {"worker": 1}))
+        yield s, worker, other
+        assert listener.errors == []
+    finally:
+        listener.close()
+
+
+def test_an_asp_worker_never_waits_for_a_worker_that_does_not_push():
+    """ps-async: worker 0 pushes a window's worth of steps while worker 1 never pushes; every
+    push is answered at once (no gate), the staleness each update had comes back."""
+    import threading
+
+    with pushing_worker("ps-async", 0) as (s, worker, _):
         grads = [np.ones(3, np.float32)]
         pushes = 3 * algorithms.ASYNC_WINDOW
         done = threading.Thread(target=lambda: [worker._push(0.0, grads) for _ in range(pushes)])
@@ -385,35 +400,16 @@ def test_an_asp_worker_never_waits_for_a_worker_that_does_not_push():
         assert s.version == pushes and s.clocks == {0: pushes}
         np.testing.assert_allclose(s.weights[0], [-0.5 * pushes] * 3)  # every push applied once
         assert worker.weights[0][0] < 0  # the worker computes on the weights the replies brought
-        assert listener.errors == []
-    finally:
-        listener.close()
 
 
 def test_an_ssp_worker_keeps_s_pushes_in_flight_and_blocks_only_beyond_them():
     """ps-ssp hides round trips: worker 0 (S = 2) pushes twice without waiting; its third push
     waits for the answer to its first, which the server gives once worker 1 has pushed too."""
-    import argparse
     import threading
-
-    from netbench.jobs.harness import param_server
-    from netbench.jobs.harness.exchange_loop import _Worker
-    from netbench.jobs.harness.peers import Channel, Listener
 
     assert (algorithms.pipeline_depth("ps-ssp", 2), algorithms.pipeline_depth("ps-sync", 2)) == (2, 0)
     assert (algorithms.server_gate("ps-ssp", 2), algorithms.server_gate("ps-sync", 2)) == (0, 2)
-    s = algorithms.ServerState(mode=algorithms.SSP, workers=2, learning_rate=0.5,
-                               staleness=algorithms.server_gate("ps-ssp", 2))
-    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()))
-    address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
-    try:
-        args = argparse.Namespace(strategy="ps-ssp", staleness=2, seed=0, startup_timeout=5)
-        worker = _Worker(args, io.StringIO(), 0, {"worker": ["a:1", "b:1"], "ps": [address]})
-        worker.weights = [np.zeros(3, np.float32)]
-        worker._hello()
-        worker._read_replies()
-        other = Channel.connect(address, 5)
-        other.request(exchange.Message(exchange.HELLO, {"worker": 1}))
+    with pushing_worker("ps-ssp", 2) as (s, worker, other):
         grads = [np.ones(3, np.float32)]
         for _ in range(2):  # within the pipeline: nothing is waited for (the server holds both answers)
             comm, wait, staleness = worker._push(0.0, grads)
@@ -428,6 +424,3 @@ def test_an_ssp_worker_keeps_s_pushes_in_flight_and_blocks_only_beyond_them():
         _, wait, staleness = third["out"]
         assert worker.unanswered == 2 and staleness == 0 and wait > 0.2  # held by the gate
         np.testing.assert_allclose(worker.weights[0], [-1.0] * 3)  # answered after both workers pushed once
-        assert listener.errors == []
-    finally:
-        listener.close()
