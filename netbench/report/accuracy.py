@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from netbench.experiment.store import ResultStore, read_json
-from netbench.report.load import FACTORS, record_factors
+from netbench.report.load import FACTORS, OWN_SETTINGS, record_factors
 from netbench.stats import MIN_RUNS, Interval, log_t_interval, share_interval
 
 
@@ -48,7 +48,8 @@ class AlgorithmPoint:
 
 SHOWN = ("strategy", "workers", "latency_ms")  # the table's own columns; any other factor that varies: `setting`
 WORDS = {"bandwidth_mbit": "bandwidth {} Mbit/s", "loss_pct": "loss {} %", "jitter_ms": "jitter {} ms",
-         "scale": "scale {}", "accum_steps": "accum {}", "ps": "{} ps"}
+         "scale": "scale {}", "accum_steps": "accum {}", "ps": "{} ps", "elastic_alpha": "alpha {}",
+         "gossip_p": "p {}"}
 
 
 def _order(factors: tuple[tuple[str, Any], ...]) -> tuple:
@@ -91,9 +92,9 @@ def algorithm_points(records: Sequence[Mapping[str, Any]], confidence: float = 0
     for record in records:
         if record.get("accuracy_curve"):
             groups.setdefault(record_factors(record), []).append(record)
-    # a strategy's own setting (ps, accum_steps) is None for the others: only its own levels count
+    # a strategy's own setting (ps, accum_steps, staleness, ...) is None for the others: only its own levels count
     others = [n for n in FACTORS if n not in SHOWN
-              and len({dict(k)[n] for k in groups} - ({None} if n in ("ps", "accum_steps") else set())) > 1]
+              and len({dict(k)[n] for k in groups} - ({None} if n in OWN_SETTINGS else set())) > 1]
     points = []
     for factors, runs in sorted(groups.items(), key=lambda item: _order(item[0])):
         strategy, workers, latency = (dict(factors)[n] for n in SHOWN)

@@ -190,7 +190,8 @@ def report_figures(groups: Sequence[Group], effs: Sequence[Efficiency], out_dir:
     time to it as bars per algorithm at every network point."""
     along = [x for x in NETWORK if len({g.get(x) for g in networked(baseline_slice(groups, x))} - {None}) > 1]
     if not along:
-        along = [x for x in ("strategy", "batch", "workers", "data", "framework", "topology")
+        along = [x for x in ("strategy", "staleness", "tau", "elastic_alpha", "gossip_p", "batch", "workers", "data",
+                             "framework", "topology")
                  if len({g.get(x) for g in networked(groups)} - {None}) > 1][:1]
     figures = []
     for x in along:
