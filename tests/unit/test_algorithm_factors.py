@@ -235,3 +235,15 @@ def test_dry_run_of_a_staleness_factor_through_the_cli(not_root, tmp_path):
     path.write_text("factors: {strategy: [ps-ssp], staleness: [0, 3]}\nalgorithm: {staleness: 1}\n")
     result = CliRunner().invoke(cli.main, ["run", str(path), "--dry-run"])
     assert result.exit_code == 2 and f"{path}: factors.staleness: staleness is set under algorithm: too" in result.output
+
+
+def test_the_readmes_staleness_example_dry_runs(not_root, tmp_path):
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Training algorithms and accuracy", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```yaml\n")[1:]]
+    example = next(b for b in blocks if "staleness: [0, 3, 10]" in b)
+    (tmp_path / "ssp.yaml").write_text(example)
+    result = CliRunner().invoke(cli.main, ["run", "ssp.yaml", "--dry-run"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    # 3 staleness levels x 2 latencies of ps-ssp, and ps-sync once per latency
+    assert "8 runs" in result.output and result.output.count("ps-sync") == 2
