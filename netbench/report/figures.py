@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from netbench.report.groups import NETWORK, Efficiency, Group, baseline_slice, networked, series_label, varying
-from netbench.report.load import OWN_SETTINGS, ReportError
+from netbench.report.load import ALGORITHM_SHORT, OWN_SETTINGS, ReportError, algorithm_text
 from netbench.report.measures import IDLENESS, THROUGHPUT, Measure
 from netbench.stats import MIN_RUNS
 
@@ -81,10 +81,8 @@ def strategy_text(g: Group) -> str:
     """A strategy with the setting that makes it what it is: 'ps (1 ps)', 'allreduce-accum (k=4)',
     'ps-ssp (s=3)', 'easgd (tau=4, alpha=0.45)', 'gosgd (p=0.1)' (where the runs record them)."""
     extra = {"allreduce-accum": f" (k={g.get('accum_steps')})", "ps": f" ({g.get('ps')} ps)"}
-    own = [f"{short}={g.get(name):g}" for name, short in (("staleness", "s"), ("tau", "tau"),
-                                                          ("elastic_alpha", "alpha"), ("gossip_p", "p"))
-           if g.get(name) is not None]
-    return str(g.get("strategy")) + extra.get(str(g.get("strategy")), f" ({', '.join(own)})" if own else "")
+    own = algorithm_text({name: g.get(name) for name, _ in ALGORITHM_SHORT})
+    return str(g.get("strategy")) + extra.get(str(g.get("strategy")), f" ({own})" if own else "")
 
 
 def is_numeric(levels: Iterable[Any]) -> bool:

@@ -30,6 +30,12 @@ FACTORS = ("strategy", "model", "batch", "workers", "ps", "accum_steps", "data",
 # a strategy's own settings, None for every other strategy: along strategy they are part of its
 # level, and a None among their levels is no level of theirs
 OWN_SETTINGS = ("ps", "accum_steps", "staleness", "tau", "elastic_alpha", "gossip_p")
+ALGORITHM_SHORT = (("staleness", "s"), ("tau", "tau"), ("elastic_alpha", "alpha"), ("gossip_p", "p"))
+
+
+def algorithm_text(levels: Mapping[str, Any]) -> str:
+    """A strategy's algorithm settings in brief: 's=3', 'tau=4, alpha=0.45' ('' where it has none)."""
+    return ", ".join(f"{short}={levels[name]:g}" for name, short in ALGORITHM_SHORT if levels.get(name) is not None)
 
 
 class ReportError(UsageError):

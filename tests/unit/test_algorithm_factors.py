@@ -247,3 +247,22 @@ def test_the_readmes_staleness_example_dry_runs(not_root, tmp_path):
     assert result.exit_code == 0, result.output
     # 3 staleness levels x 2 latencies of ps-ssp, and ps-sync once per latency
     assert "8 runs" in result.output and result.output.count("ps-sync") == 2
+
+
+def test_the_algorithms_table_names_a_setting_with_its_algorithm(tmp_path):
+    from netbench.report.accuracy import read_points, winners
+    from tests.unit.report_designs import accuracy_curve
+
+    records = []
+    for i, (strategy, staleness, ips, top) in enumerate((("ps-ssp", 0, 500.0, 0.8), ("ps-ssp", 10, 900.0, 0.7),
+                                                         ("ps-sync", None, 400.0, 0.82))):
+        curve = accuracy_curve(top, 12, 128 / ips)
+        extra = {"algorithm": {"staleness": staleness}} if staleness is not None else {}
+        records.append(record(f"r{i:03d}", strategy=strategy, delay_ms=50, ips=ips, accuracy_curve=curve,
+                              test_accuracy=curve[-1]["accuracy"], **extra))
+    points, _ = read_points(write_results(tmp_path / "r", records))
+    assert sorted((p.strategy, p.setting) for p in points) == [("ps-ssp (s=0)", ""), ("ps-ssp (s=10)", ""),
+                                                              ("ps-sync", "")]
+    lines = "\n".join(winners(points))
+    # one line for the network point, comparing the three (the setting does not split them)
+    assert "- At 50 ms: most accurate ps-sync (" in lines and "fastest ps-ssp (s=10) (900 images/s)" in lines
