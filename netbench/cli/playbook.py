@@ -162,6 +162,11 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
         table.add_row(run.run_id, str(run.point), str(run.repeat), *(escape(cells[k]) for k in shown),
                       str(run.settings.nodes), escape(run.profile.name), escape(statuses.get(run.run_id, "to run")))
     console.out.print(table)
+    from netbench.model.algorithm_keys import OWNERS
+
+    for key in (k for k in shown if k in OWNERS):  # an algorithm's setting: which runs it changes
+        console.plain(f"{key}: strategy {OWNERS[key]}'s setting; '-': a run whose strategy does not use it "
+                      "(one point, not one per level)")
     from netbench.cli.render import schedule_plan_line
 
     shown_schedules = {}

@@ -12,7 +12,8 @@ from netbench import interrupts
 from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
 from netbench.jobs import accuracy, analysis, events, resources
-from netbench.model.job import SERVER_STRATEGIES, JobSpec, effective_accum_steps, images_per_step, nodes_needed, plan_job
+from netbench.model.job import SERVER_STRATEGIES, JobSpec, algorithm_settings, effective_accum_steps, images_per_step, \
+    nodes_needed, plan_job
 from netbench.jobs import user_results
 from netbench.jobs.launch import JobOutcome, Timeouts, run_job
 from netbench.experiment import launch as launches
@@ -118,7 +119,8 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      test_accuracy=scored.test_accuracy, steps_to_target=scored.steps_to_target,
                      time_to_target_s=scored.time_to_target_s, target_accuracy=job.target_accuracy,
                      **user_results.origin(outcome.events, job, link),
-                     link_bytes=link, link_bytes_per_s=None if link is None else link["sent_bytes_per_s_mean"])
+                     link_bytes=link, link_bytes_per_s=None if link is None else link["sent_bytes_per_s_mean"],
+                     algorithm=algorithm_settings(job, workers) or None)
 
 
 def window_precision(durations: list[float], precision: float | None) -> dict:

@@ -38,7 +38,10 @@ from netbench.jobs.resources import Usage, totals
 # 10: a user's command that reports no steps, measured in bytes on its nodes' links: source
 #     "bytes", the record's `link_bytes` (window, each node's bytes) and the csv's link_bytes_per_s;
 #     each record also keeps its own target_accuracy
-SCHEMA_VERSION = 10
+# 11: the algorithm settings the run's strategy used (its record's `algorithm`, e.g. {"staleness": 3})
+#     and the csv's staleness, tau, elastic_alpha and gossip_p columns (empty where unused)
+SCHEMA_VERSION = 11
+ALGORITHM_COLUMNS = ("staleness", "tau", "elastic_alpha", "gossip_p")  # model.job.ALGORITHM_SETTINGS' fields
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -65,6 +68,8 @@ CSV_COLUMNS = (
     "framework", "source",
     # a user's command that reports no steps: bytes each node sent per second (issue 22)
     "link_bytes_per_s",
+    # the training algorithm's own settings, as the run used them (issue: algorithm settings as factors)
+    *ALGORITHM_COLUMNS,
 )
 
 
@@ -146,6 +151,9 @@ class RunResult:
     # and their mean: link_bytes_per_s, bytes each node sent per second. No images/sec.
     link_bytes: dict[str, Any] | None = None
     link_bytes_per_s: float | None = None
+    # the settings of the strategy's own algorithm as the run used them (model.job.algorithm_settings:
+    # ps-ssp's staleness, easgd's tau and elastic_alpha, gosgd's gossip_p); None: a strategy with none
+    algorithm: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -194,6 +202,7 @@ class RunResult:
             "time_to_target_s": opt(self.time_to_target_s, 4),
             "framework": self.framework, "source": self.source,
             "link_bytes_per_s": opt(self.link_bytes_per_s, 1),
+            **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_COLUMNS},
         }
 
     def _resource_cells(self) -> dict[str, Any]:

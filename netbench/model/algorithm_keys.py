@@ -8,13 +8,17 @@ Top-level keys, fixed for every run of the playbook::
     algorithm: {staleness: 3, tau: 4, elastic_alpha: 0.45, gossip_p: 0.1}
 
 Each becomes the JobSpec field of its name (`job_extra`); `algorithm`'s settings are used by
-the strategy they belong to (ps-ssp, easgd, gosgd) and ignored by the others.
+the strategy they belong to (ps-ssp, easgd, gosgd) and ignored by the others. To vary one, a
+playbook names it under `factors:` instead (model.playbook_values.SETTING_KEYS, the same
+ranges); a key under both is an error (model.playbook).
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any, Mapping
+
+from netbench.model.job import ALGORITHM_SETTINGS
 
 
 
@@ -27,6 +31,8 @@ class BadKey(ValueError):
 
 TOP_KEYS = ("train_steps", "eval_every", "target_accuracy", "algorithm")
 ALGORITHM_KEYS = ("staleness", "tau", "elastic_alpha", "gossip_p")
+# the strategy that uses each (model.job.ALGORITHM_SETTINGS, the other way round)
+OWNERS = {key: strategy for strategy, keys in ALGORITHM_SETTINGS.items() for key in keys}
 
 
 def _whole(key: str, raw: Any, low: int, high: int) -> int:

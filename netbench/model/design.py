@@ -243,6 +243,9 @@ def _settings_record(settings: Settings) -> dict[str, Any]:
         record.pop("scale", None)
     if record.get("framework") == Settings.framework:  # folders written before frameworks resume
         record.pop("framework", None)
+    for name in algorithm_keys.ALGORITHM_KEYS:  # unset: as before they were settings
+        if record.get(name) is None:
+            record.pop(name, None)
     return record
 
 
@@ -326,6 +329,10 @@ def job_fields(book: Playbook, settings: Settings, available: Iterable[str]) -> 
     if "precision" in available:
         out.update(precision=book.precision, max_seconds=book.max_seconds)
     out.update(algorithm_keys.job_fields(book.job_extra, book.warmup, book.steps))  # issue 21's keys
+    # an algorithm's setting as a factor or fixed (never with the same key under algorithm:, which
+    # the loader refuses); None: unset, or ignored by this strategy (Settings.effective)
+    out.update((name, getattr(used, name)) for name in algorithm_keys.ALGORITHM_KEYS
+               if getattr(used, name) is not None)
     return out
 
 
@@ -352,6 +359,9 @@ def describe_settings(settings: Settings) -> dict[str, str]:
            "loss": units.format_ratio(s.loss), "jitter": units.format_duration_us(s.jitter_us),
            "schedule": Path(s.schedule).name if s.schedule else "-", "scale": f"{s.scale:g}",
            "framework": s.framework}
+    for key, strategy in algorithm_keys.OWNERS.items():  # unset: the job's default, "-" where unused
+        value = getattr(s, key)
+        out[key] = "-" if s.strategy != strategy else "default" if value is None else f"{value:g}"
     return out
 
 

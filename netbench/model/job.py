@@ -43,6 +43,8 @@ DEFAULT_ACCUM_STEPS = 4
 DEFAULT_STALENESS = 3  # ps-ssp: steps a worker may run ahead of the slowest
 DEFAULT_TAU = 4  # easgd: local steps between elastic exchanges
 DEFAULT_GOSSIP_P = 0.1  # gosgd: probability of a push after each step
+# the strategy -> the JobSpec fields of its own algorithm settings (the other strategies ignore them)
+ALGORITHM_SETTINGS = {"ps-ssp": ("staleness",), "easgd": ("tau", "elastic_alpha"), "gosgd": ("gossip_p",)}
 
 # Role names; TF_CONFIG calls the coordinator "chief".
 WORKER, PS, COORDINATOR = "worker", "ps", "coordinator"
@@ -165,6 +167,16 @@ def nodes_needed(job: JobSpec, workers: int) -> int:
 def effective_accum_steps(job: JobSpec) -> int:
     """Batches per optimizer update on each worker: accum_steps for allreduce-accum, else 1."""
     return job.accum_steps if job.strategy == "allreduce-accum" else 1
+
+
+def algorithm_settings(job: JobSpec, workers: int) -> dict[str, int | float]:
+    """The algorithm settings the job's strategy uses, as it runs them: {'staleness': 3} for
+    ps-ssp, {'tau': 4, 'elastic_alpha': 0.45} for easgd (alpha resolved: 0.9 / workers when
+    unset), {'gossip_p': 0.1} for gosgd; {} for the strategies that have none."""
+    used: dict[str, int | float] = {name: getattr(job, name) for name in ALGORITHM_SETTINGS.get(job.strategy, ())}
+    if "elastic_alpha" in used and used["elastic_alpha"] is None:
+        used["elastic_alpha"] = round(0.9 / max(1, workers), 6)  # jobs.algorithms.default_elastic_alpha
+    return used
 
 
 def pipeline_window(job: JobSpec) -> int:

@@ -282,13 +282,36 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
         command=command, congestion_control=_congestion(source, data.get("congestion_control")),
     )
     _check_topology_keys(book)
-    for point in design_points(book):  # every combination must make sense; fail at load, not mid-study
+    points = design_points(book)
+    for point in points:  # every combination must make sense; fail at load, not mid-study
         profile = profile_for(book, point)
         if point.schedule:
             _check_schedule(book, dict(book.schedules)[point.schedule], profile)
         if topology is not None:
             _check_scaled(book, point.scale)
+    _check_algorithm_keys(book, points)
     return book
+
+
+def _written(book: Playbook) -> list[tuple[str, str]]:
+    """(where, key) of every setting the playbook writes under factors, fixed and extra_runs."""
+    return [(f"factors.{k}", k) for k, _ in book.factors] + [(f"fixed.{k}", k) for k in book.fixed_keys] + \
+        [(f"extra_runs[{i}].{k}", k) for i, entry in enumerate(book.extra_runs) for k, _ in entry]
+
+
+def _check_algorithm_keys(book: Playbook, points: list[Settings]) -> None:
+    """A training algorithm's setting (staleness, tau, elastic_alpha, gossip_p) is set in one
+    place, under algorithm: or as a setting, and some run's strategy uses it."""
+    for where, key in _written(book):
+        if key not in algorithm_keys.ALGORITHM_KEYS:
+            continue
+        if key in dict(book.job_extra):
+            raise fail(book.source, where, f"{key} is set under algorithm: too",
+                       f"keep one: algorithm.{key} (one value for every run), or {where}")
+        if all(getattr(point, key) is None for point in points):
+            owner = algorithm_keys.OWNERS[key]
+            raise fail(book.source, where, f"no run uses it: {key} is strategy {owner}'s setting, and no run is {owner}",
+                       f"add strategy {owner}, or remove {key}")
 
 
 def _congestion(source: str, raw: Any) -> str | None:
@@ -308,7 +331,8 @@ def _command(data: Mapping, source: str, factors) -> Any:
     except ValueError as exc:
         key, _, message = str(exc).partition(": ")
         raise fail(source, key, message) from None
-    job_keys = [k for k, _ in factors if k in ("strategy", "model", "batch", "ps", "accum_steps", "data")]
+    job_keys = [k for k, _ in factors if k in ("strategy", "model", "batch", "ps", "accum_steps", "data",
+                                               *algorithm_keys.ALGORITHM_KEYS)]
     for key in [k for k in ("schedule", "topology") if k in data] + [f"factors.{k}" for k in job_keys]:
         if command is not None:
             raise fail(source, key, "not with command: (a user's command is its own job, on static levels)")
@@ -332,9 +356,7 @@ def _topology(data: Mapping, source: str, base_dir: Path | None) -> Any:
 
 def _check_topology_keys(book: Playbook) -> None:
     """With topology:, no setting varies the profile; without it, no scale."""
-    written = [(f"factors.{k}", k) for k, _ in book.factors] + [(f"fixed.{k}", k) for k in book.fixed_keys] + \
-        [(f"extra_runs[{i}].{k}", k) for i, entry in enumerate(book.extra_runs) for k, _ in entry]
-    for where, key in written:
+    for where, key in _written(book):
         if book.topology is not None and key in NETWORK_KEYS:
             raise fail(book.source, where, "not with topology: the topology gives every pair's link",
                        "vary scale: instead (it multiplies every delay), or remove topology:")
@@ -446,8 +468,9 @@ def design_points(book: Playbook) -> list[Settings]:
                                    if getattr(settings, f.name) != getattr(seen[key], f.name))
                     raise fail(book.source, book.where(ignored),
                                f"strategy {settings.strategy} ignores {ignored}, so its runs would repeat",
-                               "vary it only with the strategy that uses it (ps: ps, accum_steps: "
-                               "allreduce-accum), e.g. through extra_runs")
+                               "vary it only with the strategy that uses it (ps: ps, accum_steps: allreduce-accum, "
+                               "staleness: ps-ssp, tau and elastic_alpha: easgd, gossip_p: gosgd), e.g. "
+                               "through extra_runs")
                 continue  # an extra run that the factorial already holds
             seen[key] = settings
             points.append(key)

@@ -52,6 +52,16 @@ def _scale(raw: Any) -> float:
     return float(raw)
 
 
+def _ratio(low_open: bool) -> Callable[[Any], float]:
+    """A number in (0, 1] (`low_open`) or [0, 1], as algorithm_keys checks `algorithm:`'s."""
+    def parse(raw: Any) -> float:
+        number = isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw == raw
+        if not number or not (0 < raw <= 1 if low_open else 0 <= raw <= 1):
+            raise ValueError(f"must be a number in {'(0, 1]' if low_open else '[0, 1]'}, got {shown(raw)}")
+        return float(raw)
+    return parse
+
+
 def _data(raw: Any) -> str:
     if not isinstance(raw, str) or not raw.strip():
         raise ValueError(f"must be 'synthetic' or a path to a dataset, got {shown(raw)}")
@@ -73,4 +83,10 @@ SETTING_KEYS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "data": ("data", _data, "data: synthetic"),
     "scale": ("scale", _scale, "scale: [1, 2, 4]"),  # with topology: only
     "framework": ("framework", _choice(FRAMEWORKS), "framework: [tensorflow, torch]"),
+    # the training algorithms' own settings (model.job.ALGORITHM_SETTINGS says which strategy uses
+    # which), with algorithm_keys' ranges; a key here and under `algorithm:` too is an error
+    "staleness": ("staleness", _whole(0, 10_000), "staleness: [0, 3, 10]"),  # ps-ssp
+    "tau": ("tau", _whole(1, 100_000), "tau: [1, 4, 16]"),  # easgd
+    "elastic_alpha": ("elastic_alpha", _ratio(True), "elastic_alpha: [0.1, 0.45]"),  # easgd
+    "gossip_p": ("gossip_p", _ratio(False), "gossip_p: [0.01, 0.1, 0.5]"),  # gosgd
 }

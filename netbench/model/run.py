@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from netbench import units
-from netbench.model.job import SERVER_STRATEGIES, JobSpec
+from netbench.model.job import ALGORITHM_SETTINGS, SERVER_STRATEGIES, JobSpec
 from netbench.model.profile import Profile
 
 
@@ -21,7 +21,9 @@ class Settings:
 
     batch is per worker; workers counts training processes (for `ps`, besides the
     parameter servers); ps is used by the `ps` strategy only and accum_steps by
-    `allreduce-accum` only. delay_us/jitter_us are one-way microseconds at each node's
+    `allreduce-accum` only; staleness (ps-ssp), tau and elastic_alpha (easgd) and gossip_p
+    (gosgd) by their strategy only, None where the playbook does not set them (the job's
+    default, or the playbook's `algorithm:` value). delay_us/jitter_us are one-way microseconds at each node's
     egress, rate_bps bits/s (None: unlimited), loss a ratio.
     """
 
@@ -39,6 +41,10 @@ class Settings:
     schedule: str = ""  # the schedule file the network follows during the run ("": a static profile)
     scale: float = 1.0  # the factor on every delay of the playbook's topology (1: as the file gives them)
     framework: str = "tensorflow"  # what trains: "tensorflow" or "torch" (model/frameworks.py)
+    staleness: int | None = None  # ps-ssp: steps a worker may run ahead of the slowest
+    tau: int | None = None  # easgd: local steps between elastic exchanges
+    elastic_alpha: float | None = None  # easgd: moving rate
+    gossip_p: float | None = None  # gosgd: probability of a push after each step
 
     def effective(self) -> "Settings":
         """The same settings with the ones this strategy ignores set to their defaults."""
@@ -47,6 +53,8 @@ class Settings:
             changes["ps"] = Settings.ps
         if self.strategy != "allreduce-accum":
             changes["accum_steps"] = Settings.accum_steps
+        own = ALGORITHM_SETTINGS.get(self.strategy, ())
+        changes.update((name, None) for names in ALGORITHM_SETTINGS.values() for name in names if name not in own)
         return replace(self, **changes)
 
     @property

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from netbench.experiment.store import ResultStore, read_json
-from netbench.report.load import FACTORS, record_factors
+from netbench.report.load import ALGORITHM_SHORT, FACTORS, OWN_SETTINGS, algorithm_text, record_factors
 from netbench.stats import MIN_RUNS, Interval, log_t_interval, share_interval
 
 
@@ -91,12 +91,15 @@ def algorithm_points(records: Sequence[Mapping[str, Any]], confidence: float = 0
     for record in records:
         if record.get("accuracy_curve"):
             groups.setdefault(record_factors(record), []).append(record)
-    # a strategy's own setting (ps, accum_steps) is None for the others: only its own levels count
-    others = [n for n in FACTORS if n not in SHOWN
-              and len({dict(k)[n] for k in groups} - ({None} if n in ("ps", "accum_steps") else set())) > 1]
+    # a strategy's own setting (ps, accum_steps) is None for the others: only its own levels count;
+    # an algorithm's (staleness, ...) is part of the algorithm's name, 'ps-ssp (s=3)', not a setting
+    own = {name for name, _ in ALGORITHM_SHORT}
+    others = [n for n in FACTORS if n not in SHOWN and n not in own
+              and len({dict(k)[n] for k in groups} - ({None} if n in OWN_SETTINGS else set())) > 1]
     points = []
     for factors, runs in sorted(groups.items(), key=lambda item: _order(item[0])):
         strategy, workers, latency = (dict(factors)[n] for n in SHOWN)
+        strategy += f" ({algorithm_text(dict(factors))})" if algorithm_text(dict(factors)) else ""
         ok = [r for r in runs if r.get("status") == "ok"]
         found = {"images_per_sec": [(r.get("stats") or {}).get("images_per_sec") for r in ok],
                  **{name: [r.get(name) for r in ok] for name in ("test_accuracy", "time_to_target_s")}}

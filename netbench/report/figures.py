@@ -1,7 +1,8 @@
 """Figures (matplotlib, Agg backend): any Measure against any factor, one panel per model
 (or another factor), as papers print them.
 
-A numeric factor (latency, bandwidth, loss, batch, workers, scale) is a numeric axis,
+A numeric factor (latency, bandwidth, loss, batch, workers, scale, an algorithm's setting such as
+staleness) is a numeric axis,
 logarithmic where its positive levels span 10x or more, with a line and markers per series;
 a categorical one (strategy, data, topology) gets grouped bars. The centre of a point is its
 Measure's (geometric mean for positive values, mean for shares), whiskers its interval
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from netbench.report.groups import NETWORK, Efficiency, Group, baseline_slice, networked, series_label, varying
-from netbench.report.load import ReportError
+from netbench.report.load import ALGORITHM_SHORT, OWN_SETTINGS, ReportError, algorithm_text
 from netbench.report.measures import IDLENESS, THROUGHPUT, Measure
 from netbench.stats import MIN_RUNS
 
@@ -35,7 +36,9 @@ AXIS_LABELS = {"latency_ms": "one-way latency at each node (ms)", "bandwidth_mbi
                "scale": "topology scale (x every delay)", "batch": "batch size per worker",
                "workers": "workers N (processes, one per node)", "ps": "parameter servers",
                "accum_steps": "local batches per all-reduce", "strategy": "strategy", "model": "model",
-               "data": "data", "framework": "framework", "topology": "topology"}
+               "data": "data", "framework": "framework", "topology": "topology",
+               "staleness": "staleness bound (ps-ssp, steps)", "tau": "local steps between exchanges (easgd tau)",
+               "elastic_alpha": "elastic moving rate (easgd alpha)", "gossip_p": "push probability (gosgd p)"}
 PANEL_PX = (520, 440)  # width, height of one panel in pixels (figures are DPI 100)
 DPI = 100
 SERIES_OFFSET_PT = 5  # series at one level of a numeric factor sit this far apart (points), whiskers apart
@@ -75,9 +78,11 @@ def value_scale(values: Iterable[float]) -> str:
 
 
 def strategy_text(g: Group) -> str:
-    """A strategy with the setting that makes it what it is: 'ps (1 ps)', 'allreduce-accum (k=4)'."""
+    """A strategy with the setting that makes it what it is: 'ps (1 ps)', 'allreduce-accum (k=4)',
+    'ps-ssp (s=3)', 'easgd (tau=4, alpha=0.45)', 'gosgd (p=0.1)' (where the runs record them)."""
     extra = {"allreduce-accum": f" (k={g.get('accum_steps')})", "ps": f" ({g.get('ps')} ps)"}
-    return str(g.get("strategy")) + extra.get(str(g.get("strategy")), "")
+    own = algorithm_text({name: g.get(name) for name, _ in ALGORITHM_SHORT})
+    return str(g.get("strategy")) + extra.get(str(g.get("strategy")), f" ({own})" if own else "")
 
 
 def is_numeric(levels: Iterable[Any]) -> bool:
@@ -106,7 +111,7 @@ def points_for(groups: Sequence[Group], measure: Measure, x: str, confidence: fl
     picked = [g for g in groups if g.get(x) is not None and (measure.values(g) or g.timeouts
                                                               or measure.unreached(g))]
     # along strategy, a strategy's own settings (ps count, k) are part of the level, not a series
-    own = ("ps", "accum_steps") if x == "strategy" else ()
+    own = OWN_SETTINGS if x == "strategy" else ()
     series = [s for s in varying(picked) if s not in (x, panel, *own)]
     out = []
     for g in picked:

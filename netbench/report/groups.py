@@ -9,7 +9,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from netbench.report.load import FACTORS, Observation
+from netbench.report.load import FACTORS, OWN_SETTINGS, Observation
 from netbench.stats import MIN_RUNS, Interval, geometric_mean, log_t_interval, ratio_interval
 
 NETWORK = ("latency_ms", "bandwidth_mbit", "loss_pct", "jitter_ms", "scale")  # scale: a topology's, on every delay
@@ -181,7 +181,8 @@ def series_label(group: Group, series: Sequence[str]) -> str:
     names = {"batch": "batch {}", "workers": "{} workers", "ps": "{} ps", "accum_steps": "accum {}",
              "data": "data {}", "strategy": "{}", "latency_ms": "latency {:g} ms",
              "bandwidth_mbit": "bandwidth {:g} Mbit/s", "loss_pct": "loss {:g} %", "jitter_ms": "jitter {:g} ms",
-             "scale": "scale {:g}"}
+             "scale": "scale {:g}", "staleness": "staleness {}", "tau": "tau {}",
+             "elastic_alpha": "alpha {:g}", "gossip_p": "p {:g}"}
     series = [s for s in series if group.get(s) is not None]  # e.g. accum_steps of a non-accum series
 
     def one(name: str) -> str:
@@ -212,7 +213,7 @@ def slowdown(groups: Sequence[Group], x: str, confidence: float = 0.95) -> list[
 def speedups(groups: Sequence[Group], confidence: float = 0.95) -> list[Ratio]:
     """Every networked strategy against per-step all-reduce at the same model, batch, workers,
     data and network point: its throughput / all-reduce's, with ratio_interval's interval."""
-    tied = [f for f in FACTORS if f not in ("strategy", "ps", "accum_steps")]
+    tied = [f for f in FACTORS if f != "strategy" and f not in OWN_SETTINGS]
     reference = {tuple(g.get(f) for f in tied): g for g in groups
                  if g.get("strategy") == REFERENCE_STRATEGY and g.values}
     out = []

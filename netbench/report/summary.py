@@ -15,7 +15,7 @@ from netbench.report.accuracy import accuracy_blocks_of, read_points, winner_blo
 from netbench.report.curves import curve_figure, curve_runs, spread_runs
 from netbench.report.groups import NETWORK, REFERENCE_STRATEGY, Efficiency, Group, baseline_slice, \
     group_observations, networked, ordered, scaling_efficiency, slowdown, speedups, varying
-from netbench.report.load import Observation, load_observations
+from netbench.report.load import OWN_SETTINGS, Observation, load_observations
 from netbench.report.measures import LINK_BYTES, REPORTED, TIME_TO_TARGET
 from netbench.stats import MIN_RUNS, Interval, t_quantile
 
@@ -181,17 +181,21 @@ def markdown_summary(results_dir: Path, observations: Sequence[Observation], gro
     return to_markdown(summary_blocks(results_dir, observations, groups, effs, figures, confidence, playbook))
 
 
+ALGORITHM_FACTORS = OWN_SETTINGS[2:]  # staleness, tau, elastic_alpha, gossip_p
+
+
 def report_figures(groups: Sequence[Group], effs: Sequence[Efficiency], out_dir: Path,
                    confidence: float) -> list[Path]:
     """Every figure the design supports: each reported Measure the folder holds against each
     network factor with two or more levels (else against a design factor that varies: a
-    categorical one gets grouped bars), scaling efficiency where single-process runs exist, and
+    categorical one gets grouped bars; and against each algorithm setting that varies), scaling efficiency where single-process runs exist, and
     for accuracy runs their curves against step and wall time (curves.py) and, with a target,
     time to it as bars per algorithm at every network point."""
     along = [x for x in NETWORK if len({g.get(x) for g in networked(baseline_slice(groups, x))} - {None}) > 1]
-    if not along:
-        along = [x for x in ("strategy", "batch", "workers", "data", "framework", "topology")
-                 if len({g.get(x) for g in networked(groups)} - {None}) > 1][:1]
+    if not along:  # the first design factor that varies, and each algorithm setting that does (numeric)
+        varied = [x for x in ("strategy", "batch", "workers", "data", "framework", "topology", *ALGORITHM_FACTORS)
+                  if len({g.get(x) for g in networked(groups)} - {None}) > 1]
+        along = list(dict.fromkeys(varied[:1] + [x for x in varied if x in ALGORITHM_FACTORS]))
     figures = []
     for x in along:
         picked = [g for g in networked(baseline_slice(groups, x)) if g.get(x) is not None]

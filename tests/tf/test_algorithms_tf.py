@@ -5,6 +5,7 @@ bytes its workers' nodes send match what the algorithm says crosses the network 
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 from pathlib import Path
@@ -30,12 +31,13 @@ fixed:
   workers: 2
   data: fashion-mnist
   latency: 1ms
+  tau: 4            # an algorithm's setting as a fixed setting (used by easgd alone)
 seed: 3
 warmup: 2
 train_steps: {TRAIN_STEPS}
 eval_every: 30
 target_accuracy: 0.3
-algorithm: {{tau: 4, gossip_p: 0.1}}
+algorithm: {{gossip_p: 0.1}}
 """
 
 
@@ -50,6 +52,14 @@ def test_every_algorithm_trains_and_moves_the_bytes_it_should(clean_machine, tmp
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     runs = {r["strategy"]: r for r in (json.loads(p.read_text()) for p in (out / "runs").glob("*.json"))}
     assert set(runs) == set(STRATEGIES)
+    # each run records the settings its strategy used (fixed: tau, algorithm: gossip_p, ps-ssp's
+    # default staleness, easgd's alpha 0.9 / 2), and results.csv has them as columns
+    assert {s: runs[s]["algorithm"] for s in ("ps-ssp", "easgd", "gosgd", "ps-sync")} == \
+        {"ps-ssp": {"staleness": 3}, "easgd": {"tau": 4, "elastic_alpha": 0.45}, "gosgd": {"gossip_p": 0.1},
+         "ps-sync": None}
+    with open(out / "results.csv", newline="") as fh:
+        rows = {r["strategy"]: r for r in csv.DictReader(fh)}
+    assert (rows["easgd"]["tau"], rows["easgd"]["elastic_alpha"], rows["allreduce"]["tau"]) == ("4", "0.45", "")
     for strategy, run in runs.items():
         assert run["status"] == "ok", (strategy, run["error"])
         # trained from a fresh model: ten classes, so chance is 0.1
