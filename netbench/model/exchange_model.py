@@ -28,8 +28,10 @@ each way). Per strategy (its `comm` seconds per step):
 
 * ps-sync, ps-async, ps-ssp: a push of the gradient (the worker's egress sends its 1/P to each
   of P servers) and a reply with the weights (each server's egress sends its 1/P to every
-  worker): request_reply; ps-async and ps-ssp keep several in flight (step_model.PIPELINED)
-  and are then capped by the busier direction's bytes per step (pipelined_s);
+  worker): request_reply; ps-async and ps-ssp keep several in flight (step_model.PIPELINED):
+  their round trips hide behind the computing, but a step is never shorter than the computing
+  plus the worker's own per-byte work (worker_bytes_s: the CPU does both) nor than the busier
+  direction's bytes at a window per round trip (pipelined_s);
 * easgd: the same exchange with the centre every `period` steps;
 * adpsgd: its model to one peer and the peer's model back every step, both nodes' egress
   carrying two models (each also answers the other);
@@ -119,6 +121,16 @@ def pipelined_s(x) -> float:
     step (its pushes out, the servers' replies back: each its own stream)."""
     shard = _shard(x)
     return max(one_way_s(x, shard, max(1, x.ps)), one_way_s(x, shard, x.workers))
+
+
+def worker_bytes_s(x) -> float:
+    """The worker's own share of its exchange's per-byte cost: its push out and the weights
+    back, at the protocol's beta. Its interpreter frames and reads them (numpy copies, the
+    kernel's) besides computing: with exchanges in flight the round trips hide behind the
+    computing, these seconds do not (the step model's premise that computing and
+    communicating do not overlap, for the CPU's part of communicating)."""
+    _, beta = protocol_terms(x)
+    return 2 * x.model_bytes * beta
 
 
 def pipelined_floor_s(x) -> float:

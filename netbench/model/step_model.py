@@ -169,7 +169,8 @@ PATTERNS: dict[str, Callable[[StepInputs], float]] = {
 COMPLETIONS = frozenset({"ps"})
 # strategies whose workers keep up to `window` exchanges in flight while they compute (ps-ssp: S,
 # ps-async: its transport window; jobs/harness/exchange_loop.py): a step is a round trip shared
-# by window + 1 steps, never less than its computing or what its busier direction carries per step
+# by window + 1 steps, never less than its computing with its own per-byte work or what its busier
+# direction carries per step
 # (exchange_model.pipelined_s: the egress, and a window per round trip on each connection)
 PIPELINED = frozenset({"ps-ssp", "ps-async"})
 
@@ -190,7 +191,7 @@ def predict(x: StepInputs) -> Prediction | None:
         floor = shard * _wire(x)
     elif x.strategy in PIPELINED:
         depth = 1 + max(0.0, float(x.params.get("window", 0)))
-        step = max(compute, step / depth, exchange_model.pipelined_s(x))
+        step = max(compute + exchange_model.worker_bytes_s(x), step / depth, exchange_model.pipelined_s(x))
         floor = compute + exchange_model.pipelined_floor_s(x)
     return Prediction(step_s=step, compute_s=compute, comm_s=comm, floor_s=floor)
 

@@ -82,9 +82,12 @@ def test_a_pipelined_worker_is_capped_by_a_window_per_round_trip():
     assert p.step_s == pytest.approx(MODEL * 0.100 / (4 * MIB))
     assert p.step_s == pytest.approx(exchange_model.pipelined_s(asp))
     assert p.floor_s == pytest.approx(0.002 + MODEL * 0.100 / (4 * MIB))
-    # no window known (an older folder): only the bytes' cost, as before
+    # no window known (an older folder), or a short round trip: the computing and the worker's
+    # own bytes (its push and the weights back at the protocol's beta) bind
     assert step_model.predict(_inputs(strategy="ps-async", params={"window": 16}, window_bytes=None)).step_s \
-        < p.step_s / 4
+        == pytest.approx(0.002 + 2 * MODEL * 1.5e-9)
+    near = step_model.predict(_inputs(strategy="ps-async", params={"window": 16}, delay_s=0.001))
+    assert near.step_s == pytest.approx(0.002 + exchange_model.worker_bytes_s(asp)) and near.step_s < p.step_s / 4
     # ps-ssp, S = 3: its round trip shared by 4 steps (0.57 RTT) is shorter than a model per
     # window (0.64 RTT): the window binds it too; with no slack (S = 0) it is ps-sync
     ssp = step_model.predict(_inputs(strategy="ps-ssp", params={"window": 3}))
