@@ -6,6 +6,10 @@ each timed and recorded in the manifest's "calibration":
 * collective: the all-reduce at a few sizes (CALIBRATION_SIZES) with TensorFlow's collective
   ops over the workers' nodes (experiment/collective.py), fitted to alpha + beta x bytes:
   the framework's overhead per collective and the unshaped per-byte cost;
+* exchange (when a run uses netbench's exchange protocol: ps-sync, ps-async, ps-ssp, easgd,
+  gosgd, adpsgd): request-reply transfers of a few sizes in the protocol's frames between two
+  worker nodes, fitted to alpha + beta x bytes moved, and the nodes' TCP buffer limits (the
+  window; experiment/exchange_calibration.py);
 * compute: for each job (model, batch, input) and worker count, that many single-strategy
   processes at once on the worker nodes (the CPU shared as in the run, no network), a
   batch's mean time and the model's bytes.
@@ -24,7 +28,7 @@ from typing import Any
 from netbench.errors import NetbenchError
 from netbench.jobs import events as ev
 from netbench.jobs.launch import Timeouts, run_job
-from netbench.model import step_model
+from netbench.model import exchange_model, step_model
 from netbench.model.job import JobSpec, pipeline_window, plan_job
 
 CALIBRATION_SIZES = (64 * 2**10, 256 * 2**10, 2**20, 4 * 2**20)
@@ -48,6 +52,7 @@ class Predictor:
 
     collective: dict[int, Any] = field(default_factory=dict)  # workers -> model.collective.AlphaBeta
     compute: dict[str, Compute] = field(default_factory=dict)  # job_key -> Compute
+    exchange: Any = None  # experiment.exchange_calibration.Exchange; None: not measured
 
     def inputs(self, run) -> step_model.StepInputs | None:
         from netbench.experiment.estimate import path_of
@@ -65,7 +70,14 @@ class Predictor:
             overhead_s=fit.alpha_s if fit else 0.0, beta_s_per_byte=fit.beta_s_per_byte if fit else 0.0,
             accum_steps=job.accum_steps, ps=job.ps,
             params={"period": job.tau, "p": job.gossip_p, "window": pipeline_window(job)},
-            ring_rtts_s=ring_rtts_s(run, workers))
+            ring_rtts_s=ring_rtts_s(run, workers), **self._exchange_terms())
+
+    def _exchange_terms(self) -> dict[str, Any]:
+        x = self.exchange
+        if x is None:
+            return {}
+        return {"exchange_alpha_s": x.alpha_s, "exchange_beta_s_per_byte": x.beta_s_per_byte,
+                "window_bytes": x.window_bytes}
 
     def predict(self, run) -> step_model.Prediction | None:
         x = self.inputs(run)
@@ -155,6 +167,9 @@ def calibrate(runs, testbed, log_root, note, seed: int = 0) -> tuple[Predictor, 
         record["collective"][str(workers)] = facts
         note(f"calibration: all-reduce over {workers} workers, unshaped: alpha {fit.alpha_s * 1e3:.2f} ms, "
              f"beta {fit.beta_s_per_byte * 1e9:.2f} ns/byte ({facts['seconds']:.1f} s)")
+    exchange = None
+    if any(r.job.strategy in exchange_model.STRATEGIES and r.workers >= 2 for r in modelled):
+        exchange = _calibrate_exchange(testbed, log_root, rng.randrange(20000, 30000), record, note)
     seen: dict[str, tuple[JobSpec, int]] = {}
     for run in modelled:
         seen.setdefault(job_key(run.job, run.workers), (run.job, run.workers))
@@ -171,7 +186,25 @@ def calibrate(runs, testbed, log_root, note, seed: int = 0) -> tuple[Predictor, 
         note(f"calibration: {job.model} compute {compute.compute_s * 1e3:.1f} ms per batch on {workers} node(s) "
              f"at once, {compute.model_bytes:,} bytes of weights ({facts['seconds']:.1f} s)")
     record["seconds"] = round(time.monotonic() - started, 3)
-    return Predictor(collective=collective_fits, compute=computes), record
+    return Predictor(collective=collective_fits, compute=computes, exchange=exchange), record
+
+
+def _calibrate_exchange(testbed, log_root, port: int, record: dict, note):
+    """The exchange calibration, recorded in `record`; None (noted) when it fails: the
+    exchange strategies then fall back to the all-reduce's terms."""
+    from netbench.experiment import exchange_calibration
+
+    try:
+        exchange, facts = exchange_calibration.measure(testbed, log_root / "calibration-exchange", port)
+    except Exception as exc:  # noqa: BLE001 - a calibration only informs: the sweep goes on without it
+        record["errors"].append(_why(exc))
+        note(f"exchange calibration failed: {_why(exc)}; the exchange strategies use the all-reduce's terms")
+        return None
+    record["exchange"] = facts
+    window = "unknown" if exchange.window_bytes is None else f"{exchange.window_bytes / 2**20:.1f} MiB"
+    note(f"calibration: exchange protocol request-reply, unshaped: alpha {exchange.alpha_s * 1e3:.2f} ms, "
+         f"beta {exchange.beta_s_per_byte * 1e9:.2f} ns/byte moved, TCP window {window} ({facts['seconds']:.1f} s)")
+    return exchange
 
 
 def annotate(result, run, predictor: Predictor | None):

@@ -13,6 +13,10 @@
   - a byte's cost: the configured rate's (8 / rate), or the per-byte cost measured on
     unshaped links when that is slower (the CPU then limits, not the link).
 
+The exchange strategies (ps-sync, ps-async, ps-ssp, easgd, gosgd, adpsgd) move their models
+in netbench's own frames on plain TCP, not in TensorFlow's collectives: their communication is
+model/exchange_model.py's, with the exchange protocol's own calibration and TCP's window.
+
 Where it stops holding (the README says more): loss (TCP's recovery is not modelled),
 CPU saturation beyond what the compute calibration shared, congestion-window growth when a
 step's transfer is short against the bandwidth-delay product (slow start after idle), and
@@ -23,6 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
+
+from netbench.model import exchange_model
+from netbench.model.exchange_model import WIRE_OVERHEAD
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,12 @@ class StepInputs:
     # per-pair topologies: the round trip of each hop of the ring, worker i to worker i + 1 (the
     # sum of the two one-way delays); () when every pair has `delay_s` each way
     ring_rtts_s: tuple[float, ...] = ()
+    # the exchange protocol's request-reply fit on unshaped links (seconds; seconds per byte
+    # moved) and the most a TCP connection keeps in flight (the nodes' kernel limits); None:
+    # not calibrated (older folders), the all-reduce's terms stand in and no window binds
+    exchange_alpha_s: float | None = None
+    exchange_beta_s_per_byte: float | None = None
+    window_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -64,11 +77,6 @@ class Prediction:
     compute_s: float
     comm_s: float
     floor_s: float  # compute plus the communication's physical lower bound
-
-
-# bytes on the wire per payload byte: a 1448-byte TCP segment (timestamps on) rides a 1514-byte
-# Ethernet frame, and the rate limits whole frames
-WIRE_OVERHEAD = 1514 / 1448
 
 
 def _wire(x: StepInputs) -> float:
@@ -143,26 +151,16 @@ def _ps(x: StepInputs) -> float:
     return 2 * x.delay_s + _message(x, shard, x.workers) + _message(x, x.model_bytes)
 
 
-def _period(x: StepInputs, name: str, default: float) -> float:
-    return max(1.0, float(x.params.get(name, default)))
-
-
 # strategy -> seconds of communication per step (a step as its events count it)
 PATTERNS: dict[str, Callable[[StepInputs], float]] = {
     "single": lambda x: 0.0,
     "allreduce": allreduce_s,
     "allreduce-accum": allreduce_s,  # one all-reduce per accum_steps batches: a step is one update
     "ps": _ps,
-    # every worker pushes and pulls each step, the servers' egress shared; no coordinator
-    "ps-sync": lambda x: _ps(x) - 2 * x.delay_s,
-    "ps-ssp": lambda x: _ps(x) - 2 * x.delay_s,  # the same, up to S in flight (predict: PIPELINED)
-    "ps-async": lambda x: _ps(x) - 2 * x.delay_s,  # the same, up to its window in flight
-    # elastic averaging: an exchange with the centre every `period` steps
-    "easgd": lambda x: (_ps(x) - 2 * x.delay_s) / _period(x, "period", 4),
-    # gossip: one push of the model to one peer with probability `p` per step
-    "gosgd": lambda x: float(x.params.get("p", 1.0)) * _message(x, x.model_bytes),
-    # asynchronous decentralised: one pairwise exchange (both ways at once) per step
-    "adpsgd": lambda x: _message(x, x.model_bytes),
+    # netbench's exchange protocol: every worker pushes and pulls each step (ps-ssp: up to S in
+    # flight, ps-async: its window; predict: PIPELINED), easgd every `period` steps, gosgd a
+    # push to one peer with probability `p`, adpsgd a model each way per step
+    **exchange_model.PATTERNS,
 }
 
 
@@ -171,7 +169,9 @@ PATTERNS: dict[str, Callable[[StepInputs], float]] = {
 COMPLETIONS = frozenset({"ps"})
 # strategies whose workers keep up to `window` exchanges in flight while they compute (ps-ssp: S,
 # ps-async: its transport window; jobs/harness/exchange_loop.py): a step is a round trip shared
-# by window + 1 steps, never less than its computing or the bytes its busiest egress sends per step
+# by window + 1 steps, never less than its computing with its own per-byte work or what its busier
+# direction carries per step
+# (exchange_model.pipelined_s: the egress, and a window per round trip on each connection)
 PIPELINED = frozenset({"ps-ssp", "ps-async"})
 
 
@@ -191,10 +191,8 @@ def predict(x: StepInputs) -> Prediction | None:
         floor = shard * _wire(x)
     elif x.strategy in PIPELINED:
         depth = 1 + max(0.0, float(x.params.get("window", 0)))
-        shard = x.model_bytes / max(1, x.ps)
-        busiest = link_beta(x) * max(x.model_bytes, shard * x.workers)
-        step = max(compute, step / depth, busiest)
-        floor = compute + _wire(x) * max(x.model_bytes, shard * x.workers)
+        step = max(compute + exchange_model.worker_bytes_s(x), step / depth, exchange_model.pipelined_s(x))
+        floor = compute + exchange_model.pipelined_floor_s(x)
     return Prediction(step_s=step, compute_s=compute, comm_s=comm, floor_s=floor)
 
 

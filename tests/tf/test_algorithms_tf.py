@@ -47,8 +47,8 @@ def test_every_algorithm_trains_and_moves_the_bytes_it_should(clean_machine, tmp
     book = tmp_path / "algorithms.yaml"
     book.write_text(PLAYBOOK)
     out = tmp_path / "results"
-    result = subprocess.run([*NETBENCH, "run", str(book), "--output", str(out), "--sample-resources", "0.5"],
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run([*NETBENCH, "run", str(book), "--output", str(out), "--sample-resources", "0.5",
+                             "--predict"], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     runs = {r["strategy"]: r for r in (json.loads(p.read_text()) for p in (out / "runs").glob("*.json"))}
     assert set(runs) == set(STRATEGIES)
@@ -92,6 +92,15 @@ def test_every_algorithm_trains_and_moves_the_bytes_it_should(clean_machine, tmp
                 answered = [e["staleness"] for e in steps if "staleness" in e]
                 assert len(answered) >= len(steps) / 2 and max(answered) > 0, answered
             assert run["idle_ratio"] is not None and run["wait_time_mean_s"] is not None
+    # the exchange protocol was calibrated before the first point (a request-reply per size
+    # between two worker nodes, the nodes' TCP limits), briefly, and every run is predicted
+    calibration = json.loads((out / "manifest.json").read_text())["calibration"]
+    exchange = calibration["exchange"]
+    assert [s["bytes"] for s in exchange["sizes"]] == [65536, 262144, 1048576, 4194304], exchange
+    assert exchange["beta_s_per_byte_moved"] > 0 and exchange["window_bytes"] > 0 and exchange["seconds"] < 10
+    assert exchange["tcp_limits"]["tcp_wmem"][2] > 0 and not calibration["errors"]
+    with open(out / "results.csv", newline="") as fh:
+        assert all(float(r["predicted_step_s"]) > 0 for r in csv.DictReader(fh))
     # the synchronous algorithms' servers serve, on a node of their own (not a worker's)
     assert {u["role"] for u in runs["ps-sync"]["resources"]} == {"worker", "ps"}
     assert {u["role"] for u in runs["gosgd"]["resources"]} == {"worker"}

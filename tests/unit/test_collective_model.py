@@ -10,7 +10,7 @@ from netbench.experiment import collective, predict
 from netbench.experiment.store import CSV_COLUMNS, RunResult
 from netbench.jobs import events as ev
 from netbench.model import collective as maths
-from netbench.model import step_model
+from netbench.model import exchange_model, step_model
 from netbench.model.job import JobSpec
 from netbench.model.profile import Profile
 from netbench.model.run import Run
@@ -208,7 +208,12 @@ def test_an_ssp_step_shares_its_round_trip_with_the_s_steps_in_flight():
     gated = step_model.predict(_inputs(strategy="ps-ssp", ps=1, rate_bps=None, delay_s=0.050, params={"window": 0}))
     assert gated.step_s == pytest.approx(sync.step_s)  # no slack: BSP's pace
     asp = step_model.predict(_inputs(strategy="ps-async", ps=1, rate_bps=None, delay_s=0.050, params={"window": 16}))
-    assert asp.step_s == pytest.approx(max(asp.compute_s, sync.step_s / 17))  # its window of 16 in flight
+    x = _inputs(strategy="ps-async", ps=1, rate_bps=None, delay_s=0.050, params={"window": 16})
+    # its window of 16 in flight, but never faster than its computing and its own bytes' cost,
+    # nor than the replies' bytes (both workers') leave
+    assert asp.step_s == pytest.approx(max(asp.compute_s + exchange_model.worker_bytes_s(x), sync.step_s / 17,
+                                           exchange_model.pipelined_s(x)))
+    assert asp.step_s == pytest.approx(0.002 + 2 * x.model_bytes * 2e-9)  # no calibration: the all-reduce's slope
     narrow = _inputs(strategy="ps-ssp", ps=1, rate_bps=20e6, delay_s=0.001, params={"window": 3})
     # a thin link binds: the server's egress sends the weights to both workers every step
     assert step_model.predict(narrow).step_s == pytest.approx(step_model.link_beta(narrow) * 2 * narrow.model_bytes)

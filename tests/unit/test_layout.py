@@ -12,9 +12,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "netbench"
 MAX_LINES = 500
 # processes of their own (a training worker, a delay engine, a host's lease renewal, the
-# dashboards generator): they own their stdout and exit status
+# dashboards generator, the benchmarks): they own their stdout and exit status
 ENTRY_POINTS = {"netbench.jobs.worker", "netbench.jobs.torch_worker", "netbench.emulation.engine", "netbench.state.lease",
-                "netbench.metrics.dashboards", "netbench.jobs.collective_bench"}
+                "netbench.metrics.dashboards", "netbench.jobs.collective_bench",
+                "netbench.jobs.exchange_bench"}
 PURE = ("netbench.model", "netbench.stats", "netbench.emulation.changes", "netbench.units", "netbench.errors",
         "netbench.emulation.delay_queue", "netbench.emulation.pair_queue")
 PURE_MAY_IMPORT = ("netbench.model", "netbench.stats", "netbench.units", "netbench.errors", "netbench.yamlfile",
