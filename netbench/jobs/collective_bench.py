@@ -26,14 +26,13 @@ controller's step timeout alive; they carry no training step.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from typing import IO, Any, Callable
 
 from netbench.jobs import events as ev
-from netbench.jobs.harness.emit import emit, take_stdout_for_events
+from netbench.jobs.harness.emit import bench_main, emit, tf_config_workers
 from netbench.jobs.harness.strategy import farewell
 
 OPS = ("allreduce", "broadcast", "allgather")
@@ -52,12 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=120.0, help="Seconds one collective may take.")
     return parser
 
-
-def _cluster() -> tuple[list[str], int]:
-    """(worker addresses, this task's index) from TF_CONFIG; one local worker without it."""
-    config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-    workers = config.get("cluster", {}).get("worker", ["127.0.0.1:0"])
-    return workers, int(config.get("task", {}).get("index", 0))
 
 
 def _tf_runner(timeout: float) -> tuple[Callable[[str, int], Callable[[], Any]], int, int, str]:
@@ -129,7 +122,7 @@ def _gloo_runner(timeout: float) -> tuple[Callable[[str, int], Callable[[], Any]
     import torch
     import torch.distributed as dist
 
-    addresses, index = _cluster()
+    addresses, index = tf_config_workers(("127.0.0.1:0",))
     host, port = addresses[0].rsplit(":", 1)
     own = interface_of(addresses[index].rsplit(":", 1)[0])
     if own is not None:
@@ -182,13 +175,7 @@ def run(args: argparse.Namespace, stream: IO[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    stream = take_stdout_for_events()
-    try:
-        return run(args, stream)
-    except Exception as exc:  # the controller reads the cause from the event
-        emit(ev.Error(type=type(exc).__name__, message=str(exc)[:2000]), stream)
-        return 1
+    return bench_main(build_parser(), run, argv)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ It imports no TensorFlow: it starts in a fraction of a second.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
@@ -32,7 +31,7 @@ import numpy as np
 
 from netbench.jobs import events as ev
 from netbench.jobs import exchange
-from netbench.jobs.harness.emit import emit, take_stdout_for_events
+from netbench.jobs.harness.emit import bench_main, emit, tf_config_workers
 from netbench.jobs.harness.peers import Channel, Listener
 
 EVENT = "exchange"
@@ -49,10 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=30.0, help="Seconds the whole exchange may take.")
     return parser
 
-
-def _cluster() -> tuple[list[str], int]:
-    config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-    return config.get("cluster", {}).get("worker", []), int(config.get("task", {}).get("index", 0))
 
 
 def tcp_limits(root: Path = Path("/proc/sys/net/ipv4")) -> dict[str, list[int] | int]:
@@ -116,7 +111,7 @@ def _time(stream: IO[str], address: str, sizes: list[int], warmup: int, reps: in
 
 
 def run(args: argparse.Namespace, stream: IO[str]) -> int:
-    addresses, index = _cluster()
+    addresses, index = tf_config_workers()
     if len(addresses) < 2:
         raise SystemExit("exchange_bench needs two workers in TF_CONFIG's cluster")
     emit({"event": "start", "task_index": index, "num_workers": len(addresses), "pid": os.getpid(),
@@ -133,13 +128,7 @@ def run(args: argparse.Namespace, stream: IO[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    stream = take_stdout_for_events()
-    try:
-        return run(args, stream)
-    except Exception as exc:  # the controller reads the cause from the event
-        emit(ev.Error(type=type(exc).__name__, message=str(exc)[:2000]), stream)
-        return 1
+    return bench_main(build_parser(), run, argv)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,25 @@ def take_stdout_for_events() -> IO[str]:
     return stream
 
 
+def tf_config_workers(default: tuple[str, ...] = ()) -> tuple[list[str], int]:
+    """(worker addresses, this task's index) from TF_CONFIG; `default` workers without it."""
+    config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    return config.get("cluster", {}).get("worker", list(default)), int(config.get("task", {}).get("index", 0))
+
+
+def bench_main(parser: Any, run: Any, argv: list[str] | None) -> int:
+    """A benchmark process's main (collective_bench, exchange_bench): events on the real
+    stdout, then `run(args, stream)`; a failure is an error event (the controller reads the
+    cause from it) and status 1."""
+    args = parser.parse_args(argv)
+    stream = take_stdout_for_events()
+    try:
+        return run(args, stream)
+    except Exception as exc:  # the controller reads the cause from the event
+        emit(ev.Error(type=type(exc).__name__, message=str(exc)[:2000]), stream)
+        return 1
+
+
 def arm_startup_watchdog(timeout_s: float, stream: IO[str] | None = None) -> None:
     """Exit the process with status 1 if not disarmed within ``timeout_s`` s.
 
