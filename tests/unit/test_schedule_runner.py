@@ -13,7 +13,7 @@ from netbench.model.schedule import TimedProfile
 
 
 class FakeClock:
-    """Time moves only when the runner sleeps, or when an apply takes `apply_s`."""
+    """Time moves only when the runner sleeps, or when an apply takes its time (recording)."""
 
     def __init__(self) -> None:
         self.now = 100.0
@@ -27,6 +27,17 @@ class FakeClock:
         self.sleeps.append(seconds)
         self.now += seconds
 
+    def recording(self, cost, since: float = 0.0):
+        """(applied, apply): apply records (this clock's time less `since`, the profile's
+        delay) and takes cost(profile) seconds."""
+        applied: list[tuple[float, int]] = []
+
+        def apply(profile):
+            applied.append((round(self.now - since, 6), profile.delay_us))
+            self.now += cost(profile)
+
+        return applied, apply
+
 
 def entries(*delays_at: tuple[float, int]) -> tuple[TimedProfile, ...]:
     return tuple(TimedProfile(at_s=at, at_step=None, profile=Profile(name=f"p@{at}", delay_us=d), step=i + 1)
@@ -35,11 +46,7 @@ def entries(*delays_at: tuple[float, int]) -> tuple[TimedProfile, ...]:
 
 def test_changes_land_in_order_at_their_times_with_lateness_measured():
     clock = FakeClock()
-    applied: list[tuple[float, int]] = []
-
-    def apply(profile):
-        applied.append((clock.now, profile.delay_us))
-        clock.now += 0.004  # an apply takes 4 ms
+    applied, apply = clock.recording(lambda profile: 0.004)  # an apply takes 4 ms
 
     seen: list[Landed] = []
     landed = run_schedule(entries((0.0, 5000), (2.0, 30000), (4.0, 5000)), apply, clock=clock, sleep=clock.sleep,
@@ -61,9 +68,7 @@ def test_changes_land_in_order_at_their_times_with_lateness_measured():
 def test_the_profile_of_time_zero_is_in_place_before_the_clock_starts_however_long_it_takes():
     """Starting 64 delay engines takes seconds: that must not make the changes after it late."""
     clock = FakeClock()
-
-    def apply(profile):
-        clock.now += 4.4 if profile.delay_us == 5000 else 0.002
+    _, apply = clock.recording(lambda profile: 4.4 if profile.delay_us == 5000 else 0.002)
 
     landed = run_schedule(entries((0.0, 1000), (0.0, 5000), (0.1, 6000), (0.2, 7000)), apply, clock=clock,
                           sleep=clock.sleep)
@@ -77,9 +82,7 @@ def test_the_profile_of_time_zero_is_in_place_before_the_clock_starts_however_lo
 def test_a_timed_change_starts_early_by_the_median_of_recent_durations():
     clock = FakeClock()
     durations = iter([0.010, 0.002, 0.010, 0.010, 0.010])
-
-    def apply(profile):
-        clock.now += next(durations)
+    _, apply = clock.recording(lambda profile: next(durations))
 
     landed = run_schedule(entries((0.0, 1000), (1.0, 2000), (2.0, 3000), (3.0, 4000), (4.0, 5000)), apply,
                           clock=clock, sleep=clock.sleep)
@@ -91,17 +94,14 @@ def test_a_timed_change_starts_early_by_the_median_of_recent_durations():
 
 def test_changes_due_while_one_is_made_are_merged_and_the_timeline_never_stretches():
     clock = FakeClock()
-    applied: list[int] = []
-
-    def apply(profile):
-        applied.append(profile.delay_us)
-        clock.now += 0.5 if profile.delay_us == 2000 else 0.001  # one change overruns the next ones' times
+    # one change overruns the next ones' times
+    recorded, apply = clock.recording(lambda profile: 0.5 if profile.delay_us == 2000 else 0.001)
 
     timeline = entries((0.0, 1000), (1.0, 2000), (1.2, 3000), (1.4, 4000), (1.6, 5000), (3.0, 6000))
     landed = run_schedule(timeline, apply, clock=clock, sleep=clock.sleep)
     # 3000 and 4000 were due before 2000 landed (1.5 s), 5000 by the time a change then lands
     # (1.5 s + the 0.5 s a change took): the link goes straight to 5000
-    assert applied == [1000, 2000, 5000, 6000]
+    assert [delay for _, delay in recorded] == [1000, 2000, 5000, 6000]
     assert [(item.index, item.merged) for item in landed] == [(0, ()), (1, ()), (4, (2, 3)), (5, ())]
     assert landed[2].scheduled_s == 1.6 and landed[2].started_s == pytest.approx(1.5)
     assert landed[-1].landed_s <= 3.0 + 0.001  # the last change is at its time: nothing stretched
@@ -210,11 +210,8 @@ def test_a_runs_record_lists_what_each_change_merged():
 
 def test_a_schedules_base_is_in_place_before_time_zero_when_no_step_is_at_zero():
     clock = FakeClock()
-    applied: list[tuple[float, int]] = []
-
-    def apply(profile):
-        applied.append((round(clock.now - 100.0, 6), profile.delay_us))
-        clock.now += 3.0 if profile.delay_us == 5000 else 0.001  # the base starts the engines
+    # the base starts the engines
+    applied, apply = clock.recording(lambda profile: 3.0 if profile.delay_us == 5000 else 0.001, since=100.0)
 
     base = Profile(name="base", delay_us=5000)
     landed = run_schedule(entries((0.1, 6000), (0.2, 7000)), apply, clock=clock, sleep=clock.sleep, base=base)
@@ -230,11 +227,7 @@ def test_a_schedules_base_is_in_place_before_time_zero_when_no_step_is_at_zero()
 
 def test_a_rehearsal_times_a_change_before_the_clock_starts_so_the_first_one_lands_on_time():
     clock = FakeClock()
-    applied: list[tuple[float, int]] = []
-
-    def apply(profile):
-        applied.append((clock.now, profile.delay_us))
-        clock.now += 0.02  # every change takes 20 ms
+    applied, apply = clock.recording(lambda profile: 0.02)  # every change takes 20 ms
 
     timeline = entries((1.0, 30000), (2.0, 5000))
     base = Profile(name="base", delay_us=10000)
