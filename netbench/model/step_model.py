@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from netbench.model import exchange_model
-from netbench.model.exchange_model import WIRE_OVERHEAD
 
 
 @dataclass(frozen=True)
@@ -79,9 +78,8 @@ class Prediction:
     floor_s: float  # compute plus the communication's physical lower bound
 
 
-def _wire(x: StepInputs) -> float:
-    """Seconds per payload byte on one node's shaped egress (0: unshaped)."""
-    return 8.0 * WIRE_OVERHEAD / x.rate_bps if x.rate_bps else 0.0
+# seconds per payload byte on one node's shaped egress (0: unshaped)
+_wire = exchange_model.wire_s_per_byte
 
 
 def link_beta(x: StepInputs) -> float:
@@ -117,23 +115,16 @@ def allreduce_s(x: StepInputs, size_bytes: float | None = None) -> float:
     return latency + per_byte * size
 
 
-def allreduce_floor_s(size_bytes: float, workers: int, delay_s: float, rate_bps: float | None) -> float:
+def allreduce_floor_s(size_bytes: float, workers: int, delay_s: float, rate_bps: float | None,
+                      ring_delays_s: float | None = None) -> float:
     """The ring all-reduce's lower bound: 2(n-1)/n of the bytes through each node's link at the
-    configured rate, and 2(n-1) one-way delays (each step of the ring crosses a link once)."""
+    configured rate, and 2(n-1) one-way delays (each step of the ring crosses a link once; on a
+    per-pair topology `ring_delays_s`, those of its slowest run of hops)."""
     n = workers
     if n < 2:
         return 0.0
     wire = 2 * (n - 1) / n * size_bytes * 8 / rate_bps if rate_bps else 0.0
-    return wire + 2 * (n - 1) * delay_s
-
-
-def _ring_floor_s(x: StepInputs) -> float:
-    """allreduce_floor_s at the point, the one-way delays of a per-pair topology's ring hops
-    in place of 2(n-1) x delay (half of each hop's round trip)."""
-    if x.workers < 2:
-        return 0.0
-    uniform = allreduce_floor_s(x.model_bytes, x.workers, x.delay_s, x.rate_bps)
-    return uniform - 2 * (x.workers - 1) * x.delay_s + ring_round_trips_s(x) / 2
+    return wire + (2 * (n - 1) * delay_s if ring_delays_s is None else ring_delays_s)
 
 
 def _message(x: StepInputs, size_bytes: float, through_one_link: float = 1.0) -> float:
@@ -183,7 +174,8 @@ def predict(x: StepInputs) -> Prediction | None:
     batches = max(1, x.accum_steps) if x.strategy == "allreduce-accum" else 1
     compute = x.compute_s * batches
     comm = pattern(x)
-    floor = compute + (_ring_floor_s(x) if x.strategy.startswith("allreduce") else 0.0)
+    floor = compute + (allreduce_floor_s(x.model_bytes, x.workers, x.delay_s, x.rate_bps, ring_round_trips_s(x) / 2)
+                       if x.strategy.startswith("allreduce") else 0.0)
     step = compute + comm
     if x.strategy in COMPLETIONS:  # W steps in flight; a server's egress sends its shard every step
         shard = x.model_bytes / max(1, x.ps)

@@ -86,7 +86,7 @@ def _inputs(**kw) -> step_model.StepInputs:
 
 def test_ring_allreduce_is_round_trips_plus_the_bytes_at_the_rate():
     x = _inputs()
-    wire = 8 * step_model.WIRE_OVERHEAD / 100e6
+    wire = 8 * exchange_model.WIRE_OVERHEAD / 100e6
     # 2 workers: 2(n-1) = 2 transfers of half the bytes, each a round trip of 2 x 10 ms
     assert step_model.allreduce_s(x) == pytest.approx(0.0015 + 2 * 2 * 0.010 + x.model_bytes * wire)
     four = _inputs(workers=4)
