@@ -20,14 +20,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from netbench.errors import NetbenchError
+from netbench.jobs.exchange_bench import EVENT, LIMITS_EVENT
 from netbench.jobs.launch import Timeouts, run_job
 from netbench.model import collective as maths
 from netbench.model import exchange_model
 from netbench.model.job import plan_job
 
 BENCH_MODULE = "netbench.jobs.exchange_bench"
-EVENT = "exchange"
-LIMITS_EVENT = "tcp_limits"
 EXCHANGE_SIZES = (64 * 2**10, 256 * 2**10, 2**20, 4 * 2**20)
 WARMUP, REPS = 2, 5
 TIMEOUTS = Timeouts(startup_s=60.0, step_s=60.0)

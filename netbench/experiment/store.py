@@ -24,6 +24,7 @@ from typing import Any
 from netbench import __version__
 from netbench.errors import UsageError
 from netbench.jobs.resources import Usage, totals
+from netbench.model.job import ALGORITHM_KEYS
 
 # 2: strategy settings (ps, accum_steps), data, model size, computation/communication split,
 #    measured link beside the configured one (sweep --verify)
@@ -41,7 +42,6 @@ from netbench.jobs.resources import Usage, totals
 # 11: the algorithm settings the run's strategy used (its record's `algorithm`, e.g. {"staleness": 3})
 #     and the csv's staleness, tau, elastic_alpha and gossip_p columns (empty where unused)
 SCHEMA_VERSION = 11
-ALGORITHM_COLUMNS = ("staleness", "tau", "elastic_alpha", "gossip_p")  # model.job.ALGORITHM_SETTINGS' fields
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -69,7 +69,7 @@ CSV_COLUMNS = (
     # a user's command that reports no steps: bytes each node sent per second (issue 22)
     "link_bytes_per_s",
     # the training algorithm's own settings, as the run used them (issue: algorithm settings as factors)
-    *ALGORITHM_COLUMNS,
+    *ALGORITHM_KEYS,
 )
 
 
@@ -202,7 +202,7 @@ class RunResult:
             "time_to_target_s": opt(self.time_to_target_s, 4),
             "framework": self.framework, "source": self.source,
             "link_bytes_per_s": opt(self.link_bytes_per_s, 1),
-            **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_COLUMNS},
+            **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_KEYS},
         }
 
     def _resource_cells(self) -> dict[str, Any]:

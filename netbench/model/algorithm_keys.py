@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from netbench.model.job import ALGORITHM_SETTINGS
+from netbench.model.job import ALGORITHM_KEYS, ALGORITHM_SETTINGS
 
 
 
@@ -30,7 +30,6 @@ class BadKey(ValueError):
         self.key, self.message, self.hint = key, message, hint
 
 TOP_KEYS = ("train_steps", "eval_every", "target_accuracy", "algorithm")
-ALGORITHM_KEYS = ("staleness", "tau", "elastic_alpha", "gossip_p")
 # the strategy that uses each (model.job.ALGORITHM_SETTINGS, the other way round)
 OWNERS = {key: strategy for strategy, keys in ALGORITHM_SETTINGS.items() for key in keys}
 

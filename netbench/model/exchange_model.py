@@ -44,11 +44,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from netbench.model.job import EXCHANGE_STRATEGIES
+
 # bytes on the wire per payload byte: a 1448-byte TCP segment (timestamps on) rides a 1514-byte
 # Ethernet frame, and the rate limits whole frames
 WIRE_OVERHEAD = 1514 / 1448
 
-STRATEGIES = ("ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd", "adpsgd")
+STRATEGIES = EXCHANGE_STRATEGIES
 
 
 def window_from_limits(limits: Mapping[str, Any]) -> int | None:

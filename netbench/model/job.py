@@ -45,6 +45,8 @@ DEFAULT_TAU = 4  # easgd: local steps between elastic exchanges
 DEFAULT_GOSSIP_P = 0.1  # gosgd: probability of a push after each step
 # the strategy -> the JobSpec fields of its own algorithm settings (the other strategies ignore them)
 ALGORITHM_SETTINGS = {"ps-ssp": ("staleness",), "easgd": ("tau", "elastic_alpha"), "gosgd": ("gossip_p",)}
+# every such field, in that order: staleness, tau, elastic_alpha, gossip_p (playbook keys, csv columns, factors)
+ALGORITHM_KEYS = tuple(name for names in ALGORITHM_SETTINGS.values() for name in names)
 
 # Role names; TF_CONFIG calls the coordinator "chief".
 WORKER, PS, COORDINATOR = "worker", "ps", "coordinator"

@@ -469,8 +469,8 @@ def design_points(book: Playbook) -> list[Settings]:
                     raise fail(book.source, book.where(ignored),
                                f"strategy {settings.strategy} ignores {ignored}, so its runs would repeat",
                                "vary it only with the strategy that uses it (ps: ps, accum_steps: allreduce-accum, "
-                               "staleness: ps-ssp, tau and elastic_alpha: easgd, gossip_p: gosgd), e.g. "
-                               "through extra_runs")
+                               + ", ".join(f"{k}: {v}" for k, v in algorithm_keys.OWNERS.items())
+                               + "), e.g. through extra_runs")
                 continue  # an extra run that the factorial already holds
             seen[key] = settings
             points.append(key)

@@ -21,15 +21,14 @@ from typing import Any, Mapping
 from netbench.errors import UsageError
 from netbench.experiment.store import ResultsError, ResultStore, read_json
 from netbench.jobs.accuracy import CurvePoint
-from netbench.model.job import ALGORITHM_SETTINGS
+from netbench.model.job import ALGORITHM_KEYS, ALGORITHM_SETTINGS
 
 # factors a run can differ in, in the order tables show them
 FACTORS = ("strategy", "model", "batch", "workers", "ps", "accum_steps", "data", "framework",
-           "latency_ms", "bandwidth_mbit", "loss_pct", "jitter_ms", "topology", "scale",
-           "staleness", "tau", "elastic_alpha", "gossip_p")
+           "latency_ms", "bandwidth_mbit", "loss_pct", "jitter_ms", "topology", "scale", *ALGORITHM_KEYS)
 # a strategy's own settings, None for every other strategy: along strategy they are part of its
 # level, and a None among their levels is no level of theirs
-OWN_SETTINGS = ("ps", "accum_steps", "staleness", "tau", "elastic_alpha", "gossip_p")
+OWN_SETTINGS = ("ps", "accum_steps", *ALGORITHM_KEYS)
 ALGORITHM_SHORT = (("staleness", "s"), ("tau", "tau"), ("elastic_alpha", "alpha"), ("gossip_p", "p"))
 
 
@@ -97,9 +96,10 @@ def record_factors(record: Mapping[str, Any], planned: Mapping[str, Any] | None 
         "scale": float(topology.get("scale", 1.0)) if topology else None,
         # the algorithm's settings as the run used them (schema 11), else as its playbook set them
         **{name: _setting_level((record.get("algorithm") or {}).get(name, planned.get(name)))
-           if name in ALGORITHM_SETTINGS.get(strategy, ()) else None for name in OWN_SETTINGS[2:]},
+           if name in ALGORITHM_SETTINGS.get(strategy, ()) else None for name in ALGORITHM_KEYS},
     }
     return tuple((name, values[name]) for name in FACTORS)
+
 
 def _setting_level(value: Any) -> int | float | None:
     """An algorithm setting's level: a whole number as an int (staleness 3, not 3.0)."""

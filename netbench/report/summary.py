@@ -15,7 +15,8 @@ from netbench.report.accuracy import accuracy_blocks_of, read_points, winner_blo
 from netbench.report.curves import curve_figure, curve_runs, spread_runs
 from netbench.report.groups import NETWORK, REFERENCE_STRATEGY, Efficiency, Group, baseline_slice, \
     group_observations, networked, ordered, scaling_efficiency, slowdown, speedups, varying
-from netbench.report.load import OWN_SETTINGS, Observation, load_observations
+from netbench.model.job import ALGORITHM_KEYS
+from netbench.report.load import Observation, load_observations
 from netbench.report.measures import LINK_BYTES, REPORTED, TIME_TO_TARGET
 from netbench.stats import MIN_RUNS, Interval, t_quantile
 
@@ -181,7 +182,7 @@ def markdown_summary(results_dir: Path, observations: Sequence[Observation], gro
     return to_markdown(summary_blocks(results_dir, observations, groups, effs, figures, confidence, playbook))
 
 
-ALGORITHM_FACTORS = OWN_SETTINGS[2:]  # staleness, tau, elastic_alpha, gossip_p
+ALGORITHM_FACTORS = ALGORITHM_KEYS  # staleness, tau, elastic_alpha, gossip_p
 
 
 def report_figures(groups: Sequence[Group], effs: Sequence[Efficiency], out_dir: Path,
