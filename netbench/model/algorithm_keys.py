@@ -15,10 +15,10 @@ ranges); a key under both is an error (model.playbook).
 
 from __future__ import annotations
 
-import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from netbench.model.job import ALGORITHM_KEYS, ALGORITHM_SETTINGS
+from netbench.model.playbook_values import SETTING_KEYS, ratio, whole
 
 
 
@@ -34,19 +34,20 @@ TOP_KEYS = ("train_steps", "eval_every", "target_accuracy", "algorithm")
 OWNERS = {key: strategy for strategy, keys in ALGORITHM_SETTINGS.items() for key in keys}
 
 
+def _parsed(key: str, parse: Callable[[Any], Any], raw: Any, example: str) -> Any:
+    """`raw` through a playbook setting's parser (model.playbook_values), its error a BadKey."""
+    try:
+        return parse(raw)
+    except ValueError as exc:
+        raise BadKey(key, str(exc), f"e.g. '{example}'") from None
+
+
 def _whole(key: str, raw: Any, low: int, high: int) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw <= high:
-        raise BadKey(key, f"must be a whole number from {low} to {high}, got {raw!r}", f"e.g. '{key}: {max(low, 1)}'")
-    return raw
+    return _parsed(key, whole(low, high), raw, f"{key}: {max(low, 1)}")
 
 
 def _ratio(key: str, raw: Any, low_open: bool) -> float:
-    ok = isinstance(raw, (int, float)) and not isinstance(raw, bool) and math.isfinite(raw) \
-        and (0 < raw <= 1 if low_open else 0 <= raw <= 1)
-    if not ok:
-        span = "(0, 1]" if low_open else "[0, 1]"
-        raise BadKey(key, f"must be a number in {span}, got {raw!r}", f"e.g. '{key}: 0.5'")
-    return float(raw)
+    return _parsed(key, ratio(low_open), raw, f"{key}: 0.5")
 
 
 def job_extra(data: Mapping[str, Any], warmup: int) -> tuple[tuple[str, Any], ...]:
@@ -66,16 +67,13 @@ def job_extra(data: Mapping[str, Any], warmup: int) -> tuple[tuple[str, Any], ..
         raise BadKey("algorithm", "must be a mapping", "e.g. 'algorithm: {staleness: 3, tau: 4}'")
     for key, raw in algorithm.items():
         where = f"algorithm.{key}"
-        if key == "staleness":
-            out[key] = _whole(where, raw, 0, 10_000)
-        elif key == "tau":
-            out[key] = _whole(where, raw, 1, 100_000)
-        elif key == "elastic_alpha":
-            out[key] = _ratio(where, raw, True)
-        elif key == "gossip_p":
-            out[key] = _ratio(where, raw, False)
-        else:
+        if key not in ALGORITHM_KEYS:
             raise BadKey(where, "unknown key", f"use one of: {', '.join(ALGORITHM_KEYS)}")
+        _, parse, example = SETTING_KEYS[key]  # the ranges of the same keys as factors
+        try:
+            out[key] = parse(raw)
+        except ValueError as exc:
+            raise BadKey(where, str(exc), f"one value here; to vary it, a factor: '{example}'") from None
     return tuple(out.items())
 
 

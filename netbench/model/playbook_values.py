@@ -26,7 +26,8 @@ def _rate(raw: Any) -> int | None:
     return units.parse_rate_bps(raw)
 
 
-def _whole(low: int, high: int) -> Callable[[Any], int]:
+def whole(low: int, high: int) -> Callable[[Any], int]:
+    """A whole number in low..high (also `algorithm:`'s and train_steps')."""
     def parse(raw: Any) -> int:
         if isinstance(raw, bool) or not isinstance(raw, int):
             raise ValueError(f"must be a whole number, got {shown(raw)}")
@@ -52,8 +53,8 @@ def _scale(raw: Any) -> float:
     return float(raw)
 
 
-def _ratio(low_open: bool) -> Callable[[Any], float]:
-    """A number in (0, 1] (`low_open`) or [0, 1], as algorithm_keys checks `algorithm:`'s."""
+def ratio(low_open: bool) -> Callable[[Any], float]:
+    """A number in (0, 1] (`low_open`) or [0, 1] (also `algorithm:`'s and target_accuracy's)."""
     def parse(raw: Any) -> float:
         number = isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw == raw
         if not number or not (0 < raw <= 1 if low_open else 0 <= raw <= 1):
@@ -76,17 +77,17 @@ SETTING_KEYS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "jitter": ("jitter_us", _duration, "jitter: [0ms, 1ms]"),
     "strategy": ("strategy", _choice(STRATEGIES), "strategy: [allreduce, allreduce-accum]"),
     "model": ("model", _choice(MODELS), "model: [mlp, mobilenetv2]"),
-    "batch": ("batch", _whole(1, 65536), "batch: [32, 64, 100]"),
-    "workers": ("workers", _whole(1, 64), "workers: [1, 2, 3]"),
-    "ps": ("ps", _whole(1, 16), "ps: [1, 2]"),
-    "accum_steps": ("accum_steps", _whole(1, 10000), "accum_steps: [4]"),
+    "batch": ("batch", whole(1, 65536), "batch: [32, 64, 100]"),
+    "workers": ("workers", whole(1, 64), "workers: [1, 2, 3]"),
+    "ps": ("ps", whole(1, 16), "ps: [1, 2]"),
+    "accum_steps": ("accum_steps", whole(1, 10000), "accum_steps: [4]"),
     "data": ("data", _data, "data: synthetic"),
     "scale": ("scale", _scale, "scale: [1, 2, 4]"),  # with topology: only
     "framework": ("framework", _choice(FRAMEWORKS), "framework: [tensorflow, torch]"),
     # the training algorithms' own settings (model.job.ALGORITHM_SETTINGS says which strategy uses
     # which), with algorithm_keys' ranges; a key here and under `algorithm:` too is an error
-    "staleness": ("staleness", _whole(0, 10_000), "staleness: [0, 3, 10]"),  # ps-ssp
-    "tau": ("tau", _whole(1, 100_000), "tau: [1, 4, 16]"),  # easgd
-    "elastic_alpha": ("elastic_alpha", _ratio(True), "elastic_alpha: [0.1, 0.45]"),  # easgd
-    "gossip_p": ("gossip_p", _ratio(False), "gossip_p: [0.01, 0.1, 0.5]"),  # gosgd
+    "staleness": ("staleness", whole(0, 10_000), "staleness: [0, 3, 10]"),  # ps-ssp
+    "tau": ("tau", whole(1, 100_000), "tau: [1, 4, 16]"),  # easgd
+    "elastic_alpha": ("elastic_alpha", ratio(True), "elastic_alpha: [0.1, 0.45]"),  # easgd
+    "gossip_p": ("gossip_p", ratio(False), "gossip_p: [0.01, 0.1, 0.5]"),  # gosgd
 }
