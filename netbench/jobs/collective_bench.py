@@ -32,7 +32,7 @@ import time
 from typing import IO, Any, Callable
 
 from netbench.jobs import events as ev
-from netbench.jobs.harness.emit import bench_main, emit, tf_config_workers
+from netbench.jobs.harness.emit import bench_main, emit, emit_timings, tf_config_workers, time_calls
 from netbench.jobs.harness.strategy import farewell
 
 OPS = ("allreduce", "broadcast", "allgather")
@@ -155,18 +155,8 @@ def run(args: argparse.Namespace, stream: IO[str]) -> int:
     sent = 0
     for op in ops:
         for size in sizes:
-            call = make(op, size)
-            for _ in range(args.warmup):
-                call()
-            times = []
-            for _ in range(args.reps):
-                start = time.perf_counter()
-                call()
-                times.append(time.perf_counter() - start)
-            now = time.time()
-            emit({"event": EVENT, "op": op, "bytes": size, "times": times, "framework": args.framework}, stream)
-            emit(ev.Step(step=sent, phase=EVENT, start=now - sum(times), end=now, duration=sum(times), images=0),
-                 stream)
+            times = time_calls(make(op, size), args.warmup, args.reps)
+            emit_timings({"event": EVENT, "op": op, "bytes": size, "framework": args.framework}, times, sent, stream)
             sent += 1
     if workers > 1 and args.framework == "tf":
         farewell(make("allreduce", 4))

@@ -31,7 +31,7 @@ import numpy as np
 
 from netbench.jobs import events as ev
 from netbench.jobs import exchange
-from netbench.jobs.harness.emit import bench_main, emit, tf_config_workers
+from netbench.jobs.harness.emit import bench_main, emit, emit_timings, tf_config_workers, time_calls
 from netbench.jobs.harness.peers import Channel, Listener
 
 EVENT = "exchange"
@@ -92,17 +92,8 @@ def _time(stream: IO[str], address: str, sizes: list[int], warmup: int, reps: in
     try:
         for size in sizes:
             request = exchange.Message(ECHO, {}, payload(size))
-            for _ in range(warmup):
-                channel.request(request)
-            times = []
-            for _ in range(reps):
-                start = time.perf_counter()
-                channel.request(request)
-                times.append(time.perf_counter() - start)
-            now = time.time()
-            emit({"event": EVENT, "bytes": request.payload_bytes, "times": times}, stream)
-            emit(ev.Step(step=sent, phase=EVENT, start=now - sum(times), end=now, duration=sum(times), images=0),
-                 stream)
+            times = time_calls(lambda: channel.request(request), warmup, reps)
+            emit_timings({"event": EVENT, "bytes": request.payload_bytes}, times, sent, stream)
             sent += 1
         channel.request(exchange.Message(exchange.BYE, {}))
     finally:

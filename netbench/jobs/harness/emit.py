@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import threading
+import time
 from typing import IO, Any, Mapping
 
 from netbench.jobs import events as ev
@@ -59,6 +60,27 @@ def tf_config_workers(default: tuple[str, ...] = ()) -> tuple[list[str], int]:
     """(worker addresses, this task's index) from TF_CONFIG; `default` workers without it."""
     config = json.loads(os.environ.get("TF_CONFIG") or "{}")
     return config.get("cluster", {}).get("worker", list(default)), int(config.get("task", {}).get("index", 0))
+
+
+def time_calls(call: Any, warmup: int, reps: int) -> list[float]:
+    """Seconds of each of `reps` calls of `call`, after `warmup` untimed ones (a benchmark's)."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def emit_timings(body: Mapping[str, Any], times: list[float], step: int, stream: IO[str]) -> None:
+    """A benchmark's timings of one size: its event (`body` and the times), then a step event
+    of their total, which the controller counts as progress (and against its step timeout)."""
+    now = time.time()
+    emit({**body, "times": times}, stream)
+    emit(ev.Step(step=step, phase=str(body["event"]), start=now - sum(times), end=now, duration=sum(times), images=0),
+         stream)
 
 
 def bench_main(parser: Any, run: Any, argv: list[str] | None) -> int:
