@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from netbench import units
-from netbench.model.job import ALGORITHM_SETTINGS, SERVER_STRATEGIES, JobSpec
+from netbench.model.job import ALGORITHM_KEYS, ALGORITHM_SETTINGS, SERVER_STRATEGIES, JobSpec
 from netbench.model.profile import Profile
 
 
@@ -54,7 +54,7 @@ class Settings:
         if self.strategy != "allreduce-accum":
             changes["accum_steps"] = Settings.accum_steps
         own = ALGORITHM_SETTINGS.get(self.strategy, ())
-        changes.update((name, None) for names in ALGORITHM_SETTINGS.values() for name in names if name not in own)
+        changes.update((name, None) for name in ALGORITHM_KEYS if name not in own)
         return replace(self, **changes)
 
     @property
