@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from netbench.jobs.algorithms import model_transfers_per_step
+from netbench.jobs.algorithms import model_transfers_per_step, pipeline_depth
 from netbench.jobs.harness import data as datasets
 from tests.conftest import NETBENCH
 
@@ -88,9 +88,17 @@ def test_every_algorithm_trains_and_moves_the_bytes_it_should(clean_machine, tmp
             if strategy == "ps-sync":  # one version per round, answered every step: every gradient was fresh
                 assert {e.get("staleness") for e in steps} == {0}
             else:  # pushes in flight (ps-ssp: S = 3, ps-async: its window): a step takes the answers
-                # that came (none, one or more), to updates computed on older weights
+                # that came (none, one or more), to updates computed on older weights; a worker
+                # with `depth` pushes unanswered blocks for one, so at least one step in depth + 1
+                # of each worker's takes an answer (how many more depends on the replies' timing:
+                # 63-91 % of steps in a 200-step run, under half in a short one on a busy machine)
+                depth = pipeline_depth(strategy, 3)
+                for worker in (0, 1):
+                    mine = [e for e in steps if e.get("worker", 0) == worker]
+                    answered = [e["staleness"] for e in mine if "staleness" in e]
+                    assert len(mine) > 0 and len(answered) >= len(mine) // (depth + 1), (strategy, worker, answered)
                 answered = [e["staleness"] for e in steps if "staleness" in e]
-                assert len(answered) >= len(steps) / 2 and max(answered) > 0, answered
+                assert max(answered) > 0, answered
             assert run["idle_ratio"] is not None and run["wait_time_mean_s"] is not None
     # the exchange protocol was calibrated before the first point (a request-reply per size
     # between two worker nodes, the nodes' TCP limits), briefly, and every run is predicted
