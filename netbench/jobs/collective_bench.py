@@ -31,7 +31,6 @@ import sys
 import time
 from typing import IO, Any, Callable
 
-from netbench.jobs import events as ev
 from netbench.jobs.harness.emit import bench_main, emit, emit_timings, tf_config_workers, time_calls
 from netbench.jobs.harness.strategy import farewell
 
@@ -144,6 +143,7 @@ def _gloo_runner(timeout: float) -> tuple[Callable[[str, int], Callable[[], Any]
 
 
 def run(args: argparse.Namespace, stream: IO[str]) -> int:
+    """Time every op at every size; returns the step events sent (one per op and size)."""
     sizes = [int(s) for s in args.sizes.split(",") if s]
     ops = [op for op in args.ops.split(",") if op]
     if any(op not in OPS for op in ops):
@@ -160,8 +160,7 @@ def run(args: argparse.Namespace, stream: IO[str]) -> int:
             sent += 1
     if workers > 1 and args.framework == "tf":
         farewell(make("allreduce", 4))
-    emit(ev.Done(time=time.time(), steps=sent), stream)
-    return 0
+    return sent
 
 
 def main(argv: list[str] | None = None) -> int:

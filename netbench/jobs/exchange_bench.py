@@ -29,7 +29,6 @@ from typing import IO
 
 import numpy as np
 
-from netbench.jobs import events as ev
 from netbench.jobs import exchange
 from netbench.jobs.harness.emit import bench_main, emit, emit_timings, tf_config_workers, time_calls
 from netbench.jobs.harness.peers import Channel, Listener
@@ -102,6 +101,7 @@ def _time(stream: IO[str], address: str, sizes: list[int], warmup: int, reps: in
 
 
 def run(args: argparse.Namespace, stream: IO[str]) -> int:
+    """Answer (worker 0) or time every size (worker 1); returns the step events sent."""
     addresses, index = tf_config_workers()
     if len(addresses) < 2:
         raise SystemExit("exchange_bench needs two workers in TF_CONFIG's cluster")
@@ -114,8 +114,7 @@ def run(args: argparse.Namespace, stream: IO[str]) -> int:
     elif index == 1:
         sizes = [int(s) for s in args.sizes.split(",") if s]
         sent = _time(stream, addresses[0], sizes, args.warmup, args.reps, args.timeout)
-    emit(ev.Done(time=time.time(), steps=sent), stream)
-    return 0
+    return sent
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -85,12 +85,15 @@ def emit_timings(body: Mapping[str, Any], times: list[float], step: int, stream:
 
 def bench_main(parser: Any, run: Any, argv: list[str] | None) -> int:
     """A benchmark process's main (collective_bench, exchange_bench): events on the real
-    stdout, then `run(args, stream)`; a failure is an error event (the controller reads the
-    cause from it) and status 1."""
+    stdout, then `run(args, stream)`, which returns the step events it sent, then the done
+    event and status 0; a failure is an error event (the controller reads the cause from it)
+    and status 1."""
     args = parser.parse_args(argv)
     stream = take_stdout_for_events()
     try:
-        return run(args, stream)
+        sent = run(args, stream)
+        emit(ev.Done(time=time.time(), steps=sent), stream)
+        return 0
     except Exception as exc:  # the controller reads the cause from the event
         emit(ev.Error(type=type(exc).__name__, message=str(exc)[:2000]), stream)
         return 1
