@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from netbench import console, units
-from netbench.cli.types import FiniteFloatRange
+from netbench.cli.types import Seconds
 from netbench.errors import PrivilegeError, NetbenchError, UsageError
 
 BACKEND_CHOICES = ("auto", "netem", "userspace")
@@ -111,7 +111,7 @@ def inventory_options(func):
 def apply_remote_options(func):
     """apply's options that only mean something with --inventory (None when not given)."""
     return _options(func, [
-        click.option("--lease", type=FiniteFloatRange(0, 86400), default=None,
+        click.option("--lease", type=Seconds(0, 86400), default=None,
                      help="With --inventory: lease in seconds [default: 60]; the command holds it until Ctrl-C, "
                           "and hosts revert by themselves if it is not renewed. 0: no lease, return at once."),
         click.option("--force", is_flag=True, default=None,
@@ -209,7 +209,7 @@ DEFAULT_PRECISION = "3%"
 
 def precision_options(command):
     """--precision, --max-seconds: a point's window goes on until its mean step time is known."""
-    command = click.option("--max-seconds", default=60.0, show_default=True, type=FiniteFloatRange(0.1, 86400),
+    command = click.option("--max-seconds", default=60.0, show_default=True, type=Seconds(0.1, 86400),
                            help="With --precision, the longest measured window of a point, in seconds.")(command)
     return click.option("--precision", "precision_text", default=DEFAULT_PRECISION, show_default=True,
                         metavar="PERCENT", envvar="NETBENCH_PRECISION", show_envvar=True,
@@ -221,7 +221,7 @@ def precision_options(command):
 
 def sample_resources_option(command):
     """--sample-resources SECONDS (sweep and run)."""
-    return click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
+    return click.option("--sample-resources", metavar="DURATION", type=Seconds(0.1, 3600),
                         help="Every process samples its CPU, memory and its node's network bytes this often; "
                              "summaries per process go into each run's record.")(command)
 

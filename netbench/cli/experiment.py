@@ -16,7 +16,7 @@ from netbench.cli import common
 from netbench.cli.common import (BACKEND_CHOICES, _sigterm_as_interrupt, check_metrics_flags, handle_errors,
                                  hosts_options, launch_options, launch_settings, metrics_options)
 from netbench.cli.framework import check_framework, framework_option, require_framework
-from netbench.cli.types import FiniteFloatRange
+from netbench.cli.types import Seconds
 from netbench.cli.algorithm_options import ALGORITHMS, ALGORITHMS_HELP, algorithm_options, finish_job
 from netbench.cli.user_job import command_options, with_command
 from netbench.errors import UsageError
@@ -60,11 +60,11 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 65536), help="Per-worker batch size.")
 @click.option("--warmup", default=10, show_default=True, type=click.IntRange(0, 100000), help="Warm-up steps, excluded from statistics (seconds for a COMMAND that reports no steps).")
 @click.option("--steps", default=30, show_default=True, type=click.IntRange(2, 1000000), help="Measured steps per run.")
-@click.option("--seconds", type=FiniteFloatRange(0.1, 86400), help="Measured window in seconds instead of --steps (all workers agree on the step count after warm-up); "
+@click.option("--seconds", type=Seconds(0.1, 86400), help="Measured window in seconds instead of --steps (all workers agree on the step count after warm-up); "
                    "a COMMAND that reports no steps: its window of bytes [default: 10].")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 1000), help="Repetitions of each point.")
-@click.option("--step-timeout", default=60.0, show_default=True, type=FiniteFloatRange(1, 86400), help="Seconds a step may take before the run ends as 'timeout'.")
-@click.option("--startup-timeout", default=240.0, show_default=True, type=FiniteFloatRange(1, 86400), help="Seconds until the first step.")
+@click.option("--step-timeout", default=60.0, show_default=True, type=Seconds(1, 86400), help="Seconds a step may take before the run ends as 'timeout'.")
+@click.option("--startup-timeout", default=240.0, show_default=True, type=Seconds(1, 86400), help="Seconds until the first step.")
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help="Emulation backend.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1),
               help="Seed for loss/jitter draws and data (0 to 2^32-1).")

@@ -389,15 +389,19 @@ def profile_from_flags(base: Profile | None = None, **flags: str | None) -> Prof
     return validate(profile, "flag", keys=keys)
 
 
+_LEVEL_EXAMPLES = {"--bandwidth": "100,1000mbit", "--loss": "0,0.1,1%", "--jitter": "0,1ms"}
+
+
 def parse_levels(text: str, flag: str, parse: Callable[[str], Any]) -> list[Any]:
     """Parse a comma list of levels for a sweep flag: "1,10,100ms" -> [1000, 10000, 100000] us.
 
     A unit written on the last level applies to bare numbers before it, as people write
     "1,10,100ms".
     """
+    example = f"e.g. {flag} {_LEVEL_EXAMPLES.get(flag, '1,10,100ms')}"
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not item for item in items):
-        raise ProfileError(f"flag {flag}: empty level in {shown(text)}", hint=f"e.g. {flag} 1,10,100ms")
+        raise ProfileError(f"flag {flag}: empty level in {shown(text)}", hint=example)
     last_unit = _VALUE_UNIT_RE.fullmatch(items[-1])
     suffix = last_unit.group(1) if last_unit else ""
     values = []
@@ -407,7 +411,7 @@ def parse_levels(text: str, flag: str, parse: Callable[[str], Any]) -> list[Any]
         try:
             values.append(parse(item))
         except ValueError as exc:
-            raise ProfileError(f"flag {flag}: {exc}", hint=f"e.g. {flag} 1,10,100ms") from None
+            raise ProfileError(f"flag {flag}: {exc}", hint=example) from None
     if len(set(values)) != len(values):
         raise ProfileError(f"flag {flag}: repeated level in {shown(text)}", hint="use --repeat for repetitions")
     return values
