@@ -7,6 +7,7 @@ import functools
 from dataclasses import replace
 
 import click
+from click.core import ParameterSource
 
 from netbench.cli.types import FiniteFloatRange
 from netbench.errors import UsageError
@@ -24,6 +25,7 @@ def algorithm_options(command):
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        _refuse_unused(kwargs.get("strategy"), kwargs)
         kwargs["algorithm"] = {name: kwargs.pop(name) for name in _FIELDS}
         return command(*args, **kwargs)
 
@@ -48,6 +50,27 @@ def algorithm_options(command):
     for option in reversed(options):
         wrapper = option(wrapper)
     return wrapper
+
+
+def _refuse_unused(strategy: str | None, values: dict) -> None:
+    """A setting given on the command line that the strategy does not use is refused, naming its
+    flag: `--strategy allreduce --staleness 5` would otherwise measure allreduce and record nothing
+    of the 5. --target-accuracy needs an evaluation (--train-steps or --eval-every)."""
+    from netbench.model.job import ALGORITHM_SETTINGS
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or strategy is None:
+        return
+    given = {name for name in _FIELDS
+             if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
+    for name in _FIELDS:
+        users = [owner for owner, keys in ALGORITHM_SETTINGS.items() if name in keys]
+        if name in given and users and strategy not in users:
+            raise click.UsageError(f"flag --{name.replace('_', '-')}: strategy {strategy} does not use it "
+                                   f"(only {', '.join(users)} does)")
+    if "target_accuracy" in given and not values.get("train_steps") and not values.get("eval_every"):
+        raise click.UsageError("flag --target-accuracy: nothing evaluates the accuracy without --train-steps "
+                               "or --eval-every")
 
 
 def finish_job(job, workers: int):

@@ -262,12 +262,14 @@ def check_congestion(name: str | None, where: str = "flag --congestion-control")
 
 def precision_settings(text: str, max_seconds: float, where: str = "flag --precision") -> dict:
     """JobSpec's precision (a fraction, None: off) and max_seconds from the flags' text."""
-    if text.strip().lower() in ("off", "none", "0", "0%"):
+    if text.strip().lower() in ("off", "none"):
         return {"precision": None, "max_seconds": max_seconds}
     try:
         precision = units.parse_ratio(text)
     except ValueError as exc:
         raise UsageError(f"{where}: {exc}", hint="e.g. --precision 2%") from None
+    if precision == 0:  # a window known exactly never ends
+        raise UsageError(f"{where}: {text} would never be reached", hint="e.g. --precision 2%, or off")
     if not 0 < precision < 0.5:
         raise UsageError(f"{where}: {text} is outside (0%, 50%)", hint="e.g. --precision 2%")
     return {"precision": precision, "max_seconds": max_seconds}

@@ -61,10 +61,18 @@ class Place:
     ifname: str
 
 
+MAX_STEP_REGEX = 1000  # characters: a step line's pattern, never a program
+
+
 def check_command(command: UserCommand) -> None:
     """Raise ValueError naming the setting when the command cannot run as asked."""
-    if not command.argv or not command.argv[0]:
+    if not command.argv or not command.argv[0].strip():
         raise ValueError("command: empty; give it after '--', e.g. -- python train.py")
+    nul = next((i for i, arg in enumerate(command.argv) if "\0" in arg), None)
+    if nul is not None:  # exec refuses it, on every rank, after the network was shaped
+        raise ValueError(f"command: word {nul + 1} holds a NUL byte, which no program can be given")
+    if len(command.step_regex) > MAX_STEP_REGEX:
+        raise ValueError(f"step-regex: {len(command.step_regex)} characters, over {MAX_STEP_REGEX}")
     if command.images_per_step is not None and command.images_per_step < 1:
         raise ValueError(f"images-per-step: must be at least 1, got {command.images_per_step}")
     if command.step_regex:
