@@ -107,7 +107,11 @@ def from_playbook(data) -> UserCommand | None:
     if not isinstance(regex, str):
         raise ValueError("step_regex: must be a string")
     command = UserCommand(argv=tuple(str(a) for a in argv), images_per_step=images, step_regex=regex)
-    check_command(command)
+    try:
+        check_command(command)
+    except ValueError as exc:  # check_command names the flags' spelling: the keys are written with _
+        key, _, rest = str(exc).partition(": ")
+        raise ValueError(f"{key.replace('-', '_')}: {rest}") from None
     return command
 
 

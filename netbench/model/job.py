@@ -151,6 +151,8 @@ def check_algorithm(job: JobSpec, workers: int) -> None:
         raise ValueError(f"eval_every: must be at least 0, got {job.eval_every}")
     if job.target_accuracy is not None and not 0 < job.target_accuracy <= 1:
         raise ValueError(f"target_accuracy: must be in (0, 1], got {job.target_accuracy}")
+    if job.train_steps is not None and job.seconds:
+        raise ValueError("seconds: not with train_steps (an accuracy run trains a step count)")
     if job.strategy in EXCHANGE_STRATEGIES and job.seconds:
         raise ValueError(f"seconds: strategy {job.strategy} runs a step count (steps or train_steps)")
 

@@ -312,6 +312,9 @@ def _check_algorithm_keys(book: Playbook, points: list[Settings]) -> None:
             owner = algorithm_keys.OWNERS[key]
             raise fail(book.source, where, f"no run uses it: {key} is strategy {owner}'s setting, and no run is {owner}",
                        f"add strategy {owner}, or remove {key}")
+    bad = algorithm_keys.unused(book.job_extra, {point.strategy for point in points})
+    if bad is not None:
+        raise fail(book.source, bad.key, bad.message, bad.hint)
 
 
 def _congestion(source: str, raw: Any) -> str | None:

@@ -75,6 +75,7 @@ FLAG_CASES = [
     _case("elastic-alpha-wrong-strategy", (*ALGO, "gosgd", "--elastic-alpha", "0.5"), ["--elastic-alpha"]),
     _case("gossip-p-wrong-strategy", (*ALGO, "easgd", "--gossip-p", "0.5"), ["--gossip-p"]),
     _case("target-accuracy-without-train-steps", (*SWEEP, "--target-accuracy", "0.5"), ["--target-accuracy"]),
+    _case("seconds-and-train-steps", (*SWEEP, "--seconds", "10", "--train-steps", "50"), ["--seconds"]),
     _case("train-steps-under-warmup", (*SWEEP, "--train-steps", "5", "--warmup", "10"), ["--train-steps"]),
     # ---- --precision
     *[_case(f"precision-{v}", (*SWEEP, "--precision", v), ["--precision"])
