@@ -48,6 +48,15 @@ def widened(allowed: list[str], name: str) -> str | None:
     return " ".join([*allowed, name])
 
 
+def narrowed(allowed: list[str], added: str) -> str | None:
+    """The host's allowed list with only `added` (the name netbench widened it by) taken out, as
+    sysctl takes it; None when it is no longer there. Whatever else changed the list meanwhile
+    (an administrator, another tool) stays as it is now."""
+    if added not in allowed:
+        return None
+    return " ".join(name for name in allowed if name != added)
+
+
 def describe(by_node: dict[str, str], requested: str | None = None) -> str:
     """One line for the sweep's start: the nodes' TCP congestion control as read back, and
     whether the sweep set it."""
