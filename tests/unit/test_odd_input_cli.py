@@ -140,3 +140,35 @@ def _refused(argv, fragments, files, tmp_path, monkeypatch):
     assert all(fragment in errors[0] for fragment in fragments), output
     assert took < 10, took
     assert not (tmp_path / "results").exists(), "a refused command left a results folder"
+
+
+# ---------------------------------------------------------------- the real command line, as a user runs it
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (("sweep", "--loss", "0.5", "--dry-run"), ["--loss", "0.5%", "50%"]),
+    (("sweep", "--bandwidth", "100mbps", "--dry-run"), ["--bandwidth", "100mbit", "800mbit"]),
+    (("collective", "--sizes", "1MB"), ["--sizes", "1MiB", "1000000"]),
+    (("sweep", "--dry-run", "--latency", "1ms", "--strategy", "easgd", "--elastic-alpha", "nan"), ["--elastic-alpha"]),
+    (("report", "{dir}"), ["r000.json"]),
+])
+def test_the_installed_command_refuses_in_one_stderr_line(argv, fragments, tmp_path):
+    """A process of its own (no CliRunner): exit 2 or 1, one error line on stderr naming the flag
+    or file, no traceback, nothing on stdout but click's usage lines."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "r000.json").write_text("[]")
+    env = {**os.environ, "NETBENCH_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(Path(__file__).parents[2])}
+    env.pop("NETBENCH_PRECISION", None)
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "netbench.cli", *(a.replace("{dir}", str(tmp_path)) for a in argv)],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert time.monotonic() - began < 30
+    assert done.returncode in (1, 2), (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr + done.stdout
+    errors = [line for line in done.stderr.splitlines() if line.lower().startswith("error")]
+    assert len(errors) == 1 and all(fragment in errors[0] for fragment in fragments), done.stderr
+    assert not (tmp_path / "results").exists()
