@@ -30,7 +30,7 @@ MIN_RATE_BPS = 8_000  # 8 kbit/s: a token bucket below one packet a second is me
 MAX_RATE_BPS = 100_000_000_000  # 100 gbit/s
 
 _BARE_NUMBER_RE = re.compile(r"[0-9]*\.?[0-9]+")  # fullmatch, as every pattern here
-_VALUE_UNIT_RE = re.compile(r"[0-9]*\.?[0-9]+\s*([A-Za-z%]+)")
+_VALUE_UNIT_RE = re.compile(r"[0-9]*\.?[0-9]+\s*([A-Za-z%]+(?:/s)?)")
 
 PROFILE_KEYS = ("name", "description", "delay", "jitter", "jitter_correlation", "distribution", "loss",
                 "loss_correlation", "duplicate", "duplicate_correlation", "corrupt", "corrupt_correlation",
