@@ -94,6 +94,8 @@ FLAG_CASES = [
                              "99999999999999999999999", "8-64MiB-1GiB", "nan"))],
     *[_case(f"ops-{i}", ("collective", "--ops", v), ["--ops"])
       for i, v in enumerate(("", ",", "allreduce,reduce", "ALLREDUCE", "allreduce;ls"))],
+    *[_case(f"report-level-{v}", ("report", "{dir}", "--level", v), ["--level"]) for v in ("nan", "100", "0.95", "inf")],
+    *[_case(f"apply-scale-{v}", ("apply", "--dry-run", "--scale", v), ["--scale"]) for v in ("nan", "0", "-inf")],
     _case("collective-timeout-nan", ("collective", "--timeout", "nan"), ["--timeout"]),
     _case("collective-framework", ("collective", "--framework", "mpi"), ["--framework"]),
 ]

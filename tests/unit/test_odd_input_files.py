@@ -51,6 +51,12 @@ FILE_CASES = [
           {"t.yaml": "name: t\ngroups: {a: [n1], b: [n2]}\nlinks:\n  a-b: {delay: 25ms, loss: 0.1}\n"}),
     _case("topology-rate-mbps", ("sweep", "--dry-run", "--topology", "t.yaml"), ["t.yaml", "rate", "800mbit"],
           {"t.yaml": "name: t\ngroups: {a: [n1], b: [n2]}\nlinks:\n  a-b: {delay: 25ms, rate: 100MBps}\n"}),
+    *[_case(f"scale-{v}", ("sweep", "--dry-run", "--topology", "t.yaml", "--scale", v), ["--scale"],
+            {"t.yaml": "name: t\ngroups: {a: [n1], b: [n2]}\nlinks:\n  a-b: {delay: 25ms}\n"})
+      for v in ("nan", "1,inf", "-1", "0", "1e9", "two", "1,1")],
+    *[_pb(f"topology: t.yaml\nfactors: {{scale: [1, {v}]}}\n{FIXED}", "factors.scale", case_id=f"playbook-scale-{v}",
+          files={"t.yaml": "name: t\ngroups: {a: [n1], b: [n2]}\nlinks:\n  a-b: {delay: 25ms}\n"})
+      for v in (".nan", ".inf", "-1", "0", "'2'")],
     _pb("factors: {loss: [0%, 0.5]}\n" + FIXED, "factors.loss", "0.5%", "50%", case_id="playbook-loss-bare"),
     _pb("factors: {bandwidth: [100mbps]}\n" + FIXED, "factors.bandwidth", "100mbit", "800mbit",
         case_id="playbook-bandwidth-mbps"),
@@ -119,3 +125,8 @@ FILE_CASES = [
 @pytest.mark.parametrize("argv, fragments, files", FILE_CASES)
 def test_odd_file_is_refused_in_one_line(argv, fragments, files, tmp_path, monkeypatch):
     _refused(argv, fragments, files, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("argv, fragments, files", [case for case in FILE_CASES if "--dry-run" in case.values[0]])
+def test_the_run_refuses_the_file_the_dry_run_refuses(argv, fragments, files, tmp_path, monkeypatch):
+    _refused(tuple(arg for arg in argv if arg != "--dry-run"), fragments, files, tmp_path, monkeypatch)
