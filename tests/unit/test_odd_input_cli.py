@@ -77,6 +77,8 @@ FLAG_CASES = [
     _case("target-accuracy-without-train-steps", (*SWEEP, "--target-accuracy", "0.5"), ["--target-accuracy"]),
     _case("seconds-and-train-steps", (*SWEEP, "--seconds", "10", "--train-steps", "50"), ["--seconds"]),
     _case("train-steps-under-warmup", (*SWEEP, "--train-steps", "5", "--warmup", "10"), ["--train-steps"]),
+    *[_case(f"input-shape-{v}", (*SWEEP, "--input-shape", v), ["--input-shape"])
+      for v in ("100000x100000x3", "0x0x3", "1x2x3x4x5", "nan", "32x32x3x")],
     # ---- --precision
     *[_case(f"precision-{v}", (*SWEEP, "--precision", v), ["--precision"])
       for v in ("0", "0%", "-1%", "nan", "NaN%", "200%", "50%", "0.02", "inf", "2 %%", "two")],
