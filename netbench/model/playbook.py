@@ -122,7 +122,7 @@ def _number(source: str, key: str, raw: Any, low: float, high: float, whole: boo
 
 
 def _precision(source: str, raw: Any) -> float | None:
-    """`precision: 2%` (or 0.02) as a fraction in (0, 0.5); `off`: None (absent: 3 %, as sweep's)."""
+    """`precision: 2%` as a fraction in (0, 0.5) (a bare 0.02 is refused); `off`: None (absent: 3 %, as sweep's)."""
     if raw is None or raw is False or (isinstance(raw, str) and raw.strip().lower() == "off"):
         return None
     try:
