@@ -234,6 +234,14 @@ def predict_option(command):
                              "each run's predicted step beside the measured one (results.csv predicted_step_s).")(command)
 
 
+def recalibrate_option(command):
+    """--recalibrate (sweep and run): measure every calibration again instead of reusing a cached one."""
+    return click.option("--recalibrate", is_flag=True,
+                        help="Measure the calibrations again even where this machine's cache holds one with the same "
+                             "key (cached ones are reused for 24 h on the same kernel; docs/background/fixed-costs.md)."
+                        )(command)
+
+
 def _congestion_name(ctx, param, value: str | None) -> str | None:
     from netbench.model.congestion import check_name
 

@@ -35,6 +35,7 @@ def _playbook_state(output: Path) -> dict | None:
 @metrics_options
 @common.sample_resources_option
 @common.predict_option
+@common.recalibrate_option
 @click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
 @launch_options
 @common.congestion_option
@@ -44,7 +45,8 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                  metrics_port: int | None, metrics_address: str | None, metrics_wait: str,
                  sample_resources: float | None, predict: bool,
                  dry_run: bool, isolate: bool, launch_order: str, settle_text: str, settle_steps: int,
-                 congestion_control: str | None, inventory: Path | None, insecure_host_keys: bool, takeover: bool) -> None:
+                 congestion_control: str | None, inventory: Path | None, insecure_host_keys: bool, takeover: bool,
+                 recalibrate: bool = False) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
 
     An interrupted playbook resumes: run it again with the same results folder and the
@@ -111,7 +113,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                          timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
                          order_seed=seed, topology=book.topology, predict=predict,
-                         congestion_control=book.congestion_control,
+                         congestion_control=book.congestion_control, recalibrate=recalibrate,
                          **launch_settings(isolate, settle_text, settle_steps, launch_order))
     if inventory is not None:
         from netbench.testbed.hosts import check_on_hosts

@@ -41,7 +41,9 @@ from netbench.model.job import ALGORITHM_KEYS
 #     each record also keeps its own target_accuracy
 # 11: the algorithm settings the run's strategy used (its record's `algorithm`, e.g. {"staleness": 3})
 #     and the csv's staleness, tau, elastic_alpha and gossip_p columns (empty where unused)
-SCHEMA_VERSION = 11
+# 12: the calibrations a run's prediction used (`calibration_id`, experiment/calibration_cache.py)
+#     and the nodes' TCP congestion control (`congestion_control`), in the record and the csv
+SCHEMA_VERSION = 12
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -70,6 +72,7 @@ CSV_COLUMNS = (
     "link_bytes_per_s",
     # the training algorithm's own settings, as the run used them (issue: algorithm settings as factors)
     *ALGORITHM_KEYS,
+    "calibration_id", "congestion_control",
 )
 
 
@@ -154,6 +157,8 @@ class RunResult:
     # the settings of the strategy's own algorithm as the run used them (model.job.algorithm_settings:
     # ps-ssp's staleness, easgd's tau and elastic_alpha, gosgd's gossip_p); None: a strategy with none
     algorithm: dict[str, Any] | None = None
+    calibration_id: str | None = None  # the prediction's calibrations' ids, "+"-joined; None: no prediction
+    congestion_control: str | None = None  # the nodes' TCP congestion control as read back ("a;b": nodes differ)
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -203,6 +208,7 @@ class RunResult:
             "framework": self.framework, "source": self.source,
             "link_bytes_per_s": opt(self.link_bytes_per_s, 1),
             **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_KEYS},
+            "calibration_id": self.calibration_id or "", "congestion_control": self.congestion_control or "",
         }
 
     def _resource_cells(self) -> dict[str, Any]:
