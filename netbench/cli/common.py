@@ -255,14 +255,15 @@ def congestion_option(command):
     """--congestion-control NAME (sweep and run): every node's TCP congestion control for the sweep."""
     return click.option("--congestion-control", "congestion_control", metavar="NAME", callback=_congestion_name,
                         help="Set every node's TCP congestion control (e.g. cubic, reno, bbr) for the sweep and "
-                             "put the previous one back after it [default: leave the nodes' own, as reported]. "
-                             "Embedded testbed only.")(command)
+                             "put the previous one back after it; 'host' keeps the host's default, as namespaces "
+                             "inherit it [default: cubic on the embedded nodes; the hosts' own with --inventory]. "
+                             "Another name: embedded testbed only.")(command)
 
 
 def check_congestion(name: str | None, where: str = "flag --congestion-control") -> None:
     """Before a sweep on this machine: refuse a congestion control the kernel does not have
     (after trying to load its module), naming `where`; nothing is applied."""
-    if name:
+    if name and name != "host":  # 'host': nothing is set
         from netbench.testbed.congestion import check_available
 
         check_available(name, where)

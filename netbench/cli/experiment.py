@@ -318,9 +318,9 @@ def _print_sweep_plan(config) -> None:
             console.plain("  " + line)
     for line in describe_algorithm(config.job, config.workers):
         console.plain(line)
-    if config.congestion_control:
-        console.plain(f"TCP congestion control {config.congestion_control} on every node for the sweep "
-                      "(the previous one put back after it)")
+    from netbench.model.congestion import plan_line
+
+    console.plain(plan_line(config.congestion_control, "sweep"))
     from netbench.cli.render import schedule_plan_line
 
     for run in config.runs:

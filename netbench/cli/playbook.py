@@ -150,9 +150,9 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
     console.info(f"{book.warmup} warm-up + " + (f"{book.seconds:g} s of" if book.seconds else f"{book.steps}")
                  + f" measured steps per run; timeouts: startup {book.startup_timeout_s:g}s, step "
                  f"{book.step_timeout_s:g}s; results -> {escape(str(output))} ({done} done, {len(runs) - done} to run)")
-    if book.congestion_control:
-        console.plain(f"TCP congestion control {book.congestion_control} on every node for the session "
-                      "(the previous one put back after it)")
+    from netbench.model.congestion import plan_line
+
+    console.plain(plan_line(book.congestion_control, "session"))
     keys = [k for k, _ in book.factors] + [k for entry in book.extra_runs for k, _ in entry] + \
         (["schedule"] if book.schedules else [])
     shown = list(dict.fromkeys(keys))

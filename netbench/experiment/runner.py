@@ -236,11 +236,11 @@ def _lease_checked(testbed: Target, result: RunResult) -> RunResult:
 Testbed = Target  # where a sweep runs: the one Target protocol of every command (testbed/base.py)
 
 
-def describe_congestion(by_node: dict[str, str], requested: str | None = None) -> str:
+def describe_congestion(by_node: dict[str, str], requested: str | None = None, default: str | None = None) -> str:
     """One line for the sweep's start: the nodes' TCP congestion control (pure; model/congestion.py)."""
     from netbench.model.congestion import describe
 
-    return describe(by_node, requested)
+    return describe(by_node, requested, default)
 
 
 def calibration_reuse(config: SweepConfig, testbed: Target, backend: str, congestion: str | None):
@@ -293,7 +293,10 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         congestion, nodes_cc = getattr(testbed, "congestion_control", None), None  # the nodes' or the hosts' own
         if congestion is not None:
             manifest["tcp_congestion_control"] = congestion()  # read back, after the testbed set it
-            observer.note(describe_congestion(manifest["tcp_congestion_control"], config.congestion_control))
+            default = getattr(testbed, "congestion_default", None)  # the embedded nodes' default, set by start
+            observer.note(describe_congestion(manifest["tcp_congestion_control"], config.congestion_control, default))
+            if default:
+                manifest["congestion_control_default"] = default
             nodes_cc = ";".join(sorted(set(manifest["tcp_congestion_control"].values()) - {""})) or None
         if config.congestion_control:
             manifest["congestion_control"] = config.congestion_control
