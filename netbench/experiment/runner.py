@@ -300,6 +300,10 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
             nodes_cc = ";".join(sorted(set(manifest["tcp_congestion_control"].values()) - {""})) or None
         if config.congestion_control:
             manifest["congestion_control"] = config.congestion_control
+        from netbench.experiment.lossy import note as lossy_note
+
+        if lossy_note(config.runs):  # points with loss will likely run to their cap: said before they do
+            observer.note(lossy_note(config.runs))
         rng = random.Random(config.seed ^ int(time.time()))
         predictor = None
         if config.predict:
