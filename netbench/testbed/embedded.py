@@ -13,10 +13,8 @@ from typing import Callable
 from netbench.emulation import backends, changes as ch
 from netbench.emulation.executor import BackendChoice, choose_backend, real_executor
 from netbench.emulation.held import held_from_entries
-from netbench.experiment.verify import verify_point
 from netbench.errors import ResetIncomplete, TestbedError, UsageError
 from netbench.testbed.base import EMBEDDED, Planned
-from netbench.jobs.launch import LocalSpawner
 from netbench.state.journal import Journal, Lock
 from netbench.testbed import netns as local
 from netbench.model.topology import Node, Topology
@@ -47,10 +45,20 @@ class EmbeddedTestbed:
         self.executor = None
         self._commands = None  # the executor of apply_plan (commands), made on first use
         self.held_pairs: PairTopology | None = None  # what show() read back, when nodes shape per pair
-        self.spawn = LocalSpawner(journal)
+        self._spawn = None  # jobs.launch.LocalSpawner, made on first use (a sweep's; `apply` needs none)
         self.congestion: str | None = None  # the sweep's --congestion-control (None: the nodes' own)
         self.congestion_default: str | None = None  # set: self.congestion is the embedded default, not asked for
         self._congestion_set: list = []  # its journal entries, put back by finish()
+
+    @property
+    def spawn(self):
+        """How a sweep starts a process in a node (jobs.launch.LocalSpawner), imported on first
+        use: `netbench apply` and the other quick commands never start one."""
+        if self._spawn is None:
+            from netbench.jobs.launch import LocalSpawner
+
+            self._spawn = LocalSpawner(self.journal)
+        return self._spawn
 
     # ---------------------------------------------------------------- commands
 
@@ -229,6 +237,8 @@ class EmbeddedTestbed:
             from netbench.experiment.verify_pairs import verify_pairs_point
 
             return verify_pairs_point(run, self.topology, observer)
+        from netbench.experiment.verify import verify_point  # a sweep's --verify only: not on apply's path
+
         return verify_point(run, self.topology, observer)
 
     def finish(self, note: Callable[[str], None]) -> None:
