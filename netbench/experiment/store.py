@@ -70,9 +70,10 @@ CSV_COLUMNS = (
     "framework", "source",
     # a user's command that reports no steps: bytes each node sent per second (issue 22)
     "link_bytes_per_s",
+    # the calibrations the run's prediction used, and its nodes' TCP congestion control
+    "calibration_id", "congestion_control",
     # the training algorithm's own settings, as the run used them (issue: algorithm settings as factors)
     *ALGORITHM_KEYS,
-    "calibration_id", "congestion_control",
 )
 
 
@@ -207,8 +208,8 @@ class RunResult:
             "time_to_target_s": opt(self.time_to_target_s, 4),
             "framework": self.framework, "source": self.source,
             "link_bytes_per_s": opt(self.link_bytes_per_s, 1),
-            **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_KEYS},
             "calibration_id": self.calibration_id or "", "congestion_control": self.congestion_control or "",
+            **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_KEYS},
         }
 
     def _resource_cells(self) -> dict[str, Any]:
