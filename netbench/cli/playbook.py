@@ -46,7 +46,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                  sample_resources: float | None, predict: bool,
                  dry_run: bool, isolate: bool, launch_order: str, settle_text: str, settle_steps: int,
                  congestion_control: str | None, inventory: Path | None, insecure_host_keys: bool, takeover: bool,
-                 recalibrate: bool = False) -> None:
+                 recalibrate: bool = False, settle_round_trips: float | None = None) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
 
     An interrupted playbook resumes: run it again with the same results folder and the
@@ -80,7 +80,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     todo = design.pending(runs, statuses)
     if dry_run:
         _print_playbook_plan(book, seed, runs, statuses, output)
-        _print_launches(todo, seed, launch_settings(isolate, settle_text, settle_steps, launch_order),
+        _print_launches(todo, seed, launch_settings(isolate, settle_text, settle_steps, launch_order, settle_round_trips),
                         book.step_timeout_s)
         return
     from netbench.jobs import worker
@@ -114,7 +114,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
                          order_seed=seed, topology=book.topology, predict=predict,
                          congestion_control=book.congestion_control, recalibrate=recalibrate,
-                         **launch_settings(isolate, settle_text, settle_steps, launch_order))
+                         **launch_settings(isolate, settle_text, settle_steps, launch_order, settle_round_trips))
     if inventory is not None:
         from netbench.testbed.hosts import check_on_hosts
 

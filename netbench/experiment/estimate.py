@@ -294,7 +294,7 @@ def _point(run, costs: Costs, settle: Settle | None, step_timeout_s: float | Non
         measured, capped = max(measured, run.job.max_seconds), True
     held = 0.0
     if settle is not None:  # the step in flight at the change, then the window
-        held = max(settle.seconds, settle.steps * step) + step / 2
+        held = max(settle.floor_s(rtt_s(path_of(run))), settle.steps * step) + step / 2
     return held, measured, costs.point_overhead_s, False, capped
 
 

@@ -42,7 +42,8 @@ from netbench.model.job import ALGORITHM_KEYS
 # 11: the algorithm settings the run's strategy used (its record's `algorithm`, e.g. {"staleness": 3})
 #     and the csv's staleness, tau, elastic_alpha and gossip_p columns (empty where unused)
 # 12: the calibrations a run's prediction used (`calibration_id`, experiment/calibration_cache.py)
-#     and the nodes' TCP congestion control (`congestion_control`), in the record and the csv
+#     the nodes' TCP congestion control (`congestion_control`) and why a point settled when it did
+#     (`settle_reason`), in the record and the csv
 SCHEMA_VERSION = 12
 
 RESULTS_CSV = "results.csv"
@@ -63,7 +64,7 @@ CSV_COLUMNS = (
     "verify_rate_measured_mbit", "verify_ok",
     "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error", "schedule", "step", "split_from",
-    "launch", "settle_s", "settle_steps", "topology", "scale",
+    "launch", "settle_s", "settle_steps", "settle_reason", "topology", "scale",
     "step_time_ci_pct", "precision_reached", "predicted_step_s",
     # the training algorithm and its accuracy (issue 21)
     "wait_time_mean_s", "staleness_mean", "test_accuracy", "steps_to_target", "time_to_target_s",
@@ -123,6 +124,7 @@ class RunResult:
     launch: int | None = None
     settle_s: float | None = None
     settle_steps: int | None = None
+    settle_reason: str | None = None  # why it settled then, and the time floor (experiment/settling.py)
     # the per-pair topology the run applied instead of its profile (model.pairs.PairTopology.to_json,
     # scaled: its links are the delays applied, its scale the factor); None: the profile
     topology: dict[str, Any] | None = None
@@ -197,6 +199,7 @@ class RunResult:
             "step": self.step or "", "split_from": self.split_from or "",
             "launch": "" if self.launch is None else self.launch, "settle_s": opt(self.settle_s, 4),
             "settle_steps": "" if self.settle_steps is None else self.settle_steps,
+            "settle_reason": self.settle_reason or "",
             "topology": (self.topology or {}).get("name", ""),
             "scale": "" if self.topology is None else f"{self.topology.get('scale', 1):g}",
             "step_time_ci_pct": opt(self.step_time_ci_pct, 3),
