@@ -76,6 +76,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
               help="Before each point, measure the link (ping, iperf3 if a rate is set) and record it beside the profile.")
 @common.sample_resources_option
 @common.predict_option
+@common.recalibrate_option
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
 @metrics_options
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1),
@@ -93,7 +94,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, predict, dry_run,
           metrics_port, metrics_address, metrics_wait, order_seed, isolate, launch_order, settle_text, settle_steps,
           inventory, insecure_host_keys, takeover, precision_text, max_seconds, congestion_control, images_per_step,
-          step_regex, user_command, algorithm=None) -> None:
+          step_regex, user_command, algorithm=None, recalibrate=False, settle_round_trips=None) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
@@ -175,7 +176,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
                          timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
                          order_seed=order_seed, topology=pairs, predict=predict, congestion_control=congestion_control,
-                         **launch_settings(isolate, settle_text, settle_steps, launch_order))
+                         recalibrate=recalibrate,
+                         **launch_settings(isolate, settle_text, settle_steps, launch_order, settle_round_trips))
     if inventory is not None:
         common.fail_if_any_failed(_run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port,
                                                 metrics_address, takeover, metrics_wait_s))
@@ -317,9 +319,9 @@ def _print_sweep_plan(config) -> None:
             console.plain("  " + line)
     for line in describe_algorithm(config.job, config.workers):
         console.plain(line)
-    if config.congestion_control:
-        console.plain(f"TCP congestion control {config.congestion_control} on every node for the sweep "
-                      "(the previous one put back after it)")
+    from netbench.model.congestion import plan_line
+
+    console.plain(plan_line(config.congestion_control, "sweep"))
     from netbench.cli.render import schedule_plan_line
 
     for run in config.runs:

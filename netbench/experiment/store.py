@@ -41,7 +41,10 @@ from netbench.model.job import ALGORITHM_KEYS
 #     each record also keeps its own target_accuracy
 # 11: the algorithm settings the run's strategy used (its record's `algorithm`, e.g. {"staleness": 3})
 #     and the csv's staleness, tau, elastic_alpha and gossip_p columns (empty where unused)
-SCHEMA_VERSION = 11
+# 12: the calibrations a run's prediction used (`calibration_id`, experiment/calibration_cache.py)
+#     the nodes' TCP congestion control (`congestion_control`) and why a point settled when it did
+#     (`settle_reason`), in the record and the csv
+SCHEMA_VERSION = 12
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -61,13 +64,15 @@ CSV_COLUMNS = (
     "verify_rate_measured_mbit", "verify_ok",
     "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error", "schedule", "step", "split_from",
-    "launch", "settle_s", "settle_steps", "topology", "scale",
+    "launch", "settle_s", "settle_steps", "settle_reason", "topology", "scale",
     "step_time_ci_pct", "precision_reached", "predicted_step_s",
     # the training algorithm and its accuracy (issue 21)
     "wait_time_mean_s", "staleness_mean", "test_accuracy", "steps_to_target", "time_to_target_s",
     "framework", "source",
     # a user's command that reports no steps: bytes each node sent per second (issue 22)
     "link_bytes_per_s",
+    # the calibrations the run's prediction used, and its nodes' TCP congestion control
+    "calibration_id", "congestion_control",
     # the training algorithm's own settings, as the run used them (issue: algorithm settings as factors)
     *ALGORITHM_KEYS,
 )
@@ -119,6 +124,7 @@ class RunResult:
     launch: int | None = None
     settle_s: float | None = None
     settle_steps: int | None = None
+    settle_reason: str | None = None  # why it settled then, and the time floor (experiment/settling.py)
     # the per-pair topology the run applied instead of its profile (model.pairs.PairTopology.to_json,
     # scaled: its links are the delays applied, its scale the factor); None: the profile
     topology: dict[str, Any] | None = None
@@ -154,6 +160,8 @@ class RunResult:
     # the settings of the strategy's own algorithm as the run used them (model.job.algorithm_settings:
     # ps-ssp's staleness, easgd's tau and elastic_alpha, gosgd's gossip_p); None: a strategy with none
     algorithm: dict[str, Any] | None = None
+    calibration_id: str | None = None  # the prediction's calibrations' ids, "+"-joined; None: no prediction
+    congestion_control: str | None = None  # the nodes' TCP congestion control as read back ("a;b": nodes differ)
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -191,6 +199,7 @@ class RunResult:
             "step": self.step or "", "split_from": self.split_from or "",
             "launch": "" if self.launch is None else self.launch, "settle_s": opt(self.settle_s, 4),
             "settle_steps": "" if self.settle_steps is None else self.settle_steps,
+            "settle_reason": self.settle_reason or "",
             "topology": (self.topology or {}).get("name", ""),
             "scale": "" if self.topology is None else f"{self.topology.get('scale', 1):g}",
             "step_time_ci_pct": opt(self.step_time_ci_pct, 3),
@@ -202,6 +211,7 @@ class RunResult:
             "time_to_target_s": opt(self.time_to_target_s, 4),
             "framework": self.framework, "source": self.source,
             "link_bytes_per_s": opt(self.link_bytes_per_s, 1),
+            "calibration_id": self.calibration_id or "", "congestion_control": self.congestion_control or "",
             **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_KEYS},
         }
 

@@ -477,7 +477,7 @@ class HostsTestbed:
 
 def refuse_schedules(config) -> None:
     """Schedules change the link during a run, and a congestion control is set, on the embedded testbed only."""
-    if getattr(config, "congestion_control", None):
+    if getattr(config, "congestion_control", None) not in (None, "host"):  # 'host': the hosts' own, as always
         raise UsageError("--congestion-control is embedded-only for now (a playbook's congestion_control: too)",
                          hint="drop --inventory, or set net.ipv4.tcp_congestion_control on the hosts yourself")
     scheduled = next((run for run in config.runs if getattr(run, "schedule", None) is not None), None)
