@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from netbench import console, units
-from netbench.cli.types import Seconds
+from netbench.cli.types import FiniteFloatRange, Seconds
 from netbench.errors import PrivilegeError, NetbenchError, UsageError
 
 BACKEND_CHOICES = ("auto", "netem", "userspace")
