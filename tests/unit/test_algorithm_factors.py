@@ -142,15 +142,17 @@ def test_the_record_and_results_csv_carry_the_setting_the_run_used(tmp_path):
     store.create()
     for run in runs:
         store.add(make_result(run, "userspace", JobOutcome("failed", (), "x"), 0.0, 1.0))
-    assert CSV_COLUMNS[-4:] == ("staleness", "tau", "elastic_alpha", "gossip_p")
+    assert CSV_COLUMNS[-5:] == ("staleness", "tau", "elastic_alpha", "gossip_p", "backup_workers")
     with open(tmp_path / "results.csv", newline="") as fh:
         rows = {r["strategy"]: r for r in csv.DictReader(fh)}
-    cells = {s: (r["staleness"], r["tau"], r["elastic_alpha"], r["gossip_p"]) for s, r in rows.items()}
-    # easgd's alpha unset: the run used 0.9 / workers, and says so
-    assert cells == {"ps-ssp": ("3", "", "", ""), "easgd": ("", "4", "0.3", ""), "ps-sync": ("", "", "", "")}
+    cells = {s: (r["staleness"], r["tau"], r["elastic_alpha"], r["gossip_p"], r["backup_workers"])
+             for s, r in rows.items()}
+    # easgd's alpha unset: the run used 0.9 / workers, and says so; ps-sync its backup workers (none)
+    assert cells == {"ps-ssp": ("3", "", "", "", ""), "easgd": ("", "4", "0.3", "", ""),
+                     "ps-sync": ("", "", "", "", "0")}
     records = {r["strategy"]: r for r in map(read_json, store.record_paths())}
     assert [records[s]["algorithm"] for s in ("ps-ssp", "easgd", "ps-sync")] == \
-        [{"staleness": 3}, {"tau": 4, "elastic_alpha": 0.3}, None]
+        [{"staleness": 3}, {"tau": 4, "elastic_alpha": 0.3}, {"backup_workers": 0}]
 
 
 # ---------------------------------------------------------------- report
