@@ -24,6 +24,8 @@ from typing import Any
 from netbench import __version__
 from netbench.errors import UsageError
 from netbench.jobs.resources import Usage, totals
+from netbench.jobs.stragglers import COLUMNS as STRAGGLER_COLUMNS
+from netbench.jobs.stragglers import csv_cells as straggler_cells
 from netbench.model.job import ALGORITHM_KEYS
 
 # 2: strategy settings (ps, accum_steps), data, model size, computation/communication split,
@@ -41,7 +43,9 @@ from netbench.model.job import ALGORITHM_KEYS
 #     each record also keeps its own target_accuracy
 # 11: the algorithm settings the run's strategy used (its record's `algorithm`, e.g. {"staleness": 3})
 #     and the csv's staleness, tau, elastic_alpha and gossip_p columns (empty where unused)
-SCHEMA_VERSION = 11
+# 12: who waits for whom: the record's `stragglers` (jobs/stragglers.py) and its csv columns (COLUMNS
+#     there); ps-sync's backup_workers (an algorithm column)
+SCHEMA_VERSION = 12
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -68,6 +72,8 @@ CSV_COLUMNS = (
     "framework", "source",
     # a user's command that reports no steps: bytes each node sent per second (issue 22)
     "link_bytes_per_s",
+    # who waits for whom: the straggler, its share of steps, the others' waiting (jobs/stragglers.py)
+    *STRAGGLER_COLUMNS,
     # the training algorithm's own settings, as the run used them (issue: algorithm settings as factors)
     *ALGORITHM_KEYS,
 )
@@ -154,6 +160,9 @@ class RunResult:
     # the settings of the strategy's own algorithm as the run used them (model.job.algorithm_settings:
     # ps-ssp's staleness, easgd's tau and elastic_alpha, gosgd's gossip_p); None: a strategy with none
     algorithm: dict[str, Any] | None = None
+    # each rank's step times and who the others waited for (jobs.stragglers.Attribution.to_record);
+    # None: fewer than two reporting ranks
+    stragglers: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -202,6 +211,7 @@ class RunResult:
             "time_to_target_s": opt(self.time_to_target_s, 4),
             "framework": self.framework, "source": self.source,
             "link_bytes_per_s": opt(self.link_bytes_per_s, 1),
+            **straggler_cells(self.stragglers),
             **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_KEYS},
         }
 

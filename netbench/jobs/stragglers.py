@@ -97,7 +97,7 @@ def mode_of(job: JobSpec, backup_workers: int = 0) -> str:
     """SYNC for the strategies whose ranks leave each step together, OWN_PACE otherwise."""
     if job.strategy == "ps-sync" and backup_workers:
         return OWN_PACE
-    return SYNC if job.strategy in SYNC_STRATEGIES or job.command is not None else OWN_PACE
+    return SYNC if job.strategy in SYNC_STRATEGIES or getattr(job, "command", None) is not None else OWN_PACE
 
 
 def _steps(events: Sequence[ev.Event], phase: str) -> dict[int, list[ev.Step]]:
@@ -138,12 +138,16 @@ def align(ranks: Mapping[int, list[ev.Step]]) -> list[dict[int, ev.Step]]:
     return [by_number[n] for n in sorted(by_number) if len(by_number[n]) == len(ranks)]
 
 
-def last_in(step: Mapping[int, ev.Step]) -> tuple[int, dict[int, float]]:
+def last_in(step: Mapping[int, ev.Step]) -> tuple[int | None, dict[int, float]]:
     """The rank that finished last in one aligned step (the shortest tail: its computation
-    ended last) and how long each rank waited for it (its tail minus that one's; 0 for it)."""
+    ended last) and how long each rank waited for it (its tail minus that one's; 0 for it).
+    Ranks tied for the shortest tail: nobody finished last in the step (None) and nobody waited."""
     tails = {r: max(0.0, s.duration - (s.compute or 0.0)) for r, s in step.items()}
-    last = min(tails, key=lambda r: (tails[r], r))
-    return last, {r: tails[r] - tails[last] for r in tails}
+    shortest = min(tails.values())
+    lasts = [r for r, t in tails.items() if t == shortest]
+    if len(lasts) > 1:
+        return None, {r: 0.0 for r in tails}
+    return lasts[0], {r: tails[r] - shortest for r in tails}
 
 
 def _named(nodes: Sequence[str], rank: int) -> str:
@@ -174,7 +178,8 @@ def attribute(events: Sequence[ev.Event | Mapping], job: JobSpec, nodes: Sequenc
     others_wait = others_time = 0.0
     for step in aligned:
         last, waits = last_in(step)
-        lasts[last] += 1
+        if last is not None:
+            lasts[last] += 1
         for r, w in waits.items():
             waited[r] += w
             if r != last:
@@ -186,6 +191,9 @@ def attribute(events: Sequence[ev.Event | Mapping], job: JobSpec, nodes: Sequenc
         ranks = tuple(_with(rank, last_share=lasts[rank.rank] / count, waited_mean_s=waited[rank.rank] / count)
                       for rank in ranks)
         straggler = max(lasts, key=lambda r: (lasts[r], -r))
+        if not lasts[straggler]:  # every step a tie: nobody made the others wait
+            return Attribution(mode=SYNC, ranks=ranks, wait_share=0.0, rate_spread=_spread(ranks),
+                               aligned_steps=count, source=source)
         return Attribution(mode=SYNC, ranks=ranks, straggler=straggler, straggler_share=lasts[straggler] / count,
                            wait_share=others_wait / others_time if others_time > 0 else None,
                            rate_spread=_spread(ranks), aligned_steps=count, source=source)

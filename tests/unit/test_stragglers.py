@@ -108,3 +108,64 @@ def test_tf_ps_ranks_are_the_coordinators_executors_and_one_rank_names_nobody():
 def test_record_events_are_read_as_typed_events():
     records = [ev.to_record(e) for e in sync_run(steps=3)]
     assert stragglers.attribute(records, JobSpec(strategy="allreduce"), NODES).straggler == 1
+
+
+def test_ranks_tied_in_every_step_name_nobody():
+    tied = [step(r, k, 0.3, compute=0.15) for k in range(5) for r in (0, 1)]
+    found = stragglers.attribute(tied, JobSpec(strategy="allreduce"), NODES)
+    assert found.straggler is None and found.wait_share == 0 and found.aligned_steps == 5
+    assert stragglers.csv_cells(found.to_record())["straggler"] == ""
+
+
+def test_a_run_record_and_its_row_name_the_straggler_and_the_terminal_says_so(tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from netbench import console
+    from netbench.cli import render as ui
+    from netbench.experiment.runner import SweepConfig, make_result
+    from netbench.jobs.launch import JobOutcome
+    from netbench.model.profile import Profile
+    from netbench.model.run import Run
+
+    job = JobSpec(strategy="allreduce", batch_size=8, warmup=0, steps=10)
+    run = Run(index=0, profile=Profile(name="d1ms", delay_us=1000), repeat=0, job=job, workers=2)
+    result = make_result(run, "userspace", JobOutcome("ok", tuple(sync_run())), 0.0, 1.0, nodes=("n1", "n2"))
+    assert result.stragglers["straggler_node"] == "n2" and len(result.stragglers["ranks"]) == 2
+    row = result.csv_row()
+    assert (row["straggler"], row["straggler_share"], row["wait_share"]) == ("n2", 1.0, 0.625)
+    out = io.StringIO()
+    monkeypatch.setattr(console, "out", Console(file=out, width=300, highlight=False, soft_wrap=True))
+    config = SweepConfig(sweep_id="s", runs=(run,), job=job, workers=2, output=tmp_path)
+    with ui.SweepView(config) as view:
+        view.run_started(run)
+        view.run_finished(run, result)
+    assert "n2 was the last to finish in 100 % of steps; the others waited 62 % of their step" in out.getvalue()
+
+
+def test_the_report_has_a_row_per_run_with_its_straggler_and_each_ranks_step(tmp_path):
+    from netbench.experiment.runner import make_result
+    from netbench.experiment.store import ResultStore
+    from netbench.jobs.launch import JobOutcome
+    from netbench.model.profile import Profile
+    from netbench.model.run import Run
+    from netbench.report.document import Table, to_markdown
+    from netbench.report.stragglers import straggler_blocks
+    from netbench.report.summary import write_report
+
+    store = ResultStore(tmp_path / "out")
+    store.create()
+    assert straggler_blocks(tmp_path / "out") == []  # no runs, no section
+    job = JobSpec(strategy="allreduce", batch_size=8, warmup=0, steps=10)
+    for index, delay in enumerate((1000, 10_000)):
+        run = Run(index=index, profile=Profile(name=f"d{delay // 1000}ms", delay_us=delay), repeat=0, job=job,
+                  workers=2)
+        store.add(make_result(run, "userspace", JobOutcome("ok", tuple(sync_run())), 0.0, 1.0, nodes=("n1", "n2")))
+    blocks = straggler_blocks(tmp_path / "out")
+    table = next(b for b in blocks if isinstance(b, Table))
+    assert table.rows[0] == ("r000", "allreduce", "d1ms", "n2", "100 %", "62 %", "1.00x", "n1 320.0 ms, n2 320.0 ms")
+    assert len(table.rows) == 2
+    written = write_report(tmp_path / "out", tmp_path / "report")
+    assert "## Who waits for whom" in (tmp_path / "report" / "report.md").read_text()
+    assert "Who waits for whom" in to_markdown(blocks) and written.files
