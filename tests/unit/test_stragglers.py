@@ -169,3 +169,22 @@ def test_the_report_has_a_row_per_run_with_its_straggler_and_each_ranks_step(tmp
     written = write_report(tmp_path / "out", tmp_path / "report")
     assert "## Who waits for whom" in (tmp_path / "report" / "report.md").read_text()
     assert "Who waits for whom" in to_markdown(blocks) and written.files
+
+
+def test_a_users_job_through_track_is_attributed_per_rank_as_a_synchronous_one():
+    from netbench.jobs.launch import JobOutcome
+    from netbench.experiment.runner import make_result
+    from netbench.model.command_job import UserCommand
+    from netbench.model.job import command_spec
+    from netbench.model.profile import Profile
+    from netbench.model.run import Run
+
+    job = command_spec(JobSpec(warmup=0, steps=10), UserCommand(argv=("python", "train.py")), 2)
+    assert stragglers.mode_of(job) == stragglers.SYNC
+    # each rank's track events (compute and comm from track.computed()), kept apart by rank
+    events = [ev.received(ev.Step(step=k, duration=0.32, compute=0.3 if rank else 0.1,
+                                  comm=0.02 if rank else 0.22, images=16), rank, "worker", 0.0)
+              for k in range(10) for rank in (0, 1)]
+    run = Run(index=0, profile=Profile(name="d1ms", delay_us=1000), repeat=0, job=job, workers=2)
+    result = make_result(run, "userspace", JobOutcome("ok", tuple(events)), 0.0, 1.0, nodes=("n1", "n2"))
+    assert stragglers.sentence(result.stragglers).startswith("n2 was the last to finish in 100 % of steps")
