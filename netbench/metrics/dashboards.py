@@ -1,5 +1,6 @@
-"""Grafana dashboards for netbench's metrics, generated as plain dicts (the training dashboard's
-per-rank row is built typed with Grafana's SDK: metrics/rank_panels.py).
+"""Grafana dashboards for netbench's metrics, generated as plain dicts; every panel's Prometheus
+query, and the training dashboard's per-rank row, are built typed with Grafana's SDK
+(grafana-foundation-sdk: metrics/sdk.py, metrics/rank_panels.py).
 
 `python -m netbench.metrics.dashboards grafana/dashboards` (or `make dashboards`) writes one
 JSON file per dashboard; a test regenerates them and compares with the committed files.
@@ -14,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from netbench.metrics import rank_panels
+from netbench.metrics import rank_panels, sdk
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
@@ -76,8 +77,8 @@ RUN_HELP = ("The run in progress, its launch (one start of the job's processes; 
 
 
 def target(expr: str, legend: str = "", ref: str = "A", instant: bool = False, fmt: str = "time_series") -> dict:
-    return {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": ref,
-            "range": not instant, "instant": instant, "format": fmt, "editorMode": "code"}
+    """A panel's Prometheus query, built with Grafana's SDK (metrics/sdk.py)."""
+    return sdk.as_dict(sdk.query(expr, legend, ref, instant, fmt))
 
 
 class Layout:

@@ -9,16 +9,12 @@ and the share of steps it finished last (synchronous strategies).
 
 from __future__ import annotations
 
-import json
-
 from grafana_foundation_sdk.builders import bargauge, common, prometheus, timeseries
-from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as common_models
-from grafana_foundation_sdk.models import dashboard as models
-from grafana_foundation_sdk.models import prometheus as prometheus_models
+
+from netbench.metrics.sdk import DATASOURCE, as_dict, query
 
 SEL = 'instance=~"$instance"'
-DATASOURCE = models.DataSourceRef(type_val="prometheus", uid="${datasource}")
 RANK_LEGEND = "rank {{rank}} ({{node}})"
 
 ROW = "Who waits for whom"
@@ -27,19 +23,8 @@ ROW_HELP = ("Each rank of the run in progress: its mean measured step, the part 
             "last, so the others waited for it).")
 
 
-def _query(expr: str, ref: str = "A", instant: bool = False) -> prometheus.Dataquery:
-    query = (prometheus.Dataquery().expr(expr).legend_format(RANK_LEGEND).ref_id(ref).datasource(DATASOURCE)
-             .editor_mode(prometheus_models.QueryEditorMode.CODE))
-    return query.instant() if instant else query.range()
-
-
-def as_dict(builder) -> dict:
-    """A built SDK object as the JSON object Grafana reads (the SDK's own encoder; a panel without
-    options of its own gets an empty mapping, as the other panels have, not null)."""
-    built = json.loads(json.dumps(builder.build(), cls=JSONEncoder))
-    if "options" in built and built["options"] is None:
-        built["options"] = {}
-    return built
+def _query(expr: str, instant: bool = False) -> prometheus.Dataquery:
+    return query(expr, RANK_LEGEND, instant=instant)
 
 
 def step_panel() -> dict:
