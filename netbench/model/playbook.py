@@ -312,6 +312,13 @@ def _check_algorithm_keys(book: Playbook, points: list[Settings]) -> None:
             owner = algorithm_keys.OWNERS[key]
             raise fail(book.source, where, f"no run uses it: {key} is strategy {owner}'s setting, and no run is {owner}",
                        f"add strategy {owner}, or remove {key}")
+    fixed_backup = dict(book.job_extra).get("backup_workers")
+    for point in points:  # ps-sync's round applies at least one gradient
+        backup = point.backup_workers if point.backup_workers is not None else fixed_backup
+        if point.strategy == "ps-sync" and backup is not None and backup >= point.workers:
+            where = next((w for w, k in _written(book) if k == "backup_workers"), "algorithm.backup_workers")
+            raise fail(book.source, where, f"{backup} backup workers with {point.workers} workers: must be fewer "
+                       "than the workers", "a round applies at least one gradient: lower it, or add workers")
 
 
 def _congestion(source: str, raw: Any) -> str | None:

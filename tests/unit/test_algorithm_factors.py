@@ -46,6 +46,9 @@ def test_levels_are_parsed_and_reach_each_runs_job():
     assert [(r.job.tau, r.job.elastic_alpha) for r in easgd] == [(1, 0.2), (16, 0.2)]
     gossip = expand(book(factors={"strategy": ["gosgd"], "gossip_p": [0, 0.5, 1]}), 1)
     assert [r.job.gossip_p for r in gossip] == [0.0, 0.5, 1.0]
+    backup = expand(book(factors={"backup_workers": [0, 1]}, fixed={"strategy": "ps-sync", "workers": 3}), 1)
+    assert [r.job.backup_workers for r in backup] == [0, 1]
+    assert "--backup-workers" in worker_argv(backup[1].job) and "--backup-workers" not in worker_argv(backup[0].job)
 
 
 @pytest.mark.parametrize("data, message", [
@@ -59,6 +62,11 @@ def test_levels_are_parsed_and_reach_each_runs_job():
     ({"factors": {"strategy": ["gosgd"]}, "fixed": {"gossip_p": True}}, "pb.yaml: fixed.gossip_p: must be a number"),
     ({"factors": {"strategy": ["ps-ssp"], "staleness": [1, 1]}}, "pb.yaml: factors.staleness: repeated level"),
     ({"factors": {"strategy": ["ps-ssp"], "stalenes": [1]}}, "pb.yaml: factors.stalenes: unknown key"),
+    # ps-sync's backup workers: fewer than the workers, wherever they are set
+    ({"factors": {"backup_workers": [0, 3]}, "fixed": {"strategy": "ps-sync", "workers": 3}},
+     "pb.yaml: factors.backup_workers: 3 backup workers with 3 workers: must be fewer than the workers"),
+    ({"factors": {"workers": [2, 3]}, "fixed": {"strategy": "ps-sync"}, "algorithm": {"backup_workers": 2}},
+     "pb.yaml: algorithm.backup_workers: 2 backup workers with 2 workers: must be fewer than the workers"),
     # the same key under algorithm: and as a setting: one value or many, never both
     ({"factors": {"strategy": ["ps-ssp"], "staleness": [0, 3]}, "algorithm": {"staleness": 2}},
      "pb.yaml: factors.staleness: staleness is set under algorithm: too"),
