@@ -312,13 +312,12 @@ def _check_algorithm_keys(book: Playbook, points: list[Settings]) -> None:
             owner = algorithm_keys.OWNERS[key]
             raise fail(book.source, where, f"no run uses it: {key} is strategy {owner}'s setting, and no run is {owner}",
                        f"add strategy {owner}, or remove {key}")
-    fixed_backup = dict(book.job_extra).get("backup_workers")
-    for point in points:  # ps-sync's round applies at least one gradient
-        backup = point.backup_workers if point.backup_workers is not None else fixed_backup
-        if point.strategy == "ps-sync" and backup is not None and backup >= point.workers:
-            where = next((w for w, k in _written(book) if k == "backup_workers"), "algorithm.backup_workers")
+    where = next((w for w, k in _written(book) if k == "backup_workers"), "algorithm.backup_workers")
+    for point in (p for p in points if p.strategy == "ps-sync"):  # a round applies at least one gradient
+        backup = dict(book.job_extra).get("backup_workers") if point.backup_workers is None else point.backup_workers
+        if (backup or 0) >= point.workers:
             raise fail(book.source, where, f"{backup} backup workers with {point.workers} workers: must be fewer "
-                       "than the workers", "a round applies at least one gradient: lower it, or add workers")
+                       "than the workers", "lower it, or add workers")
 
 
 def _congestion(source: str, raw: Any) -> str | None:
