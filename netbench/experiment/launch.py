@@ -375,7 +375,8 @@ def user_spawner(job: JobSpec, ctx: Context, log_dir) -> UserSpawner:
 
 def _record(ctx: Context, run: Run, number: int, window: PointWindow, outcome: JobOutcome, started: float,
             link: dict | None = None) -> None:
-    result = ctx.make_result(run, ctx.backend_name, outcome, started, time.time(), link=link)
+    nodes = tuple(n.name for n in ctx.testbed.nodes_for(run.job, run.workers))[:run.workers]  # the ranks'
+    result = ctx.make_result(run, ctx.backend_name, outcome, started, time.time(), link=link, nodes=nodes)
     ctx.finish(run, replace(result, launch=number, settle_s=window.settle_s(), settle_steps=window.dropped,
                             settle_reason=settling.reason(window.why, window.floor_s, window.rtt_s, window.settle)))
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Protocol
 from netbench import interrupts
 from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
-from netbench.jobs import accuracy, analysis, events, resources
+from netbench.jobs import accuracy, analysis, events, resources, stragglers
 from netbench.model.job import SERVER_STRATEGIES, JobSpec, algorithm_settings, effective_accum_steps, images_per_step, \
     nodes_needed, plan_job
 from netbench.jobs import user_results
@@ -86,10 +86,11 @@ class _Quiet:
 
 
 def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, ended: float,
-                link: dict | None = None) -> RunResult:
+                link: dict | None = None, nodes: tuple[str, ...] = ()) -> RunResult:
     """Turn a job's events into a run record; warm-up steps are kept but excluded. `link`: a
     user's command that reports no steps, measured in bytes on its links (experiment/link_window.py):
-    the record's link_bytes, no step statistics."""
+    the record's link_bytes, no step statistics. `nodes`: the workers' nodes in rank order
+    (worker_nodes), which name the straggler."""
     job, workers = user_results.resolved_job(run.job, outcome.events, run.workers), run.workers
     status, error, stats = outcome.status, outcome.error, None
     durations = analysis.measured_durations(outcome.events, job)
@@ -121,7 +122,18 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      time_to_target_s=scored.time_to_target_s, target_accuracy=job.target_accuracy,
                      **user_results.origin(outcome.events, job, link),
                      link_bytes=link, link_bytes_per_s=None if link is None else link["sent_bytes_per_s_mean"],
-                     algorithm=algorithm_settings(job, workers) or None)
+                     algorithm=algorithm_settings(job, workers) or None,
+                     stragglers=_stragglers(outcome.events, job, nodes))
+
+
+def _stragglers(events_: tuple, job: JobSpec, nodes: tuple[str, ...]) -> dict | None:
+    found = stragglers.attribute(events_, job, nodes, backup_workers=job.backup_workers)
+    return None if found is None else found.to_record()
+
+
+def worker_nodes(testbed: Target, run: Run) -> tuple[str, ...]:
+    """The nodes of the run's workers (ranks), in rank order: placement puts them first."""
+    return tuple(n.name for n in testbed.nodes_for(run.job, run.workers))[:run.workers]
 
 
 def window_precision(durations: list[float], precision: float | None) -> dict:
@@ -212,7 +224,8 @@ def _run_isolated(run: Run, config: SweepConfig, testbed: Target, store: ResultS
         if driver is not None:  # however the run ended, no change is made after it
             with interrupts.held_off():
                 driver.stop()
-    result = replace(make_result(run, backend, outcome, started, time.time()), verify=verified)
+    result = replace(make_result(run, backend, outcome, started, time.time(), nodes=worker_nodes(testbed, run)),
+                     verify=verified)
     if driver is not None:
         result = _with_schedule(result, driver)
     measured = launches.measured_window(analysis.reference_events(outcome.events, run.job))

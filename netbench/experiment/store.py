@@ -24,6 +24,8 @@ from typing import Any
 from netbench import __version__
 from netbench.errors import UsageError
 from netbench.jobs.resources import Usage, totals
+from netbench.jobs.stragglers import COLUMNS as STRAGGLER_COLUMNS
+from netbench.jobs.stragglers import csv_cells as straggler_cells
 from netbench.model.job import ALGORITHM_KEYS
 
 # 2: strategy settings (ps, accum_steps), data, model size, computation/communication split,
@@ -41,9 +43,10 @@ from netbench.model.job import ALGORITHM_KEYS
 #     each record also keeps its own target_accuracy
 # 11: the algorithm settings the run's strategy used (its record's `algorithm`, e.g. {"staleness": 3})
 #     and the csv's staleness, tau, elastic_alpha and gossip_p columns (empty where unused)
-# 12: the calibrations a run's prediction used (`calibration_id`, experiment/calibration_cache.py)
-#     the nodes' TCP congestion control (`congestion_control`) and why a point settled when it did
-#     (`settle_reason`), in the record and the csv
+# 12: the calibrations a run's prediction used (`calibration_id`, experiment/calibration_cache.py),
+#     the nodes' TCP congestion control (`congestion_control`), why a point settled when it did
+#     (`settle_reason`); who waits for whom: the record's `stragglers` (jobs/stragglers.py) and its
+#     csv columns (COLUMNS there); ps-sync's backup_workers (an algorithm column)
 SCHEMA_VERSION = 12
 
 RESULTS_CSV = "results.csv"
@@ -73,6 +76,8 @@ CSV_COLUMNS = (
     "link_bytes_per_s",
     # the calibrations the run's prediction used, and its nodes' TCP congestion control
     "calibration_id", "congestion_control",
+    # who waits for whom: the straggler, its share of steps, the others' waiting (jobs/stragglers.py)
+    *STRAGGLER_COLUMNS,
     # the training algorithm's own settings, as the run used them (issue: algorithm settings as factors)
     *ALGORITHM_KEYS,
 )
@@ -162,6 +167,9 @@ class RunResult:
     algorithm: dict[str, Any] | None = None
     calibration_id: str | None = None  # the prediction's calibrations' ids, "+"-joined; None: no prediction
     congestion_control: str | None = None  # the nodes' TCP congestion control as read back ("a;b": nodes differ)
+    # each rank's step times and who the others waited for (jobs.stragglers.Attribution.to_record);
+    # None: fewer than two reporting ranks
+    stragglers: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -212,6 +220,7 @@ class RunResult:
             "framework": self.framework, "source": self.source,
             "link_bytes_per_s": opt(self.link_bytes_per_s, 1),
             "calibration_id": self.calibration_id or "", "congestion_control": self.congestion_control or "",
+            **straggler_cells(self.stragglers),
             **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_KEYS},
         }
 

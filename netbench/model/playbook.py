@@ -315,6 +315,12 @@ def _check_algorithm_keys(book: Playbook, points: list[Settings]) -> None:
     bad = algorithm_keys.unused(book.job_extra, {point.strategy for point in points})
     if bad is not None:
         raise fail(book.source, bad.key, bad.message, bad.hint)
+    where = next((w for w, k in _written(book) if k == "backup_workers"), "algorithm.backup_workers")
+    for point in (p for p in points if p.strategy == "ps-sync"):  # a round applies at least one gradient
+        backup = dict(book.job_extra).get("backup_workers") if point.backup_workers is None else point.backup_workers
+        if (backup or 0) >= point.workers:
+            raise fail(book.source, where, f"{backup} backup workers with {point.workers} workers: must be fewer "
+                       "than the workers", "lower it, or add workers")
 
 
 def _congestion(source: str, raw: Any) -> str | None:
