@@ -205,3 +205,44 @@ def test_a_users_command_keeps_its_arguments_and_gets_none_of_netbenchs():
                                    "--precision off -- python examples/torch_ddp.py --epochs 1")
     assert rx.dry_run(command) == ("netbench sweep --latency 1,20ms --workers 2 --dry-run "
                                    "-- python examples/torch_ddp.py --epochs 1")
+
+
+# ---------------------------------------------------------------- the docs pages
+
+def test_bash_blocks_are_examples_and_a_prompt_is_dropped():
+    text = "# Page\n\n```bash\n$ netbench reset   # a prompt\nnetbench show\n```\n\n```text\n$ netbench no\n```\n"
+    found = rx.readme_examples(text, "docs/page.md")
+    assert [e.command for e in found] == ["netbench reset", "netbench show"]
+    assert found[0].source == "docs/page.md:4" and rx.block_title(found[0].block) == "Page"
+
+
+def test_block_titles_drop_the_page_and_line_and_keep_help_paths():
+    assert rx.block_title("docs/guide/shaping.md:37 Apply it: now") == "Apply it: now"
+    assert rx.block_title("README.md:5 Quick start") == "Quick start"
+    assert rx.block_title("netbench testbed up") == "netbench testbed up"
+
+
+def test_pages_are_read_readme_first_then_in_the_navs_order_then_the_rest(tmp_path):
+    (tmp_path / "docs" / "guide").mkdir(parents=True)
+    for name in ("index.md", "guide/b.md", "guide/a.md", "extra.md"):
+        (tmp_path / "docs" / name).write_text("# x\n")
+    (tmp_path / "README.md").write_text("# r\n")
+    (tmp_path / "mkdocs.yml").write_text("nav:\n  - Home: index.md\n  - Guides:\n      - B: guide/b.md\n")
+    order = [str(path.relative_to(tmp_path)) for path in rx.doc_files(tmp_path)]
+    assert order == ["README.md", "docs/index.md", "docs/guide/b.md", "docs/extra.md", "docs/guide/a.md"]
+
+
+def test_a_real_runs_table_is_matched_by_its_points_not_its_figures():
+    shown = ["┏━━━━━━┳━━━━━━━━━┳━━━━━━━┳━━━━━━━━┓", "┃ run  ┃ profile ┃  rate ┃ status ┃",
+             "┡━━━━━━╇━━━━━━━━━╇━━━━━━━╇━━━━━━━━┩", "│ r000 │ d1ms    │ 9gbit │ ok     │"]
+    assert rx.table_problems(shown, PRINTED, leading=2) == []
+    assert rx.table_problems(shown, PRINTED) == ["no printed row begins ['r000', 'd1ms', '9gbit', 'ok']"]
+
+
+def test_every_page_is_in_the_nav():
+    """mkdocs --strict refuses a page missing from the nav; this names it without a build."""
+    import yaml
+
+    nav = set(rx.nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]))
+    pages = {str(path.relative_to(ROOT / "docs")) for path in (ROOT / "docs").rglob("*.md")}
+    assert pages - nav == set() and nav - pages == set()
