@@ -246,3 +246,16 @@ def test_every_page_is_in_the_nav():
     nav = set(rx.nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]))
     pages = {str(path.relative_to(ROOT / "docs")) for path in (ROOT / "docs").rglob("*.md")}
     assert pages - nav == set() and nav - pages == set()
+
+
+def test_the_readme_is_short_and_its_links_lead_to_files():
+    """README.md stays a front page (at most 200 lines; the rest is docs/), and mkdocs does not
+    check its links, so this does."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert targets and not [t for t in targets if "://" not in t and not (ROOT / t).exists()]
+    for shown in ("make install", "make demo", "make test", "netbench doctor", "netbench report", "netbench reset"):
+        assert shown in text, shown
