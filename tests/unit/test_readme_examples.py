@@ -259,3 +259,19 @@ def test_the_readme_is_short_and_its_links_lead_to_files():
     assert targets and not [t for t in targets if "://" not in t and not (ROOT / t).exists()]
     for shown in ("make install", "make demo", "make test", "netbench doctor", "netbench report", "netbench reset"):
         assert shown in text, shown
+
+
+def test_make_install_brings_what_the_docs_build_needs():
+    """The docs tier builds the site in `make test`: the docs extra is installed by `make install`,
+    and each of its pins is the one constraints.txt holds."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    docs = [line.strip() for line in config["options.extras_require"]["docs"].splitlines() if line.strip()]
+    pins = {line.split("==")[0].lower().replace("_", "-"): line.strip()
+            for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line}
+    assert {pin.split("==")[0] for pin in docs} >= {"mkdocs", "mkdocs-material", "mkdocs-click"}
+    assert all(pins.get(pin.split("==")[0]) == pin for pin in docs), docs
+    makefile = (ROOT / "Makefile").read_text()
+    assert "docs," in makefile and "mkdocs build --strict" in makefile
