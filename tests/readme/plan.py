@@ -59,8 +59,20 @@ DRY = {
         "ps sweeps train for real in tests/tf/test_root_strategies.py",
     "netbench sweep --strategy ps-ssp --staleness 3 --data fashion-mnist --train-steps 200 --latency 1,50ms":
         "every algorithm trains on Fashion-MNIST for real in tests/tf/test_algorithms_tf.py",
+    "netbench run playbooks/algorithms-check.yaml":
+        "every algorithm trains on Fashion-MNIST for real in tests/tf/test_algorithms_tf.py (this "
+        "playbook trains for minutes)",
     "netbench sweep --latency 1,20ms --workers 2 -- python examples/torch_ddp.py":
         "examples/torch_ddp.py runs for real under this sweep in tests/tf/test_user_jobs_tf.py",
+    "netbench sweep --latency 1,20ms --workers 2 -- python examples/keras_fit.py":
+        "examples/keras_fit.py runs for real under this sweep in tests/tf/test_user_jobs_tf.py",
+    "netbench sweep --latency 1,20ms --workers 2 -- sh examples/torchrun.sh":
+        "examples/torchrun.sh runs for real under a sweep in tests/tf/test_user_jobs_tf.py",
+    "netbench sweep --latency 1,20ms --workers 2 --images-per-step 64 --step-regex "
+    "'step (?P<step>\\d+) took (?P<ms>[\\d.]+) ms' -- python examples/plain_steps.py":
+        "examples/plain_steps.py runs for real under --step-regex sweeps in tests/root/test_user_command_root.py",
+    "netbench sweep --bandwidth 1gbit,20mbit --workers 2 --warmup 2 --seconds 5 -- python examples/ring_bytes.py":
+        "a job that reports no steps (examples/ring_bytes.py) runs for real in tests/root/test_user_command_root.py",
     "netbench sweep --framework torch --model mlp --latency 1,20ms --workers 2":
         "this sweep runs for real in tests/tf/test_torch_tf.py",
     "netbench sweep --framework torch --strategy allreduce-accum --accum-steps 4 --bandwidth 100,1000mbit":
