@@ -101,8 +101,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     --repeat times each. A unit on the last level applies to the bare numbers before it.
     The job's processes start once per repetition (a launch) and move through the points, each
     applied in place, each change only narrowing the path (--order); --isolate starts them anew
-    for every point. See the README's 'Launches' for what a shared launch carries over and how it settles.
-    After '--', your own COMMAND runs once per node instead (README 'Your own training job'):
+    for every point. docs/background/launches.md says what a shared launch carries over and how it settles.
+    After '--', your own COMMAND runs once per node instead (docs/guide/your-own-job.md):
     its steps come from netbench.track or --step-regex; with neither, netbench measures the
     bytes on each node's link over --seconds after --warmup seconds, and says so.
 

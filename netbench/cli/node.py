@@ -22,7 +22,7 @@ from netbench.cli.types import Seconds
 from netbench.errors import UsageError
 
 
-@click.group("node")
+@click.group("node", hidden=True)  # run by the controller on hosts, not typed: left out of `netbench --help`
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
               help="This host's journal folder [default: NETBENCH_STATE_DIR or /run/netbench].")
 @click.option("--ssh-connection", metavar="'CLIENT PORT SERVER PORT'",

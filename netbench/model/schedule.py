@@ -43,7 +43,7 @@ RAMPABLE = {"delay": "delay_us", "jitter": "jitter_us", "rate": "rate_bps", "los
 _ALONE_INVALID = {"jitter": units.parse_duration_us, **{key: units.parse_ratio for key in (
     "jitter_correlation", "loss_correlation", "duplicate_correlation", "corrupt_correlation", "reorder",
     "reorder_correlation")}}  # keys a profile refuses without another one: parsed on their own at load
-HINT = "see 'Time-varying links' in the README; a step is e.g. {at: 2s, delay: 30ms}"
+HINT = "see docs/guide/schedules.md; a step is e.g. {at: 2s, delay: 30ms}"
 
 
 @dataclass(frozen=True)

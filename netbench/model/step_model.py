@@ -17,7 +17,7 @@ The exchange strategies (ps-sync, ps-async, ps-ssp, easgd, gosgd, adpsgd) move t
 in netbench's own frames on plain TCP, not in TensorFlow's collectives: their communication is
 model/exchange_model.py's, with the exchange protocol's own calibration and TCP's window.
 
-Where it stops holding (the README says more): loss (TCP's recovery is not modelled),
+Where it stops holding (docs/guide/collectives.md and docs/validation.md say more): loss (TCP's recovery is not modelled),
 CPU saturation beyond what the compute calibration shared, congestion-window growth when a
 step's transfer is short against the bandwidth-delay product (slow start after idle), and
 jitter (ignored).
