@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Iterable
 
 from netbench import proc
 from netbench.jobs import events as ev
+from netbench.jobs.line_match import LineMatcher
 from netbench.jobs.stop_margin import StepPace, stop_margin
 from netbench.model.job import Task
 
@@ -62,10 +62,15 @@ class RegexSteps:
     """A rank's stdout with every line that matches `pattern` turned into a step event line
     (other lines pass through: the reader skips what is not an event). Named groups:
     ``step`` (its number; else the lines are counted), ``seconds`` or ``ms`` (its duration;
-    else the time since the last matching line, so the first match only starts the clock)."""
+    else the time since the last matching line, so the first match only starts the clock).
+
+    The pattern sees the last 4 KiB of a line and runs in a process of its own, a line that
+    takes it longer than half a second being no step (jobs/line_match.py): a pattern that
+    backtracks on a long progress-bar line never freezes the controller's threads."""
 
     def __init__(self, stream, pattern: str, images: int, warmup: int, clock=time.monotonic) -> None:
-        self.stream, self.pattern, self.images, self.warmup = stream, re.compile(pattern), images, warmup
+        self.stream, self.images, self.warmup = stream, images, warmup
+        self.matcher = LineMatcher(pattern)
         self.clock = clock
         self.count = 0
         self.last: float | None = None
@@ -73,16 +78,16 @@ class RegexSteps:
     def readline(self) -> bytes:
         raw = self.stream.readline()
         if not raw:
+            self.matcher.close()
             return raw
         event = self.step_of(raw.decode("utf-8", "replace"), self.clock())
         return raw if event is None else (json.dumps(event) + "\n").encode()
 
     def step_of(self, line: str, now: float) -> dict | None:
         """The step event a line stands for, read at `now` (None: no step)."""
-        match = self.pattern.search(line)
-        if match is None:
+        groups = self.matcher.search(line)
+        if groups is None:
             return None
-        groups = match.groupdict()
         try:
             if groups.get("seconds") is not None:
                 duration: float | None = float(groups["seconds"])
