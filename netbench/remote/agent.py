@@ -406,8 +406,8 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
     The process is journaled while it runs, so `netbench node reset` (or an expired lease)
     stops it after any crash. It is stopped (TERM to its process group, `grace` s, KILL)
     when the controller closes this command's stdin, when the connection drops, or on
-    SIGTERM/SIGHUP; its group is signalled even once the process itself has exited (what it
-    left in the background). Returns its exit code (128 + signal when a signal ended it).
+    SIGTERM/SIGHUP; once the process exits, what it left in its group (a background process,
+    which would hold the relay's pipe) is stopped the same way. Returns its exit code (128 + signal when a signal ended it).
 
     A user's command (its environment names NETBENCH_CONTROL, a path on the controller) gets
     a control file of its own on this host instead: a "stop-at N" line from the controller
@@ -445,7 +445,14 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
             pass
         proc.stop_group(child, grace)  # EOF: the controller stopped the task, or is gone
 
+    def watch_child() -> None:
+        # what the process left in its group (a background process of a script that exited)
+        # would hold the relay's pipe open, unjournaled: ended as soon as the process exits
+        child.wait()
+        proc.stop_group(child, grace)
+
     threading.Thread(target=watch_stdin, name="netbench-task-stdin", daemon=True).start()
+    threading.Thread(target=watch_child, name="netbench-task-exit", daemon=True).start()
     try:
         stdout.write(f"{TASK_MARK} pid={child.pid}\n".encode())
         stdout.flush()

@@ -184,3 +184,41 @@ def test_node_task_gives_a_users_command_a_control_file_on_the_host_and_writes_t
     control = said.split("control ", 1)[1].split()[0]
     assert control != controller_path and not os.path.exists(os.path.dirname(control))  # removed at the end
     assert journal.pending() == []
+
+
+def test_node_task_ends_what_a_process_left_in_the_background_as_soon_as_it_exits(tmp_path):
+    """A train.sh that starts a process in the background (holding the relay's pipe) and exits:
+    `node task` ends the background process and returns the script's status without waiting
+    for the controller to close the channel."""
+    journal = Journal(tmp_path / "state")
+    marker = f"{300 + os.getpid() % 1000 / 1000:.3f}"
+    read, write = os.pipe()  # the channel's stdin, never closed before the task returns
+    out = io.BytesIO()
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(code=run_task(
+        journal, ["sh", "-c", f"sleep {marker} & echo started; exit 0"], {}, "worker0", grace=1.0,
+        stdin=os.fdopen(read, "rb"), stdout=out)), daemon=True)
+    began = time.monotonic()
+    thread.start()
+    thread.join(timeout=10)
+    try:
+        assert result.get("code") == 0 and time.monotonic() - began < 5.0, result
+        assert b"started" in out.getvalue()
+        assert running(f"sleep\0{marker}") == [] and journal.pending() == []
+    finally:
+        for pid in running(f"sleep\0{marker}"):
+            os.kill(pid, 9)
+        os.close(write)
+
+
+def running(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read() and proc._alive(int(entry)):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
