@@ -16,7 +16,8 @@ command (model/command_job.py):
 * with a step regex, rank 0's output lines become step events (`RegexSteps`), so the
   launch reads them as it reads the track module's or netbench's own workers';
 * a rank is its process group (a launcher's children included): stopping it asks the job
-  to stop where it checks, waits a while, then ends the whole group (TERM, then KILL).
+  to stop where it checks, waits a while, then ends the whole group (TERM, then KILL),
+  whether the rank's own process still runs or not (what it left in the background).
 
 The ranks' command lines and environments are written to ``ranks.json`` in the launch's log
 folder, so the record says which ports and addresses the job was given.
