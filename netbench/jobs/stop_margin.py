@@ -10,13 +10,15 @@ hears steps, and how long ago it heard the last), the time the request takes to 
 ranks (a host's is carried over SSH), and a slack for scheduling, all over the step time
 measured on the ranks (their own clocks: the spacing of the steps' ends).
 
-`StepPace` keeps what that needs from the step events heard; `stop_margin` is the rule.
+`StepPace` keeps what that needs from the step events heard (behind a lock: ranks' reader
+threads write it); `stop_margin` is the rule (pure).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -56,28 +58,34 @@ class StepPace:
 
     A rank's step end is on its own clock (a host's differs from the controller's), so the
     lag is measured against the least seen: (heard - end) - min(heard - end). The least lag
-    itself (a pipe's, an SSH relay's) is within the slack, or in `delivery_s` for hosts."""
+    itself (a pipe's, an SSH relay's) is within the slack, or in `delivery_s` for hosts.
+    Ranks' reader threads call heard(); another thread asks (a lock between them)."""
 
     def __init__(self) -> None:
         self._ranks: dict[int, _Rank] = {}
+        self._lock = threading.Lock()
 
     def heard(self, rank: int, end: float, at: float) -> None:
         """Rank `rank`'s step that ended at `end` (its clock) was heard at `at` (ours)."""
-        state = self._ranks.setdefault(rank, _Rank())
-        if state.ends and end <= state.ends[-1]:
-            return  # not a later step (a rank's own numbering restarted, or a repeat)
-        state.ends.append(end)
-        state.offset_last = at - end
-        state.offset_min = min(state.offset_min, state.offset_last)
-        state.heard_last = at
+        with self._lock:
+            state = self._ranks.setdefault(rank, _Rank())
+            if state.ends and end <= state.ends[-1]:
+                return  # not a later step (a rank's own numbering restarted, or a repeat)
+            state.ends.append(end)
+            state.offset_last = at - end
+            state.offset_min = min(state.offset_min, state.offset_last)
+            state.heard_last = at
 
     def step_s(self) -> float | None:
         """The shortest of the ranks' step times (the fastest gets furthest), None if unknown."""
-        times = [t for t in (step_time(list(r.ends)) for r in self._ranks.values()) if t is not None]
+        with self._lock:
+            ends = [list(r.ends) for r in self._ranks.values()]
+        times = [t for t in (step_time(e) for e in ends) if t is not None]
         return min(times) if times else None
 
     def late_s(self, now: float) -> float:
         """How long before `now` (our clock) the last step heard from each rank ended there,
         at most over the ranks: its lag when heard plus the time since."""
-        return max(((r.offset_last - r.offset_min) + (now - r.heard_last) for r in self._ranks.values()
-                    if r.ends), default=0.0)
+        with self._lock:
+            return max(((r.offset_last - r.offset_min) + (now - r.heard_last) for r in self._ranks.values()
+                        if r.ends), default=0.0)
