@@ -1,4 +1,4 @@
-"""How far ahead of the last step heard a user's command is asked to stop (pure).
+"""How far ahead of the last step heard a user's command is asked to stop.
 
 netbench asks every rank of a command that checks `track.stop_requested()` to stop once it
 has done a step count (jobs/user.py `request_stop`). Every rank must read that count before
