@@ -194,3 +194,20 @@ def test_a_link_whose_answer_was_not_read_is_read_back_and_changed_again(kernel,
             qdiscs._roots.put((netns, "eth0"), Installed(3, tbf_burst_bytes(1000 * MBIT)))
         qdiscs.replace_tbf_many([link("n1", 100 * MBIT), link("n2", 100 * MBIT)])  # nothing raised
         assert redone == ["n1"]
+
+
+def test_a_link_whose_recorded_root_is_gone_is_read_back_and_changed_not_refused(kernel, monkeypatch):
+    """Something else removed netbench's root (tc qdisc del, another tool): the batch's delete
+    is refused ("Invalid handle", EINVAL) as the record no longer holds; the link is read back
+    and changed one at a time instead of failing the point. A refusal of another kind stands."""
+    redone: list[str] = []
+    monkeypatch.setattr(batch.rtnl, "open_socket", lambda netns: kernel.setdefault(
+        netns, FakeKernelSocket(refuse={3: errno.EINVAL} if netns == "n1" else {4: errno.ENODEV})))
+    monkeypatch.setattr(NetlinkQdiscs, "replace_tbf", lambda self, netns, *args: redone.append(netns))
+    qdiscs = NetlinkQdiscs()
+    with qdiscs.holding():
+        qdiscs._roots.put(("n1", "eth0"), Installed(3, tbf_burst_bytes(1000 * MBIT)))
+        qdiscs._roots.put(("n2", "eth0"), Installed(4, tbf_burst_bytes(1000 * MBIT)))
+        with pytest.raises(qdisc_module.EmulationError, match=r"1 of 2 links refused their tbf change: n2"):
+            qdiscs.replace_tbf_many([link("n1", 100 * MBIT), link("n2", 100 * MBIT)])
+        assert redone == ["n1"]

@@ -115,8 +115,9 @@ class NetlinkQdiscs(ThreadSockets):
         """replace_tbf on every link of `links`; while this thread holds its sockets, the
         requests of the links whose root netbench installed (by any thread: `Roots`) all sent
         before any ack is read (batch); any other link as replace_tbf, as is one whose answer
-        could not be read (batch.Unread: read back, then changed). Every link is tried;
-        EmulationError names each one refused (the others hold their new tbf)."""
+        could not be read (batch.Unread) or whose root is not the one recorded (ENOENT, or
+        EINVAL "Invalid handle": something else removed it): read back, then changed. Every
+        link is tried; EmulationError names each one refused (the others hold their new tbf)."""
         with self._roots.lock:
             state, roots = self._thread, self._roots.links
             known = [link for link in links
@@ -130,7 +131,7 @@ class NetlinkQdiscs(ThreadSockets):
             except FileNotFoundError as exc:
                 raise EmulationError(f"namespace {exc.filename} does not exist",
                                      hint="is the testbed up? 'netbench testbed show'") from None
-            for link in [link for link in known if isinstance(failed.get((link.netns, link.ifname)), batch.Unread)]:
+            for link in [link for link in known if _read_back(failed.get((link.netns, link.ifname)))]:
                 del failed[(link.netns, link.ifname)]
                 self.replace_tbf(link.netns, link.ifname, link.rate_bps, link.burst_bytes, link.limit_bytes)
             if failed:
@@ -400,6 +401,13 @@ class NetlinkQdiscs(ThreadSockets):
             classes = list(ns.get_classes(index=found[0])) if root.get_attr("TCA_KIND") == "htb" else []
             filters = list(ns.get_filters(index=found[0], parent=_HANDLE_INT)) if classes else []
             return decode_tree(root, qdiscs, classes, filters, distribution)
+
+
+def _read_back(error: Exception | None) -> bool:
+    """Whether a batched link's refusal says to read it back and change it one at a time: its
+    answer was not read, or its root is not the one recorded (gone, or another's)."""
+    return isinstance(error, batch.Unread) or (isinstance(error, NetlinkError)
+                                               and error.code in (errno.ENOENT, errno.EINVAL))
 
 
 def _refused(failed: dict[tuple[str, str], Exception], count: int, kind: str) -> None:
