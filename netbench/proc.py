@@ -230,19 +230,54 @@ def stop(popen: subprocess.Popen, grace: float = 5.0) -> None:
 
 def stop_group(popen: subprocess.Popen, grace: float = 5.0) -> int | None:
     """Stop a child started in its own session (spawn does that) and its whole process
-    group: SIGTERM to the group, `grace` seconds, then SIGKILL. Returns its exit code."""
+    group, whether the child (the group's leader) still runs or not: a shell script that
+    started a process in the background (`tensorboard &`) and exited leaves that process in
+    the group. SIGTERM to the group, up to `grace` seconds for the leader and every member
+    to end, then SIGKILL. Returns the child's exit code.
+
+    The group keeps the leader's pid as its id while any member lives (the kernel reuses
+    neither), so signalling it after the leader was reaped reaches only its members."""
+    pgid = popen.pid
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        if popen.poll() is not None:
+        if _group_ended(popen, pgid):
             break
         try:
-            os.killpg(popen.pid, sig)
-        except (ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
             pass
-        try:
-            popen.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
+        except PermissionError:
+            pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not _group_ended(popen, pgid):
+            time.sleep(0.02)
     return popen.poll()
+
+
+def _group_ended(popen: subprocess.Popen, pgid: int) -> bool:
+    """Whether the child has exited (reaped here) and its group has no member left running."""
+    return popen.poll() is not None and not group_members(pgid)
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group `pgid` still running (zombies are not), from /proc."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        pass
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+        except (OSError, ValueError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -21,8 +21,9 @@ a job that imports neither this module nor gives --step-regex is measured in byt
 nodes' links instead.
 
 Steps are numbered from 0 on each rank; the first NETBENCH_WARMUP are warm-up. When netbench
-wants the job to end it writes a step count into the file named by NETBENCH_CONTROL, a few
-steps ahead of the last step it heard: stop_requested() turns true on every rank once that
+wants the job to end it writes a step count into the file named by NETBENCH_CONTROL (on a
+host, a file of the rank's own there), far enough ahead of the last step it heard that no
+rank has reached it yet: stop_requested() turns true on every rank once that
 many steps are done, so the ranks of a collective job stop after the same step. A job that
 never asks is stopped (its whole process group) once its window is measured.
 

@@ -166,8 +166,9 @@ def node_reset(journal, as_json: bool, holder: str | None) -> None:
 def node_task(journal, role: str, env: tuple[str, ...], grace: float, argv: tuple[str, ...]) -> None:
     """Run one job process for the controller, relaying its output; closing stdin stops it.
 
-    The first stdout line is "netbench-task pid=N"; the process's own lines follow.
-    Exits with the process's exit code (128 + signal when a signal ended it).
+    The first stdout line is "netbench-task pid=N"; the process's own lines follow. A
+    "stop-at N" line on stdin is a user's command's stop request: written into the control
+    file this host gives it (its NETBENCH_CONTROL). Exits with the process's exit code (128 + signal when a signal ended it).
 
     Example: netbench node task --role worker0 --env TF_CONFIG={...} -- python -m netbench.jobs.worker
     """

@@ -394,6 +394,8 @@ def watch_lease(journal: Journal, on_error=None) -> str:
 
 
 TASK_MARK = "netbench-task"  # the first stdout line of `node task`: "netbench-task pid=N"
+STOP_LINE = "stop-at"  # a line on `node task`'s stdin: "stop-at N", a user's command's stop request
+CONTROL_VARIABLE = "NETBENCH_CONTROL"  # netbench.track reads the stop request from the file it names
 
 
 def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, grace: float = 3.0,
@@ -404,7 +406,12 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
     The process is journaled while it runs, so `netbench node reset` (or an expired lease)
     stops it after any crash. It is stopped (TERM to its process group, `grace` s, KILL)
     when the controller closes this command's stdin, when the connection drops, or on
-    SIGTERM/SIGHUP. Returns its exit code (128 + signal when a signal ended it).
+    SIGTERM/SIGHUP; once the process exits, what it left in its group (a background process,
+    which would hold the relay's pipe) is stopped the same way. Returns its exit code (128 + signal when a signal ended it).
+
+    A user's command (its environment names NETBENCH_CONTROL, a path on the controller) gets
+    a control file of its own on this host instead: a "stop-at N" line from the controller
+    on stdin is written there, where netbench.track's stop_requested() reads it.
     """
     import signal
     import subprocess
@@ -412,6 +419,9 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
 
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
+    control = _control_file() if CONTROL_VARIABLE in env else None
+    if control is not None:
+        env = {**env, CONTROL_VARIABLE: str(control)}
     child = proc.spawn(argv, env={"PYTHONUNBUFFERED": "1", **env}, stdout=subprocess.PIPE, stderr=None)
     entry = journal.record("process", pid=child.pid, start=proc.start_time(child.pid), netns=None, role=role)
 
@@ -425,14 +435,24 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
     def watch_stdin() -> None:
         # the raw descriptor, not the buffered object: a daemon thread blocked inside a
         # buffered read makes the interpreter abort at exit (and lose the exit status)
+        pending = b""
         try:
-            while os.read(stdin.fileno(), 4096):
-                pass
+            while chunk := os.read(stdin.fileno(), 4096):
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    _take_request(line, control)
         except (OSError, ValueError):
             pass
         proc.stop_group(child, grace)  # EOF: the controller stopped the task, or is gone
 
+    def watch_child() -> None:
+        # what the process left in its group (a background process of a script that exited)
+        # would hold the relay's pipe open, unjournaled: ended as soon as the process exits
+        child.wait()
+        proc.stop_group(child, grace)
+
     threading.Thread(target=watch_stdin, name="netbench-task-stdin", daemon=True).start()
+    threading.Thread(target=watch_child, name="netbench-task-exit", daemon=True).start()
     try:
         stdout.write(f"{TASK_MARK} pid={child.pid}\n".encode())
         stdout.flush()
@@ -446,4 +466,28 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
         if code is None:
             code = child.wait()
         journal.done(entry)
+        if control is not None:
+            import shutil
+
+            shutil.rmtree(control.parent, ignore_errors=True)
     return 128 - code if code < 0 else code
+
+
+def _control_file():
+    """A user's command's control file on this host, in a folder of its own (removed when
+    the task ends); it does not exist until the controller asks the command to stop."""
+    import tempfile
+    from pathlib import Path
+
+    return Path(tempfile.mkdtemp(prefix="netbench-control-")) / "control"
+
+
+def _take_request(line: bytes, control) -> None:
+    """One line from the controller on `node task`'s stdin: "stop-at N" writes N into the
+    command's control file (atomically: the rank never reads half of it); others are ignored."""
+    words = line.decode("ascii", "replace").split()
+    if control is None or len(words) != 2 or words[0] != STOP_LINE or not words[1].isdigit():
+        return
+    tmp = control.with_name(control.name + ".tmp")
+    tmp.write_text(f"{int(words[1])}\n")
+    os.replace(tmp, control)
