@@ -63,7 +63,11 @@ def readme_examples(text: str, name: str = "README.md") -> list[Example]:
     """Every command line of the ```sh and ```bash blocks in `text`, in order, each with its block."""
     found: list[Example] = []
     heading, block = "", None
+    pending, first = "", 0  # a command continued by a trailing backslash, and its first line
     for number, line in enumerate(text.splitlines(), start=1):
+        if pending:  # a continuation line: joined to its command as the shell would
+            line = pending + " " + line.strip()
+            number, pending = first, ""
         fence = FENCE.match(line)
         if fence:
             if block is not None:
@@ -80,6 +84,9 @@ def readme_examples(text: str, name: str = "README.md") -> list[Example]:
             continue
         if line.lstrip().startswith(PROMPT):
             line = line.lstrip()[len(PROMPT):]
+        if block and line.rstrip().endswith("\\"):
+            pending, first = line.rstrip()[:-1].rstrip(), number
+            continue
         command = strip_comment(line)
         if block and command:
             found.append(Example(f"{name}:{number}", block, command))

@@ -48,6 +48,13 @@ def test_sh_blocks_give_their_command_lines_with_the_block_and_line():
     assert [e.block for e in found] == ["README.md:5 First steps"] * 3 + ["README.md:25 Later"]
 
 
+def test_a_command_continued_by_backslashes_is_one_example_at_its_first_line():
+    text = "## Run\n```sh\nnetbench sweep --latency 1ms \\\n  --workers 2 \\\n  --dry-run\nnetbench reset\n```\n"
+    found = rx.readme_examples(text)
+    assert [e.command for e in found] == ["netbench sweep --latency 1ms --workers 2 --dry-run", "netbench reset"]
+    assert [e.source for e in found] == ["README.md:3", "README.md:6"]
+
+
 def test_a_hash_inside_a_word_is_not_a_comment():
     assert rx.strip_comment("netbench exec n1 -- echo a#b  # note") == "netbench exec n1 -- echo a#b"
     assert rx.strip_comment("   # only a comment") == ""
