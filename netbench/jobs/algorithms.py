@@ -153,6 +153,12 @@ class ServerState:
     def ready(self) -> bool:
         return self.weights is not None
 
+    def snapshot(self) -> tuple[np.ndarray, ...]:
+        """A copy of the weights, taken under the server's lock: a reply is encoded after the
+        lock is released, while other connections' pushes update the live arrays in place, so
+        it must never carry them (it would mix two versions while naming one)."""
+        return tuple(np.array(w, copy=True) for w in self.weights or ())
+
     def active_clocks(self) -> list[int]:
         return [self.clocks.get(w, 0) for w in range(self.workers) if w not in self.done]
 

@@ -13,6 +13,9 @@ node's address, and answers each worker's requests:
 * elastic: the centre moves towards the replica; the reply is the difference (easgd);
 * bye: the worker is done (it no longer holds back a round or the gate).
 
+Every reply carries a copy of the weights taken under the lock (`ServerState.snapshot`): a
+reply is encoded after the lock is released, while other connections update the live arrays.
+
 It imports no TensorFlow: it starts in a fraction of a second, sends a start event and
 serves until the controller stops it.
 """
@@ -42,7 +45,7 @@ def make_handler(state: algorithms.ServerState, condition: threading.Condition):
                     state.initialise(message.arrays)
                     condition.notify_all()
                 condition.wait_for(lambda: state.ready)
-                arrays = () if message.arrays else tuple(state.weights or ())
+                arrays = () if message.arrays else state.snapshot()
                 return exchange.Message(exchange.REPLY, {"version": state.version}, arrays)
             if message.op == exchange.PUSH:
                 staleness = state.push(worker, int(message.meta.get("version", 0)), message.arrays)
@@ -51,12 +54,12 @@ def make_handler(state: algorithms.ServerState, condition: threading.Condition):
                 condition.wait_for(lambda: state.may_read(worker))
                 wait_s = time.monotonic() - held
                 return exchange.Message(exchange.REPLY, {"version": state.version, "staleness": staleness,
-                                                         "wait_s": wait_s}, tuple(state.weights or ()))
+                                                         "wait_s": wait_s}, state.snapshot())
             if message.op == exchange.ELASTIC:
                 diff = state.elastic(message.arrays)
                 return exchange.Message(exchange.REPLY, {"version": state.version}, tuple(diff))
             if message.op == exchange.CENTRE:
-                return exchange.Message(exchange.REPLY, {"version": state.version}, tuple(state.weights or ()))
+                return exchange.Message(exchange.REPLY, {"version": state.version}, state.snapshot())
             if message.op == exchange.BYE:
                 state.leave(worker)
                 condition.notify_all()

@@ -1,0 +1,40 @@
+"""The exchange protocol's safety: replies that never mix two versions, frames bounded by the
+model's shapes and accepted only from the run's own roles, peers that said goodbye, vanished
+peers named within the step timeout, and labels that bound the class count."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from netbench.jobs import algorithms, exchange
+from netbench.jobs.harness import param_server
+
+
+def _handler(mode: str, workers: int = 2):
+    state = algorithms.ServerState(mode=mode, workers=workers, learning_rate=1.0)
+    return state, param_server.make_handler(state, threading.Condition())
+
+
+def test_a_servers_reply_is_a_copy_taken_under_the_lock_never_the_live_weights():
+    """A reply is encoded after the lock is released: a later push must not change it."""
+    state, handle = _handler(algorithms.ASYNC)
+    handle(exchange.Message(exchange.HELLO, {"worker": 0}, (np.zeros(3, np.float32),)))
+    reply = handle(exchange.Message(exchange.PUSH, {"worker": 0, "version": 0}, (np.ones(3, np.float32),)))
+    assert reply.meta["version"] == 1
+    hello = handle(exchange.Message(exchange.HELLO, {"worker": 1}))
+    handle(exchange.Message(exchange.PUSH, {"worker": 1, "version": 1}, (np.ones(3, np.float32),)))
+    np.testing.assert_array_equal(reply.arrays[0], [-1.0] * 3)  # version 1's weights, as it says
+    np.testing.assert_array_equal(hello.arrays[0], [-1.0] * 3)
+    assert state.version == 2 and state.weights[0][0] == -2.0
+
+
+def test_easgds_centre_read_is_a_copy_too():
+    state, handle = _handler(algorithms.ELASTIC_MODE)
+    state.alpha = 0.5
+    handle(exchange.Message(exchange.HELLO, {"worker": 0}, (np.zeros(2, np.float32),)))
+    centre = handle(exchange.Message(exchange.CENTRE, {"worker": 0}))
+    handle(exchange.Message(exchange.ELASTIC, {"worker": 1}, (np.full(2, 4.0, np.float32),)))
+    np.testing.assert_array_equal(centre.arrays[0], [0.0, 0.0])
+    np.testing.assert_array_equal(state.weights[0], [2.0, 2.0])
