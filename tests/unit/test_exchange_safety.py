@@ -38,3 +38,30 @@ def test_easgds_centre_read_is_a_copy_too():
     handle(exchange.Message(exchange.ELASTIC, {"worker": 1}, (np.full(2, 4.0, np.float32),)))
     np.testing.assert_array_equal(centre.arrays[0], [0.0, 0.0])
     np.testing.assert_array_equal(state.weights[0], [2.0, 2.0])
+
+
+def test_one_stray_label_is_refused_naming_the_file_and_the_label(tmp_path):
+    """The class count is the largest label + 1: one label 2^31-1 must not build a layer of
+    two billion outputs, in an .npz and in an IDX folder's labels file alike."""
+    import pytest
+
+    from netbench.jobs.harness import data as datasets
+    from netbench.jobs.harness import idx
+
+    stray = 2**31 - 1
+    archive = tmp_path / "stray.npz"
+    np.savez(archive, x_train=np.zeros((4, 2, 2), np.uint8), y_train=np.array([0, 1, stray, 2], np.int32))
+    with pytest.raises(datasets.DataError, match=rf"stray.npz: label {stray} is beyond the 100,000 classes"):
+        datasets.load_npz(str(archive))
+    folder = tmp_path / "idx"
+    folder.mkdir()
+    (folder / idx.TRAIN_IMAGES).write_bytes(bytes([0, 0, 0x08, 3]) + b"".join(
+        n.to_bytes(4, "big") for n in (4, 2, 2)) + bytes(16))
+    labels = np.array([0, 1, 2, stray], ">i4")
+    (folder / idx.TRAIN_LABELS).write_bytes(bytes([0, 0, 0x0C, 1]) + (4).to_bytes(4, "big") + labels.tobytes())
+    # worker 0's shard (every second example) lacks the stray label: the whole file is checked
+    with pytest.raises(datasets.DataError, match=rf"{idx.TRAIN_LABELS}: label {stray} is beyond"):
+        idx.load_idx_folder(str(folder), 0, 2)
+    labels[3] = 99_999  # the largest allowed: 100,000 classes, the same on every worker
+    (folder / idx.TRAIN_LABELS).write_bytes(bytes([0, 0, 0x0C, 1]) + (4).to_bytes(4, "big") + labels.tobytes())
+    assert {idx.load_idx_folder(str(folder), i, 2).classes for i in (0, 1)} == {100_000}
