@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 
@@ -100,12 +100,17 @@ def average(mine: Sequence[np.ndarray], theirs: Sequence[np.ndarray]) -> list[np
     return [(a + b) / 2 for a, b in zip(mine, theirs)]
 
 
-def choose_peer(rng: random.Random, me: int, workers: int) -> int:
-    """A peer drawn uniformly from the other workers."""
+def choose_peer(rng: random.Random, me: int, workers: int, gone: Collection[int] = ()) -> int | None:
+    """A peer drawn uniformly from the other workers that have not said goodbye (`gone`: a
+    finished worker answers its peers only for a while); None when every other one is gone
+    (the worker goes on alone)."""
     if workers < 2:
         raise ValueError("a peer needs at least two workers")
-    other = rng.randrange(workers - 1)
-    return other if other < me else other + 1
+    if not gone:
+        other = rng.randrange(workers - 1)
+        return other if other < me else other + 1
+    left = [w for w in range(workers) if w != me and w not in gone]
+    return left[rng.randrange(len(left))] if left else None
 
 
 def model_transfers_per_step(strategy: str, workers: int, gossip_p: float = DEFAULT_GOSSIP_P,

@@ -65,3 +65,53 @@ def test_one_stray_label_is_refused_naming_the_file_and_the_label(tmp_path):
     labels[3] = 99_999  # the largest allowed: 100,000 classes, the same on every worker
     (folder / idx.TRAIN_LABELS).write_bytes(bytes([0, 0, 0x0C, 1]) + (4).to_bytes(4, "big") + labels.tobytes())
     assert {idx.load_idx_folder(str(folder), i, 2).classes for i in (0, 1)} == {100_000}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_peer_is_drawn_from_those_that_have_not_said_goodbye():
+    import random
+
+    assert {algorithms.choose_peer(random.Random(s), 0, 4, {2}) for s in range(200)} == {1, 3}
+    assert algorithms.choose_peer(random.Random(0), 1, 3, {0, 2}) is None
+    # with none gone, the draws are those of the runs before (a seed trains as it did)
+    assert [algorithms.choose_peer(random.Random(7), 1, 4) for _ in range(1)] == [
+        (lambda o: o if o < 1 else o + 1)(random.Random(7).randrange(3))]
+
+
+def test_a_peer_that_said_goodbye_is_never_chosen_again_and_the_last_one_trains_alone():
+    """gosgd/adpsgd: worker 1 finished and said goodbye (then stopped answering); worker 0,
+    far behind, never chooses it again: its steps go on alone and its own goodbye ends."""
+    import argparse
+    import io
+    import time
+
+    from netbench.jobs.harness.exchange_loop import _Worker
+    from netbench.jobs.harness.peers import Channel, Listener
+
+    for strategy in ("adpsgd", "gosgd"):
+        args = argparse.Namespace(strategy=strategy, seed=0, startup_timeout=2, gossip_p=1.0)
+        cluster = {"worker": ["127.0.0.1:0", f"127.0.0.1:{_free_port()}"]}  # nothing listens for worker 1
+        worker = _Worker(args, io.StringIO(), 0, cluster)
+        worker.weights = [np.zeros(3, np.float32)]
+        listener = Listener("127.0.0.1", 0, worker._peer_handler)
+        try:
+            other = Channel.connect(f"127.0.0.1:{listener.sock.getsockname()[1]}", 5)
+            other.send(exchange.Message(exchange.BYE, {"worker": 1}))
+            time.sleep(0.3)  # the goodbye is read
+            started = time.monotonic()
+            for step in range(3):
+                worker._exchange(step, [np.ones(3, np.float32)])
+            worker._goodbye()
+            assert time.monotonic() - started < 1.5, strategy  # no connection to the finished peer
+            assert worker.gone == {1} and listener.errors == []
+            np.testing.assert_array_equal(worker.weights[0], np.zeros(3))
+            other.close()
+        finally:
+            listener.close()

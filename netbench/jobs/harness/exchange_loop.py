@@ -42,6 +42,7 @@ from netbench.jobs.harness.ps import task_of
 from netbench.jobs.harness.strategy import import_tf
 
 PEER_FAREWELL_TIMEOUT_S = 120.0  # how long a finished worker keeps answering peers still training
+GONE_PEER_TIMEOUT_S = 1.0  # how long a goodbye to a peer that already said its own may take
 
 
 def run(args: argparse.Namespace, events: IO[str]) -> int:
@@ -67,6 +68,7 @@ class _Worker:
         self.servers: list[Channel] = []
         self.peers: dict[int, Channel] = {}
         self.farewells = threading.Semaphore(0)
+        self.gone: set[int] = set()  # gosgd, adpsgd: peers that said goodbye (never chosen again)
         self.version = 0
         # ps-ssp's and ps-async's pipeline: pushes sent and not yet answered, and how many may stay so
         self.unanswered = 0
@@ -87,13 +89,15 @@ class _Worker:
                 self.weights = algorithms.average(self.weights, message.arrays)
             return exchange.Message(exchange.REPLY, {}, tuple(theirs))
         if message.op == exchange.BYE:
+            self.gone.add(int(message.meta.get("worker", -1)))
             self.farewells.release()
             return None
         raise exchange.ProtocolError(f"a worker does not answer {message.op!r}")
 
-    def _peer(self, other: int) -> Channel:
+    def _peer(self, other: int, timeout_s: float | None = None) -> Channel:
         if other not in self.peers:
-            self.peers[other] = Channel.connect(self.cluster["worker"][other], self.args.startup_timeout or 60.0)
+            self.peers[other] = Channel.connect(self.cluster["worker"][other],
+                                                timeout_s or self.args.startup_timeout or 60.0)
         return self.peers[other]
 
     def _hello(self) -> None:
@@ -129,16 +133,19 @@ class _Worker:
             return time.monotonic() - t0, 0.0, None
         if self.strategy == "gosgd":
             if self.rng.random() < self.args.gossip_p:
-                with self.lock:
-                    self.gossip_weight, sent = algorithms.gossip_split(self.gossip_weight)
-                    model = [w.copy() for w in self.weights]
-                peer = algorithms.choose_peer(self.rng, self.index, self.workers)
-                self._peer(peer).send(exchange.Message(exchange.GOSSIP, {"weight": sent}, tuple(model)))
+                peer = algorithms.choose_peer(self.rng, self.index, self.workers, self.gone)
+                if peer is not None:  # None: every peer is done, this worker trains alone
+                    with self.lock:
+                        self.gossip_weight, sent = algorithms.gossip_split(self.gossip_weight)
+                        model = [w.copy() for w in self.weights]
+                    self._peer(peer).send(exchange.Message(exchange.GOSSIP, {"weight": sent}, tuple(model)))
             return time.monotonic() - t0, 0.0, None
         if self.strategy == "adpsgd":
+            peer = algorithms.choose_peer(self.rng, self.index, self.workers, self.gone)
+            if peer is None:  # every peer is done: this worker trains alone
+                return time.monotonic() - t0, 0.0, None
             with self.lock:
                 model = [w.copy() for w in self.weights]
-            peer = algorithms.choose_peer(self.rng, self.index, self.workers)
             reply = self._peer(peer).request(exchange.Message(exchange.AVERAGE, {}, tuple(model)))
             with self.lock:
                 self.weights = algorithms.average(self.weights, reply.arrays)
@@ -224,8 +231,15 @@ class _Worker:
             channel.request(exchange.Message(exchange.BYE, {"worker": self.index}))
         if self.strategy in algorithms.PEER_STRATEGIES:
             for other in range(self.workers):
-                if other != self.index:
-                    self._peer(other).send(exchange.Message(exchange.BYE, {"worker": self.index}))
+                if other == self.index:
+                    continue
+                try:
+                    gone = other in self.gone  # it may have stopped answering: a short try
+                    self._peer(other, GONE_PEER_TIMEOUT_S if gone else None).send(
+                        exchange.Message(exchange.BYE, {"worker": self.index}))
+                except OSError:
+                    if other not in self.gone:
+                        raise
             deadline = time.monotonic() + PEER_FAREWELL_TIMEOUT_S
             for _ in range(self.workers - 1):  # keep answering peers that still train
                 if not self.farewells.acquire(timeout=max(0.0, deadline - time.monotonic())):
