@@ -38,7 +38,7 @@ from typing import Any, Callable
 from netbench import stats
 from netbench.experiment.link_window import LinkMeter, meter_for
 from netbench.jobs import events as ev
-from netbench.jobs.launch import JobOutcome, TaskLost
+from netbench.jobs.launch import JobOutcome, TaskLost, exchange_env
 from netbench.jobs.live import JobBroken, LiveJob
 from netbench.jobs.user import UserSpawner, checks_stop
 from netbench.model.job import JobSpec, plan_job
@@ -353,7 +353,8 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
             window = PointWindow(changed_at, ctx.settle, job.steps, job.seconds, job.precision, job.max_seconds)
             if live is None:
                 try:
-                    live = LiveJob(tasks, ctx.store.log_dir(f"launch{number:03d}"), spawn)
+                    live = LiveJob(tasks, ctx.store.log_dir(f"launch{number:03d}"), spawn,
+                                   env=exchange_env(ctx.config.timeouts))
                 except TaskLost as exc:
                     _record(ctx, run, number, window, JobOutcome("failed", (), exc.message), started)
                     return runs[i + 1:]

@@ -30,6 +30,8 @@ from typing import Collection, Sequence
 
 import numpy as np
 
+from netbench.jobs.exchange import FrameCap
+
 SYNC, SSP, ASYNC, ELASTIC_MODE = "sync", "ssp", "async", "elastic"
 DEFAULT_STALENESS = 3
 DEFAULT_TAU = 4
@@ -148,6 +150,7 @@ class ServerState:
     version: int = 0
     clocks: dict[int, int] = field(default_factory=dict)
     done: set[int] = field(default_factory=set)
+    lost: dict[int, str] = field(default_factory=dict)  # workers whose connection ended without a bye
     _round: dict[int, list[np.ndarray]] = field(default_factory=dict)
 
     def initialise(self, weights: Sequence[np.ndarray]) -> None:
@@ -157,6 +160,10 @@ class ServerState:
     @property
     def ready(self) -> bool:
         return self.weights is not None
+
+    def cap(self) -> "FrameCap | None":
+        """What a frame about this shard may carry (None until worker 0's hello brings it)."""
+        return FrameCap.of(self.weights) if self.weights is not None else None
 
     def snapshot(self) -> tuple[np.ndarray, ...]:
         """A copy of the weights, taken under the server's lock: a reply is encoded after the
@@ -200,6 +207,26 @@ class ServerState:
         if self.mode == SSP:
             return ssp_may_proceed(clock, self.active_clocks(), self.staleness)
         return True
+
+    def holding(self, worker: int) -> list[int]:
+        """The workers still training that the worker's read waits for: those missing from
+        the round (SYNC), those more than `staleness` behind it (SSP); none otherwise."""
+        active = [w for w in range(self.workers) if w not in self.done and w != worker]
+        if self.mode == SYNC:
+            return [w for w in active if w not in self._round]
+        if self.mode == SSP:
+            clock = self.clocks.get(worker, 0)
+            return [w for w in active if clock - self.clocks.get(w, 0) > self.staleness]
+        return []
+
+    def lose(self, worker: int, cause: str) -> None:
+        """The worker's connection ended without a goodbye: whoever waits for it will not be answered."""
+        if worker not in self.done:
+            self.lost.setdefault(worker, cause)
+
+    def vanished(self, worker: int) -> str | None:
+        """Why the worker's read can never be answered: a worker it waits for was lost (None: none was)."""
+        return next((self.lost[w] for w in self.holding(worker) if w in self.lost), None)
 
     def elastic(self, replica: Sequence[np.ndarray]) -> list[np.ndarray]:
         """An EASGD exchange: the centre moves towards the replica; returns the difference

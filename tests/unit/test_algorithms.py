@@ -19,6 +19,9 @@ from netbench.model.job import JobSpec, check_job, describe_algorithm, nodes_nee
 from netbench.model.topology import Node
 
 
+TOKEN = "a-runs-token"  # the run's exchange token (the controller gives every role a fresh one)
+
+
 def roundtrip(message: exchange.Message) -> exchange.Message:
     return exchange.decode(io.BytesIO(exchange.encode(message)).read)
 
@@ -243,12 +246,12 @@ def test_a_parameter_server_holds_a_bsp_reply_until_the_round_is_complete():
     from netbench.jobs.harness.peers import Channel, Listener
 
     s = algorithms.ServerState(mode=algorithms.SYNC, workers=2, learning_rate=1.0)
-    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()))
+    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()), TOKEN)
     address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
     try:
         first, second = Channel.connect(address, 5), Channel.connect(address, 5)
-        first.request(exchange.Message(exchange.HELLO, {"worker": 0}, (np.zeros(3, np.float32),)))
-        hello = second.request(exchange.Message(exchange.HELLO, {"worker": 1}))
+        first.request(exchange.Message(exchange.HELLO, {"worker": 0, "token": TOKEN}, (np.zeros(3, np.float32),)))
+        hello = second.request(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))
         np.testing.assert_array_equal(hello.arrays[0], np.zeros(3))
         first.send(exchange.Message(exchange.PUSH, {"worker": 0, "version": 0}, (np.ones(3, np.float32),)))
         first.sock.settimeout(0.3)
@@ -367,16 +370,16 @@ def pushing_worker(strategy: str, staleness: int):
 
     s = algorithms.ServerState(mode=algorithms.SERVER_MODES[strategy], workers=2, learning_rate=0.5,
                                staleness=algorithms.server_gate(strategy, staleness))
-    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()))
+    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()), TOKEN)
     address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
     try:
         args = argparse.Namespace(strategy=strategy, staleness=staleness, seed=0, startup_timeout=5)
-        worker = _Worker(args, io.StringIO(), 0, {"worker": ["a:1", "b:1"], "ps": [address]})
+        worker = _Worker(args, io.StringIO(), 0, {"worker": ["a:1", "b:1"], "ps": [address]}, token=TOKEN)
         worker.weights = [np.zeros(3, np.float32)]
         worker._hello()
         worker._read_replies()
         other = Channel.connect(address, 5)
-        other.request(exchange.Message(exchange.HELLO, {"worker": 1}))
+        other.request(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))
         yield s, worker, other
         assert listener.errors == []
     finally:

@@ -12,6 +12,9 @@ from netbench.jobs import algorithms, exchange
 from netbench.jobs.harness import param_server
 
 
+TOKEN = "the-runs-token"
+
+
 def _handler(mode: str, workers: int = 2):
     state = algorithms.ServerState(mode=mode, workers=workers, learning_rate=1.0)
     return state, param_server.make_handler(state, threading.Condition())
@@ -98,11 +101,12 @@ def test_a_peer_that_said_goodbye_is_never_chosen_again_and_the_last_one_trains_
     for strategy in ("adpsgd", "gosgd"):
         args = argparse.Namespace(strategy=strategy, seed=0, startup_timeout=2, gossip_p=1.0)
         cluster = {"worker": ["127.0.0.1:0", f"127.0.0.1:{_free_port()}"]}  # nothing listens for worker 1
-        worker = _Worker(args, io.StringIO(), 0, cluster)
+        worker = _Worker(args, io.StringIO(), 0, cluster, token=TOKEN)
         worker.weights = [np.zeros(3, np.float32)]
-        listener = Listener("127.0.0.1", 0, worker._peer_handler)
+        listener = Listener("127.0.0.1", 0, worker._peer_handler, TOKEN)
         try:
             other = Channel.connect(f"127.0.0.1:{listener.sock.getsockname()[1]}", 5)
+            other.send(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))
             other.send(exchange.Message(exchange.BYE, {"worker": 1}))
             time.sleep(0.3)  # the goodbye is read
             started = time.monotonic()
