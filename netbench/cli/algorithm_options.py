@@ -13,14 +13,16 @@ from netbench.errors import UsageError
 
 # the strategies of issue 21 (model.job.EXCHANGE_STRATEGIES; the CLI keeps its literal, as for --order)
 ALGORITHMS = ("ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd", "adpsgd")
-ALGORITHMS_HELP = ("ps-sync (BSP), ps-async (ASP over the same protocol), ps-ssp (--staleness), easgd (--tau, --elastic-alpha): parameter servers (--ps) "
+ALGORITHMS_HELP = ("ps-sync (BSP), ps-async (ASP over the same protocol; --pipeline), ps-ssp (--staleness), easgd (--tau, --elastic-alpha): parameter servers (--ps) "
                    "without a coordinator; gosgd (--gossip-p), adpsgd: workers and their peers only.")
 # the JobSpec field each flag sets
-_FIELDS = ("staleness", "tau", "elastic_alpha", "gossip_p", "train_steps", "eval_every", "target_accuracy")
+_FIELDS = ("staleness", "tau", "elastic_alpha", "gossip_p", "pipeline", "train_steps", "eval_every",
+           "target_accuracy")
 
 
 def algorithm_options(command):
-    """--staleness, --tau, --elastic-alpha, --gossip-p, --train-steps, --eval-every, --target-accuracy."""
+    """--staleness, --tau, --elastic-alpha, --gossip-p, --pipeline, --train-steps, --eval-every,
+    --target-accuracy."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -36,6 +38,9 @@ def algorithm_options(command):
                      help="easgd: moving rate [default: 0.9 / workers, the EASGD paper's beta = 0.9]."),
         click.option("--gossip-p", default=0.1, show_default=True, type=FiniteFloatRange(0.0, 1.0),
                      help="gosgd: probability of a push to a random peer after each step."),
+        click.option("--pipeline", default=0, show_default=True, type=click.IntRange(0, 10000),
+                     help="ps-async: pushes a worker leaves unanswered while it computes; 0 waits for each "
+                          "push's reply (the ASP of the studies), e.g. 16 pipelines them (hides the round trip)."),
         click.option("--train-steps", type=click.IntRange(2, 10000000),
                      help="An accuracy run: each point trains a fresh model for this many steps in all "
                           "(warm-up included), in a launch of its own, and reports its test accuracy."),

@@ -41,7 +41,8 @@ from netbench.model.job import ALGORITHM_KEYS
 #     each record also keeps its own target_accuracy
 # 11: the algorithm settings the run's strategy used (its record's `algorithm`, e.g. {"staleness": 3})
 #     and the csv's staleness, tau, elastic_alpha and gossip_p columns (empty where unused)
-SCHEMA_VERSION = 11
+# 12: ps-async's pipeline (its record's `algorithm`, e.g. {"pipeline": 0}) and the csv's pipeline column
+SCHEMA_VERSION = 12
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"

@@ -2,10 +2,12 @@
 
 * ``ps-sync`` (BSP): every worker pushes its step's gradient; the server applies the mean of a
   round's W gradients once, together, and a worker's pull waits for its round (the barrier);
-* ``ps-async`` (ASP, as Dean et al. 2012's Downpour SGD and Jia et al.'s Async-SGD): each push
-  is applied at once and answered at once; a worker pushes and goes on computing on the
-  freshest weights it has received, never waiting for the other workers; only its transport
-  window (ASYNC_WINDOW pushes unanswered) makes it wait, for its own replies;
+* ``ps-async`` (ASP, as Dean et al. 2012's Downpour SGD, TF's and MXNet's parameter servers):
+  each push is applied at once and answered at once; a worker waits for its own push's reply
+  (the weights) every step and never for the other workers, so an update's staleness is about
+  the number of workers less one; with a `pipeline` of k it leaves up to k of its own pushes
+  unanswered while it computes on the freshest weights it has (hiding its round trip; the
+  staleness grows to about (k + 1) x workers - 1);
 * ``ps-ssp`` (SSP, Ho et al. 2013): each push is applied at once; a worker computes on the
   weights it last received and keeps up to S pushes unanswered (its pipeline), and the server
   answers push k once every worker still training has pushed k (the gate): so a worker that
@@ -44,10 +46,10 @@ EXCHANGE_STRATEGIES = ("ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd", "adpsg
 SERVER_MODES = {"ps-sync": SYNC, "ps-async": ASYNC, "ps-ssp": SSP, "easgd": ELASTIC_MODE}
 # the strategies whose workers push a gradient every step and get the weights back
 PUSH_STRATEGIES = ("ps-sync", "ps-async", "ps-ssp")
-# ps-async's pushes a worker may leave unanswered: a transport window that bounds the replies
-# (each a model) queued at the worker, not a staleness bound (the server gates nothing); wide
-# enough for a round trip of 100 ms at a few milliseconds of compute per step
-ASYNC_WINDOW = 16
+# ps-async's pushes a worker leaves unanswered while it computes (its `pipeline`): 0, the studies'
+# ASP; a pipelined run names its window (16 is wide enough for a round trip of 100 ms at a few
+# milliseconds of compute per step); not a staleness bound (the server gates nothing)
+DEFAULT_PIPELINE = 0
 PEER_STRATEGIES = ("gosgd", "adpsgd")
 
 
@@ -56,12 +58,12 @@ def default_elastic_alpha(workers: int) -> float:
     return EASGD_BETA / max(1, workers)
 
 
-def pipeline_depth(strategy: str, staleness: int) -> int:
+def pipeline_depth(strategy: str, staleness: int, pipeline: int = DEFAULT_PIPELINE) -> int:
     """Pushes a worker may leave unanswered while it computes on the weights it has: SSP's
-    slack (ps-ssp: S), ASP's transport window (ps-async: ASYNC_WINDOW), none for BSP (ps-sync
-    waits for its round's reply every step)."""
+    slack (ps-ssp: S), ASP's `pipeline` (ps-async: 0 unless set), none for BSP (ps-sync waits
+    for its round's reply every step)."""
     if strategy == "ps-async":
-        return ASYNC_WINDOW
+        return max(0, pipeline)
     return max(0, staleness) if strategy == "ps-ssp" else 0
 
 

@@ -90,4 +90,5 @@ SETTING_KEYS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "tau": ("tau", whole(1, 100_000), "tau: [1, 4, 16]"),  # easgd
     "elastic_alpha": ("elastic_alpha", ratio(True), "elastic_alpha: [0.1, 0.45]"),  # easgd
     "gossip_p": ("gossip_p", ratio(False), "gossip_p: [0.01, 0.1, 0.5]"),  # gosgd
+    "pipeline": ("pipeline", whole(0, 10_000), "pipeline: [0, 16]"),  # ps-async
 }

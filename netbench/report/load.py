@@ -29,7 +29,8 @@ FACTORS = ("strategy", "model", "batch", "workers", "ps", "accum_steps", "data",
 # a strategy's own settings, None for every other strategy: along strategy they are part of its
 # level, and a None among their levels is no level of theirs
 OWN_SETTINGS = ("ps", "accum_steps", *ALGORITHM_KEYS)
-ALGORITHM_SHORT = (("staleness", "s"), ("tau", "tau"), ("elastic_alpha", "alpha"), ("gossip_p", "p"))
+ALGORITHM_SHORT = (("staleness", "s"), ("tau", "tau"), ("elastic_alpha", "alpha"), ("gossip_p", "p"),
+                   ("pipeline", "pipeline"))
 
 
 def algorithm_text(levels: Mapping[str, Any]) -> str:

@@ -397,3 +397,46 @@ def test_a_worker_names_a_server_whose_reply_does_not_come():
         assert time.monotonic() - started < 3
     finally:
         listener.close()
+
+
+# -- ps-async: the studies' ASP, and the pipelined form as an explicit setting --------------
+
+def test_ps_asyncs_pipeline_is_a_setting_of_its_own_from_flag_playbook_and_factor_to_the_worker():
+    import pytest
+    from click.testing import CliRunner
+
+    from netbench.cli.app import main
+    from netbench.jobs import worker
+    from netbench.model import algorithm_keys
+    from netbench.model.job import JobSpec, algorithm_settings, check_job, describe_algorithm, worker_argv
+
+    asp, pipelined = JobSpec(strategy="ps-async"), JobSpec(strategy="ps-async", pipeline=16)
+    assert "--pipeline" not in worker_argv(asp) and algorithm_settings(asp, 2) == {"pipeline": 0}
+    argv = worker_argv(pipelined)
+    assert argv[argv.index("--pipeline") + 1] == "16" and algorithm_settings(pipelined, 2) == {"pipeline": 16}
+    assert worker.parse_args(list(argv[3:])).pipeline == 16 and worker.parse_args(list(worker_argv(asp)[3:])).pipeline == 0
+    assert "waits for its own push's reply" in describe_algorithm(asp, 2)[0]
+    assert "up to 16 of its own pushes unanswered" in describe_algorithm(pipelined, 2)[0]
+    with pytest.raises(ValueError, match="^pipeline:"):
+        check_job(JobSpec(strategy="ps-async", pipeline=-1), 2)
+    assert dict(algorithm_keys.job_extra({"algorithm": {"pipeline": 16}}, warmup=1)) == {"pipeline": 16}
+    with pytest.raises(algorithm_keys.BadKey):
+        algorithm_keys.job_extra({"algorithm": {"pipeline": 1.5}}, warmup=1)
+    shown = CliRunner().invoke(main, ["sweep", "--dry-run", "--strategy", "ps-async", "--pipeline", "16"],
+                               catch_exceptions=False)
+    assert shown.exit_code == 0 and "ASP, pipelined 16" in shown.output, shown.output
+    bad = CliRunner().invoke(main, ["sweep", "--dry-run", "--strategy", "ps-async", "--pipeline", "-2"])
+    assert bad.exit_code != 0 and "--pipeline" in bad.output
+
+
+def test_a_playbook_varies_ps_asyncs_pipeline_as_a_factor():
+    from netbench.model.design import expand
+    from netbench.model.playbook import playbook_from_mapping
+
+    book = playbook_from_mapping({"seed": 1, "order": "as-written", "factors": {
+        "strategy": ["ps-async"], "pipeline": [0, 16]}}, "pb.yaml")
+    runs = expand(book, 1)
+    assert [(r.settings.pipeline, r.job.pipeline) for r in runs] == [(0, 0), (16, 16)]
+    assert [r.settings.effective().pipeline for r in runs] == [0, 16]
+    import dataclasses
+    assert dataclasses.replace(runs[0].settings, strategy="ps-sync").effective().pipeline is None

@@ -77,7 +77,8 @@ class _Worker:
         self.version = 0
         # ps-ssp's and ps-async's pipeline: pushes sent and not yet answered, and how many may stay so
         self.unanswered = 0
-        self.depth = algorithms.pipeline_depth(self.strategy, getattr(args, "staleness", 0))
+        self.depth = algorithms.pipeline_depth(self.strategy, getattr(args, "staleness", 0),
+                                               getattr(args, "pipeline", algorithms.DEFAULT_PIPELINE))
         self.inboxes: list[queue.Queue] = []  # ps-sync, ps-async, ps-ssp: each server's replies (_read_replies)
 
     # -- the network -------------------------------------------------------------------
