@@ -440,3 +440,39 @@ def test_a_playbook_varies_ps_asyncs_pipeline_as_a_factor():
     assert [r.settings.effective().pipeline for r in runs] == [0, 16]
     import dataclasses
     assert dataclasses.replace(runs[0].settings, strategy="ps-sync").effective().pipeline is None
+
+
+def test_a_ps_sync_worker_fails_naming_the_worker_that_vanished_from_its_round():
+    """The worker's side of the barrier's error: its push is answered with the server's reason,
+    raised in the training thread with the server's address and the vanished worker's name."""
+    import argparse
+    import io
+    import pytest
+
+    from netbench.jobs.harness.exchange_loop import _Worker
+    from netbench.jobs.harness.peers import Channel, Listener
+
+    state = algorithms.ServerState(mode=algorithms.SYNC, workers=2, learning_rate=1.0)
+    condition = threading.Condition()
+
+    def lost(worker: int, cause: str) -> None:
+        with condition:
+            state.lose(worker, cause)
+            condition.notify_all()
+
+    listener = Listener("127.0.0.1", 0, param_server.make_handler(state, condition, first_s=0.0), TOKEN,
+                        cap=state.cap, on_lost=lost)
+    address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
+    try:
+        args = argparse.Namespace(strategy="ps-sync", staleness=0, seed=0, startup_timeout=5)
+        worker = _Worker(args, io.StringIO(), 0, {"worker": ["a:1", "b:1"], "ps": [address]}, token=TOKEN)
+        worker.weights = [np.zeros(3, np.float32)]
+        worker._hello()
+        worker._read_replies()
+        other = Channel.connect(address, 5)
+        other.request(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))
+        other.close()  # worker 1 vanishes without a goodbye
+        with pytest.raises(ConnectionError, match=rf"^{address}: worker 1 \(127.0.0.1:\d+\): its connection ended"):
+            worker._push(0.0, [np.ones(3, np.float32)])
+    finally:
+        listener.close()

@@ -37,7 +37,7 @@ from netbench.jobs import events as ev
 from netbench.jobs.harness import data as datasets
 from netbench.jobs.harness import evaluate, loop, param_server
 from netbench.jobs.harness.emit import arm_startup_watchdog, disarm_startup_watchdog, emit
-from netbench.jobs.harness.peers import Channel, Listener, run_limits, run_token
+from netbench.jobs.harness.peers import Channel, Listener, RemoteError, run_limits, run_token
 from netbench.jobs.harness.ps import task_of
 from netbench.jobs.harness.strategy import import_tf
 
@@ -219,8 +219,11 @@ class _Worker:
                 try:
                     inbox.put(channel.receive())
                 except BaseException as exc:  # noqa: BLE001 - handed to the training thread
-                    inbox.put(ConnectionError(f"parameter server {channel.name}: {type(exc).__name__}: {exc}")
-                              if not isinstance(exc, EOFError) else EOFError("a parameter server closed"))
+                    if isinstance(exc, EOFError):
+                        exc = EOFError(f"parameter server {channel.name} closed the connection")
+                    elif not isinstance(exc, RemoteError):  # a RemoteError names the server already
+                        exc = ConnectionError(f"parameter server {channel.name}: {type(exc).__name__}: {exc}")
+                    inbox.put(exc)
                     return
 
         for channel, inbox in zip(self.servers, self.inboxes):

@@ -29,6 +29,10 @@ from netbench.jobs import exchange
 CONNECT_RETRY_S = 0.2
 
 
+class RemoteError(ConnectionError):
+    """The other side answered with an error frame (the message names it and says why)."""
+
+
 def run_token(environ: Mapping[str, str] = os.environ) -> str:
     """The run's token from the controller (exchange.TOKEN_ENV); refuses to start without one."""
     token = environ.get(exchange.TOKEN_ENV, "")
@@ -92,7 +96,7 @@ class Channel:
     def receive(self, admit: Callable[[str, dict], None] | None = None) -> exchange.Message:
         message = exchange.decode(self._read, self.cap, admit)
         if message.op == exchange.ERROR:
-            raise ConnectionError(f"{self.name}: {message.meta.get('message', 'an error without a message')}")
+            raise RemoteError(f"{self.name}: {message.meta.get('message', 'an error without a message')}")
         return message
 
     def request(self, message: exchange.Message) -> exchange.Message:
