@@ -47,6 +47,7 @@ from netbench.model.job import ALGORITHM_KEYS
 #     the nodes' TCP congestion control (`congestion_control`), why a point settled when it did
 #     (`settle_reason`); who waits for whom: the record's `stragglers` (jobs/stragglers.py) and its
 #     csv columns (COLUMNS there); ps-sync's backup_workers (an algorithm column)
+#     and ps-async's pipeline (its record's `algorithm`, e.g. {"pipeline": 0}) and the csv's pipeline column
 SCHEMA_VERSION = 12
 
 RESULTS_CSV = "results.csv"

@@ -5,10 +5,10 @@ Top-level keys, fixed for every run of the playbook::
     train_steps: 200        # each run trains a fresh model for 200 steps (warm-up included)
     eval_every: 50          # held-out accuracy every 50 steps (and after the last)
     target_accuracy: 0.7    # steps and training time until it was first reached
-    algorithm: {staleness: 3, tau: 4, elastic_alpha: 0.45, gossip_p: 0.1}
+    algorithm: {staleness: 3, tau: 4, elastic_alpha: 0.45, gossip_p: 0.1, pipeline: 16}
 
 Each becomes the JobSpec field of its name (`job_extra`); `algorithm`'s settings are used by
-the strategy they belong to (ps-ssp, easgd, gosgd) and ignored by the others. To vary one, a
+the strategy they belong to (ps-ssp, easgd, gosgd, ps-async) and ignored by the others. To vary one, a
 playbook names it under `factors:` instead (model.playbook_values.SETTING_KEYS, the same
 ranges); a key under both is an error (model.playbook).
 """

@@ -22,7 +22,7 @@ class Settings:
     batch is per worker; workers counts training processes (for `ps`, besides the
     parameter servers); ps is used by the `ps` strategy only and accum_steps by
     `allreduce-accum` only; staleness (ps-ssp), tau and elastic_alpha (easgd), gossip_p
-    (gosgd) and backup_workers (ps-sync) by their strategy only, None where the playbook does not set them (the job's
+    (gosgd) and backup_workers (ps-sync) and pipeline (ps-async) by their strategy only, None where the playbook does not set them (the job's
     default, or the playbook's `algorithm:` value). delay_us/jitter_us are one-way microseconds at each node's
     egress, rate_bps bits/s (None: unlimited), loss a ratio.
     """
@@ -46,6 +46,7 @@ class Settings:
     elastic_alpha: float | None = None  # easgd: moving rate
     gossip_p: float | None = None  # gosgd: probability of a push after each step
     backup_workers: int | None = None  # ps-sync: gradients a round may go without (the late ones, dropped)
+    pipeline: int | None = None  # ps-async: pushes a worker leaves unanswered while it computes
 
     def effective(self) -> "Settings":
         """The same settings with the ones this strategy ignores set to their defaults."""

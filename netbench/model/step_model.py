@@ -149,7 +149,7 @@ PATTERNS: dict[str, Callable[[StepInputs], float]] = {
     "allreduce-accum": allreduce_s,  # one all-reduce per accum_steps batches: a step is one update
     "ps": _ps,
     # netbench's exchange protocol: every worker pushes and pulls each step (ps-ssp: up to S in
-    # flight, ps-async: its window; predict: PIPELINED), easgd every `period` steps, gosgd a
+    # flight, ps-async: its pipeline, 0 unless set; predict: PIPELINED), easgd every `period` steps, gosgd a
     # push to one peer with probability `p`, adpsgd a model each way per step
     **exchange_model.PATTERNS,
 }
@@ -159,7 +159,7 @@ PATTERNS: dict[str, Callable[[StepInputs], float]] = {
 # (jobs/harness/ps.py: duration = the time between completions): W workers overlap their steps
 COMPLETIONS = frozenset({"ps"})
 # strategies whose workers keep up to `window` exchanges in flight while they compute (ps-ssp: S,
-# ps-async: its transport window; jobs/harness/exchange_loop.py): a step is a round trip shared
+# ps-async: its pipeline, 0 by default: one push in flight; jobs/harness/exchange_loop.py): a step is a round trip shared
 # by window + 1 steps, never less than its computing with its own per-byte work or what its busier
 # direction carries per step
 # (exchange_model.pipelined_s: the egress, and a window per round trip on each connection)

@@ -150,7 +150,7 @@ def test_the_record_and_results_csv_carry_the_setting_the_run_used(tmp_path):
     store.create()
     for run in runs:
         store.add(make_result(run, "userspace", JobOutcome("failed", (), "x"), 0.0, 1.0))
-    assert CSV_COLUMNS[-5:] == ("staleness", "tau", "elastic_alpha", "gossip_p", "backup_workers")
+    assert CSV_COLUMNS[-6:] == ("staleness", "tau", "elastic_alpha", "gossip_p", "backup_workers", "pipeline")
     with open(tmp_path / "results.csv", newline="") as fh:
         rows = {r["strategy"]: r for r in csv.DictReader(fh)}
     cells = {s: (r["staleness"], r["tau"], r["elastic_alpha"], r["gossip_p"], r["backup_workers"])
