@@ -137,9 +137,13 @@ def _driver(run: Run, testbed: Target, seed: int, observer: Observer):
     if run.schedule is None:
         return None
     from netbench.experiment.schedule import RunDriver
+    from netbench.model.schedule import compute_at
+
+    entries = {id(entry.profile): entry for entry in run.timeline}  # a change's node capacity goes with it
 
     def apply(profile) -> None:
-        testbed.apply(replace(run, profile=profile), seed=seed)
+        testbed.apply(replace(run, profile=profile, compute=compute_at(run.compute, entries.get(id(profile)))),
+                      seed=seed)
 
     def landed(item) -> None:
         observer.profile_applied(replace(run, profile=item.profile))

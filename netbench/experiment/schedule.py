@@ -149,6 +149,7 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
         durations.append(clock() - began)
         start = None  # the clock starts after the rehearsal
     start = clock() if start is None else start
+    held_compute = timeline[first - 1].compute if first else ()
     cycle = 0
     while True:
         offset = cycle * period_s if repeat else 0
@@ -168,8 +169,9 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
                 target = due(timeline, index, clock() - start + lead, offset)
                 scheduled = timeline[target].at_s + offset
             merged, index, entry = tuple(range(index, target)), target + 1, timeline[target]
-            if last is not None and _same_link(entry.profile, last):
-                continue
+            if last is not None and _same_link(entry.profile, last) and entry.compute == held_compute:
+                continue  # (a node's capacity change is a change even where the link stays)
+            held_compute = entry.compute
             began = clock() - start
             apply(entry.profile)
             done = clock() - start

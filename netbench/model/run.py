@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from netbench import units
+from netbench.model.compute import NONE, Compute
 from netbench.model.job import ALGORITHM_KEYS, ALGORITHM_SETTINGS, SERVER_STRATEGIES, JobSpec
 from netbench.model.profile import Profile
 
@@ -87,10 +88,18 @@ class Run:
     schedule: Any = None  # model.schedule.Schedule, or None: the profile holds for the whole run
     timeline: tuple = ()  # model.schedule.TimedProfile entries of `schedule`, expanded over its base
     pairs: Any = None  # model.pairs.PairTopology the run applies instead of its profile (None: the profile)
+    compute: Compute = NONE  # each node's CPU limit and step delay (model/compute.py; NONE: unlimited)
 
     @property
     def run_id(self) -> str:
         return f"r{self.index:03d}"
+
+
+def computes(run: Run) -> tuple[Compute, ...]:
+    """Every node capacity the run holds: its own, then each of its schedule's entries'."""
+    from netbench.model.schedule import compute_at
+
+    return (run.compute,) + tuple(compute_at(run.compute, entry) for entry in run.timeline)
 
 
 def scaled_name(name: str, scale: float) -> str:
