@@ -120,7 +120,8 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      time_to_target_s=scored.time_to_target_s, target_accuracy=job.target_accuracy,
                      **user_results.origin(outcome.events, job, link),
                      link_bytes=link, link_bytes_per_s=None if link is None else link["sent_bytes_per_s_mean"],
-                     algorithm=algorithm_settings(job, workers) or None)
+                     algorithm=algorithm_settings(job, workers) or None,
+                     compute=run.compute.to_record() if run.compute.limited else None)
 
 
 def window_precision(durations: list[float], precision: float | None) -> dict:

@@ -24,6 +24,7 @@ from typing import Any
 from netbench import __version__
 from netbench.errors import UsageError
 from netbench.jobs.resources import Usage, totals
+from netbench.experiment import node_columns
 from netbench.model.job import ALGORITHM_KEYS
 
 # 2: strategy settings (ps, accum_steps), data, model size, computation/communication split,
@@ -41,7 +42,9 @@ from netbench.model.job import ALGORITHM_KEYS
 #     each record also keeps its own target_accuracy
 # 11: the algorithm settings the run's strategy used (its record's `algorithm`, e.g. {"staleness": 3})
 #     and the csv's staleness, tau, elastic_alpha and gossip_p columns (empty where unused)
-SCHEMA_VERSION = 11
+# 12: each node's compute capacity (its record's `compute`: cpus and step_delay_s per node) and a
+#     csv column per limited node: cpus_<node>, step_delay_s_<node> ("all": every node), after the rest
+SCHEMA_VERSION = 12
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -154,6 +157,9 @@ class RunResult:
     # the settings of the strategy's own algorithm as the run used them (model.job.algorithm_settings:
     # ps-ssp's staleness, easgd's tau and elastic_alpha, gosgd's gossip_p); None: a strategy with none
     algorithm: dict[str, Any] | None = None
+    # each node's compute capacity as the run started (model.compute.Compute.to_record: cpus and
+    # step_delay_s per node, "*": every node); None: every node unlimited
+    compute: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -203,6 +209,7 @@ class RunResult:
             "framework": self.framework, "source": self.source,
             "link_bytes_per_s": opt(self.link_bytes_per_s, 1),
             **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_KEYS},
+            **node_columns.cells(self.compute),
         }
 
     def _resource_cells(self) -> dict[str, Any]:
@@ -242,6 +249,7 @@ class ResultStore:
         self.logs_dir = directory / LOGS_DIR
         self.playbook_path = directory / PLAYBOOK_RECORD
         self._rows: set[str] | None = None
+        self.columns: tuple[str, ...] = CSV_COLUMNS  # the header: CSV_COLUMNS and the per-node columns so far
 
     def create(self) -> None:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -251,9 +259,10 @@ class ResultStore:
                 csv.DictWriter(fh, fieldnames=CSV_COLUMNS).writeheader()
         with open(self.csv_path, newline="", encoding="utf-8") as fh:
             header = next(csv.reader(fh), [])
-        if tuple(header) != CSV_COLUMNS:
-            if not set(header) <= set(CSV_COLUMNS):
-                unknown = ", ".join(sorted(set(header) - set(CSV_COLUMNS)))
+        self.columns = node_columns.header(CSV_COLUMNS, header)
+        if tuple(header) != self.columns:
+            if not set(header) <= set(self.columns):
+                unknown = ", ".join(sorted(set(header) - set(self.columns)))
                 raise ResultsError(f"{self.csv_path}: columns this netbench does not write ({unknown})",
                                    hint="give another folder with --output")
             # written by an older netbench (fewer columns): rewrite it with today's, keeping every row
@@ -266,10 +275,12 @@ class ResultStore:
         a row already there for this run (an older netbench wrote the row first) is replaced."""
         # the same JSON as asdict(result), without asdict's deep copy of every step event
         write_json(self.runs_dir / f"{result.run_id}.json", {f.name: getattr(result, f.name) for f in fields(result)})
-        if result.run_id in self._row_ids():
-            self._rewrite_rows(drop={result.run_id}, extra=[result.csv_row()])
+        row = result.csv_row()
+        if result.run_id in self._row_ids() or not set(row) <= set(self.columns):
+            self.columns = node_columns.header(CSV_COLUMNS, set(self.columns) | set(row))  # a node limited for the first time
+            self._rewrite_rows(drop={result.run_id}, extra=[row])
         else:
-            self._append_rows([result.csv_row()])
+            self._append_rows([row])
         self._row_ids().add(result.run_id)
 
     def _row_ids(self) -> set[str]:
@@ -280,7 +291,7 @@ class ResultStore:
 
     def _append_rows(self, rows: list[dict[str, Any]]) -> None:
         with open(self.csv_path, "a", newline="", encoding="utf-8") as fh:
-            csv.DictWriter(fh, fieldnames=CSV_COLUMNS).writerows(rows)
+            csv.DictWriter(fh, fieldnames=self.columns, restval="").writerows(rows)
             fh.flush()
             os.fsync(fh.fileno())
 
@@ -289,7 +300,7 @@ class ResultStore:
         rows = [row for row in self.read_rows() if row.get("run_id") not in drop] + extra
         tmp = self.csv_path.with_name(self.csv_path.name + ".tmp")
         with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS, restval="")
+            writer = csv.DictWriter(fh, fieldnames=self.columns, restval="")
             writer.writeheader()
             writer.writerows(rows)
             fh.flush()
@@ -312,7 +323,12 @@ class ResultStore:
             if result.run_id not in have:
                 missing.append(result)
         if missing:
-            self._append_rows([r.csv_row() for r in missing])
+            rows = [r.csv_row() for r in missing]
+            if not set().union(*rows) <= set(self.columns):
+                self.columns = node_columns.header(CSV_COLUMNS, set(self.columns).union(*rows))
+                self._rewrite_rows(drop=set(), extra=rows)
+            else:
+                self._append_rows(rows)
             have.update(r.run_id for r in missing)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
