@@ -229,6 +229,32 @@ def check_cores(compute: Compute, cores: float, where: str) -> None:
                              hint=f"give at most {cores:g}, or max for no limit")
 
 
+# ---------------------------------------------------------------- the model's view
+
+MAX_SLOWDOWN = 1 / MIN_CPUS
+
+
+def slowdown(cpus: float | None, busy_cpus: float = 1.0) -> float:
+    """How much longer a node's compute takes at `cpus` than unlimited, where it kept
+    `busy_cpus` busy unlimited (the compute calibration runs one process per worker node at once:
+    about one core each on a machine of as many cores as workers). A quota at or above what it
+    used does not slow it; below, its CPU time is spread over busy_cpus / cpus as long."""
+    if cpus is None or cpus >= busy_cpus:
+        return 1.0
+    return min(MAX_SLOWDOWN, busy_cpus / cpus)
+
+
+def worker_terms(compute: Compute, workers: int, busy_cpus: float = 1.0) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(each worker's slowdown, each worker's step delay), worker i on node n<i+1> as the job's
+    placement puts workers; ((), ()) when no worker's node is limited."""
+    nodes = [f"n{i + 1}" for i in range(workers)]
+    slow = tuple(slowdown(compute.cpus_of(n), busy_cpus) for n in nodes)
+    delay = tuple(compute.delay_of(n) for n in nodes)
+    if all(s == 1.0 for s in slow) and not any(delay):
+        return (), ()
+    return slow, delay
+
+
 # ---------------------------------------------------------------- the cgroup plan
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ class NodeCapacity:
                 step_delay.write(str(path), 0.0)
                 self.delay_file[node.name] = path
                 spawner.node_env[node.name] = {step_delay.ENV_FILE: str(path)}
+        self.apply(cm.NONE)  # unlimited until a point says otherwise (the model's calibrations run so)
 
     def apply(self, compute: cm.Compute) -> None:
         """One point's limits on every node that has a group or a file (unnamed: unlimited)."""

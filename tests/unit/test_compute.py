@@ -235,3 +235,30 @@ def test_node_capacity_refuses_a_limit_above_the_cores_before_making_anything(tm
     with pytest.raises(UsageError, match="n2 at 3 CPUs"):
         NodeCapacity(Journal(tmp_path), detect=lambda: fake, cores=lambda: 2).prepare(runs)
     assert fake.calls == []
+
+
+# ---------------------------------------------------------------- the step model
+
+def test_slowdown_is_the_share_below_what_the_node_used():
+    assert cm.slowdown(None) == 1.0 and cm.slowdown(2.0) == 1.0 and cm.slowdown(0.25) == 4.0
+    assert cm.slowdown(0.5, busy_cpus=2.0) == 4.0 and cm.slowdown(0.01) == cm.MAX_SLOWDOWN
+
+
+def test_worker_terms_follow_the_placement_of_workers_on_n1_n2():
+    c = cm.NONE.set("n2", cpus=0.2).set("n1", step_delay_s=0.04)
+    assert cm.worker_terms(c, 2) == ((1.0, 5.0), (0.04, 0.0))
+    assert cm.worker_terms(cm.NONE.set("n3", cpus=0.2), 2) == ((), ())  # n3 holds no worker (a server)
+
+
+def test_a_synchronous_step_is_bound_by_the_slowest_node():
+    from netbench.model import step_model
+
+    x = step_model.StepInputs(strategy="allreduce", workers=2, model_bytes=4_000_000, compute_s=0.01, delay_s=0.001,
+                              rate_bps=None, overhead_s=0.002, beta_s_per_byte=1e-9)
+    equal = step_model.predict(x)
+    slow = step_model.predict(dataclasses.replace(x, node_slowdown=(1.0, 5.0), node_delay_s=(0.0, 0.0)))
+    delayed = step_model.predict(dataclasses.replace(x, node_slowdown=(1.0, 1.0), node_delay_s=(0.0, 0.04)))
+    assert slow.compute_s == pytest.approx(0.05) and slow.step_s == pytest.approx(equal.step_s + 0.04)
+    assert delayed.step_s == pytest.approx(equal.step_s + 0.04)
+    gossip = step_model.node_compute_s(dataclasses.replace(x, strategy="gosgd", node_slowdown=(1.0, 5.0)), 0.01)
+    assert gossip == pytest.approx(0.03)  # workers at their own pace: the mean
