@@ -221,6 +221,35 @@ def from_mapping(data: Any, where: str) -> Compute:
     return out
 
 
+def playbook_factors(kind: str, data: Any, where: str) -> list[tuple[str, tuple]]:
+    """A playbook's `cpus: {n2: [1, 0.5, 0.25]}` (or step_delay) -> [("cpus.n2", levels)], one factor
+    per node."""
+    if not isinstance(data, Mapping) or not data:
+        raise UsageError(f"{where}: must map nodes to their levels", hint=f"e.g. '{kind}: {{n2: " +
+                         ("[1, 0.5, 0.25]}'" if kind == "cpus" else "[0ms, 40ms]}'"))
+    out = []
+    for node, levels in data.items():
+        check_node(node, f"{where}.{node}")
+        if isinstance(levels, (str, bytes)) or not isinstance(levels, (list, tuple)) or not levels:
+            raise UsageError(f"{where}.{node}: must be a non-empty list of levels", hint="e.g. [1, 0.5, 0.25]")
+        parse = parse_cpus if kind == "cpus" else parse_step_delay
+        parsed = tuple(parse(level, f"{where}.{node}") for level in levels)
+        if len(set(parsed)) != len(parsed):
+            raise UsageError(f"{where}.{node}: repeated level", hint="use repetitions: for repeated runs")
+        out.append((f"{kind}.{node}", parsed))
+    return out
+
+
+def crossed(base: Compute, pairs) -> Compute:
+    """`base` with a combination's per-node factors ("cpus.n2", level) set; other keys ignored."""
+    out = base
+    for key, value in pairs:
+        kind, dot, node = key.partition(".")
+        if dot and kind in KINDS:
+            out = out.set(node, **{"cpus" if kind == "cpus" else "step_delay_s": value})
+    return out
+
+
 def check_cores(compute: Compute, cores: float, where: str) -> None:
     """A limit above the cores a node's processes may use is refused: it would limit nothing."""
     for node, cpus in compute.cpus:

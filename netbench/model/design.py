@@ -200,7 +200,7 @@ def playbook_design(book: Playbook, seed: int, sample_resources_s: float = 0.0) 
             points.append(scheduled_point(schedules[s.schedule], profile_for(book, s), job, s.workers, s))
         else:
             points.append(Point(profile=profile_for(book, s), workers=s.workers, settings=s, job=job))
-    points = tuple(points)
+    points = tuple(with_computes((p,), (p.settings.compute,))[0] for p in points)
     return Design(points=points, repeat=book.repetitions, order=book.order, seed=seed)
 
 
@@ -261,6 +261,8 @@ def _settings_record(settings: Settings) -> dict[str, Any]:
         record.pop("schedule", None)
     if record.get("scale") == 1:
         record.pop("scale", None)
+    if not settings.compute.limited:  # folders written before node capacities resume
+        record.pop("compute", None)
     if record.get("framework") == Settings.framework:  # folders written before frameworks resume
         record.pop("framework", None)
     for name in algorithm_keys.ALGORITHM_KEYS:  # unset: as before they were settings

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping
 
 from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
-from netbench.model import algorithm_keys, command_job, congestion
+from netbench.model import algorithm_keys, command_job, compute, congestion
 from netbench.model.profile import Profile, load_profile, validate
 from netbench.model.frameworks import check_framework
 from netbench.model.run import Settings, profile_name, scaled_name
@@ -152,6 +152,9 @@ def _factors(data: Any, source: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
                    "e.g. 'factors: {latency: [1ms, 10ms]}'")
     out = []
     for key, levels in data.items():
+        if key in compute.KINDS:  # per node: {n2: [1, 0.5]} -> a factor "cpus.n2" (model/compute.py)
+            out.extend(compute.playbook_factors(key, levels, f"{source}: factors.{key}"))
+            continue
         if key not in SETTING_KEYS:
             raise _unknown(source, "factors.", key, SETTING_KEYS)
         if isinstance(levels, (str, bytes)) or not isinstance(levels, (list, tuple)) or not levels:
@@ -424,7 +427,9 @@ def _cross(book: Playbook, factors: tuple[tuple[str, tuple[Any, ...]], ...]) -> 
     keys = [k for k, _ in factors]
     out = []
     for combo in itertools.product(*(levels for _, levels in factors)):
-        out.append(replace(book.fixed, **{SETTING_KEYS[k][0] if k in SETTING_KEYS else k: v for k, v in zip(keys, combo)}))
+        pairs = list(zip(keys, combo))
+        out.append(replace(book.fixed, compute=compute.crossed(book.fixed.compute, pairs),
+                           **{SETTING_KEYS[k][0] if k in SETTING_KEYS else k: v for k, v in pairs if "." not in k}))
     return out
 
 

@@ -46,6 +46,7 @@ class Settings:
     tau: int | None = None  # easgd: local steps between elastic exchanges
     elastic_alpha: float | None = None  # easgd: moving rate
     gossip_p: float | None = None  # gosgd: probability of a push after each step
+    compute: Compute = NONE  # each node's CPU limit and step delay (factors cpus: and step_delay:)
 
     def effective(self) -> "Settings":
         """The same settings with the ones this strategy ignores set to their defaults."""

@@ -262,3 +262,22 @@ def test_a_synchronous_step_is_bound_by_the_slowest_node():
     assert delayed.step_s == pytest.approx(equal.step_s + 0.04)
     gossip = step_model.node_compute_s(dataclasses.replace(x, strategy="gosgd", node_slowdown=(1.0, 5.0)), 0.01)
     assert gossip == pytest.approx(0.03)  # workers at their own pace: the mean
+
+
+# ---------------------------------------------------------------- playbooks
+
+def test_a_playbooks_cpus_factor_crosses_per_node_levels(tmp_path):
+    from netbench.model.design import expand
+    from netbench.model.playbook import playbook_from_mapping
+
+    book = playbook_from_mapping({"name": "unequal", "factors": {"latency": ["1ms"], "cpus": {"n2": [1, 0.5]},
+                                                                 "step_delay": {"n1": ["0ms", "40ms"]}},
+                                  "steps": 5, "order": "as-written"}, "unequal.yaml")
+    runs = expand(book, seed=0)
+    assert [(r.compute.cpus_of("n2"), r.compute.delay_of("n1")) for r in runs] == [
+        (1.0, 0.0), (1.0, 0.04), (0.5, 0.0), (0.5, 0.04)]
+    assert runs[3].profile.name == "d1ms+n2c0.5-n1s40ms" and runs[3].settings.compute == runs[3].compute
+    with pytest.raises(UsageError, match=r"unequal.yaml: factors.cpus.n2: 'x' is not a number of CPUs"):
+        playbook_from_mapping({"factors": {"cpus": {"n2": ["x"]}}}, "unequal.yaml")
+    with pytest.raises(UsageError, match="must map nodes to their levels"):
+        playbook_from_mapping({"factors": {"cpus": [0.5]}}, "unequal.yaml")
