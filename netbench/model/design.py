@@ -163,8 +163,9 @@ def topology_point(pairs: PairTopology, scale: float, job: JobSpec, workers: int
                    settings: Settings | None = None) -> Point:
     """A point that applies `pairs` with every delay times `scale`; its profile is a null
     one named after the point ("world", "world-x2"), which labels it in views and results."""
-    return Point(profile=Profile(name=scaled_name(pairs.name, scale)), job=job, workers=workers, settings=settings,
-                 pairs=scaled(pairs, scale))
+    point = Point(profile=Profile(name=scaled_name(pairs.name, scale)), job=job, workers=workers, settings=settings,
+                  pairs=scaled(pairs, scale))
+    return with_computes((point,), (pairs.compute or NONE,))[0]  # the file's compute: its nodes' capacity
 
 
 def topology_design(pairs: PairTopology, scales: Sequence[float], repeat: int, job: JobSpec,

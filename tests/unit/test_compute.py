@@ -281,3 +281,16 @@ def test_a_playbooks_cpus_factor_crosses_per_node_levels(tmp_path):
         playbook_from_mapping({"factors": {"cpus": {"n2": ["x"]}}}, "unequal.yaml")
     with pytest.raises(UsageError, match="must map nodes to their levels"):
         playbook_from_mapping({"factors": {"cpus": [0.5]}}, "unequal.yaml")
+
+
+def test_a_topology_files_compute_limits_its_runs_nodes():
+    from netbench.model.design import topology_design
+    from netbench.model.pairs_file import pair_topology_from_mapping
+
+    data = {"name": "two", "matrix": {"n1": {"n2": {"delay": "5ms"}}, "n2": {"n1": {"delay": "5ms"}}},
+            "compute": {"n2": {"cpus": 0.5}}}
+    pairs = pair_topology_from_mapping(data, "two.yaml")
+    (run,) = topology_design(pairs, (1.0,), 1, JobSpec(), 2).runs()
+    assert run.compute.cpus_of("n2") == 0.5 and run.profile.name == "two+n2c0.5"
+    with pytest.raises(UsageError, match="two.yaml: compute.n3: is not a node of the topology"):
+        pair_topology_from_mapping({**data, "compute": {"n3": {"cpus": 0.5}}}, "two.yaml")
