@@ -397,7 +397,7 @@ TASK_MARK = "netbench-task"  # the first stdout line of `node task`: "netbench-t
 
 
 def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, grace: float = 3.0,
-             stdin=None, stdout=None) -> int:
+             stdin=None, stdout=None, cpus: float | None = None, cgroups=None) -> int:
     """Run one job process for a controller, over SSH: its stdout is relayed line by line to
     this command's stdout (the SSH channel), its stderr goes straight there.
 
@@ -412,7 +412,14 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
 
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
-    child = proc.spawn(argv, env={"PYTHONUNBUFFERED": "1", **env}, stdout=subprocess.PIPE, stderr=None)
+    groups, group = _task_group(journal, role, cpus, cgroups)
+    try:
+        child = proc.spawn(argv, env={"PYTHONUNBUFFERED": "1", **env}, stdout=subprocess.PIPE, stderr=None,
+                           cgroup=None if groups is None else str(groups.cgroups.path(group) / "cgroup.procs"))
+    except BaseException:
+        if groups is not None:
+            groups.remove_all()
+        raise
     entry = journal.record("process", pid=child.pid, start=proc.start_time(child.pid), netns=None, role=role)
 
     def on_signal(signum, frame):
@@ -446,4 +453,22 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
         if code is None:
             code = child.wait()
         journal.done(entry)
+        if groups is not None:
+            groups.remove_all()  # what cannot be removed stays journaled for 'netbench node reset'
     return 128 - code if code < 0 else code
+
+
+def _task_group(journal: Journal, role: str, cpus: float | None, cgroups=None):
+    """(NodeGroups, the group's name) a task with a CPU limit starts in, journaled before it is
+    made and limited to `cpus` (emulation/cgroups.py: this host's v2 or v1); (None, None) without."""
+    if cpus is None:
+        return None, None
+    from netbench.emulation import cgroups as cg
+    from netbench.model.compute import NONE, check_cores
+
+    check_cores(NONE.set("host", cpus=cpus), cg.cores(), "flag --cpus")
+    groups = cg.NodeGroups(journal, cgroups or cg.detect())
+    name = f"netbench-task-{role}-{os.getpid()}"
+    groups.create(name)
+    groups.limit(name, cpus)
+    return groups, name

@@ -294,3 +294,46 @@ def test_a_topology_files_compute_limits_its_runs_nodes():
     assert run.compute.cpus_of("n2") == 0.5 and run.profile.name == "two+n2c0.5"
     with pytest.raises(UsageError, match="two.yaml: compute.n3: is not a node of the topology"):
         pair_topology_from_mapping({**data, "compute": {"n3": {"cpus": 0.5}}}, "two.yaml")
+
+
+# ---------------------------------------------------------------- a host's agent (netbench node task --cpus)
+
+def test_a_hosts_task_starts_in_a_limited_group_journaled_and_removed_after(tmp_path):
+    import io
+    import subprocess
+    import sys
+
+    from netbench.remote.agent import run_task
+
+    class Folder(FakeCgroups):  # in memory, with a real cgroup.procs file for the child to join
+        def create(self, name):
+            path = super().create(name)
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+
+    fake = Folder(str(tmp_path / "sys"))
+    journal = Journal(tmp_path / "state")
+    seen = {}
+
+    def watching_spawn(*args, **kwargs):
+        seen["kinds"] = [e.kind for e in journal.pending()]  # the group is journaled before the task starts
+        seen["cgroup"] = kwargs.get("cgroup")
+        return real_spawn(*args, **kwargs)
+
+    from netbench import proc as proc_module
+
+    real_spawn = proc_module.spawn
+    read, write = os.pipe()
+    os.close(write)  # the controller has closed the channel: the task is stopped once started
+    out = io.BytesIO()
+    try:
+        proc_module.spawn = watching_spawn
+        run_task(journal, [sys.executable, "-c", "import time; time.sleep(30)"], {}, "worker0", grace=0.5,
+                 stdin=os.fdopen(read, "rb"), stdout=out, cpus=0.5, cgroups=fake)
+    finally:
+        proc_module.spawn = real_spawn
+    pid = int(out.getvalue().split(b"pid=")[1].split()[0])
+    assert seen["kinds"] == ["cgroup"] and seen["cgroup"].endswith("/cgroup.procs")
+    assert Path(seen["cgroup"]).read_text().strip() == str(pid)  # the task joined before it ran
+    assert ("quota", f"netbench-task-worker0-{os.getpid()}", "5000 10000") in fake.calls
+    assert fake.groups == {} and journal.pending() == []  # removed after, nothing left for reset
