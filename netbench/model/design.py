@@ -224,6 +224,7 @@ def design_digest(book: Playbook, runs: Sequence[Run]) -> str:
     doc.update(_measurement_record(book))
     if book.schedules:  # a schedule edited between sessions is another design too
         doc["schedules"] = {ref: [schedule.repeat, schedule.cycle, [[e.at_s, e.at_step, e.profile.to_record()]
+                                                                    + ([list(e.compute)] if e.compute else [])
                                                                     for e in timeline(schedule, None)]]
                             for ref, schedule in book.schedules}
     if book.topology is not None:  # so is a topology file edited between sessions
