@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,10 @@ def test_the_v2_adapter_limits_a_busy_process_and_removes_its_group(v2_root):
         groups.set_quota(name, quota_plan(0.2))
         assert (path / "cpu.max").read_text().split() == ["2000", "10000"]
         child = proc.spawn([sys.executable, "-c", BUSY, "3"], cgroup=str(path / "cgroup.procs"))
-        assert str(child.pid) in (path / "cgroup.procs").read_text().split()
+        deadline = time.monotonic() + 30  # it joins as its first act, which a slow VM takes a while to reach
+        while str(child.pid) not in (path / "cgroup.procs").read_text().split():
+            assert child.poll() is None and time.monotonic() < deadline, "the child never joined its group"
+            time.sleep(0.05)
         assert child.wait(timeout=120) == 0
         throttled = groups.throttled(name)
     finally:
