@@ -179,8 +179,8 @@ def predict(x: StepInputs) -> Prediction | None:
     if pattern is None or x.compute_s <= 0 or (x.model_bytes <= 0 and x.strategy != "single"):
         return None
     batches = max(1, x.accum_steps) if x.strategy == "allreduce-accum" else 1
-    compute = node_compute_s(x, x.compute_s * batches)
     comm = pattern(x)
+    compute = node_compute_s(x, x.compute_s * batches, min(comm, cpu_comm_s(x)))
     floor = compute + (allreduce_floor_s(x.model_bytes, x.workers, x.delay_s, x.rate_bps, ring_round_trips_s(x) / 2)
                        if x.strategy.startswith("allreduce") else 0.0)
     step = compute + comm
@@ -199,16 +199,26 @@ def predict(x: StepInputs) -> Prediction | None:
 SYNCHRONOUS = frozenset({"allreduce", "allreduce-accum", "ps-sync", "single"})
 
 
-def node_compute_s(x: StepInputs, compute_s: float) -> float:
-    """A step's compute with unequal nodes: each worker's `compute_s` times its slowdown plus its
-    step delay; the slowest worker's in a synchronous strategy (every step waits for it), the
-    workers' mean in the others (each runs at its own pace; the model's step is a typical worker's)."""
+def cpu_comm_s(x: StepInputs) -> float:
+    """The CPU work of a step's communication: its bytes at the per-byte cost measured on unshaped
+    links (there the CPU, not the link, sets it): the all-reduce's slope, or the exchange
+    protocol's for a model pushed and pulled. A node's CPU limit slows it as it slows compute."""
+    if x.exchange_beta_s_per_byte is not None and x.strategy in exchange_model.PATTERNS:
+        return x.exchange_beta_s_per_byte * 2 * x.model_bytes
+    return x.beta_s_per_byte * x.model_bytes
+
+
+def node_compute_s(x: StepInputs, compute_s: float, cpu_comm: float = 0.0) -> float:
+    """A step's compute with unequal nodes: each worker's CPU work (`compute_s` and the
+    communication's `cpu_comm`) times its slowdown, plus its step delay, less the `cpu_comm` the
+    communication term already counts; the slowest worker's in a synchronous strategy (every step
+    waits for it), the workers' mean in the others (each runs at its own pace)."""
     if not x.node_slowdown and not x.node_delay_s:
         return compute_s
     count = max(len(x.node_slowdown), len(x.node_delay_s))
     slow = tuple(x.node_slowdown) + (1.0,) * (count - len(x.node_slowdown))
     delay = tuple(x.node_delay_s) + (0.0,) * (count - len(x.node_delay_s))
-    each = [compute_s * s + d for s, d in zip(slow, delay)]
+    each = [(compute_s + cpu_comm) * s + d - cpu_comm for s, d in zip(slow, delay)]
     return max(each) if x.strategy in SYNCHRONOUS else sum(each) / len(each)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -258,7 +259,8 @@ def test_a_synchronous_step_is_bound_by_the_slowest_node():
     equal = step_model.predict(x)
     slow = step_model.predict(dataclasses.replace(x, node_slowdown=(1.0, 5.0), node_delay_s=(0.0, 0.0)))
     delayed = step_model.predict(dataclasses.replace(x, node_slowdown=(1.0, 1.0), node_delay_s=(0.0, 0.04)))
-    assert slow.compute_s == pytest.approx(0.05) and slow.step_s == pytest.approx(equal.step_s + 0.04)
+    # its CPU work (10 ms of compute, 4 ms moving 4 MB at the unshaped per-byte cost) takes 5x as long
+    assert slow.compute_s == pytest.approx(5 * 0.014 - 0.004) and slow.step_s == pytest.approx(equal.step_s + 4 * 0.014)
     assert delayed.step_s == pytest.approx(equal.step_s + 0.04)
     gossip = step_model.node_compute_s(dataclasses.replace(x, strategy="gosgd", node_slowdown=(1.0, 5.0)), 0.01)
     assert gossip == pytest.approx(0.03)  # workers at their own pace: the mean
@@ -323,13 +325,22 @@ def test_a_hosts_task_starts_in_a_limited_group_journaled_and_removed_after(tmp_
     from netbench import proc as proc_module
 
     real_spawn = proc_module.spawn
+    import threading
+
     read, write = os.pipe()
-    os.close(write)  # the controller has closed the channel: the task is stopped once started
     out = io.BytesIO()
+    procs = tmp_path / "sys" / "netbench.slice" / f"netbench-task-worker0-{os.getpid()}" / "cgroup.procs"
     try:
         proc_module.spawn = watching_spawn
-        run_task(journal, [sys.executable, "-c", "import time; time.sleep(30)"], {}, "worker0", grace=0.5,
-                 stdin=os.fdopen(read, "rb"), stdout=out, cpus=0.5, cgroups=fake)
+        task = threading.Thread(target=lambda: run_task(
+            journal, [sys.executable, "-c", "import time; time.sleep(30)"], {}, "worker0", grace=0.5,
+            stdin=os.fdopen(read, "rb"), stdout=out, cpus=0.5, cgroups=fake))
+        task.start()
+        deadline = time.monotonic() + 20
+        while not (procs.exists() and procs.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.close(write)  # the controller closes the channel: the task is stopped
+        task.join(timeout=20)
     finally:
         proc_module.spawn = real_spawn
     pid = int(out.getvalue().split(b"pid=")[1].split()[0])
