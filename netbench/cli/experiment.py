@@ -144,6 +144,9 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, cpus_flags, step_delay
         loss=tuple(parse_levels(loss, "--loss", units.parse_ratio)) if loss else (),
         jitter_us=tuple(parse_levels(jitter, "--jitter", units.parse_duration_us)) if jitter else (),
     )
+    if topology_file is not None and (cpus_flags or step_delay_flags):
+        raise UsageError(f"flag {'--cpus' if cpus_flags else '--step-delay'}: not with --topology",
+                         hint="give the nodes' capacity in the topology file: compute: {n2: {cpus: 0.5}}")
     computes = _compute_levels(cpus_flags, step_delay_flags, inventory)
     schedules = _load_schedules(schedule_files)
     if schedules and inventory is not None:

@@ -115,3 +115,20 @@ def test_results_csv_gets_a_column_per_limited_node(tmp_path):
     again.create()  # a folder with node columns is resumed, not refused
     again.add(result("r003", compute=cm.NONE.set("n2", cpus=0.3).to_record()))
     assert [r["cpus_n2"] for r in again.read_rows()] == ["", "0.2", "", "0.3"]
+
+
+def test_sweep_flags_cross_node_capacity_and_the_dry_run_prints_it(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from netbench.cli import app
+
+    monkeypatch.setenv("NETBENCH_STATE_DIR", str(tmp_path))
+    result = CliRunner().invoke(app.main, ["sweep", "--latency", "1ms", "--cpus", "n2=max,0.5", "--step-delay",
+                                           "n2=0,40ms", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "d1ms+n2c0.5-n2s40ms" in result.output and "compute: n2 0.5 CPU, n2 +40ms/step" in result.output
+    for args, message in ((["--cpus", "n2=64"], "n2 at 64 CPUs: this machine gives a node"),
+                          (["--cpus", "n2=0.5", "--topology", "profiles/topologies/two-regions.yaml"],
+                           "flag --cpus: not with --topology")):
+        refused = CliRunner().invoke(app.main, ["sweep", *args, "--dry-run"])
+        assert refused.exit_code == 2 and message in refused.output, refused.output
