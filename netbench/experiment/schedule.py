@@ -307,7 +307,11 @@ class RunDriver:
                          "landed_s": round(item.landed_s, 6), "lateness_ms": round(item.lateness_s * 1000, 3),
                          "merged": [{"index": i, "step": self.entries[i].step, "when": self.entries[i].when}
                                     for i in item.merged],
-                         "profile": item.profile.to_record()} for item in self.landed],
+                         "profile": item.profile.to_record(),
+                         # the node capacity changes so far (model.schedule.TimedProfile.compute), where any
+                         **({"compute": [list(c) for c in self.entries[item.index].compute]}
+                            if item.index >= 0 and self.entries[item.index].compute else {})}
+                        for item in self.landed],
             "lateness_ms": None if summary is None else {
                 "changes": summary.changes, "mean": round(summary.mean_s * 1000, 3),
                 "p99": round(summary.p99_s * 1000, 3), "max": round(summary.max_s * 1000, 3)},
