@@ -31,17 +31,22 @@ NETNS_RUN_DIR = Path("/run/netns")
 # run by sh after setpriv has set the death signal: a parent already gone by then would
 # never send it, so the child stops itself instead of running on as an orphan
 _PARENT_CHECK = '[ "$PPID" = "$1" ] || exit 1; shift; exec "$@"'
+# run by sh first of all with a node's CPU limit: its own pid into the group's cgroup.procs,
+# then exec, so the command and every process it starts are in the group from their start
+_JOIN_CGROUP = 'echo $$ > "$1" || exit 1; shift; exec "$@"'
 
 
 def child_argv(argv: Sequence[str], netns: str | None, die_with_parent: bool,
-               parent_pid: int | None = None) -> list[str]:
+               parent_pid: int | None = None, cgroup: str | None = None) -> list[str]:
     """`argv` behind exec wrappers that set the child up: `setpriv --pdeathsig KILL` ties it
     to the controller (`parent_pid`, default this process), then sh checks that the parent
     was still there once that was set; `nsenter --net=` enters the namespace. Each execs in
     place, so the pid is the command's own; and nothing runs between fork and exec, as a
     preexec_fn would in a controller with threads (where only async-signal-safe code may
-    run there)."""
+    run there). `cgroup`: a group's cgroup.procs file the child joins before anything else."""
     prefix: list[str] = []
+    if cgroup:
+        prefix += ["sh", "-c", _JOIN_CGROUP, "netbench-cgroup", cgroup]
     if die_with_parent:
         parent = os.getpid() if parent_pid is None else parent_pid
         prefix += ["setpriv", "--pdeathsig", "KILL", "--", "sh", "-c", _PARENT_CHECK, "netbench-child", str(parent)]
@@ -107,13 +112,13 @@ _LASTING = _LastingThread()
 
 def spawn(argv: Sequence[str], *, netns: str | None = None, env: Mapping[str, str] | None = None,
           stdin=subprocess.DEVNULL, stdout=None, stderr=None, die_with_parent: bool = True,
-          cwd: str | None = None) -> subprocess.Popen:
+          cwd: str | None = None, cgroup: str | None = None) -> subprocess.Popen:
     """Start `argv` (optionally inside network namespace `netns`) in a new session.
 
     die_with_parent: the child gets SIGKILL when the controller process dies (sweeps), not
     when the thread that asked returns (it is forked by a thread that lives as long as the
     process). Long-lived daemons started by `netbench apply` pass False and are tracked by the
-    journal instead.
+    journal instead. `cgroup`: the cgroup.procs file of the group it starts in (child_argv).
     """
     full_env = dict(os.environ)
     if env:
@@ -121,7 +126,7 @@ def spawn(argv: Sequence[str], *, netns: str | None = None, env: Mapping[str, st
     where = f" in {netns}" if netns else ""
     try:
         _check_startable(argv, netns, die_with_parent, "start", full_env.get("PATH"))
-        full_argv = child_argv(argv, netns, die_with_parent)
+        full_argv = child_argv(argv, netns, die_with_parent, cgroup=cgroup)
         return _LASTING.call(lambda: subprocess.Popen(full_argv, stdin=stdin, stdout=stdout, stderr=stderr,
                                                       env=full_env, cwd=cwd, start_new_session=True))
     except OSError as exc:

@@ -110,7 +110,7 @@ class Predictor:
             overhead_s=fit.alpha_s if fit else 0.0, beta_s_per_byte=fit.beta_s_per_byte if fit else 0.0,
             accum_steps=job.accum_steps, ps=job.ps,
             params={"period": job.tau, "p": job.gossip_p, "window": pipeline_window(job)},
-            ring_rtts_s=ring_rtts_s(run, workers), **self._exchange_terms())
+            ring_rtts_s=ring_rtts_s(run, workers), **self._exchange_terms(), **_node_terms(run, workers))
 
     def _exchange_terms(self) -> dict[str, Any]:
         x = self.exchange
@@ -122,6 +122,15 @@ class Predictor:
     def predict(self, run) -> step_model.Prediction | None:
         x = self.inputs(run)
         return None if x is None else step_model.predict(x)
+
+
+def _node_terms(run, workers: int) -> dict[str, Any]:
+    """Unequal nodes: each worker's slowdown under its CPU limit and its step delay (the
+    calibration measured an unlimited node with no delay; model/compute.py)."""
+    from netbench.model.compute import NONE, worker_terms
+
+    slow, delay = worker_terms(getattr(run, "compute", NONE), workers)
+    return {"node_slowdown": slow, "node_delay_s": delay} if slow else {}
 
 
 def ring_rtts_s(run, workers: int) -> tuple[float, ...]:

@@ -93,6 +93,35 @@ def unused(extra: tuple[tuple[str, Any], ...], strategies: set[str]) -> BadKey |
     return None
 
 
+def written_problem(written: list[tuple[str, str]], extra: tuple[tuple[str, Any], ...],
+                    points: list) -> BadKey | None:
+    """The first problem with a playbook's algorithm settings, or None. `written`: (where, key) of each
+    setting written under factors, fixed and extra_runs; `extra`: its `algorithm:` keys; `points`:
+    its runs' Settings. A setting (staleness, tau, ...) is set in one place, under algorithm: or as
+    a setting, and some run's strategy uses it; ps-sync's backup workers are fewer than its workers
+    (a round applies at least one gradient)."""
+    for where, key in written:
+        if key not in ALGORITHM_KEYS:
+            continue
+        if key in dict(extra):
+            return BadKey(where, f"{key} is set under algorithm: too",
+                          f"keep one: algorithm.{key} (one value for every run), or {where}")
+        if all(getattr(point, key) is None for point in points):
+            owner = OWNERS[key]
+            return BadKey(where, f"no run uses it: {key} is strategy {owner}'s setting, and no run is {owner}",
+                          f"add strategy {owner}, or remove {key}")
+    bad = unused(extra, {point.strategy for point in points})
+    if bad is not None:
+        return bad
+    where = next((w for w, k in written if k == "backup_workers"), "algorithm.backup_workers")
+    for point in (p for p in points if p.strategy == "ps-sync"):
+        backup = dict(extra).get("backup_workers") if point.backup_workers is None else point.backup_workers
+        if (backup or 0) >= point.workers:
+            return BadKey(where, f"{backup} backup workers with {point.workers} workers: must be fewer "
+                          "than the workers", "lower it, or add workers")
+    return None
+
+
 def job_fields(extra: tuple[tuple[str, Any], ...], warmup: int, steps: int) -> dict[str, Any]:
     """The JobSpec keyword arguments of `extra`; with train_steps the measured steps are the rest
     after warm-up."""

@@ -17,6 +17,9 @@ The exchange strategies (ps-sync, ps-async, ps-ssp, easgd, gosgd, adpsgd) move t
 in netbench's own frames on plain TCP, not in TensorFlow's collectives: their communication is
 model/exchange_model.py's, with the exchange protocol's own calibration and TCP's window.
 
+Unequal nodes (model/compute.py): a worker's compute is the calibrated one times its slowdown
+under its CPU limit, plus its step delay; a synchronous step waits for the slowest worker.
+
 Where it stops holding (docs/guide/collectives.md and docs/validation.md say more): loss (TCP's recovery is not modelled),
 CPU saturation beyond what the compute calibration shared, congestion-window growth when a
 step's transfer is short against the bandwidth-delay product (slow start after idle), and
@@ -68,6 +71,10 @@ class StepInputs:
     exchange_alpha_s: float | None = None
     exchange_beta_s_per_byte: float | None = None
     window_bytes: float | None = None
+    # unequal nodes (model/compute.py): each worker's compute slowdown (its CPU limit against the
+    # calibration's unlimited node) and step delay, worker 0 first; () when every node is as calibrated
+    node_slowdown: tuple[float, ...] = ()
+    node_delay_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,8 +179,8 @@ def predict(x: StepInputs) -> Prediction | None:
     if pattern is None or x.compute_s <= 0 or (x.model_bytes <= 0 and x.strategy != "single"):
         return None
     batches = max(1, x.accum_steps) if x.strategy == "allreduce-accum" else 1
-    compute = x.compute_s * batches
     comm = pattern(x)
+    compute = node_compute_s(x, x.compute_s * batches, min(comm, cpu_comm_s(x)))
     floor = compute + (allreduce_floor_s(x.model_bytes, x.workers, x.delay_s, x.rate_bps, ring_round_trips_s(x) / 2)
                        if x.strategy.startswith("allreduce") else 0.0)
     step = compute + comm
@@ -186,6 +193,33 @@ def predict(x: StepInputs) -> Prediction | None:
         step = max(compute + exchange_model.worker_bytes_s(x), step / depth, exchange_model.pipelined_s(x))
         floor = compute + exchange_model.pipelined_floor_s(x)
     return Prediction(step_s=step, compute_s=compute, comm_s=comm, floor_s=floor)
+
+
+# strategies whose every step waits for every worker's gradient: the slowest node bounds the step
+SYNCHRONOUS = frozenset({"allreduce", "allreduce-accum", "ps-sync", "single"})
+
+
+def cpu_comm_s(x: StepInputs) -> float:
+    """The CPU work of a step's communication: its bytes at the per-byte cost measured on unshaped
+    links (there the CPU, not the link, sets it): the all-reduce's slope, or the exchange
+    protocol's for a model pushed and pulled. A node's CPU limit slows it as it slows compute."""
+    if x.exchange_beta_s_per_byte is not None and x.strategy in exchange_model.PATTERNS:
+        return x.exchange_beta_s_per_byte * 2 * x.model_bytes
+    return x.beta_s_per_byte * x.model_bytes
+
+
+def node_compute_s(x: StepInputs, compute_s: float, cpu_comm: float = 0.0) -> float:
+    """A step's compute with unequal nodes: each worker's CPU work (`compute_s` and the
+    communication's `cpu_comm`) times its slowdown, plus its step delay, less the `cpu_comm` the
+    communication term already counts; the slowest worker's in a synchronous strategy (every step
+    waits for it), the workers' mean in the others (each runs at its own pace)."""
+    if not x.node_slowdown and not x.node_delay_s:
+        return compute_s
+    count = max(len(x.node_slowdown), len(x.node_delay_s))
+    slow = tuple(x.node_slowdown) + (1.0,) * (count - len(x.node_slowdown))
+    delay = tuple(x.node_delay_s) + (0.0,) * (count - len(x.node_delay_s))
+    each = [(compute_s + cpu_comm) * s + d - cpu_comm for s, d in zip(slow, delay)]
+    return max(each) if x.strategy in SYNCHRONOUS else sum(each) / len(each)
 
 
 def within(measured_s: float, predicted_s: float, tolerance: float = 0.25) -> bool:

@@ -31,6 +31,7 @@ from netbench.emulation import changes as ch
 from netbench.errors import NetbenchError, StateError, UsageError
 from netbench.state.journal import Journal, Lock
 from netbench.model.topology import Node, Topology
+from netbench.remote.task_setup import CONTROL_VARIABLE, control_file, take_request, task_group
 
 HOST_NETNS = "@host"  # in a plan: the host's own network namespace
 ATTACH_PREFIX = "nbhost-"
@@ -394,12 +395,10 @@ def watch_lease(journal: Journal, on_error=None) -> str:
 
 
 TASK_MARK = "netbench-task"  # the first stdout line of `node task`: "netbench-task pid=N"
-STOP_LINE = "stop-at"  # a line on `node task`'s stdin: "stop-at N", a user's command's stop request
-CONTROL_VARIABLE = "NETBENCH_CONTROL"  # netbench.track reads the stop request from the file it names
 
 
 def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, grace: float = 3.0,
-             stdin=None, stdout=None) -> int:
+             stdin=None, stdout=None, cpus: float | None = None, cgroups=None) -> int:
     """Run one job process for a controller, over SSH: its stdout is relayed line by line to
     this command's stdout (the SSH channel), its stderr goes straight there.
 
@@ -419,10 +418,17 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
 
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
-    control = _control_file() if CONTROL_VARIABLE in env else None
+    control = control_file() if CONTROL_VARIABLE in env else None
     if control is not None:
         env = {**env, CONTROL_VARIABLE: str(control)}
-    child = proc.spawn(argv, env={"PYTHONUNBUFFERED": "1", **env}, stdout=subprocess.PIPE, stderr=None)
+    groups, group = task_group(journal, role, cpus, cgroups)
+    try:
+        child = proc.spawn(argv, env={"PYTHONUNBUFFERED": "1", **env}, stdout=subprocess.PIPE, stderr=None,
+                           cgroup=None if groups is None else str(groups.cgroups.path(group) / "cgroup.procs"))
+    except BaseException:
+        if groups is not None:
+            groups.remove_all()
+        raise
     entry = journal.record("process", pid=child.pid, start=proc.start_time(child.pid), netns=None, role=role)
 
     def on_signal(signum, frame):
@@ -440,7 +446,7 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
             while chunk := os.read(stdin.fileno(), 4096):
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
-                    _take_request(line, control)
+                    take_request(line, control)
         except (OSError, ValueError):
             pass
         proc.stop_group(child, grace)  # EOF: the controller stopped the task, or is gone
@@ -470,24 +476,6 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
             import shutil
 
             shutil.rmtree(control.parent, ignore_errors=True)
+        if groups is not None:
+            groups.remove_all()  # what cannot be removed stays journaled for 'netbench node reset'
     return 128 - code if code < 0 else code
-
-
-def _control_file():
-    """A user's command's control file on this host, in a folder of its own (removed when
-    the task ends); it does not exist until the controller asks the command to stop."""
-    import tempfile
-    from pathlib import Path
-
-    return Path(tempfile.mkdtemp(prefix="netbench-control-")) / "control"
-
-
-def _take_request(line: bytes, control) -> None:
-    """One line from the controller on `node task`'s stdin: "stop-at N" writes N into the
-    command's control file (atomically: the rank never reads half of it); others are ignored."""
-    words = line.decode("ascii", "replace").split()
-    if control is None or len(words) != 2 or words[0] != STOP_LINE or not words[1].isdigit():
-        return
-    tmp = control.with_name(control.name + ".tmp")
-    tmp.write_text(f"{int(words[1])}\n")
-    os.replace(tmp, control)

@@ -84,7 +84,7 @@ class RemoteTask:
     def request_stop(self, at: int) -> None:
         """Carry a user's command's stop request (stop_requested() true after `at` steps) to
         the host: `node task` writes it into the rank's own control file there."""
-        from netbench.remote.agent import STOP_LINE
+        from netbench.remote.task_setup import STOP_LINE
 
         try:
             self.stream.write(f"{STOP_LINE} {at}\n".encode())

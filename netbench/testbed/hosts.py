@@ -388,6 +388,10 @@ def refuse_schedules(config) -> None:
     if getattr(config, "congestion_control", None) not in (None, "host"):  # 'host': the hosts' own, as always
         raise UsageError("--congestion-control is embedded-only for now (a playbook's congestion_control: too)",
                          hint="drop --inventory, or set net.ipv4.tcp_congestion_control on the hosts yourself")
+    limited = next((r for r in config.runs if getattr(r, "compute", None) is not None and r.compute.limited), None)
+    if limited is not None:  # (a host's agent starts a task in a CPU limit; the controller cannot ask it yet)
+        raise UsageError(f"run {limited.run_id}: --cpus and --step-delay are embedded-only for now",
+                         hint="drop --inventory, or limit a host's task with 'netbench node task --cpus'")
     scheduled = next((run for run in config.runs if getattr(run, "schedule", None) is not None), None)
     if scheduled is not None:
         raise UsageError(f"schedule {scheduled.schedule.name}: not with --inventory: a schedule changes the link "

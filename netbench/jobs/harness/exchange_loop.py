@@ -39,6 +39,7 @@ from netbench.jobs.harness import evaluate, loop, param_server
 from netbench.jobs.harness.emit import arm_startup_watchdog, disarm_startup_watchdog, emit
 from netbench.jobs.harness.peers import Channel, Listener, RemoteError, run_limits, run_token
 from netbench.jobs.harness.ps import task_of
+from netbench.jobs.harness.step_delay import StepDelay
 from netbench.jobs.harness.strategy import import_tf
 
 PEER_FAREWELL_TIMEOUT_S = 120.0  # how long a finished worker keeps answering peers still training
@@ -309,6 +310,7 @@ class _Worker:
         until_stopped = getattr(args, "until_stopped", False)
         total = args.warmup + args.steps
         clock = evaluate.TrainClock()
+        delay = StepDelay()
         k = -1
         while until_stopped or k + 1 < total:
             k += 1
@@ -317,6 +319,7 @@ class _Worker:
             with self.lock:
                 current = list(self.weights)
             loss, grads, state = gradient(current, state, x, y)
+            delay.pause()  # the node's step delay: compute time
             if self.strategy not in algorithms.SERVER_MODES or self.strategy == "easgd":
                 if self.strategy != "adpsgd":  # adpsgd applies its gradient after averaging
                     self._local_update(grads)
