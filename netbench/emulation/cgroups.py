@@ -105,17 +105,39 @@ def remove_group(path: Path, root: Path) -> bool:
     return True
 
 
-class V1Cgroups:
+class _Groups:
+    """What both versions share: a group is a folder under netbench's parent in `root`."""
+
+    parent = ""  # the parent folder netbench owns under the root
+    version = 0
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path(self, name: str) -> Path:
+        return self.root / self.parent / name
+
+    def add(self, name: str, pid: int) -> None:
+        _write(self.path(name) / "cgroup.procs", str(pid))
+
+    def remove(self, name: str) -> bool:
+        return remove_group(self.path(name), self.root)
+
+    def _throttled(self, name: str, time_key: str, scale: int) -> dict[str, int]:
+        stat = _stat(self.path(name) / "cpu.stat")
+        return {"nr_periods": stat.get("nr_periods", 0), "nr_throttled": stat.get("nr_throttled", 0),
+                "throttled_us": stat.get(time_key, 0) // scale}
+
+
+class V1Cgroups(_Groups):
     """cgroup v1's cpu controller: `<root>/netbench/<name>` with cpu.cfs_quota_us and
     cpu.cfs_period_us (-1: no quota)."""
 
     version = 1
+    parent = V1_PARENT
 
     def __init__(self, root: Path = Path("/sys/fs/cgroup/cpu")) -> None:
-        self.root = Path(root)
-
-    def path(self, name: str) -> Path:
-        return self.root / V1_PARENT / name
+        super().__init__(root)
 
     def create(self, name: str) -> Path:
         _mkdir(self.root / V1_PARENT)
@@ -130,29 +152,19 @@ class V1Cgroups:
         if quota.quota_us is not None:
             _write(group / "cpu.cfs_quota_us", str(quota.quota_us))
 
-    def add(self, name: str, pid: int) -> None:
-        _write(self.path(name) / "cgroup.procs", str(pid))
-
-    def remove(self, name: str) -> bool:
-        return remove_group(self.path(name), self.root)
-
     def throttled(self, name: str) -> dict[str, int]:
-        stat = _stat(self.path(name) / "cpu.stat")
-        return {"nr_periods": stat.get("nr_periods", 0), "nr_throttled": stat.get("nr_throttled", 0),
-                "throttled_us": stat.get("throttled_time", 0) // 1000}
+        return self._throttled(name, "throttled_time", 1000)  # v1 counts nanoseconds
 
 
-class V2Cgroups:
+class V2Cgroups(_Groups):
     """cgroup v2: `<root>/netbench.slice/<name>` with cpu.max; the cpu controller enabled for
     the slice's children through the root's and the slice's cgroup.subtree_control."""
 
     version = 2
+    parent = V2_PARENT
 
     def __init__(self, root: Path = Path("/sys/fs/cgroup")) -> None:
-        self.root = Path(root)
-
-    def path(self, name: str) -> Path:
-        return self.root / V2_PARENT / name
+        super().__init__(root)
 
     def create(self, name: str) -> Path:
         parent = self.root / V2_PARENT
@@ -175,16 +187,8 @@ class V2Cgroups:
     def set_quota(self, name: str, quota: Quota) -> None:
         _write(self.path(name) / "cpu.max", quota.cpu_max())
 
-    def add(self, name: str, pid: int) -> None:
-        _write(self.path(name) / "cgroup.procs", str(pid))
-
-    def remove(self, name: str) -> bool:
-        return remove_group(self.path(name), self.root)
-
     def throttled(self, name: str) -> dict[str, int]:
-        stat = _stat(self.path(name) / "cpu.stat")
-        return {"nr_periods": stat.get("nr_periods", 0), "nr_throttled": stat.get("nr_throttled", 0),
-                "throttled_us": stat.get("throttled_usec", 0)}
+        return self._throttled(name, "throttled_usec", 1)
 
 
 def find_roots(mounts: str) -> tuple[Path | None, Path | None]:
