@@ -208,3 +208,13 @@ def format_ratio(ratio: float) -> str:
         text = format(Decimal(repr(ratio)) * 100, "f")
         text = text.rstrip("0").rstrip(".") if "." in text else text
     return f"{text}%"
+
+
+def format_wall_seconds(seconds: float, digits: int = 1) -> str:
+    """A wall time read at a glance: "3.2 s", "14.0 min", "5.3 h" (`digits` after the point of
+    seconds and minutes; hours always one)."""
+    if seconds < 120:
+        return f"{seconds:.{digits}f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.{digits}f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -5,16 +5,7 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from netbench import console
-
-
-def _duration(seconds: float) -> str:
-    """3.2 s, 14 min, 5.3 h: a wall time read at a glance."""
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+from netbench import console, units
 
 
 def estimate_lines(current, other, costs, precision: bool = False) -> list[str]:
@@ -28,11 +19,11 @@ def estimate_lines(current, other, costs, precision: bool = False) -> list[str]:
         timeouts = f", {estimate.timeouts} point(s) modelled as step timeouts" if estimate.timeouts else ""
         if estimate.capped:
             timeouts += f", {estimate.capped} point(s) expected to stop at --max-seconds short of their precision"
-        lines.append(f"estimated wall time {mode} ({note}): {_duration(estimate.wall_s)} for {estimate.runs} runs in "
+        lines.append(f"estimated wall time {mode} ({note}): {units.format_wall_seconds(estimate.wall_s)} for {estimate.runs} runs in "
                      f"{len(estimate.launches)} launch(es), {estimate.process_starts} process starts: "
-                     f"start-up {_duration(estimate.startup_s)}, settle {_duration(estimate.settle_s)}, "
-                     f"measured {_duration(estimate.measured_s)} ({estimate.measured_share:.0%}), "
-                     f"other {_duration(estimate.other_s)}{timeouts}")
+                     f"start-up {units.format_wall_seconds(estimate.startup_s)}, settle {units.format_wall_seconds(estimate.settle_s)}, "
+                     f"measured {units.format_wall_seconds(estimate.measured_s)} ({estimate.measured_share:.0%}), "
+                     f"other {units.format_wall_seconds(estimate.other_s)}{timeouts}")
     lines.append("  assumes: " + assumptions(costs, precision))
     return lines
 
@@ -57,5 +48,5 @@ def design_estimate(runs, isolate: bool, settle, step_timeout_s: float | None = 
         most = sum(max(window_s(run.job, step_s(run, costs), costs)[0],
                        run.job.max_seconds if run.job in jobs else 0.0) for run in runs)
         console.plain(escape(f"  with --precision a point's window may go on past its steps, to at most {longest:g} s "
-                             f"or its steps' own length (at most {_duration(most)} of windows for these runs at "
+                             f"or its steps' own length (at most {units.format_wall_seconds(most)} of windows for these runs at "
                              f"the modelled steps)"))

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from netbench import __version__
+from netbench import __version__, units
 
 SCHEMA = 1
 MAX_AGE_S = 24 * 3600.0  # a calibration older than this is measured again (load and versions drift)
@@ -112,11 +112,7 @@ def refusal(entry: Entry, key: Key, now: float, max_age_s: float = MAX_AGE_S) ->
 
 def age_text(seconds: float) -> str:
     """"42 s", "12 min", "3.5 h" (a reused calibration's age, for the terminal)."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    return units.format_wall_seconds(seconds, digits=0)
 
 
 def entry_from_json(doc: Mapping[str, Any]) -> Entry:
