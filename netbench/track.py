@@ -46,8 +46,10 @@ _FRAMEWORKS = ("torch", "tf_keras", "keras", "tensorflow", "jax")
 
 class _State:
     def __init__(self, environ) -> None:
-        self.rank = int(environ.get("NETBENCH_RANK", "0") or 0)
-        self.world = int(environ.get("NETBENCH_WORLD_SIZE", "1") or 1)
+        # RANK and WORLD_SIZE first: a launcher netbench starts once per node (torchrun) gives each
+        # of its processes its own; netbench's ranks get the same values under both names
+        self.rank = int(environ.get("RANK") or environ.get("NETBENCH_RANK", "0") or 0)
+        self.world = int(environ.get("WORLD_SIZE") or environ.get("NETBENCH_WORLD_SIZE", "1") or 1)
         self.warmup = int(environ.get("NETBENCH_WARMUP", "0") or 0)
         self.control = environ.get("NETBENCH_CONTROL", "")
         self.active = "NETBENCH_RANK" in environ

@@ -161,7 +161,7 @@ class LocalSpawner:
         self.journal = journal
 
     def __call__(self, task: Task, log: Path, env: dict) -> LocalProcess:
-        child_env = {"TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1",
+        child_env = {**dict(task.env), "TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1",
                      "PYTHONPATH": proc.child_pythonpath(), **env}
         popen = proc.spawn(task.argv, netns=task.netns, env=child_env, stdout=-1, stderr=-1)
         entry = self.journal.record("process", pid=popen.pid, start=proc.start_time(popen.pid),
