@@ -110,7 +110,7 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      comm_time_mean_s=phases.comm_mean_s if phases else None,
                      idle_ratio=phases.idle_ratio if phases else None,
                      step=analysis.step_kind(outcome.events, job), split_from=phases.source if phases else None,
-                     resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)),
+                     resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events, job.ranks_per_node)),
                      topology=run.pairs.to_json() if run.pairs is not None else None,
                      **window_precision(durations, None if job.train_steps else job.precision),
                      wait_time_mean_s=phases.wait_mean_s if phases else None,

@@ -235,6 +235,10 @@ def worker_argv(job: JobSpec, python: str = sys.executable) -> tuple[str, ...]:
         argv += ["--precision", f"{job.precision:g}", "--max-seconds", f"{job.max_seconds:g}"]
     if job.sample_resources_s:
         argv += ["--sample-resources", f"{job.sample_resources_s:g}"]
+    if job.collective != "ring":
+        argv += ["--collective", job.collective]
+    if job.device != "cpu":
+        argv += ["--device", job.device]
     argv += algorithm_argv(job)
     return tuple(argv)
 
@@ -328,7 +332,7 @@ def _places(nodes: list[Node], per: int, shared: bool) -> list[command_job.Place
 
 def describe_algorithm(job: JobSpec, workers: int) -> list[str]:
     """The algorithm's settings and what crosses the network, and the accuracy run, for --dry-run."""
-    lines = []
+    lines = ranks.describe_ranks(workers, job.ranks_per_node, job.collective, job.device, job.gpus_per_node)
     if job.strategy == "ps-sync":
         lines.append("algorithm: BSP; each step every worker pushes its gradient to the parameter servers and "
                      "pulls the weights once the round's gradients are applied together")

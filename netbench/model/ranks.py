@@ -140,11 +140,20 @@ def bytes_agree(measured: float, expected: float, tolerance: float = 0.10) -> bo
     return abs(measured - expected) <= tolerance * expected
 
 
-def describe_placement(workers: int, ranks_per_node: int, node_names: tuple[str, ...]) -> list[str]:
-    """A dry run's line per node: which ranks it holds."""
-    lines = []
-    for n, name in enumerate(node_names[:nodes_for_ranks(workers, ranks_per_node)]):
-        ranks = [p.rank for p in rank_places(workers, ranks_per_node) if p.node == n]
-        lines.append(f"{name}: ranks {', '.join(map(str, ranks))} (local 0..{len(ranks) - 1}; "
-                     f"between them over the node's loopback, unshaped)")
+def describe_ranks(workers: int, ranks_per_node: int, collective: str, device: str, gpus_per_node: int) -> list[str]:
+    """A dry run's lines on the ranks' placement and their collective ([] with one rank a node)."""
+    if ranks_per_node <= 1 and device == "cpu" and not gpus_per_node:
+        return []
+    nodes = nodes_for_ranks(workers, ranks_per_node)
+    lines = [f"ranks: {workers}, {ranks_per_node} per node on {nodes} nodes, numbered node-major; ranks of one "
+             "node talk over its loopback (unshaped), other nodes over the shaped links"]
+    if ranks_per_node > 1:
+        share = internode_bytes(collective, nodes, ranks_per_node, 1.0)
+        what = ("reduce inside each node, all-reduce between the nodes' first ranks, broadcast inside"
+                if collective == "hierarchical" else "one ring over every rank")
+        lines.append(f"collective: {collective} ({what}); each node sends {share:.3g} x the gradient bytes "
+                     "per step over its link, and receives as much")
+    if device == "cuda" or gpus_per_node:
+        lines.append(f"devices: {device}" + (f", {gpus_per_node} GPUs per node (CUDA_VISIBLE_DEVICES)"
+                                             if gpus_per_node else ""))
     return lines
