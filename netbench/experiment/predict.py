@@ -108,7 +108,7 @@ def _compute_tasks(job: JobSpec, nodes, workers: int, port: int):
     """`workers` single-strategy processes, one per worker node (worker 0..W-1)."""
     # fixed steps: a sweep's --precision would stretch this short, noisy window to its cap
     single = replace(job, strategy="single", warmup=COMPUTE_WARMUP, steps=COMPUTE_STEPS, seconds=None,
-                     sample_resources_s=0.0, precision=None)
+                     sample_resources_s=0.0, precision=None, ranks_per_node=1, collective="ring")
     (task,) = plan_job(single, nodes[:1], 1, port=port)
     return [replace(task, index=i, node=node.name, netns=node.netns, address=node.address)
             for i, node in enumerate(nodes[:workers])]

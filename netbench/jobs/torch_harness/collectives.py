@@ -66,7 +66,8 @@ def all_reduce_fn(dist: Any, collective: str, groups: Groups | None) -> Callable
 def hierarchical_hook(torch: Any, dist: Any, groups: Groups, world: int) -> Callable[[Any, Any], Any]:
     """A DDP communication hook: each bucket's gradients averaged through the hierarchy."""
 
-    def hook(_state: Any, bucket: Any) -> Any:
+    # no annotations: DDP compares a hook's annotations with its own types (strings here would fail)
+    def hook(_state, bucket):  # type: ignore[no-untyped-def]
         buffer = bucket.buffer()
         hierarchical_all_reduce(dist, buffer, groups)
         buffer.div_(world)
