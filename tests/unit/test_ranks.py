@@ -163,3 +163,25 @@ def test_a_node_s_bytes_are_counted_once_though_each_of_its_ranks_reads_them():
     events = [sample(w, t, 1000 * t) for w in range(4) for t in (0, 1)]
     assert resources.totals(resources.summarise(events, ranks_per_node=2))["net_tx_bytes"] == 2000
     assert resources.totals(resources.summarise(events))["net_tx_bytes"] == 4000
+
+
+def test_a_node_s_link_bytes_per_step_come_from_its_first_rank_s_window():
+    from netbench.jobs import link_check
+
+    def step(worker, k):
+        return ev.Step(step=k, phase=ev.PHASE_MEASURED, start=10.0 + k, end=11.0 + k, duration=1.0, worker=worker,
+                       role="worker")
+
+    def sample(worker, t, tx):
+        return ev.Resources(time=t, cpu_s=t, rss_bytes=1, rx_bytes=tx // 2, tx_bytes=tx, worker=worker, role="worker")
+
+    # node 0 (worker 0) sends 1000 bytes a second over 10 one-second steps; worker 1 (same node) is not read
+    events = [step(w, k) for w in range(4) for k in range(10)]
+    events += [sample(w, t, int(1000 * t)) for w in (0, 1) for t in (9.0, 10.5, 19.5, 21.0)]
+    events += [sample(2, t, int(3000 * t)) for t in (10.5, 19.5)]
+    found = link_check.node_bytes(events, ranks_per_node=2)
+    assert [(n.node, round(n.tx_per_step), round(n.rx_per_step), n.steps) for n in found] == [
+        (0, 1000, 500, 9.0), (1, 3000, 1500, 9.0)]
+    expected = link_check.expected_per_step("ring", 2, 2, 2000.0)  # 1.5 x 2000
+    assert expected == 3000.0
+    assert link_check.compare(found, expected) == ["node 0: 1,000 bytes sent per step, expected 3,000"]
