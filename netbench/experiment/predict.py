@@ -37,7 +37,14 @@ COMPUTE_WARMUP, COMPUTE_STEPS = 3, 10
 
 def job_key(job: JobSpec, workers: int) -> str:
     shape = "x".join(str(d) for d in job.input_shape) if job.input_shape else ""
-    return f"{job.model}/b{job.batch_size}/{shape}/{job.classes or ''}/{job.data}/w{workers}"
+    per = f"r{job.ranks_per_node}" if job.ranks_per_node > 1 else ""
+    return f"{job.model}/b{job.batch_size}/{shape}/{job.classes or ''}/{job.data}/w{workers}{per}"
+
+
+def collective_key(workers: int, ranks_per_node: int = 1) -> int | str:
+    """The collective calibration's key: the workers, or "WxR" with R ranks per node (measured
+    on that placement: the loopback inside each node, the unshaped links between them)."""
+    return workers if ranks_per_node <= 1 else f"{workers}x{ranks_per_node}"
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,7 @@ class Predictor:
         from netbench.experiment.estimate import path_of
 
         job, workers = run.job, run.workers
-        fit = self.collective.get(workers)
+        fit = self.collective.get(collective_key(workers, job.ranks_per_node))
         measured = self.compute.get(job_key(job, workers))
         alone = job.strategy == "single" or (job.strategy.startswith("allreduce") and workers < 2)  # no network
         if measured is None or (fit is None and not alone):
@@ -70,7 +77,8 @@ class Predictor:
             overhead_s=fit.alpha_s if fit else 0.0, beta_s_per_byte=fit.beta_s_per_byte if fit else 0.0,
             accum_steps=job.accum_steps, ps=job.ps,
             params={"period": job.tau, "p": job.gossip_p, "window": pipeline_window(job)},
-            ring_rtts_s=ring_rtts_s(run, workers), **self._exchange_terms())
+            ring_rtts_s=ring_rtts_s(run, workers) if job.ranks_per_node == 1 else (),
+            ranks_per_node=job.ranks_per_node, collective=job.collective, **self._exchange_terms())
 
     def _exchange_terms(self) -> dict[str, Any]:
         x = self.exchange
@@ -110,8 +118,10 @@ def _compute_tasks(job: JobSpec, nodes, workers: int, port: int):
     single = replace(job, strategy="single", warmup=COMPUTE_WARMUP, steps=COMPUTE_STEPS, seconds=None,
                      sample_resources_s=0.0, precision=None, ranks_per_node=1, collective="ring")
     (task,) = plan_job(single, nodes[:1], 1, port=port)
+    per = max(1, job.ranks_per_node)  # R processes a node, node-major, as the run places its ranks
+    placed = [nodes[i // per] for i in range(workers) if i // per < len(nodes)]
     return [replace(task, index=i, node=node.name, netns=node.netns, address=node.address)
-            for i, node in enumerate(nodes[:workers])]
+            for i, node in enumerate(placed)]
 
 
 def measure_compute(testbed, job: JobSpec, workers: int, log_dir, port: int) -> tuple[Compute, dict]:
@@ -130,12 +140,13 @@ def measure_compute(testbed, job: JobSpec, workers: int, log_dir, port: int) -> 
                      "processes": workers, "seconds": round(time.monotonic() - started, 3)}
 
 
-def measure_collective(testbed, workers: int, log_dir, port: int) -> tuple[Any, dict]:
+def measure_collective(testbed, workers: int, log_dir, port: int, ranks_per_node: int = 1) -> tuple[Any, dict]:
     from netbench.experiment import collective
     from netbench.model.profile import Profile
     from netbench.model.run import Run
 
-    run = Run(index=0, profile=Profile(name="calibration"), repeat=0, job=collective.JOB, workers=workers)
+    run = Run(index=0, profile=Profile(name="calibration"), repeat=0,
+              job=replace(collective.JOB, ranks_per_node=ranks_per_node), workers=workers)
     settings = collective.Settings(sizes=CALIBRATION_SIZES, ops=("allreduce",), warmup=2, reps=3)
     point = collective.measure(testbed, run, settings, "tf", log_dir, port)
     return point.fit, {"alpha_s": point.fit.alpha_s, "beta_s_per_byte": point.fit.beta_s_per_byte,
@@ -155,17 +166,19 @@ def calibrate(runs, testbed, log_root, note, seed: int = 0) -> tuple[Predictor, 
     collective_fits: dict[int, Any] = {}
     computes: dict[str, Compute] = {}
     modelled = [r for r in runs if r.job.strategy in step_model.PATTERNS]
-    for workers in sorted({r.workers for r in modelled if r.workers >= 2}):
+    for workers, per in sorted({(r.workers, r.job.ranks_per_node) for r in modelled if r.workers >= 2}):
+        key = collective_key(workers, per)
         try:
-            fit, facts = measure_collective(testbed, workers, log_root / f"calibration-collective-w{workers}",
-                                            rng.randrange(20000, 30000))
+            fit, facts = measure_collective(testbed, workers, log_root / f"calibration-collective-w{key}",
+                                            rng.randrange(20000, 30000), ranks_per_node=per)
         except Exception as exc:  # noqa: BLE001 - a calibration only informs: the sweep goes on without it
             record["errors"].append(_why(exc))
             note(f"collective calibration ({workers} workers) failed: {_why(exc)}; no predictions for them")
             continue
-        collective_fits[workers] = fit
-        record["collective"][str(workers)] = facts
-        note(f"calibration: all-reduce over {workers} workers, unshaped: alpha {fit.alpha_s * 1e3:.2f} ms, "
+        collective_fits[key] = fit
+        record["collective"][str(key)] = facts
+        on = f" ({per} a node)" if per > 1 else ""
+        note(f"calibration: all-reduce over {workers} workers{on}, unshaped: alpha {fit.alpha_s * 1e3:.2f} ms, "
              f"beta {fit.beta_s_per_byte * 1e9:.2f} ns/byte ({facts['seconds']:.1f} s)")
     exchange = None
     if any(r.job.strategy in exchange_model.STRATEGIES and r.workers >= 2 for r in modelled):

@@ -185,3 +185,32 @@ def test_a_node_s_link_bytes_per_step_come_from_its_first_rank_s_window():
     expected = link_check.expected_per_step("ring", 2, 2, 2000.0)  # 1.5 x 2000
     assert expected == 3000.0
     assert link_check.compare(found, expected) == ["node 0: 1,000 bytes sent per step, expected 3,000"]
+
+
+def test_the_step_model_prices_loopback_hops_at_the_measured_cost_and_links_at_the_configured():
+    from netbench.model import step_model
+
+    base = dict(strategy="allreduce", workers=4, model_bytes=2_000_000, compute_s=0.01, delay_s=0.02,
+                rate_bps=100e6, overhead_s=0.001, beta_s_per_byte=1e-9)
+    flat = step_model.StepInputs(**base)  # 4 nodes of 1: every hop a link
+    ring = step_model.StepInputs(**base, ranks_per_node=2)
+    hier = step_model.StepInputs(**base, ranks_per_node=2, collective="hierarchical")
+    wire = step_model._wire(ring)  # seconds per payload byte at 100 mbit, headers included
+    assert wire == pytest.approx(8 / 100e6, rel=0.06)
+    # 2 nodes x 2 ranks, ring: 6 transfers, half of them crossing a link (a 40 ms round trip each)
+    assert step_model.allreduce_s(ring) == pytest.approx(0.001 + 3 * 0.04 + 1.5 * 2_000_000 * wire)
+    assert step_model.allreduce_s(flat) == pytest.approx(0.001 + 6 * 0.04 + 1.5 * 2_000_000 * wire)
+    # hierarchical: the leaders' ring (2 round trips, 1x the bytes), reduce and broadcast inside
+    assert step_model.allreduce_s(hier) == pytest.approx(3 * 0.001 + 2 * 0.04 + (1e-9 + wire) * 2_000_000)
+    assert step_model.predict(hier).step_s < step_model.predict(ring).step_s < step_model.predict(flat).step_s
+    assert step_model.predict(hier).floor_s == pytest.approx(0.01 + 2_000_000 * wire)
+
+
+def test_calibrations_are_keyed_by_the_placement():
+    from netbench.experiment import predict
+
+    assert predict.collective_key(4) == 4 and predict.collective_key(4, 2) == "4x2"
+    assert predict.job_key(TORCH, 4).endswith("/w4r2") and predict.job_key(JobSpec(), 4).endswith("/w4")
+    nodes = NODES[:2]
+    tasks = predict._compute_tasks(TORCH, nodes, 4, port=20000)
+    assert [t.node for t in tasks] == ["n1", "n1", "n2", "n2"]  # the CPU shared as the run shares it
