@@ -11,7 +11,7 @@ from typing import Any, Callable, Protocol
 from netbench import interrupts
 from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
-from netbench.jobs import accuracy, analysis, events, resources
+from netbench.jobs import link_check, accuracy, analysis, events, resources
 from netbench.model.job import SERVER_STRATEGIES, JobSpec, algorithm_settings, effective_accum_steps, images_per_step, \
     nodes_needed, plan_job
 from netbench.jobs import user_results
@@ -120,6 +120,7 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      time_to_target_s=scored.time_to_target_s, target_accuracy=job.target_accuracy,
                      **user_results.origin(outcome.events, job, link),
                      link_bytes=link, link_bytes_per_s=None if link is None else link["sent_bytes_per_s_mean"],
+                     **link_check.record_fields(outcome.events, job, workers),
                      algorithm=algorithm_settings(job, workers) or None)
 
 

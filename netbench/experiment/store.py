@@ -41,7 +41,9 @@ from netbench.model.job import ALGORITHM_KEYS
 #     each record also keeps its own target_accuracy
 # 11: the algorithm settings the run's strategy used (its record's `algorithm`, e.g. {"staleness": 3})
 #     and the csv's staleness, tau, elastic_alpha and gossip_p columns (empty where unused)
-SCHEMA_VERSION = 11
+# 12: ranks per node: the record's and csv's ranks_per_node, collective, link_bytes_per_step and
+#     link_bytes_expected_per_step
+SCHEMA_VERSION = 12
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -68,7 +70,10 @@ CSV_COLUMNS = (
     "framework", "source",
     # a user's command that reports no steps: bytes each node sent per second (issue 22)
     "link_bytes_per_s",
-    # the training algorithm's own settings, as the run used them (issue: algorithm settings as factors)
+    # several ranks per node: ranks on each node, the all-reduce's shape, each node's link bytes per
+    # step measured (--sample-resources) beside the collective's inter-node bytes (ranks per node)
+    "ranks_per_node", "collective", "link_bytes_per_step", "link_bytes_expected_per_step",
+    # the training algorithm's own settings, as the run used them (last: tests/unit/test_algorithm_factors.py)
     *ALGORITHM_KEYS,
 )
 
@@ -154,6 +159,13 @@ class RunResult:
     # the settings of the strategy's own algorithm as the run used them (model.job.algorithm_settings:
     # ps-ssp's staleness, easgd's tau and elastic_alpha, gosgd's gossip_p); None: a strategy with none
     algorithm: dict[str, Any] | None = None
+    # several ranks per node (model/ranks.py): the ranks on each node and the all-reduce's shape;
+    # with --sample-resources, the bytes each node sent per measured step on its link (mean over
+    # nodes, jobs/link_check.py) beside what the collective moves between nodes
+    ranks_per_node: int = 1
+    collective: str = "ring"
+    link_bytes_per_step: float | None = None
+    link_bytes_expected_per_step: float | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -202,6 +214,9 @@ class RunResult:
             "time_to_target_s": opt(self.time_to_target_s, 4),
             "framework": self.framework, "source": self.source,
             "link_bytes_per_s": opt(self.link_bytes_per_s, 1),
+            "ranks_per_node": self.ranks_per_node, "collective": self.collective,
+            "link_bytes_per_step": opt(self.link_bytes_per_step, 0),
+            "link_bytes_expected_per_step": opt(self.link_bytes_expected_per_step, 0),
             **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_KEYS},
         }
 

@@ -81,3 +81,20 @@ def compare(measured: Iterable[NodeBytes], expected: float, tolerance: float = 0
     """Lines for the nodes whose bytes sent per step are off the expected by more than `tolerance`."""
     return [f"node {m.node}: {m.tx_per_step:,.0f} bytes sent per step, expected {expected:,.0f}"
             for m in measured if not ranks.bytes_agree(m.tx_per_step, expected, tolerance)]
+
+
+def record_fields(events, job, workers: int) -> dict:
+    """A run record's ranks_per_node, collective and, for the built-in all-reduce strategies with
+    resource samples, link_bytes_per_step (mean over nodes) and link_bytes_expected_per_step."""
+    out: dict = {"ranks_per_node": job.ranks_per_node, "collective": job.collective}
+    if job.command is not None or not job.strategy.startswith("allreduce"):
+        return out
+    events = list(events)
+    found = node_bytes(events, job.ranks_per_node)
+    model_bytes = next((e.model_bytes for e in map(ev.as_event, events) if isinstance(e, ev.Start)), 0)
+    if found:
+        out["link_bytes_per_step"] = sum(n.tx_per_step for n in found) / len(found)
+        nodes = ranks.nodes_for_ranks(workers, job.ranks_per_node)
+        out["link_bytes_expected_per_step"] = expected_per_step(job.collective, nodes, job.ranks_per_node,
+                                                                float(model_bytes or 0))
+    return out

@@ -23,6 +23,7 @@ from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
 from netbench.model import algorithm_keys, command_job, congestion
 from netbench.model.profile import Profile, load_profile, validate
+from netbench.model import ranks
 from netbench.model.frameworks import check_framework
 from netbench.model.run import Settings, profile_name, scaled_name
 from netbench.model.playbook_values import SETTING_KEYS
@@ -439,6 +440,13 @@ def _check_point(book: Playbook, settings: Settings, what: str) -> None:
         key = book.where("workers") if what == "factors" else what
         raise fail(book.source, key, f"strategy single runs one process, but workers is {settings.workers}",
                    "cross single with workers: 1 only, e.g. 'extra_runs: [{strategy: single, workers: 1}]'")
+    try:
+        ranks.check_ranks(settings.workers, settings.ranks_per_node, settings.strategy)
+        ranks.check_devices("cpu", 0, settings.ranks_per_node, settings.collective, settings.framework)
+    except ValueError as exc:
+        setting, _, message = str(exc).partition(": ")
+        raise fail(book.source, book.where(setting) if what == "factors" else what, message,
+                   "workers counts ranks: cross ranks_per_node with multiples of it; hierarchical with torch") from None
     if settings.nodes > 64:
         raise fail(book.source, book.where("workers") if what == "factors" else what,
                    f"{settings.nodes} nodes (workers + parameter servers) is over 64")

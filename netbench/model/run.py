@@ -45,6 +45,8 @@ class Settings:
     tau: int | None = None  # easgd: local steps between elastic exchanges
     elastic_alpha: float | None = None  # easgd: moving rate
     gossip_p: float | None = None  # gosgd: probability of a push after each step
+    ranks_per_node: int = 1  # ranks on each node (model/ranks.py): workers / ranks_per_node nodes
+    collective: str = "ring"  # torch's all-reduce: "ring" or "hierarchical"
 
     def effective(self) -> "Settings":
         """The same settings with the ones this strategy ignores set to their defaults."""
@@ -63,7 +65,7 @@ class Settings:
         the parameter servers and the coordinator for ps."""
         if self.strategy in SERVER_STRATEGIES:  # ps adds its coordinator's node
             return self.workers + self.ps + (1 if self.strategy == "ps" else 0)
-        return self.workers
+        return max(1, self.workers // max(1, self.ranks_per_node))
 
 
 @dataclass(frozen=True)

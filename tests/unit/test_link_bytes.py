@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 
 from netbench.experiment.launch import Settle
+from netbench.experiment.store import SCHEMA_VERSION
 from netbench.experiment.link_window import LinkMeter, meter_for
 from netbench.experiment.runner import SweepConfig, run_sweep
 from netbench.jobs import events as ev
@@ -224,7 +225,7 @@ def test_a_command_that_reports_nothing_is_measured_in_bytes_point_by_point(tmp_
     assert {(r["source"], r["status"], r["images_per_sec"], r["steps"]) for r in rows} == {("bytes", "ok", "", "0")}
     assert all(float(r["link_bytes_per_s"]) > 0 for r in rows)
     record = json.loads((tmp_path / "out" / "runs" / f"{results[0].run_id}.json").read_text())
-    assert record["schema_version"] == 11 and [n["node"] for n in record["link_bytes"]["nodes"]] == ["n1", "n2"]
+    assert record["schema_version"] == SCHEMA_VERSION and [n["node"] for n in record["link_bytes"]["nodes"]] == ["n1", "n2"]
     assert record["link_bytes"]["window_s"] >= 0.6
     # the report and the tables say these are bytes, not steps, and never show images/s for them
     from rich.console import Console

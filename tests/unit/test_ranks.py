@@ -214,3 +214,19 @@ def test_calibrations_are_keyed_by_the_placement():
     nodes = NODES[:2]
     tasks = predict._compute_tasks(TORCH, nodes, 4, port=20000)
     assert [t.node for t in tasks] == ["n1", "n1", "n2", "n2"]  # the CPU shared as the run shares it
+
+
+def test_a_playbook_crosses_the_collective_on_nodes_of_two_ranks(tmp_path):
+    from netbench.model.design import expand
+    from netbench.model.playbook import PlaybookError, load_playbook
+
+    book = tmp_path / "ranks.yaml"
+    book.write_text("factors:\n  collective: [ring, hierarchical]\nfixed:\n  framework: torch\n  workers: 4\n"
+                    "  ranks_per_node: 2\n  latency: 20ms\n")
+    runs = expand(load_playbook(book), seed=1)
+    assert sorted((r.job.collective, r.job.ranks_per_node, r.workers, r.settings.nodes) for r in runs) == [
+        ("hierarchical", 2, 4, 2), ("ring", 2, 4, 2)]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("factors:\n  workers: [3]\nfixed:\n  ranks_per_node: 2\n")
+    with pytest.raises(PlaybookError, match="fixed.ranks_per_node: 3 workers do not fill nodes of 2 ranks"):
+        expand(load_playbook(bad), seed=1)
