@@ -112,9 +112,11 @@ def record(start: float, end: float, images: int = 0) -> None:
         _start()
     number = _state.steps
     _state.steps += 1
+    # "rank": a launcher netbench starts once per node (torchrun) writes several ranks' steps on
+    # one stdout; the controller reads each step's rank from it
     _write({"compute": None, "comm": None, "event": "step", "step": number,
             "phase": "warmup" if number < _state.warmup else "measured", "start": start, "end": end,
-            "duration": end - start, "images": images * _state.world, "loss": None})
+            "duration": end - start, "images": images * _state.world, "loss": None, "rank": _state.rank})
 
 
 @contextmanager

@@ -186,8 +186,18 @@ def _reader(position: int, task: Task, stream, sink: queue.SimpleQueue) -> None:
         event = ev.parse_line(raw)
         if event is None or (isinstance(event, ev.Error) and event.type == ev.MALFORMED):
             continue  # stray output, or a line that only looks like an event
-        sink.put((position, ev.received(event, task.index, task.role, time.monotonic())))
+        sink.put((position, ev.received(event, sender(event, task), task.role, time.monotonic())))
     sink.put((position, _EOF))
+
+
+def sender(event: ev.Event, task: Task) -> int:
+    """The rank that sent `event`: the task's index, or for a user's command started once per
+    node (torchrun starting the node's ranks) the rank its event names (netbench.track's start
+    event's task_index, its steps' "rank")."""
+    if not task.command or task.local_rank or not isinstance(event, (ev.Start, ev.Step)):
+        return task.index
+    said = event.task_index if isinstance(event, ev.Start) else dict(event.extra).get("rank")
+    return said if isinstance(said, int) and not isinstance(said, bool) and said >= 0 else task.index
 
 
 def log_tail(path: Path | None, lines: int = 1) -> str:

@@ -90,3 +90,19 @@ def test_a_user_command_s_ranks_see_the_variables_in_their_own_environment(clean
     tasks = json.loads(three["TF_CONFIG"])["cluster"]["worker"]
     assert len(tasks) == 4 and len({t.rsplit(":", 1)[0] for t in tasks}) == 2  # two tasks on each node
     assert local.list_netbench_netns() == []
+
+
+@needs_torch
+def test_torchrun_starts_each_node_s_two_ranks_itself(clean_machine, tmp_path):
+    """examples/torchrun.sh with no flags: netbench starts it once per node, torchrun starts the
+    node's two processes (PET_NPROC_PER_NODE=2), and all four report their steps as ranks 0..3."""
+    from tests.conftest import ROOT
+
+    out = tmp_path / "out"
+    (row,) = _sweep(out, "--latency", "1ms", "--warmup", "2", "--steps", "4", "--", "sh", f"{ROOT}/examples/torchrun.sh")
+    assert (row["status"], row["source"], row["workers"]) == ("ok", "track", "4"), row
+    ranks = json.loads((out / "logs" / "launch000" / "ranks.json").read_text())
+    assert [(r["rank"], r["node"], r["env"]["PET_NPROC_PER_NODE"]) for r in ranks] == [(0, "n1", "2"), (2, "n2", "2")]
+    record = json.loads((out / "runs" / f"{row['run_id']}.json").read_text())
+    assert sorted({e["task_index"] for e in record["events"] if e.get("event") == "start"}) == [0, 1, 2, 3]
+    assert local.list_netbench_netns() == []

@@ -230,3 +230,16 @@ def test_a_playbook_crosses_the_collective_on_nodes_of_two_ranks(tmp_path):
     bad.write_text("factors:\n  workers: [3]\nfixed:\n  ranks_per_node: 2\n")
     with pytest.raises(PlaybookError, match="fixed.ranks_per_node: 3 workers do not fill nodes of 2 ranks"):
         expand(load_playbook(bad), seed=1)
+
+
+def test_a_launcher_s_children_are_read_as_the_ranks_they_say():
+    from netbench.jobs.launch import sender
+
+    job = command_spec(JobSpec(ranks_per_node=2), UserCommand(argv=("torchrun", "t.py")), 4)
+    node2 = plan_job(job, NODES, 4, port=30000)[1]  # once per node: rank 2's task starts ranks 2 and 3
+    step = ev.Step(step=0, start=0.0, end=1.0, duration=1.0, extra=(("rank", 3),))
+    assert sender(step, node2) == 3
+    assert sender(ev.start_event(3, 4, 1, 0.0, "", "command", 0, 8), node2) == 3
+    assert sender(ev.Step(step=0, start=0.0, end=1.0, duration=1.0), node2) == 2  # says none: the task's
+    builtin = plan_job(TORCH, NODES, 4, port=30000)[2]
+    assert sender(step, builtin) == 2  # netbench's own workers are their tasks
