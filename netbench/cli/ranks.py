@@ -24,7 +24,8 @@ def ranks_options(command):
         click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]),
                      help="--framework torch: cpu (gloo) or cuda (NCCL; every rank needs a GPU)."),
         click.option("--gpus-per-node", default=0, show_default=True, type=click.IntRange(0, 64),
-                     help="GPUs each node's ranks see (CUDA_VISIBLE_DEVICES; 0: none handed out)."),
+                     help="GPUs each node's ranks see (CUDA_VISIBLE_DEVICES; 0: none handed out, or with "
+                          "--device cuda one per rank)."),
     )):
         command = option(command)
     return command
@@ -35,6 +36,8 @@ def with_ranks(job, workers: int, ranks_per_node: int, collective: str, device: 
     a setting that cannot run is a UsageError naming its flag."""
     from netbench.model import ranks
 
+    if device == "cuda" and not gpus_per_node:  # a GPU of its own for every rank: R per node
+        gpus_per_node = ranks_per_node
     job = replace(job, ranks_per_node=ranks_per_node, collective=collective, device=device,
                   gpus_per_node=gpus_per_node)
     try:

@@ -243,3 +243,26 @@ def test_a_launcher_s_children_are_read_as_the_ranks_they_say():
     assert sender(ev.Step(step=0, start=0.0, end=1.0, duration=1.0), node2) == 2  # says none: the task's
     builtin = plan_job(TORCH, NODES, 4, port=30000)[2]
     assert sender(step, builtin) == 2  # netbench's own workers are their tasks
+
+
+def test_cuda_hands_every_rank_a_gpu_of_its_own_unless_told_otherwise():
+    from netbench.cli.ranks import with_ranks
+
+    job = with_ranks(JobSpec(framework="torch"), 4, 2, "ring", "cuda", 0)
+    assert job.gpus_per_node == 2
+    env = [dict(t.env)["CUDA_VISIBLE_DEVICES"] for t in plan_job(job, NODES, 4, port=20000)]
+    assert env == ["0,1", "0,1", "2,3", "2,3"]
+
+
+def test_the_sweep_refuses_cuda_where_torch_has_none():
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result = CliRunner().invoke(main, ["sweep", "--framework", "torch", "--device", "cuda", "--latency", "1ms"])
+    assert result.exit_code == 2 and "flag --device: cuda, but torch.cuda is not available here" in result.output
+    assert "Traceback" not in result.output
