@@ -29,6 +29,7 @@ from netbench.errors import NetbenchError
 from netbench.jobs import events as ev
 from netbench.jobs.launch import Timeouts, run_job
 from netbench.model import exchange_model, step_model
+from netbench.model.frameworks import allreduce_buckets
 from netbench.model.job import JobSpec, pipeline_window, plan_job
 
 CALIBRATION_SIZES = (64 * 2**10, 256 * 2**10, 2**20, 4 * 2**20)
@@ -78,7 +79,8 @@ class Predictor:
             accum_steps=job.accum_steps, ps=job.ps,
             params={"period": job.tau, "p": job.gossip_p, "window": pipeline_window(job)},
             ring_rtts_s=ring_rtts_s(run, workers) if job.ranks_per_node == 1 else (),
-            ranks_per_node=job.ranks_per_node, collective=job.collective, **self._exchange_terms())
+            ranks_per_node=job.ranks_per_node, collective=job.collective,
+            buckets=allreduce_buckets(job.framework, measured.model_bytes), **self._exchange_terms())
 
     def _exchange_terms(self) -> dict[str, Any]:
         x = self.exchange

@@ -266,3 +266,11 @@ def test_the_sweep_refuses_cuda_where_torch_has_none():
     result = CliRunner().invoke(main, ["sweep", "--framework", "torch", "--device", "cuda", "--latency", "1ms"])
     assert result.exit_code == 2 and "flag --device: cuda, but torch.cuda is not available here" in result.output
     assert "Traceback" not in result.output
+
+
+def test_torch_s_ddp_all_reduces_its_buckets_tensorflow_one_pack():
+    from netbench.model.frameworks import allreduce_buckets
+
+    assert allreduce_buckets("tensorflow", 100 * 2**20) == 1
+    assert allreduce_buckets("torch", 2_678_824) == 2  # the mlp: a 1 MiB bucket, then the rest
+    assert allreduce_buckets("torch", 2**20) == 1 and allreduce_buckets("torch", 2**20 + 25 * 2**20 + 1) == 3
