@@ -109,7 +109,8 @@ def ring_round_trips_s(x: StepInputs) -> float:
 
 def allreduce_s(x: StepInputs, size_bytes: float | None = None) -> float:
     """Ring all-reduce of `size_bytes` (default: the model's) in x.buckets pieces: 2(n-1)
-    sequential transfers of 1/n of a bucket, each a round trip, per bucket. Several ranks per
+    sequential transfers of 1/n of a bucket, each a round trip, per bucket, and the measured
+    overhead once. Several ranks per
     node: two_level_allreduce_s."""
     n = x.workers
     if n < 2:
@@ -117,7 +118,9 @@ def allreduce_s(x: StepInputs, size_bytes: float | None = None) -> float:
     size = x.model_bytes if size_bytes is None else size_bytes
     if x.ranks_per_node > 1:
         return two_level_allreduce_s(x, size)
-    latency = x.buckets * (x.overhead_s + ring_round_trips_s(x))
+    # the overhead once per step: it is the calibration's (TensorFlow's collective ops, one pack);
+    # torch's DDP buckets each wait their round trips, the first overlapped with backward
+    latency = x.overhead_s + x.buckets * ring_round_trips_s(x)
     per_byte = max(x.beta_s_per_byte, 2 * (n - 1) / n * _wire(x))
     return latency + per_byte * size
 
@@ -137,13 +140,13 @@ def two_level_allreduce_s(x: StepInputs, size: float) -> float:
     nodes = max(1, w // per)
     if x.collective == "hierarchical":
         if nodes < 2:
-            return x.buckets * 2 * x.overhead_s + x.beta_s_per_byte * size
-        leaders = x.overhead_s + 2 * (nodes - 1) * 2 * x.delay_s
-        inside = 2 * x.overhead_s
+            return 2 * x.overhead_s + x.beta_s_per_byte * size
+        leaders = 2 * (nodes - 1) * 2 * x.delay_s
+        inside = 2 * x.overhead_s  # the reduce and the broadcast: two more collectives
         per_byte = x.beta_s_per_byte + 2 * (nodes - 1) / nodes * _wire(x)
-        return x.buckets * (leaders + inside) + per_byte * size
+        return x.overhead_s + inside + x.buckets * leaders + per_byte * size
     crossing = 2 * (w - 1) * nodes / w if nodes > 1 else 0.0
-    latency = x.buckets * (x.overhead_s + crossing * 2 * x.delay_s)
+    latency = x.overhead_s + x.buckets * crossing * 2 * x.delay_s
     per_byte = max(x.beta_s_per_byte, 2 * (w - 1) / w * _wire(x) if nodes > 1 else 0.0)
     return latency + per_byte * size
 
