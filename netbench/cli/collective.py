@@ -117,7 +117,6 @@ def collective(latency, bandwidth, loss, jitter, topology_file, scale, workers, 
 
     Example: netbench collective --latency 1,10ms --sizes 8-1MiB --reps 3
     Example: netbench collective --bandwidth 100mbit --ops allreduce --json
-    Example: netbench collective --latency 1,20ms --workers 4 --ranks-per-node 2 --ops allreduce
     Example: netbench collective --inventory hosts.yaml --bandwidth 100,1000mbit --sizes 8-16MiB
     """
     from netbench.cli import render_collective
