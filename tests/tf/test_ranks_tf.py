@@ -36,7 +36,7 @@ def test_two_nodes_of_two_torch_ranks_ring_beside_hierarchical(clean_machine, tm
     """Both collectives train (ok rows), each node's link carries the collective's inter-node
     bytes per step (ring 1.5x, hierarchical 1x the gradients: 2/3), and the traffic between a
     node's own ranks never reaches its link."""
-    per_step = {}
+    per_step, losses = {}, {}
     for collective in ("ring", "hierarchical"):
         out = tmp_path / collective
         (row,) = _sweep(out, "--framework", "torch", "--model", "mlp", "--collective", collective,
@@ -50,8 +50,12 @@ def test_two_nodes_of_two_torch_ranks_ring_beside_hierarchical(clean_machine, tm
         per_step[collective] = sum(n.tx_per_step for n in found) / len(found)
         starts = [e for e in record["events"] if e.get("event") == "start"]
         assert {(e["local_world"], e["collective"]) for e in starts} == {(2, collective)}
+        losses[collective] = [e["loss"] for e in record["events"]
+                              if e.get("event") == "step" and e.get("worker") == 0][:10]
     ratio = per_step["hierarchical"] / per_step["ring"]
     assert 0.55 < ratio < 0.8, per_step  # 2/3 by the algorithms
+    # the same seed, data and mean gradient: the same training, to float rounding
+    assert losses["hierarchical"] == pytest.approx(losses["ring"], rel=1e-4) and len(losses["ring"]) == 10
     assert local.list_netbench_netns() == []
 
 
