@@ -59,6 +59,18 @@ def test_two_nodes_of_two_torch_ranks_ring_beside_hierarchical(clean_machine, tm
     assert local.list_netbench_netns() == []
 
 
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="needs TensorFlow")
+def test_tensorflow_mwms_with_two_ranks_per_node(clean_machine, tmp_path):
+    """MultiWorkerMirroredStrategy with four tasks, two a node: it trains, and each node's link
+    carries a node-major ring's bytes (an interleaved ring would carry twice as many)."""
+    out = tmp_path / "tf"
+    (row,) = _sweep(out, "--latency", "1ms", "--warmup", "3", "--steps", "10", "--sample-resources", "0.1")
+    assert (row["status"], row["framework"], row["ranks_per_node"]) == ("ok", "tensorflow", "2"), row
+    measured, expected = float(row["link_bytes_per_step"]), float(row["link_bytes_expected_per_step"])
+    assert abs(measured / expected - 1) < 0.15, (measured, expected)
+    assert local.list_netbench_netns() == []
+
+
 STEPS = r"""
 import os, sys, time
 with open(sys.argv[1] + "/env-" + os.environ["RANK"], "wb") as fh:
