@@ -28,6 +28,14 @@ Four measurements, in one run:
    (normal priority +3.0, +6.4, +3.3 ms), none merged, each change ~17-20 ms. bench/README.md
    has the table.
 
+Beside them, ``apply``'s own start-up: a process that imports what ``netbench apply`` imports
+(``APPLY_IMPORTS``) beside a bare interpreter (``python -c pass``), alternated, so the rows say
+how much of a whole command is the interpreter and the imports. The package's bytecode is
+compiled first (``compileall``, as installing a wheel does): an environment with
+PYTHONDONTWRITEBYTECODE set (this project's machines) never writes ``__pycache__``, and then
+every command compiles netbench's modules again (about 0.12 s of ``apply``'s start-up,
+measured side by side under load, 2026-11-28).
+
 Every timed sample is a real change: the state before it is the same tool's shaping with the
 other value (set, untimed, just before). The measurements of 1 and 2 run in rounds, in a
 rotating order, so the machine's noise falls on all of them alike; between tools the shaping is
@@ -68,6 +76,32 @@ TC_HANDLE = "4e42:"
 SCHEDULE_GAP_S = 0.1
 RAMP = ("name: ramp\nprofile: {delay: 5ms, rate: 500mbit}\n"
         "steps:\n  - {at: 0s, delay: 25ms, rate: 100mbit, ramp: 4s}\n")
+
+
+# what `netbench apply --bandwidth ...` imports before it changes anything (cli/app.py loads the
+# command's module; the embedded target plans and applies)
+APPLY_IMPORTS = "import netbench.cli.app, netbench.cli.emulation, netbench.testbed.targets, netbench.testbed.embedded"
+
+
+def compile_bytecode() -> str:
+    """Write the package's bytecode once, as a wheel install does; what was done, for the record."""
+    import compileall
+
+    ok = compileall.compile_dir(str(REPO / "netbench"), quiet=1)
+    return "compiled (compileall)" if ok else "compileall reported errors"
+
+
+def startup_samples(rounds: int, say: Callable[[str], None]) -> dict[str, list[float]]:
+    """Seconds of a process importing apply's modules and of a bare interpreter, alternated."""
+    samples: dict[str, list[float]] = {"apply_imports": [], "bare_interpreter": []}
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    for i in range(rounds):
+        order = [("apply_imports", APPLY_IMPORTS), ("bare_interpreter", "pass")]
+        for name, code in order[i % 2:] + order[:i % 2]:
+            samples[name].append(timed(lambda: subprocess.run([sys.executable, "-c", code], env=env, check=True)))
+    say(f"  start-up: imports {statistics.median(samples['apply_imports']):.3f} s, "
+        f"bare interpreter {statistics.median(samples['bare_interpreter']):.3f} s (medians of {rounds})")
+    return samples
 
 
 def run(argv: list[str]) -> None:
@@ -328,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
                 elif args.json:
                     Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
                 return 0
+            record["bytecode"] = compile_bytecode()
+            startup = startup_samples(4 * repeat, say)
             bed = Testbed(testbed_nodes(), none_profile)
             say(f"whole commands on {args.nodes} links, {repeat} rounds")
             whole = whole_commands(bed, repeat, say)
@@ -353,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                 subprocess.run(netbench("reset"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     record["backend"] = backend
     record["runtime_s"] = round(time.monotonic() - started, 1)
+    whole.update(startup)
     record["samples"] = {**{f"{k}_s": v for k, v in whole.items()}, **{f"{k}_ms": v for k, v in lib.items()}}
     stats = {k: summary(v) for k, v in {**whole, **lib}.items()}
     record["summary"] = stats
@@ -365,6 +402,10 @@ def main(argv: list[str] | None = None) -> int:
         (f"rate, {n} links: netbench apply --bandwidth 100/200mbit", "netbench_rate", "s",
          f"{record['ratio_netbench_over_tc']['rate']:.1f}x"),
         (f"rate, {n} links: {n} x ip netns exec .. tc qdisc replace .. tbf", "tc_rate", "s", "1.0x"),
+        ("start-up: python -c 'import (what netbench apply imports)'", "apply_imports", "s",
+         f"{stats['apply_imports']['median'] / tc:.1f}x"),
+        ("start-up: python -c pass (the interpreter alone)", "bare_interpreter", "s",
+         f"{stats['bare_interpreter']['median'] / tc:.1f}x"),
         (f"latency+rate, {n} links: netbench apply --latency 10/20ms --bandwidth 100mbit",
          "netbench_latency_rate", "s", "- (no netem)"),
         (f"rate, {LIB_NODES} links: library executor.apply, 100/200mbit", "library_rate", "ms", ""),

@@ -4,7 +4,10 @@
 For a results folder: the sum of its runs' measured windows (per ok run, the chief's first
 measured step's start to its last measured step's end) over the sweep's wall time (the
 manifest's started..ended; without them, the first run's start to the last run's end), as a
-share. Everything else is start-up, warm-up, settling, calibration and the controller.
+share. Everything else is start-up, warm-up, settling, calibration and the controller: a
+second table gives those fixed costs per folder (`fixed_costs`: calibration, and whether it
+was reused; start-ups; settles; least windows; precision extensions; and the windows that ran
+to the --max-seconds cap short of their precision, with the cap's share of the wall time).
 
 Usage::
 
@@ -60,6 +63,7 @@ def efficiency(results: Path) -> dict:
     wall = ended - started
     measured = sum(measured_window(r) for r in records if r.get("status") == "ok")
     launches = {r.get("launch") for r in records}
+    costs = fixed_costs(records, manifest)
     reached = [r.get("precision_reached") for r in records if r.get("status") == "ok"]
     return {"results": str(results), "points": len(records), "ok": sum(r.get("status") == "ok" for r in records),
             "launches": len(records) if launches == {None} else len(launches),
@@ -67,7 +71,51 @@ def efficiency(results: Path) -> dict:
             "share": round(measured / wall, 4) if wall > 0 else None,
             "precision_reached": sum(r is True for r in reached) if any(r is not None for r in reached) else None,
             "ci_pct_max": max((r["step_time_ci_pct"] for r in records if r.get("step_time_ci_pct") is not None),
-                              default=None)}
+                              default=None),
+            **costs, "cap_share": round(costs["cap_s"] / wall, 4) if wall > 0 else None}
+
+
+def _chief_steps(record: dict) -> list[dict]:
+    role = "coordinator" if record.get("strategy") == "ps" else "worker"
+    return sorted((e for e in record.get("events", ()) if e.get("event") == "step" and e.get("phase") == "measured"
+                   and e.get("role", "worker") == role and e.get("worker", 0) == 0), key=lambda e: e["start"])
+
+
+def fixed_costs(records: list[dict], manifest: dict) -> dict:
+    """Where a folder's wall time went (seconds): the calibrations (0 when reused), the start-ups
+    (a launch's first point, or a point of its own: its record's time before its measured
+    window: processes, warm-up, the first settle), the settles of later points in a launch
+    (settle_s), the least windows (each ok point's first --steps measured steps), the windows'
+    precision extensions past them, and of those windows the ones that stopped at the cap short
+    of their precision (`cap_s`, whole windows: what a lossy or noisy point costs). Step events
+    carry the host's monotonic clock, records Unix time: only differences of each are used."""
+    least_steps = int((manifest.get("job") or {}).get("steps") or 0)
+    calibration = manifest.get("calibration") or {}
+    reused = sum(bool(v.get("reused")) for kind in ("collective", "compute") for v in (calibration.get(kind) or {}).values())
+    reused += bool((calibration.get("exchange") or {}).get("reused"))
+    first_of: dict = {}
+    for record in sorted(records, key=lambda r: r.get("started", 0)):
+        if record.get("launch") is not None:
+            first_of.setdefault(record["launch"], record["run_id"])
+    startup = settle = least = extension = cap = 0.0
+    for record in records:
+        steps = _chief_steps(record)
+        window = steps[-1]["end"] - steps[0]["start"] if steps else 0.0
+        if record.get("launch") is None or first_of.get(record["launch"]) == record["run_id"]:
+            startup += max(0.0, (record.get("ended") or 0.0) - (record.get("started") or 0.0) - window)
+        else:
+            settle += record.get("settle_s") or 0.0
+        if record.get("status") != "ok" or not steps:
+            continue
+        head = steps[:least_steps] if least_steps else steps
+        least_s = head[-1]["end"] - steps[0]["start"]
+        least += least_s
+        extension += window - least_s
+        if record.get("precision_reached") is False:
+            cap += window
+    return {"calibration_s": round(float(calibration.get("seconds") or 0.0), 2), "calibrations_reused": reused,
+            "startup_s": round(startup, 2), "settle_s": round(settle, 2), "least_window_s": round(least, 2),
+            "extension_s": round(extension, 2), "cap_s": round(cap, 2)}
 
 
 MODES = {"isolate": ["--isolate"], "launch": ["--launch"], "random": ["--launch", "--order", "random"]}
@@ -139,6 +187,15 @@ def main(argv=None) -> int:
         widest = "-" if row["ci_pct_max"] is None else f"{row['ci_pct_max']:.1f}"
         print(f"{row['results'][-40:]:40} {row['points']:>6} {row['launches']:>8} {row['wall_s']:>8.1f} "
               f"{row['wall_vs_first'] or 0:>7.2f} {row['measured_s']:>10.1f} {share:>6} {reached:>7} {widest:>6}")
+    print(f"\nfixed costs (s) beside the wall time; 'cap': windows that stopped at --max-seconds short of "
+          f"their precision, and their share of the wall time:")
+    print(f"{'results':40} {'wall':>7} {'calib':>6} {'reused':>6} {'start-ups':>9} {'settles':>7} "
+          f"{'least win':>9} {'extension':>9} {'cap':>7} {'cap %':>6}")
+    for row in rows:
+        share = "-" if row["cap_share"] is None else f"{row['cap_share']:.0%}"
+        print(f"{row['results'][-40:]:40} {row['wall_s']:>7.1f} {row['calibration_s']:>6.1f} "
+              f"{row['calibrations_reused']:>6} {row['startup_s']:>9.1f} {row['settle_s']:>7.1f} "
+              f"{row['least_window_s']:>9.1f} {row['extension_s']:>9.1f} {row['cap_s']:>7.1f} {share:>6}")
     points = [per_point(folder) for folder in args.results]
     names = sorted({n for p in points for n in p}, key=lambda n: [int("".join(c for c in part if c.isdigit()) or 0)
                                                                     for part in n.split("-")])

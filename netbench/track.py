@@ -39,7 +39,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["step", "stop_requested", "keras_callback", "active"]
+__all__ = ["step", "computed", "stop_requested", "keras_callback", "active"]
 
 _FRAMEWORKS = ("torch", "tf_keras", "keras", "tensorflow", "jax")
 
@@ -58,6 +58,7 @@ class _State:
         self.checked = False
         self.stop_at: int | None = None
         self._seen: tuple[int, int] | None = None  # the control file's (mtime_ns, size) last read
+        self.computed_at: float | None = None  # computed(): when this step's computation ended
 
 
 _state = _State(os.environ)
@@ -102,9 +103,18 @@ def _loaded() -> None:
 _loaded()
 
 
+def computed() -> None:
+    """Mark the end of this rank's computation in the step under way (before its collective):
+    the step then reports its computation and communication apart, and netbench can tell which
+    rank finished last, the one the others waited for."""
+    _state.computed_at = time.monotonic()
+
+
 def record(start: float, end: float, images: int = 0) -> None:
     """Report one step that ran from `start` to `end` (time.monotonic() seconds) on this rank,
-    training `images` images here; step() and the Keras callback call this."""
+    training `images` images here; step() and the Keras callback call this. With computed()
+    called inside the step, its computation (start to then) and communication (then to end)."""
+    marked, _state.computed_at = _state.computed_at, None
     if not _state.active:
         _state.steps += 1
         return
@@ -114,7 +124,9 @@ def record(start: float, end: float, images: int = 0) -> None:
     _state.steps += 1
     # "rank": a launcher netbench starts once per node (torchrun) writes several ranks' steps on
     # one stdout; the controller reads each step's rank from it
-    _write({"compute": None, "comm": None, "event": "step", "step": number,
+    split = marked is not None and start <= marked <= end
+    _write({"compute": marked - start if split else None, "comm": end - marked if split else None,
+            "event": "step", "step": number,
             "phase": "warmup" if number < _state.warmup else "measured", "start": start, "end": end,
             "duration": end - start, "images": images * _state.world, "loss": None, "rank": _state.rank})
 

@@ -1,8 +1,15 @@
 """Units as people write them, normalised once to canonical numbers.
 
-- durations ("500us", "10ms", "1s", "0") -> integer microseconds
-- rates ("250mbit", "1gbit", "100kbit", "10mbps") -> integer bits per second
-- ratios ("1%", "0.5%", "0.01") -> float in [0, 1]
+- durations ("500us", "10ms", "1s", "0") -> integer microseconds; seconds for the flags that
+  take bare seconds ("90", "1.5s", "500ms") -> float seconds
+- rates ("250mbit", "1gbit", "100kbit", "100Mbit/s") -> integer bits per second
+- ratios ("1%", "0.5%", "0") -> float in [0, 1]
+- sizes ("8", "8B", "64KiB", "1MiB") -> integer bytes
+
+A spelling that two conventions read differently is refused, naming both readings, never
+guessed: a bare loss "0.5" (tc: 0.5 %; a fraction: 50 %), a rate "100mbps" (tc: megabytes per
+second, 800mbit; most people: megabits, 100mbit), a bare delay "10" (tc: 10us; most people:
+10ms), a size "1MB" (1MiB or 1000000 bytes). docs/reference/units.md lists every unit.
 
 Parsers raise ValueError with a message that says what was expected; callers add
 the file/key or flag that the value came from.
@@ -12,24 +19,33 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 
 from netbench.errors import shown
 
 _NUMBER = r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
-_VALUE_RE = re.compile(r"\s*" + _NUMBER + r"\s*(?P<unit>[A-Za-zµ%]*)\s*")  # fullmatch
+_VALUE_RE = re.compile(r"\s*" + _NUMBER + r"\s*(?P<unit>[A-Za-zµ%]*(?:/s)?)\s*")  # fullmatch
 
 # microseconds per unit
 _DURATION_UNITS = {
     "us": 1, "usec": 1, "µs": 1,
     "ms": 1_000, "msec": 1_000,
     "s": 1_000_000, "sec": 1_000_000,
+    "min": 60_000_000, "h": 3_600_000_000,
 }
 
-# bits per second per unit; "bps" suffixes are bytes per second, as in tc(8)
-_RATE_UNITS = {
-    "bit": 1, "kbit": 1_000, "mbit": 1_000_000, "gbit": 1_000_000_000,
-    "bps": 8, "kbps": 8_000, "mbps": 8_000_000, "gbps": 8_000_000_000,
-}
+# bits per second per unit ("100Mbit/s" too)
+_RATE_UNITS = {"bit": 1, "kbit": 1_000, "mbit": 1_000_000, "gbit": 1_000_000_000}
+_RATE_PREFIX = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+# spellings read as bytes/s by tc(8) and as bits/s by most people ("Mbps"), or as either
+# (lowercase "mb/s"): refused, with both readings
+_AMBIGUOUS_RATE = re.compile(r"(?P<prefix>[kmg]?)(?:bps|b/s|b)")
+
+# bytes per size unit: binary multiples only, written as such
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+# "1MB": 1 MiB as memory and nccl-tests read it, 1000000 bytes as SI does
+_AMBIGUOUS_SIZE = {"k": 2**10, "kb": 2**10, "m": 2**20, "mb": 2**20, "g": 2**30, "gb": 2**30}
+MAX_SIZE_BYTES = 2**30  # a message per worker; every rank holds a few of them
 
 
 def _split(text: str, what: str, example: str) -> tuple[float, str]:
@@ -64,10 +80,22 @@ def parse_duration_us(text: str | int | float) -> int:
     if unit == "":
         if value == 0:
             return 0
-        raise ValueError(f"duration {shown(text)} needs a unit: us, ms or s (for example 10ms)")
+        raise ValueError(f"duration {shown(text)} needs a unit (tc reads {value:g}us, people mostly mean "
+                         f"{value:g}ms): write {value:g}us, {value:g}ms or {value:g}s")
     if unit not in _DURATION_UNITS:
         raise ValueError(f"unknown duration unit {shown(unit)} in {shown(text)}; use us, ms or s")
     return round(value * _DURATION_UNITS[unit])
+
+
+def parse_seconds(text: str | int | float) -> float:
+    """A flag that has always taken seconds: a bare number is seconds ("90", "0.5"); a unit is
+    welcome ("90s", "500ms", "2min"). Float seconds."""
+    value, unit = _split(text, "duration", "90, 90s or 500ms")
+    if unit == "":
+        return value
+    if unit not in _DURATION_UNITS:
+        raise ValueError(f"unknown duration unit {shown(unit)} in {shown(text)}; use ms, s, min or h")
+    return value * _DURATION_UNITS[unit] / 1e6
 
 
 def parse_rate_bps(text: str | int | float) -> int:
@@ -75,25 +103,71 @@ def parse_rate_bps(text: str | int | float) -> int:
     value, unit = _split(text, "rate", "250mbit or 1gbit")
     if unit == "":
         raise ValueError(f"rate {shown(text)} needs a unit: kbit, mbit or gbit (for example 250mbit)")
+    unit = unit.removesuffix("/s") if unit.endswith("bit/s") else unit
+    ambiguous = _AMBIGUOUS_RATE.fullmatch(unit)
+    if ambiguous:
+        prefix = ambiguous.group("prefix")
+        bits = f"{value:g}{prefix}bit"
+        byte_bits = format_rate_bps(round(value * 8 * _RATE_PREFIX[prefix]))
+        raise ValueError(f"rate {shown(text)} is ambiguous (as bits per second: {bits}; as bytes per second, tc's reading: "
+                         f"{byte_bits}): write {bits} or {byte_bits}")
     if unit not in _RATE_UNITS:
         raise ValueError(f"unknown rate unit {shown(unit)} in {shown(text)}; use kbit, mbit or gbit")
     return round(value * _RATE_UNITS[unit])
 
 
 def parse_ratio(text: str | int | float) -> float:
-    """Parse a ratio: "1%" -> 0.01; a bare number is a fraction in [0, 1] ("0.01")."""
+    """Parse a percentage: "1%" -> 0.01, "0.5%" -> 0.005; a bare 0 is 0.
+
+    Any other bare number is refused: tc reads "loss 0.5" as 0.5 %, a fraction reads it as 50 %.
+    The percentage is divided exactly (decimal), so format_ratio's text parses back to the float."""
     value, unit = _split(text, "percentage", "1% or 0.5%")
-    if unit == "%":
-        ratio = value / 100.0
-    elif unit == "":
-        ratio = value
-        if ratio >= 1:  # "1" could mean 1% or 100%: make people say which
-            raise ValueError(f"{shown(text)} is ambiguous: write a percentage such as {value:g}%")
-    else:
+    if unit == "":
+        if value == 0:
+            return 0.0
+        readings = [f"{value:g}%"] + ([f"{value * 100:g}%"] if value <= 1 else [])
+        raise ValueError(f"{shown(text)} is ambiguous without % (tc reads {value:g}%, a fraction "
+                         f"{value * 100:g}%): write {' or '.join(readings)}")
+    if unit != "%":
         raise ValueError(f"unknown unit {shown(unit)} in {shown(text)}; write a percentage such as 1%")
+    number = text.strip().removesuffix("%").strip()  # a % came from text, never from a number
+    ratio = float(Decimal(number) / 100)
     if ratio > 1:
         raise ValueError(f"{shown(text)} is over 100%")
     return ratio
+
+
+def parse_size_bytes(text: str | int) -> int:
+    """A size ("8", "8B", "64KiB", "1MiB", "1GiB") -> bytes, 1 to MAX_SIZE_BYTES. "1MB", "1M"
+    are refused: binary (1MiB) and SI (1000000) read them differently."""
+    if isinstance(text, bool) or not isinstance(text, (str, int)):
+        raise ValueError(f"expected a size such as 8, 4KiB or 64MiB, got {shown(text)}")
+    value = str(text).strip().lower()
+    digits = value.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = value[len(digits):]
+    if not digits.isdigit() or len(digits) > 12:
+        raise ValueError(f"{shown(text)} is not a size such as 8, 4KiB or 64MiB")
+    if unit in _AMBIGUOUS_SIZE:
+        binary = int(digits) * _AMBIGUOUS_SIZE[unit]
+        si = int(digits) * 1000 ** (1 + "kmg".index(unit[0]))
+        raise ValueError(f"size {shown(text)} is ambiguous ({format_size_bytes(binary)} or {si} bytes): "
+                         f"write {format_size_bytes(binary)} or {si}")
+    if unit not in _SIZE_UNITS:
+        raise ValueError(f"{shown(text)} is not a size such as 8, 4KiB or 64MiB (units: B, KiB, MiB, GiB)")
+    size = int(digits) * _SIZE_UNITS[unit]
+    if size < 1:
+        raise ValueError(f"{shown(text)}: a size must be at least 1 byte")
+    if size > MAX_SIZE_BYTES:
+        raise ValueError(f"{shown(text)} is over {format_size_bytes(MAX_SIZE_BYTES)}")
+    return size
+
+
+def format_size_bytes(size: int) -> str:
+    """8 -> "8B", 65536 -> "64KiB", 67108864 -> "64MiB" (exact multiples only)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale}{unit}"
+    return f"{size}B"
 
 
 def _exact(value: int, scale: int) -> str:
@@ -128,10 +202,9 @@ def format_rate_bps(bps: int | None) -> str:
 
 def format_ratio(ratio: float) -> str:
     """Format a ratio as a percentage that parses back to the same float: 0.01 -> "1%"."""
-    pct = ratio * 100.0
-    text = f"{pct:g}"
-    if float(text) / 100.0 != ratio:
-        text = repr(pct)
-        if float(text) / 100.0 != ratio:
-            return repr(ratio)  # a bare fraction below 1 parses back exactly
+    text = f"{ratio * 100.0:g}"
+    if parse_ratio(f"{text}%") != ratio:
+        # the shortest decimal of the ratio, moved two places: parse_ratio divides it back exactly
+        text = format(Decimal(repr(ratio)) * 100, "f")
+        text = text.rstrip("0").rstrip(".") if "." in text else text
     return f"{text}%"

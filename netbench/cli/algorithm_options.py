@@ -7,23 +7,25 @@ import functools
 from dataclasses import replace
 
 import click
+from click.core import ParameterSource
 
 from netbench.cli.types import FiniteFloatRange
 from netbench.errors import UsageError
 
 # the strategies of issue 21 (model.job.EXCHANGE_STRATEGIES; the CLI keeps its literal, as for --order)
 ALGORITHMS = ("ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd", "adpsgd")
-ALGORITHMS_HELP = ("ps-sync (BSP), ps-async (ASP over the same protocol), ps-ssp (--staleness), easgd (--tau, --elastic-alpha): parameter servers (--ps) "
+ALGORITHMS_HELP = ("ps-sync (BSP, --backup-workers), ps-async (ASP over the same protocol), ps-ssp (--staleness), easgd (--tau, --elastic-alpha): parameter servers (--ps) "
                    "without a coordinator; gosgd (--gossip-p), adpsgd: workers and their peers only.")
 # the JobSpec field each flag sets
-_FIELDS = ("staleness", "tau", "elastic_alpha", "gossip_p", "train_steps", "eval_every", "target_accuracy")
+_FIELDS = ("staleness", "tau", "elastic_alpha", "gossip_p", "backup_workers", "train_steps", "eval_every", "target_accuracy")
 
 
 def algorithm_options(command):
-    """--staleness, --tau, --elastic-alpha, --gossip-p, --train-steps, --eval-every, --target-accuracy."""
+    """--staleness, --tau, --elastic-alpha, --gossip-p, --backup-workers, --train-steps, --eval-every, --target-accuracy."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        _refuse_unused(kwargs.get("strategy"), kwargs)
         kwargs["algorithm"] = {name: kwargs.pop(name) for name in _FIELDS}
         return command(*args, **kwargs)
 
@@ -36,6 +38,9 @@ def algorithm_options(command):
                      help="easgd: moving rate [default: 0.9 / workers, the EASGD paper's beta = 0.9]."),
         click.option("--gossip-p", default=0.1, show_default=True, type=FiniteFloatRange(0.0, 1.0),
                      help="gosgd: probability of a push to a random peer after each step."),
+        click.option("--backup-workers", default=0, show_default=True, type=click.IntRange(0, 63),
+                     help="ps-sync: each round applies the first workers - B gradients and drops the late ones "
+                          "(Chen et al. 2016's backup workers); fewer than the workers."),
         click.option("--train-steps", type=click.IntRange(2, 10000000),
                      help="An accuracy run: each point trains a fresh model for this many steps in all "
                           "(warm-up included), in a launch of its own, and reports its test accuracy."),
@@ -48,6 +53,27 @@ def algorithm_options(command):
     for option in reversed(options):
         wrapper = option(wrapper)
     return wrapper
+
+
+def _refuse_unused(strategy: str | None, values: dict) -> None:
+    """A setting given on the command line that the strategy does not use is refused, naming its
+    flag: `--strategy allreduce --staleness 5` would otherwise measure allreduce and record nothing
+    of the 5. --target-accuracy needs an evaluation (--train-steps or --eval-every)."""
+    from netbench.model.job import ALGORITHM_SETTINGS
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or strategy is None:
+        return
+    given = {name for name in _FIELDS
+             if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
+    for name in _FIELDS:
+        users = [owner for owner, keys in ALGORITHM_SETTINGS.items() if name in keys]
+        if name in given and users and strategy not in users:
+            raise click.UsageError(f"flag --{name.replace('_', '-')}: strategy {strategy} does not use it "
+                                   f"(only {', '.join(users)} does)")
+    if "target_accuracy" in given and not values.get("train_steps") and not values.get("eval_every"):
+        raise click.UsageError("flag --target-accuracy: nothing evaluates the accuracy without --train-steps "
+                               "or --eval-every")
 
 
 def finish_job(job, workers: int):

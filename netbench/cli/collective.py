@@ -12,7 +12,7 @@ import click
 from netbench import units
 from netbench.cli import common
 from netbench.cli.common import BACKEND_CHOICES, handle_errors
-from netbench.cli.types import FiniteFloatRange
+from netbench.cli.types import Seconds
 from netbench.errors import UsageError
 
 
@@ -94,7 +94,7 @@ def _runs(latency, bandwidth, loss, jitter, topology_file, scale, workers, job):
               help="tf, gloo or tf,gloo; auto: tf, and gloo when PyTorch is importable.")
 @click.option("--warmup", default=2, show_default=True, type=click.IntRange(0, 1000), help="Untimed repetitions per size.")
 @click.option("--reps", default=5, show_default=True, type=click.IntRange(1, 10000), help="Timed repetitions per size.")
-@click.option("--timeout", default=120.0, show_default=True, type=FiniteFloatRange(1, 86400),
+@click.option("--timeout", default=120.0, show_default=True, type=Seconds(1, 86400),
               help="Seconds one collective may take.")
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help="Emulation backend.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1), help="Seed for loss/jitter draws.")

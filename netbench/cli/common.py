@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from netbench import console, units
-from netbench.cli.types import FiniteFloatRange
+from netbench.cli.types import FiniteFloatRange, Seconds
 from netbench.errors import PrivilegeError, NetbenchError, UsageError
 
 BACKEND_CHOICES = ("auto", "netem", "userspace")
@@ -111,7 +111,7 @@ def inventory_options(func):
 def apply_remote_options(func):
     """apply's options that only mean something with --inventory (None when not given)."""
     return _options(func, [
-        click.option("--lease", type=FiniteFloatRange(0, 86400), default=None,
+        click.option("--lease", type=Seconds(0, 86400), default=None,
                      help="With --inventory: lease in seconds [default: 60]; the command holds it until Ctrl-C, "
                           "and hosts revert by themselves if it is not renewed. 0: no lease, return at once."),
         click.option("--force", is_flag=True, default=None,
@@ -173,8 +173,13 @@ def check_metrics_flags(metrics_port, metrics_address, metrics_wait: str = "0s")
 def launch_options(command):
     """--isolate/--launch, --order, --settle-steps, --settle: how points share the job's processes."""
     command = click.option("--settle", "settle_text", default="1.5s", show_default=True, metavar="DURATION",
-                           help="In a shared launch, measure a point no sooner than this after its change "
-                                "(and not before the step time is steady again).")(command)
+                           help="In a shared launch, measure a point no sooner than this after its change, or "
+                                "than --settle-round-trips round trips of its path where that is shorter (and not "
+                                "before the step time is steady again).")(command)
+    command = click.option("--settle-round-trips", "settle_round_trips", default=8.0, show_default=True,
+                           type=FiniteFloatRange(0, 10000),
+                           help="The settle's time floor in round trips of the point's path, at most --settle; "
+                                "0: always --settle.")(command)
     command = click.option("--settle-steps", default=3, show_default=True, type=click.IntRange(0, 100000),
                            help="In a shared launch, drop at least this many steps after a point's change.")(command)
     command = click.option("--order", "launch_order", type=click.Choice(["descending", "random"]),
@@ -190,15 +195,17 @@ def launch_options(command):
                              "anew for every point (with warm-up each time).")(command)
 
 
-def launch_settings(isolate: bool, settle_text: str, settle_steps: int, order: str) -> dict:
-    """SweepConfig's isolate, order and settle from the flags."""
-    from netbench.experiment.launch import Settle
+def launch_settings(isolate: bool, settle_text: str, settle_steps: int, order: str,
+                    round_trips: float | None = None) -> dict:
+    """SweepConfig's isolate, order and settle from the flags (`round_trips` None: the default)."""
+    from netbench.experiment.settling import ROUND_TRIPS, Settle
 
     try:
         seconds = units.parse_duration_us(settle_text) / 1e6
     except ValueError as exc:
         raise UsageError(f"flag --settle: {exc}", hint="e.g. --settle 1.5s") from None
-    return {"isolate": isolate, "order": order, "settle": Settle(steps=settle_steps, seconds=seconds)}
+    return {"isolate": isolate, "order": order, "settle": Settle(
+        steps=settle_steps, seconds=seconds, round_trips=ROUND_TRIPS if round_trips is None else round_trips)}
 
 
 # about the run-to-run spread of a point on a shared 2-core machine (sd 1.6-3.8 % of images/s
@@ -209,7 +216,7 @@ DEFAULT_PRECISION = "3%"
 
 def precision_options(command):
     """--precision, --max-seconds: a point's window goes on until its mean step time is known."""
-    command = click.option("--max-seconds", default=60.0, show_default=True, type=FiniteFloatRange(0.1, 86400),
+    command = click.option("--max-seconds", default=60.0, show_default=True, type=Seconds(0.1, 86400),
                            help="With --precision, the longest measured window of a point, in seconds.")(command)
     return click.option("--precision", "precision_text", default=DEFAULT_PRECISION, show_default=True,
                         metavar="PERCENT", envvar="NETBENCH_PRECISION", show_envvar=True,
@@ -221,7 +228,7 @@ def precision_options(command):
 
 def sample_resources_option(command):
     """--sample-resources SECONDS (sweep and run)."""
-    return click.option("--sample-resources", metavar="SECONDS", type=FiniteFloatRange(0.1, 3600),
+    return click.option("--sample-resources", metavar="DURATION", type=Seconds(0.1, 3600),
                         help="Every process samples its CPU, memory and its node's network bytes this often; "
                              "summaries per process go into each run's record.")(command)
 
@@ -232,6 +239,14 @@ def predict_option(command):
                         show_envvar=True,
                         help="Calibrate (a short all-reduce and a compute run, before the first point) and record "
                              "each run's predicted step beside the measured one (results.csv predicted_step_s).")(command)
+
+
+def recalibrate_option(command):
+    """--recalibrate (sweep and run): measure every calibration again instead of reusing a cached one."""
+    return click.option("--recalibrate", is_flag=True,
+                        help="Measure the calibrations again even where this machine's cache holds one with the same "
+                             "key (cached ones are reused for 24 h on the same kernel; docs/background/fixed-costs.md)."
+                        )(command)
 
 
 def _congestion_name(ctx, param, value: str | None) -> str | None:
@@ -247,14 +262,15 @@ def congestion_option(command):
     """--congestion-control NAME (sweep and run): every node's TCP congestion control for the sweep."""
     return click.option("--congestion-control", "congestion_control", metavar="NAME", callback=_congestion_name,
                         help="Set every node's TCP congestion control (e.g. cubic, reno, bbr) for the sweep and "
-                             "put the previous one back after it [default: leave the nodes' own, as reported]. "
-                             "Embedded testbed only.")(command)
+                             "put the previous one back after it; 'host' keeps the host's default, as namespaces "
+                             "inherit it [default: cubic on the embedded nodes; the hosts' own with --inventory]. "
+                             "Another name: embedded testbed only.")(command)
 
 
 def check_congestion(name: str | None, where: str = "flag --congestion-control") -> None:
     """Before a sweep on this machine: refuse a congestion control the kernel does not have
     (after trying to load its module), naming `where`; nothing is applied."""
-    if name:
+    if name and name != "host":  # 'host': nothing is set
         from netbench.testbed.congestion import check_available
 
         check_available(name, where)
@@ -262,12 +278,14 @@ def check_congestion(name: str | None, where: str = "flag --congestion-control")
 
 def precision_settings(text: str, max_seconds: float, where: str = "flag --precision") -> dict:
     """JobSpec's precision (a fraction, None: off) and max_seconds from the flags' text."""
-    if text.strip().lower() in ("off", "none", "0", "0%"):
+    if text.strip().lower() in ("off", "none"):
         return {"precision": None, "max_seconds": max_seconds}
     try:
         precision = units.parse_ratio(text)
     except ValueError as exc:
         raise UsageError(f"{where}: {exc}", hint="e.g. --precision 2%") from None
+    if precision == 0:  # a window known exactly never ends
+        raise UsageError(f"{where}: {text} would never be reached", hint="e.g. --precision 2%, or off")
     if not 0 < precision < 0.5:
         raise UsageError(f"{where}: {text} is outside (0%, 50%)", hint="e.g. --precision 2%")
     return {"precision": precision, "max_seconds": max_seconds}

@@ -18,7 +18,7 @@ from netbench import console, units
 from netbench.cli import common, render, render_pairs, schedule_apply
 from netbench.cli.common import (BACKEND_CHOICES, apply_remote_options, check_local_flags, handle_errors,
                                  inventory_options, profile_options)
-from netbench.cli.types import FiniteFloatRange
+from netbench.cli.types import FiniteFloatRange, Seconds
 from netbench.errors import NetbenchError, ResetIncomplete, UsageError, VerifyFailed
 from netbench.model.profile import load_profile, profile_from_flags
 from netbench.testbed.base import common_profile
@@ -288,9 +288,9 @@ def _write_profile(path: Path, mapping: dict, quiet: bool, what: str = "profile"
                    "pair, whichever is larger; 0.5ms+2% with --all-pairs].")
 @click.option("--count", type=click.IntRange(5, 100000), help="Pings to send [default: 100; 50 per pair with "
                                                                "--all-pairs].")
-@click.option("--interval", default=0.02, show_default=True, type=FiniteFloatRange(0.002, 10),
+@click.option("--interval", default=0.02, show_default=True, type=Seconds(0.002, 10),
               help="Seconds between pings.")
-@click.option("--seconds", type=FiniteFloatRange(0, 3600),
+@click.option("--seconds", type=Seconds(0, 3600),
               help="Length of each iperf3 TCP test (0: no throughput test) [default: 3; 2 with --throughput].")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors

@@ -17,7 +17,7 @@ from netbench.cli.common import (BACKEND_CHOICES, _sigterm_as_interrupt, check_m
                                  hosts_options, launch_options, launch_settings, metrics_options)
 from netbench.cli.framework import check_framework, framework_option, require_framework
 from netbench.cli.ranks import ranks_options, require_device, with_ranks
-from netbench.cli.types import FiniteFloatRange
+from netbench.cli.types import Seconds
 from netbench.cli.algorithm_options import ALGORITHMS, ALGORITHMS_HELP, algorithm_options, finish_job
 from netbench.cli.user_job import command_options, with_command
 from netbench.errors import UsageError
@@ -62,11 +62,11 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 65536), help="Per-worker batch size.")
 @click.option("--warmup", default=10, show_default=True, type=click.IntRange(0, 100000), help="Warm-up steps, excluded from statistics (seconds for a COMMAND that reports no steps).")
 @click.option("--steps", default=30, show_default=True, type=click.IntRange(2, 1000000), help="Measured steps per run.")
-@click.option("--seconds", type=FiniteFloatRange(0.1, 86400), help="Measured window in seconds instead of --steps (all workers agree on the step count after warm-up); "
+@click.option("--seconds", type=Seconds(0.1, 86400), help="Measured window in seconds instead of --steps (all workers agree on the step count after warm-up); "
                    "a COMMAND that reports no steps: its window of bytes [default: 10].")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 1000), help="Repetitions of each point.")
-@click.option("--step-timeout", default=60.0, show_default=True, type=FiniteFloatRange(1, 86400), help="Seconds a step may take before the run ends as 'timeout'.")
-@click.option("--startup-timeout", default=240.0, show_default=True, type=FiniteFloatRange(1, 86400), help="Seconds until the first step.")
+@click.option("--step-timeout", default=60.0, show_default=True, type=Seconds(1, 86400), help="Seconds a step may take before the run ends as 'timeout'.")
+@click.option("--startup-timeout", default=240.0, show_default=True, type=Seconds(1, 86400), help="Seconds until the first step.")
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help="Emulation backend.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1),
               help="Seed for loss/jitter draws and data (0 to 2^32-1).")
@@ -78,6 +78,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
               help="Before each point, measure the link (ping, iperf3 if a rate is set) and record it beside the profile.")
 @common.sample_resources_option
 @common.predict_option
+@common.recalibrate_option
 @click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
 @metrics_options
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1),
@@ -95,8 +96,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, predict, dry_run,
           metrics_port, metrics_address, metrics_wait, order_seed, isolate, launch_order, settle_text, settle_steps,
           inventory, insecure_host_keys, takeover, precision_text, max_seconds, congestion_control, images_per_step,
-          step_regex, user_command, ranks_per_node=1, collective="ring", device="cpu", gpus_per_node=0,
-          algorithm=None) -> None:
+          step_regex, user_command, algorithm=None, recalibrate=False, settle_round_trips=None, ranks_per_node=1,
+          collective="ring", device="cpu", gpus_per_node=0) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
@@ -181,7 +182,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
                          timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
                          order_seed=order_seed, topology=pairs, predict=predict, congestion_control=congestion_control,
-                         **launch_settings(isolate, settle_text, settle_steps, launch_order))
+                         recalibrate=recalibrate,
+                         **launch_settings(isolate, settle_text, settle_steps, launch_order, settle_round_trips))
     if inventory is not None:
         common.fail_if_any_failed(_run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port,
                                                 metrics_address, takeover, metrics_wait_s))
@@ -323,9 +325,9 @@ def _print_sweep_plan(config) -> None:
             console.plain("  " + line)
     for line in describe_algorithm(config.job, config.workers):
         console.plain(line)
-    if config.congestion_control:
-        console.plain(f"TCP congestion control {config.congestion_control} on every node for the sweep "
-                      "(the previous one put back after it)")
+    from netbench.model.congestion import plan_line
+
+    console.plain(plan_line(config.congestion_control, "sweep"))
     from netbench.cli.render import schedule_plan_line
 
     for run in config.runs:

@@ -18,7 +18,7 @@ from rich.markup import escape
 from netbench import console
 from netbench.cli import common
 from netbench.cli.common import handle_errors
-from netbench.cli.types import FiniteFloatRange
+from netbench.cli.types import Seconds
 from netbench.errors import UsageError
 
 
@@ -73,7 +73,7 @@ def node_info(interface: str | None, no_probe: bool) -> None:
 
 @node.command("apply")
 @click.option("--json", "as_json", is_flag=True, required=True, help="Read the change plan as JSON on stdin.")
-@click.option("--lease", "lease_s", default=0.0, show_default=True, type=FiniteFloatRange(0, 86400),
+@click.option("--lease", "lease_s", default=0.0, show_default=True, type=Seconds(0, 86400),
               help="Seconds the shaping survives without renewal (0: no lease).")
 @click.option("--force", is_flag=True, help="Shape even the interface carrying this SSH session.")
 @click.option("--holder", help="Who takes the lease: the controller session's token [default: the SSH client address].")
@@ -158,7 +158,7 @@ def node_reset(journal, as_json: bool, holder: str | None) -> None:
 @node.command("task", context_settings={"ignore_unknown_options": True})
 @click.option("--role", required=True, help="The task's role and index, e.g. worker0 (journaled with its pid).")
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment for the process (repeatable).")
-@click.option("--grace", default=3.0, show_default=True, type=FiniteFloatRange(0, 600),
+@click.option("--grace", default=3.0, show_default=True, type=Seconds(0, 600),
               help="Seconds between TERM and KILL when the task is stopped.")
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj

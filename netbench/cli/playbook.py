@@ -35,6 +35,7 @@ def _playbook_state(output: Path) -> dict | None:
 @metrics_options
 @common.sample_resources_option
 @common.predict_option
+@common.recalibrate_option
 @click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
 @launch_options
 @common.congestion_option
@@ -44,7 +45,8 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                  metrics_port: int | None, metrics_address: str | None, metrics_wait: str,
                  sample_resources: float | None, predict: bool,
                  dry_run: bool, isolate: bool, launch_order: str, settle_text: str, settle_steps: int,
-                 congestion_control: str | None, inventory: Path | None, insecure_host_keys: bool, takeover: bool) -> None:
+                 congestion_control: str | None, inventory: Path | None, insecure_host_keys: bool, takeover: bool,
+                 recalibrate: bool = False, settle_round_trips: float | None = None) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
 
     An interrupted playbook resumes: run it again with the same results folder and the
@@ -78,7 +80,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     todo = design.pending(runs, statuses)
     if dry_run:
         _print_playbook_plan(book, seed, runs, statuses, output)
-        _print_launches(todo, seed, launch_settings(isolate, settle_text, settle_steps, launch_order),
+        _print_launches(todo, seed, launch_settings(isolate, settle_text, settle_steps, launch_order, settle_round_trips),
                         book.step_timeout_s)
         return
     from netbench.jobs import worker
@@ -111,8 +113,8 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                          timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
                          order_seed=seed, topology=book.topology, predict=predict,
-                         congestion_control=book.congestion_control,
-                         **launch_settings(isolate, settle_text, settle_steps, launch_order))
+                         congestion_control=book.congestion_control, recalibrate=recalibrate,
+                         **launch_settings(isolate, settle_text, settle_steps, launch_order, settle_round_trips))
     if inventory is not None:
         from netbench.testbed.hosts import check_on_hosts
 
@@ -148,9 +150,9 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
     console.info(f"{book.warmup} warm-up + " + (f"{book.seconds:g} s of" if book.seconds else f"{book.steps}")
                  + f" measured steps per run; timeouts: startup {book.startup_timeout_s:g}s, step "
                  f"{book.step_timeout_s:g}s; results -> {escape(str(output))} ({done} done, {len(runs) - done} to run)")
-    if book.congestion_control:
-        console.plain(f"TCP congestion control {book.congestion_control} on every node for the session "
-                      "(the previous one put back after it)")
+    from netbench.model.congestion import plan_line
+
+    console.plain(plan_line(book.congestion_control, "session"))
     keys = [k for k, _ in book.factors] + [k for entry in book.extra_runs for k, _ in entry] + \
         (["schedule"] if book.schedules else [])
     shown = list(dict.fromkeys(keys))

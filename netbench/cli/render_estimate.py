@@ -47,6 +47,11 @@ def design_estimate(runs, isolate: bool, settle, step_timeout_s: float | None = 
     jobs = {run.job for run in runs if run.job is not None and run.job.precision and not run.job.train_steps}
     for line in estimate_lines(both[isolate], both[not isolate], costs, precision=bool(jobs)):
         console.plain(escape(line))
+    from netbench.experiment.lossy import note
+
+    lossy = note(runs)
+    if lossy:
+        console.plain(escape("  " + lossy))
     if jobs:  # the modelled window is an expectation; the cap bounds it whatever the noise
         longest = max(job.max_seconds for job in jobs)
         most = sum(max(window_s(run.job, step_s(run, costs), costs)[0],

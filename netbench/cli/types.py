@@ -22,3 +22,29 @@ def _non_finite(value) -> bool:
         return not math.isfinite(float(value))
     except (TypeError, ValueError):
         return False  # not a number at all: FloatRange says so
+
+
+class Seconds(click.ParamType):
+    """A duration flag that has always taken seconds: "90" is 90 s; a unit is welcome too
+    ("90s", "500ms", "2min"; units.parse_seconds), within [low, high] seconds."""
+
+    name = "duration"
+
+    def __init__(self, low: float, high: float):
+        self.low, self.high = low, high
+
+    def get_metavar(self, param, ctx=None) -> str:  # click 8.2 passes ctx, 8.1 does not
+        return "DURATION"
+
+    def convert(self, value, param, ctx):
+        from netbench import units
+
+        if _non_finite(value):
+            self.fail(f"{value} is not a finite number", param, ctx)
+        try:
+            seconds = units.parse_seconds(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if not self.low <= seconds <= self.high:
+            self.fail(f"{value} is outside {self.low:g}s..{self.high:g}s", param, ctx)
+        return seconds

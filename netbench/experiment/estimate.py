@@ -39,7 +39,8 @@ stats.steps_for_precision(step_cv, P) steps, where step_cv is the step time's co
 variation widened for correlated steps (an assumption: 0.10 by default, between the 0.05 and
 0.15-0.19 measured here at 1 ms with 1 Gbit/s and 100 Mbit/s; calibrated per model from a
 results folder's step_time_ci_pct). A point whose modelled window reaches the cap is counted as
-capped: it is expected to stop there without its precision.
+capped: it is expected to stop there without its precision; so is every point with loss
+(experiment/lossy.py: retransmission timeouts make its steps vary).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from netbench import stats
+from netbench.experiment import lossy
 from netbench.experiment.launch import Settle, plan_launches
 from netbench.model.job import EXCHANGE_STRATEGIES, effective_accum_steps, nodes_needed
 
@@ -288,9 +290,11 @@ def _point(run, costs: Costs, settle: Settle | None, step_timeout_s: float | Non
     if step_timeout_s is not None and step > step_timeout_s:
         return 0.0, 0.0, step_timeout_s, True, False
     measured, capped = window_s(run.job, step, costs)
+    if lossy.expected_at_cap(run):  # retransmission timeouts: the cap, whatever the modelled cv
+        measured, capped = max(measured, run.job.max_seconds), True
     held = 0.0
     if settle is not None:  # the step in flight at the change, then the window
-        held = max(settle.seconds, settle.steps * step) + step / 2
+        held = max(settle.floor_s(rtt_s(path_of(run))), settle.steps * step) + step / 2
     return held, measured, costs.point_overhead_s, False, capped
 
 
@@ -354,8 +358,6 @@ def assumptions(costs: Costs, precision: bool = False) -> str:
     return (f"step = compute (per sample per model, {costs.cores} cores shared) + ring/ps transfers at the "
             f"profile's rate (a topology's: its slowest pair's) + round trips x RTT; {loss}; start-up per launch per model + warm-up; "
             f"{window}every point ok but those whose step exceeds the step timeout; costs: {costs.source}")
-
-
 
 
 # ---------------------------------------------------------------- calibration from results

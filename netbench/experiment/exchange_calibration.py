@@ -42,6 +42,12 @@ class Exchange:
     window_bytes: int | None
 
 
+def measured() -> dict[str, Any]:
+    """What the calibration measures (its cache key's `measured`; experiment/calibration_cache.py)."""
+    return {"protocol": "exchange", "ranks": 2, "nodes": 2, "sizes": list(EXCHANGE_SIZES),
+            "warmup": WARMUP, "reps": REPS}
+
+
 def bench_argv(sizes: tuple[int, ...] = EXCHANGE_SIZES, python: str = sys.executable) -> tuple[str, ...]:
     return (python, "-m", BENCH_MODULE, "--sizes", ",".join(str(s) for s in sizes),
             "--warmup", str(WARMUP), "--reps", str(REPS), "--timeout", "30")

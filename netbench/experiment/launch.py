@@ -6,7 +6,8 @@ batch, workers, ps, data, accumulation, warm-up and window) and a repetition for
 moves them through the launch's points (`plan_launches`; the order's seed is recorded).
 For each point it applies the profile in place, drops the chief's steps that overlap the
 change plus a settle window (`Settle`: at least `steps` steps AND at least `seconds` after
-the change AND until the step time is steady; the dropped steps are kept with phase
+the change, or a few round trips where that is shorter, AND until the step time is steady:
+experiment/settling.py; the dropped steps are kept with phase
 "settle"), measures the next `job.steps` steps (or `job.seconds`; with `job.precision`, more
 until the mean step time is known to it or `job.max_seconds` have passed), and goes on
 (`PointWindow` decides each step).
@@ -30,13 +31,14 @@ from __future__ import annotations
 
 import bisect
 import random
-import statistics
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from netbench import stats
+from netbench.experiment import settling
 from netbench.experiment.link_window import LinkMeter, meter_for
+from netbench.experiment.settling import Settle  # noqa: F401 - its home before settling.py; callers import it here
 from netbench.jobs import events as ev
 from netbench.jobs.launch import JobOutcome, TaskLost
 from netbench.jobs.live import JobBroken, LiveJob
@@ -49,20 +51,6 @@ PORT_RANGE = (20000, 60000)
 
 
 ORDERS = ("descending", "random")
-
-
-@dataclass(frozen=True)
-class Settle:
-    """How long a network change settles before a point's measured window: at least `steps`
-    of the chief's steps started after the change AND at least `seconds` after it AND the
-    median of the last max(`steps`, 3) steps no longer than `steady` x the shortest step
-    since the change (retransmissions after a fall in rate make the first steps slow for
-    seconds); the steadiness rule gives up `max_seconds` after the change (0: no such rule)."""
-
-    steps: int = 3
-    seconds: float = 1.5
-    steady: float = 1.5
-    max_seconds: float = 30.0
 
 
 def follows(before: Any, after: Any) -> bool:
@@ -193,8 +181,9 @@ class PointWindow:
     point of a launch is applied before the processes start)."""
 
     def __init__(self, changed_at: float, settle: Settle, steps: int, seconds: float | None = None,
-                 precision: float | None = None, max_seconds: float = 60.0) -> None:
+                 precision: float | None = None, max_seconds: float = 60.0, rtt_s: float | None = None) -> None:
         self.changed_at, self.settle, self.steps, self.seconds = changed_at, settle, steps, seconds
+        self.rtt_s, self.floor_s, self.why = rtt_s, settle.floor_s(rtt_s), None  # the path's round trip (None: unknown)
         # with a precision, `steps`/`seconds` is the least window: it goes on until the mean step
         # time is known to it (stats.steps_to_precision) or has lasted max_seconds
         self.precision, self.max_seconds = precision, max_seconds
@@ -262,19 +251,14 @@ class PointWindow:
         return phase
 
     def _settled(self, step: ev.Step, start: float) -> bool:
-        """Whether the settle window ends before `step` (see Settle): the step time's
+        """Whether the settle window ends before `step` (settling.decide): the step time's
         steadiness counts `step` itself."""
-        settle = self.settle
         if start < self.changed_at:
             return False
         self.durations.append(step.end - step.start)
-        if self.after <= settle.steps or start < self.changed_at + settle.seconds:
-            return False
-        if self.warmed or not settle.max_seconds or start >= self.changed_at + settle.max_seconds:
-            return True
-        # step times are skewed right (a spike is common, a dip is not): the shortest step is the
-        # floor, and the median of the last few is steady once it is near that floor again
-        return statistics.median(self.durations[-max(settle.steps, 3):]) <= settle.steady * min(self.durations)
+        self.why = settling.decide(self.settle, self.after, start - self.changed_at, self.durations, self.warmed,
+                                   self.floor_s)
+        return self.why is not None
 
     def phase_for(self, index: int) -> str | None:
         """A step's phase by its number: None while the chief has not reached it."""
@@ -350,7 +334,8 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
             started, changed_at = time.time(), time.monotonic()
             ctx.testbed.apply(run, seed=ctx.seed_of(run))
             ctx.observer.profile_applied(run)
-            window = PointWindow(changed_at, ctx.settle, job.steps, job.seconds, job.precision, job.max_seconds)
+            window = PointWindow(changed_at, ctx.settle, job.steps, job.seconds, job.precision, job.max_seconds,
+                                 rtt_s=settling.round_trip_s(run))
             if live is None:
                 try:
                     live = LiveJob(tasks, ctx.store.log_dir(f"launch{number:03d}"), spawn)
@@ -390,8 +375,10 @@ def user_spawner(job: JobSpec, ctx: Context, log_dir) -> UserSpawner:
 
 def _record(ctx: Context, run: Run, number: int, window: PointWindow, outcome: JobOutcome, started: float,
             link: dict | None = None) -> None:
-    result = ctx.make_result(run, ctx.backend_name, outcome, started, time.time(), link=link)
-    ctx.finish(run, replace(result, launch=number, settle_s=window.settle_s(), settle_steps=window.dropped))
+    nodes = tuple(n.name for n in ctx.testbed.nodes_for(run.job, run.workers))[:run.workers]  # the ranks'
+    result = ctx.make_result(run, ctx.backend_name, outcome, started, time.time(), link=link, nodes=nodes)
+    ctx.finish(run, replace(result, launch=number, settle_s=window.settle_s(), settle_steps=window.dropped,
+                            settle_reason=settling.reason(window.why, window.floor_s, window.rtt_s, window.settle)))
 
 
 def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: list, clock: _Clock,

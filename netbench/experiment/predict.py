@@ -16,6 +16,11 @@ each timed and recorded in the manifest's "calibration":
 
 Each run's `predicted_step_s` then comes from model/step_model.py with the point's
 configured delay and rate: never from the point's own steps.
+
+Each calibration is keyed by everything it measured (experiment/calibration_cache.py) and
+named by that key's id: a later sweep with the same key reuses the cached one (and says so)
+unless it is too old, of another kernel, or the sweep asked `--recalibrate`; each run records
+the ids its prediction used (`calibration_id`).
 """
 
 from __future__ import annotations
@@ -38,14 +43,42 @@ COMPUTE_WARMUP, COMPUTE_STEPS = 3, 10
 
 def job_key(job: JobSpec, workers: int) -> str:
     shape = "x".join(str(d) for d in job.input_shape) if job.input_shape else ""
-    per = f"r{job.ranks_per_node}" if job.ranks_per_node > 1 else ""
-    return f"{job.model}/b{job.batch_size}/{shape}/{job.classes or ''}/{job.data}/w{workers}{per}"
+    framework = "" if job.framework == "tensorflow" else f"{job.framework}/"  # TensorFlow's keys as before
+    per = f"r{job.ranks_per_node}" if job.ranks_per_node > 1 else ""  # one rank a node: keys as before
+    return f"{framework}{job.model}/b{job.batch_size}/{shape}/{job.classes or ''}/{job.data}/w{workers}{per}"
 
 
 def collective_key(workers: int, ranks_per_node: int = 1) -> int | str:
     """The collective calibration's key: the workers, or "WxR" with R ranks per node (measured
     on that placement: the loopback inside each node, the unshaped links between them)."""
     return workers if ranks_per_node <= 1 else f"{workers}x{ranks_per_node}"
+
+
+def compute_measured(job: JobSpec, workers: int) -> dict[str, Any]:
+    """What a job's compute calibration measures (its cache key's `measured`)."""
+    per = max(1, job.ranks_per_node)
+    return {"framework": job.framework, "model": job.model, "batch": job.batch_size,
+            "input_shape": list(job.input_shape or ()), "classes": job.classes, "data": job.data,
+            "strategy": "single", "processes": workers, "nodes": max(1, workers // per),
+            "warmup": COMPUTE_WARMUP, "steps": COMPUTE_STEPS}
+
+
+def allreduce_measured(workers: int, ranks_per_node: int = 1) -> dict[str, Any]:
+    """What the all-reduce calibration over `workers` (ranks_per_node a node) measures."""
+    return {"framework": "tensorflow", "op": "allreduce", "ranks": workers,
+            "nodes": max(1, workers // max(1, ranks_per_node)),
+            "sizes": list(CALIBRATION_SIZES), "warmup": 2, "reps": 3}
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """Where a sweep's calibrations may come from: the cache (None: measure every one), the
+    place and host that key them (calibration_cache), and `recalibrate` (measure anyway)."""
+
+    place: dict[str, Any] = field(default_factory=dict)  # testbed kind, backend, congestion control
+    host: Any = None  # calibration_cache.Host; None: calibrations get no id
+    cache: Any = None  # calibration_cache.CalibrationCache
+    recalibrate: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,6 +94,16 @@ class Predictor:
     collective: dict[int, Any] = field(default_factory=dict)  # workers -> model.collective.AlphaBeta
     compute: dict[str, Compute] = field(default_factory=dict)  # job_key -> Compute
     exchange: Any = None  # experiment.exchange_calibration.Exchange; None: not measured
+    ids: dict[str, str] = field(default_factory=dict)  # "allreduce/w2", "compute/<job_key>", "exchange" -> id
+
+    def calibration_id(self, run) -> str | None:
+        """The ids of the calibrations `run`'s prediction uses, "+"-joined (compute, all-reduce,
+        exchange); None when it uses none."""
+        parts = [self.ids.get(f"compute/{job_key(run.job, run.workers)}"),
+                 self.ids.get(f"allreduce/w{collective_key(run.workers, run.job.ranks_per_node)}")]
+        if run.job.strategy in exchange_model.STRATEGIES:
+            parts.append(self.ids.get("exchange"))
+        return "+".join(p for p in parts if p) or None
 
     def inputs(self, run) -> step_model.StepInputs | None:
         from netbench.experiment.estimate import path_of
@@ -159,66 +202,128 @@ def _why(exc: Exception) -> str:
     return exc.message if isinstance(exc, NetbenchError) else f"{type(exc).__name__}: {exc}"
 
 
-def calibrate(runs, testbed, log_root, note, seed: int = 0) -> tuple[Predictor, dict]:
-    """Measure what the runs' predictions need; a calibration that fails is noted and its
-    runs get no prediction (the sweep goes on)."""
+def _obtain(kind: str, measured: dict[str, Any], what: str, measure, reuse: Reuse, note) -> tuple[dict, dict]:
+    """(value, facts) of one calibration: the cached one when its key's entry may be reused
+    (noted), else `measure()`'s (value, facts), kept in the cache. The facts carry its `id`,
+    whether it was `reused` and when it was measured (`measured_at`, Unix time)."""
+    from netbench.experiment import calibration_cache as cc
+
+    if reuse.host is None:
+        value, facts = measure()
+        return value, {**facts, "reused": False}
+    key = cc.make_key(kind, measured, reuse.place, reuse.host)
+    if reuse.cache is not None and not reuse.recalibrate:
+        entry, why = reuse.cache.lookup(key)
+        if entry is not None:
+            age = cc.age_text(reuse.cache.clock() - entry.measured_at)
+            note(f"calibration: {what}: reused {entry.id}, measured {age} ago (--recalibrate measures it again)")
+            return entry.value, {**entry.facts, "id": entry.id, "reused": True, "measured_at": entry.measured_at}
+        if why != "none cached":
+            note(f"calibration: {what}: the cached one is not reused: {why}")
+    value, facts = measure()
+    if reuse.cache is None:
+        return value, {**facts, "id": cc.calibration_id(key), "reused": False}
+    entry, unkept = reuse.cache.store(key, value, facts)
+    if unkept:
+        note(f"calibration: {what}: {unkept}")
+    return value, {**facts, "id": entry.id, "reused": False, "measured_at": entry.measured_at}
+
+
+def calibrate(runs, testbed, log_root, note, seed: int = 0, reuse: Reuse | None = None) -> tuple[Predictor, dict]:
+    """Measure (or reuse, see `Reuse`) what the runs' predictions need; a calibration that fails
+    is noted and its runs get no prediction (the sweep goes on)."""
+    reuse = reuse or Reuse()
     rng = random.Random(seed ^ int(time.time()))
     started = time.monotonic()
-    record: dict[str, Any] = {"collective": {}, "compute": {}, "errors": []}
+    record: dict[str, Any] = {"collective": {}, "compute": {}, "errors": [], "recalibrate": reuse.recalibrate}
+    if reuse.cache is not None:
+        record["cache"] = str(reuse.cache.folder)
     collective_fits: dict[int, Any] = {}
     computes: dict[str, Compute] = {}
+    ids: dict[str, str] = {}
     modelled = [r for r in runs if r.job.strategy in step_model.PATTERNS]
     for workers, per in sorted({(r.workers, r.job.ranks_per_node) for r in modelled if r.workers >= 2}):
         key = collective_key(workers, per)
+
+        def measure(w=workers, per=per, key=key):
+            placed = {"ranks_per_node": per} if per > 1 else {}  # one a node: the call as before
+            fit, facts = measure_collective(testbed, w, log_root / f"calibration-collective-w{key}",
+                                            rng.randrange(20000, 30000), **placed)
+            return {"alpha_s": fit.alpha_s, "beta_s_per_byte": fit.beta_s_per_byte}, facts
+        on = f" ({per} a node)" if per > 1 else ""
         try:
-            fit, facts = measure_collective(testbed, workers, log_root / f"calibration-collective-w{key}",
-                                            rng.randrange(20000, 30000), ranks_per_node=per)
+            value, facts = _obtain("allreduce", allreduce_measured(workers, per),
+                                   f"all-reduce over {workers} workers{on}", measure, reuse, note)
         except Exception as exc:  # noqa: BLE001 - a calibration only informs: the sweep goes on without it
             record["errors"].append(_why(exc))
             note(f"collective calibration ({workers} workers) failed: {_why(exc)}; no predictions for them")
             continue
-        collective_fits[key] = fit
+        from netbench.model.collective import AlphaBeta
+
+        fit = collective_fits[key] = AlphaBeta(float(value["alpha_s"]), float(value["beta_s_per_byte"]))
         record["collective"][str(key)] = facts
-        on = f" ({per} a node)" if per > 1 else ""
-        note(f"calibration: all-reduce over {workers} workers{on}, unshaped: alpha {fit.alpha_s * 1e3:.2f} ms, "
-             f"beta {fit.beta_s_per_byte * 1e9:.2f} ns/byte ({facts['seconds']:.1f} s)")
+        _remember(ids, f"allreduce/w{key}", facts)
+        if not facts["reused"]:
+            note(f"calibration: all-reduce over {workers} workers{on}, unshaped: alpha {fit.alpha_s * 1e3:.2f} ms, "
+                 f"beta {fit.beta_s_per_byte * 1e9:.2f} ns/byte ({facts['seconds']:.1f} s)")
     exchange = None
     if any(r.job.strategy in exchange_model.STRATEGIES and r.workers >= 2 for r in modelled):
-        exchange = _calibrate_exchange(testbed, log_root, rng.randrange(20000, 30000), record, note)
+        exchange = _calibrate_exchange(testbed, log_root, rng.randrange(20000, 30000), record, note, reuse)
+        if exchange is not None:
+            _remember(ids, "exchange", record["exchange"])
     seen: dict[str, tuple[JobSpec, int]] = {}
     for run in modelled:
         seen.setdefault(job_key(run.job, run.workers), (run.job, run.workers))
     for key, (job, workers) in seen.items():
+        def measure(job=job, workers=workers):
+            compute, facts = measure_compute(testbed, job, workers, log_root / f"calibration-compute-{len(computes)}",
+                                             rng.randrange(20000, 30000))
+            return {"compute_s": compute.compute_s, "model_bytes": compute.model_bytes}, facts
         try:
-            compute, facts = measure_compute(testbed, job, workers,
-                                             log_root / f"calibration-compute-{len(computes)}", rng.randrange(20000, 30000))
+            value, facts = _obtain("compute", compute_measured(job, workers), f"{job.model} compute on {workers} node(s)",
+                                   measure, reuse, note)
         except Exception as exc:  # noqa: BLE001 - as above
             record["errors"].append(_why(exc))
             note(f"compute calibration of {key} failed: {_why(exc)}; no predictions for it")
             continue
-        computes[key] = compute
+        compute = computes[key] = Compute(float(value["compute_s"]), int(value["model_bytes"]))
         record["compute"][key] = facts
-        note(f"calibration: {job.model} compute {compute.compute_s * 1e3:.1f} ms per batch on {workers} node(s) "
-             f"at once, {compute.model_bytes:,} bytes of weights ({facts['seconds']:.1f} s)")
+        _remember(ids, f"compute/{key}", facts)
+        if not facts["reused"]:
+            note(f"calibration: {job.model} compute {compute.compute_s * 1e3:.1f} ms per batch on {workers} node(s) "
+                 f"at once, {compute.model_bytes:,} bytes of weights ({facts['seconds']:.1f} s)")
     record["seconds"] = round(time.monotonic() - started, 3)
-    return Predictor(collective=collective_fits, compute=computes, exchange=exchange), record
+    return Predictor(collective=collective_fits, compute=computes, exchange=exchange, ids=ids), record
 
 
-def _calibrate_exchange(testbed, log_root, port: int, record: dict, note):
+def _remember(ids: dict[str, str], name: str, facts: dict) -> None:
+    if facts.get("id"):
+        ids[name] = facts["id"]
+
+
+def _calibrate_exchange(testbed, log_root, port: int, record: dict, note, reuse: Reuse | None = None):
     """The exchange calibration, recorded in `record`; None (noted) when it fails: the
     exchange strategies then fall back to the all-reduce's terms."""
-    from netbench.experiment import exchange_calibration
+    from netbench.experiment import exchange_calibration as xc
+
+    def measure():
+        exchange, facts = xc.measure(testbed, log_root / "calibration-exchange", port)
+        return {"alpha_s": exchange.alpha_s, "beta_s_per_byte": exchange.beta_s_per_byte,
+                "window_bytes": exchange.window_bytes}, facts
 
     try:
-        exchange, facts = exchange_calibration.measure(testbed, log_root / "calibration-exchange", port)
+        value, facts = _obtain("exchange", xc.measured(), "exchange protocol", measure, reuse or Reuse(), note)
     except Exception as exc:  # noqa: BLE001 - a calibration only informs: the sweep goes on without it
         record["errors"].append(_why(exc))
         note(f"exchange calibration failed: {_why(exc)}; the exchange strategies use the all-reduce's terms")
         return None
+    exchange = xc.Exchange(float(value["alpha_s"]), float(value["beta_s_per_byte"]),
+                           None if value.get("window_bytes") is None else int(value["window_bytes"]))
     record["exchange"] = facts
-    window = "unknown" if exchange.window_bytes is None else f"{exchange.window_bytes / 2**20:.1f} MiB"
-    note(f"calibration: exchange protocol request-reply, unshaped: alpha {exchange.alpha_s * 1e3:.2f} ms, "
-         f"beta {exchange.beta_s_per_byte * 1e9:.2f} ns/byte moved, TCP window {window} ({facts['seconds']:.1f} s)")
+    if not facts["reused"]:
+        window = "unknown" if exchange.window_bytes is None else f"{exchange.window_bytes / 2**20:.1f} MiB"
+        note(f"calibration: exchange protocol request-reply, unshaped: alpha {exchange.alpha_s * 1e3:.2f} ms, "
+             f"beta {exchange.beta_s_per_byte * 1e9:.2f} ns/byte moved, TCP window {window} ({facts['seconds']:.1f} s)")
     return exchange
 
 
@@ -227,4 +332,6 @@ def annotate(result, run, predictor: Predictor | None):
     if predictor is None:
         return result
     prediction = predictor.predict(run)
-    return result if prediction is None else replace(result, predicted_step_s=prediction.step_s)
+    if prediction is None:
+        return result
+    return replace(result, predicted_step_s=prediction.step_s, calibration_id=predictor.calibration_id(run))

@@ -11,7 +11,7 @@ from typing import Any, Callable, Protocol
 from netbench import interrupts
 from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
-from netbench.jobs import link_check, accuracy, analysis, events, resources
+from netbench.jobs import accuracy, analysis, events, link_check, resources, stragglers
 from netbench.model.job import SERVER_STRATEGIES, JobSpec, algorithm_settings, effective_accum_steps, images_per_step, \
     nodes_needed, plan_job
 from netbench.jobs import user_results
@@ -49,6 +49,7 @@ class SweepConfig:
     order_seed: int | None = None  # the points' order within each launch; None: drawn (and recorded)
     topology: Any = None  # model.pairs.PairTopology (unscaled) the runs apply at their scales; for the manifest
     predict: bool = False  # calibrate before the first point; each run gets predicted_step_s (experiment/predict.py)
+    recalibrate: bool = False  # measure every calibration again, never reusing a cached one (--recalibrate)
     # every node's TCP congestion control for the sweep (--congestion-control; the embedded
     # testbed sets it and puts the previous one back); None: the nodes' own, reported as found
     congestion_control: str | None = None
@@ -85,10 +86,11 @@ class _Quiet:
 
 
 def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, ended: float,
-                link: dict | None = None) -> RunResult:
+                link: dict | None = None, nodes: tuple[str, ...] = ()) -> RunResult:
     """Turn a job's events into a run record; warm-up steps are kept but excluded. `link`: a
     user's command that reports no steps, measured in bytes on its links (experiment/link_window.py):
-    the record's link_bytes, no step statistics."""
+    the record's link_bytes, no step statistics. `nodes`: the workers' nodes in rank order
+    (worker_nodes), which name the straggler."""
     job, workers = user_results.resolved_job(run.job, outcome.events, run.workers), run.workers
     status, error, stats = outcome.status, outcome.error, None
     durations = analysis.measured_durations(outcome.events, job)
@@ -121,7 +123,18 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      **user_results.origin(outcome.events, job, link),
                      link_bytes=link, link_bytes_per_s=None if link is None else link["sent_bytes_per_s_mean"],
                      **link_check.record_fields(outcome.events, job, workers),
-                     algorithm=algorithm_settings(job, workers) or None)
+                     algorithm=algorithm_settings(job, workers) or None,
+                     stragglers=_stragglers(outcome.events, job, nodes))
+
+
+def _stragglers(events_: tuple, job: JobSpec, nodes: tuple[str, ...]) -> dict | None:
+    found = stragglers.attribute(events_, job, nodes, backup_workers=job.backup_workers)
+    return None if found is None else found.to_record()
+
+
+def worker_nodes(testbed: Target, run: Run) -> tuple[str, ...]:
+    """The nodes of the run's workers (ranks), in rank order: placement puts them first."""
+    return tuple(n.name for n in testbed.nodes_for(run.job, run.workers))[:run.workers]
 
 
 def window_precision(durations: list[float], precision: float | None) -> dict:
@@ -212,7 +225,8 @@ def _run_isolated(run: Run, config: SweepConfig, testbed: Target, store: ResultS
         if driver is not None:  # however the run ended, no change is made after it
             with interrupts.held_off():
                 driver.stop()
-    result = replace(make_result(run, backend, outcome, started, time.time()), verify=verified)
+    result = replace(make_result(run, backend, outcome, started, time.time(), nodes=worker_nodes(testbed, run)),
+                     verify=verified)
     if driver is not None:
         result = _with_schedule(result, driver)
     measured = launches.measured_window(analysis.reference_events(outcome.events, run.job))
@@ -236,11 +250,27 @@ def _lease_checked(testbed: Target, result: RunResult) -> RunResult:
 Testbed = Target  # where a sweep runs: the one Target protocol of every command (testbed/base.py)
 
 
-def describe_congestion(by_node: dict[str, str], requested: str | None = None) -> str:
+def describe_congestion(by_node: dict[str, str], requested: str | None = None, default: str | None = None) -> str:
     """One line for the sweep's start: the nodes' TCP congestion control (pure; model/congestion.py)."""
     from netbench.model.congestion import describe
 
-    return describe(by_node, requested)
+    return describe(by_node, requested, default)
+
+
+def calibration_reuse(config: SweepConfig, testbed: Target, backend: str, congestion: str | None):
+    """Where the sweep's calibrations may come from (experiment/predict.py's Reuse): keyed by the
+    testbed kind, backend and nodes' congestion control on this host; the per-machine cache on
+    the embedded testbed only (the hosts' own facts are not part of the key)."""
+    from netbench.experiment import calibration_cache
+    from netbench.experiment.predict import Reuse
+
+    place = {"testbed": testbed.kind, "backend": backend, "congestion_control": congestion or ""}
+    if testbed.kind != "embedded":  # the hosts as `netbench node info` described them
+        infos = getattr(testbed, "infos", {}) or {}
+        place["hosts"] = {name: [info.get("host"), info.get("kernel"), info.get("tensorflow")]
+                          for name, info in sorted(infos.items())}
+    cache = calibration_cache.CalibrationCache() if testbed.kind == "embedded" else None
+    return Reuse(place=place, host=calibration_cache.host_facts(), cache=cache, recalibrate=config.recalibrate)
 
 
 def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Journal | None = None,
@@ -274,19 +304,28 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         topology = testbed.start()
         manifest["testbed"] = topology.to_json()
         observer.sweep_started(config, backend, topology)
-        congestion = getattr(testbed, "congestion_control", None)  # the nodes' or the hosts' own
+        congestion, nodes_cc = getattr(testbed, "congestion_control", None), None  # the nodes' or the hosts' own
         if congestion is not None:
             manifest["tcp_congestion_control"] = congestion()  # read back, after the testbed set it
-            observer.note(describe_congestion(manifest["tcp_congestion_control"], config.congestion_control))
+            default = getattr(testbed, "congestion_default", None)  # the embedded nodes' default, set by start
+            observer.note(describe_congestion(manifest["tcp_congestion_control"], config.congestion_control, default))
+            if default:
+                manifest["congestion_control_default"] = default
+            nodes_cc = ";".join(sorted(set(manifest["tcp_congestion_control"].values()) - {""})) or None
         if config.congestion_control:
             manifest["congestion_control"] = config.congestion_control
+        from netbench.experiment.lossy import note as lossy_note
+
+        if lossy_note(config.runs):  # points with loss will likely run to their cap: said before they do
+            observer.note(lossy_note(config.runs))
         rng = random.Random(config.seed ^ int(time.time()))
         predictor = None
         if config.predict:
             from netbench.experiment import predict
 
             predictor, manifest["calibration"] = predict.calibrate(config.runs, testbed, store.dir / "logs",
-                                                                   observer.note, config.seed)
+                                                                   observer.note, config.seed,
+                                                                   calibration_reuse(config, testbed, backend.name, nodes_cc))
             store.write_manifest(manifest)
 
         def finish(run: Run, result: RunResult) -> None:
@@ -294,6 +333,8 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
             result = _emulation_kept(result, testbed)
             if predictor is not None:
                 result = predict.annotate(result, run, predictor)
+            if nodes_cc is not None:
+                result = replace(result, congestion_control=nodes_cc)
             store.add(result)
             observer.run_finished(run, result)
             # the stored record keeps the step events; the controller keeps only the summary, so a

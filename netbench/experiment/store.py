@@ -24,6 +24,9 @@ from typing import Any
 from netbench import __version__
 from netbench.errors import UsageError
 from netbench.jobs.resources import Usage, totals
+from netbench.jobs.stragglers import COLUMNS as STRAGGLER_COLUMNS
+from netbench.jobs.stragglers import csv_cells as straggler_cells
+from netbench.jobs.link_check import COLUMNS as RANK_COLUMNS, csv_cells as rank_cells
 from netbench.model.job import ALGORITHM_KEYS
 
 # 2: strategy settings (ps, accum_steps), data, model size, computation/communication split,
@@ -41,9 +44,11 @@ from netbench.model.job import ALGORITHM_KEYS
 #     each record also keeps its own target_accuracy
 # 11: the algorithm settings the run's strategy used (its record's `algorithm`, e.g. {"staleness": 3})
 #     and the csv's staleness, tau, elastic_alpha and gossip_p columns (empty where unused)
-# 12: ranks per node: the record's and csv's ranks_per_node, collective, link_bytes_per_step and
-#     link_bytes_expected_per_step
-SCHEMA_VERSION = 12
+# 12: the calibrations a run's prediction used (`calibration_id`, experiment/calibration_cache.py),
+#     the nodes' TCP congestion control (`congestion_control`), why a point settled when it did
+#     (`settle_reason`); who waits for whom: the record's `stragglers` (jobs/stragglers.py) and its
+#     csv columns (COLUMNS there); ps-sync's backup_workers (an algorithm column)
+SCHEMA_VERSION = 13  # 13: ranks per node: the record's `ranks`, its csv columns (jobs/link_check.py COLUMNS)
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -60,19 +65,21 @@ CSV_COLUMNS = (
     "ps", "accum_steps", "data", "input_shape", "classes", "params", "model_bytes",
     "worker_images_per_sec", "compute_time_mean_s", "comm_time_mean_s", "idle_ratio",
     "verify_rtt_configured_ms", "verify_rtt_measured_ms", "verify_loss_configured_pct", "verify_loss_measured_pct",
-    "verify_rate_measured_mbit", "verify_ok",
-    "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
+    "verify_rate_measured_mbit", "verify_ok", "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error", "schedule", "step", "split_from",
-    "launch", "settle_s", "settle_steps", "topology", "scale",
+    "launch", "settle_s", "settle_steps", "settle_reason", "topology", "scale",
     "step_time_ci_pct", "precision_reached", "predicted_step_s",
     # the training algorithm and its accuracy (issue 21)
     "wait_time_mean_s", "staleness_mean", "test_accuracy", "steps_to_target", "time_to_target_s",
     "framework", "source",
     # a user's command that reports no steps: bytes each node sent per second (issue 22)
     "link_bytes_per_s",
-    # several ranks per node: ranks on each node, the all-reduce's shape, each node's link bytes per
-    # step measured (--sample-resources) beside the collective's inter-node bytes (ranks per node)
-    "ranks_per_node", "collective", "link_bytes_per_step", "link_bytes_expected_per_step",
+    # the calibrations the run's prediction used, and its nodes' TCP congestion control
+    "calibration_id", "congestion_control",
+    # who waits for whom: the straggler, its share of steps, the others' waiting (jobs/stragglers.py)
+    *STRAGGLER_COLUMNS,
+    # ranks per node and the all-reduce's shape; each node's link bytes per step beside the collective's
+    *RANK_COLUMNS,
     # the training algorithm's own settings, as the run used them (last: tests/unit/test_algorithm_factors.py)
     *ALGORITHM_KEYS,
 )
@@ -124,6 +131,7 @@ class RunResult:
     launch: int | None = None
     settle_s: float | None = None
     settle_steps: int | None = None
+    settle_reason: str | None = None  # why it settled then, and the time floor (experiment/settling.py)
     # the per-pair topology the run applied instead of its profile (model.pairs.PairTopology.to_json,
     # scaled: its links are the delays applied, its scale the factor); None: the profile
     topology: dict[str, Any] | None = None
@@ -159,13 +167,12 @@ class RunResult:
     # the settings of the strategy's own algorithm as the run used them (model.job.algorithm_settings:
     # ps-ssp's staleness, easgd's tau and elastic_alpha, gosgd's gossip_p); None: a strategy with none
     algorithm: dict[str, Any] | None = None
-    # several ranks per node (model/ranks.py): the ranks on each node and the all-reduce's shape;
-    # with --sample-resources, the bytes each node sent per measured step on its link (mean over
-    # nodes, jobs/link_check.py) beside what the collective moves between nodes
-    ranks_per_node: int = 1
-    collective: str = "ring"
-    link_bytes_per_step: float | None = None
-    link_bytes_expected_per_step: float | None = None
+    calibration_id: str | None = None  # the prediction's calibrations' ids, "+"-joined; None: no prediction
+    congestion_control: str | None = None  # the nodes' TCP congestion control as read back ("a;b": nodes differ)
+    # each rank's step times and who the others waited for (jobs.stragglers.Attribution.to_record);
+    # None: fewer than two reporting ranks
+    stragglers: dict[str, Any] | None = None
+    ranks: dict[str, Any] | None = None  # ranks per node, collective, link bytes per step (jobs/link_check.py)
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -196,13 +203,13 @@ class RunResult:
             "worker_images_per_sec": ";".join(f"{v:.3f}" for v in self.per_worker_images_per_sec),
             "compute_time_mean_s": opt(self.compute_time_mean_s), "comm_time_mean_s": opt(self.comm_time_mean_s),
             "idle_ratio": opt(self.idle_ratio, 4),
-            **self._verify_cells(),
-            **self._resource_cells(),
+            **self._verify_cells(), **self._resource_cells(),
             "status": self.status, "error": self.error,
             "schedule": (self.schedule or {}).get("name", ""),
             "step": self.step or "", "split_from": self.split_from or "",
             "launch": "" if self.launch is None else self.launch, "settle_s": opt(self.settle_s, 4),
             "settle_steps": "" if self.settle_steps is None else self.settle_steps,
+            "settle_reason": self.settle_reason or "",
             "topology": (self.topology or {}).get("name", ""),
             "scale": "" if self.topology is None else f"{self.topology.get('scale', 1):g}",
             "step_time_ci_pct": opt(self.step_time_ci_pct, 3),
@@ -214,9 +221,8 @@ class RunResult:
             "time_to_target_s": opt(self.time_to_target_s, 4),
             "framework": self.framework, "source": self.source,
             "link_bytes_per_s": opt(self.link_bytes_per_s, 1),
-            "ranks_per_node": self.ranks_per_node, "collective": self.collective,
-            "link_bytes_per_step": opt(self.link_bytes_per_step, 0),
-            "link_bytes_expected_per_step": opt(self.link_bytes_expected_per_step, 0),
+            "calibration_id": self.calibration_id or "", "congestion_control": self.congestion_control or "",
+            **straggler_cells(self.stragglers), **rank_cells(self.ranks),
             **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_KEYS},
         }
 

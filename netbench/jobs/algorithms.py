@@ -2,6 +2,9 @@
 
 * ``ps-sync`` (BSP): every worker pushes its step's gradient; the server applies the mean of a
   round's W gradients once, together, and a worker's pull waits for its round (the barrier);
+  with B backup workers (Chen et al. 2016) a round closes on its first W - B gradients, and a
+  gradient computed on weights older than the current version (its round closed without it)
+  is dropped and answered at once with the new weights (`ServerState.dropped` counts them);
 * ``ps-async`` (ASP, as Dean et al. 2012's Downpour SGD and Jia et al.'s Async-SGD): each push
   is applied at once and answered at once; a worker pushes and goes on computing on the
   freshest weights it has received, never waiting for the other workers; only its transport
@@ -144,6 +147,9 @@ class ServerState:
     clocks: dict[int, int] = field(default_factory=dict)
     done: set[int] = field(default_factory=set)
     _round: dict[int, list[np.ndarray]] = field(default_factory=dict)
+    backup: int = 0  # SYNC: gradients a round may go without (backup workers); 0: every worker's
+    dropped: dict[int, int] = field(default_factory=dict)  # backup: each worker's gradients dropped as late
+    _awaits: dict[int, int] = field(default_factory=dict)  # backup: the version each worker's reply waits for
 
     def initialise(self, weights: Sequence[np.ndarray]) -> None:
         if self.weights is None:
@@ -160,6 +166,8 @@ class ServerState:
         """Take a worker's gradient; returns the staleness of the update it becomes."""
         assert self.weights is not None, "push before the weights exist"
         self.clocks[worker] = self.clocks.get(worker, 0) + 1
+        if self.mode == SYNC and self.backup:
+            return self._push_backup(worker, base_version, grads)
         if self.mode == SYNC:
             self._round[worker] = [np.asarray(g) for g in grads]
             self._close_round()
@@ -170,10 +178,34 @@ class ServerState:
         self.version += 1
         return staleness
 
+    def _push_backup(self, worker: int, base_version: int, grads: Sequence[np.ndarray]) -> int:
+        """A ps-sync push with backup workers: a gradient on the current weights joins the open
+        round (its reply waits for the round to close), one on older weights came after its
+        round closed: dropped, counted, answered at once."""
+        if base_version < self.version:
+            self.dropped[worker] = self.dropped.get(worker, 0) + 1
+            self._awaits[worker] = self.version
+            return 0
+        self._round[worker] = [np.asarray(g) for g in grads]
+        self._awaits[worker] = self.version + 1
+        self._close_round()
+        return 0
+
+    def round_size(self) -> int:
+        """Gradients that close a ps-sync round: every worker still training, less the backup
+        workers (at least one)."""
+        active = sum(1 for w in range(self.workers) if w not in self.done)
+        return max(1, active - self.backup)
+
     def _close_round(self) -> None:
-        """Apply the round's mean gradient once every worker still training has pushed."""
+        """Apply the round's mean gradient once every worker still training has pushed (with
+        backup workers: once round_size() of them have)."""
         expected = [w for w in range(self.workers) if w not in self.done]
-        if self._round and all(w in self._round for w in expected):
+        if self.backup:
+            full = len(self._round) >= self.round_size()
+        else:
+            full = all(w in self._round for w in expected)
+        if self._round and full:
             count = len(self._round)
             for i, w in enumerate(self.weights or []):
                 w -= self.learning_rate * sum(g[i] for g in self._round.values()) / count
@@ -184,6 +216,8 @@ class ServerState:
         """Whether the worker's pull can be answered now (the barrier, or the gate; ASYNC and
         ELASTIC_MODE answer at once)."""
         clock = self.clocks.get(worker, 0)
+        if self.mode == SYNC and self.backup:
+            return self.version >= self._awaits.get(worker, 0)
         if self.mode == SYNC:
             return self.version >= clock
         if self.mode == SSP:

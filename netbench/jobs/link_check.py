@@ -83,18 +83,31 @@ def compare(measured: Iterable[NodeBytes], expected: float, tolerance: float = 0
             for m in measured if not ranks.bytes_agree(m.tx_per_step, expected, tolerance)]
 
 
+COLUMNS = ("ranks_per_node", "collective", "link_bytes_per_step", "link_bytes_expected_per_step")
+
+
 def record_fields(events, job, workers: int) -> dict:
-    """A run record's ranks_per_node, collective and, for the built-in all-reduce strategies with
-    resource samples, link_bytes_per_step (mean over nodes) and link_bytes_expected_per_step."""
+    """A run record's `ranks`: ranks_per_node, collective and, for the built-in all-reduce
+    strategies with resource samples, link_bytes_per_step (each node's bytes sent per measured
+    step on its link, the mean over nodes) and link_bytes_expected_per_step (the collective's)."""
     out: dict = {"ranks_per_node": job.ranks_per_node, "collective": job.collective}
-    if job.command is not None or not job.strategy.startswith("allreduce"):
-        return out
-    events = list(events)
-    found = node_bytes(events, job.ranks_per_node)
-    model_bytes = next((e.model_bytes for e in map(ev.as_event, events) if isinstance(e, ev.Start)), 0)
-    if found:
-        out["link_bytes_per_step"] = sum(n.tx_per_step for n in found) / len(found)
-        nodes = ranks.nodes_for_ranks(workers, job.ranks_per_node)
-        out["link_bytes_expected_per_step"] = expected_per_step(job.collective, nodes, job.ranks_per_node,
-                                                                float(model_bytes or 0))
+    if job.command is None and job.strategy.startswith("allreduce"):
+        events = list(events)
+        found = node_bytes(events, job.ranks_per_node)
+        model_bytes = next((e.model_bytes for e in map(ev.as_event, events) if isinstance(e, ev.Start)), 0)
+        if found:
+            out["link_bytes_per_step"] = sum(n.tx_per_step for n in found) / len(found)
+            nodes = ranks.nodes_for_ranks(workers, job.ranks_per_node)
+            out["link_bytes_expected_per_step"] = expected_per_step(job.collective, nodes, job.ranks_per_node,
+                                                                    float(model_bytes or 0))
+    return {"ranks": out}
+
+
+def csv_cells(record: Mapping | None) -> dict:
+    """results.csv's COLUMNS from a record's `ranks` (None: a record from before them, one rank a node)."""
+    record = record or {}
+    out = {"ranks_per_node": record.get("ranks_per_node", 1), "collective": record.get("collective", "ring")}
+    for name in COLUMNS[2:]:
+        value = record.get(name)
+        out[name] = "" if value is None else round(value)
     return out

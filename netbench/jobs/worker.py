@@ -227,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     algorithm.add_argument("--gossip-p", type=_non_negative_float, default=DEFAULT_GOSSIP_P,
                            help="gosgd: probability of a push to a random peer after each step "
                                 "(default: %(default)s)")
+    algorithm.add_argument("--backup-workers", type=_non_negative_int, default=0,
+                           help="ps-sync: gradients a round may go without; the parameter servers apply "
+                                "each round's first workers - B and drop the late ones (default: %(default)s)")
     algorithm.add_argument("--eval-every", type=_non_negative_int, default=0,
                            help="evaluate held-out accuracy after every K steps and the last, "
                                 "outside the timed steps; 0 = after the last only with "

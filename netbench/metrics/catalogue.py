@@ -118,6 +118,15 @@ CATALOGUE: tuple[MetricDef, ...] = (
        "1 while the worker's process runs and has reported, 0 once it finished or failed.", "worker"),
     _m("training", "netbench_worker_heartbeat_timestamp_seconds", "gauge",
        "When the controller last heard from the worker (Unix time, seconds).", "worker"),
+    # who waits for whom, per rank of the run in progress (metrics/ranks.py, jobs/stragglers.py)
+    _m("training", "netbench_rank_step_seconds", "gauge",
+       "Mean measured step time of each rank (worker) of the run in progress, seconds.", "rank", "node"),
+    _m("training", "netbench_rank_waiting_seconds", "gauge",
+       "Mean time per measured step each rank of the run in progress spent outside its computation "
+       "(communicating and waiting for the others), seconds; steps that carry the split only.", "rank", "node"),
+    _m("training", "netbench_rank_last_ratio", "gauge",
+       "Share of the run in progress's steps each rank finished last in (its computation ended last, the "
+       "others waited for it); synchronous strategies only (0 to 1).", "rank", "node"),
     # network, read from the testbed's namespaces at scrape time
     _m("network", "netbench_interface_bytes_total", "counter", "Bytes through a node's interface.",
        "node", "interface", "direction"),

@@ -149,6 +149,18 @@ def training_families(s: Snapshot) -> Iterator[Metric]:
         heartbeat.add_metric([worker], value)
     yield up
     yield heartbeat
+    yield from rank_families(s)
+
+
+def rank_families(s: Snapshot) -> Iterator[Metric]:
+    """Per rank of the run in progress: mean step, time outside computation, share finished last."""
+    names = ("netbench_rank_step_seconds", "netbench_rank_waiting_seconds", "netbench_rank_last_ratio")
+    families = [family(name) for name in names]
+    for rank, values in sorted(s.ranks.items(), key=lambda item: int(item[0])):
+        for fam, value in zip(families, values):
+            if value is not None:
+                fam.add_metric([rank, s.rank_nodes.get(rank, "")], value)
+    yield from families
 
 
 def network_families(n: NetworkSample) -> Iterator[Metric]:

@@ -1,4 +1,6 @@
-"""Grafana dashboards for netbench's metrics, generated as plain dicts.
+"""Grafana dashboards for netbench's metrics, generated as plain dicts; every panel's Prometheus
+query, and the training dashboard's per-rank row, are built typed with Grafana's SDK
+(grafana-foundation-sdk: metrics/sdk.py, metrics/rank_panels.py).
 
 `python -m netbench.metrics.dashboards grafana/dashboards` (or `make dashboards`) writes one
 JSON file per dashboard; a test regenerates them and compares with the committed files.
@@ -12,6 +14,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+from netbench.metrics import rank_panels, sdk
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
@@ -73,8 +77,8 @@ RUN_HELP = ("The run in progress, its launch (one start of the job's processes; 
 
 
 def target(expr: str, legend: str = "", ref: str = "A", instant: bool = False, fmt: str = "time_series") -> dict:
-    return {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": ref,
-            "range": not instant, "instant": instant, "format": fmt, "editorMode": "code"}
+    """A panel's Prometheus query, built with Grafana's SDK (metrics/sdk.py)."""
+    return sdk.as_dict(sdk.query(expr, legend, ref, instant, fmt))
 
 
 class Layout:
@@ -93,6 +97,14 @@ class Layout:
                  "targets": targets, "fieldConfig": {"defaults": {"unit": unit, **(defaults or {})}, "overrides": []},
                  "options": options or {}}
         self.panels.append(panel)
+        self.x += w
+        self.row_h = max(self.row_h, h)
+
+    def place(self, panel: dict, w: int = 8, h: int = 8) -> None:
+        """A panel built elsewhere (metrics/rank_panels.py: Grafana's SDK), numbered and placed here."""
+        if self.x + w > 24:
+            self.x, self.y, self.row_h = 0, self.y + self.row_h, 0
+        self.panels.append({**panel, "id": len(self.panels) + 1, "gridPos": {"x": self.x, "y": self.y, "w": w, "h": h}})
         self.x += w
         self.row_h = max(self.row_h, h)
 
@@ -190,6 +202,9 @@ def training() -> dict:
     lay.add("Steps/sec by phase", "timeseries",
             [target(f'sum by (phase) (rate(netbench_steps_total{{{SEL}, worker="0"}}[$__rate_interval]))',
                     "{{phase}}")], "suffix: steps/s", w=12, description="The chief worker's step rate.")
+    lay.row(rank_panels.ROW, description=rank_panels.ROW_HELP)
+    for panel, width in rank_panels.panels():
+        lay.place(panel, w=width)
     return _dashboard("netbench-training", "netbench / Training", lay, _variables(WORKER_VARIABLE),
                       "Per-worker throughput and step-time distribution.")
 

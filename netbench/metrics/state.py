@@ -20,6 +20,7 @@ from netbench import __version__
 from netbench.jobs import events as ev
 from netbench.jobs.analysis import images_per_sec
 from netbench.metrics.catalogue import PHASES, STEP_DURATION_BUCKETS_S
+from netbench.metrics.ranks import RankTimes
 
 ISOLATED = "isolated"  # the launch label of a run in a launch of its own
 
@@ -81,6 +82,10 @@ class Snapshot:
     warmup_ended_at: float | None = None
     workers_up: dict[str, int] = field(default_factory=dict)
     heartbeats: dict[str, float] = field(default_factory=dict)
+    # the run in progress, per rank: (mean step s, mean time outside computation s, share of steps it
+    # finished last) (metrics/ranks.py), and each rank's node
+    ranks: dict[str, tuple[float, float | None, float | None]] = field(default_factory=dict)
+    rank_nodes: dict[str, str] = field(default_factory=dict)
     build: dict[str, str] = field(default_factory=lambda: {"version": __version__,
                                                              "python": platform.python_version()})
 
@@ -98,10 +103,19 @@ class MetricsState:
         # costs the same at its last step as at its first
         self._chief_sum = 0.0
         self._chief_count = 0
+        self._ranks = RankTimes(workers=0, aligned=False)
 
     def snapshot(self) -> Snapshot:
         with self._lock:
+            self._s.ranks = {str(r): v for r, v in self._ranks.view().items()}
             return copy.deepcopy(self._s)
+
+    def ranks_started(self, workers: int, aligned: bool, nodes: tuple[str, ...] = ()) -> None:
+        """The run in progress has `workers` ranks (on `nodes`, in rank order); `aligned`: they
+        leave each step together (a synchronous strategy), so who finished last is counted."""
+        with self._lock:
+            self._ranks = RankTimes(workers=workers, aligned=aligned)
+            self._s.rank_nodes = {str(r): node for r, node in enumerate(nodes[:workers])}
 
     # -- sweep and runs -------------------------------------------------------------
     def sweep_started(self, sweep_id: str, backend: str, model: str, strategy: str, runs: int,
@@ -187,6 +201,8 @@ class MetricsState:
                 return  # calibration steps (and phases a later version adds) are no measured steps
             phase = event.phase
             duration = event.duration
+            if phase == ev.PHASE_MEASURED and event.task_role == "worker":
+                self._ranks.add(event.worker or 0, event)
             key = (phase, worker)
             s.steps[key] = s.steps.get(key, 0) + 1
             s.samples[key] = s.samples.get(key, 0) + self._batch
@@ -222,11 +238,13 @@ class MetricsObserver:
         self.state = state
         self.config = None  # the sweep's, from sweep_started
         self.on_topology = on_topology  # the network reader learns the testbed here
+        self.nodes: tuple[str, ...] = ()  # the testbed's nodes in placement order: rank i on nodes[i]
 
     def sweep_started(self, config, backend, topology) -> None:
         self.config = config
         if self.on_topology:
             self.on_topology(topology)
+        self.nodes = tuple(n.name for n in getattr(topology, "nodes", ()) or ())
         self.state.sweep_started(config.sweep_id, backend.name, config.job.model, config.job.strategy,
                                  len(config.runs), config.workers, config.job.batch_size)
 
@@ -238,6 +256,9 @@ class MetricsObserver:
         job, workers = run.job, run.workers
         self.state.run_started(run.run_id, run.repeat, images_per_worker_step=images_per_step(job, 1),
                                images_per_step=images_per_step(job, workers))
+        from netbench.jobs.stragglers import SYNC, mode_of
+
+        self.state.ranks_started(workers, mode_of(job, getattr(job, "backup_workers", 0)) == SYNC, self.nodes)
 
     def launch_point(self, run, launch: int | None, position: int, points: int) -> None:
         self.state.launch_point(launch, position, points)

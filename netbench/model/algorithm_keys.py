@@ -62,6 +62,11 @@ def job_extra(data: Mapping[str, Any], warmup: int) -> tuple[tuple[str, Any], ..
         out["eval_every"] = _whole("eval_every", data["eval_every"], 0, 10_000_000)
     if "target_accuracy" in data:
         out["target_accuracy"] = _ratio("target_accuracy", data["target_accuracy"], True)
+        if not out.get("train_steps") and not out.get("eval_every"):
+            raise BadKey("target_accuracy", "nothing evaluates the accuracy without train_steps or eval_every",
+                         "e.g. 'train_steps: 300' beside it")
+    if "seconds" in data and "train_steps" in data:
+        raise BadKey("seconds", "not with train_steps: an accuracy run trains a step count", "remove seconds:")
     algorithm = data.get("algorithm", {}) or {}
     if not isinstance(algorithm, Mapping):
         raise BadKey("algorithm", "must be a mapping", "e.g. 'algorithm: {staleness: 3, tau: 4}'")
@@ -75,6 +80,17 @@ def job_extra(data: Mapping[str, Any], warmup: int) -> tuple[tuple[str, Any], ..
         except ValueError as exc:
             raise BadKey(where, str(exc), f"one value here; to vary it, a factor: '{example}'") from None
     return tuple(out.items())
+
+
+def unused(extra: tuple[tuple[str, Any], ...], strategies: set[str]) -> BadKey | None:
+    """An `algorithm:` key no run's strategy uses (`algorithm: {staleness: 3}` with no ps-ssp run
+    would be recorded nowhere and change nothing): the BadKey to raise, or None."""
+    for key, _ in extra:
+        owner = OWNERS.get(key)
+        if owner is not None and owner not in strategies:
+            return BadKey(f"algorithm.{key}", f"no run uses it: {key} is strategy {owner}'s setting, and no run "
+                          f"is {owner}", f"add strategy {owner}, or remove {key}")
+    return None
 
 
 def job_fields(extra: tuple[tuple[str, Any], ...], warmup: int, steps: int) -> dict[str, Any]:

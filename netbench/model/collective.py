@@ -11,6 +11,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from netbench import units
+
 OPS = ("allreduce", "broadcast", "allgather")
 DEFAULT_MIN_BYTES = 8
 DEFAULT_MAX_BYTES = 64 * 2**20
@@ -132,21 +134,9 @@ def fit_alpha_beta(sizes: list[int] | tuple[int, ...], times: list[float] | tupl
     return AlphaBeta(alpha_s=a, beta_s_per_byte=b)
 
 
-_BYTE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
-               "g": 2**30, "gb": 2**30, "gib": 2**30}
-
-
 def parse_bytes(text: str) -> int:
-    """"8", "8B", "64KiB", "1M" (binary multiples) -> bytes; ValueError saying what is wrong."""
-    value = text.strip().lower()
-    digits = value.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = value[len(digits):]
-    if not digits.isdigit() or unit not in _BYTE_UNITS:
-        raise ValueError(f"{text!r} is not a size such as 8, 4KiB or 64MiB")
-    size = int(digits) * _BYTE_UNITS[unit]
-    if size < 1:
-        raise ValueError(f"{text!r}: a size must be at least 1 byte")
-    return size
+    """"8", "8B", "64KiB", "1MiB" -> bytes (units.parse_size_bytes); ValueError saying what is wrong."""
+    return units.parse_size_bytes(text)
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:
@@ -163,7 +153,4 @@ def parse_sizes(text: str) -> tuple[int, ...]:
 
 def format_bytes(size: int) -> str:
     """8 -> "8B", 65536 -> "64KiB", 67108864 -> "64MiB" (exact multiples only)."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if size >= scale and size % scale == 0:
-            return f"{size // scale}{unit}"
-    return f"{size}B"
+    return units.format_size_bytes(size)

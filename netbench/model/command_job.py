@@ -74,10 +74,18 @@ class Place:
 RANK_LAUNCHERS = ("torchrun", "torch.distributed.run", "torchrun.sh")
 
 
+MAX_STEP_REGEX = 1000  # characters: a step line's pattern, never a program
+
+
 def check_command(command: UserCommand) -> None:
     """Raise ValueError naming the setting when the command cannot run as asked."""
-    if not command.argv or not command.argv[0]:
+    if not command.argv or not command.argv[0].strip():
         raise ValueError("command: empty; give it after '--', e.g. -- python train.py")
+    nul = next((i for i, arg in enumerate(command.argv) if "\0" in arg), None)
+    if nul is not None:  # exec refuses it, on every rank, after the network was shaped
+        raise ValueError(f"command: word {nul + 1} holds a NUL byte, which no program can be given")
+    if len(command.step_regex) > MAX_STEP_REGEX:
+        raise ValueError(f"step-regex: {len(command.step_regex)} characters, over {MAX_STEP_REGEX}")
     if command.images_per_step is not None and command.images_per_step < 1:
         raise ValueError(f"images-per-step: must be at least 1, got {command.images_per_step}")
     if command.step_regex:
@@ -112,7 +120,11 @@ def from_playbook(data) -> UserCommand | None:
     if not isinstance(regex, str):
         raise ValueError("step_regex: must be a string")
     command = UserCommand(argv=tuple(str(a) for a in argv), images_per_step=images, step_regex=regex)
-    check_command(command)
+    try:
+        check_command(command)
+    except ValueError as exc:  # check_command names the flags' spelling: the keys are written with _
+        key, _, rest = str(exc).partition(": ")
+        raise ValueError(f"{key.replace('-', '_')}: {rest}") from None
     return command
 
 

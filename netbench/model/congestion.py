@@ -6,6 +6,12 @@ so new connections of the job use it. Linux keeps that default per network names
 (net.ipv4.tcp_congestion_control), but only the host's namespace may choose an algorithm
 outside net.ipv4.tcp_allowed_congestion_control (a host-wide list; the host's default and reno
 are always on it): for any other, the host's allowed list is widened for the sweep too.
+
+Without the flag the embedded nodes get EMBEDDED_DEFAULT (cubic): a namespace would inherit
+the host's default, which on some machines is bbr, whose PROBE_RTT drains the queue every ~10 s
+and puts steps of hundreds of milliseconds into a shaped point's series; cubic is Linux's own
+default and what most users' clusters run. `--congestion-control host` keeps what the
+namespaces inherit (docs/background/fixed-costs.md).
 """
 
 from __future__ import annotations
@@ -19,6 +25,19 @@ ALLOWED_KEY = "net.ipv4.tcp_allowed_congestion_control"
 # the kernel's names are at most 15 characters (TCP_CA_NAME_MAX 16 with its NUL): reno, cubic,
 # bbr, dctcp, htcp, vegas, ...; anything else could not be one, nor be passed to sysctl safely
 NAME = re.compile(r"[a-z][a-z0-9_]{0,14}")
+
+EMBEDDED_DEFAULT = "cubic"  # the embedded nodes' congestion control unless the sweep names one
+HOST = "host"  # --congestion-control host: the nodes keep the host's default, as namespaces inherit it
+
+
+def embedded_choice(requested: str | None, available: list[str]) -> tuple[str | None, bool]:
+    """(the congestion control to set on the embedded nodes, None: leave the nodes' own; whether
+    it is the default rather than asked for). A default the kernel lacks is not set (None)."""
+    if requested == HOST:
+        return None, False
+    if requested:
+        return requested, False
+    return (EMBEDDED_DEFAULT, True) if EMBEDDED_DEFAULT in available else (None, False)
 
 
 def check_name(text: str) -> str | None:
@@ -48,14 +67,37 @@ def widened(allowed: list[str], name: str) -> str | None:
     return " ".join([*allowed, name])
 
 
-def describe(by_node: dict[str, str], requested: str | None = None) -> str:
+def narrowed(allowed: list[str], added: str) -> str | None:
+    """The host's allowed list with only `added` (the name netbench widened it by) taken out, as
+    sysctl takes it; None when it is no longer there. Whatever else changed the list meanwhile
+    (an administrator, another tool) stays as it is now."""
+    if added not in allowed:
+        return None
+    return " ".join(name for name in allowed if name != added)
+
+
+def describe(by_node: dict[str, str], requested: str | None = None, default: str | None = None) -> str:
     """One line for the sweep's start: the nodes' TCP congestion control as read back, and
-    whether the sweep set it."""
+    whether the sweep set it (`requested`) or netbench's default did (`default`)."""
     kinds = sorted(set(by_node.values()))
     if len(kinds) == 1:
         line = f"TCP congestion control on every node: {kinds[0] or 'unknown'}"
     else:
         line = "TCP congestion control: " + ", ".join(f"{node} {cc or 'unknown'}" for node, cc in by_node.items())
-    if requested:
+    if requested == HOST:
+        line += " (the host's default, as asked: --congestion-control host)"
+    elif requested:
         line += f" (asked for this sweep: {requested})"
+    elif default:
+        line += (f" (netbench's default for the embedded nodes; --congestion-control NAME sets another, "
+                 f"'{HOST}' keeps the host's)")
     return line
+
+
+def plan_line(requested: str | None, what: str = "sweep") -> str:
+    """The dry run's line: which congestion control the embedded nodes get for the `what`."""
+    if requested == HOST:
+        return f"TCP congestion control: the host's default on every node for the {what} (--congestion-control host)"
+    name = requested or EMBEDDED_DEFAULT
+    why = "" if requested else " (the embedded default; --congestion-control NAME sets another, 'host' keeps the host's)"
+    return f"TCP congestion control {name} on every node for the {what}{why}, the previous one put back after it"

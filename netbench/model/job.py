@@ -44,8 +44,10 @@ DEFAULT_STALENESS = 3  # ps-ssp: steps a worker may run ahead of the slowest
 DEFAULT_TAU = 4  # easgd: local steps between elastic exchanges
 DEFAULT_GOSSIP_P = 0.1  # gosgd: probability of a push after each step
 # the strategy -> the JobSpec fields of its own algorithm settings (the other strategies ignore them)
-ALGORITHM_SETTINGS = {"ps-ssp": ("staleness",), "easgd": ("tau", "elastic_alpha"), "gosgd": ("gossip_p",)}
-# every such field, in that order: staleness, tau, elastic_alpha, gossip_p (playbook keys, csv columns, factors)
+ALGORITHM_SETTINGS = {"ps-ssp": ("staleness",), "easgd": ("tau", "elastic_alpha"), "gosgd": ("gossip_p",),
+                      "ps-sync": ("backup_workers",)}
+# every such field, in that order: staleness, tau, elastic_alpha, gossip_p, backup_workers (playbook keys,
+# csv columns, factors)
 ALGORITHM_KEYS = tuple(name for names in ALGORITHM_SETTINGS.values() for name in names)
 
 # Role names; TF_CONFIG calls the coordinator "chief".
@@ -79,6 +81,7 @@ class JobSpec:
     tau: int = DEFAULT_TAU  # easgd
     elastic_alpha: float | None = None  # easgd; None: 0.9 / workers (Zhang et al. 2015: beta = 0.9)
     gossip_p: float = DEFAULT_GOSSIP_P  # gosgd
+    backup_workers: int = 0  # ps-sync: each round applies the first workers - backup_workers gradients
     # accuracy: train_steps (warm-up included) from a fresh model, a launch of its own; eval_every
     # K: held-out accuracy every K steps (0: after the last only); target_accuracy: when first reached
     train_steps: int | None = None
@@ -154,12 +157,19 @@ def check_algorithm(job: JobSpec, workers: int) -> None:
         raise ValueError(f"elastic_alpha: must be in (0, 1], got {job.elastic_alpha}")
     if not 0 <= job.gossip_p <= 1:
         raise ValueError(f"gossip_p: must be in [0, 1], got {job.gossip_p}")
+    if job.backup_workers < 0:
+        raise ValueError(f"backup_workers: must be at least 0, got {job.backup_workers}")
+    if job.strategy == "ps-sync" and job.backup_workers >= workers:
+        raise ValueError(f"backup_workers: must be fewer than the {workers} workers (a round applies at least "
+                         f"one gradient), got {job.backup_workers}")
     if job.train_steps is not None and job.train_steps <= job.warmup:
         raise ValueError(f"train_steps: must be more than the {job.warmup} warm-up steps, got {job.train_steps}")
     if job.eval_every < 0:
         raise ValueError(f"eval_every: must be at least 0, got {job.eval_every}")
     if job.target_accuracy is not None and not 0 < job.target_accuracy <= 1:
         raise ValueError(f"target_accuracy: must be in (0, 1], got {job.target_accuracy}")
+    if job.train_steps is not None and job.seconds:
+        raise ValueError("seconds: not with train_steps (an accuracy run trains a step count)")
     if job.strategy in EXCHANGE_STRATEGIES and job.seconds:
         raise ValueError(f"seconds: strategy {job.strategy} runs a step count (steps or train_steps)")
 
@@ -204,12 +214,15 @@ def images_per_step(job: JobSpec, workers: int) -> int:
 
     Synchronous strategies: every worker's batches in one update (x accum_steps for
     allreduce-accum). ps: one worker's batch, since each step runs on one worker. The
-    exchange strategies: every worker's batch, since each worker steps at the reference
-    worker's pace (exactly under ps-sync; about, within the gate or between exchanges, for the
+    exchange strategies: every worker's batch (ps-sync with backup workers: the workers -
+    backup_workers batches a round applies, the late ones are dropped), since each worker steps
+    at the reference worker's pace (exactly under ps-sync; about, within the gate or between exchanges, for the
     others: per_worker_images_per_sec has each worker's own).
     """
     if job.strategy == "ps":
         return job.batch_size
+    if job.strategy == "ps-sync" and job.backup_workers:
+        return job.batch_size * (workers - job.backup_workers)  # the gradients a round applies
     if job.strategy == "single":
         return job.batch_size
     return job.batch_size * workers * effective_accum_steps(job)
@@ -254,6 +267,8 @@ def algorithm_argv(job: JobSpec) -> list[str]:
             argv += ["--elastic-alpha", f"{job.elastic_alpha:g}"]
     if job.strategy == "gosgd":
         argv += ["--gossip-p", f"{job.gossip_p:g}"]
+    if job.strategy == "ps-sync" and job.backup_workers:
+        argv += ["--backup-workers", str(job.backup_workers)]
     if job.eval_every:
         argv += ["--eval-every", str(job.eval_every)]
     return argv
@@ -335,7 +350,10 @@ def describe_algorithm(job: JobSpec, workers: int) -> list[str]:
     lines = ranks.describe_ranks(workers, job.ranks_per_node, job.collective, job.device, job.gpus_per_node)
     if job.strategy == "ps-sync":
         lines.append("algorithm: BSP; each step every worker pushes its gradient to the parameter servers and "
-                     "pulls the weights once the round's gradients are applied together")
+                     "pulls the weights once the round's gradients are applied together"
+                     + (f"; with {job.backup_workers} backup worker(s) a round applies the first "
+                        f"{workers - job.backup_workers} gradients and answers the late ones with the new weights "
+                        "(dropped)" if job.backup_workers else ""))
     elif job.strategy == "ps-async":
         lines.append("algorithm: ASP; each push is applied and answered at once; a worker pushes its gradient and goes "
                      "on with the freshest weights it has received, never waiting for the other workers (at most "

@@ -21,9 +21,8 @@ from typing import Any, Iterable, Mapping
 
 from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
-from netbench.model import algorithm_keys, command_job, congestion
+from netbench.model import algorithm_keys, command_job, congestion, ranks
 from netbench.model.profile import Profile, load_profile, validate
-from netbench.model import ranks
 from netbench.model.frameworks import check_framework
 from netbench.model.run import Settings, profile_name, scaled_name
 from netbench.model.playbook_values import SETTING_KEYS
@@ -123,7 +122,7 @@ def _number(source: str, key: str, raw: Any, low: float, high: float, whole: boo
 
 
 def _precision(source: str, raw: Any) -> float | None:
-    """`precision: 2%` (or 0.02) as a fraction in (0, 0.5); `off`: None (absent: 3 %, as sweep's)."""
+    """`precision: 2%` as a fraction in (0, 0.5) (a bare 0.02 is refused); `off`: None (absent: 3 %, as sweep's)."""
     if raw is None or raw is False or (isinstance(raw, str) and raw.strip().lower() == "off"):
         return None
     try:
@@ -313,6 +312,15 @@ def _check_algorithm_keys(book: Playbook, points: list[Settings]) -> None:
             owner = algorithm_keys.OWNERS[key]
             raise fail(book.source, where, f"no run uses it: {key} is strategy {owner}'s setting, and no run is {owner}",
                        f"add strategy {owner}, or remove {key}")
+    bad = algorithm_keys.unused(book.job_extra, {point.strategy for point in points})
+    if bad is not None:
+        raise fail(book.source, bad.key, bad.message, bad.hint)
+    where = next((w for w, k in _written(book) if k == "backup_workers"), "algorithm.backup_workers")
+    for point in (p for p in points if p.strategy == "ps-sync"):  # a round applies at least one gradient
+        backup = dict(book.job_extra).get("backup_workers") if point.backup_workers is None else point.backup_workers
+        if (backup or 0) >= point.workers:
+            raise fail(book.source, where, f"{backup} backup workers with {point.workers} workers: must be fewer "
+                       "than the workers", "lower it, or add workers")
 
 
 def _congestion(source: str, raw: Any) -> str | None:
@@ -432,21 +440,15 @@ def _cross(book: Playbook, factors: tuple[tuple[str, tuple[Any, ...]], ...]) -> 
 def _check_point(book: Playbook, settings: Settings, what: str) -> None:
     try:
         check_framework(settings.framework, settings.strategy, settings.model)
+        ranks.check_setting(settings)
     except ValueError as exc:
         setting, _, message = str(exc).partition(": ")
-        raise fail(book.source, book.where(setting) if what == "factors" else what, message,
-                   "cross framework torch with the strategies and models it runs") from None
+        raise fail(book.source, book.where(setting) if what == "factors" else what, message, ranks.HINTS.get(
+            setting, "cross framework torch with the strategies and models it runs")) from None
     if settings.strategy == "single" and settings.workers != 1:
         key = book.where("workers") if what == "factors" else what
         raise fail(book.source, key, f"strategy single runs one process, but workers is {settings.workers}",
                    "cross single with workers: 1 only, e.g. 'extra_runs: [{strategy: single, workers: 1}]'")
-    try:
-        ranks.check_ranks(settings.workers, settings.ranks_per_node, settings.strategy)
-        ranks.check_devices("cpu", 0, settings.ranks_per_node, settings.collective, settings.framework)
-    except ValueError as exc:
-        setting, _, message = str(exc).partition(": ")
-        raise fail(book.source, book.where(setting) if what == "factors" else what, message,
-                   "workers counts ranks: cross ranks_per_node with multiples of it; hierarchical with torch") from None
     if settings.nodes > 64:
         raise fail(book.source, book.where("workers") if what == "factors" else what,
                    f"{settings.nodes} nodes (workers + parameter servers) is over 64")

@@ -30,7 +30,7 @@ MIN_RATE_BPS = 8_000  # 8 kbit/s: a token bucket below one packet a second is me
 MAX_RATE_BPS = 100_000_000_000  # 100 gbit/s
 
 _BARE_NUMBER_RE = re.compile(r"[0-9]*\.?[0-9]+")  # fullmatch, as every pattern here
-_VALUE_UNIT_RE = re.compile(r"[0-9]*\.?[0-9]+\s*([A-Za-z%]+)")
+_VALUE_UNIT_RE = re.compile(r"[0-9]*\.?[0-9]+\s*([A-Za-z%]+(?:/s)?)")
 
 PROFILE_KEYS = ("name", "description", "delay", "jitter", "jitter_correlation", "distribution", "loss",
                 "loss_correlation", "duplicate", "duplicate_correlation", "corrupt", "corrupt_correlation",
@@ -389,15 +389,19 @@ def profile_from_flags(base: Profile | None = None, **flags: str | None) -> Prof
     return validate(profile, "flag", keys=keys)
 
 
+_LEVEL_EXAMPLES = {"--bandwidth": "100,1000mbit", "--loss": "0,0.1,1%", "--jitter": "0,1ms"}
+
+
 def parse_levels(text: str, flag: str, parse: Callable[[str], Any]) -> list[Any]:
     """Parse a comma list of levels for a sweep flag: "1,10,100ms" -> [1000, 10000, 100000] us.
 
     A unit written on the last level applies to bare numbers before it, as people write
     "1,10,100ms".
     """
+    example = f"e.g. {flag} {_LEVEL_EXAMPLES.get(flag, '1,10,100ms')}"
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not item for item in items):
-        raise ProfileError(f"flag {flag}: empty level in {shown(text)}", hint=f"e.g. {flag} 1,10,100ms")
+        raise ProfileError(f"flag {flag}: empty level in {shown(text)}", hint=example)
     last_unit = _VALUE_UNIT_RE.fullmatch(items[-1])
     suffix = last_unit.group(1) if last_unit else ""
     values = []
@@ -407,7 +411,7 @@ def parse_levels(text: str, flag: str, parse: Callable[[str], Any]) -> list[Any]
         try:
             values.append(parse(item))
         except ValueError as exc:
-            raise ProfileError(f"flag {flag}: {exc}", hint=f"e.g. {flag} 1,10,100ms") from None
+            raise ProfileError(f"flag {flag}: {exc}", hint=example) from None
     if len(set(values)) != len(values):
         raise ProfileError(f"flag {flag}: repeated level in {shown(text)}", hint="use --repeat for repetitions")
     return values

@@ -25,6 +25,9 @@ from dataclasses import dataclass
 PORT_BLOCK = 3  # ports per local rank (command_job: MASTER_PORT, +1 TensorFlow, +2 JAX)
 COLLECTIVES = ("ring", "hierarchical")
 DEVICES = ("cpu", "cuda")
+# a playbook's hint for a setting check_ranks or check_devices refuses
+HINTS = {"ranks_per_node": "workers counts ranks: cross ranks_per_node with multiples of it",
+         "collective": "cross collective hierarchical with framework torch and ranks_per_node of 2 or more"}
 # strategies that run with several ranks per node: one all-reduce group of every rank
 RANKED_STRATEGIES = ("allreduce", "allreduce-accum", "command")
 
@@ -56,6 +59,13 @@ def check_ranks(workers: int, ranks_per_node: int, strategy: str) -> None:
     if workers % ranks_per_node:
         raise ValueError(f"ranks_per_node: {workers} workers do not fill nodes of {ranks_per_node} ranks "
                          f"(workers counts ranks: give a multiple of {ranks_per_node})")
+
+
+def check_setting(settings) -> None:
+    """A playbook point's (model.run.Settings) ranks per node and collective: check_ranks, and
+    check_devices on the CPU."""
+    check_ranks(settings.workers, settings.ranks_per_node, settings.strategy)
+    check_devices("cpu", 0, settings.ranks_per_node, settings.collective, settings.framework)
 
 
 def nodes_for_ranks(workers: int, ranks_per_node: int) -> int:

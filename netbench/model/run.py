@@ -21,8 +21,8 @@ class Settings:
 
     batch is per worker; workers counts training processes (for `ps`, besides the
     parameter servers); ps is used by the `ps` strategy only and accum_steps by
-    `allreduce-accum` only; staleness (ps-ssp), tau and elastic_alpha (easgd) and gossip_p
-    (gosgd) by their strategy only, None where the playbook does not set them (the job's
+    `allreduce-accum` only; staleness (ps-ssp), tau and elastic_alpha (easgd), gossip_p
+    (gosgd) and backup_workers (ps-sync) by their strategy only, None where the playbook does not set them (the job's
     default, or the playbook's `algorithm:` value). delay_us/jitter_us are one-way microseconds at each node's
     egress, rate_bps bits/s (None: unlimited), loss a ratio.
     """
@@ -45,6 +45,7 @@ class Settings:
     tau: int | None = None  # easgd: local steps between elastic exchanges
     elastic_alpha: float | None = None  # easgd: moving rate
     gossip_p: float | None = None  # gosgd: probability of a push after each step
+    backup_workers: int | None = None  # ps-sync: gradients a round may go without (the late ones, dropped)
     ranks_per_node: int = 1  # ranks on each node (model/ranks.py): workers / ranks_per_node nodes
     collective: str = "ring"  # torch's all-reduce: "ring" or "hierarchical"
 

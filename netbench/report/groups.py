@@ -182,7 +182,8 @@ def series_label(group: Group, series: Sequence[str]) -> str:
              "data": "data {}", "strategy": "{}", "latency_ms": "latency {:g} ms",
              "bandwidth_mbit": "bandwidth {:g} Mbit/s", "loss_pct": "loss {:g} %", "jitter_ms": "jitter {:g} ms",
              "scale": "scale {:g}", "staleness": "staleness {}", "tau": "tau {}",
-             "elastic_alpha": "alpha {:g}", "gossip_p": "p {:g}"}
+             "elastic_alpha": "alpha {:g}", "gossip_p": "p {:g}",
+             "backup_workers": "{} backup workers"}
     series = [s for s in series if group.get(s) is not None]  # e.g. accum_steps of a non-accum series
 
     def one(name: str) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from netbench.errors import UsageError
-from netbench.experiment.store import ResultsError, ResultStore, read_json
+from netbench.experiment.store import MANIFEST, SCHEMA_VERSION, ResultsError, ResultStore, read_json
 from netbench.jobs.accuracy import CurvePoint
 from netbench.model.job import ALGORITHM_KEYS, ALGORITHM_SETTINGS
 
@@ -29,7 +29,8 @@ FACTORS = ("strategy", "model", "batch", "workers", "ps", "accum_steps", "data",
 # a strategy's own settings, None for every other strategy: along strategy they are part of its
 # level, and a None among their levels is no level of theirs
 OWN_SETTINGS = ("ps", "accum_steps", *ALGORITHM_KEYS)
-ALGORITHM_SHORT = (("staleness", "s"), ("tau", "tau"), ("elastic_alpha", "alpha"), ("gossip_p", "p"))
+ALGORITHM_SHORT = (("staleness", "s"), ("tau", "tau"), ("elastic_alpha", "alpha"), ("gossip_p", "p"),
+                   ("backup_workers", "b"))
 
 
 def algorithm_text(levels: Mapping[str, Any]) -> str:
@@ -151,6 +152,25 @@ def observation_from_record(record: Mapping[str, Any], planned: Mapping[str, Any
                        precision_reached=reached if isinstance(reached := record.get("precision_reached"), bool) else None)
 
 
+def _json_object(path: Path, data: Any, what: str) -> Any:
+    """`data` read from `path`, refused (ReportError naming the file) unless a JSON object or absent."""
+    if data is not None and not isinstance(data, Mapping):
+        raise ReportError(f"{path}: not {what}: a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def _record(path: Path) -> Mapping[str, Any]:
+    """One run record, refused naming its file when it is not one this netbench reads."""
+    record = _json_object(path, read_json(path), "a run record")
+    if record is None or "run_id" not in record:
+        raise ReportError(f"{path}: not a run record: no run_id")
+    schema = record.get("schema_version", SCHEMA_VERSION)
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema > SCHEMA_VERSION:
+        raise ReportError(f"{path}: schema_version {schema!r}: this netbench reads records up to {SCHEMA_VERSION}",
+                          hint="report it with the netbench that wrote it, or a newer one")
+    return record
+
+
 def load_observations(results_dir: Path) -> list[Observation]:
     """Every run record of a sweep's or playbook's results folder, in run id order."""
     store = ResultStore(Path(results_dir))
@@ -160,18 +180,22 @@ def load_observations(results_dir: Path) -> list[Observation]:
                           hint="give the folder a sweep or 'netbench run' wrote, e.g. results/smoke")
     planned: dict[str, Any] = {}
     try:
-        book = store.read_playbook()
+        book = _json_object(store.playbook_path, store.read_playbook(), "a playbook record")
         if book is not None:
             planned = {r["run_id"]: r for r in book.get("runs", [])}
     except ResultsError as exc:
         raise ReportError(exc.message) from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ReportError(f"{store.playbook_path}: unreadable: {exc}") from None
     try:
-        target = _number(((store.read_manifest() or {}).get("job") or {}).get("target_accuracy"))
+        manifest = _json_object(store.dir / MANIFEST, store.read_manifest(), "a manifest")
+        job = (manifest or {}).get("job") or {}
+        target = _number(job.get("target_accuracy") if isinstance(job, Mapping) else None)
     except ResultsError as exc:
         raise ReportError(exc.message) from None
     rows: dict[str, dict[str, str]] = {}
+    if store.csv_path.exists() and not store.csv_path.is_file():
+        raise ReportError(f"{store.csv_path}: not a file")
     if store.csv_path.is_file():  # optional: the records alone make a report
         try:
             rows = {row.get("run_id", ""): row for row in store.read_rows()}
@@ -180,9 +204,9 @@ def load_observations(results_dir: Path) -> list[Observation]:
     out = []
     for path in paths:
         try:
-            record = read_json(path)
+            record = _record(path)
             run_id = record.get("run_id")
             out.append(observation_from_record(record, planned.get(run_id), rows.get(str(run_id)), target))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ReportError(f"{path}: not a run record: {exc}") from None
     return out

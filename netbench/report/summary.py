@@ -238,6 +238,9 @@ def write_report(results_dir: Path, out_dir: Path, confidence: float = 0.95) -> 
                             won=winner_blocks(points, target))
     blocks += accuracy_blocks_of(points, confidence)
     blocks += bytes_blocks(groups, confidence)
+    from netbench.report.stragglers import straggler_blocks
+
+    blocks += straggler_blocks(results_dir)
     summary, page = out_dir / "report.md", out_dir / "report.html"
     summary.write_text(to_markdown(blocks), encoding="utf-8")
     page.write_text(to_html(blocks, f"Report: {results_dir.name}"), encoding="utf-8")

@@ -85,7 +85,17 @@ def _undo_sysctl(data: dict[str, Any], ctx: UndoContext) -> str | None:
     where = data.get("netns")
     if where is not None and where not in ctx.existing:
         return None
-    if local.read_sysctl(data["key"], where) == data["previous"]:
+    now = local.read_sysctl(data["key"], where)
+    if data.get("added"):  # a list netbench widened by one name: only that name comes out
+        from netbench.model.congestion import narrowed
+
+        back = narrowed(now.split(), data["added"])
+        if back is None:
+            return None
+        local.write_sysctl(data["key"], back, where)
+        return f"{data['key']} change " + (f"in {where}" if where else "on the host") + \
+            f" (back to {back!r}: {data['added']!r} taken out)"
+    if now == data["previous"]:
         return None
     local.write_sysctl(data["key"], data["previous"], where)
     return f"{data['key']} change " + (f"in {where}" if where else "on the host") + f" (back to {data['previous']!r})"

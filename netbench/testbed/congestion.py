@@ -43,8 +43,8 @@ def check_available(name: str, where: str) -> None:
         raise UsageError(f"{where}: {why}", hint="choose an available one, or leave it out to keep the nodes' own")
 
 
-def _set(journal: Journal, key: str, value: str, name: str | None, previous: str) -> Entry:
-    entry = journal.record("sysctl", key=key, value=value, previous=previous, netns=name)
+def _set(journal: Journal, key: str, value: str, name: str | None, previous: str, **extra: str) -> Entry:
+    entry = journal.record("sysctl", key=key, value=value, previous=previous, netns=name, **extra)
     try:
         local.write_sysctl(key, value, name)
     except BaseException:
@@ -62,7 +62,8 @@ def set_on_nodes(journal: Journal, nodes, name: str) -> list[Entry]:
         allowed = local.read_sysctl(cc.ALLOWED_KEY).split()
         wider = cc.widened(allowed, name)
         if wider is not None:
-            entries.append(_set(journal, cc.ALLOWED_KEY, wider, None, " ".join(allowed)))
+            # `added`: its undo takes out only this name, not the whole list as it was then
+            entries.append(_set(journal, cc.ALLOWED_KEY, wider, None, " ".join(allowed), added=name))
         for node in nodes:
             previous = local.read_sysctl(cc.DEFAULT_KEY, node.netns)
             if not previous:

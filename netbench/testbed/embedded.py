@@ -13,10 +13,8 @@ from typing import Callable
 from netbench.emulation import backends, changes as ch
 from netbench.emulation.executor import BackendChoice, choose_backend, real_executor
 from netbench.emulation.held import held_from_entries
-from netbench.experiment.verify import verify_point
-from netbench.errors import ResetIncomplete, TestbedError
+from netbench.errors import ResetIncomplete, TestbedError, UsageError
 from netbench.testbed.base import EMBEDDED, Planned
-from netbench.jobs.launch import LocalSpawner
 from netbench.state.journal import Journal, Lock
 from netbench.testbed import netns as local
 from netbench.model.topology import Node, Topology
@@ -47,9 +45,20 @@ class EmbeddedTestbed:
         self.executor = None
         self._commands = None  # the executor of apply_plan (commands), made on first use
         self.held_pairs: PairTopology | None = None  # what show() read back, when nodes shape per pair
-        self.spawn = LocalSpawner(journal)
+        self._spawn = None  # jobs.launch.LocalSpawner, made on first use (a sweep's; `apply` needs none)
         self.congestion: str | None = None  # the sweep's --congestion-control (None: the nodes' own)
+        self.congestion_default: str | None = None  # set: self.congestion is the embedded default, not asked for
         self._congestion_set: list = []  # its journal entries, put back by finish()
+
+    @property
+    def spawn(self):
+        """How a sweep starts a process in a node (jobs.launch.LocalSpawner), imported on first
+        use: `netbench apply` and the other quick commands never start one."""
+        if self._spawn is None:
+            from netbench.jobs.launch import LocalSpawner
+
+            self._spawn = LocalSpawner(self.journal)
+        return self._spawn
 
     # ---------------------------------------------------------------- commands
 
@@ -145,11 +154,7 @@ class EmbeddedTestbed:
         """Take the lock, probe the backend and check the testbed that is up; changes nothing."""
         self.lock.__enter__()
         try:
-            self.congestion = getattr(config, "congestion_control", None)
-            if self.congestion:
-                from netbench.testbed import congestion
-
-                congestion.check_available(self.congestion, "congestion control")
+            self._choose_congestion(getattr(config, "congestion_control", None))
             backend = choose_backend(self.requested)
             self.topology = local.discover()
             if self.topology is not None and len(self.topology.nodes) < needed:
@@ -163,6 +168,22 @@ class EmbeddedTestbed:
         self.backend = backend
         self.needed = needed
         return backend
+
+    def _choose_congestion(self, requested: str | None) -> None:
+        """The nodes' congestion control for the sweep: the one asked for (checked against the
+        kernel), none with 'host', else the embedded default (cubic) where the kernel has it."""
+        from netbench.model import congestion as cc
+        from netbench.testbed import congestion
+
+        if requested and requested != cc.HOST:
+            congestion.check_available(requested, "congestion control")
+        elif requested is None:
+            try:  # loads tcp_cubic where it is a module; a kernel without it keeps the nodes' own
+                congestion.check_available(cc.EMBEDDED_DEFAULT, "congestion control")
+            except UsageError:
+                pass
+        self.congestion, default = cc.embedded_choice(requested, congestion.available())
+        self.congestion_default = self.congestion if default else None
 
     def start(self) -> Topology:
         if self.topology is None:
@@ -216,6 +237,8 @@ class EmbeddedTestbed:
             from netbench.experiment.verify_pairs import verify_pairs_point
 
             return verify_pairs_point(run, self.topology, observer)
+        from netbench.experiment.verify import verify_point  # a sweep's --verify only: not on apply's path
+
         return verify_point(run, self.topology, observer)
 
     def finish(self, note: Callable[[str], None]) -> None:

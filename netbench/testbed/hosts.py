@@ -457,23 +457,27 @@ class HostsTestbed:
         lost = self.keeper.lost if self.keeper is not None else {}  # reverted, or another controller's now
         conns = [c for c in self.conns if c.name not in lost]
         # --holder: a host taken over between the keeper's last answer and now is left alone
-        results = remote.in_parallel(conns, lambda c: remote.call_node(
-            c, self.by_name[c.name], ["reset", "--json", "--holder", self.holder]))
-        for name, result in results.items():
-            if isinstance(result, dict) and result.get("held_by"):
-                note(f"host {name}: another controller took it over ({result['held_by']}); left alone")
-            elif isinstance(result, Exception):
-                note(f"host {name}: could not reset it: {result.message}; it reverts by itself when its "
-                     f"{self.lease_s:g} s lease runs out, or run 'netbench reset --inventory {self.inventory.path}'")
-            elif result.get("removed"):
-                note(f"host {name}: removed {', '.join(result['removed'])}")
+        # (reset_inventory reads each answer's held_by into `kept`)
+        kept: dict[str, str] = {}
+        try:
+            removed, failures = remote.reset_inventory(self.inventory, conns, self.holder, kept), []
+        except ResetIncomplete as exc:
+            removed, failures = exc.removed, exc.failures
+        for name, holder in kept.items():
+            note(f"host {name}: another controller took it over ({holder}); left alone")
+        for line in failures:
+            note(f"could not reset {line}; it reverts by itself when its {self.lease_s:g} s lease runs out, "
+                 f"or run 'netbench reset --inventory {self.inventory.path}'")
+        for name, lines in removed.items():
+            if lines:
+                note(f"host {name}: removed {', '.join(lines)}")
 
 
 # ---------------------------------------------------------------- sweeps and playbooks over hosts
 
 def refuse_schedules(config) -> None:
     """Schedules change the link during a run, and a congestion control is set, on the embedded testbed only."""
-    if getattr(config, "congestion_control", None):
+    if getattr(config, "congestion_control", None) not in (None, "host"):  # 'host': the hosts' own, as always
         raise UsageError("--congestion-control is embedded-only for now (a playbook's congestion_control: too)",
                          hint="drop --inventory, or set net.ipv4.tcp_congestion_control on the hosts yourself")
     scheduled = next((run for run in config.runs if getattr(run, "schedule", None) is not None), None)

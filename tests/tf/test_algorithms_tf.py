@@ -53,10 +53,10 @@ def test_every_algorithm_trains_and_moves_the_bytes_it_should(clean_machine, tmp
     runs = {r["strategy"]: r for r in (json.loads(p.read_text()) for p in (out / "runs").glob("*.json"))}
     assert set(runs) == set(STRATEGIES)
     # each run records the settings its strategy used (fixed: tau, algorithm: gossip_p, ps-ssp's
-    # default staleness, easgd's alpha 0.9 / 2), and results.csv has them as columns
+    # default staleness, easgd's alpha 0.9 / 2, ps-sync's backup workers: none), and results.csv has them as columns
     assert {s: runs[s]["algorithm"] for s in ("ps-ssp", "easgd", "gosgd", "ps-sync")} == \
         {"ps-ssp": {"staleness": 3}, "easgd": {"tau": 4, "elastic_alpha": 0.45}, "gosgd": {"gossip_p": 0.1},
-         "ps-sync": None}
+         "ps-sync": {"backup_workers": 0}}
     with open(out / "results.csv", newline="") as fh:
         rows = {r["strategy"]: r for r in csv.DictReader(fh)}
     assert (rows["easgd"]["tau"], rows["easgd"]["elastic_alpha"], rows["allreduce"]["tau"]) == ("4", "0.45", "")

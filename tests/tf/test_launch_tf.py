@@ -35,6 +35,8 @@ def test_a_launch_sweep_starts_each_worker_once_and_records_every_point(clean_ma
             assert sum(e["worker"] == worker and e["phase"] == "measured" for e in steps) == 6
         workers |= {e["worker"] for e in steps}
         assert int(row["settle_steps"]) == sum(e["worker"] == 0 and e["phase"] == "settle" for e in steps)
+        # why it settled: the first point by its warm-up, the others once steady past their floor (at most --settle)
+        assert row["settle_reason"].split(";")[0] in ("warm-up", "steady", "gave up"), row["settle_reason"]
     assert len(pids) == 2 and workers == {0, 1}  # each worker started once, for all three points
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["order_seed"] == 11 and len(manifest["launches"]) == 1

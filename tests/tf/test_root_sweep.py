@@ -57,6 +57,17 @@ def test_sweep_latency_end_to_end(clean_machine, tmp_path):
     # the sweep brought the testbed up, so it took it down, and no process is left
     assert local.list_netbench_netns() == []
     assert netbench_processes() == []
+    # a second sweep of the same job on the same machine reuses both calibrations, and says so
+    ids = {r["calibration_id"] for r in rows}
+    assert len(ids) == 1 and ids != {""} and rows[0]["congestion_control"] == "cubic", rows
+    again = subprocess.run(sweep_argv(tmp_path / "again", "--latency", "1ms", "--warmup", "3", "--steps", "4",
+                                      "--batch-size", "32", "--predict"), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert again.stdout.count("calibration: ") == 2 and again.stdout.count(": reused ") == 2, again.stdout
+    with open(tmp_path / "again" / "results.csv", newline="") as fh:
+        assert [r["calibration_id"] for r in csv.DictReader(fh)] == list(ids)
+    reused = json.loads((tmp_path / "again" / "manifest.json").read_text())["calibration"]
+    assert reused["collective"]["2"]["reused"] is True and reused["collective"]["2"]["seconds"] > 0
 
 
 def test_sweep_step_timeout_is_recorded(clean_machine, tmp_path):

@@ -46,6 +46,9 @@ def test_levels_are_parsed_and_reach_each_runs_job():
     assert [(r.job.tau, r.job.elastic_alpha) for r in easgd] == [(1, 0.2), (16, 0.2)]
     gossip = expand(book(factors={"strategy": ["gosgd"], "gossip_p": [0, 0.5, 1]}), 1)
     assert [r.job.gossip_p for r in gossip] == [0.0, 0.5, 1.0]
+    backup = expand(book(factors={"backup_workers": [0, 1]}, fixed={"strategy": "ps-sync", "workers": 3}), 1)
+    assert [r.job.backup_workers for r in backup] == [0, 1]
+    assert "--backup-workers" in worker_argv(backup[1].job) and "--backup-workers" not in worker_argv(backup[0].job)
 
 
 @pytest.mark.parametrize("data, message", [
@@ -59,6 +62,11 @@ def test_levels_are_parsed_and_reach_each_runs_job():
     ({"factors": {"strategy": ["gosgd"]}, "fixed": {"gossip_p": True}}, "pb.yaml: fixed.gossip_p: must be a number"),
     ({"factors": {"strategy": ["ps-ssp"], "staleness": [1, 1]}}, "pb.yaml: factors.staleness: repeated level"),
     ({"factors": {"strategy": ["ps-ssp"], "stalenes": [1]}}, "pb.yaml: factors.stalenes: unknown key"),
+    # ps-sync's backup workers: fewer than the workers, wherever they are set
+    ({"factors": {"backup_workers": [0, 3]}, "fixed": {"strategy": "ps-sync", "workers": 3}},
+     "pb.yaml: factors.backup_workers: 3 backup workers with 3 workers: must be fewer than the workers"),
+    ({"factors": {"workers": [2, 3]}, "fixed": {"strategy": "ps-sync"}, "algorithm": {"backup_workers": 2}},
+     "pb.yaml: algorithm.backup_workers: 2 backup workers with 2 workers: must be fewer than the workers"),
     # the same key under algorithm: and as a setting: one value or many, never both
     ({"factors": {"strategy": ["ps-ssp"], "staleness": [0, 3]}, "algorithm": {"staleness": 2}},
      "pb.yaml: factors.staleness: staleness is set under algorithm: too"),
@@ -142,15 +150,17 @@ def test_the_record_and_results_csv_carry_the_setting_the_run_used(tmp_path):
     store.create()
     for run in runs:
         store.add(make_result(run, "userspace", JobOutcome("failed", (), "x"), 0.0, 1.0))
-    assert CSV_COLUMNS[-4:] == ("staleness", "tau", "elastic_alpha", "gossip_p")
+    assert CSV_COLUMNS[-5:] == ("staleness", "tau", "elastic_alpha", "gossip_p", "backup_workers")
     with open(tmp_path / "results.csv", newline="") as fh:
         rows = {r["strategy"]: r for r in csv.DictReader(fh)}
-    cells = {s: (r["staleness"], r["tau"], r["elastic_alpha"], r["gossip_p"]) for s, r in rows.items()}
-    # easgd's alpha unset: the run used 0.9 / workers, and says so
-    assert cells == {"ps-ssp": ("3", "", "", ""), "easgd": ("", "4", "0.3", ""), "ps-sync": ("", "", "", "")}
+    cells = {s: (r["staleness"], r["tau"], r["elastic_alpha"], r["gossip_p"], r["backup_workers"])
+             for s, r in rows.items()}
+    # easgd's alpha unset: the run used 0.9 / workers, and says so; ps-sync its backup workers (none)
+    assert cells == {"ps-ssp": ("3", "", "", "", ""), "easgd": ("", "4", "0.3", "", ""),
+                     "ps-sync": ("", "", "", "", "0")}
     records = {r["strategy"]: r for r in map(read_json, store.record_paths())}
     assert [records[s]["algorithm"] for s in ("ps-ssp", "easgd", "ps-sync")] == \
-        [{"staleness": 3}, {"tau": 4, "elastic_alpha": 0.3}, None]
+        [{"staleness": 3}, {"tau": 4, "elastic_alpha": 0.3}, {"backup_workers": 0}]
 
 
 # ---------------------------------------------------------------- report

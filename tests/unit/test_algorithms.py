@@ -424,3 +424,118 @@ def test_an_ssp_worker_keeps_s_pushes_in_flight_and_blocks_only_beyond_them():
         _, wait, staleness = third["out"]
         assert worker.unanswered == 2 and staleness == 0 and wait > 0.2  # held by the gate
         np.testing.assert_allclose(worker.weights[0], [-1.0] * 3)  # answered after both workers pushed once
+
+
+# ---------------------------------------------------------------- backup workers (ps-sync)
+
+
+def backup_state(workers: int = 3, backup: int = 1) -> algorithms.ServerState:
+    s = algorithms.ServerState(mode=algorithms.SYNC, workers=workers, learning_rate=1.0, backup=backup)
+    s.initialise([np.zeros(2, np.float32)])
+    return s
+
+
+def test_a_round_with_backup_workers_closes_on_its_first_n_minus_b_gradients():
+    s = backup_state(workers=3, backup=1)
+    assert s.round_size() == 2
+    s.push(0, 0, [np.array([2.0, 0.0], np.float32)])
+    assert not s.may_read(0) and s.version == 0  # one of the two it needs
+    s.push(1, 0, [np.array([0.0, 4.0], np.float32)])
+    assert s.version == 1 and s.may_read(0) and s.may_read(1)
+    np.testing.assert_allclose(s.weights[0], [-1.0, -2.0])  # the mean of the two applied, not of three
+    assert s.dropped == {}
+
+
+def test_a_late_gradient_is_dropped_counted_and_answered_at_once_with_the_new_weights():
+    s = backup_state(workers=3, backup=1)
+    s.push(0, 0, [np.ones(2, np.float32)])
+    s.push(1, 0, [np.ones(2, np.float32)])
+    before = [w.copy() for w in s.weights]
+    s.push(2, 0, [np.full(2, 100.0, np.float32)])  # computed on version 0: its round closed without it
+    assert s.dropped == {2: 1} and s.may_read(2) and s.version == 1
+    np.testing.assert_array_equal(s.weights[0], before[0])  # never applied
+    # its next gradient, on the weights it was answered with, joins the open round
+    s.push(2, 1, [np.full(2, 2.0, np.float32)])
+    assert not s.may_read(2)
+    s.push(0, 1, [np.zeros(2, np.float32)])
+    assert s.version == 2 and s.may_read(2) and s.may_read(0) and s.dropped == {2: 1}
+    # worker 1 pushes on version 1, after round 2 closed: dropped
+    s.push(1, 1, [np.ones(2, np.float32)])
+    assert s.dropped == {2: 1, 1: 1} and s.may_read(1)
+
+
+def test_workers_that_leave_shrink_a_round_to_at_least_one_gradient():
+    s = backup_state(workers=3, backup=2)
+    assert s.round_size() == 1
+    s.push(1, 0, [np.ones(2, np.float32)])
+    assert s.version == 1 and s.may_read(1)
+    s.leave(0)
+    s.leave(1)
+    assert s.round_size() == 1
+    s.push(2, 1, [np.ones(2, np.float32)])
+    assert s.version == 2 and s.may_read(2)
+
+
+def test_without_backup_workers_the_barrier_waits_for_every_worker_as_before():
+    s = backup_state(workers=3, backup=0)
+    s.push(0, 0, [np.ones(2, np.float32)])
+    s.push(1, 0, [np.ones(2, np.float32)])
+    assert s.version == 0 and not s.may_read(0)
+    s.push(2, 0, [np.ones(2, np.float32)])
+    assert s.version == 1 and s.dropped == {}
+
+
+def test_backup_workers_reach_the_worker_and_as_many_as_the_workers_are_refused():
+    argv = worker_argv(JobSpec(strategy="ps-sync", backup_workers=1))
+    assert argv[argv.index("--backup-workers") + 1] == "1"
+    assert "--backup-workers" not in worker_argv(JobSpec(strategy="ps-sync"))
+    assert "--backup-workers" not in worker_argv(JobSpec(strategy="ps-ssp", backup_workers=1))
+    check_job(JobSpec(strategy="ps-sync", backup_workers=2), 3)
+    with pytest.raises(ValueError, match="^backup_workers: must be fewer than the 3 workers"):
+        check_job(JobSpec(strategy="ps-sync", backup_workers=3), 3)
+    # a round applies the first N - B gradients: images per step count those
+    assert job_module.images_per_step(JobSpec(strategy="ps-sync", batch_size=10, backup_workers=1), 3) == 20
+    assert any("1 backup worker(s)" in line
+               for line in describe_algorithm(JobSpec(strategy="ps-sync", backup_workers=1), 3))
+
+
+def test_the_sweep_refuses_as_many_backup_workers_as_workers_in_one_line():
+    from click.testing import CliRunner
+
+    from netbench.cli.app import main
+
+    result = CliRunner().invoke(main, ["sweep", "--dry-run", "--strategy", "ps-sync", "--workers", "3",
+                                       "--backup-workers", "3"], catch_exceptions=False)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code != 0 and lines[0].startswith("error:") and "--backup-workers" in lines[0], result.output
+    shown = CliRunner().invoke(main, ["sweep", "--dry-run", "--strategy", "ps-sync", "--workers", "3",
+                                      "--backup-workers", "1"], catch_exceptions=False)
+    assert shown.exit_code == 0 and "first 2 gradients" in shown.output, shown.output
+
+
+def test_a_parameter_server_with_a_backup_worker_answers_a_late_push_as_dropped():
+    """The server's handler over loopback: with 2 workers and 1 backup, each push closes its round;
+    a push on the old version is answered at once, marked dropped."""
+    import threading
+
+    from netbench.jobs.harness import param_server
+    from netbench.jobs.harness.peers import Channel, Listener
+
+    s = algorithms.ServerState(mode=algorithms.SYNC, workers=2, learning_rate=1.0, backup=1)
+    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()))
+    address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
+    try:
+        first, second = Channel.connect(address, 5), Channel.connect(address, 5)
+        first.request(exchange.Message(exchange.HELLO, {"worker": 0}, (np.zeros(3, np.float32),)))
+        second.request(exchange.Message(exchange.HELLO, {"worker": 1}))
+        applied = first.request(exchange.Message(exchange.PUSH, {"worker": 0, "version": 0},
+                                                 (np.ones(3, np.float32),)))
+        late = second.request(exchange.Message(exchange.PUSH, {"worker": 1, "version": 0},
+                                               (np.full(3, 3, np.float32),)))
+        assert (applied.meta["dropped"], late.meta["dropped"]) == (False, True)
+        for got in (applied, late):
+            np.testing.assert_allclose(got.arrays[0], [-1.0, -1.0, -1.0])
+            assert got.meta["version"] == 1
+        assert s.dropped == {1: 1} and listener.errors == []
+    finally:
+        listener.close()

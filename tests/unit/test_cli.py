@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from netbench.cli import app as cli
 from netbench.cli import common
+from netbench.cli.types import Seconds
 from netbench.emulation import backends
 from netbench.model.profile import Profile
 from netbench.model import topology
@@ -270,12 +271,31 @@ def test_sweep_seed_at_32_bits_is_accepted():
 
 
 FLOAT_OPTIONS = [(path, param.opts[0]) for path, command in ALL for param in command.params
-                 if isinstance(param, click.Option) and isinstance(param.type, click.types.FloatParamType)]
+                 if isinstance(param, click.Option) and isinstance(param.type, (click.types.FloatParamType, Seconds))]
+SECONDS_OPTIONS = [(path, param.opts[0]) for path, command in ALL for param in command.params
+                   if isinstance(param, click.Option) and isinstance(param.type, Seconds)]
 
 
 def test_there_are_float_options_to_check():
     assert {("netbench sweep", "--step-timeout"), ("netbench apply", "--lease"), ("netbench node apply", "--lease"),
             ("netbench report", "--level")} <= {(" ".join(path), opt) for path, opt in FLOAT_OPTIONS}
+    assert {("netbench sweep", "--step-timeout"), ("netbench sweep", "--seconds"), ("netbench collective", "--timeout"),
+            ("netbench verify", "--interval")} <= {(" ".join(path), opt) for path, opt in SECONDS_OPTIONS}
+
+
+@pytest.mark.parametrize("path, option", SECONDS_OPTIONS, ids=[f"{' '.join(p[1:])} {o}" for p, o in SECONDS_OPTIONS])
+@pytest.mark.parametrize("value, seconds", [("5", 5.0), ("5s", 5.0), ("5000ms", 5.0), ("0.5", 0.5)])
+def test_every_seconds_option_takes_bare_seconds_and_a_unit(path, option, value, seconds):
+    """A duration flag that took bare seconds keeps taking them, and takes a unit too."""
+    param = next(p for p in dict(ALL)[path].params if option in p.opts)
+    low, high = param.type.low, param.type.high
+    if low <= seconds <= high:
+        assert param.type.convert(value, param, None) == pytest.approx(seconds)
+    else:
+        with pytest.raises(click.BadParameter, match="outside"):
+            param.type.convert(value, param, None)
+    with pytest.raises(click.BadParameter, match="unknown duration unit"):
+        param.type.convert("5 parsecs".replace(" ", ""), param, None)
 
 
 @pytest.mark.parametrize("path, option", FLOAT_OPTIONS, ids=[f"{' '.join(p[1:])} {o}" for p, o in FLOAT_OPTIONS])

@@ -177,7 +177,7 @@ def test_reset_puts_it_back_after_a_crash(sysctl, tmp_path):
     del sysctl.values["netbench-n2"]  # a namespace gone meanwhile takes its value with it
     removed = reset(journal)
     assert f"{cc.DEFAULT_KEY} change in netbench-n1 (back to 'bbr')" in removed, removed
-    assert f"{cc.ALLOWED_KEY} change on the host (back to 'reno bbr')" in removed, removed
+    assert f"{cc.ALLOWED_KEY} change on the host (back to 'reno bbr': 'cubic' taken out)" in removed, removed
     assert sysctl.read(cc.DEFAULT_KEY, "netbench-n1") == "bbr" and sysctl.read(cc.ALLOWED_KEY) == "reno bbr"
     assert journal.pending() == [] and reset(journal) == []
 
@@ -189,3 +189,36 @@ def test_an_unavailable_name_is_refused_naming_the_flag_and_nothing_is_written(s
         congestion.check_available("vegas", "flag --congestion-control")
     congestion.check_available("cubic", "flag --congestion-control")
     assert sysctl.writes == []
+
+
+@pytest.mark.parametrize("after_a_crash", [False, True])
+def test_putting_the_allowed_list_back_takes_out_only_the_name_netbench_added(sysctl, tmp_path, after_a_crash):
+    """Another tool allows vegas while the sweep runs: the sweep's end (or reset after a crash)
+    takes cubic out and leaves vegas, never writing back the list as it was before the sweep."""
+    sysctl.values[None][cc.AVAILABLE_KEY] += " vegas"
+    journal = Journal(tmp_path)
+    entries = congestion.set_on_nodes(journal, NODES, "cubic")
+    assert sysctl.read(cc.ALLOWED_KEY) == "reno bbr cubic"
+    sysctl.values[None][cc.ALLOWED_KEY] = "reno bbr cubic vegas"
+    lines = reset(journal) if after_a_crash else congestion.restore(journal, entries)
+    assert sysctl.read(cc.ALLOWED_KEY) == "reno bbr vegas"
+    assert f"{cc.ALLOWED_KEY} change on the host (back to 'reno bbr vegas': 'cubic' taken out)" in lines, lines
+    assert journal.pending() == []
+
+
+def test_an_allowed_list_someone_else_already_narrowed_is_left_alone(sysctl, tmp_path):
+    journal = Journal(tmp_path)
+    entries = congestion.set_on_nodes(journal, NODES, "cubic")
+    sysctl.values["netbench-n1"][cc.DEFAULT_KEY] = sysctl.values["netbench-n2"][cc.DEFAULT_KEY] = "bbr"
+    sysctl.values[None][cc.ALLOWED_KEY] = "bbr"
+    sysctl.writes.clear()
+    congestion.restore(journal, entries)
+    assert sysctl.writes == [] and sysctl.read(cc.ALLOWED_KEY) == "bbr"
+
+
+@pytest.mark.parametrize("allowed, added, expected", [
+    (["reno", "bbr", "cubic"], "cubic", "reno bbr"), (["cubic", "reno"], "cubic", "reno"),
+    (["reno", "bbr"], "cubic", None), (["cubic"], "cubic", ""),
+])
+def test_narrowed(allowed, added, expected):
+    assert cc.narrowed(allowed, added) == expected

@@ -17,7 +17,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from tests.fakes.remote import FakeHost, FakeStream, ok_json, task_stream
+from tests.fakes.remote import FakeHost, FakeStream, failed, ok_json, task_stream
 
 from netbench.cli.app import main
 from netbench.errors import BackendUnavailable, UsageError
@@ -372,6 +372,26 @@ def test_finish_leaves_alone_a_host_whose_lease_another_controller_took_over():
     notes = []
     testbed.finish(notes.append)
     assert not hosts[0].ran(" reset ") and hosts[1].ran(" reset ")
+
+
+def test_finish_notes_each_hosts_reset_once_held_removed_or_failed():
+    """finish goes through reset_inventory (one reading of each host's held_by): a host another
+    controller took over is left alone, one that fails is named with what to do, the rest say what
+    they removed."""
+    hosts = fake_hosts()
+    hosts[0].responses[2] = (" reset ", ok_json({"removed": [], "held_by": "held by x@y:1:ab"}))
+    testbed = HostsTestbed(INV, hosts)
+    testbed.applied = True
+    notes = []
+    testbed.finish(notes.append)
+    assert notes == ["host a: another controller took it over (held by x@y:1:ab); left alone",
+                     "host b: removed qdisc 4e42: on nbhost-1/eth1"]
+    hosts[1].responses[2] = (" reset ", failed("cannot delete qdisc"))
+    notes.clear()
+    testbed.finish(notes.append)
+    assert notes[0] == "host a: another controller took it over (held by x@y:1:ab); left alone"
+    assert notes[1].startswith("could not reset host b: cannot delete qdisc; it reverts by itself when its ")
+    assert "netbench reset --inventory" in notes[1] and len(notes) == 2
 
 
 def test_a_host_that_accepts_the_task_channel_then_hangs_does_not_hang_the_run(tmp_path):

@@ -182,7 +182,8 @@ def test_a_launch_starts_the_job_once_and_measures_every_point(tmp_path):
     assert len(testbed.spawned) == 2 and all("--until-stopped" in t.argv for t in testbed.spawned)
     assert {r.launch for r in results} == {0} and all(r.stats["steps"] == 5 for r in results)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert manifest["order_seed"] == 7 and manifest["settle"] == {"steps": 3, "seconds": 0.0, "steady": 1.5, "max_seconds": 30.0}
+    assert manifest["order_seed"] == 7 and manifest["settle"] == {"steps": 3, "seconds": 0.0, "steady": 1.5, "max_seconds": 30.0,
+                                                                  "round_trips": 8.0}
     order = manifest["launches"][0]["runs"]
     assert order == [r.run_id for r in plan_launches(_runs(), 7, "random")[0].runs] == [r.run_id for r in results]
     assert [p.name for p in testbed.applied] == [r.profile.name for r in plan_launches(_runs(), 7, "random")[0].runs]
@@ -203,7 +204,7 @@ def test_a_launch_starts_the_job_once_and_measures_every_point(tmp_path):
 
 def test_the_settle_window_holds_for_its_seconds(tmp_path):
     testbed = SyntheticTestbed(Journal(tmp_path / "state"), pace=0.005)
-    results = run_sweep(_config(tmp_path, _runs(delays=(1, 2)), settle=Settle(steps=1, seconds=0.08)),
+    results = run_sweep(_config(tmp_path, _runs(delays=(1, 2)), settle=Settle(steps=1, seconds=0.08, round_trips=0)),
                         testbed=testbed)
     assert [r.status for r in results] == ["ok", "ok"]
     for result in results:

@@ -33,9 +33,9 @@ from tests.fakes.metrics_network import engine_stats
 ROOT = Path(__file__).resolve().parents[2]
 BOUNDED_LABELS = {"version", "python", "sweep", "backend", "model", "strategy", "state", "status", "run",
                   "repeat", "profile", "phase", "worker", "node", "interface", "direction", "reason",
-                  "launch", "point", "src", "dst", "mechanism"}
+                  "launch", "point", "src", "dst", "mechanism", "rank"}
 # launch: the sweep's launches; point: position/points in one; src, dst: the testbed's nodes (an ordered
-# pair of a per-pair topology); mechanism: catalogue.PAIR_MECHANISMS
+# pair of a per-pair topology); mechanism: catalogue.PAIR_MECHANISMS; rank: the run's workers (ranks)
 
 
 class Clock:
@@ -72,13 +72,15 @@ def fed_state(clock: Clock | None = None) -> tuple[MetricsState, NetworkReader]:
                             topology=topology)
     state.sweep_started("sweep-1", "userspace", "mlp", "allreduce", runs=2, workers=2, batch_size=32)
     state.run_started("r000", 0)
+    state.ranks_started(2, aligned=True, nodes=("n1", "n2"))
     state.launch_point(0, 1, 2)
     state.profile_applied("d10ms-r250mbit", 10_000, 1_000, 250_000_000, 0.01)
     for worker in (0, 1):
         state.worker_event({"event": "start", "worker": worker})
         state.worker_event({"event": "step", "worker": worker, "phase": "warmup", "duration": 2.0})
-        for _ in range(4):
-            state.worker_event({"event": "step", "worker": worker, "phase": "measured", "duration": 0.04})
+        for k in range(4):  # worker 1 computes longer: worker 0 waits for it
+            state.worker_event({"event": "step", "worker": worker, "step": k, "phase": "measured", "duration": 0.04,
+                                "compute": 0.01 + 0.02 * worker, "comm": 0.03 - 0.02 * worker})
     state.measured_window("r000", 1001.5, 1002.25)
     state.run_finished("ok", "d10ms-r250mbit", 1600.0)
     state.run_started("r001", 0)
@@ -404,10 +406,12 @@ def test_promtool_check_metrics_can_fail():
 
 
 def test_readme_documents_every_metric():
+    """In the README's metrics table, or in a page of docs/ (a feature's own page lists its metrics)."""
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Live metrics"):]
+    pages = " ".join(p.read_text() for p in sorted((ROOT / "docs").rglob("*.md")))
     for metric in catalogue.CATALOGUE:
-        assert f"`{metric.name}`" in section, metric.name
+        assert f"`{metric.name}`" in section or f"| `{metric.name}` |" in pages, metric.name
 
 
 def test_wait_for_scrape_is_true_once_something_scraped(tmp_path):
@@ -616,3 +620,29 @@ def test_the_final_scrape_is_one_begun_after_stop_and_whole(tmp_path):
     # no scrape begun after stop completes: stop waits its whole limit instead of taking the begun one
     assert time.monotonic() - started >= 0.6
     assert exporter.collector.completed == 2
+
+
+def test_each_rank_shows_its_step_its_time_outside_computation_and_how_often_it_finished_last():
+    state, network = fed_state()
+    families, _ = scrape(state, network)
+    values = {name: {(s.labels["rank"], s.labels["node"]): s.value for s in families[name].samples}
+              for name in ("netbench_rank_step_seconds", "netbench_rank_waiting_seconds", "netbench_rank_last_ratio")}
+    assert values["netbench_rank_step_seconds"] == pytest.approx({("0", "n1"): 0.04, ("1", "n2"): 0.04})
+    # rank 0 spent 0.03 s of each step outside its computation (waiting for rank 1), rank 1 0.01 s
+    assert values["netbench_rank_waiting_seconds"] == pytest.approx({("0", "n1"): 0.03, ("1", "n2"): 0.01})
+    assert values["netbench_rank_last_ratio"] == {("0", "n1"): 0.0, ("1", "n2"): 1.0}
+
+
+def test_an_own_pace_run_counts_no_one_last_and_a_rank_that_has_not_reported_a_step_waits():
+    from netbench.jobs import events as ev
+    from netbench.metrics.ranks import RankTimes
+
+    own = RankTimes(workers=2, aligned=False)
+    for worker in (0, 1):
+        own.add(worker, ev.Step(step=0, duration=0.1, compute=0.05 * (worker + 1)))
+    assert [v[2] for v in own.view().values()] == [None, None]
+    sync = RankTimes(workers=2, aligned=True)
+    sync.add(0, ev.Step(step=0, duration=0.1, compute=0.02))
+    assert sync.compared == 0 and sync.view()[0][2] is None
+    sync.add(1, ev.Step(step=0, duration=0.1, compute=0.09))
+    assert sync.compared == 1 and sync.view()[1][2] == 1.0

@@ -207,7 +207,9 @@ def test_a_playbook_measured_to_another_precision_is_another_design(tmp_path):
     digest = {}
     for name, extra in {"default": {}, "two": {"precision": "2%"}, "off": {"precision": "off"},
                         "cap": {"max_seconds": "30s"}, "train": {"train_steps": 200},
-                        "tau": {"algorithm": {"tau": 8}}, "command": {"command": ["python", "train.py"]}}.items():
+                        "easgd": {"fixed": {"strategy": "easgd"}},
+                        "tau": {"fixed": {"strategy": "easgd"}, "algorithm": {"tau": 8}},
+                        "command": {"command": ["python", "train.py"]}}.items():
         b = book(**base, **extra)
         digest[name] = design.design_digest(b, expand(b, 3))
     assert len(set(digest.values())) == len(digest)  # each option makes its own design

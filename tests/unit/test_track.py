@@ -95,3 +95,20 @@ def test_it_imports_without_any_framework_or_the_rest_of_netbench():
             "print(sorted(m for m in sys.modules if m.startswith(('netbench', 'tensorflow', 'torch', 'keras'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['netbench', 'netbench.track']"
+
+
+def test_computed_splits_a_step_into_computation_and_communication_and_only_that_step(monkeypatch, capfd):
+    import time
+
+    track = fresh_track(monkeypatch, ENV)
+    with track.step(images=8):
+        time.sleep(0.02)
+        track.computed()
+        time.sleep(0.01)
+    with track.step(images=8):  # not marked: no split
+        pass
+    steps = [e for e in events_of(capfd.readouterr().out) if isinstance(e, ev.Step)]
+    first, second = steps
+    assert first.compute >= 0.02 and first.comm >= 0.01
+    assert abs(first.compute + first.comm - first.duration) < 1e-9
+    assert second.compute is None and second.comm is None

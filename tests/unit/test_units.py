@@ -86,15 +86,15 @@ def test_duration_round_trip_beyond_six_digits(us):
 
 @pytest.mark.parametrize("text, expected", [
     ("250mbit", 250_000_000), ("1gbit", 10**9), ("100kbit", 100_000), ("8000bit", 8000),
-    ("1.5gbit", 1_500_000_000), ("10mbps", 80_000_000), ("1kbps", 8_000), ("1gbps", 8 * 10**9),
-    ("1bps", 8), ("250Mbit", 250_000_000), ("0mbit", 0),
+    ("1.5gbit", 1_500_000_000), ("100Mbit/s", 100_000_000), ("1gbit/s", 10**9), ("10bit/s", 10),
+    ("250Mbit", 250_000_000), ("0mbit", 0),
 ])
 def test_parse_rate(text, expected):
     assert units.parse_rate_bps(text) == expected
 
 
 @pytest.mark.parametrize("text, fragment", [
-    ("250", "needs a unit"), (250, "needs a unit"), ("250mb", "unknown rate unit 'mb'"),
+    ("250", "needs a unit"), (250, "needs a unit"), ("250mbyte", "unknown rate unit 'mbyte'"),
     ("-1mbit", "must not be negative"), ("fast", "expected a rate"),
 ])
 def test_parse_rate_rejects(text, fragment):
@@ -123,8 +123,8 @@ def test_rate_round_trip(bps):
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("1%", 0.01), ("0.5%", 0.005), ("100%", 1.0), ("0%", 0.0), ("0.01", 0.01), ("0", 0.0), (0, 0.0),
-    (0.25, 0.25), (" 10 % ", 0.1),
+    ("1%", 0.01), ("0.5%", 0.005), ("100%", 1.0), ("0%", 0.0), ("0", 0.0), (0, 0.0), (0.0, 0.0),
+    (" 10 % ", 0.1), ("1e-3%", 1e-5),
 ])
 def test_parse_ratio(text, expected):
     assert units.parse_ratio(text) == pytest.approx(expected, abs=1e-15)
@@ -155,3 +155,71 @@ def test_ratio_round_trip_of_parsed_percentages(milli_pct):
     loss = units.parse_ratio(f"{milli_pct / 1000:g}%")
     assert loss == pytest.approx(milli_pct / 100_000, rel=1e-12, abs=1e-15)
     assert units.parse_ratio(units.format_ratio(loss)) == loss
+
+
+# ---------------------------------------------------------------- spellings two conventions read differently
+
+
+@pytest.mark.parametrize("text, readings", [
+    ("0.5", ("0.5%", "50%")), (0.5, ("0.5%", "50%")), ("1", ("1%", "100%")), ("0.01", ("0.01%", "1%")),
+    (0.25, ("0.25%", "25%")), ("10", ("10%",)), (10, ("10%",)),
+])
+def test_bare_ratio_is_refused_with_both_readings(text, readings):
+    """tc reads `loss 0.5` as 0.5 %; a fraction reads it as 50 %: neither is guessed."""
+    with pytest.raises(ValueError, match="ambiguous") as caught:
+        units.parse_ratio(text)
+    message = str(caught.value)
+    assert all(reading in message for reading in readings) and "\n" not in message
+
+
+@pytest.mark.parametrize("text, bits, bytes_", [
+    ("100mbps", "100mbit", "800mbit"), ("100Mbps", "100mbit", "800mbit"), ("100MBps", "100mbit", "800mbit"),
+    ("1gbps", "1gbit", "8gbit"), ("64kbps", "64kbit", "512kbit"), ("100bps", "100bit", "800bit"),
+    ("100MB/s", "100mbit", "800mbit"), ("100mb/s", "100mbit", "800mbit"), ("250mb", "250mbit", "2gbit"),
+    ("1.5gbps", "1.5gbit", "12gbit"),
+])
+def test_byte_rate_spellings_are_refused_with_both_readings(text, bits, bytes_):
+    with pytest.raises(ValueError, match="ambiguous") as caught:
+        units.parse_rate_bps(text)
+    assert f"write {bits} or {bytes_}" in str(caught.value)
+
+
+def test_bare_duration_names_both_readings():
+    with pytest.raises(ValueError, match="write 10us, 10ms or 10s"):
+        units.parse_duration_us("10")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("90", 90.0), (90, 90.0), ("0.5", 0.5), ("90s", 90.0), ("500ms", 0.5), ("2min", 120.0), ("1h", 3600.0),
+    ("0", 0.0),
+])
+def test_parse_seconds_takes_bare_seconds_and_units(text, expected):
+    assert units.parse_seconds(text) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-1", "10 parsecs", "", "1e400", float("nan"), True])
+def test_parse_seconds_refuses(text):
+    with pytest.raises(ValueError):
+        units.parse_seconds(text)
+
+
+@pytest.mark.parametrize("text, expected", [("8", 8), ("8B", 8), ("64KiB", 65536), ("1MiB", 2**20), ("1GiB", 2**30),
+                                            (4096, 4096)])
+def test_parse_size(text, expected):
+    assert units.parse_size_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("1MB", "write 1MiB or 1000000"), ("1m", "write 1MiB or 1000000"), ("64KB", "write 64KiB or 64000"),
+    ("2GiB", "over 1GiB"), ("0", "at least 1 byte"), ("-8", "not a size"), ("8.5KiB", "not a size"),
+    ("1e9", "not a size"), ("99999999999999999999", "not a size"), ("8 furlongs", "not a size"),
+])
+def test_parse_size_refuses(text, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        units.parse_size_bytes(text)
+
+
+@given(st.floats(0, 1))
+def test_any_ratio_formats_to_a_percentage_that_parses_back(ratio):
+    text = units.format_ratio(ratio)
+    assert text.endswith("%") and units.parse_ratio(text) == ratio

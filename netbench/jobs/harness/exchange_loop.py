@@ -72,6 +72,9 @@ class _Worker:
         self.unanswered = 0
         self.depth = algorithms.pipeline_depth(self.strategy, getattr(args, "staleness", 0))
         self.inboxes: list[queue.Queue] = []  # ps-sync, ps-async, ps-ssp: each server's replies (_read_replies)
+        # ps-sync with backup workers: whether a server dropped this step's gradient as late
+        self.backup = getattr(args, "backup_workers", 0) if self.strategy == "ps-sync" else 0
+        self.dropped = False
 
     # -- the network -------------------------------------------------------------------
 
@@ -164,6 +167,7 @@ class _Worker:
             self.version = min(int(r.meta["version"]) for r in replies)
             held = max(held, max(float(r.meta.get("wait_s", 0.0)) for r in replies))
             staleness = max([staleness or 0, *(int(r.meta.get("staleness", 0)) for r in replies)])
+            self.dropped = any(bool(r.meta.get("dropped")) for r in replies)
         blocked = time.monotonic() - sent
         wait = min(held, blocked)
         return max(0.0, time.monotonic() - t0 - wait), wait, staleness
@@ -282,8 +286,11 @@ class _Worker:
             t2 = time.monotonic()
             clock.add(t2 - t0)
             phase = ev.PHASE_WARMUP if k < args.warmup else ev.PHASE_MEASURED
-            emit(ev.step_event(k, phase, t0, t2, args.batch_size, loss, compute=max(0.0, t2 - t0 - comm - wait),
-                               comm=comm, wait=wait, staleness=staleness), self.events)
+            step = ev.step_event(k, phase, t0, t2, args.batch_size, loss, compute=max(0.0, t2 - t0 - comm - wait),
+                                 comm=comm, wait=wait, staleness=staleness)
+            if self.backup:  # a key version-1 readers keep: jobs.stragglers counts the drops
+                step = dataclasses.replace(step, extra=(("dropped", self.dropped),))
+            emit(step, self.events)
             if evaluator is not None and evaluate.due(k + 1, total, args.eval_every):
                 with self.lock:
                     current = list(self.weights)

@@ -11,6 +11,8 @@ the basic-block ResNet of He et al. 2016, stages of 2 blocks with 64/128/256/512
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Mapping
 
 MODELS = ("mlp", "cnn", "resnet18", "mobilenetv2", "resnet50", "efficientnetb0", "vgg16")
@@ -31,6 +33,9 @@ _APPLICATIONS = {"mobilenetv2": "MobileNetV2", "resnet50": "ResNet50",
                  "efficientnetb0": "EfficientNetB0", "vgg16": "VGG16"}
 
 
+MAX_INPUT_ELEMENTS = 2**20
+
+
 def parse_input_shape(text: str) -> tuple[int, ...]:
     """"32x32x3" or "784" -> (32, 32, 3) or (784,); every dimension a positive integer."""
     parts = text.strip().lower().replace(",", "x").split("x")
@@ -40,6 +45,10 @@ def parse_input_shape(text: str) -> tuple[int, ...]:
         raise ValueError(f"{text!r} is not a shape such as 32x32x3 or 784") from None
     if not shape or any(dim < 1 for dim in shape):
         raise ValueError(f"{text!r}: every dimension must be a positive integer")
+    if len(shape) > 3 or math.prod(shape) > MAX_INPUT_ELEMENTS:
+        # a worker would allocate batch x this before its first step (and the mlp 512 x it)
+        raise ValueError(f"{text!r}: at most 3 dimensions and {MAX_INPUT_ELEMENTS} values per example "
+                         "(ImageNet's 224x224x3 is 150528)")
     return shape
 
 

@@ -6,7 +6,9 @@ node's address, and answers each worker's requests:
 
 * hello: worker 0's carries the initial weights (every worker starts from the same seed);
   the reply (once the weights exist) carries them to the others;
-* push: the gradient is applied (ps-async, ps-ssp) or joins its round (ps-sync); the reply
+* push: the gradient is applied (ps-async, ps-ssp) or joins its round (ps-sync; with
+  ``--backup-workers`` B a round closes on its first W - B gradients and a late one is dropped,
+  its reply saying ``dropped``); the reply
   waits for the barrier (ps-sync) or the staleness gate (ps-ssp), under ps-async for nothing,
   then carries the weights, the version, the update's staleness and ``wait_s`` (how long the
   reply was held: the worker's waiting time);
@@ -45,13 +47,16 @@ def make_handler(state: algorithms.ServerState, condition: threading.Condition):
                 arrays = () if message.arrays else tuple(state.weights or ())
                 return exchange.Message(exchange.REPLY, {"version": state.version}, arrays)
             if message.op == exchange.PUSH:
+                dropped = state.dropped.get(worker, 0)
                 staleness = state.push(worker, int(message.meta.get("version", 0)), message.arrays)
                 condition.notify_all()
                 held = time.monotonic()
                 condition.wait_for(lambda: state.may_read(worker))
                 wait_s = time.monotonic() - held
-                return exchange.Message(exchange.REPLY, {"version": state.version, "staleness": staleness,
-                                                         "wait_s": wait_s}, tuple(state.weights or ()))
+                meta = {"version": state.version, "staleness": staleness, "wait_s": wait_s}
+                if state.backup:  # ps-sync with backup workers: whether this gradient came too late
+                    meta["dropped"] = state.dropped.get(worker, 0) > dropped
+                return exchange.Message(exchange.REPLY, meta, tuple(state.weights or ()))
             if message.op == exchange.ELASTIC:
                 diff = state.elastic(message.arrays)
                 return exchange.Message(exchange.REPLY, {"version": state.version}, tuple(diff))
@@ -72,7 +77,8 @@ def serve(args: argparse.Namespace, events: IO[str], index: int, cluster: dict[s
     alpha = args.elastic_alpha or algorithms.default_elastic_alpha(workers)
     state = algorithms.ServerState(mode=algorithms.SERVER_MODES[args.strategy], workers=workers,
                                    learning_rate=args.learning_rate,
-                                   staleness=algorithms.server_gate(args.strategy, args.staleness), alpha=alpha)
+                                   staleness=algorithms.server_gate(args.strategy, args.staleness), alpha=alpha,
+                                   backup=getattr(args, "backup_workers", 0) if args.strategy == "ps-sync" else 0)
     condition = threading.Condition()
     host, port = cluster["ps"][index].rsplit(":", 1)
     Listener(host, int(port), make_handler(state, condition))

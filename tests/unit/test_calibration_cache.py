@@ -1,0 +1,204 @@
+"""Calibrations kept and reused: the key (everything a calibration measured), the age and
+kernel rules, the cache folder, and a sweep's calibrate() reusing, with the measurements faked."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from netbench.experiment import calibration_cache as cc
+from netbench.experiment import predict
+from netbench.experiment.store import CSV_COLUMNS, RunResult
+from netbench.model.job import JobSpec
+from netbench.model.profile import Profile
+from netbench.model.run import Run
+
+HOST = cc.Host(machine_id="m1", kernel="6.1.0", cpus=2, python="3.11.2", netbench="0.1.0",
+               frameworks=(("tensorflow-cpu", "2.21.0"),))
+PLACE = {"testbed": "embedded", "backend": "tbf", "congestion_control": "cubic"}
+
+
+def key(kind="compute", measured=None, place=None, host=HOST) -> cc.Key:
+    measured = measured if measured is not None else predict.compute_measured(JobSpec(model="mlp"), 2)
+    return cc.make_key(kind, measured, place if place is not None else PLACE, host)
+
+
+class Clock:
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_id_is_stable_and_changes_with_everything_the_calibration_measured():
+    base = cc.calibration_id(key())
+    assert base == cc.calibration_id(key()) and base.startswith("compute-") and len(base) == len("compute-") + 12
+    # the same key from its JSON (a cache file's) names the same calibration
+    assert cc.calibration_id(key().to_json()) == base
+    others = [
+        key(measured=predict.compute_measured(JobSpec(model="cnn"), 2)),
+        key(measured=predict.compute_measured(JobSpec(model="mlp", batch_size=32), 2)),
+        key(measured=predict.compute_measured(JobSpec(model="mlp"), 4)),  # processes and nodes
+        key(measured=predict.compute_measured(JobSpec(model="mlp", framework="torch"), 2)),
+        key(place={**PLACE, "backend": "userspace"}),
+        key(place={**PLACE, "congestion_control": "bbr"}),
+        key(host=replace(HOST, kernel="6.8.0")),
+        key(host=replace(HOST, cpus=16)),
+        key(host=replace(HOST, machine_id="m2")),
+        key(host=replace(HOST, netbench="0.2.0")),
+        key(host=replace(HOST, frameworks=(("tensorflow-cpu", "2.22.0"),))),
+        key("allreduce", predict.allreduce_measured(2)),
+    ]
+    ids = {cc.calibration_id(k) for k in others}
+    assert base not in ids and len(ids) == len(others)
+    assert predict.allreduce_measured(2) != predict.allreduce_measured(4)
+    with pytest.raises(ValueError):
+        cc.make_key("gpu", {}, PLACE, HOST)
+
+
+def entry(k: cc.Key, measured_at: float) -> cc.Entry:
+    return cc.Entry(id=cc.calibration_id(k), key=k.to_json(), measured_at=measured_at, value={"compute_s": 0.01})
+
+
+def test_a_calibration_is_reused_within_24_hours_on_the_same_kernel_only():
+    k, now = key(), 1_000_000.0
+    assert cc.MAX_AGE_S == 24 * 3600
+    assert cc.refusal(entry(k, now - 3600), k, now) is None
+    assert cc.refusal(entry(k, now - cc.MAX_AGE_S + 1), k, now) is None
+    assert "over the 24 h limit" in cc.refusal(entry(k, now - cc.MAX_AGE_S - 1), k, now)
+    assert "future" in cc.refusal(entry(k, now + 60), k, now)
+    # a file of another kernel (copied, or the key's kernel edited) is never reused
+    other_kernel = key(host=replace(HOST, kernel="6.8.0"))
+    assert "kernel 6.8.0" in cc.refusal(entry(other_kernel, now), k, now)
+    assert cc.refusal(replace(entry(k, now), schema=cc.SCHEMA + 1), k, now).startswith("written by another")
+    assert cc.refusal(entry(key(place={**PLACE, "backend": "htb"}), now), k, now) == "measured something else"
+    assert cc.refusal(entry(k, now - 7200), k, now, max_age_s=3600) is not None
+
+
+def test_the_cache_keeps_a_calibration_and_finds_it_again(tmp_path):
+    clock = Clock()
+    cache = cc.CalibrationCache(tmp_path / "cal", clock=clock)
+    k = key()
+    assert cache.lookup(k) == (None, "none cached")
+    stored, unkept = cache.store(k, {"compute_s": 0.0123, "model_bytes": 42}, {"seconds": 5.0})
+    assert unkept is None and stored.id == cc.calibration_id(k)
+    on_disk = json.loads((tmp_path / "cal" / f"{stored.id}.json").read_text())
+    assert on_disk["schema"] == cc.SCHEMA and on_disk["key"]["host"]["kernel"] == "6.1.0"
+    clock.now += 3600
+    found, why = cache.lookup(k)
+    assert why == "" and found.value == {"compute_s": 0.0123, "model_bytes": 42} and found.facts == {"seconds": 5.0}
+    clock.now += cc.MAX_AGE_S
+    assert cache.lookup(k)[0] is None and "h old" in cache.lookup(k)[1]
+    (tmp_path / "cal" / f"{stored.id}.json").write_text("{torn")
+    assert cache.lookup(k)[0] is None and "unreadable" in cache.lookup(k)[1]
+
+
+def test_a_cache_that_cannot_be_written_keeps_nothing_and_fails_nothing(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    cache = cc.CalibrationCache(blocker / "cal", clock=Clock())
+    stored, unkept = cache.store(key(), {"compute_s": 1.0}, {})
+    assert unkept is not None and "not kept" in unkept and stored.id == cc.calibration_id(key())
+    assert cache.lookup(key())[0] is None
+
+
+def test_the_cache_folder_comes_from_the_environment(tmp_path):
+    assert cc.default_folder({"NETBENCH_CACHE_DIR": "/c", "NETBENCH_STATE_DIR": "/s"}) == cc.Path("/c")
+    assert cc.default_folder({"NETBENCH_STATE_DIR": "/s"}) == cc.Path("/s/calibrations")
+    assert cc.default_folder({"XDG_CACHE_HOME": "/x"}) == cc.Path("/x/netbench/calibrations")
+    assert cc.default_folder({}).parts[-3:] == (".cache", "netbench", "calibrations")
+
+
+def test_the_host_facts_name_this_machine():
+    host = cc.host_facts()
+    assert host.machine_id and host.kernel and host.cpus >= 1 and host.netbench
+
+
+# calibrate() with the measurements faked: the first sweep measures, the second reuses
+
+class FakeMeasures:
+    def __init__(self, monkeypatch) -> None:
+        from netbench.experiment import exchange_calibration
+        from netbench.model.collective import AlphaBeta
+
+        self.calls: list[str] = []
+
+        def collective(testbed, workers, log_dir, port):
+            self.calls.append(f"allreduce/{workers}")
+            return AlphaBeta(0.0015, 2e-9), {"alpha_s": 0.0015, "beta_s_per_byte": 2e-9, "seconds": 3.0}
+
+        def compute(testbed, job, workers, log_dir, port):
+            self.calls.append(f"compute/{job.model}")
+            return predict.Compute(0.002, 2_678_824), {"compute_s": 0.002, "model_bytes": 2_678_824, "seconds": 4.0}
+
+        def exchange(testbed, log_dir, port):
+            self.calls.append("exchange")
+            return exchange_calibration.Exchange(0.0002, 1.5e-9, 4 << 20), {"seconds": 1.0}
+
+        monkeypatch.setattr(predict, "measure_collective", collective)
+        monkeypatch.setattr(predict, "measure_compute", compute)
+        monkeypatch.setattr(exchange_calibration, "measure", exchange)
+
+
+def runs() -> tuple[Run, ...]:
+    profile = Profile(name="p", delay_us=10_000, rate_bps=100_000_000)
+    return (Run(index=0, profile=profile, repeat=0, job=JobSpec(strategy="allreduce", model="mlp"), workers=2),
+            Run(index=1, profile=profile, repeat=0, job=JobSpec(strategy="ps-sync", model="mlp"), workers=2))
+
+
+def test_a_second_sweep_with_the_same_key_reuses_the_calibrations_and_says_so(tmp_path, monkeypatch):
+    fakes, clock = FakeMeasures(monkeypatch), Clock()
+    reuse = predict.Reuse(place=PLACE, host=HOST, cache=cc.CalibrationCache(tmp_path, clock=clock))
+    first_notes: list[str] = []
+    first, record = predict.calibrate(runs(), None, tmp_path / "logs", first_notes.append, reuse=reuse)
+    assert sorted(fakes.calls) == ["allreduce/2", "compute/mlp", "exchange"]
+    assert not any("reused" in n for n in first_notes)
+    assert record["collective"]["2"]["reused"] is False and record["collective"]["2"]["id"].startswith("allreduce-")
+    clock.now += 600
+    fakes.calls.clear()
+    second_notes: list[str] = []
+    second, record = predict.calibrate(runs(), None, tmp_path / "logs", second_notes.append, reuse=reuse)
+    assert fakes.calls == []  # nothing measured again
+    assert sum("reused" in n for n in second_notes) == 3 and "measured 10 min ago" in second_notes[0]
+    assert record["exchange"]["reused"] is True and record["compute"]["mlp/b64///synthetic/w2"]["reused"] is True
+    assert second == first  # the same fits, the same ids
+    # each run records the calibrations its prediction used: the exchange one for ps-sync only
+    result = RunResult(run_id="r000", profile=runs()[0].profile.to_record(), backend="tbf", strategy="allreduce",
+                       model="mlp", batch_size=64, workers=2, repeat=0, warmup_steps=1, status="ok")
+    plain, exchange = (predict.annotate(result, run, second) for run in runs())
+    assert plain.calibration_id.count("+") == 1 and plain.calibration_id.startswith("compute-")
+    assert exchange.calibration_id.count("+") == 2 and exchange.calibration_id.endswith(second.ids["exchange"])
+    assert "calibration_id" in CSV_COLUMNS and plain.csv_row()["calibration_id"] == plain.calibration_id
+    # --recalibrate measures everything again and keeps the new ones
+    fakes.calls.clear()
+    predict.calibrate(runs(), None, tmp_path / "logs", [].append, reuse=replace(reuse, recalibrate=True))
+    assert sorted(fakes.calls) == ["allreduce/2", "compute/mlp", "exchange"]
+
+
+def test_an_old_or_other_kernel_calibration_is_measured_again(tmp_path, monkeypatch):
+    fakes, clock = FakeMeasures(monkeypatch), Clock()
+    reuse = predict.Reuse(place=PLACE, host=HOST, cache=cc.CalibrationCache(tmp_path, clock=clock))
+    predict.calibrate(runs()[:1], None, tmp_path / "logs", [].append, reuse=reuse)
+    clock.now += cc.MAX_AGE_S + 1
+    fakes.calls.clear()
+    notes: list[str] = []
+    predict.calibrate(runs()[:1], None, tmp_path / "logs", notes.append, reuse=reuse)
+    assert sorted(fakes.calls) == ["allreduce/2", "compute/mlp"] and any("over the 24 h limit" in n for n in notes)
+    fakes.calls.clear()  # another kernel: another key, so nothing of the old one's is found
+    predict.calibrate(runs()[:1], None, tmp_path / "logs", [].append,
+                      reuse=replace(reuse, host=replace(HOST, kernel="6.8.0")))
+    assert sorted(fakes.calls) == ["allreduce/2", "compute/mlp"]
+
+
+def test_without_a_cache_every_calibration_is_measured_and_still_named(tmp_path, monkeypatch):
+    fakes = FakeMeasures(monkeypatch)
+    reuse = predict.Reuse(place=PLACE, host=HOST, cache=None)
+    for _ in range(2):
+        predictor, record = predict.calibrate(runs()[:1], None, tmp_path / "logs", [].append, reuse=reuse)
+    assert fakes.calls.count("compute/mlp") == 2 and predictor.ids["allreduce/w2"].startswith("allreduce-")
+    # no host facts (a caller that keys nothing): measured, no ids
+    predictor, _ = predict.calibrate(runs()[:1], None, tmp_path / "logs", [].append)
+    assert predictor.ids == {} and predictor.calibration_id(runs()[0]) is None
