@@ -6,12 +6,13 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := iproute2 iptables iperf3 iputils-ping prometheus openssh-server sudo dataset-fashion-mnist
 PYTHON ?= python3
 
-.PHONY: install demo test test-fast test-kernel bench reset clean help dashboards
+.PHONY: install demo test test-fast test-kernel bench reset clean help dashboards docs
 
 help:
 	@echo "make install   Debian packages, .venv, pinned Python packages"
 	@echo "make demo      netbench sweep --latency 1,10,100ms on the embedded testbed"
-	@echo "make test      the whole test suite (needs root for namespace tests)"
+	@echo "make test      the whole test suite (needs root for namespace tests), the docs' examples and site included"
+	@echo "make docs      the documentation site (docs/, mkdocs build --strict) into site/"
 	@echo "make test-fast pure unit tests only (no root, no TensorFlow)"
 	@echo "make test-kernel the netem backend on Debian's stock kernel under qemu (virtme-ng)"
 	@echo "make bench     emulation fidelity, delay-engine ceiling, sweep-memory, apply-speed, TCP carry-over, sweep-efficiency, design-time and harness benchmarks"
@@ -31,8 +32,8 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 	@# PyTorch (the torch extra) only where pip finds its CPU build without an index (a wheel in
 	@# pip's find-links, e.g. /opt/wheels): an index would resolve torch to a CUDA build of several GB
 	@if $(BIN)/pip install -q --disable-pip-version-check --dry-run --ignore-installed --no-index --no-deps \
-			'torch==2.13.0+cpu' >/dev/null 2>&1; then extras=tf,test,report,torch; \
-	else extras=tf,test,report; echo "torch==2.13.0+cpu is not on this machine's disk: installing without the torch extra (its tests will skip)"; fi; \
+			'torch==2.13.0+cpu' >/dev/null 2>&1; then extras=tf,test,report,docs,torch; \
+	else extras=tf,test,report,docs; echo "torch==2.13.0+cpu is not on this machine's disk: installing without the torch extra (its tests will skip)"; fi; \
 	echo "$(BIN)/pip install -c constraints.txt -e '.[$$extras]'"; \
 	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e ".[$$extras]"
 	# Keras 2 for model.fit under MultiWorkerMirroredStrategy (examples/keras_fit.py, tests/tf); --no-deps:
@@ -45,6 +46,10 @@ demo: install
 
 test: install
 	$(BIN)/pytest -q -m 'not netem'
+
+# the documentation site; warnings (a broken link, a page missing from the nav) fail it
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 test-fast: install
 	$(BIN)/pytest -q tests/unit
@@ -72,7 +77,7 @@ reset: install
 	$(BIN)/netbench reset
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build site *.egg-info .pytest_cache .hypothesis
 
 # The netem backend on a real netem kernel: Debian's stock kernel booted under qemu with
 # the host's filesystem (virtme-ng). This machine's own kernel has no sch_netem.

@@ -31,17 +31,22 @@ NETNS_RUN_DIR = Path("/run/netns")
 # run by sh after setpriv has set the death signal: a parent already gone by then would
 # never send it, so the child stops itself instead of running on as an orphan
 _PARENT_CHECK = '[ "$PPID" = "$1" ] || exit 1; shift; exec "$@"'
+# run by sh first of all with a node's CPU limit: its own pid into the group's cgroup.procs,
+# then exec, so the command and every process it starts are in the group from their start
+_JOIN_CGROUP = 'echo $$ > "$1" || exit 1; shift; exec "$@"'
 
 
 def child_argv(argv: Sequence[str], netns: str | None, die_with_parent: bool,
-               parent_pid: int | None = None) -> list[str]:
+               parent_pid: int | None = None, cgroup: str | None = None) -> list[str]:
     """`argv` behind exec wrappers that set the child up: `setpriv --pdeathsig KILL` ties it
     to the controller (`parent_pid`, default this process), then sh checks that the parent
     was still there once that was set; `nsenter --net=` enters the namespace. Each execs in
     place, so the pid is the command's own; and nothing runs between fork and exec, as a
     preexec_fn would in a controller with threads (where only async-signal-safe code may
-    run there)."""
+    run there). `cgroup`: a group's cgroup.procs file the child joins before anything else."""
     prefix: list[str] = []
+    if cgroup:
+        prefix += ["sh", "-c", _JOIN_CGROUP, "netbench-cgroup", cgroup]
     if die_with_parent:
         parent = os.getpid() if parent_pid is None else parent_pid
         prefix += ["setpriv", "--pdeathsig", "KILL", "--", "sh", "-c", _PARENT_CHECK, "netbench-child", str(parent)]
@@ -107,13 +112,13 @@ _LASTING = _LastingThread()
 
 def spawn(argv: Sequence[str], *, netns: str | None = None, env: Mapping[str, str] | None = None,
           stdin=subprocess.DEVNULL, stdout=None, stderr=None, die_with_parent: bool = True,
-          cwd: str | None = None) -> subprocess.Popen:
+          cwd: str | None = None, cgroup: str | None = None) -> subprocess.Popen:
     """Start `argv` (optionally inside network namespace `netns`) in a new session.
 
     die_with_parent: the child gets SIGKILL when the controller process dies (sweeps), not
     when the thread that asked returns (it is forked by a thread that lives as long as the
     process). Long-lived daemons started by `netbench apply` pass False and are tracked by the
-    journal instead.
+    journal instead. `cgroup`: the cgroup.procs file of the group it starts in (child_argv).
     """
     full_env = dict(os.environ)
     if env:
@@ -121,7 +126,7 @@ def spawn(argv: Sequence[str], *, netns: str | None = None, env: Mapping[str, st
     where = f" in {netns}" if netns else ""
     try:
         _check_startable(argv, netns, die_with_parent, "start", full_env.get("PATH"))
-        full_argv = child_argv(argv, netns, die_with_parent)
+        full_argv = child_argv(argv, netns, die_with_parent, cgroup=cgroup)
         return _LASTING.call(lambda: subprocess.Popen(full_argv, stdin=stdin, stdout=stdout, stderr=stderr,
                                                       env=full_env, cwd=cwd, start_new_session=True))
     except OSError as exc:
@@ -230,19 +235,54 @@ def stop(popen: subprocess.Popen, grace: float = 5.0) -> None:
 
 def stop_group(popen: subprocess.Popen, grace: float = 5.0) -> int | None:
     """Stop a child started in its own session (spawn does that) and its whole process
-    group: SIGTERM to the group, `grace` seconds, then SIGKILL. Returns its exit code."""
+    group, whether the child (the group's leader) still runs or not: a shell script that
+    started a process in the background (`tensorboard &`) and exited leaves that process in
+    the group. SIGTERM to the group, up to `grace` seconds for the leader and every member
+    to end, then SIGKILL. Returns the child's exit code.
+
+    The group keeps the leader's pid as its id while any member lives (the kernel reuses
+    neither), so signalling it after the leader was reaped reaches only its members."""
+    pgid = popen.pid
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        if popen.poll() is not None:
+        if _group_ended(popen, pgid):
             break
         try:
-            os.killpg(popen.pid, sig)
-        except (ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
             pass
-        try:
-            popen.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
+        except PermissionError:
+            pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not _group_ended(popen, pgid):
+            time.sleep(0.02)
     return popen.poll()
+
+
+def _group_ended(popen: subprocess.Popen, pgid: int) -> bool:
+    """Whether the child has exited (reaped here) and its group has no member left running."""
+    return popen.poll() is not None and not group_members(pgid)
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group `pgid` still running (zombies are not), from /proc."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        pass
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+        except (OSError, ValueError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -21,10 +21,15 @@ a job that imports neither this module nor gives --step-regex is measured in byt
 nodes' links instead.
 
 Steps are numbered from 0 on each rank; the first NETBENCH_WARMUP are warm-up. When netbench
-wants the job to end it writes a step count into the file named by NETBENCH_CONTROL, a few
-steps ahead of the last step it heard: stop_requested() turns true on every rank once that
+wants the job to end it writes a step count into the file named by NETBENCH_CONTROL (on a
+host, a file of the rank's own there), far enough ahead of the last step it heard that no
+rank has reached it yet: stop_requested() turns true on every rank once that
 many steps are done, so the ranks of a collective job stop after the same step. A job that
 never asks is stopped (its whole process group) once its window is measured.
+
+A node netbench slows with --step-delay adds that long to each of its ranks' steps, inside
+step() and the Keras callback's batch (NETBENCH_STEP_DELAY_S, and NETBENCH_STEP_DELAY_FILE
+when a schedule changes it mid-run).
 
 This module imports nothing outside the standard library: no framework, not the rest of
 netbench; it only looks into sys.modules to say which framework ran.
@@ -59,6 +64,35 @@ class _State:
         self.stop_at: int | None = None
         self._seen: tuple[int, int] | None = None  # the control file's (mtime_ns, size) last read
         self.computed_at: float | None = None  # computed(): when this step's computation ended
+        # the node's step delay (as netbench.jobs.harness.step_delay, which this module cannot import)
+        self.delay_s = _delay_seconds(environ.get("NETBENCH_STEP_DELAY_S"))
+        self.delay_file = environ.get("NETBENCH_STEP_DELAY_FILE", "")
+        self._delay_seen: tuple[int, int] | None = None
+
+
+def _delay_seconds(text) -> float:
+    try:
+        value = float((text or "").strip() or 0)
+    except ValueError:
+        return 0.0
+    return value if 0 < value < 3600 else 0.0
+
+
+def _pause() -> None:
+    """Sleep this node's step delay, inside the step (compute time a slower node would take);
+    the delay file is read again only when it changed (a schedule or the next point)."""
+    if _state.delay_file:
+        try:
+            st = os.stat(_state.delay_file)
+            seen = (st.st_ino, st.st_mtime_ns)
+            if seen != _state._delay_seen:
+                with open(_state.delay_file, encoding="ascii") as fh:
+                    _state.delay_s = _delay_seconds(fh.read())
+                _state._delay_seen = seen
+        except OSError:
+            pass
+    if _state.delay_s > 0:
+        time.sleep(_state.delay_s)
 
 
 _state = _State(os.environ)
@@ -137,6 +171,7 @@ def step(images: int = 0) -> Iterator[None]:
     The job must synchronise inside it (a collective, or reading the loss), or the step ends
     before its work does."""
     start = time.monotonic()
+    _pause()
     yield
     record(start, time.monotonic(), images)
 
@@ -191,6 +226,7 @@ def keras_callback(images_per_batch: int):
 
         def on_train_batch_begin(self, batch, logs=None):
             self._began = time.monotonic()
+            _pause()
 
         def on_train_batch_end(self, batch, logs=None):
             record(self._began, time.monotonic(), images_per_batch)

@@ -1,9 +1,10 @@
 """Shared fixtures. The folder is the tier: unit/ (pure, no root, no TensorFlow), root/ (real
 namespaces), tf/ (real TensorFlow processes), kernel/ (netem on a real netem kernel, under
-`make test-kernel`), ssh/ (real sshd hosts in namespaces), readme/ (the README's examples, run
-as written with short windows); fakes/ holds the shared fakes. Markers
-follow from the folder (set below), so `-m "not root and not tf"` still selects the unit tier.
-Every root test resets what it made, also on failure."""
+`make test-kernel`), ssh/ (real sshd hosts in namespaces), readme/ (the docs tier: the shell
+examples of README.md, docs/ and --help, run as written with short windows, and the site's
+build); fakes/ holds the shared fakes. Markers follow from the folder (set below), so
+`-m "not root and not tf"` still selects the unit tier. Every root test resets what it made,
+also on failure."""
 
 from __future__ import annotations
 

@@ -1,9 +1,12 @@
 """The command examples netbench ships, found by parsing, and the rewrites that make them short.
 
-Pure functions over text (no processes), so tests/unit can test them; tests/readme/ runs what
-they find. An *example* is one command line of a ```sh block in README.md, or one line of a
-click command's --help text that begins with `Example:` (or, in an indented block, with
-`netbench `). Comments (` # ...`) and comment-only continuation lines are dropped.
+Pure functions over text (no processes), so tests/unit can test them; tests/readme/ (the docs
+tier) runs what they find. An *example* is one command line of a ```sh (or ```bash) block in
+README.md or in a page of docs/ (a leading `$ ` prompt is dropped), or one line of a click
+command's --help text that begins with `Example:` (or, in an indented block, with
+`netbench `). Comments (` # ...`) and comment-only continuation lines are dropped. The files
+are read README.md first, then docs/ in mkdocs.yml's nav order, then any page the nav does not
+list (sorted), so a block may use what an earlier page's block wrote.
 
 The rewrites (`shorten`) only shorten a measurement; they never change what is measured:
 
@@ -35,6 +38,8 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
 FENCE = re.compile(r"^```(\S*)\s*$")
+SHELL_FENCES = ("sh", "bash")
+PROMPT = "$ "
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$")
 COMMENT = re.compile(r"(^|\s)#.*$")
 BRACKETS = re.compile(r"\[([^\[\]]*)\]")
@@ -44,8 +49,8 @@ BRACKETS = re.compile(r"\[([^\[\]]*)\]")
 class Example:
     """One shipped command line: where it is shown, the block it belongs to, and the command."""
 
-    source: str  # "README.md:38", or "netbench sweep --help"
-    block: str  # examples of one block run in order, in one testbed: "README.md:37 A tour of the CLI"
+    source: str  # "README.md:38", "docs/guide/shaping.md:12", or "netbench sweep --help"
+    block: str  # examples of one block run in order, in one testbed: "README.md:37 Quick start"
     command: str  # as shown, without its comment
 
 
@@ -55,15 +60,19 @@ def strip_comment(line: str) -> str:
 
 
 def readme_examples(text: str, name: str = "README.md") -> list[Example]:
-    """Every command line of the ```sh blocks in `text`, in order, each with its block."""
+    """Every command line of the ```sh and ```bash blocks in `text`, in order, each with its block."""
     found: list[Example] = []
     heading, block = "", None
+    pending, first = "", 0  # a command continued by a trailing backslash, and its first line
     for number, line in enumerate(text.splitlines(), start=1):
+        if pending:  # a continuation line: joined to its command as the shell would
+            line = pending + " " + line.strip()
+            number, pending = first, ""
         fence = FENCE.match(line)
         if fence:
             if block is not None:
                 block = None
-            elif fence.group(1) == "sh":
+            elif fence.group(1) in SHELL_FENCES:
                 block = f"{name}:{number} {heading}".strip()
             else:
                 block = ""  # another language's block: inside it, but not ours
@@ -73,10 +82,52 @@ def readme_examples(text: str, name: str = "README.md") -> list[Example]:
             if title:
                 heading = title.group(1)
             continue
+        if line.lstrip().startswith(PROMPT):
+            line = line.lstrip()[len(PROMPT):]
+        if block and line.rstrip().endswith("\\"):
+            pending, first = line.rstrip()[:-1].rstrip(), number
+            continue
         command = strip_comment(line)
         if block and command:
             found.append(Example(f"{name}:{number}", block, command))
     return found
+
+
+def block_title(block: str) -> str:
+    """A shown block's heading ("docs/guide/shaping.md:37 Apply it" -> "Apply it"); a --help
+    block ("netbench sweep") is its own title."""
+    where, _, title = block.partition(" ")
+    return title if re.fullmatch(r"\S+\.md:\d+", where) else block
+
+
+def nav_pages(nav) -> list[str]:
+    """The page paths of an mkdocs nav (a list of {title: path or nested list}), in order."""
+    found: list[str] = []
+    for entry in nav or []:
+        values = entry.values() if isinstance(entry, dict) else [entry]
+        for value in values:
+            if isinstance(value, str) and value.endswith(".md"):
+                found.append(value)
+            elif isinstance(value, list):
+                found += nav_pages(value)
+    return found
+
+
+def doc_files(root) -> list:
+    """README.md, then every page of docs/: the nav's order first, then the others, sorted."""
+    import yaml
+
+    docs = root / "docs"
+    config = yaml.safe_load((root / "mkdocs.yml").read_text()) if (root / "mkdocs.yml").is_file() else {}
+    ordered = [docs / page for page in nav_pages((config or {}).get("nav")) if (docs / page).is_file()]
+    rest = sorted(path for path in docs.rglob("*.md") if path not in ordered)
+    return [root / "README.md", *ordered, *rest]
+
+
+def docs_examples(root) -> list[Example]:
+    """Every shell example of README.md and docs/ (doc_files' order), each named by its path."""
+    return [example for path in doc_files(root)
+            for example in readme_examples(path.read_text(encoding="utf-8"), str(path.relative_to(root)))]
 
 
 def help_examples(path: str, help_text: str) -> list[Example]:
@@ -224,9 +275,12 @@ def table_cells(line: str) -> list[str]:
     return cells[:cells.index("...")] if "..." in cells else cells
 
 
-def table_problems(shown: list[str], output: str) -> list[str]:
+def table_problems(shown: list[str], output: str, leading: int | None = None) -> list[str]:
     """How a printed table differs from the one shown: its header must be the shown header,
-    and each shown row must begin a printed row with the same cells."""
+    and each shown row must begin a printed row with the same cells (its first `leading` cells,
+    where the rest are a real run's figures, which another run does not repeat). A shown
+    table's rule lines (rich's box drawing) are not rows."""
+    shown = [line for line in shown if re.search(r"\w", line)]
     printed = [table_cells(line) for line in output.splitlines() if table_cells(line)]
     header = table_cells(shown[0])
     problems = []
@@ -234,7 +288,7 @@ def table_problems(shown: list[str], output: str) -> list[str]:
         found = next((row for row in printed if row[:1] == header[:1] and header[-1] in row), None)
         problems.append(f"the table's columns are {found}, the README shows {header}")
     for line in shown[1:]:
-        cells = table_cells(line)
+        cells = table_cells(line)[:leading]
         if not any(row[:len(cells)] == cells for row in printed):
             problems.append(f"no printed row begins {cells}")
     return problems

@@ -14,14 +14,17 @@ from netbench.errors import UsageError
 
 # the strategies of issue 21 (model.job.EXCHANGE_STRATEGIES; the CLI keeps its literal, as for --order)
 ALGORITHMS = ("ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd", "adpsgd")
-ALGORITHMS_HELP = ("ps-sync (BSP, --backup-workers), ps-async (ASP over the same protocol), ps-ssp (--staleness), easgd (--tau, --elastic-alpha): parameter servers (--ps) "
+ALGORITHMS_HELP = ("ps-sync (BSP, --backup-workers), ps-async (ASP over the same protocol; --pipeline), ps-ssp (--staleness), "
+                   "easgd (--tau, --elastic-alpha): parameter servers (--ps) "
                    "without a coordinator; gosgd (--gossip-p), adpsgd: workers and their peers only.")
 # the JobSpec field each flag sets
-_FIELDS = ("staleness", "tau", "elastic_alpha", "gossip_p", "backup_workers", "train_steps", "eval_every", "target_accuracy")
+_FIELDS = ("staleness", "tau", "elastic_alpha", "gossip_p", "backup_workers", "pipeline", "train_steps",
+           "eval_every", "target_accuracy")
 
 
 def algorithm_options(command):
-    """--staleness, --tau, --elastic-alpha, --gossip-p, --backup-workers, --train-steps, --eval-every, --target-accuracy."""
+    """--staleness, --tau, --elastic-alpha, --gossip-p, --backup-workers, --pipeline, --train-steps,
+    --eval-every, --target-accuracy."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -41,6 +44,9 @@ def algorithm_options(command):
         click.option("--backup-workers", default=0, show_default=True, type=click.IntRange(0, 63),
                      help="ps-sync: each round applies the first workers - B gradients and drops the late ones "
                           "(Chen et al. 2016's backup workers); fewer than the workers."),
+        click.option("--pipeline", default=0, show_default=True, type=click.IntRange(0, 10000),
+                     help="ps-async: pushes a worker leaves unanswered while it computes; 0 waits for each "
+                          "push's reply (the ASP of the studies), e.g. 16 pipelines them (hides the round trip)."),
         click.option("--train-steps", type=click.IntRange(2, 10000000),
                      help="An accuracy run: each point trains a fresh model for this many steps in all "
                           "(warm-up included), in a launch of its own, and reports its test accuracy."),

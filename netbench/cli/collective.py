@@ -44,7 +44,8 @@ def _frameworks(text: str) -> tuple[str, ...]:
             raise UsageError(f"flag --framework: unknown {name!r}", hint="choose from auto, tf, gloo")
         if name not in have:
             raise UsageError("flag --framework: gloo needs PyTorch, which this Python cannot import",
-                             hint="install torch==2.13.0 into netbench's environment, or use --framework tf")
+                             hint="install torch==2.13.0+cpu (PyTorch's CPU build) into netbench's environment, "
+                                  "or use --framework tf")
     return chosen
 
 

@@ -188,7 +188,7 @@ def launch_options(command):
                                 "delay or jitter or raises loss, so TCP's congestion state never carries into "
                                 "a wider path (a grid takes a few launches per job configuration). random: one "
                                 "launch per job configuration, shuffled (TCP carries its state over; see "
-                                "README 'Launches').")(command)
+                                "docs/background/launches.md).")(command)
     return click.option("--isolate/--launch", default=False, show_default=True,
                         help="--launch: start the job's processes once per job configuration and repetition "
                              "and move them through the points, each applied in place. --isolate: start them "
@@ -210,7 +210,7 @@ def launch_settings(isolate: bool, settle_text: str, settle_steps: int, order: s
 
 # about the run-to-run spread of a point on a shared 2-core machine (sd 1.6-3.8 % of images/s
 # over 3 runs): a window known more finely than runs differ is no more repeatable, and 30 steps at
-# 1 ms (about 1 s) were often wider than that (3.4-6 %); README "Precision" has the figures
+# 1 ms (about 1 s) were often wider than that (3.4-6 %); docs/validation.md has the figures
 DEFAULT_PRECISION = "3%"
 
 
@@ -223,7 +223,7 @@ def precision_options(command):
                         help="Measure each point past --steps/--seconds until the 95% interval of its mean "
                              "step time (batch means) is within this of the mean, e.g. 2%; off: exactly "
                              "--steps/--seconds. results.csv records step_time_ci_pct either way. --dry-run's "
-                             "estimate assumes a step-time CV of 0.10 (README 'Precision').")(command)
+                             "estimate assumes a step-time CV of 0.10 (docs/guide/sweeps.md, Precision).")(command)
 
 
 def sample_resources_option(command):

@@ -36,6 +36,11 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @click.option("--schedule", "schedule_files", multiple=True, metavar="FILE[,FILE]",
               help="A schedule (YAML) the link follows during a run; each is one more point after the "
                    "--latency/... grid (or the only points without one), starting from --profile. Repeatable.")
+@click.option("--cpus", "cpus_flags", multiple=True, metavar="[NODE=]LIST",
+              help="CPU limits to sweep for a node, in CPUs as docker --cpus (max: none), e.g. n2=1,0.5,0.25; "
+                   "without NODE, every node. Repeatable, one node each; crossed with the other factors.")
+@click.option("--step-delay", "step_delay_flags", multiple=True, metavar="[NODE=]LIST",
+              help="Compute time added to each step of a node's ranks, e.g. n2=0,40ms. Repeatable.")
 @click.option("--topology", "topology_file", type=click.Path(dir_okay=False, path_type=Path),
               help="A per-pair topology (profiles/topologies/) as the network, one point per --scale level.")
 @click.option("--scale", metavar="LIST", help="With --topology: factors on every delay, e.g. 1,2,4 [default: 1].")
@@ -90,7 +95,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @hosts_options
 @command_options
 @handle_errors
-def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topology_file, scale, strategy, framework, workers,
+def sweep(profile_file, latency, bandwidth, loss, jitter, cpus_flags, step_delay_flags, schedule_files, topology_file, scale, strategy, framework, workers,
           accum_steps, ps_count, model, data,
           input_shape, classes, batch_size, warmup, steps, seconds, repeat,
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, predict, dry_run,
@@ -104,14 +109,15 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
     --repeat times each. A unit on the last level applies to the bare numbers before it.
     The job's processes start once per repetition (a launch) and move through the points, each
     applied in place, each change only narrowing the path (--order); --isolate starts them anew
-    for every point. See the README's 'Launches' for what a shared launch carries over and how it settles.
-    After '--', your own COMMAND runs once per node instead (README 'Your own training job'):
+    for every point. docs/background/launches.md says what a shared launch carries over and how it settles.
+    After '--', your own COMMAND runs once per node instead (docs/guide/your-own-job.md):
     its steps come from netbench.track or --step-regex; with neither, netbench measures the
     bytes on each node's link over --seconds after --warmup seconds, and says so.
 
     Exits 1 when any run failed (a timeout is a result, not a failure), after recording every run.
 
     Example: netbench sweep --latency 1,10,100ms --repeat 2
+    Example: netbench sweep --latency 1ms --cpus n2=max,0.5,0.2 --step-delay n2=0,40ms
     Example: netbench sweep --latency 1,10,50ms --bandwidth 100mbit,1gbit --precision 2%
     Example: netbench sweep --bandwidth 100mbit --latency 1ms --precision 2% --congestion-control cubic
     Example: netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit
@@ -143,6 +149,10 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
         loss=tuple(parse_levels(loss, "--loss", units.parse_ratio)) if loss else (),
         jitter_us=tuple(parse_levels(jitter, "--jitter", units.parse_duration_us)) if jitter else (),
     )
+    if topology_file is not None and (cpus_flags or step_delay_flags):
+        raise UsageError(f"flag {'--cpus' if cpus_flags else '--step-delay'}: not with --topology",
+                         hint="give the nodes' capacity in the topology file: compute: {n2: {cpus: 0.5}}")
+    computes = _compute_levels(cpus_flags, step_delay_flags, inventory)
     schedules = _load_schedules(schedule_files)
     if schedules and inventory is not None:
         raise UsageError("flag --schedule: not with --inventory: schedules run on the embedded testbed only",
@@ -171,7 +181,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, schedule_files, topolo
         pairs, runs = sweep_topology.topology_runs(topology_file, scale, repeat, config_job, workers, first)
     else:
         try:
-            runs = sweep_plan.sweep_runs(points, repeat, config_job, workers, first, schedules=schedules, base=base)
+            runs = sweep_plan.sweep_runs(points, repeat, config_job, workers, first, schedules=schedules, base=base,
+                                         computes=computes)
         except UsageError as exc:
             raise UsageError(f"flag --schedule: {exc.message}", exc.hint) from None
     from netbench.experiment.runner import SweepConfig
@@ -212,6 +223,22 @@ def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metric
             return []
         _sigterm_as_interrupt()
         return _run_with_view(config, metrics_port, metrics_address, testbed=hosts, metrics_wait_s=metrics_wait_s)
+
+
+def _compute_levels(cpus_flags, step_delay_flags, inventory) -> tuple:
+    """--cpus and --step-delay crossed (model/compute.py); a limit above this machine's cores is
+    refused for the embedded testbed (a host's agent checks its own)."""
+    from netbench.model import compute
+
+    factors = compute.parse_flag(cpus_flags, "cpus", "--cpus") + \
+        compute.parse_flag(step_delay_flags, "step_delay", "--step-delay")
+    points = compute.compute_points(factors)
+    if inventory is None and cpus_flags:
+        from netbench.emulation.cgroups import cores
+
+        for point in points:
+            compute.check_cores(point, cores(), "flag --cpus")
+    return points
 
 
 def _load_schedules(values) -> tuple:
@@ -334,6 +361,8 @@ def _print_sweep_plan(config) -> None:
         console.plain(f"{run.run_id}  {run.profile.name}  repeat {run.repeat}")
         for line in plan_lines(run, topo, config.backend or "userspace", seed=config.seed + 100 * run.index):
             console.plain("    " + line)
+        if run.compute.limited:
+            console.plain(f"    compute: {run.compute.label()} (a CPU limit is a cgroup quota per node)")
         if run.schedule is not None:
             console.plain("    " + schedule_plan_line(run.schedule, run.timeline))
         if config.verify:

@@ -30,4 +30,5 @@ def require_framework(framework: str) -> None:
 
     if framework == "torch" and importlib.util.find_spec("torch") is None:
         raise UsageError("flag --framework: torch is not installed here",
-                         hint="pip install torch==2.13.0 (the CPU build; make install adds it where its wheel is on disk)")
+                         hint="pip install torch==2.13.0+cpu (PyTorch's CPU build: a wheel on disk, or PyTorch's "
+                              "CPU package index; make install adds it where its wheel is on disk)")

@@ -22,7 +22,7 @@ from netbench.cli.types import Seconds
 from netbench.errors import UsageError
 
 
-@click.group("node")
+@click.group("node", hidden=True)  # run by the controller on hosts, not typed: left out of `netbench --help`
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
               help="This host's journal folder [default: NETBENCH_STATE_DIR or /run/netbench].")
 @click.option("--ssh-connection", metavar="'CLIENT PORT SERVER PORT'",
@@ -160,14 +160,17 @@ def node_reset(journal, as_json: bool, holder: str | None) -> None:
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment for the process (repeatable).")
 @click.option("--grace", default=3.0, show_default=True, type=Seconds(0, 600),
               help="Seconds between TERM and KILL when the task is stopped.")
+@click.option("--cpus", "cpus_text", metavar="CPUS",
+              help="Start the process (and all it starts) in a cgroup of its own limited to CPUS, e.g. 0.5.")
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 @handle_errors
-def node_task(journal, role: str, env: tuple[str, ...], grace: float, argv: tuple[str, ...]) -> None:
+def node_task(journal, role: str, env: tuple[str, ...], grace: float, cpus_text, argv: tuple[str, ...]) -> None:
     """Run one job process for the controller, relaying its output; closing stdin stops it.
 
-    The first stdout line is "netbench-task pid=N"; the process's own lines follow.
-    Exits with the process's exit code (128 + signal when a signal ended it).
+    The first stdout line is "netbench-task pid=N"; the process's own lines follow. A
+    "stop-at N" line on stdin is a user's command's stop request: written into the control
+    file this host gives it (its NETBENCH_CONTROL). Exits with the process's exit code (128 + signal when a signal ended it).
 
     Example: netbench node task --role worker0 --env TF_CONFIG={...} -- python -m netbench.jobs.worker
     """
@@ -179,7 +182,10 @@ def node_task(journal, role: str, env: tuple[str, ...], grace: float, argv: tupl
         if not sep or not name:
             raise UsageError(f"flag --env: expected NAME=VALUE, got {item!r}")
         variables[name] = value
-    sys.exit(run_task(journal, list(argv), variables, role, grace))
+    from netbench.model.compute import parse_cpus
+
+    cpus = parse_cpus(cpus_text, "flag --cpus") if cpus_text else None
+    sys.exit(run_task(journal, list(argv), variables, role, grace, cpus=cpus))
 
 
 @node.command("lease-watch")

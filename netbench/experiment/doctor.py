@@ -92,7 +92,8 @@ _NETEM_FIX = ("Debian: apt install linux-image-amd64 and boot it (Debian's stock
               "Ubuntu: apt install linux-modules-extra-$(uname -r); then modprobe sch_netem "
               "(custom kernels: CONFIG_NET_SCH_NETEM). Until then netbench uses the userspace backend")
 _TORCH_FIX = ("optional: make install adds it where torch's CPU build is on disk; else "
-              ".venv/bin/pip install torch==2.13.0 (never an unpinned torch: a CUDA build of several GB)")
+              ".venv/bin/pip install torch==2.13.0+cpu (PyTorch's CPU build: a wheel on disk, or PyTorch's CPU "
+              "package index; never an unpinned torch: a CUDA build of several GB)")
 _ROOT = ("privileges",)
 _NS = ("namespaces",)
 _VETH = ("veth",)

@@ -103,7 +103,7 @@ class Costs:
     # the step time's coefficient of variation, widened for correlated steps (sd of the mean of
     # n steps = step_cv / sqrt(n) of it): what a precision's window length is modelled by.
     # Implied by the intervals measured here (2 workers, mlp, 1 ms one-way, estimate.row_cv):
-    # 0.05 at 1 Gbit/s (2 s window), 0.15-0.19 at 100 Mbit/s (60 s windows; README "Precision").
+    # 0.05 at 1 Gbit/s (2 s window), 0.15-0.19 at 100 Mbit/s (60 s windows; docs/validation.md).
     # Slow drifts make it grow with the window (0.34 at 1 Gbit/s over 45 s): for long windows the
     # modelled length is a lower bound
     step_cv: float = 0.10

@@ -40,7 +40,7 @@ from netbench.experiment import settling
 from netbench.experiment.link_window import LinkMeter, meter_for
 from netbench.experiment.settling import Settle  # noqa: F401 - its home before settling.py; callers import it here
 from netbench.jobs import events as ev
-from netbench.jobs.launch import JobOutcome, TaskLost
+from netbench.jobs.launch import JobOutcome, TaskLost, exchange_env
 from netbench.jobs.live import JobBroken, LiveJob
 from netbench.jobs.user import UserSpawner, checks_stop
 from netbench.model.job import JobSpec, plan_job
@@ -338,7 +338,8 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
                                  rtt_s=settling.round_trip_s(run))
             if live is None:
                 try:
-                    live = LiveJob(tasks, ctx.store.log_dir(f"launch{number:03d}"), spawn)
+                    live = LiveJob(tasks, ctx.store.log_dir(f"launch{number:03d}"), spawn,
+                                   env=exchange_env(ctx.config.timeouts))
                 except TaskLost as exc:
                     _record(ctx, run, number, window, JobOutcome("failed", (), exc.message), started)
                     return runs[i + 1:]

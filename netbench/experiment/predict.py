@@ -123,7 +123,8 @@ class Predictor:
             params={"period": job.tau, "p": job.gossip_p, "window": pipeline_window(job)},
             ring_rtts_s=ring_rtts_s(run, workers) if job.ranks_per_node == 1 else (),
             ranks_per_node=job.ranks_per_node, collective=job.collective,
-            buckets=allreduce_buckets(job.framework, measured.model_bytes), **self._exchange_terms())
+            buckets=allreduce_buckets(job.framework, measured.model_bytes), **self._exchange_terms(),
+            **_node_terms(run, workers))
 
     def _exchange_terms(self) -> dict[str, Any]:
         x = self.exchange
@@ -135,6 +136,15 @@ class Predictor:
     def predict(self, run) -> step_model.Prediction | None:
         x = self.inputs(run)
         return None if x is None else step_model.predict(x)
+
+
+def _node_terms(run, workers: int) -> dict[str, Any]:
+    """Unequal nodes: each worker's slowdown under its CPU limit and its step delay (the
+    calibration measured an unlimited node with no delay; model/compute.py)."""
+    from netbench.model.compute import NONE, worker_terms
+
+    slow, delay = worker_terms(getattr(run, "compute", NONE), workers)
+    return {"node_slowdown": slow, "node_delay_s": delay} if slow else {}
 
 
 def ring_rtts_s(run, workers: int) -> tuple[float, ...]:

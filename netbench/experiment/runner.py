@@ -124,7 +124,8 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      link_bytes=link, link_bytes_per_s=None if link is None else link["sent_bytes_per_s_mean"],
                      **link_check.record_fields(outcome.events, job, workers),
                      algorithm=algorithm_settings(job, workers) or None,
-                     stragglers=_stragglers(outcome.events, job, nodes))
+                     stragglers=_stragglers(outcome.events, job, nodes),
+                     compute=run.compute.to_record() if run.compute.limited else None)
 
 
 def _stragglers(events_: tuple, job: JobSpec, nodes: tuple[str, ...]) -> dict | None:
@@ -151,9 +152,13 @@ def _driver(run: Run, testbed: Target, seed: int, observer: Observer):
     if run.schedule is None:
         return None
     from netbench.experiment.schedule import RunDriver
+    from netbench.model.schedule import compute_at
+
+    entries = {id(entry.profile): entry for entry in run.timeline}  # a change's node capacity goes with it
 
     def apply(profile) -> None:
-        testbed.apply(replace(run, profile=profile), seed=seed)
+        testbed.apply(replace(run, profile=profile, compute=compute_at(run.compute, entries.get(id(profile)))),
+                      seed=seed)
 
     def landed(item) -> None:
         observer.profile_applied(replace(run, profile=item.profile))

@@ -149,6 +149,7 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
         durations.append(clock() - began)
         start = None  # the clock starts after the rehearsal
     start = clock() if start is None else start
+    held_compute = timeline[first - 1].compute if first else ()
     cycle = 0
     while True:
         offset = cycle * period_s if repeat else 0
@@ -168,8 +169,9 @@ def run_schedule(timeline: Sequence[TimedProfile], apply: Callable[[Profile], No
                 target = due(timeline, index, clock() - start + lead, offset)
                 scheduled = timeline[target].at_s + offset
             merged, index, entry = tuple(range(index, target)), target + 1, timeline[target]
-            if last is not None and _same_link(entry.profile, last):
-                continue
+            if last is not None and _same_link(entry.profile, last) and entry.compute == held_compute:
+                continue  # (a node's capacity change is a change even where the link stays)
+            held_compute = entry.compute
             began = clock() - start
             apply(entry.profile)
             done = clock() - start
@@ -305,7 +307,11 @@ class RunDriver:
                          "landed_s": round(item.landed_s, 6), "lateness_ms": round(item.lateness_s * 1000, 3),
                          "merged": [{"index": i, "step": self.entries[i].step, "when": self.entries[i].when}
                                     for i in item.merged],
-                         "profile": item.profile.to_record()} for item in self.landed],
+                         "profile": item.profile.to_record(),
+                         # the node capacity changes so far (model.schedule.TimedProfile.compute), where any
+                         **({"compute": [list(c) for c in self.entries[item.index].compute]}
+                            if item.index >= 0 and self.entries[item.index].compute else {})}
+                        for item in self.landed],
             "lateness_ms": None if summary is None else {
                 "changes": summary.changes, "mean": round(summary.mean_s * 1000, 3),
                 "p99": round(summary.p99_s * 1000, 3), "max": round(summary.max_s * 1000, 3)},

@@ -26,6 +26,8 @@ from netbench.errors import UsageError
 from netbench.jobs.resources import Usage, totals
 from netbench.jobs.stragglers import COLUMNS as STRAGGLER_COLUMNS
 from netbench.jobs.stragglers import csv_cells as straggler_cells
+from netbench.experiment import node_columns
+from netbench.experiment.jsonfile import read_json, write_json  # noqa: F401 - the folder's JSON files
 from netbench.jobs.link_check import COLUMNS as RANK_COLUMNS, csv_cells as rank_cells
 from netbench.model.job import ALGORITHM_KEYS
 
@@ -48,6 +50,9 @@ from netbench.model.job import ALGORITHM_KEYS
 #     the nodes' TCP congestion control (`congestion_control`), why a point settled when it did
 #     (`settle_reason`); who waits for whom: the record's `stragglers` (jobs/stragglers.py) and its
 #     csv columns (COLUMNS there); ps-sync's backup_workers (an algorithm column)
+#     and ps-async's pipeline (its record's `algorithm`, e.g. {"pipeline": 0}) and the csv's pipeline column
+#     each node's compute capacity (its record's `compute`: cpus and step_delay_s per node) and a
+#     csv column per limited node: cpus_<node>, step_delay_s_<node> ("all": every node), after the rest
 SCHEMA_VERSION = 13  # 13: ranks per node: the record's `ranks`, its csv columns (jobs/link_check.py COLUMNS)
 
 RESULTS_CSV = "results.csv"
@@ -172,6 +177,9 @@ class RunResult:
     # each rank's step times and who the others waited for (jobs.stragglers.Attribution.to_record);
     # None: fewer than two reporting ranks
     stragglers: dict[str, Any] | None = None
+    # each node's compute capacity as the run started (model.compute.Compute.to_record: cpus and
+    # step_delay_s per node, "*": every node); None: every node unlimited
+    compute: dict[str, Any] | None = None
     ranks: dict[str, Any] | None = None  # ranks per node, collective, link bytes per step (jobs/link_check.py)
     schema_version: int = SCHEMA_VERSION
 
@@ -224,6 +232,7 @@ class RunResult:
             "calibration_id": self.calibration_id or "", "congestion_control": self.congestion_control or "",
             **straggler_cells(self.stragglers), **rank_cells(self.ranks),
             **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_KEYS},
+            **node_columns.cells(self.compute),
         }
 
     def _resource_cells(self) -> dict[str, Any]:
@@ -263,6 +272,7 @@ class ResultStore:
         self.logs_dir = directory / LOGS_DIR
         self.playbook_path = directory / PLAYBOOK_RECORD
         self._rows: set[str] | None = None
+        self.columns: tuple[str, ...] = CSV_COLUMNS  # the header: CSV_COLUMNS and the per-node columns so far
 
     def create(self) -> None:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -272,9 +282,10 @@ class ResultStore:
                 csv.DictWriter(fh, fieldnames=CSV_COLUMNS).writeheader()
         with open(self.csv_path, newline="", encoding="utf-8") as fh:
             header = next(csv.reader(fh), [])
-        if tuple(header) != CSV_COLUMNS:
-            if not set(header) <= set(CSV_COLUMNS):
-                unknown = ", ".join(sorted(set(header) - set(CSV_COLUMNS)))
+        self.columns = node_columns.header(CSV_COLUMNS, header)
+        if tuple(header) != self.columns:
+            if not set(header) <= set(self.columns):
+                unknown = ", ".join(sorted(set(header) - set(self.columns)))
                 raise ResultsError(f"{self.csv_path}: columns this netbench does not write ({unknown})",
                                    hint="give another folder with --output")
             # written by an older netbench (fewer columns): rewrite it with today's, keeping every row
@@ -287,10 +298,12 @@ class ResultStore:
         a row already there for this run (an older netbench wrote the row first) is replaced."""
         # the same JSON as asdict(result), without asdict's deep copy of every step event
         write_json(self.runs_dir / f"{result.run_id}.json", {f.name: getattr(result, f.name) for f in fields(result)})
-        if result.run_id in self._row_ids():
-            self._rewrite_rows(drop={result.run_id}, extra=[result.csv_row()])
+        row = result.csv_row()
+        if result.run_id in self._row_ids() or not set(row) <= set(self.columns):
+            self.columns = node_columns.header(CSV_COLUMNS, set(self.columns) | set(row))  # a node limited for the first time
+            self._rewrite_rows(drop={result.run_id}, extra=[row])
         else:
-            self._append_rows([result.csv_row()])
+            self._append_rows([row])
         self._row_ids().add(result.run_id)
 
     def _row_ids(self) -> set[str]:
@@ -301,7 +314,7 @@ class ResultStore:
 
     def _append_rows(self, rows: list[dict[str, Any]]) -> None:
         with open(self.csv_path, "a", newline="", encoding="utf-8") as fh:
-            csv.DictWriter(fh, fieldnames=CSV_COLUMNS).writerows(rows)
+            csv.DictWriter(fh, fieldnames=self.columns, restval="").writerows(rows)
             fh.flush()
             os.fsync(fh.fileno())
 
@@ -310,7 +323,7 @@ class ResultStore:
         rows = [row for row in self.read_rows() if row.get("run_id") not in drop] + extra
         tmp = self.csv_path.with_name(self.csv_path.name + ".tmp")
         with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS, restval="")
+            writer = csv.DictWriter(fh, fieldnames=self.columns, restval="")
             writer.writeheader()
             writer.writerows(rows)
             fh.flush()
@@ -333,7 +346,12 @@ class ResultStore:
             if result.run_id not in have:
                 missing.append(result)
         if missing:
-            self._append_rows([r.csv_row() for r in missing])
+            rows = [r.csv_row() for r in missing]
+            if not set().union(*rows) <= set(self.columns):
+                self.columns = node_columns.header(CSV_COLUMNS, set(self.columns).union(*rows))
+                self._rewrite_rows(drop=set(), extra=rows)
+            else:
+                self._append_rows(rows)
             have.update(r.run_id for r in missing)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
@@ -429,72 +447,23 @@ def first_run_index(directory: Path, append: bool) -> int:
     return max(numbers, default=-1) + 1
 
 
-def read_json(path: Path) -> Any:
-    """One JSON file of a results folder (a run record, the manifest, playbook.json)."""
-    return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (temp file, then rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:  # streamed: a long run's record is never one string
-        if isinstance(data, dict) and isinstance(data.get("events"), (list, tuple)):
-            _write_record(fh, data)
-        else:
-            json.dump(data, fh, indent=2, sort_keys=True, default=str)
-        fh.write("\n")
-    os.replace(tmp, path)
-
-
-def _write_record(fh, data: dict) -> None:
-    """A run record as json.dump(indent=2, sort_keys=True) lays it out, but each event on one
-    line: json.dump with an indent runs Python's encoder a value at a time (about 130 us an
-    event, seconds for a long window's record, between two points of a launch), where one
-    json.dumps per event runs the C encoder."""
-    items = sorted(data.items())
-    fh.write("{\n")
-    for i, (key, value) in enumerate(items):
-        fh.write(f"  {json.dumps(key)}: ")
-        if key == "events" and value:
-            fh.write("[\n")
-            last = len(value) - 1
-            for j, event in enumerate(value):
-                fh.write("    " + json.dumps(event, sort_keys=True, default=str) + (",\n" if j < last else "\n"))
-            fh.write("  ]")
-        else:
-            fh.write(json.dumps(value, indent=2, sort_keys=True, default=str).replace("\n", "\n  "))
-        fh.write(",\n" if i < len(items) - 1 else "\n")
-    fh.write("}")
-
-
 def environment_facts() -> dict[str, Any]:
-    """Versions and host facts a result needs to be reproduced."""
+    """Versions and host facts a result needs to be reproduced (a package not installed: None)."""
     facts: dict[str, Any] = {
         "netbench": __version__, "python": platform.python_version(),
         "kernel": platform.release(), "machine": platform.machine(),
         "platform": platform.platform(), "cpus": os.cpu_count(), "executable": sys.executable,
     }
-    try:
-        from importlib.metadata import version
-
-        facts["tensorflow"] = version("tensorflow-cpu")
-    except Exception:  # noqa: BLE001 - any metadata failure just means unknown
-        try:
-            from importlib.metadata import version
-
-            facts["tensorflow"] = version("tensorflow")
-        except Exception:  # noqa: BLE001
-            facts["tensorflow"] = None
-    try:
-        from importlib.metadata import version
-
-        facts["pyroute2"] = version("pyroute2")
-    except Exception:  # noqa: BLE001
-        facts["pyroute2"] = None
-    try:
-        from importlib.metadata import version
-
-        facts["torch"] = version("torch")
-    except Exception:  # noqa: BLE001 - not installed (an optional extra)
-        facts["torch"] = None
+    for key, packages in (("tensorflow", ("tensorflow-cpu", "tensorflow")), ("pyroute2", ("pyroute2",)),
+                          ("torch", ("torch",))):
+        facts[key] = next((v for v in map(_package_version, packages) if v is not None), None)
     return facts
+
+
+def _package_version(name: str) -> str | None:
+    from importlib.metadata import version
+
+    try:
+        return version(name)
+    except Exception:  # noqa: BLE001 - any metadata failure just means unknown
+        return None

@@ -5,10 +5,12 @@
   with B backup workers (Chen et al. 2016) a round closes on its first W - B gradients, and a
   gradient computed on weights older than the current version (its round closed without it)
   is dropped and answered at once with the new weights (`ServerState.dropped` counts them);
-* ``ps-async`` (ASP, as Dean et al. 2012's Downpour SGD and Jia et al.'s Async-SGD): each push
-  is applied at once and answered at once; a worker pushes and goes on computing on the
-  freshest weights it has received, never waiting for the other workers; only its transport
-  window (ASYNC_WINDOW pushes unanswered) makes it wait, for its own replies;
+* ``ps-async`` (ASP, as Dean et al. 2012's Downpour SGD, TF's and MXNet's parameter servers):
+  each push is applied at once and answered at once; a worker waits for its own push's reply
+  (the weights) every step and never for the other workers, so an update's staleness is about
+  the number of workers less one; with a `pipeline` of k it leaves up to k of its own pushes
+  unanswered while it computes on the freshest weights it has (hiding its round trip; the
+  staleness grows to about (k + 1) x workers - 1);
 * ``ps-ssp`` (SSP, Ho et al. 2013): each push is applied at once; a worker computes on the
   weights it last received and keeps up to S pushes unanswered (its pipeline), and the server
   answers push k once every worker still training has pushed k (the gate): so a worker that
@@ -29,9 +31,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
+
+from netbench.jobs.exchange import FrameCap
 
 SYNC, SSP, ASYNC, ELASTIC_MODE = "sync", "ssp", "async", "elastic"
 DEFAULT_STALENESS = 3
@@ -45,10 +49,10 @@ EXCHANGE_STRATEGIES = ("ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd", "adpsg
 SERVER_MODES = {"ps-sync": SYNC, "ps-async": ASYNC, "ps-ssp": SSP, "easgd": ELASTIC_MODE}
 # the strategies whose workers push a gradient every step and get the weights back
 PUSH_STRATEGIES = ("ps-sync", "ps-async", "ps-ssp")
-# ps-async's pushes a worker may leave unanswered: a transport window that bounds the replies
-# (each a model) queued at the worker, not a staleness bound (the server gates nothing); wide
-# enough for a round trip of 100 ms at a few milliseconds of compute per step
-ASYNC_WINDOW = 16
+# ps-async's pushes a worker leaves unanswered while it computes (its `pipeline`): 0, the studies'
+# ASP; a pipelined run names its window (16 is wide enough for a round trip of 100 ms at a few
+# milliseconds of compute per step); not a staleness bound (the server gates nothing)
+DEFAULT_PIPELINE = 0
 PEER_STRATEGIES = ("gosgd", "adpsgd")
 
 
@@ -57,12 +61,12 @@ def default_elastic_alpha(workers: int) -> float:
     return EASGD_BETA / max(1, workers)
 
 
-def pipeline_depth(strategy: str, staleness: int) -> int:
+def pipeline_depth(strategy: str, staleness: int, pipeline: int = DEFAULT_PIPELINE) -> int:
     """Pushes a worker may leave unanswered while it computes on the weights it has: SSP's
-    slack (ps-ssp: S), ASP's transport window (ps-async: ASYNC_WINDOW), none for BSP (ps-sync
-    waits for its round's reply every step)."""
+    slack (ps-ssp: S), ASP's `pipeline` (ps-async: 0 unless set), none for BSP (ps-sync waits
+    for its round's reply every step)."""
     if strategy == "ps-async":
-        return ASYNC_WINDOW
+        return max(0, pipeline)
     return max(0, staleness) if strategy == "ps-ssp" else 0
 
 
@@ -103,12 +107,17 @@ def average(mine: Sequence[np.ndarray], theirs: Sequence[np.ndarray]) -> list[np
     return [(a + b) / 2 for a, b in zip(mine, theirs)]
 
 
-def choose_peer(rng: random.Random, me: int, workers: int) -> int:
-    """A peer drawn uniformly from the other workers."""
+def choose_peer(rng: random.Random, me: int, workers: int, gone: Collection[int] = ()) -> int | None:
+    """A peer drawn uniformly from the other workers that have not said goodbye (`gone`: a
+    finished worker answers its peers only for a while); None when every other one is gone
+    (the worker goes on alone)."""
     if workers < 2:
         raise ValueError("a peer needs at least two workers")
-    other = rng.randrange(workers - 1)
-    return other if other < me else other + 1
+    if not gone:
+        other = rng.randrange(workers - 1)
+        return other if other < me else other + 1
+    left = [w for w in range(workers) if w != me and w not in gone]
+    return left[rng.randrange(len(left))] if left else None
 
 
 def model_transfers_per_step(strategy: str, workers: int, gossip_p: float = DEFAULT_GOSSIP_P,
@@ -146,6 +155,7 @@ class ServerState:
     version: int = 0
     clocks: dict[int, int] = field(default_factory=dict)
     done: set[int] = field(default_factory=set)
+    lost: dict[int, str] = field(default_factory=dict)  # workers whose connection ended without a bye
     _round: dict[int, list[np.ndarray]] = field(default_factory=dict)
     backup: int = 0  # SYNC: gradients a round may go without (backup workers); 0: every worker's
     dropped: dict[int, int] = field(default_factory=dict)  # backup: each worker's gradients dropped as late
@@ -158,6 +168,16 @@ class ServerState:
     @property
     def ready(self) -> bool:
         return self.weights is not None
+
+    def cap(self) -> "FrameCap | None":
+        """What a frame about this shard may carry (None until worker 0's hello brings it)."""
+        return FrameCap.of(self.weights) if self.weights is not None else None
+
+    def snapshot(self) -> tuple[np.ndarray, ...]:
+        """A copy of the weights, taken under the server's lock: a reply is encoded after the
+        lock is released, while other connections' pushes update the live arrays in place, so
+        it must never carry them (it would mix two versions while naming one)."""
+        return tuple(np.array(w, copy=True) for w in self.weights or ())
 
     def active_clocks(self) -> list[int]:
         return [self.clocks.get(w, 0) for w in range(self.workers) if w not in self.done]
@@ -223,6 +243,26 @@ class ServerState:
         if self.mode == SSP:
             return ssp_may_proceed(clock, self.active_clocks(), self.staleness)
         return True
+
+    def holding(self, worker: int) -> list[int]:
+        """The workers still training that the worker's read waits for: those missing from
+        the round (SYNC), those more than `staleness` behind it (SSP); none otherwise."""
+        active = [w for w in range(self.workers) if w not in self.done and w != worker]
+        if self.mode == SYNC:
+            return [w for w in active if w not in self._round]
+        if self.mode == SSP:
+            clock = self.clocks.get(worker, 0)
+            return [w for w in active if clock - self.clocks.get(w, 0) > self.staleness]
+        return []
+
+    def lose(self, worker: int, cause: str) -> None:
+        """The worker's connection ended without a goodbye: whoever waits for it will not be answered."""
+        if worker not in self.done:
+            self.lost.setdefault(worker, cause)
+
+    def vanished(self, worker: int) -> str | None:
+        """Why the worker's read can never be answered: a worker it waits for was lost (None: none was)."""
+        return next((self.lost[w] for w in self.holding(worker) if w in self.lost), None)
 
     def elastic(self, replica: Sequence[np.ndarray]) -> list[np.ndarray]:
         """An EASGD exchange: the centre moves towards the replica; returns the difference

@@ -31,7 +31,7 @@ import numpy as np
 
 from netbench.jobs import exchange
 from netbench.jobs.harness.emit import bench_main, emit, emit_timings, tf_config_workers, time_calls
-from netbench.jobs.harness.peers import Channel, Listener
+from netbench.jobs.harness.peers import Channel, Listener, run_limits, run_token
 
 EVENT = "exchange"
 LIMITS_EVENT = "tcp_limits"
@@ -67,17 +67,24 @@ def payload(size: int) -> tuple[np.ndarray, ...]:
     return (np.ones(max(1, size // 4), dtype=np.float32),)
 
 
-def _answer(stream: IO[str], address: str, timeout: float) -> None:
+def cap(sizes: list[int]) -> exchange.FrameCap:
+    """The largest frame an echo of these sizes carries (one array: payload's)."""
+    return exchange.FrameCap.of(payload(max(sizes, default=4)))
+
+
+def _answer(stream: IO[str], address: str, sizes: list[int], timeout: float) -> None:
     done = threading.Event()
 
     def handle(message: exchange.Message) -> exchange.Message | None:
+        if message.op == exchange.HELLO:
+            return None
         if message.op == exchange.BYE:
             done.set()
             return exchange.Message(exchange.REPLY, {})
         return exchange.Message(exchange.REPLY, {}, message.arrays)
 
     host, port = address.rsplit(":", 1)
-    listener = Listener(host, int(port), handle)
+    listener = Listener(host, int(port), handle, run_token(), cap=cap(sizes), limits=run_limits())
     try:
         if not done.wait(timeout):
             raise TimeoutError(f"no bye from the timing peer in {timeout:g}s")
@@ -86,9 +93,11 @@ def _answer(stream: IO[str], address: str, timeout: float) -> None:
 
 
 def _time(stream: IO[str], address: str, sizes: list[int], warmup: int, reps: int, timeout: float) -> int:
-    channel = Channel.connect(address, timeout)
+    channel = Channel.connect(address, timeout, run_limits())
+    channel.cap = cap(sizes)
     sent = 0
     try:
+        channel.send(exchange.Message(exchange.HELLO, {"worker": 1, "token": run_token()}))
         for size in sizes:
             request = exchange.Message(ECHO, {}, payload(size))
             times = time_calls(lambda: channel.request(request), warmup, reps)
@@ -109,10 +118,10 @@ def run(args: argparse.Namespace, stream: IO[str]) -> int:
           "time": time.time(), "tf_version": "", "model": "exchange", "strategy": "exchange"}, stream)
     emit({"event": LIMITS_EVENT, **tcp_limits()}, stream)
     sent = 0
+    sizes = [int(s) for s in args.sizes.split(",") if s]
     if index == 0:
-        _answer(stream, addresses[0], args.timeout)
+        _answer(stream, addresses[0], sizes, args.timeout)
     elif index == 1:
-        sizes = [int(s) for s in args.sizes.split(",") if s]
         sent = _time(stream, addresses[0], sizes, args.warmup, args.reps, args.timeout)
     return sent
 

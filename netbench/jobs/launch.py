@@ -23,6 +23,7 @@ returns a `TaskProcess`, something popen-like: a stdout line stream, wait() and 
 from __future__ import annotations
 
 import queue
+import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from typing import IO, Callable, Protocol
 from netbench import interrupts, proc
 from netbench.errors import JobError
 from netbench.jobs import events as ev
+from netbench.jobs import exchange
 from netbench.model.job import Task
 from netbench.state.journal import Journal
 
@@ -159,11 +161,16 @@ class LocalSpawner:
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
+        # a sweep's per-node capacity (testbed/compute.py): node -> the cgroup.procs file its
+        # processes start in, and node -> its extra environment (the step-delay file)
+        self.cgroups: dict[str, str] = {}
+        self.node_env: dict[str, dict[str, str]] = {}
 
     def __call__(self, task: Task, log: Path, env: dict) -> LocalProcess:
         child_env = {**dict(task.env), "TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1",
-                     "PYTHONPATH": proc.child_pythonpath(), **env}
-        popen = proc.spawn(task.argv, netns=task.netns, env=child_env, stdout=-1, stderr=-1)
+                     "PYTHONPATH": proc.child_pythonpath(), **self.node_env.get(task.node, {}), **env}
+        popen = proc.spawn(task.argv, netns=task.netns, env=child_env, stdout=-1, stderr=-1,
+                           cgroup=self.cgroups.get(task.node))
         entry = self.journal.record("process", pid=popen.pid, start=proc.start_time(popen.pid),
                                     netns=task.netns, role=f"{task.role}{task.index}")
         return LocalProcess(popen, self.journal, entry, log)
@@ -219,6 +226,16 @@ def log_tail(path: Path | None, lines: int = 1) -> str:
     return " | ".join(text[-lines:])
 
 
+def exchange_env(timeouts: Timeouts | None = None) -> dict[str, str]:
+    """What every process of one start of a job gets for the exchange protocol: a fresh random
+    token (a listener takes connections only from the job's own roles: their hello carries it)
+    and the controller's step timeout (the exchange names a vanished peer before it ends)."""
+    env = {exchange.TOKEN_ENV: secrets.token_hex(16)}
+    if timeouts is not None:
+        env[exchange.TIMEOUT_ENV] = f"{timeouts.step_s:g}"
+    return env
+
+
 def run_job(tasks: list[Task], log_dir: Path, spawn: Spawner, timeouts: Timeouts = Timeouts(),
             on_event: Callable[[ev.Event], None] | None = None, env: dict[str, str] | None = None) -> JobOutcome:
     """Run every task to completion (or failure); always stops every process it started.
@@ -227,6 +244,7 @@ def run_job(tasks: list[Task], log_dir: Path, spawn: Spawner, timeouts: Timeouts
     sink: queue.SimpleQueue = queue.SimpleQueue()  # C: put/get cost less
     live: list[_Live] = []
     events: list[ev.Event] = []
+    env = {**exchange_env(timeouts), **(env or {})}
     try:
         try:
             for task in tasks:

@@ -19,7 +19,7 @@ from pathlib import Path
 from netbench import interrupts
 from netbench.errors import JobError
 from netbench.jobs import events as ev
-from netbench.jobs.launch import ERROR_SETTLE_S, Spawner, _EOF, _Live, _reader, log_tail
+from netbench.jobs.launch import ERROR_SETTLE_S, Spawner, _EOF, _Live, _reader, exchange_env, log_tail
 from netbench.model.job import Task
 
 
@@ -40,10 +40,11 @@ class LiveJob:
         self.broken: str | None = None  # once broken, every later read raises again
         # the step clock: the first task that is not a server (the chief, or ps's coordinator)
         self.clock = next((i for i, task in enumerate(tasks) if not task.serves), 0)
+        env = {**exchange_env(), **(env or {})}  # the launch's own token (and the caller's timeout)
         try:
             for task in tasks:
                 log = log_dir / f"{task.node}-{task.role}{task.index}.log"
-                popen = spawn(task, log, dict(env or {}))
+                popen = spawn(task, log, dict(env))
                 self._live.append(_Live(task, popen, log=log))
                 threading.Thread(target=_reader, args=(len(self._live) - 1, task, popen.stdout, self._sink),
                                  daemon=True).start()

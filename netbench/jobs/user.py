@@ -9,11 +9,15 @@ command (model/command_job.py):
 * on this machine a rank's PATH starts with the folder of netbench's own Python, so the
   command's ``python`` is the one netbench runs under (its virtualenv's), as if activated;
 * every rank gets NETBENCH_CONTROL, the file `request_stop` writes the step count at which
-  netbench.track's stop_requested() turns true on every rank;
+  netbench.track's stop_requested() turns true on every rank: far enough past the last step
+  heard that no rank has reached it when the request arrives (jobs/stop_margin.py: from the
+  step time measured on the ranks and how late the controller hears them); a rank on a host
+  gets it through its `node task` (a control file of its own there: remote/agent.py);
 * with a step regex, rank 0's output lines become step events (`RegexSteps`), so the
   launch reads them as it reads the track module's or netbench's own workers';
 * a rank is its process group (a launcher's children included): stopping it asks the job
-  to stop where it checks, waits a while, then ends the whole group (TERM, then KILL).
+  to stop where it checks, waits a while, then ends the whole group (TERM, then KILL),
+  whether the rank's own process still runs or not (what it left in the background).
 
 The ranks' command lines and environments are written to ``ranks.json`` in the launch's log
 folder, so the record says which ports and addresses the job was given.
@@ -23,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -31,9 +34,10 @@ from typing import Iterable
 
 from netbench import proc
 from netbench.jobs import events as ev
+from netbench.jobs.line_match import LineMatcher
+from netbench.jobs.stop_margin import StepPace, stop_margin
 from netbench.model.job import Task
 
-STOP_MARGIN_STEPS = 3  # steps past the last one heard at which every rank stops together
 STOP_WAIT_S = 15.0  # how long a job that checks stop_requested() gets to end by itself
 CONTROL_FILE = "control"
 RANKS_FILE = "ranks.json"
@@ -59,10 +63,15 @@ class RegexSteps:
     """A rank's stdout with every line that matches `pattern` turned into a step event line
     (other lines pass through: the reader skips what is not an event). Named groups:
     ``step`` (its number; else the lines are counted), ``seconds`` or ``ms`` (its duration;
-    else the time since the last matching line, so the first match only starts the clock)."""
+    else the time since the last matching line, so the first match only starts the clock).
+
+    The pattern sees the last 4 KiB of a line and runs in a process of its own, a line that
+    takes it longer than half a second being no step (jobs/line_match.py): a pattern that
+    backtracks on a long progress-bar line never freezes the controller's threads."""
 
     def __init__(self, stream, pattern: str, images: int, warmup: int, clock=time.monotonic) -> None:
-        self.stream, self.pattern, self.images, self.warmup = stream, re.compile(pattern), images, warmup
+        self.stream, self.images, self.warmup = stream, images, warmup
+        self.matcher = LineMatcher(pattern)
         self.clock = clock
         self.count = 0
         self.last: float | None = None
@@ -70,16 +79,16 @@ class RegexSteps:
     def readline(self) -> bytes:
         raw = self.stream.readline()
         if not raw:
+            self.matcher.close()
             return raw
         event = self.step_of(raw.decode("utf-8", "replace"), self.clock())
         return raw if event is None else (json.dumps(event) + "\n").encode()
 
     def step_of(self, line: str, now: float) -> dict | None:
         """The step event a line stands for, read at `now` (None: no step)."""
-        match = self.pattern.search(line)
-        if match is None:
+        groups = self.matcher.search(line)
+        if groups is None:
             return None
-        groups = match.groupdict()
         try:
             if groups.get("seconds") is not None:
                 duration: float | None = float(groups["seconds"])
@@ -132,12 +141,17 @@ class UserProcess:
 
     def stop(self, grace: float) -> None:
         popen = getattr(self.inner, "popen", None)
-        if popen is not None and self.owner.asked is not None:
+        exited = getattr(self.inner, "exited", None)  # a rank on a host: its `node task`'s exit
+        if self.owner.asked is not None:  # asked to stop: a while to end by itself
+            left = max(0.0, self.owner.asked - time.monotonic())
             try:
-                popen.wait(timeout=max(0.0, self.owner.asked - time.monotonic()))
+                if popen is not None:
+                    popen.wait(timeout=left)
+                elif exited is not None:
+                    exited(left)
             except Exception:  # noqa: BLE001 - a rank still running is ended below
                 pass
-        code = popen.poll() if popen is not None else None
+        code = popen.poll() if popen is not None else exited(0) if exited is not None else None
         if popen is not None and hasattr(popen, "pid"):
             # a launcher's children may lead sessions of their own (torchrun's workers do): found
             # before the group is signalled, while they are still the launcher's, and ended after
@@ -160,6 +174,8 @@ class UserSpawner:
         self.control = log_dir / CONTROL_FILE
         self.asked: float | None = None  # when request_stop's wait for the ranks ends (monotonic)
         self.last_step = -1
+        self.pace = StepPace()  # the ranks' step time and how late their steps are heard
+        self.processes: list[UserProcess] = []
         self.ranks: list[dict] = []
         self.ranks_file: Path | None = None
 
@@ -182,7 +198,9 @@ class UserSpawner:
         stdout = inner.stdout
         if self.step_regex and task.index == 0:
             stdout = RegexSteps(stdout, self.step_regex, self.images, self.warmup)
-        return UserProcess(inner, _Heard(stdout, self), self, len(self.ranks) - 1)
+        started = UserProcess(inner, _Heard(stdout, self, len(self.ranks) - 1), self, len(self.ranks) - 1)
+        self.processes.append(started)
+        return started
 
     def _write_ranks(self) -> None:
         if self.ranks_file is not None:
@@ -197,13 +215,24 @@ class UserSpawner:
             pass
 
     def request_stop(self, wait_s: float = STOP_WAIT_S) -> int:
-        """Ask every rank to stop after the same step (a few past the last heard); the ranks'
-        stop() waits up to `wait_s` for them to end by themselves. Returns that step count."""
-        at = self.last_step + 1 + STOP_MARGIN_STEPS
+        """Ask every rank to stop after the same step: past the last heard by a margin that
+        no rank has reached when the request arrives (stop_margin: the measured step time,
+        how late the last step was heard, a host's delivery); written into the control file
+        here and carried to each rank on a host. The ranks' stop() waits up to `wait_s`
+        beyond the margin's time for them to end by themselves. Returns that step count."""
+        now = time.monotonic()
+        step_s = self.pace.step_s()
+        delivery_s = max((getattr(p.inner, "stop_delivery_s", 0.0) for p in self.processes), default=0.0)
+        margin = stop_margin(step_s, self.pace.late_s(now), delivery_s)
+        at = self.last_step + 1 + margin
         tmp = self.control.with_name(CONTROL_FILE + ".tmp")
         tmp.write_text(f"{at}\n")
         tmp.replace(self.control)
-        self.asked = time.monotonic() + wait_s
+        for started in self.processes:
+            carry = getattr(started.inner, "request_stop", None)
+            if carry is not None:
+                carry(at)
+        self.asked = now + wait_s + margin * (step_s or 0.0)
         return at
 
 
@@ -211,8 +240,8 @@ class _Heard:
     """A rank's stdout through which the spawner hears the last step number (cheaply: only
     lines that look like step events are parsed)."""
 
-    def __init__(self, stream, owner: UserSpawner) -> None:
-        self.stream, self.owner = stream, owner
+    def __init__(self, stream, owner: UserSpawner, rank: int = 0) -> None:
+        self.stream, self.owner, self.rank = stream, owner, rank
 
     def readline(self) -> bytes:
         raw = self.stream.readline()
@@ -220,4 +249,5 @@ class _Heard:
             event = ev.parse_line(raw)
             if isinstance(event, ev.Step):
                 self.owner.last_step = max(self.owner.last_step, event.step)
+                self.owner.pace.heard(self.rank, event.end, time.monotonic())
         return raw

@@ -219,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     algorithm = parser.add_argument_group("algorithms and accuracy")
     algorithm.add_argument("--staleness", type=_non_negative_int, default=DEFAULT_STALENESS,
                            help="ps-ssp: steps a worker may run ahead of the slowest (default: %(default)s)")
+    algorithm.add_argument("--pipeline", type=_non_negative_int, default=0,
+                           help="ps-async: pushes a worker leaves unanswered while it computes; 0 waits "
+                                "for each push's reply, the ASP of the studies (default: %(default)s)")
     algorithm.add_argument("--tau", type=_positive_int, default=DEFAULT_TAU,
                            help="easgd: local steps between elastic exchanges (default: %(default)s)")
     algorithm.add_argument("--elastic-alpha", type=_positive_float, default=None,

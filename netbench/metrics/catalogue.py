@@ -2,9 +2,9 @@
 
 Conventions (Prometheus): base units in the name (seconds, bytes, ratio), counters end in
 `_total`, constant facts are `_info` metrics with value 1, and every label has a bounded set
-of values (phases, states, directions, the sweep's nodes, workers and profiles). The README
-table is this catalogue; a test keeps the two in step, and the dashboard lint checks that
-every queried metric is listed here.
+of values (phases, states, directions, the sweep's nodes, workers and profiles). The docs'
+metrics reference is generated from this catalogue (docs/hooks.py), and the dashboard lint
+checks that every queried metric is listed here.
 """
 
 from __future__ import annotations

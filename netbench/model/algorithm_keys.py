@@ -5,10 +5,10 @@ Top-level keys, fixed for every run of the playbook::
     train_steps: 200        # each run trains a fresh model for 200 steps (warm-up included)
     eval_every: 50          # held-out accuracy every 50 steps (and after the last)
     target_accuracy: 0.7    # steps and training time until it was first reached
-    algorithm: {staleness: 3, tau: 4, elastic_alpha: 0.45, gossip_p: 0.1}
+    algorithm: {staleness: 3, tau: 4, elastic_alpha: 0.45, gossip_p: 0.1, pipeline: 16}
 
 Each becomes the JobSpec field of its name (`job_extra`); `algorithm`'s settings are used by
-the strategy they belong to (ps-ssp, easgd, gosgd) and ignored by the others. To vary one, a
+the strategy they belong to (ps-ssp, easgd, gosgd, ps-async) and ignored by the others. To vary one, a
 playbook names it under `factors:` instead (model.playbook_values.SETTING_KEYS, the same
 ranges); a key under both is an error (model.playbook).
 """
@@ -90,6 +90,35 @@ def unused(extra: tuple[tuple[str, Any], ...], strategies: set[str]) -> BadKey |
         if owner is not None and owner not in strategies:
             return BadKey(f"algorithm.{key}", f"no run uses it: {key} is strategy {owner}'s setting, and no run "
                           f"is {owner}", f"add strategy {owner}, or remove {key}")
+    return None
+
+
+def written_problem(written: list[tuple[str, str]], extra: tuple[tuple[str, Any], ...],
+                    points: list) -> BadKey | None:
+    """The first problem with a playbook's algorithm settings, or None. `written`: (where, key) of each
+    setting written under factors, fixed and extra_runs; `extra`: its `algorithm:` keys; `points`:
+    its runs' Settings. A setting (staleness, tau, ...) is set in one place, under algorithm: or as
+    a setting, and some run's strategy uses it; ps-sync's backup workers are fewer than its workers
+    (a round applies at least one gradient)."""
+    for where, key in written:
+        if key not in ALGORITHM_KEYS:
+            continue
+        if key in dict(extra):
+            return BadKey(where, f"{key} is set under algorithm: too",
+                          f"keep one: algorithm.{key} (one value for every run), or {where}")
+        if all(getattr(point, key) is None for point in points):
+            owner = OWNERS[key]
+            return BadKey(where, f"no run uses it: {key} is strategy {owner}'s setting, and no run is {owner}",
+                          f"add strategy {owner}, or remove {key}")
+    bad = unused(extra, {point.strategy for point in points})
+    if bad is not None:
+        return bad
+    where = next((w for w, k in written if k == "backup_workers"), "algorithm.backup_workers")
+    for point in (p for p in points if p.strategy == "ps-sync"):
+        backup = dict(extra).get("backup_workers") if point.backup_workers is None else point.backup_workers
+        if (backup or 0) >= point.workers:
+            return BadKey(where, f"{backup} backup workers with {point.workers} workers: must be fewer "
+                          "than the workers", "lower it, or add workers")
     return None
 
 

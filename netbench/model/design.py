@@ -25,6 +25,7 @@ from netbench.model.playbook import Playbook, PlaybookError, design_points, fail
 from netbench.model.profile import Profile, validate
 from netbench.model.pairs import PairTopology, scaled
 from netbench.model.run import Run, Settings, profile_name, scaled_name
+from netbench.model.compute import NONE, Compute
 from netbench.model.schedule import Schedule, timeline
 
 __all__ = ["COMPLETE_STATUSES", "Design", "Point", "Run", "Settings", "SweepLevels", "check_resume", "check_supported",
@@ -47,6 +48,7 @@ class Point:
     schedule: Any = None  # model.schedule.Schedule: the link changes during the run (profile: where it starts)
     timeline: tuple = ()  # the schedule's TimedProfile entries over its base
     pairs: Any = None  # model.pairs.PairTopology (scaled) applied instead of `profile`, a null one named after it
+    compute: Compute = NONE  # each node's CPU limit and step delay (model/compute.py)
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class Design:
         return tuple(Run(index=first + i, profile=self.points[p].profile, repeat=rep, job=self.points[p].job,
                          workers=self.points[p].workers, point=p, settings=self.points[p].settings,
                          schedule=self.points[p].schedule, timeline=self.points[p].timeline,
-                         pairs=self.points[p].pairs)
+                         pairs=self.points[p].pairs, compute=self.points[p].compute)
                      for i, (p, rep) in enumerate(pairs))
 
 
@@ -126,25 +128,44 @@ def scheduled_point(schedule: Schedule, base: Profile, job: JobSpec, workers: in
 
 
 def sweep_design(points: Sequence[Profile], repeat: int, job: JobSpec, workers: int,
-                 schedules: Sequence[Schedule] = (), base: Profile | None = None) -> Design:
+                 schedules: Sequence[Schedule] = (), base: Profile | None = None,
+                 computes: Sequence[Compute] = (NONE,)) -> Design:
     """The design sweep flags give: every profile point with the one job, as written, then
-    one point per schedule (its timeline over `base`)."""
+    one point per schedule (its timeline over `base`); each crossed with the node capacities
+    `computes` (--cpus, --step-delay; innermost)."""
     scheduled = tuple(scheduled_point(s, base or Profile(name="base"), job, workers) for s in schedules)
-    return Design(points=tuple(Point(profile, job, workers) for profile in points) + scheduled, repeat=repeat)
+    return Design(points=with_computes(tuple(Point(profile, job, workers) for profile in points) + scheduled,
+                                       computes), repeat=repeat)
+
+
+def with_computes(points: Sequence[Point], computes: Sequence[Compute]) -> tuple[Point, ...]:
+    """Every point crossed with every node capacity (innermost); a limited one's profile is
+    named after both ("d1ms+n2c0.5"), which labels the point in views and results."""
+    out = []
+    for point in points:
+        for compute in computes:
+            if not compute.limited:
+                out.append(point)
+                continue
+            name = f"{point.profile.name}+{compute.suffix()}"
+            out.append(replace(point, profile=replace(point.profile, name=name), compute=compute))
+    return tuple(out)
 
 
 def sweep_runs(points: Sequence[Profile], repeat: int, job: JobSpec, workers: int, first: int = 0,
-               schedules: Sequence[Schedule] = (), base: Profile | None = None) -> tuple[Run, ...]:
+               schedules: Sequence[Schedule] = (), base: Profile | None = None,
+               computes: Sequence[Compute] = (NONE,)) -> tuple[Run, ...]:
     """Each point repeated `repeat` times (repetitions adjacent), numbered from `first`."""
-    return sweep_design(points, repeat, job, workers, schedules, base).runs(first)
+    return sweep_design(points, repeat, job, workers, schedules, base, computes).runs(first)
 
 
 def topology_point(pairs: PairTopology, scale: float, job: JobSpec, workers: int,
                    settings: Settings | None = None) -> Point:
     """A point that applies `pairs` with every delay times `scale`; its profile is a null
     one named after the point ("world", "world-x2"), which labels it in views and results."""
-    return Point(profile=Profile(name=scaled_name(pairs.name, scale)), job=job, workers=workers, settings=settings,
-                 pairs=scaled(pairs, scale))
+    point = Point(profile=Profile(name=scaled_name(pairs.name, scale)), job=job, workers=workers, settings=settings,
+                  pairs=scaled(pairs, scale))
+    return with_computes((point,), (pairs.compute or NONE,))[0]  # the file's compute: its nodes' capacity
 
 
 def topology_design(pairs: PairTopology, scales: Sequence[float], repeat: int, job: JobSpec,
@@ -180,7 +201,7 @@ def playbook_design(book: Playbook, seed: int, sample_resources_s: float = 0.0) 
             points.append(scheduled_point(schedules[s.schedule], profile_for(book, s), job, s.workers, s))
         else:
             points.append(Point(profile=profile_for(book, s), workers=s.workers, settings=s, job=job))
-    points = tuple(points)
+    points = tuple(with_computes((p,), (p.settings.compute,))[0] for p in points)
     return Design(points=points, repeat=book.repetitions, order=book.order, seed=seed)
 
 
@@ -203,6 +224,7 @@ def design_digest(book: Playbook, runs: Sequence[Run]) -> str:
     doc.update(_measurement_record(book))
     if book.schedules:  # a schedule edited between sessions is another design too
         doc["schedules"] = {ref: [schedule.repeat, schedule.cycle, [[e.at_s, e.at_step, e.profile.to_record()]
+                                                                    + ([list(e.compute)] if e.compute else [])
                                                                     for e in timeline(schedule, None)]]
                             for ref, schedule in book.schedules}
     if book.topology is not None:  # so is a topology file edited between sessions
@@ -241,6 +263,8 @@ def _settings_record(settings: Settings) -> dict[str, Any]:
         record.pop("schedule", None)
     if record.get("scale") == 1:
         record.pop("scale", None)
+    if not settings.compute.limited:  # folders written before node capacities resume
+        record.pop("compute", None)
     if record.get("framework") == Settings.framework:  # folders written before frameworks resume
         record.pop("framework", None)
     for name in ("ranks_per_node", "collective"):  # at their defaults: as before ranks per node

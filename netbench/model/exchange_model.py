@@ -28,7 +28,8 @@ each way). Per strategy (its `comm` seconds per step):
 
 * ps-sync, ps-async, ps-ssp: a push of the gradient (the worker's egress sends its 1/P to each
   of P servers) and a reply with the weights (each server's egress sends its 1/P to every
-  worker): request_reply; ps-async and ps-ssp keep several in flight (step_model.PIPELINED):
+  worker): request_reply; ps-ssp (S) and a pipelined ps-async (its pipeline) keep several in flight
+  (step_model.PIPELINED; one, ps-async's default, is a request-reply each step):
   their round trips hide behind the computing, but a step is never shorter than the computing
   plus the worker's own per-byte work (worker_bytes_s: the CPU does both) nor than the busier
   direction's bytes at a window per round trip (pipelined_s);

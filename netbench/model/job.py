@@ -38,15 +38,17 @@ STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single", "ps-sync", "ps-asy
 SERVER_STRATEGIES = ("ps", "ps-sync", "ps-async", "ps-ssp", "easgd")
 # workers and servers over netbench's own exchange protocol (netbench.jobs.exchange)
 EXCHANGE_STRATEGIES = ("ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd", "adpsgd")
-ASYNC_WINDOW = 16  # ps-async: pushes a worker may leave unanswered (jobs.algorithms.ASYNC_WINDOW)
+# ps-async: pushes a worker leaves unanswered while it computes its next step; 0 (the default) is
+# the ASP of the studies (each push's reply awaited, no other worker's); more pipelines them
+DEFAULT_PIPELINE = 0
 DEFAULT_ACCUM_STEPS = 4
 DEFAULT_STALENESS = 3  # ps-ssp: steps a worker may run ahead of the slowest
 DEFAULT_TAU = 4  # easgd: local steps between elastic exchanges
 DEFAULT_GOSSIP_P = 0.1  # gosgd: probability of a push after each step
 # the strategy -> the JobSpec fields of its own algorithm settings (the other strategies ignore them)
 ALGORITHM_SETTINGS = {"ps-ssp": ("staleness",), "easgd": ("tau", "elastic_alpha"), "gosgd": ("gossip_p",),
-                      "ps-sync": ("backup_workers",)}
-# every such field, in that order: staleness, tau, elastic_alpha, gossip_p, backup_workers (playbook keys,
+                      "ps-sync": ("backup_workers",), "ps-async": ("pipeline",)}
+# every such field, in that order: staleness, tau, elastic_alpha, gossip_p, backup_workers, pipeline (playbook keys,
 # csv columns, factors)
 ALGORITHM_KEYS = tuple(name for names in ALGORITHM_SETTINGS.values() for name in names)
 
@@ -82,6 +84,7 @@ class JobSpec:
     elastic_alpha: float | None = None  # easgd; None: 0.9 / workers (Zhang et al. 2015: beta = 0.9)
     gossip_p: float = DEFAULT_GOSSIP_P  # gosgd
     backup_workers: int = 0  # ps-sync: each round applies the first workers - backup_workers gradients
+    pipeline: int = DEFAULT_PIPELINE  # ps-async
     # accuracy: train_steps (warm-up included) from a fresh model, a launch of its own; eval_every
     # K: held-out accuracy every K steps (0: after the last only); target_accuracy: when first reached
     train_steps: int | None = None
@@ -162,6 +165,8 @@ def check_algorithm(job: JobSpec, workers: int) -> None:
     if job.strategy == "ps-sync" and job.backup_workers >= workers:
         raise ValueError(f"backup_workers: must be fewer than the {workers} workers (a round applies at least "
                          f"one gradient), got {job.backup_workers}")
+    if not 0 <= job.pipeline <= 10_000:
+        raise ValueError(f"pipeline: must be in [0, 10000], got {job.pipeline}")
     if job.train_steps is not None and job.train_steps <= job.warmup:
         raise ValueError(f"train_steps: must be more than the {job.warmup} warm-up steps, got {job.train_steps}")
     if job.eval_every < 0:
@@ -202,10 +207,10 @@ def algorithm_settings(job: JobSpec, workers: int) -> dict[str, int | float]:
 
 def pipeline_window(job: JobSpec) -> int:
     """Pushes a worker may leave unanswered while it computes: ps-ssp's staleness, ps-async's
-    transport window, 0 for every other strategy (jobs.algorithms.pipeline_depth, which the
-    worker itself uses)."""
+    pipeline (0 unless set), 0 for every other strategy (jobs.algorithms.pipeline_depth, which
+    the worker itself uses)."""
     if job.strategy == "ps-async":
-        return ASYNC_WINDOW
+        return max(0, job.pipeline)
     return max(0, job.staleness) if job.strategy == "ps-ssp" else 0
 
 
@@ -261,6 +266,8 @@ def algorithm_argv(job: JobSpec) -> list[str]:
     argv: list[str] = []
     if job.strategy == "ps-ssp":
         argv += ["--staleness", str(job.staleness)]
+    if job.strategy == "ps-async" and job.pipeline:
+        argv += ["--pipeline", str(job.pipeline)]
     if job.strategy == "easgd":
         argv += ["--tau", str(job.tau)]
         if job.elastic_alpha is not None:
@@ -355,9 +362,13 @@ def describe_algorithm(job: JobSpec, workers: int) -> list[str]:
                         f"{workers - job.backup_workers} gradients and answers the late ones with the new weights "
                         "(dropped)" if job.backup_workers else ""))
     elif job.strategy == "ps-async":
-        lines.append("algorithm: ASP; each push is applied and answered at once; a worker pushes its gradient and goes "
-                     "on with the freshest weights it has received, never waiting for the other workers (at most "
-                     f"{ASYNC_WINDOW} of its own pushes unanswered)")
+        if job.pipeline:
+            lines.append(f"algorithm: ASP, pipelined {job.pipeline}; each push is applied and answered at once; a "
+                         "worker pushes its gradient and goes on with the freshest weights it has received, never "
+                         f"waiting for the other workers, with up to {job.pipeline} of its own pushes unanswered")
+        else:
+            lines.append("algorithm: ASP; each push is applied and answered at once; a worker waits for its own "
+                         "push's reply (the weights) every step, never for the other workers")
     elif job.strategy == "ps-ssp":
         lines.append(f"algorithm: SSP, staleness {job.staleness}; each step a worker pushes its gradient and goes on "
                      f"with the weights it last received, waiting only with more than {job.staleness} pushes "

@@ -50,6 +50,9 @@ class PairTopology:
     source: str = ""
     scale: float = 1.0
     groups: tuple[tuple[str, tuple[str, ...]], ...] = field(default=(), compare=False)
+    # the file's `compute:` (model.compute.Compute: each node's CPU limit and step delay), which a
+    # run of the topology takes as its own; not part of the network (None: every node unlimited)
+    compute: Any = field(default=None, compare=False)
 
     def link(self, src: str, dst: str) -> Profile | None:
         """The profile from `src` to `dst`, or None when that pair is not shaped."""

@@ -30,7 +30,7 @@ from netbench.model.pairs import PairLink, PairTopology
 from netbench.model.profile import Profile, profile_from_mapping
 from netbench.yamlfile import read_yaml
 
-TOPOLOGY_KEYS = ("name", "description", "groups", "links", "matrix", "nodes", "default")
+TOPOLOGY_KEYS = ("name", "description", "groups", "links", "matrix", "nodes", "default", "compute")
 EXAMPLES = {"group": "us", "node": "n1", "link": "us-eu"}
 MAX_NODES = 256  # 65,280 ordered pairs; the issue's largest proven case is 64
 HINT = "see profiles/topologies/README.md; e.g. groups: {us: [n1, n2], eu: [n3, n4]}, links: {us-eu: {delay: 25ms}}"
@@ -219,7 +219,17 @@ def pair_topology_from_mapping(data: Any, source: str, default_name: str = "topo
     if not links:
         raise _fail(source, "", "no pair is shaped",
                     "give links (or matrix entries) with a delay, rate or loss, or a default")
-    return PairTopology(name=name.strip(), nodes=tuple(nodes), links=tuple(links), source=source, groups=groups)
+    capacity = None
+    if "compute" in data:  # {n2: {cpus: 0.5, step_delay: 40ms}}: nodes of the file only
+        from netbench.model.compute import from_mapping
+
+        capacity = from_mapping(data["compute"], f"{source}: compute")
+        for node in capacity.nodes():
+            if node not in nodes:
+                raise _fail(source, f"compute.{node}", "is not a node of the topology",
+                            f"its nodes are {', '.join(nodes)}")
+    return PairTopology(name=name.strip(), nodes=tuple(nodes), links=tuple(links), source=source, groups=groups,
+                        compute=capacity)
 
 
 def load_pair_topology(path: str | Path) -> PairTopology:

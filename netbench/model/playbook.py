@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping
 
 from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
-from netbench.model import algorithm_keys, command_job, congestion, ranks
+from netbench.model import algorithm_keys, command_job, compute, congestion, ranks
 from netbench.model.profile import Profile, load_profile, validate
 from netbench.model.frameworks import check_framework
 from netbench.model.run import Settings, profile_name, scaled_name
@@ -152,6 +152,9 @@ def _factors(data: Any, source: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
                    "e.g. 'factors: {latency: [1ms, 10ms]}'")
     out = []
     for key, levels in data.items():
+        if key in compute.KINDS:  # per node: {n2: [1, 0.5]} -> a factor "cpus.n2" (model/compute.py)
+            out.extend(compute.playbook_factors(key, levels, f"{source}: factors.{key}"))
+            continue
         if key not in SETTING_KEYS:
             raise _unknown(source, "factors.", key, SETTING_KEYS)
         if isinstance(levels, (str, bytes)) or not isinstance(levels, (list, tuple)) or not levels:
@@ -300,27 +303,10 @@ def _written(book: Playbook) -> list[tuple[str, str]]:
 
 
 def _check_algorithm_keys(book: Playbook, points: list[Settings]) -> None:
-    """A training algorithm's setting (staleness, tau, elastic_alpha, gossip_p) is set in one
-    place, under algorithm: or as a setting, and some run's strategy uses it."""
-    for where, key in _written(book):
-        if key not in algorithm_keys.ALGORITHM_KEYS:
-            continue
-        if key in dict(book.job_extra):
-            raise fail(book.source, where, f"{key} is set under algorithm: too",
-                       f"keep one: algorithm.{key} (one value for every run), or {where}")
-        if all(getattr(point, key) is None for point in points):
-            owner = algorithm_keys.OWNERS[key]
-            raise fail(book.source, where, f"no run uses it: {key} is strategy {owner}'s setting, and no run is {owner}",
-                       f"add strategy {owner}, or remove {key}")
-    bad = algorithm_keys.unused(book.job_extra, {point.strategy for point in points})
+    """A training algorithm's setting is set in one place and used by some run (algorithm_keys.written_problem)."""
+    bad = algorithm_keys.written_problem(_written(book), book.job_extra, points)
     if bad is not None:
         raise fail(book.source, bad.key, bad.message, bad.hint)
-    where = next((w for w, k in _written(book) if k == "backup_workers"), "algorithm.backup_workers")
-    for point in (p for p in points if p.strategy == "ps-sync"):  # a round applies at least one gradient
-        backup = dict(book.job_extra).get("backup_workers") if point.backup_workers is None else point.backup_workers
-        if (backup or 0) >= point.workers:
-            raise fail(book.source, where, f"{backup} backup workers with {point.workers} workers: must be fewer "
-                       "than the workers", "lower it, or add workers")
 
 
 def _congestion(source: str, raw: Any) -> str | None:
@@ -433,7 +419,9 @@ def _cross(book: Playbook, factors: tuple[tuple[str, tuple[Any, ...]], ...]) -> 
     keys = [k for k, _ in factors]
     out = []
     for combo in itertools.product(*(levels for _, levels in factors)):
-        out.append(replace(book.fixed, **{SETTING_KEYS[k][0] if k in SETTING_KEYS else k: v for k, v in zip(keys, combo)}))
+        pairs = list(zip(keys, combo))
+        out.append(replace(book.fixed, compute=compute.crossed(book.fixed.compute, pairs),
+                           **{SETTING_KEYS[k][0] if k in SETTING_KEYS else k: v for k, v in pairs if "." not in k}))
     return out
 
 

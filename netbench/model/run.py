@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from netbench import units
+from netbench.model.compute import NONE, Compute
 from netbench.model.job import ALGORITHM_KEYS, ALGORITHM_SETTINGS, SERVER_STRATEGIES, JobSpec
 from netbench.model.profile import Profile
 
@@ -22,7 +23,7 @@ class Settings:
     batch is per worker; workers counts training processes (for `ps`, besides the
     parameter servers); ps is used by the `ps` strategy only and accum_steps by
     `allreduce-accum` only; staleness (ps-ssp), tau and elastic_alpha (easgd), gossip_p
-    (gosgd) and backup_workers (ps-sync) by their strategy only, None where the playbook does not set them (the job's
+    (gosgd) and backup_workers (ps-sync) and pipeline (ps-async) by their strategy only, None where the playbook does not set them (the job's
     default, or the playbook's `algorithm:` value). delay_us/jitter_us are one-way microseconds at each node's
     egress, rate_bps bits/s (None: unlimited), loss a ratio.
     """
@@ -46,6 +47,8 @@ class Settings:
     elastic_alpha: float | None = None  # easgd: moving rate
     gossip_p: float | None = None  # gosgd: probability of a push after each step
     backup_workers: int | None = None  # ps-sync: gradients a round may go without (the late ones, dropped)
+    pipeline: int | None = None  # ps-async: pushes a worker leaves unanswered while it computes
+    compute: Compute = NONE  # each node's CPU limit and step delay (factors cpus: and step_delay:)
     ranks_per_node: int = 1  # ranks on each node (model/ranks.py): workers / ranks_per_node nodes
     collective: str = "ring"  # torch's all-reduce: "ring" or "hierarchical"
 
@@ -90,10 +93,18 @@ class Run:
     schedule: Any = None  # model.schedule.Schedule, or None: the profile holds for the whole run
     timeline: tuple = ()  # model.schedule.TimedProfile entries of `schedule`, expanded over its base
     pairs: Any = None  # model.pairs.PairTopology the run applies instead of its profile (None: the profile)
+    compute: Compute = NONE  # each node's CPU limit and step delay (model/compute.py; NONE: unlimited)
 
     @property
     def run_id(self) -> str:
         return f"r{self.index:03d}"
+
+
+def computes(run: Run) -> tuple[Compute, ...]:
+    """Every node capacity the run holds: its own, then each of its schedule's entries'."""
+    from netbench.model.schedule import compute_at
+
+    return (run.compute,) + tuple(compute_at(run.compute, entry) for entry in run.timeline)
 
 
 def scaled_name(name: str, scale: float) -> str:

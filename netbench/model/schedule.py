@@ -8,6 +8,10 @@ base the first step starts from (without it, the link as it is); `repeat: true` 
 `period` (default: the last step's time plus its ramp). `trace: file.csv` (relative to the
 schedule) gives the steps as rows instead (model/trace.py).
 
+A step may also change a node's capacity: `{at: 10s, node: n2, cpus: 0.25}` (a CPU limit;
+`cpus: max` lifts it) or `step_delay: 40ms`, on the same clock as the link's changes
+(model/compute.py; each entry carries the changes so far, `compute_at` applies them).
+
 A schedule is time-triggered or step-triggered, never both: `at` and `at_step` are
 different clocks, and an order between them would only be known at run time.
 
@@ -35,6 +39,7 @@ MAX_ENTRIES = 100_000  # a timeline longer than this is a mistake (a 3-hour ramp
 RATIO_DIGITS = 6  # ramped ratios are rounded to 0.0001 %; durations to 1 us, rates to 1 bit/s
 SCHEDULE_KEYS = ("name", "description", "profile", "steps", "trace", "repeat", "period")
 TRIGGER_KEYS = ("at", "at_step", "ramp")
+COMPUTE_KEYS = ("node", "cpus", "step_delay")  # a node's capacity from that step on (model/compute.py)
 # profile-file key -> Profile field, for the fields a ramp can move
 RAMPABLE = {"delay": "delay_us", "jitter": "jitter_us", "rate": "rate_bps", "loss": "loss", "limit": "limit_packets",
             "reorder_gap": "reorder_gap", **{key: key for key in (
@@ -43,7 +48,7 @@ RAMPABLE = {"delay": "delay_us", "jitter": "jitter_us", "rate": "rate_bps", "los
 _ALONE_INVALID = {"jitter": units.parse_duration_us, **{key: units.parse_ratio for key in (
     "jitter_correlation", "loss_correlation", "duplicate_correlation", "corrupt_correlation", "reorder",
     "reorder_correlation")}}  # keys a profile refuses without another one: parsed on their own at load
-HINT = "see 'Time-varying links' in the README; a step is e.g. {at: 2s, delay: 30ms}"
+HINT = "see docs/guide/schedules.md; a step is e.g. {at: 2s, delay: 30ms}"
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class ScheduleStep:
     at_s: float | None = None
     at_step: int | None = None
     ramp: float = 0.0
+    compute: tuple[tuple[str, str, Any], ...] = ()  # (node, "cpus" or "step_delay_s", value) it sets
 
     @property
     def at(self) -> float:
@@ -103,6 +109,9 @@ class TimedProfile:
     profile: Profile
     step: int
     changes: tuple[tuple[str, str], ...] = ()
+    # every node capacity change from the schedule's start up to this entry, in order:
+    # (node, "cpus" or "step_delay_s", value); applied over the run's own (compute_at)
+    compute: tuple[tuple[str, str, Any], ...] = ()
 
     @property
     def when(self) -> str:
@@ -164,9 +173,13 @@ def _step(raw: Any, index: int, where: str, by_step: bool | None) -> ScheduleSte
     if by_step is not None and by_step != (key == "at_step"):
         raise _fail(where, key, "a schedule uses either at (time) or at_step (training steps), not both",
                     hint="split it into two schedules")
-    fields = {k: v for k, v in raw.items() if k not in TRIGGER_KEYS}
-    if not fields:
+    fields = {k: v for k, v in raw.items() if k not in TRIGGER_KEYS and k not in COMPUTE_KEYS}
+    compute = _compute_fields(raw, where)
+    if not fields and not compute:
         raise UsageError(f"{where}: the step changes nothing", hint="add a profile key, e.g. delay: 30ms")
+    if compute and "ramp" in raw:
+        raise _fail(where, "ramp", "a node's cpus or step_delay changes at once, not in a ramp",
+                    hint="put the ramp in a step of its own")
     _check_fields(fields, where)
     ramp: float = 0.0
     if "ramp" in raw:
@@ -177,9 +190,32 @@ def _step(raw: Any, index: int, where: str, by_step: bool | None) -> ScheduleSte
                     raise _fail(where, name, "a ramp moves numeric fields only",
                                 hint="put this change in a step of its own, without ramp")
     if key == "at":
-        return ScheduleStep(index, where, tuple(fields.items()), at_s=_duration_s(raw["at"], where, "at"), ramp=ramp)
+        return ScheduleStep(index, where, tuple(fields.items()), at_s=_duration_s(raw["at"], where, "at"), ramp=ramp,
+                            compute=compute)
     return ScheduleStep(index, where, tuple(fields.items()), at_step=_whole(raw["at_step"], where, "at_step"),
-                        ramp=ramp)
+                        ramp=ramp, compute=compute)
+
+
+def _compute_fields(raw: Mapping[str, Any], where: str) -> tuple[tuple[str, str, Any], ...]:
+    """A step's node capacity: {node: n2, cpus: 0.25, step_delay: 40ms} -> ((n2, cpus, 0.25),
+    (n2, step_delay_s, 0.04)); node without cpus or step_delay, or either without node, is refused."""
+    from netbench.model import compute
+
+    if not any(k in raw for k in COMPUTE_KEYS):
+        return ()
+    if "node" not in raw:
+        raise _fail(where, "node", "missing: cpus and step_delay say which node", hint="e.g. {at: 10s, node: n2, "
+                    "cpus: 0.25}")
+    node = compute.check_node(raw["node"], f"{where}: node")
+    out = []
+    if "cpus" in raw:
+        out.append((node, "cpus", compute.parse_cpus(raw["cpus"], f"{where}: cpus")))
+    if "step_delay" in raw:
+        out.append((node, "step_delay_s", compute.parse_step_delay(raw["step_delay"], f"{where}: step_delay")))
+    if not out:
+        raise _fail(where, "node", "a node's step says its cpus or step_delay", hint="e.g. {at: 10s, node: n2, "
+                    "cpus: 0.25}; cpus: max puts it back")
+    return tuple(out)
 
 
 def _check_order(steps: list[ScheduleStep], key: str) -> None:
@@ -319,7 +355,9 @@ def timeline(schedule: Schedule, base: Profile | None = None) -> tuple[TimedProf
     naming the file, the step (or trace row) and the key."""
     current = schedule.profile or base or Profile(name="none")
     out: list[TimedProfile] = []
+    compute: tuple = ()
     for step in schedule.steps:
+        compute += step.compute
         fields = dict(step.fields)
 
         def named(profile: Profile, at: float) -> Profile:
@@ -344,13 +382,33 @@ def timeline(schedule: Schedule, base: Profile | None = None) -> tuple[TimedProf
         for at, profile in points:
             out.append(TimedProfile(at_s=None if step.at_step is not None else at,
                                     at_step=int(at) if step.at_step is not None else None,
-                                    profile=profile, step=step.index, changes=_changes(previous, profile)))
+                                    profile=profile, step=step.index, compute=compute,
+                                    changes=_changes(previous, profile) + _compute_text(step.compute)))
             previous = profile
             if len(out) > MAX_ENTRIES:
                 raise _fail(step.where, "ramp", f"the schedule expands to over {MAX_ENTRIES} changes",
                             hint="shorten the ramps")
         current = end
     return tuple(out)
+
+
+def _compute_text(changes: tuple[tuple[str, str, Any], ...]) -> tuple[tuple[str, str], ...]:
+    def text(kind: str, value: Any) -> str:
+        if kind == "cpus":
+            return "max" if value is None else f"{value:g}"
+        return units.format_duration_us(round(value * 1e6))
+
+    return tuple((f"{node} {'cpus' if kind == 'cpus' else 'step_delay'}", text(kind, value))
+                 for node, kind, value in changes)
+
+
+def compute_at(start: Any, entry: TimedProfile | None) -> Any:
+    """The node capacity in force at `entry` (a model.compute.Compute): `start`, the run's own,
+    with every schedule change up to it applied (pure)."""
+    out = start
+    for node, kind, value in (entry.compute if entry is not None else ()):
+        out = out.set(node, **{kind: value})
+    return out
 
 
 def due(entries: tuple[TimedProfile, ...] | list[TimedProfile], index: int, now: float, offset: float = 0.0) -> int:

@@ -17,7 +17,10 @@ The exchange strategies (ps-sync, ps-async, ps-ssp, easgd, gosgd, adpsgd) move t
 in netbench's own frames on plain TCP, not in TensorFlow's collectives: their communication is
 model/exchange_model.py's, with the exchange protocol's own calibration and TCP's window.
 
-Where it stops holding (the README says more): loss (TCP's recovery is not modelled),
+Unequal nodes (model/compute.py): a worker's compute is the calibrated one times its slowdown
+under its CPU limit, plus its step delay; a synchronous step waits for the slowest worker.
+
+Where it stops holding (docs/guide/collectives.md and docs/validation.md say more): loss (TCP's recovery is not modelled),
 CPU saturation beyond what the compute calibration shared, congestion-window growth when a
 step's transfer is short against the bandwidth-delay product (slow start after idle), and
 jitter (ignored).
@@ -68,6 +71,10 @@ class StepInputs:
     exchange_alpha_s: float | None = None
     exchange_beta_s_per_byte: float | None = None
     window_bytes: float | None = None
+    # unequal nodes (model/compute.py): each worker's compute slowdown (its CPU limit against the
+    # calibration's unlimited node) and step delay, worker 0 first; () when every node is as calibrated
+    node_slowdown: tuple[float, ...] = ()
+    node_delay_s: tuple[float, ...] = ()
     # several ranks per node (model/ranks.py): `workers` ranks, ranks_per_node of them on each
     # node talking over its loopback; collective "ring" (every rank) or "hierarchical"
     ranks_per_node: int = 1
@@ -185,7 +192,7 @@ PATTERNS: dict[str, Callable[[StepInputs], float]] = {
     "allreduce-accum": allreduce_s,  # one all-reduce per accum_steps batches: a step is one update
     "ps": _ps,
     # netbench's exchange protocol: every worker pushes and pulls each step (ps-ssp: up to S in
-    # flight, ps-async: its window; predict: PIPELINED), easgd every `period` steps, gosgd a
+    # flight, ps-async: its pipeline, 0 unless set; predict: PIPELINED), easgd every `period` steps, gosgd a
     # push to one peer with probability `p`, adpsgd a model each way per step
     **exchange_model.PATTERNS,
 }
@@ -195,7 +202,7 @@ PATTERNS: dict[str, Callable[[StepInputs], float]] = {
 # (jobs/harness/ps.py: duration = the time between completions): W workers overlap their steps
 COMPLETIONS = frozenset({"ps"})
 # strategies whose workers keep up to `window` exchanges in flight while they compute (ps-ssp: S,
-# ps-async: its transport window; jobs/harness/exchange_loop.py): a step is a round trip shared
+# ps-async: its pipeline, 0 by default: one push in flight; jobs/harness/exchange_loop.py): a step is a round trip shared
 # by window + 1 steps, never less than its computing with its own per-byte work or what its busier
 # direction carries per step
 # (exchange_model.pipelined_s: the egress, and a window per round trip on each connection)
@@ -208,8 +215,8 @@ def predict(x: StepInputs) -> Prediction | None:
     if pattern is None or x.compute_s <= 0 or (x.model_bytes <= 0 and x.strategy != "single"):
         return None
     batches = max(1, x.accum_steps) if x.strategy == "allreduce-accum" else 1
-    compute = x.compute_s * batches
     comm = pattern(x)
+    compute = node_compute_s(x, x.compute_s * batches, min(comm, cpu_comm_s(x)))
     floor = compute + (allreduce_floor_s(x.model_bytes, x.workers, x.delay_s, x.rate_bps, ring_round_trips_s(x) / 2)
                        if x.strategy.startswith("allreduce") else 0.0)
     if x.ranks_per_node > 1 and x.strategy.startswith("allreduce"):  # only the nodes' links bound it
@@ -225,6 +232,33 @@ def predict(x: StepInputs) -> Prediction | None:
         step = max(compute + exchange_model.worker_bytes_s(x), step / depth, exchange_model.pipelined_s(x))
         floor = compute + exchange_model.pipelined_floor_s(x)
     return Prediction(step_s=step, compute_s=compute, comm_s=comm, floor_s=floor)
+
+
+# strategies whose every step waits for every worker's gradient: the slowest node bounds the step
+SYNCHRONOUS = frozenset({"allreduce", "allreduce-accum", "ps-sync", "single"})
+
+
+def cpu_comm_s(x: StepInputs) -> float:
+    """The CPU work of a step's communication: its bytes at the per-byte cost measured on unshaped
+    links (there the CPU, not the link, sets it): the all-reduce's slope, or the exchange
+    protocol's for a model pushed and pulled. A node's CPU limit slows it as it slows compute."""
+    if x.exchange_beta_s_per_byte is not None and x.strategy in exchange_model.PATTERNS:
+        return x.exchange_beta_s_per_byte * 2 * x.model_bytes
+    return x.beta_s_per_byte * x.model_bytes
+
+
+def node_compute_s(x: StepInputs, compute_s: float, cpu_comm: float = 0.0) -> float:
+    """A step's compute with unequal nodes: each worker's CPU work (`compute_s` and the
+    communication's `cpu_comm`) times its slowdown, plus its step delay, less the `cpu_comm` the
+    communication term already counts; the slowest worker's in a synchronous strategy (every step
+    waits for it), the workers' mean in the others (each runs at its own pace)."""
+    if not x.node_slowdown and not x.node_delay_s:
+        return compute_s
+    count = max(len(x.node_slowdown), len(x.node_delay_s))
+    slow = tuple(x.node_slowdown) + (1.0,) * (count - len(x.node_slowdown))
+    delay = tuple(x.node_delay_s) + (0.0,) * (count - len(x.node_delay_s))
+    each = [(compute_s + cpu_comm) * s + d - cpu_comm for s, d in zip(slow, delay)]
+    return max(each) if x.strategy in SYNCHRONOUS else sum(each) / len(each)
 
 
 def within(measured_s: float, predicted_s: float, tolerance: float = 0.25) -> bool:

@@ -31,6 +31,7 @@ from netbench.emulation import changes as ch
 from netbench.errors import NetbenchError, StateError, UsageError
 from netbench.state.journal import Journal, Lock
 from netbench.model.topology import Node, Topology
+from netbench.remote.task_setup import CONTROL_VARIABLE, control_file, take_request, task_group
 
 HOST_NETNS = "@host"  # in a plan: the host's own network namespace
 ATTACH_PREFIX = "nbhost-"
@@ -397,14 +398,19 @@ TASK_MARK = "netbench-task"  # the first stdout line of `node task`: "netbench-t
 
 
 def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, grace: float = 3.0,
-             stdin=None, stdout=None) -> int:
+             stdin=None, stdout=None, cpus: float | None = None, cgroups=None) -> int:
     """Run one job process for a controller, over SSH: its stdout is relayed line by line to
     this command's stdout (the SSH channel), its stderr goes straight there.
 
     The process is journaled while it runs, so `netbench node reset` (or an expired lease)
     stops it after any crash. It is stopped (TERM to its process group, `grace` s, KILL)
     when the controller closes this command's stdin, when the connection drops, or on
-    SIGTERM/SIGHUP. Returns its exit code (128 + signal when a signal ended it).
+    SIGTERM/SIGHUP; once the process exits, what it left in its group (a background process,
+    which would hold the relay's pipe) is stopped the same way. Returns its exit code (128 + signal when a signal ended it).
+
+    A user's command (its environment names NETBENCH_CONTROL, a path on the controller) gets
+    a control file of its own on this host instead: a "stop-at N" line from the controller
+    on stdin is written there, where netbench.track's stop_requested() reads it.
     """
     import signal
     import subprocess
@@ -412,7 +418,17 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
 
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
-    child = proc.spawn(argv, env={"PYTHONUNBUFFERED": "1", **env}, stdout=subprocess.PIPE, stderr=None)
+    control = control_file() if CONTROL_VARIABLE in env else None
+    if control is not None:
+        env = {**env, CONTROL_VARIABLE: str(control)}
+    groups, group = task_group(journal, role, cpus, cgroups)
+    try:
+        child = proc.spawn(argv, env={"PYTHONUNBUFFERED": "1", **env}, stdout=subprocess.PIPE, stderr=None,
+                           cgroup=None if groups is None else str(groups.cgroups.path(group) / "cgroup.procs"))
+    except BaseException:
+        if groups is not None:
+            groups.remove_all()
+        raise
     entry = journal.record("process", pid=child.pid, start=proc.start_time(child.pid), netns=None, role=role)
 
     def on_signal(signum, frame):
@@ -425,14 +441,24 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
     def watch_stdin() -> None:
         # the raw descriptor, not the buffered object: a daemon thread blocked inside a
         # buffered read makes the interpreter abort at exit (and lose the exit status)
+        pending = b""
         try:
-            while os.read(stdin.fileno(), 4096):
-                pass
+            while chunk := os.read(stdin.fileno(), 4096):
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    take_request(line, control)
         except (OSError, ValueError):
             pass
         proc.stop_group(child, grace)  # EOF: the controller stopped the task, or is gone
 
+    def watch_child() -> None:
+        # what the process left in its group (a background process of a script that exited)
+        # would hold the relay's pipe open, unjournaled: ended as soon as the process exits
+        child.wait()
+        proc.stop_group(child, grace)
+
     threading.Thread(target=watch_stdin, name="netbench-task-stdin", daemon=True).start()
+    threading.Thread(target=watch_child, name="netbench-task-exit", daemon=True).start()
     try:
         stdout.write(f"{TASK_MARK} pid={child.pid}\n".encode())
         stdout.flush()
@@ -446,4 +472,10 @@ def run_task(journal: Journal, argv: list[str], env: dict[str, str], role: str, 
         if code is None:
             code = child.wait()
         journal.done(entry)
+        if control is not None:
+            import shutil
+
+            shutil.rmtree(control.parent, ignore_errors=True)
+        if groups is not None:
+            groups.remove_all()  # what cannot be removed stays journaled for 'netbench node reset'
     return 128 - code if code < 0 else code

@@ -4,7 +4,7 @@ over SSH, read back, reset, check, renew leases. Hosts are driven in parallel.
 Each host shapes its data-plane interface's egress (and ingress, with netem) in its own
 network namespace. With the netem backend a host gets the same changes a local node gets;
 a host without sch_netem gets the rate through tbf only (its own NFQUEUE delay engine would
-sit in the sender's stack, where TCP small queues distort it: see README), and a profile
+sit in the sender's stack, where TCP small queues distort it: see docs/background/backends.md), and a profile
 with delay, jitter or loss is refused for it with the reason.
 """
 

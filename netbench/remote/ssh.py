@@ -43,6 +43,7 @@ class StreamingCommand(Protocol):
     stdout: IO[bytes]
     stderr: IO[bytes]
 
+    def write(self, data: bytes) -> None: ...  # to the command's stdin
     def close_stdin(self) -> None: ...
     def exit_status(self, timeout: float | None) -> int | None: ...  # None: still running; -1: none came
     def close(self) -> None: ...

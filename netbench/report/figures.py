@@ -39,7 +39,8 @@ AXIS_LABELS = {"latency_ms": "one-way latency at each node (ms)", "bandwidth_mbi
                "data": "data", "framework": "framework", "topology": "topology",
                "staleness": "staleness bound (ps-ssp, steps)", "tau": "local steps between exchanges (easgd tau)",
                "elastic_alpha": "elastic moving rate (easgd alpha)", "gossip_p": "push probability (gosgd p)",
-               "backup_workers": "backup workers (ps-sync)"}
+               "backup_workers": "backup workers (ps-sync)",
+               "pipeline": "pushes unanswered (ps-async pipeline)"}
 PANEL_PX = (520, 440)  # width, height of one panel in pixels (figures are DPI 100)
 DPI = 100
 SERIES_OFFSET_PT = 5  # series at one level of a numeric factor sit this far apart (points), whiskers apart

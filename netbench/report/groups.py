@@ -183,7 +183,7 @@ def series_label(group: Group, series: Sequence[str]) -> str:
              "bandwidth_mbit": "bandwidth {:g} Mbit/s", "loss_pct": "loss {:g} %", "jitter_ms": "jitter {:g} ms",
              "scale": "scale {:g}", "staleness": "staleness {}", "tau": "tau {}",
              "elastic_alpha": "alpha {:g}", "gossip_p": "p {:g}",
-             "backup_workers": "{} backup workers"}
+             "backup_workers": "{} backup workers", "pipeline": "pipeline {}"}
     series = [s for s in series if group.get(s) is not None]  # e.g. accum_steps of a non-accum series
 
     def one(name: str) -> str:

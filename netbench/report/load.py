@@ -30,7 +30,7 @@ FACTORS = ("strategy", "model", "batch", "workers", "ps", "accum_steps", "data",
 # level, and a None among their levels is no level of theirs
 OWN_SETTINGS = ("ps", "accum_steps", *ALGORITHM_KEYS)
 ALGORITHM_SHORT = (("staleness", "s"), ("tau", "tau"), ("elastic_alpha", "alpha"), ("gossip_p", "p"),
-                   ("backup_workers", "b"))
+                   ("backup_workers", "b"), ("pipeline", "pipeline"))
 
 
 def algorithm_text(levels: Mapping[str, Any]) -> str:

@@ -35,8 +35,7 @@ def predicted_blocks(results_csv: Path, tolerance: float = TOLERANCE) -> list:
         cells.append((r["run_id"], r["profile"], r["strategy"], r["model"], r["workers"], f"{measured * 1e3:.1f}",
                       f"{predicted * 1e3:.1f}", f"{ratio:.2f}{flag}"))
     return [Heading("Measured and predicted steps"),
-            Paragraph(f"The step model's prediction (README: 'Collectives, and a step predicted before it is "
-                      f"measured') from the sweep's calibrations, never from the run's own steps; ! marks a run "
+            Paragraph(f"The step model's prediction (docs/guide/collectives.md) from the sweep's calibrations, never from the run's own steps; ! marks a run "
                       f"outside {tolerance:.0%}."),
             Table(("run", "profile", "strategy", "model", "workers", "measured step (ms)", "predicted (ms)",
                    "measured / predicted"), tuple(cells)),

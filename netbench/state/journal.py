@@ -40,6 +40,7 @@ REQUIRED: dict[str, dict[str, type]] = {
     "netns": {"name": str}, "attach": {"name": str}, "process": {"pid": int},
     "qdisc": {"netns": str, "ifname": str}, "ingress": {"netns": str, "dev": str, "ifb": str},
     "iptables": {"netns": str}, "sysctl": {"key": str, "previous": str},
+    "cgroup": {"path": str, "root": str},
 }
 
 
@@ -91,7 +92,7 @@ class Entry:
     """One recorded change: `kind` says how to undo it, `data` what it touched."""
 
     id: str
-    kind: str  # netns | process | qdisc | iptables | ingress | attach | sysctl
+    kind: str  # netns | process | qdisc | iptables | ingress | attach | sysctl | cgroup
     data: dict[str, Any] = field(default_factory=dict)
 
 

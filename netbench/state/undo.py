@@ -101,6 +101,22 @@ def _undo_sysctl(data: dict[str, Any], ctx: UndoContext) -> str | None:
     return f"{data['key']} change " + (f"in {where}" if where else "on the host") + f" (back to {data['previous']!r})"
 
 
+def _undo_cgroup(data: dict[str, Any], ctx: UndoContext) -> str | None:
+    """A node's CPU-limit group (emulation/cgroups.py): removed, with its parent when that is
+    empty; only a group under netbench's own parent (a journal names nothing else)."""
+    from pathlib import Path
+
+    from netbench.emulation.cgroups import PARENTS, remove_group
+
+    path = Path(data["path"])
+    if path.parent.name not in PARENTS:
+        ctx.warn(f"cgroup {path} left alone: not under a parent of netbench's ({', '.join(PARENTS)})")
+        return None
+    if remove_group(path, Path(data["root"])):
+        return f"cgroup {path}"
+    return None
+
+
 UNDO: dict[str, UndoFn] = {
     "process": _undo_process,
     "iptables": _undo_iptables,
@@ -109,6 +125,7 @@ UNDO: dict[str, UndoFn] = {
     "netns": _undo_netns,
     "attach": _undo_attach,
     "sysctl": _undo_sysctl,
+    "cgroup": _undo_cgroup,
 }
 
 

@@ -49,6 +49,7 @@ class EmbeddedTestbed:
         self.congestion: str | None = None  # the sweep's --congestion-control (None: the nodes' own)
         self.congestion_default: str | None = None  # set: self.congestion is the embedded default, not asked for
         self._congestion_set: list = []  # its journal entries, put back by finish()
+        self.capacity = None  # testbed/compute.py NodeCapacity: the sweep's CPU limits and step delays
 
     @property
     def spawn(self):
@@ -156,6 +157,10 @@ class EmbeddedTestbed:
         try:
             self._choose_congestion(getattr(config, "congestion_control", None))
             backend = choose_backend(self.requested)
+            from netbench.testbed.compute import NodeCapacity
+
+            self.capacity = NodeCapacity(self.journal)
+            self.capacity.prepare(config.runs)
             self.topology = local.discover()
             if self.topology is not None and len(self.topology.nodes) < needed:
                 raise TestbedError(f"the testbed that is up has {len(self.topology.nodes)} nodes; "
@@ -194,6 +199,8 @@ class EmbeddedTestbed:
             from netbench.testbed import congestion
 
             self._congestion_set = congestion.set_on_nodes(self.journal, self.topology.nodes, self.congestion)
+        if self.capacity is not None:
+            self.capacity.start(self.topology.nodes, self.spawn)
         return self.topology
 
     def congestion_control(self) -> dict[str, str]:
@@ -217,6 +224,8 @@ class EmbeddedTestbed:
         network = run.pairs or run.profile
         self.executor.apply(backends.plan_network(network, self.topology, self.backend.name, seed=seed,
                                                   held=self.executor.held()))
+        if self.capacity is not None:
+            self.capacity.apply(run.compute)
 
     def schedule_thread(self):
         """Entered on a run's schedule thread for its life: that thread's own netlink sockets,
@@ -245,6 +254,9 @@ class EmbeddedTestbed:
         """Put the nodes' congestion control back, clear the shaping (or take down the testbed this
         sweep brought up); release the lock."""
         try:
+            if self.capacity is not None:
+                for problem in self.capacity.finish(self.spawn):
+                    note(f"{problem} (left for 'netbench reset')")
             if self._congestion_set:
                 from netbench.testbed import congestion
 

@@ -20,9 +20,6 @@ A host that drops out (its SSH connection closes) ends the run as `failed`, nami
 
 from __future__ import annotations
 
-import queue
-import re
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -31,12 +28,13 @@ from netbench.emulation.executor import BackendChoice
 from netbench.errors import NetbenchError, ResetIncomplete, UsageError
 from netbench.remote.inventory import Host, Inventory
 from netbench.model.job import COORDINATOR, PS, JobSpec, Task, nodes_needed, placement
-from netbench.jobs.launch import TaskLost, Timeouts, copy_to_log, log_tail
+from netbench.jobs.launch import TaskLost, Timeouts
 from netbench.state.lease import DEFAULT_LEASE_S
-from netbench.remote.ssh import HostConnection, StreamingCommand
+from netbench.remote.ssh import HostConnection
 from netbench.model.pairs import PairTopology
 from netbench.model.topology import Node, Topology
 from netbench.testbed.base import Planned
+from netbench.testbed.host_task import RemoteTask, task_pid  # noqa: F401 - re-exported
 
 STOP_GRACE_S = 3.0  # TERM, then KILL this much later (on the host)
 
@@ -110,96 +108,6 @@ def task_command(host: Host, task: Task, env: dict[str, str], grace: float = STO
     for name, value in variables.items():
         options += ["--env", f"{name}={value}"]
     return node_command(host, ["task", *options, "--", *argv])
-
-
-# ---------------------------------------------------------------- a task on a host
-
-def task_pid(first: bytes) -> int | None:
-    """The pid in `node task`'s first line ("netbench-task pid=N"); None unless N > 1 (pure):
-    the controller may kill that process group, and 0, 1 or -1 there would mean far more."""
-    from netbench.remote.agent import TASK_MARK
-
-    match = re.fullmatch(rb"%s pid=([0-9]{1,10})\s*" % TASK_MARK.encode(), first)
-    pid = int(match.group(1)) if match else None
-    return pid if pid is not None and pid > 1 else None
-
-
-def _first_line(stream: StreamingCommand, timeout: float) -> bytes | None:
-    """The stream's first line, or None if none came within `timeout` seconds."""
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: lines.put(stream.stdout.readline()), name="netbench-task-pid",
-                     daemon=True).start()
-    try:
-        return lines.get(timeout=timeout)
-    except queue.Empty:
-        return None
-
-
-class RemoteTask:
-    """A job process on a host (TaskProcess): stdout streamed over its SSH channel, stderr
-    copied into the controller's log file for it."""
-
-    def __init__(self, conn: HostConnection, host: Host, task: Task, log: Path, stream: StreamingCommand,
-                 startup_s: float = Timeouts().startup_s) -> None:
-        from netbench.remote.agent import TASK_MARK
-
-        self.conn, self.host, self.task, self.stream = conn, host, task, stream
-        self.stdout = stream.stdout
-        self.pid: int | None = None
-        self._log_thread = threading.Thread(target=self._copy_stderr, args=(log,), daemon=True)
-        self._log_thread.start()
-        first = _first_line(stream, startup_s)  # a host that accepts the channel, then hangs
-        if first is None:
-            stream.close()
-            raise TaskLost(f"host {host.name}: cannot start {self.name}: no answer within {startup_s:g}s")
-        if first.startswith(TASK_MARK.encode()) and task_pid(first) is None:
-            stream.close()
-            shown = first.decode("utf-8", "replace").strip()[:80]
-            raise TaskLost(f"host {host.name}: cannot start {self.name}: it sent {shown!r}, "
-                           f"not '{TASK_MARK} pid=N' with N > 1")
-        if not first.startswith(TASK_MARK.encode()):
-            code = stream.exit_status(5.0)
-            self._log_thread.join(timeout=5.0)
-            detail = log_tail(log) or (f"exit status {code}" if code not in (None, -1) else "no answer")
-            if code == 127 and not log_tail(log):
-                detail = "netbench is not installed there (run 'netbench provision --inventory ...')"
-            if not conn.connected:
-                detail = "SSH connection lost"
-            stream.close()
-            raise TaskLost(f"host {host.name}: cannot start {self.name}: {detail}")
-        self.pid = task_pid(first)
-
-    @property
-    def name(self) -> str:
-        return f"{self.task.role}{self.task.index}"
-
-    def _copy_stderr(self, log: Path) -> None:
-        copy_to_log(self.stream.stderr, log)  # rotated at its cap, like a local task's
-
-    def wait(self) -> int:
-        code = self.stream.exit_status(None)
-        self._log_thread.join(timeout=2.0)  # its last stderr lines are the cause a failed run shows
-        return -1 if code is None else code
-
-    def failure(self, code: int) -> str | None:
-        if code == -1 and not self.conn.connected:
-            return f"host {self.host.name}: SSH connection lost while {self.name} ran there"
-        return None
-
-    def stop(self, grace: float) -> None:
-        """Close the channel's stdin (the host stops the process group: TERM, `grace` s, KILL);
-        if the host does not answer in time, KILL the group over a fresh command."""
-        if self.stream.exit_status(0) is None:
-            self.stream.close_stdin()
-            if self.stream.exit_status(grace + 8.0) is None and self.pid is not None and self.pid > 1:
-                sudo = "sudo -n " if self.host.sudo else ""
-                try:
-                    self.conn.run(f"{sudo}kill -KILL -- -{self.pid}", timeout=10)
-                except NetbenchError:
-                    pass  # unreachable: the host's journal and lease still stop it
-                self.stream.exit_status(5.0)
-        self.stream.close()
-        self._log_thread.join(timeout=2.0)
 
 
 # ---------------------------------------------------------------- the testbed
@@ -480,6 +388,10 @@ def refuse_schedules(config) -> None:
     if getattr(config, "congestion_control", None) not in (None, "host"):  # 'host': the hosts' own, as always
         raise UsageError("--congestion-control is embedded-only for now (a playbook's congestion_control: too)",
                          hint="drop --inventory, or set net.ipv4.tcp_congestion_control on the hosts yourself")
+    limited = next((r for r in config.runs if getattr(r, "compute", None) is not None and r.compute.limited), None)
+    if limited is not None:  # (a host's agent starts a task in a CPU limit; the controller cannot ask it yet)
+        raise UsageError(f"run {limited.run_id}: --cpus and --step-delay are embedded-only for now",
+                         hint="drop --inventory, or limit a host's task with 'netbench node task --cpus'")
     scheduled = next((run for run in config.runs if getattr(run, "schedule", None) is not None), None)
     if scheduled is not None:
         raise UsageError(f"schedule {scheduled.schedule.name}: not with --inventory: a schedule changes the link "

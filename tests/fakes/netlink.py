@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import itertools
+import os
+import struct
 from typing import Any, Callable, Iterator
 
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
-from netbench.emulation.netlink import netem
+from netbench.emulation.netlink import netem, rtnl
 from netbench.emulation.changes import IPT_CHAIN, ShapeDevice, ShapePairs
 from netbench.emulation.netlink.netem import NetemParams
 from netbench.errors import EmulationError
@@ -264,3 +267,48 @@ def make_fakes(before: Hook | None = None) -> tuple[FakeQdiscs, FakeIptables, Fa
     """Three fakes sharing one call log."""
     log: list = []
     return FakeQdiscs(log, before), FakeIptables(log, before), FakeEngines(log, before), log
+
+
+# --- a namespace's raw netlink socket, for batched requests (netlink/batch.py) -------------------
+
+def ack(seq: int, code: int = 0) -> bytes:
+    """An NLMSG_ERROR answering request `seq` (code 0: applied), capped: the request's header only."""
+    body = struct.pack("=i", code) + rtnl._HDR.pack(16, 36, 0, seq, 0)
+    return rtnl._HDR.pack(16 + len(body), rtnl.NLMSG_ERROR, rtnl.NLM_F_CAPPED, seq, 0) + body
+
+
+class FakeKernelSocket:
+    """A namespace's netlink socket: answers each request with an ack, or with `refuse`'s code
+    for the interfaces listed there. A real socketpair end stands in for select().
+
+    `room`: how many answers fit in its receive buffer; the kernel drops the answers past it
+    and the next read fails with ENOBUFS, once (as a netlink socket that overran)."""
+
+    def __init__(self, refuse: dict[int, int] | None = None, room: int | None = None) -> None:
+        import socket
+
+        self.ours, self.kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.refuse = refuse or {}
+        self.sent: list[bytes] = []
+        self.room, self.overran = room, False
+
+    def fileno(self) -> int:
+        return self.ours.fileno()
+
+    def sendto(self, data: bytes, address) -> None:
+        self.sent.append(data)
+        seq, index = struct.unpack_from("=I", data, 8)[0], struct.unpack_from("=i", data, 20)[0]
+        if self.room is not None and len(self.sent) > self.room:
+            self.overran = True  # applied, but its answer is dropped
+            return
+        self.kernel.send(ack(seq, -self.refuse.get(index, 0)))
+
+    def recv(self, size: int) -> bytes:
+        if self.overran:
+            self.overran = False
+            raise OSError(errno.ENOBUFS, os.strerror(errno.ENOBUFS))
+        return self.ours.recv(size)
+
+    def close(self) -> None:
+        self.ours.close()
+        self.kernel.close()

@@ -1,7 +1,8 @@
-"""How each shipped example runs in the readme tier: the exceptions, each with its reason.
+"""How each shipped example runs in the docs tier: the exceptions, each with its reason.
 
-Every example found in README.md's ```sh blocks and in the --help texts (tests/readme_examples.py)
-runs for real, in its block's order, unless it is named here. A training command (a sweep or a
+Every example found in the ```sh blocks of README.md and docs/ and in the --help texts
+(tests/readme_examples.py) runs for real, in its block's order, unless it is named here. An entry
+names a command as shown, so one entry covers that command wherever it is shown. A training command (a sweep or a
 playbook run) runs shortened (readme_examples.shorten), or as a dry run where DRY says why (its kind then
 runs for real in another example).
 tests/unit/test_readme_examples.py fails when an entry here names no shipped example any more.
@@ -18,6 +19,7 @@ NOT_RUNNABLE = {
     "make demo": "a make target: installs Debian packages and a venv first (it runs `netbench sweep "
                  "--latency 1,10,100ms`, whose kind runs here as the --metrics-port sweep)",
     "make test": "a make target: the suite that runs this tier",
+    "make install": "a make target: installs Debian packages and a venv (the suite runs in what it installed)",
     "netbench provision --inventory hosts.yaml": SSH,
     "netbench doctor --inventory hosts.yaml": SSH,
     "netbench apply --inventory hosts.yaml --bandwidth 100mbit": SSH,
@@ -39,26 +41,38 @@ NOT_RUNNABLE = {
     "netbench node task --role worker0 --env TF_CONFIG={...} -- python -m netbench.jobs.worker": AGENT,
 }
 
-SAME_LATENCY = "a plain latency sweep: that kind runs for real as README's --metrics-port sweep"
+SAME_LATENCY = "a plain latency sweep: that kind runs for real as README.md's quick start"
 # training commands run as --dry-run (flags and plan checked, nothing trained) -> why; every other
 # training example is trained for real, shortened
 DRY = {
     "netbench sweep --latency 1,10,100ms --bandwidth 250,1000mbit --repeat 3":
         "18 runs (3 x 2 points x 3 repeats; 6 in two launches even at --repeat 1); a latency sweep "
-        "runs for real in the Live metrics block",
+        "runs for real in README.md's quick start",
     "netbench sweep --latency 1,10,100ms": SAME_LATENCY,
     "netbench sweep --latency 1,10,100ms --repeat 2": SAME_LATENCY,
     "netbench sweep --latency 1,10,100ms --metrics-port 9464 --metrics-address 0.0.0.0":
         "the --metrics-port sweep above runs for real; this one adds only the bind address",
     "netbench sweep --schedule profiles/schedules/spike.yaml --latency 10ms":
-        "a --schedule sweep runs for real in README's tour",
+        "a --schedule sweep runs for real in the getting-started tour",
     # kinds trained for real by a test of their own in tests/tf (kept dry here for the suite's time)
     "netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit":
         "ps sweeps train for real in tests/tf/test_root_strategies.py",
     "netbench sweep --strategy ps-ssp --staleness 3 --data fashion-mnist --train-steps 200 --latency 1,50ms":
         "every algorithm trains on Fashion-MNIST for real in tests/tf/test_algorithms_tf.py",
+    "netbench run playbooks/algorithms-check.yaml":
+        "every algorithm trains on Fashion-MNIST for real in tests/tf/test_algorithms_tf.py (this "
+        "playbook trains for minutes)",
     "netbench sweep --latency 1,20ms --workers 2 -- python examples/torch_ddp.py":
         "examples/torch_ddp.py runs for real under this sweep in tests/tf/test_user_jobs_tf.py",
+    "netbench sweep --latency 1,20ms --workers 2 -- python examples/keras_fit.py":
+        "examples/keras_fit.py runs for real under this sweep in tests/tf/test_user_jobs_tf.py",
+    "netbench sweep --latency 1,20ms --workers 2 -- sh examples/torchrun.sh":
+        "examples/torchrun.sh runs for real under a sweep in tests/tf/test_user_jobs_tf.py",
+    "netbench sweep --latency 1,20ms --workers 2 --images-per-step 64 --step-regex "
+    "'step (?P<step>\\d+) took (?P<ms>[\\d.]+) ms' -- python examples/plain_steps.py":
+        "examples/plain_steps.py runs for real under --step-regex sweeps in tests/root/test_user_command_root.py",
+    "netbench sweep --bandwidth 1gbit,20mbit --workers 2 --warmup 2 --seconds 5 -- python examples/ring_bytes.py":
+        "a job that reports no steps (examples/ring_bytes.py) runs for real in tests/root/test_user_command_root.py",
     "netbench sweep --framework torch --model mlp --latency 1,20ms --workers 2":
         "this sweep runs for real in tests/tf/test_torch_tf.py",
     "netbench sweep --framework torch --strategy allreduce-accum --accum-steps 4 --bandwidth 100,1000mbit":
@@ -110,9 +124,11 @@ OUTPUT = {
         [r"TCP congestion control on every node: cubic \(asked for this sweep: cubic\)"],
 }
 
-# an example whose printed table must be the one README.md shows (its columns, and the shown rows'
-# first cells) -> the words just before that shown output: the demo's `sweep --latency 1,10,100ms`
-TABLES = {"netbench sweep --latency 1,10,100ms --metrics-port 9464": "prints a table such as:"}
+# an example whose printed table must be the one a page shows -> (the page, the words just before
+# that shown output, how many leading cells of each shown row must begin a printed row): the
+# README's demo table is a real run's, so its figures are not compared, only its columns and each
+# row's point (run, profile, delay, rate, loss, rep)
+TABLES = {"netbench sweep --latency 1,10,100ms --output results/first": ("README.md", "prints a table such as:", 6)}
 
 # files an example says it writes
 FILES = {

@@ -1,5 +1,7 @@
-"""The README is a contract: every command example it ships (README.md's ```sh blocks and the
---help texts' `Example:` lines) runs here, on the embedded testbed (root, TensorFlow).
+"""The docs tier. The documentation is a contract: every command example netbench ships (the
+```sh blocks of README.md and of docs/, and the --help texts' `Example:` lines) runs here, on
+the embedded testbed (root, TensorFlow); test_docs_site.py builds the site and checks what
+it covers.
 
 The examples are found by parsing (tests/readme_examples.py), so a new one runs without being
 added here; tests/readme/plan.py names the exceptions, each with its reason: examples that
@@ -14,14 +16,15 @@ on failure, and the `clean_machine` fixture fails a block that leaves anything b
 run in the order shown too, so `netbench report results/smoke` finds what `netbench run
 playbooks/smoke.yaml` wrote a block before.
 
-What runs is shortened, never changed in kind (readme_examples.shorten): a sweep measures
+A block shown twice (the same commands) runs once; a training command shown again in another
+block trains only where it is first shown, and runs as a --dry-run after. What runs is shortened, never changed in kind (readme_examples.shorten): a sweep measures
 `--steps 3 --warmup 1` with `--precision off` (or the precision it names within `--max-seconds
 2`; a sweep with --schedule `--seconds 3`, so the schedule's change at 2 s
 lands inside the run; a --seconds window 1 s), `--repeat 1`, on any free --metrics-port; a
 verify sends 10 pings and 1 s of iperf3; `sudo` is dropped (the tier runs as root); optional
 `[...]` parts are run, except the flags plan.LEFT_OUT names. Each example
 must exit 0 (or a status it documents, plan.STATUSES), show what its text says it shows
-(plan.OUTPUT; the demo's table as README shows it, plan.TABLES) and write the files it names
+(plan.OUTPUT; the demo's table as README.md shows it, plan.TABLES) and write the files it names
 (plan.FILES); each real sweep or playbook run must
 record every run `ok`, and a run that follows a schedule must have landed a change during the run.
 """
@@ -44,15 +47,12 @@ from tests import readme_examples as rx
 from tests.conftest import ROOT, netbench_processes
 from tests.readme import plan
 
-README = (ROOT / "README.md").read_text()
-EXAMPLES = rx.readme_examples(README) + list(rx.walk_help(main))
+EXAMPLES = rx.docs_examples(ROOT) + list(rx.walk_help(main))
 BLOCKS = rx.blocks(EXAMPLES)
 TIMEOUT_S = 300
 
 
-def heading(block: str) -> str:
-    """A README block's heading ("README.md:37 A tour of the CLI" -> "A tour of the CLI")."""
-    return block.split(" ", 1)[1] if block.startswith("README.md:") else block
+heading = rx.block_title  # "docs/getting-started.md:37 A tour of the CLI" -> "A tour of the CLI"
 
 
 def prelude(block: str) -> list[str]:
@@ -61,12 +61,21 @@ def prelude(block: str) -> list[str]:
             if title == key or title.startswith(key + ":") for command in commands]
 
 
+# where each command is first shown: a training command shown again (the README's quick start in
+# Getting started, a help text's example in a guide) trains once, there, and runs as --dry-run after
+FIRST_SHOWN = {}
+for _example in EXAMPLES:
+    FIRST_SHOWN.setdefault(_example.command, _example.source)
+
+
 def steps(example: rx.Example) -> list[tuple[str, str]]:
     """(what is shown, what runs) for one example: nothing when it is not runnable here."""
     shown = example.command
     if shown in plan.NOT_RUNNABLE:
         return []
-    command = rx.expand(rx.dry_run(shown) if shown in plan.DRY else shown, plan.PLACEHOLDERS, plan.LEFT_OUT)
+    again = rx.is_training(shown) and FIRST_SHOWN[shown] != example.source
+    command = rx.expand(rx.dry_run(shown) if shown in plan.DRY or again else shown, plan.PLACEHOLDERS,
+                        plan.LEFT_OUT)
     return [(shown, rx.shorten(command))]
 
 
@@ -123,7 +132,8 @@ def check_example(shown: str, command: str, result: subprocess.CompletedProcess,
         if not re.search(pattern, output):
             problems.append(f"output lacks /{pattern}/")
     if shown in plan.TABLES and command == rx.shorten(shown):
-        problems += rx.table_problems(rx.shown_output(README, plan.TABLES[shown]), output)
+        path, words, leading = plan.TABLES[shown]
+        problems += rx.table_problems(rx.shown_output((ROOT / path).read_text(), words), output, leading)
     for name in plan.FILES.get(shown, []):
         if not (work / name).is_file():
             problems.append(f"{name} was not written")
@@ -150,9 +160,18 @@ def runnable(block: str) -> bool:
     return any(steps(example) for example in BLOCKS[block])
 
 
+def shown_before(block: str) -> bool:
+    """The block's commands are exactly an earlier block's (Getting started repeats the README's
+    quick start): it ran there, and would only find that block's results folders here."""
+    commands = [example.command for example in BLOCKS[block]]
+    earlier = list(BLOCKS)[:list(BLOCKS).index(block)]
+    return any([example.command for example in BLOCKS[other]] == commands for other in earlier)
+
+
 # a block none of whose examples runs here is left out (tests/unit/test_readme_examples.py checks
-# that each is listed in plan.NOT_RUNNABLE with its reason)
-@pytest.mark.parametrize("block", [block for block in BLOCKS if runnable(block)], ids=heading)
+# that each is listed in plan.NOT_RUNNABLE with its reason), and so is a block shown twice
+@pytest.mark.parametrize("block", [block for block in BLOCKS if runnable(block) and not shown_before(block)],
+                         ids=heading)
 def test_block_of_examples_runs(block: str, clean_machine, workdir):
     work, env = workdir
     todo = [(shown, shown) for shown in prelude(block)]

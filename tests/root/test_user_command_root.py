@@ -125,3 +125,81 @@ def test_reset_after_the_controller_is_killed_ends_what_the_job_started(clean_ma
     assert "namespace netbench-n1" in result.stdout + result.stderr
     assert processes_running(f"{ROOT}/examples/plain_steps.py --kib 16") == []
     assert local.list_netbench_netns() == []
+
+
+
+LOCKSTEP = """
+import os, socket, sys, time
+from netbench import track
+
+rank, port = int(os.environ["RANK"]), int(os.environ["MASTER_PORT"])
+if rank == 0:
+    server = socket.create_server(("", port))
+    peer = server.accept()[0]
+else:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            peer = socket.create_connection((os.environ["MASTER_ADDR"], port), timeout=60)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while True:
+    with track.step(images=8):  # a 1 ms step, then an exchange both ranks must make: a collective
+        time.sleep(0.001)
+        peer.sendall(b"x")
+        if peer.recv(1) != b"x":
+            print("peer gone in the middle of a step", file=sys.stderr, flush=True)
+            sys.exit(3)
+    if rank == 1:
+        time.sleep(0.0008)  # its own work between steps: it asks later in each step than rank 0
+    if track.stop_requested():
+        break
+print(f"stopped after {track._state.steps} steps", file=sys.stderr, flush=True)
+"""
+
+# train.sh: note which background sleeps of an earlier launch still run, then start its own
+# (as a tensorboard would) and run the job; the script exits with the job
+TRAIN = """launch=$(basename "$(dirname "$NETBENCH_CONTROL")")
+for f in {dir}/bg-*; do
+  case "$f" in *"$launch"*|*"*") continue;; esac
+  state=$(cut -d' ' -f3 "/proc/$(cat "$f")/stat" 2>/dev/null)  # a zombie (Z) waits for its reaper: gone
+  [ -n "$state" ] && [ "$state" != Z ] && echo "$f alive ($state) at the start of $launch" >> {dir}/orphans
+done
+sleep {marker} &
+echo $! > {dir}/bg-$launch-$NETBENCH_RANK
+python {dir}/job.py
+"""
+
+
+def test_a_millisecond_step_job_stops_on_every_rank_after_the_same_step_leaving_nothing_behind(clean_machine,
+                                                                                            tmp_path):
+    """Two ranks in lockstep at 1 ms steps that ask track.stop_requested() (rank 1 asks 0.8 ms
+    later in each step), each started by a train.sh that starts a process in the background
+    and exits with the job; a launch per point (--isolate). Every rank must stop after the
+    same step by itself (none gone while its peer waits in the exchange), and what train.sh
+    left in the background must be gone before the next launch starts."""
+    marker = f"{297 + os.getpid() % 1000 / 1000:.3f}"  # this test's own sleep
+    (tmp_path / "job.py").write_text(LOCKSTEP)
+    (tmp_path / "train.sh").write_text(TRAIN.format(dir=tmp_path, marker=marker))
+    out = tmp_path / "out"
+    result = subprocess.run([*NETBENCH, "sweep", "--bandwidth", "1gbit,500mbit", "--workers", "2", "--warmup", "5",
+                             "--steps", "300", "--isolate", "--output", str(out), "--", "sh",
+                             str(tmp_path / "train.sh")], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    rows = list(csv.DictReader(open(out / "results.csv", newline="")))
+    assert [r["status"] for r in rows] == ["ok", "ok"], rows
+    assert not (tmp_path / "orphans").exists(), (tmp_path / "orphans").read_text()
+    launches = sorted(out.glob("logs/launch*"))
+    assert len(launches) == 2
+    for launch in launches:
+        ranks = json.loads((launch / "ranks.json").read_text())
+        said = [line for log in sorted(launch.glob("n*-worker*.log")) for line in log.read_text().splitlines()
+                if line.startswith(("stopped after", "peer gone"))]
+        assert [r["ended"] for r in ranks] == ["exited 0", "exited 0"], (launch.name, ranks, said)
+        assert len(said) == 2 and said[0] == said[1] and said[0].startswith("stopped after"), (launch.name, said)
+    assert processes_running(f"sleep {marker}") == []
+    assert local.list_netbench_netns() == []

@@ -87,7 +87,7 @@ def test_every_algorithm_trains_and_moves_the_bytes_it_should(clean_machine, tmp
             assert all("wait" in e for e in steps), strategy
             if strategy == "ps-sync":  # one version per round, answered every step: every gradient was fresh
                 assert {e.get("staleness") for e in steps} == {0}
-            else:  # pushes in flight (ps-ssp: S = 3, ps-async: its window): a step takes the answers
+            else:  # pushes in flight (ps-ssp: S = 3, ps-async: one, its pipeline 0): a step takes the answers
                 # that came (none, one or more), to updates computed on older weights; a worker
                 # with `depth` pushes unanswered blocks for one, so at least one step in depth + 1
                 # of each worker's takes an answer (how many more depends on the replies' timing:

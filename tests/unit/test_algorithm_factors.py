@@ -150,7 +150,7 @@ def test_the_record_and_results_csv_carry_the_setting_the_run_used(tmp_path):
     store.create()
     for run in runs:
         store.add(make_result(run, "userspace", JobOutcome("failed", (), "x"), 0.0, 1.0))
-    assert CSV_COLUMNS[-5:] == ("staleness", "tau", "elastic_alpha", "gossip_p", "backup_workers")
+    assert CSV_COLUMNS[-6:] == ("staleness", "tau", "elastic_alpha", "gossip_p", "backup_workers", "pipeline")
     with open(tmp_path / "results.csv", newline="") as fh:
         rows = {r["strategy"]: r for r in csv.DictReader(fh)}
     cells = {s: (r["staleness"], r["tau"], r["elastic_alpha"], r["gossip_p"], r["backup_workers"])
@@ -247,9 +247,9 @@ def test_dry_run_of_a_staleness_factor_through_the_cli(not_root, tmp_path):
     assert result.exit_code == 2 and f"{path}: factors.staleness: staleness is set under algorithm: too" in result.output
 
 
-def test_the_readmes_staleness_example_dry_runs(not_root, tmp_path):
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Training algorithms and accuracy", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_staleness_example_dry_runs(not_root, tmp_path):
+    text = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "algorithms.md").read_text(encoding="utf-8")
+    section = text
     blocks = [b.split("```", 1)[0] for b in section.split("```yaml\n")[1:]]
     example = next(b for b in blocks if "staleness: [0, 3, 10]" in b)
     (tmp_path / "ssp.yaml").write_text(example)

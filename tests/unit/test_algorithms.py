@@ -19,6 +19,9 @@ from netbench.model.job import JobSpec, check_job, describe_algorithm, nodes_nee
 from netbench.model.topology import Node
 
 
+TOKEN = "a-runs-token"  # the run's exchange token (the controller gives every role a fresh one)
+
+
 def roundtrip(message: exchange.Message) -> exchange.Message:
     return exchange.decode(io.BytesIO(exchange.encode(message)).read)
 
@@ -114,8 +117,11 @@ def test_asp_applies_each_push_and_answers_at_once_however_far_ahead():
     assert s.push(1, 0, [np.ones(2, np.float32)]) == 5  # computed on version 0, five updates ago
     np.testing.assert_allclose(s.weights[0], [-3.0, -3.0])
     assert algorithms.SERVER_MODES["ps-async"] == algorithms.ASYNC
-    assert algorithms.pipeline_depth("ps-async", 0) == algorithms.ASYNC_WINDOW == job_module.ASYNC_WINDOW
-    assert job_module.pipeline_window(JobSpec(strategy="ps-async")) == algorithms.ASYNC_WINDOW
+    # ps-async is the studies' ASP (each push's reply awaited) unless pipelined explicitly
+    assert algorithms.pipeline_depth("ps-async", 3) == 0 == algorithms.DEFAULT_PIPELINE == job_module.DEFAULT_PIPELINE
+    assert algorithms.pipeline_depth("ps-async", 3, pipeline=16) == 16
+    assert job_module.pipeline_window(JobSpec(strategy="ps-async")) == 0
+    assert job_module.pipeline_window(JobSpec(strategy="ps-async", pipeline=16)) == 16
     assert job_module.pipeline_window(JobSpec(strategy="ps-ssp", staleness=5)) == 5
     assert job_module.pipeline_window(JobSpec(strategy="ps-sync", staleness=5)) == 0
 
@@ -243,12 +249,12 @@ def test_a_parameter_server_holds_a_bsp_reply_until_the_round_is_complete():
     from netbench.jobs.harness.peers import Channel, Listener
 
     s = algorithms.ServerState(mode=algorithms.SYNC, workers=2, learning_rate=1.0)
-    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()))
+    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()), TOKEN)
     address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
     try:
         first, second = Channel.connect(address, 5), Channel.connect(address, 5)
-        first.request(exchange.Message(exchange.HELLO, {"worker": 0}, (np.zeros(3, np.float32),)))
-        hello = second.request(exchange.Message(exchange.HELLO, {"worker": 1}))
+        first.request(exchange.Message(exchange.HELLO, {"worker": 0, "token": TOKEN}, (np.zeros(3, np.float32),)))
+        hello = second.request(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))
         np.testing.assert_array_equal(hello.arrays[0], np.zeros(3))
         first.send(exchange.Message(exchange.PUSH, {"worker": 0, "version": 0}, (np.ones(3, np.float32),)))
         first.sock.settimeout(0.3)
@@ -354,7 +360,7 @@ def test_the_estimate_models_each_algorithms_exchange():
 
 
 @contextlib.contextmanager
-def pushing_worker(strategy: str, staleness: int):
+def pushing_worker(strategy: str, staleness: int, pipeline: int = 0):
     """A parameter server of `strategy` on loopback, worker 0 of two connected to it with its
     reply reader started, and worker 1's channel (said hello): (server state, worker 0, worker
     1's channel). The server's listener must have seen no error by the end."""
@@ -367,35 +373,41 @@ def pushing_worker(strategy: str, staleness: int):
 
     s = algorithms.ServerState(mode=algorithms.SERVER_MODES[strategy], workers=2, learning_rate=0.5,
                                staleness=algorithms.server_gate(strategy, staleness))
-    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()))
+    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()), TOKEN)
     address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
     try:
-        args = argparse.Namespace(strategy=strategy, staleness=staleness, seed=0, startup_timeout=5)
-        worker = _Worker(args, io.StringIO(), 0, {"worker": ["a:1", "b:1"], "ps": [address]})
+        args = argparse.Namespace(strategy=strategy, staleness=staleness, pipeline=pipeline, seed=0,
+                                  startup_timeout=5)
+        worker = _Worker(args, io.StringIO(), 0, {"worker": ["a:1", "b:1"], "ps": [address]}, token=TOKEN)
         worker.weights = [np.zeros(3, np.float32)]
         worker._hello()
         worker._read_replies()
         other = Channel.connect(address, 5)
-        other.request(exchange.Message(exchange.HELLO, {"worker": 1}))
+        other.request(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))
         yield s, worker, other
         assert listener.errors == []
     finally:
         listener.close()
 
 
-def test_an_asp_worker_never_waits_for_a_worker_that_does_not_push():
-    """ps-async: worker 0 pushes a window's worth of steps while worker 1 never pushes; every
-    push is answered at once (no gate), the staleness each update had comes back."""
+@pytest.mark.parametrize("pipeline", [0, 16])
+def test_an_asp_worker_never_waits_for_a_worker_that_does_not_push(pipeline):
+    """ps-async: worker 0 pushes many steps while worker 1 never pushes; every push is answered
+    at once (no gate), the staleness each update had comes back. The studies' ASP (pipeline 0)
+    takes its own push's reply every step; a pipelined worker leaves up to its window unanswered."""
     import threading
 
-    with pushing_worker("ps-async", 0) as (s, worker, _):
+    with pushing_worker("ps-async", 0, pipeline) as (s, worker, _):
         grads = [np.ones(3, np.float32)]
-        pushes = 3 * algorithms.ASYNC_WINDOW
-        done = threading.Thread(target=lambda: [worker._push(0.0, grads) for _ in range(pushes)])
+        pushes = 48
+        results: list = []
+        done = threading.Thread(target=lambda: [results.append(worker._push(0.0, grads)) for _ in range(pushes)])
         done.start()
         done.join(10)
         assert not done.is_alive()  # worker 1 never pushed, and nothing waited for it
-        assert worker.unanswered <= algorithms.ASYNC_WINDOW
+        assert worker.unanswered <= pipeline
+        if pipeline == 0:  # one push in flight: every step took its own reply, fresh weights each time
+            assert [r[2] for r in results] == [0] * pushes and worker.version == pushes
         worker._goodbye()
         assert s.version == pushes and s.clocks == {0: pushes}
         np.testing.assert_allclose(s.weights[0], [-0.5 * pushes] * 3)  # every push applied once
@@ -522,12 +534,12 @@ def test_a_parameter_server_with_a_backup_worker_answers_a_late_push_as_dropped(
     from netbench.jobs.harness.peers import Channel, Listener
 
     s = algorithms.ServerState(mode=algorithms.SYNC, workers=2, learning_rate=1.0, backup=1)
-    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()))
+    listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition()), TOKEN)
     address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
     try:
         first, second = Channel.connect(address, 5), Channel.connect(address, 5)
-        first.request(exchange.Message(exchange.HELLO, {"worker": 0}, (np.zeros(3, np.float32),)))
-        second.request(exchange.Message(exchange.HELLO, {"worker": 1}))
+        first.request(exchange.Message(exchange.HELLO, {"worker": 0, "token": TOKEN}, (np.zeros(3, np.float32),)))
+        second.request(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))
         applied = first.request(exchange.Message(exchange.PUSH, {"worker": 0, "version": 0},
                                                  (np.ones(3, np.float32),)))
         late = second.request(exchange.Message(exchange.PUSH, {"worker": 1, "version": 0},

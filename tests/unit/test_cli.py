@@ -407,3 +407,25 @@ def test_reset_prints_warnings_on_stderr(monkeypatch):
     assert result.exit_code == 0
     assert "warning: journal line 3: not valid JSON; skipped" in result.stderr
     assert "nothing to remove" in result.stdout
+
+
+def test_node_is_left_out_of_the_top_level_help_and_still_answers():
+    """`netbench node` is what the controller runs on a host over SSH: not listed by
+    `netbench --help`, but its own --help and commands work (and the CLI reference lists it)."""
+    listed = invoke("--help").output
+    assert "provision" in listed and not any(line.split()[:1] == ["node"] for line in listed.splitlines())
+    result = invoke("node", "--help")
+    assert result.exit_code == 0 and "apply" in result.output
+
+
+def test_torch_missing_names_the_cpu_build(monkeypatch):
+    import importlib.util
+
+    from netbench.cli.framework import require_framework
+    from netbench.errors import UsageError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    with pytest.raises(UsageError) as info:
+        require_framework("torch")
+    assert "torch==2.13.0+cpu" in info.value.hint and "CPU build" in info.value.hint

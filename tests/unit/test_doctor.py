@@ -117,7 +117,7 @@ def test_nothing_works_gives_none_and_every_missing_check_has_a_fix():
     ("iptables", ["apt install iptables"]),
     ("iperf3", ["apt install iperf3"]),
     ("tensorflow", ["make install", "pip install -e '.[tf]'"]),
-    ("torch", ["make install", "pip install torch==2.13.0"]),
+    ("torch", ["make install", "pip install torch==2.13.0+cpu", "CPU build"]),
     ("privileges", ["root", "CAP_NET_ADMIN"]),
 ])
 def test_fixes_are_concrete(name, words):

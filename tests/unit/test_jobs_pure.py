@@ -109,7 +109,7 @@ def test_npz_labels_of_shape_n_by_1_are_flattened(tmp_path):
     ({"x_train": np.zeros((3, 2))}, "missing y_train"),
     ({"x_train": np.zeros((3, 2)), "y_train": np.zeros(2)}, "3 examples but y_train has 2"),
     ({"x_train": np.zeros((3, 2)), "y_train": np.array([0.5, 1, 2])}, "integer class labels"),
-    ({"x_train": np.zeros((3, 2)), "y_train": np.array([-1, 1, 2])}, "negative labels"),
+    ({"x_train": np.zeros((3, 2)), "y_train": np.array([-1, 1, 2])}, "label -1 is negative"),
     ({"x_train": np.zeros((2, 2)), "y_train": np.zeros((2, 3))}, "one integer label per example"),
 ])
 def test_bad_npz_names_the_file_and_the_problem(tmp_path, arrays, message):

@@ -12,7 +12,7 @@ import threading
 import pytest
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
-from tests.fakes.netlink import make_fakes
+from tests.fakes.netlink import FakeKernelSocket, ack, make_fakes
 
 from netbench.emulation import backends
 from netbench.emulation import engine_control as ec
@@ -75,43 +75,10 @@ def test_requests_in_link_order_each_sequence_number_owned_by_its_link():
     assert kinds == [(37, 3, True), (36, 3, True), (36, 4, True)]  # RTM_DELQDISC, RTM_NEWQDISC
 
 
-def ack(seq: int, code: int = 0) -> bytes:
-    """An NLMSG_ERROR answering request `seq` (code 0: applied), capped: the request's header only."""
-    body = struct.pack("=i", code) + rtnl._HDR.pack(16, 36, 0, seq, 0)
-    return rtnl._HDR.pack(16 + len(body), rtnl.NLMSG_ERROR, rtnl.NLM_F_CAPPED, seq, 0) + body
-
-
 def test_acks_are_read_per_sequence_number_with_the_kernels_refusal():
     acks = batch.parse_acks(ack(5) + ack(6, -errno.ENODEV) + rtnl._HDR.pack(16, 3, 0, 7, 0))
     assert [seq for seq, _ in acks] == [5, 6]  # NLMSG_DONE (3) is not an ack
     assert acks[0][1] is None and acks[1][1].code == errno.ENODEV
-
-
-class FakeKernelSocket:
-    """A namespace's netlink socket: answers each request with an ack, or with `refuse`'s code
-    for the interfaces listed there. A real socketpair end stands in for select()."""
-
-    def __init__(self, refuse: dict[int, int] | None = None) -> None:
-        import socket
-
-        self.ours, self.kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.refuse = refuse or {}
-        self.sent: list[bytes] = []
-
-    def fileno(self) -> int:
-        return self.ours.fileno()
-
-    def sendto(self, data: bytes, address) -> None:
-        self.sent.append(data)
-        seq, index = struct.unpack_from("=I", data, 8)[0], struct.unpack_from("=i", data, 20)[0]
-        self.kernel.send(ack(seq, -self.refuse.get(index, 0)))
-
-    def recv(self, size: int) -> bytes:
-        return self.ours.recv(size)
-
-    def close(self) -> None:
-        self.ours.close()
-        self.kernel.close()
 
 
 def test_every_request_goes_out_and_every_refusal_comes_back_by_link():
@@ -149,7 +116,7 @@ def test_a_holding_thread_neither_reads_back_nor_checks_a_root_it_installed(monk
     links = [link("n1", 100_000_000), link("n2", 100_000_000)]
     with qdiscs.holding():
         for key in [("n1", "eth0"), ("n2", "eth0")]:
-            qdiscs._thread.installed[key] = Installed(3, tbf_burst_bytes(500_000_000))
+            qdiscs._roots.links[key] = Installed(3, tbf_burst_bytes(500_000_000))
         assert qdiscs.root_qdisc("n1", "eth0") == ("tbf", HANDLE)  # the foreign-qdisc check, not read
         qdiscs.replace_tbf_many(links)
         with pytest.raises(EmulationError, match=r"1 of 2 links refused their tbf change: n2: tbf on eth0: "
@@ -157,11 +124,11 @@ def test_a_holding_thread_neither_reads_back_nor_checks_a_root_it_installed(monk
             qdiscs.replace_tbf_many(links)
         assert sent == [tuple(links), tuple(links)]
         other: list[dict] = []
-        thread = threading.Thread(target=lambda: other.append(dict(qdiscs._thread.installed)))
+        thread = threading.Thread(target=lambda: other.append(dict(qdiscs._roots.links)))
         thread.start()
         thread.join()
-        assert other == [{}]  # another thread knows nothing of this one's roots
-    assert qdiscs._thread.installed == {} and not qdiscs._thread.held  # released with the hold
+        assert list(other[0]) == [("n1", "eth0"), ("n2", "eth0")]  # one record per link, for every thread
+    assert qdiscs._roots.links == {} and not qdiscs._thread.held  # the last hold released: forgotten
 
 
 # --- the executor sends a change's tbfs as one batch -----------------------------------------
@@ -228,13 +195,13 @@ def test_netem_roots_this_thread_installed_are_changed_in_one_batch_and_a_vanish
     monkeypatch.setattr(qdiscs, "shape", lambda change: shaped.append(change.netns))
     with qdiscs.holding():
         for netns in ("ns1", "ns2", "ns3"):
-            qdiscs._thread.installed[(netns, "eth0")] = Installed(3, kind="netem")
-        qdiscs._thread.installed[("ns1", "eth0")] = Installed(3, kind="tbf")  # another kind: shape()'s path
+            qdiscs._roots.links[(netns, "eth0")] = Installed(3, kind="netem")
+        qdiscs._roots.links[("ns1", "eth0")] = Installed(3, kind="tbf")  # another kind: shape()'s path
         assert qdiscs.root_qdisc("ns1", "eth0") == ("tbf", HANDLE) and qdiscs.root_qdisc("ns2", "eth0") == ("netem",
                                                                                                             HANDLE)
         qdiscs.shape_many(changes)
         assert batched == [["ns2", "ns3"]] and shaped == ["ns1", "ns2"]  # ENOENT: made again, whole
-        qdiscs._thread.installed[("ns2", "eth0")] = Installed(3, kind="netem")
+        qdiscs._roots.links[("ns2", "eth0")] = Installed(3, kind="netem")
         with pytest.raises(EmulationError, match=r"1 of 3 links refused their netem change: ns3: netem on eth0: "
                                                  r"Operation not permitted"):
             qdiscs.shape_many(changes)

@@ -187,3 +187,45 @@ def test_is_running_tells_a_live_process_from_a_zombie_and_from_one_that_reused_
     assert proc.is_running(child.pid, started) is False
     child.wait()
     assert proc.is_running(child.pid, started) is False
+
+
+def _pids_of(marker: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return [pid for pid in pids if proc._alive(pid)]
+
+
+def test_stopping_a_group_whose_leader_exited_ends_what_it_left_in_the_background():
+    """A user's train.sh that starts a process in the background and exits: the group is
+    signalled all the same (TERM first: the sleep ends by it), and nothing is left running."""
+    marker = f"{300 + os.getpid() % 1000 / 1000:.3f}"  # a sleep of this test's own, told apart from others'
+    child = proc.spawn(["sh", "-c", f"sleep {marker} & exit 0"], stdout=-3, stderr=-3)
+    try:
+        assert child.wait(timeout=10) == 0
+        deadline = time.monotonic() + 5
+        while not _pids_of(f"sleep\0{marker}") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(_pids_of(f"sleep\0{marker}")) == 1  # left behind, in the leader's group
+        began = time.monotonic()
+        assert proc.stop_group(child, grace=5.0) == 0
+        assert time.monotonic() - began < 4.0  # TERM ended it: no wait for the grace, no KILL needed
+        assert _pids_of(f"sleep\0{marker}") == [] and proc.group_members(child.pid) == []
+    finally:
+        for pid in _pids_of(f"sleep\0{marker}"):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_stopping_a_running_group_escalates_to_kill_for_a_member_that_ignores_term():
+    child = proc.spawn(["sh", "-c", "trap '' TERM; sleep 30 & wait"], stdout=-3, stderr=-3)
+    time.sleep(0.3)
+    began = time.monotonic()
+    code = proc.stop_group(child, grace=0.5)
+    assert code is not None and time.monotonic() - began < 6.0
+    assert proc.group_members(child.pid) == []

@@ -48,6 +48,13 @@ def test_sh_blocks_give_their_command_lines_with_the_block_and_line():
     assert [e.block for e in found] == ["README.md:5 First steps"] * 3 + ["README.md:25 Later"]
 
 
+def test_a_command_continued_by_backslashes_is_one_example_at_its_first_line():
+    text = "## Run\n```sh\nnetbench sweep --latency 1ms \\\n  --workers 2 \\\n  --dry-run\nnetbench reset\n```\n"
+    found = rx.readme_examples(text)
+    assert [e.command for e in found] == ["netbench sweep --latency 1ms --workers 2 --dry-run", "netbench reset"]
+    assert [e.source for e in found] == ["README.md:3", "README.md:6"]
+
+
 def test_a_hash_inside_a_word_is_not_a_comment():
     assert rx.strip_comment("netbench exec n1 -- echo a#b  # note") == "netbench exec n1 -- echo a#b"
     assert rx.strip_comment("   # only a comment") == ""
@@ -146,7 +153,7 @@ def test_a_printed_table_matches_the_shown_one_by_columns_and_leading_cells():
 
 # ---------------------------------------------------------------- the tier's plan against what ships
 
-SHIPPED = rx.readme_examples((ROOT / "README.md").read_text()) + list(rx.walk_help(main))
+SHIPPED = rx.docs_examples(ROOT) + list(rx.walk_help(main))
 COMMANDS = {e.command for e in SHIPPED}
 
 
@@ -162,12 +169,13 @@ def test_every_flag_left_out_is_an_optional_part_of_a_shipped_example():
 
 
 def test_every_shown_table_is_found():
-    for words in plan.TABLES.values():
-        assert len(rx.shown_output((ROOT / "README.md").read_text(), words)) >= 2
+    for path, words, leading in plan.TABLES.values():
+        shown = [line for line in rx.shown_output((ROOT / path).read_text(), words) if any(c.isalnum() for c in line)]
+        assert len(shown) >= 2 and len(rx.table_cells(shown[1])) >= leading
 
 
 def test_every_prelude_names_a_block():
-    titles = {e.block.split(" ", 1)[1] if e.block.startswith("README.md:") else e.block for e in SHIPPED}
+    titles = {rx.block_title(e.block) for e in SHIPPED}
     for key in plan.PRELUDE:
         assert any(t == key or t.startswith(key + ":") for t in titles), key
 
@@ -204,3 +212,73 @@ def test_a_users_command_keeps_its_arguments_and_gets_none_of_netbenchs():
                                    "--precision off -- python examples/torch_ddp.py --epochs 1")
     assert rx.dry_run(command) == ("netbench sweep --latency 1,20ms --workers 2 --dry-run "
                                    "-- python examples/torch_ddp.py --epochs 1")
+
+
+# ---------------------------------------------------------------- the docs pages
+
+def test_bash_blocks_are_examples_and_a_prompt_is_dropped():
+    text = "# Page\n\n```bash\n$ netbench reset   # a prompt\nnetbench show\n```\n\n```text\n$ netbench no\n```\n"
+    found = rx.readme_examples(text, "docs/page.md")
+    assert [e.command for e in found] == ["netbench reset", "netbench show"]
+    assert found[0].source == "docs/page.md:4" and rx.block_title(found[0].block) == "Page"
+
+
+def test_block_titles_drop_the_page_and_line_and_keep_help_paths():
+    assert rx.block_title("docs/guide/shaping.md:37 Apply it: now") == "Apply it: now"
+    assert rx.block_title("README.md:5 Quick start") == "Quick start"
+    assert rx.block_title("netbench testbed up") == "netbench testbed up"
+
+
+def test_pages_are_read_readme_first_then_in_the_navs_order_then_the_rest(tmp_path):
+    (tmp_path / "docs" / "guide").mkdir(parents=True)
+    for name in ("index.md", "guide/b.md", "guide/a.md", "extra.md"):
+        (tmp_path / "docs" / name).write_text("# x\n")
+    (tmp_path / "README.md").write_text("# r\n")
+    (tmp_path / "mkdocs.yml").write_text("nav:\n  - Home: index.md\n  - Guides:\n      - B: guide/b.md\n")
+    order = [str(path.relative_to(tmp_path)) for path in rx.doc_files(tmp_path)]
+    assert order == ["README.md", "docs/index.md", "docs/guide/b.md", "docs/extra.md", "docs/guide/a.md"]
+
+
+def test_a_real_runs_table_is_matched_by_its_points_not_its_figures():
+    shown = ["┏━━━━━━┳━━━━━━━━━┳━━━━━━━┳━━━━━━━━┓", "┃ run  ┃ profile ┃  rate ┃ status ┃",
+             "┡━━━━━━╇━━━━━━━━━╇━━━━━━━╇━━━━━━━━┩", "│ r000 │ d1ms    │ 9gbit │ ok     │"]
+    assert rx.table_problems(shown, PRINTED, leading=2) == []
+    assert rx.table_problems(shown, PRINTED) == ["no printed row begins ['r000', 'd1ms', '9gbit', 'ok']"]
+
+
+def test_every_page_is_in_the_nav():
+    """mkdocs --strict refuses a page missing from the nav; this names it without a build."""
+    import yaml
+
+    nav = set(rx.nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]))
+    pages = {str(path.relative_to(ROOT / "docs")) for path in (ROOT / "docs").rglob("*.md")}
+    assert pages - nav == set() and nav - pages == set()
+
+
+def test_the_readme_is_short_and_its_links_lead_to_files():
+    """README.md stays a front page (at most 200 lines; the rest is docs/), and mkdocs does not
+    check its links, so this does."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert targets and not [t for t in targets if "://" not in t and not (ROOT / t).exists()]
+    for shown in ("make install", "make demo", "make test", "netbench doctor", "netbench report", "netbench reset"):
+        assert shown in text, shown
+
+
+def test_make_install_brings_what_the_docs_build_needs():
+    """The docs tier builds the site in `make test`: the docs extra is installed by `make install`,
+    and each of its pins is the one constraints.txt holds."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    docs = [line.strip() for line in config["options.extras_require"]["docs"].splitlines() if line.strip()]
+    pins = {line.split("==")[0].lower().replace("_", "-"): line.strip()
+            for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line}
+    assert {pin.split("==")[0] for pin in docs} >= {"mkdocs", "mkdocs-material", "mkdocs-click"}
+    assert all(pins.get(pin.split("==")[0]) == pin for pin in docs), docs
+    makefile = (ROOT / "Makefile").read_text()
+    assert "docs," in makefile and "mkdocs build --strict" in makefile

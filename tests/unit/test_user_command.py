@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from netbench.cli import app as cli
 from netbench.jobs import events as ev
 from netbench.jobs import user, user_results
+from netbench.jobs.stop_margin import stop_margin
 from netbench.model import command_job
 from netbench.model.command_job import Place, UserCommand
 from netbench.model.job import JobSpec, describe_plan, plan_job
@@ -174,8 +175,9 @@ def test_the_spawner_gives_each_rank_its_hostname_control_file_and_records_it(tm
     ranks = json.loads((tmp_path / "launch000" / "ranks.json").read_text())
     assert [r["env"]["MASTER_PORT"] for r in ranks] == ["30000", "30000"] and ranks[0]["argv"][0] == "python"
     assert procs[0].stdout.readline() and spawner.last_step == 7  # heard on the way to the reader
-    assert spawner.request_stop(wait_s=0) == 7 + 1 + user.STOP_MARGIN_STEPS
-    assert spawner.control.read_text().strip() == str(7 + 1 + user.STOP_MARGIN_STEPS)
+    unknown = stop_margin(None, 0.0)  # one step heard: no step time yet
+    assert spawner.request_stop(wait_s=0) == 7 + 1 + unknown
+    assert spawner.control.read_text().strip() == str(7 + 1 + unknown)
     procs[0].stop(0.5)
     assert json.loads((tmp_path / "launch000" / "ranks.json").read_text())[0]["ended"] == "stopped"
 

@@ -11,7 +11,8 @@ again: 64 links took 100-200 ms, longer than a schedule's step. Here:
 - whether a link's tbf must be deleted first (its burst shrinks: see NetlinkQdiscs.replace_tbf)
   is decided from what this process last installed there (`Installed`), not read back;
 - the requests go out on each namespace's socket, all of them, and then the acks are read
-  (`send_and_collect`): one refusal per link, each with the kernel's reason.
+  (`send_and_collect`): one refusal per link, each with the kernel's reason; a link whose
+  answer could not be read (`Unread`) is read back and changed one at a time by the caller.
 
 The same goes for a netem root this process installed (`change_netem`: the netem backend's
 change of delay, loss or rate on every node), `change`d in place.
@@ -72,23 +73,31 @@ def steps(link: TbfLink, installed: Installed) -> tuple[str, ...]:
     return ("del", "replace") if installed.burst_bytes > link.burst_bytes else ("replace",)
 
 
+class Unread(NetlinkError):
+    """A request whose answer could not be read (the socket's receive buffer overran:
+    ENOBUFS): the kernel may or may not have applied it. Its link is read back, not assumed."""
+
+
 def change(sockets: dict[str, socket.socket], installed: dict[tuple[str, str], Installed],
            links: Sequence[TbfLink], handle: int) -> dict[tuple[str, str], NetlinkError]:
     """Bring every one of `links` (each in `installed`) to its tbf at `handle`: all requests
     sent, then all acks read, on `sockets` (namespace -> socket, opened here where missing:
-    FileNotFoundError when a namespace does not exist). `installed` is updated: a link refused
-    is dropped from it (read back before it is changed again). Returns the refusals per link."""
+    FileNotFoundError when a namespace does not exist). `installed` is updated: the links are
+    dropped from it before anything is sent, and only a link whose change the kernel acked is
+    recorded again, so a link refused, unanswered (Unread) or left by an error raised on the
+    way (an interrupt) is read back before it is changed again. Returns the refusals per link."""
     for netns in dict.fromkeys(link.netns for link in links):
         if netns not in sockets:
             sockets[netns] = rtnl.open_socket(netns)
     out, owner = requests(links, installed, handle)
+    indices = {(link.netns, link.ifname): installed[(link.netns, link.ifname)].index for link in links}
+    for key in indices:
+        del installed[key]
     failed = {owner[seq]: error for seq, error in send_and_collect(sockets, out).items()}
     for link in links:
         key = (link.netns, link.ifname)
-        if key in failed:
-            del installed[key]
-        else:
-            installed[key] = Installed(installed[key].index, link.burst_bytes)
+        if key not in failed:
+            installed[key] = Installed(indices[key], link.burst_bytes)
     return failed
 
 
@@ -96,8 +105,9 @@ def change_netem(sockets: dict[str, socket.socket], installed: dict[tuple[str, s
                  changes: Sequence[Any], handle: int) -> dict[tuple[str, str], NetlinkError]:
     """`change` the netem at the root (`handle`) of each ShapeDevice in `changes` (each in
     `installed` as a netem root) to its parameters, its queue kept: all requests sent, then
-    all acks read, on `sockets` (opened here where missing, as change()). A device refused is
-    dropped from `installed`. Returns the refusals per (netns, device)."""
+    all acks read, on `sockets` (opened here where missing, as change()). A device refused or
+    unanswered (Unread), or left by an error raised on the way, is dropped from `installed`.
+    Returns the refusals per (netns, device)."""
     for netns in dict.fromkeys(c.netns for c in changes):
         if netns not in sockets:
             sockets[netns] = rtnl.open_socket(netns)
@@ -107,9 +117,9 @@ def change_netem(sockets: dict[str, socket.socket], installed: dict[tuple[str, s
         seq = next_seq()
         out.append((c.netns, seq, with_index(netem_template(handle, c.netem), installed[(c.netns, c.dev)].index, seq)))
         owner[seq] = (c.netns, c.dev)
+    held = {key: installed.pop(key) for key in owner.values()}  # recorded again once acked
     failed = {owner[seq]: error for seq, error in send_and_collect(sockets, out).items()}
-    for key in failed:
-        del installed[key]
+    installed.update({key: root for key, root in held.items() if key not in failed})
     return failed
 
 
@@ -191,7 +201,9 @@ def send_and_collect(sockets: Mapping[str, socket.socket],
     """Send every request (netns, sequence number, bytes) on its namespace's socket (bound,
     extended acks on: rtnl.open_socket), then read every ack. Returns the refusals by sequence
     number (empty: all applied). A socket that cannot be written or read answers each of its
-    requests with that error; acks of earlier batches still queued are skipped."""
+    requests with that error; acks of earlier batches still queued are skipped. A read that
+    fails (ENOBUFS: the kernel dropped answers the socket had no room for) ends that socket's
+    wait: the answers still queued are read, and each request left unanswered is Unread."""
     waiting: dict[str, set[int]] = {}
     refused: dict[int, NetlinkError] = {}
     for netns, seq, data in requests:
@@ -210,13 +222,34 @@ def send_and_collect(sockets: Mapping[str, socket.socket],
                 for seq in seqs:
                     refused[seq] = NetlinkError(110, "no answer from the kernel")  # ETIMEDOUT
                 break
-            data = sock.recv(65536)
-            for seq, error in parse_acks(data):
-                if seq in seqs:
-                    seqs.discard(seq)
-                    if error is not None:
-                        refused[seq] = error
+            try:
+                data = sock.recv(65536)
+            except OSError as exc:
+                _drain(sock, seqs, refused)
+                for seq in seqs:
+                    refused[seq] = Unread(exc.errno or 5, f"cannot read the kernel's answer: {exc.strerror or exc}")
+                break
+            _answered(data, seqs, refused)
     return refused
+
+
+def _answered(data: bytes, seqs: set[int], refused: dict[int, NetlinkError]) -> None:
+    """Take the acks in `data` off `seqs` (the requests still waiting), refusals into `refused`."""
+    for seq, error in parse_acks(data):
+        if seq in seqs:
+            seqs.discard(seq)
+            if error is not None:
+                refused[seq] = error
+
+
+def _drain(sock: socket.socket, seqs: set[int], refused: dict[int, NetlinkError]) -> None:
+    """Read the answers already queued on `sock` without waiting (after a failed read)."""
+    while seqs and select.select([sock], [], [], 0)[0]:
+        try:
+            data = sock.recv(65536)
+        except OSError:
+            return
+        _answered(data, seqs, refused)
 
 
 def parse_acks(data: bytes) -> list[tuple[int, NetlinkError | None]]:

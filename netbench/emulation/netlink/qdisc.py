@@ -22,7 +22,7 @@ from netbench.emulation.netlink.netem import NetemParams
 from netbench.emulation.netlink.qdisc_read import decode_qdisc, decode_tree
 from netbench.emulation.netlink import batch
 from netbench.emulation.netlink.batch import Installed, TbfLink
-from netbench.emulation.netlink.sockets import ThreadSockets
+from netbench.emulation.netlink.sockets import ThreadSockets, changes_roots
 from netbench.errors import EmulationError, PrivilegeError
 
 ETH_P_IP = 0x0800
@@ -88,7 +88,9 @@ class NetlinkQdiscs(ThreadSockets):
     queue), a different shape replaces only the netbench-owned root.
     """
 
+    @changes_roots
     def replace_tbf(self, netns, ifname, rate_bps, burst_bytes, limit_bytes):
+        self._roots.forget((netns, ifname))  # until the kernel acks the change below
         with self._ns(netns) as ns:
             peeked = self._peeked.pop((netns, ifname), None)
             index = peeked[0] if peeked else self._index(ns, netns, ifname)
@@ -106,29 +108,34 @@ class NetlinkQdiscs(ThreadSockets):
                 ns.tc("replace", "tbf", index, handle=QDISC_HANDLE, rate=rate_bps // 8,
                       burst=burst_bytes, limit=limit_bytes)
             except NetlinkError as exc:
-                self._thread.installed.pop((netns, ifname), None)
                 raise _nl_error(f"{netns}: tbf on {ifname}", exc) from None
-            if self._thread.held:
-                self._thread.installed[(netns, ifname)] = Installed(index, burst_bytes)
+            self._roots.put((netns, ifname), Installed(index, burst_bytes))
 
     def replace_tbf_many(self, links: list[TbfLink]) -> None:
-        """replace_tbf on every link of `links`, the requests of the links this thread installed
-        (while holding its sockets) all sent before any ack is read (batch); any other link
-        as replace_tbf. Every link is tried; EmulationError names each one refused (the others
-        hold their new tbf)."""
-        state = self._thread
-        known = [link for link in links if getattr(state.installed.get((link.netns, link.ifname)), "kind", "") == "tbf"]
-        for link in [link for link in links if link not in known]:  # read first, then known
-            self.replace_tbf(link.netns, link.ifname, link.rate_bps, link.burst_bytes, link.limit_bytes)
-        if not known:
-            return
-        try:
-            failed = batch.change(state.raw, state.installed, known, _HANDLE_INT)
-        except FileNotFoundError as exc:
-            raise EmulationError(f"namespace {exc.filename} does not exist",
-                                 hint="is the testbed up? 'netbench testbed show'") from None
-        if failed:
-            _refused(failed, len(links), "tbf")
+        """replace_tbf on every link of `links`; while this thread holds its sockets, the
+        requests of the links whose root netbench installed (by any thread: `Roots`) all sent
+        before any ack is read (batch); any other link as replace_tbf, as is one whose answer
+        could not be read (batch.Unread) or whose root is not the one recorded (ENOENT, or
+        EINVAL "Invalid handle": something else removed it): read back, then changed. Every
+        link is tried; EmulationError names each one refused (the others hold their new tbf)."""
+        with self._roots.lock:
+            state, roots = self._thread, self._roots.links
+            known = [link for link in links
+                     if state.held and getattr(roots.get((link.netns, link.ifname)), "kind", "") == "tbf"]
+            for link in [link for link in links if link not in known]:  # read first, then known
+                self.replace_tbf(link.netns, link.ifname, link.rate_bps, link.burst_bytes, link.limit_bytes)
+            if not known:
+                return
+            try:
+                failed = batch.change(state.raw, roots, known, _HANDLE_INT)
+            except FileNotFoundError as exc:
+                raise EmulationError(f"namespace {exc.filename} does not exist",
+                                     hint="is the testbed up? 'netbench testbed show'") from None
+            for link in [link for link in known if _read_back(failed.get((link.netns, link.ifname)))]:
+                del failed[(link.netns, link.ifname)]
+                self.replace_tbf(link.netns, link.ifname, link.rate_bps, link.burst_bytes, link.limit_bytes)
+            if failed:
+                _refused(failed, len(links), "tbf")
 
     @staticmethod
     def _root(ns: Any, index: int) -> Any | None:
@@ -148,6 +155,7 @@ class NetlinkQdiscs(ThreadSockets):
         ns.tc("del", index=index, handle=QDISC_HANDLE, root=True)
         return False
 
+    @changes_roots
     def shape(self, change: ShapeDevice) -> None:
         netns, dev = change.netns, change.dev
         self._forget(netns)
@@ -158,32 +166,34 @@ class NetlinkQdiscs(ThreadSockets):
                 self._shape_htb(netns, index, change)
             else:
                 self._put_netem(netns, index, _HANDLE_INT, ROOT_PARENT, change.netem, "netem")
-                if self._thread.held:
-                    self._thread.installed[(netns, dev)] = Installed(index, kind="netem")
+                self._roots.put((netns, dev), Installed(index, kind="netem"))
         except NetlinkError as exc:
             raise _nl_error(f"{netns}: netem on {dev}", exc) from None
 
     def shape_many(self, changes: list[ShapeDevice]) -> None:
-        """shape() of every change; a netem root this thread installed (holding its sockets) is
-        `change`d with the others' requests all sent before any ack is read (batch); one the
-        kernel no longer has (ENOENT, EINVAL) gets shape()'s whole path. EmulationError names
-        each device refused (the others hold their new netem)."""
-        installed = self._thread.installed
-        known = [c for c in changes if not c.uses_htb
-                 and getattr(installed.get((c.netns, c.dev)), "kind", "") == "netem"]
-        for change in [c for c in changes if c not in known]:
-            self.shape(change)
-        try:
-            failed = batch.change_netem(self._thread.raw, installed, known, _HANDLE_INT) if known else {}
-        except FileNotFoundError as exc:
-            raise EmulationError(f"namespace {exc.filename} does not exist",
-                                 hint="is the testbed up? 'netbench testbed show'") from None
-        for change in [c for c in known if failed.get((c.netns, c.dev)) is not None
-                       and failed[(c.netns, c.dev)].code in (errno.ENOENT, errno.EINVAL)]:
-            del failed[(change.netns, change.dev)]
-            self.shape(change)
-        if failed:
-            _refused(failed, len(changes), "netem")
+        """shape() of every change; a netem root netbench installed (by any thread: `Roots`) is
+        `change`d, while this thread holds its sockets, with the others' requests all sent
+        before any ack is read (batch); one the kernel no longer has (ENOENT, EINVAL), or whose
+        answer could not be read (batch.Unread), gets shape()'s whole path. EmulationError
+        names each device refused (the others hold their new netem)."""
+        with self._roots.lock:
+            installed = self._roots.links
+            known = [c for c in changes if self._thread.held and not c.uses_htb
+                     and getattr(installed.get((c.netns, c.dev)), "kind", "") == "netem"]
+            for change in [c for c in changes if c not in known]:
+                self.shape(change)
+            try:
+                failed = batch.change_netem(self._thread.raw, installed, known, _HANDLE_INT) if known else {}
+            except FileNotFoundError as exc:
+                raise EmulationError(f"namespace {exc.filename} does not exist",
+                                     hint="is the testbed up? 'netbench testbed show'") from None
+            for change in [c for c in known if failed.get((c.netns, c.dev)) is not None
+                           and (isinstance(failed[(c.netns, c.dev)], batch.Unread)
+                                or failed[(c.netns, c.dev)].code in (errno.ENOENT, errno.EINVAL))]:
+                del failed[(change.netns, change.dev)]
+                self.shape(change)
+            if failed:
+                _refused(failed, len(changes), "netem")
 
     def _put_netem(self, netns: str, index: int, handle: int, parent: int, params: NetemParams, root_kind: str) -> None:
         """`change` the netem at `handle` in place (the queue is kept); if there is none, `add`
@@ -244,6 +254,7 @@ class NetlinkQdiscs(ThreadSockets):
         for i in range(change.class_count()):
             self._put_netem(netns, index, _handle(CHILD_MAJOR + i), _handle(HANDLE_MAJOR, i + 1), change.netem, "htb")
 
+    @changes_roots
     def shape_pairs(self, change: ShapePairs) -> None:
         """The per-destination tree (pairtree.py) in place: the htb root kept, a class and its
         netem leaf per destination replaced or `change`d (queues kept), the hash-table filters
@@ -280,6 +291,7 @@ class NetlinkQdiscs(ThreadSockets):
             ns.tc("add-filter", "u32", index, parent=_HANDLE_INT, prio=FILTER_PRIO, protocol=ETH_P_IP,
                   target=_handle(HANDLE_MAJOR, i + 1), keys=[key])
 
+    @changes_roots
     def set_ingress(self, netns: str, dev: str, ifb: str) -> None:
         self._forget(netns)
         with self._ns(netns) as ns:
@@ -302,6 +314,7 @@ class NetlinkQdiscs(ThreadSockets):
             except NetlinkError as exc:
                 raise _nl_error(f"{netns}: ingress redirect from {dev} to {ifb}", exc) from None
 
+    @changes_roots
     def clear_ingress(self, netns: str, dev: str, ifb: str) -> bool:
         """Remove the ingress redirect and the ifb device if netbench made them (the ifb's name
         says so); a missing one is not an error."""
@@ -323,6 +336,7 @@ class NetlinkQdiscs(ThreadSockets):
                 return False
             raise _nl_error(f"{netns}: removing ingress redirect on {dev}", exc) from None
 
+    @changes_roots
     def clear(self, netns, ifname):
         """Delete the root qdisc if netbench owns it; a missing one is not an error."""
         self._forget(netns)
@@ -346,8 +360,9 @@ class NetlinkQdiscs(ThreadSockets):
     def root_qdisc(self, netns: str, ifname: str) -> tuple[str, int] | None:
         """(kind, handle) of the root qdisc on `ifname`; handle 0 is the kernel's default.
         None when there is none, or no such interface or namespace (yet)."""
-        if (netns, ifname) in self._thread.installed:  # this thread installed it and holds its socket
-            return self._thread.installed[(netns, ifname)].kind, _HANDLE_INT
+        installed = self._roots.get((netns, ifname)) if self._thread.held else None
+        if installed is not None:  # netbench installed it (on any thread); this one holds its sockets
+            return installed.kind, _HANDLE_INT
         try:
             with self._open(netns) as ns:
                 found = ns.link_lookup(ifname=ifname)
@@ -386,6 +401,13 @@ class NetlinkQdiscs(ThreadSockets):
             classes = list(ns.get_classes(index=found[0])) if root.get_attr("TCA_KIND") == "htb" else []
             filters = list(ns.get_filters(index=found[0], parent=_HANDLE_INT)) if classes else []
             return decode_tree(root, qdiscs, classes, filters, distribution)
+
+
+def _read_back(error: Exception | None) -> bool:
+    """Whether a batched link's refusal says to read it back and change it one at a time: its
+    answer was not read, or its root is not the one recorded (gone, or another's)."""
+    return isinstance(error, batch.Unread) or (isinstance(error, NetlinkError)
+                                               and error.code in (errno.ENOENT, errno.EINVAL))
 
 
 def _refused(failed: dict[tuple[str, str], Exception], count: int, kind: str) -> None:

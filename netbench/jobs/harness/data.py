@@ -35,6 +35,9 @@ FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 FASHION_MNIST_FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
                        "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+# the most classes a data set may have (the class count is its largest label + 1; --classes'
+# ceiling too): one stray label must not build a layer of billions of outputs
+MAX_CLASSES = 100_000
 
 
 class DataError(ValueError):
@@ -83,8 +86,23 @@ def synthetic(shape: tuple[int, ...], classes: int, batch_size: int, seed: int) 
     return Dataset(x, y, classes)
 
 
-def from_arrays(x: np.ndarray, y: np.ndarray, where: str) -> Dataset:
-    """Normalise images and labels as described in the module docstring."""
+def class_count(y: np.ndarray, where: str) -> int:
+    """The class count integer labels `y` give (the largest + 1); raises DataError naming
+    `where` and the label when one is negative or beyond MAX_CLASSES."""
+    if y.size == 0:
+        return 0
+    low, high = int(y.min()), int(y.max())
+    if low < 0:
+        raise DataError(f"{where}: label {low} is negative (labels are 0 to classes - 1)")
+    if high >= MAX_CLASSES:
+        raise DataError(f"{where}: label {high} is beyond the {MAX_CLASSES:,} classes a data set may have "
+                        f"(labels are 0 to classes - 1; the class count is the largest label + 1)")
+    return high + 1
+
+
+def from_arrays(x: np.ndarray, y: np.ndarray, where: str, classes: int | None = None) -> Dataset:
+    """Normalise images and labels as described in the module docstring (`classes`: the
+    count of the whole data set's labels when `y` is a shard of them)."""
     if x.ndim < 2 or len(x) == 0:
         raise DataError(f"{where}: x_train must hold at least one example, got shape {x.shape}")
     y = np.asarray(y)
@@ -98,15 +116,14 @@ def from_arrays(x: np.ndarray, y: np.ndarray, where: str) -> Dataset:
         if not np.all(np.equal(np.mod(y, 1), 0)):
             raise DataError(f"{where}: y_train must hold integer class labels")
     y = y.astype(np.int64)
-    if y.min() < 0:
-        raise DataError(f"{where}: y_train has negative labels")
+    count = class_count(y, where) if classes is None else classes
     if x.dtype == np.uint8:
         x = x.astype(np.float32) / 255.0
     else:
         x = x.astype(np.float32)
     if x.ndim == 3:  # N x H x W grey images (MNIST)
         x = x[..., np.newaxis]
-    return Dataset(x, y.astype(np.int32), int(y.max()) + 1)
+    return Dataset(x, y.astype(np.int32), count)
 
 
 def load_npz(path: str) -> Dataset:
@@ -187,7 +204,7 @@ def load_fashion_mnist(split: str) -> Dataset:
     """Fashion-MNIST's "train" or "test" split, images flattened to 784 floats in [0, 1]."""
     images, labels = (os.path.join(FASHION_MNIST_DIR, f) for f in FASHION_MNIST_FILES[split])
     x = read_idx(images)
-    return from_arrays(x.reshape(len(x), -1), read_idx(labels), f"{FASHION_MNIST_DIR} ({split})")
+    return from_arrays(x.reshape(len(x), -1), read_idx(labels), labels)
 
 
 def load_test(source: str, input_shape: tuple[int, ...] | None = None) -> Dataset | None:

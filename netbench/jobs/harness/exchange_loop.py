@@ -37,11 +37,13 @@ from netbench.jobs import events as ev
 from netbench.jobs.harness import data as datasets
 from netbench.jobs.harness import evaluate, loop, param_server
 from netbench.jobs.harness.emit import arm_startup_watchdog, disarm_startup_watchdog, emit
-from netbench.jobs.harness.peers import Channel, Listener
+from netbench.jobs.harness.peers import Channel, Listener, RemoteError, run_limits, run_token
 from netbench.jobs.harness.ps import task_of
+from netbench.jobs.harness.step_delay import StepDelay
 from netbench.jobs.harness.strategy import import_tf
 
 PEER_FAREWELL_TIMEOUT_S = 120.0  # how long a finished worker keeps answering peers still training
+GONE_PEER_TIMEOUT_S = 1.0  # how long a goodbye to a peer that already said its own may take
 
 
 def run(args: argparse.Namespace, events: IO[str]) -> int:
@@ -56,8 +58,13 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
 
 
 class _Worker:
-    def __init__(self, args: argparse.Namespace, events: IO[str], index: int, cluster: dict[str, list[str]]) -> None:
+    def __init__(self, args: argparse.Namespace, events: IO[str], index: int, cluster: dict[str, list[str]],
+                 token: str | None = None, limits: exchange.Limits | None = None) -> None:
         self.args, self.events, self.index, self.cluster = args, events, index, cluster
+        self.token = token or run_token()  # the run's: every connection's hello carries it
+        self.limits = limits or run_limits()
+        self.listener: Listener | None = None  # gosgd, adpsgd: answering its peers
+        self.replied = False  # a first reply may wait for every worker's first (compiling) step
         self.workers = len(cluster["worker"])
         self.strategy = args.strategy
         self.lock = threading.Lock()  # guards weights and gossip weight (the listener changes them)
@@ -67,10 +74,12 @@ class _Worker:
         self.servers: list[Channel] = []
         self.peers: dict[int, Channel] = {}
         self.farewells = threading.Semaphore(0)
+        self.gone: set[int] = set()  # gosgd, adpsgd: peers that said goodbye (never chosen again)
         self.version = 0
         # ps-ssp's and ps-async's pipeline: pushes sent and not yet answered, and how many may stay so
         self.unanswered = 0
-        self.depth = algorithms.pipeline_depth(self.strategy, getattr(args, "staleness", 0))
+        self.depth = algorithms.pipeline_depth(self.strategy, getattr(args, "staleness", 0),
+                                               getattr(args, "pipeline", algorithms.DEFAULT_PIPELINE))
         self.inboxes: list[queue.Queue] = []  # ps-sync, ps-async, ps-ssp: each server's replies (_read_replies)
         # ps-sync with backup workers: whether a server dropped this step's gradient as late
         self.backup = getattr(args, "backup_workers", 0) if self.strategy == "ps-sync" else 0
@@ -79,6 +88,8 @@ class _Worker:
     # -- the network -------------------------------------------------------------------
 
     def _peer_handler(self, message: exchange.Message) -> exchange.Message | None:
+        if message.op == exchange.HELLO:  # a peer's first frame (the listener checked its token)
+            return None
         if message.op == exchange.GOSSIP:
             with self.lock:
                 self.weights, self.gossip_weight = algorithms.gossip_merge(
@@ -90,23 +101,29 @@ class _Worker:
                 self.weights = algorithms.average(self.weights, message.arrays)
             return exchange.Message(exchange.REPLY, {}, tuple(theirs))
         if message.op == exchange.BYE:
+            self.gone.add(int(message.meta.get("worker", -1)))
             self.farewells.release()
             return None
         raise exchange.ProtocolError(f"a worker does not answer {message.op!r}")
 
-    def _peer(self, other: int) -> Channel:
+    def _peer(self, other: int, timeout_s: float | None = None) -> Channel:
         if other not in self.peers:
-            self.peers[other] = Channel.connect(self.cluster["worker"][other], self.args.startup_timeout or 60.0)
+            channel = Channel.connect(self.cluster["worker"][other], timeout_s or self.args.startup_timeout or 60.0,
+                                      self.limits)
+            channel.cap = exchange.FrameCap.of(self.weights)  # a peer's reply is a model
+            channel.send(exchange.Message(exchange.HELLO, {"worker": self.index, "token": self.token}))
+            self.peers[other] = channel
         return self.peers[other]
 
     def _hello(self) -> None:
         """Worker 0 seeds the servers with the initial weights; the others read them back."""
         timeout = self.args.startup_timeout or 60.0
-        self.servers = [Channel.connect(a, timeout) for a in self.cluster.get("ps", [])]
+        self.servers = [Channel.connect(a, timeout, self.limits) for a in self.cluster.get("ps", [])]
         shards = exchange.split_by_shard(self.weights, len(self.servers))
         for channel, shard in zip(self.servers, shards):
+            channel.cap = exchange.FrameCap.of(shard)  # a server's replies carry its shard
             arrays = tuple(shard) if self.index == 0 else ()
-            channel.send(exchange.Message(exchange.HELLO, {"worker": self.index}, arrays))
+            channel.send(exchange.Message(exchange.HELLO, {"worker": self.index, "token": self.token}, arrays))
         replies = [channel.receive() for channel in self.servers]
         if self.index != 0:
             self.weights = exchange.join_shards([r.arrays for r in replies], len(self.weights))
@@ -132,16 +149,19 @@ class _Worker:
             return time.monotonic() - t0, 0.0, None
         if self.strategy == "gosgd":
             if self.rng.random() < self.args.gossip_p:
-                with self.lock:
-                    self.gossip_weight, sent = algorithms.gossip_split(self.gossip_weight)
-                    model = [w.copy() for w in self.weights]
-                peer = algorithms.choose_peer(self.rng, self.index, self.workers)
-                self._peer(peer).send(exchange.Message(exchange.GOSSIP, {"weight": sent}, tuple(model)))
+                peer = algorithms.choose_peer(self.rng, self.index, self.workers, self.gone)
+                if peer is not None:  # None: every peer is done, this worker trains alone
+                    with self.lock:
+                        self.gossip_weight, sent = algorithms.gossip_split(self.gossip_weight)
+                        model = [w.copy() for w in self.weights]
+                    self._peer(peer).send(exchange.Message(exchange.GOSSIP, {"weight": sent}, tuple(model)))
             return time.monotonic() - t0, 0.0, None
         if self.strategy == "adpsgd":
+            peer = algorithms.choose_peer(self.rng, self.index, self.workers, self.gone)
+            if peer is None:  # every peer is done: this worker trains alone
+                return time.monotonic() - t0, 0.0, None
             with self.lock:
                 model = [w.copy() for w in self.weights]
-            peer = algorithms.choose_peer(self.rng, self.index, self.workers)
             reply = self._peer(peer).request(exchange.Message(exchange.AVERAGE, {}, tuple(model)))
             with self.lock:
                 self.weights = algorithms.average(self.weights, reply.arrays)
@@ -161,7 +181,7 @@ class _Worker:
         sent = time.monotonic()
         held, staleness = 0.0, None
         while self.unanswered > self.depth or (self.unanswered and self._answered()):
-            replies = [self._reply(inbox) for inbox in self.inboxes]
+            replies = [self._reply(i) for i in range(len(self.inboxes))]
             self.unanswered -= 1
             self.weights = exchange.join_shards([r.arrays for r in replies], len(self.weights))
             self.version = min(int(r.meta["version"]) for r in replies)
@@ -176,11 +196,21 @@ class _Worker:
         """Whether every server's next reply is here."""
         return all(not inbox.empty() for inbox in self.inboxes)
 
-    @staticmethod
-    def _reply(inbox: queue.Queue) -> exchange.Message:
-        got = inbox.get()
+    def _reply(self, server: int) -> exchange.Message:
+        """Server `server`'s next reply; one that does not come within the limits (a server cut
+        off, or gone silent) raises TimeoutError naming it. The server names a worker that
+        holds its barrier or gate sooner (Limits.barrier_s), with an error frame."""
+        limit = self.limits.reply_s
+        if not self.replied:  # the first waits for every worker's first, compiled, step
+            limit += self.args.startup_timeout or 0.0
+        try:
+            got = self.inboxes[server].get(timeout=limit)
+        except queue.Empty:
+            raise TimeoutError(f"no reply from parameter server {self.cluster['ps'][server]} "
+                               f"within {limit:g}s") from None
         if isinstance(got, BaseException):
             raise got
+        self.replied = True
         return got
 
     def _read_replies(self) -> None:
@@ -194,8 +224,11 @@ class _Worker:
                 try:
                     inbox.put(channel.receive())
                 except BaseException as exc:  # noqa: BLE001 - handed to the training thread
-                    inbox.put(ConnectionError(f"parameter server: {type(exc).__name__}: {exc}")
-                              if not isinstance(exc, EOFError) else EOFError("a parameter server closed"))
+                    if isinstance(exc, EOFError):
+                        exc = EOFError(f"parameter server {channel.name} closed the connection")
+                    elif not isinstance(exc, RemoteError):  # a RemoteError names the server already
+                        exc = ConnectionError(f"parameter server {channel.name}: {type(exc).__name__}: {exc}")
+                    inbox.put(exc)
                     return
 
         for channel, inbox in zip(self.servers, self.inboxes):
@@ -216,20 +249,27 @@ class _Worker:
     def _goodbye(self) -> None:
         if self.inboxes:  # ps-sync, ps-async, ps-ssp: the pipeline's last replies, then bye through the readers
             for _ in range(self.unanswered):
-                for inbox in self.inboxes:
-                    self._reply(inbox)
+                for server in range(len(self.inboxes)):
+                    self._reply(server)
             self.unanswered = 0
             for channel in self.servers:
                 channel.send(exchange.Message(exchange.BYE, {"worker": self.index}))
-            for inbox in self.inboxes:
-                self._reply(inbox)
+            for server in range(len(self.inboxes)):
+                self._reply(server)
             return
         for channel in self.servers:
             channel.request(exchange.Message(exchange.BYE, {"worker": self.index}))
         if self.strategy in algorithms.PEER_STRATEGIES:
             for other in range(self.workers):
-                if other != self.index:
-                    self._peer(other).send(exchange.Message(exchange.BYE, {"worker": self.index}))
+                if other == self.index:
+                    continue
+                try:
+                    gone = other in self.gone  # it may have stopped answering: a short try
+                    self._peer(other, GONE_PEER_TIMEOUT_S if gone else None).send(
+                        exchange.Message(exchange.BYE, {"worker": self.index}))
+                except OSError:
+                    if other not in self.gone:
+                        raise
             deadline = time.monotonic() + PEER_FAREWELL_TIMEOUT_S
             for _ in range(self.workers - 1):  # keep answering peers that still train
                 if not self.farewells.acquire(timeout=max(0.0, deadline - time.monotonic())):
@@ -255,7 +295,8 @@ class _Worker:
         evaluator = evaluate.for_run(tf, args, model)
         if self.strategy in algorithms.PEER_STRATEGIES:
             host, port = self.cluster["worker"][self.index].rsplit(":", 1)
-            Listener(host, int(port), self._peer_handler)
+            self.listener = Listener(host, int(port), self._peer_handler, self.token,
+                                     cap=exchange.FrameCap.of(self.weights), limits=self.limits)
         if self.cluster.get("ps"):
             self._hello()
             if self.strategy in algorithms.PUSH_STRATEGIES:
@@ -269,6 +310,7 @@ class _Worker:
         until_stopped = getattr(args, "until_stopped", False)
         total = args.warmup + args.steps
         clock = evaluate.TrainClock()
+        delay = StepDelay()
         k = -1
         while until_stopped or k + 1 < total:
             k += 1
@@ -277,12 +319,15 @@ class _Worker:
             with self.lock:
                 current = list(self.weights)
             loss, grads, state = gradient(current, state, x, y)
+            delay.pause()  # the node's step delay: compute time
             if self.strategy not in algorithms.SERVER_MODES or self.strategy == "easgd":
                 if self.strategy != "adpsgd":  # adpsgd applies its gradient after averaging
                     self._local_update(grads)
             comm, wait, staleness = self._exchange(k, grads)
             if self.strategy == "adpsgd":
                 self._local_update(grads)
+            if self.listener is not None and self.listener.failure():
+                raise RuntimeError(f"worker {self.index} answering its peers: {self.listener.failure()}")
             t2 = time.monotonic()
             clock.add(t2 - t0)
             phase = ev.PHASE_WARMUP if k < args.warmup else ev.PHASE_MEASURED

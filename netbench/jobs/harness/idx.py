@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from netbench.jobs.harness.data import DataError, Dataset, from_arrays
+from netbench.jobs.harness.data import DataError, Dataset, class_count, from_arrays
 
 TRAIN_IMAGES, TRAIN_LABELS = "train-images-idx3-ubyte", "train-labels-idx1-ubyte"
 _TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -72,5 +72,7 @@ def load_idx_folder(path: str, index: int = 0, count: int = 1) -> Dataset:
         raise DataError(f"{path}: {len(x)} images but {len(y)} labels")
     if len(x) < count:
         raise DataError(f"{path}: {len(x)} examples, fewer than the {count} workers")
-    # shard before scaling: a worker converts only its own part to float
-    return from_arrays(x[index::count], y[index::count], str(folder))
+    # every worker counts the classes of the whole labels file (a shard may lack the largest),
+    # bounded there; shard before scaling: a worker converts only its own part to float
+    classes = class_count(y, str(labels)) if np.issubdtype(y.dtype, np.integer) else None
+    return from_arrays(x[index::count], y[index::count], str(folder), classes)

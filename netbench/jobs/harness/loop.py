@@ -31,6 +31,7 @@ from netbench.jobs.harness import evaluate
 from netbench.jobs.harness import strategy as strategies
 from netbench.jobs.harness.emit import arm_startup_watchdog, disarm_startup_watchdog, emit
 from netbench.jobs.harness.models import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPES, check_input
+from netbench.jobs.harness.step_delay import StepDelay
 from netbench.jobs.harness.steps import make_fused_step, make_split_steps
 
 DEFAULT_CALIBRATION_STEPS = 5
@@ -185,6 +186,7 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
     emit(event, events)
     images = global_batch_size * accum_steps
     micro = 0
+    delay = StepDelay()
 
     def split_update() -> tuple[float, float, float, float]:
         """One split update: (start, end of compute, end, mean loss)."""
@@ -196,6 +198,7 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
             micro += 1
             # .numpy() blocks until the computation finished.
             loss += float(compute(x, y).numpy())
+        delay.pause()  # the node's step delay: compute time
         t1 = time.monotonic()
         sync().numpy()  # blocks until the all-reduce and the update finished
         return t0, t1, time.monotonic(), loss / accum_steps
@@ -204,6 +207,7 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         """One fused update: (start, end, loss)."""
         nonlocal micro
         t0 = time.monotonic()
+        delay.pause()  # the node's step delay: compute time
         if stacked is None:
             x, y = batches[micro % len(batches)]
             loss = float(fused(x, y).numpy())  # blocks until the update finished

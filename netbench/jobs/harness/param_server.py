@@ -15,6 +15,9 @@ node's address, and answers each worker's requests:
 * elastic: the centre moves towards the replica; the reply is the difference (easgd);
 * bye: the worker is done (it no longer holds back a round or the gate).
 
+Every reply carries a copy of the weights taken under the lock (`ServerState.snapshot`): a
+reply is encoded after the lock is released, while other connections update the live arrays.
+
 It imports no TensorFlow: it starts in a fraction of a second, sends a start event and
 serves until the controller stops it.
 """
@@ -30,11 +33,29 @@ from typing import IO
 from netbench.jobs import algorithms, exchange
 from netbench.jobs import events as ev
 from netbench.jobs.harness.emit import emit
-from netbench.jobs.harness.peers import Listener
+from netbench.jobs.harness.peers import Listener, run_limits, run_token
 
 
-def make_handler(state: algorithms.ServerState, condition: threading.Condition):
-    """The listener's handler over one server state (the lock is the condition's)."""
+def make_handler(state: algorithms.ServerState, condition: threading.Condition,
+                 limits: exchange.Limits | None = None, first_s: float | None = None):
+    """The listener's handler over one server state (the lock is the condition's). A read held
+    by the barrier or the gate is answered with an error frame, naming the worker it waits for,
+    when that worker's connection ended without a goodbye, or after `limits.barrier_s` without
+    its push (`first_s` while that worker has not pushed yet: its first step compiles)."""
+    limits = limits or exchange.Limits()
+
+    def blocked(worker: int) -> str | None:
+        waited = time.monotonic()
+        while True:
+            if condition.wait_for(lambda: state.may_read(worker) or state.vanished(worker) is not None,
+                                  timeout=1.0):
+                return None if state.may_read(worker) else state.vanished(worker)
+            holding = state.holding(worker)
+            first = any(state.clocks.get(w, 0) == 0 for w in holding)
+            limit = max(limits.barrier_s, first_s or 0.0) if first else limits.barrier_s
+            if holding and time.monotonic() - waited > limit:
+                return (f"no push from worker {', '.join(map(str, holding))} within {limit:g}s "
+                        f"({'the barrier' if state.mode == algorithms.SYNC else 'the staleness gate'} waits for it)")
 
     def handle(message: exchange.Message) -> exchange.Message | None:
         worker = int(message.meta.get("worker", -1))
@@ -44,24 +65,26 @@ def make_handler(state: algorithms.ServerState, condition: threading.Condition):
                     state.initialise(message.arrays)
                     condition.notify_all()
                 condition.wait_for(lambda: state.ready)
-                arrays = () if message.arrays else tuple(state.weights or ())
+                arrays = () if message.arrays else state.snapshot()
                 return exchange.Message(exchange.REPLY, {"version": state.version}, arrays)
             if message.op == exchange.PUSH:
                 dropped = state.dropped.get(worker, 0)
                 staleness = state.push(worker, int(message.meta.get("version", 0)), message.arrays)
                 condition.notify_all()
                 held = time.monotonic()
-                condition.wait_for(lambda: state.may_read(worker))
+                why = blocked(worker)
+                if why is not None:
+                    return exchange.Message(exchange.ERROR, {"message": why})
                 wait_s = time.monotonic() - held
                 meta = {"version": state.version, "staleness": staleness, "wait_s": wait_s}
                 if state.backup:  # ps-sync with backup workers: whether this gradient came too late
                     meta["dropped"] = state.dropped.get(worker, 0) > dropped
-                return exchange.Message(exchange.REPLY, meta, tuple(state.weights or ()))
+                return exchange.Message(exchange.REPLY, meta, state.snapshot())
             if message.op == exchange.ELASTIC:
                 diff = state.elastic(message.arrays)
                 return exchange.Message(exchange.REPLY, {"version": state.version}, tuple(diff))
             if message.op == exchange.CENTRE:
-                return exchange.Message(exchange.REPLY, {"version": state.version}, tuple(state.weights or ()))
+                return exchange.Message(exchange.REPLY, {"version": state.version}, state.snapshot())
             if message.op == exchange.BYE:
                 state.leave(worker)
                 condition.notify_all()
@@ -72,7 +95,8 @@ def make_handler(state: algorithms.ServerState, condition: threading.Condition):
 
 
 def serve(args: argparse.Namespace, events: IO[str], index: int, cluster: dict[str, list[str]]) -> None:
-    """Serve shard `index` until the process is stopped."""
+    """Serve shard `index` until the process is stopped (or a connection fails unexpectedly:
+    raised, so the controller hears of it)."""
     workers = len(cluster.get("worker", []))
     alpha = args.elastic_alpha or algorithms.default_elastic_alpha(workers)
     state = algorithms.ServerState(mode=algorithms.SERVER_MODES[args.strategy], workers=workers,
@@ -80,8 +104,17 @@ def serve(args: argparse.Namespace, events: IO[str], index: int, cluster: dict[s
                                    staleness=algorithms.server_gate(args.strategy, args.staleness), alpha=alpha,
                                    backup=getattr(args, "backup_workers", 0) if args.strategy == "ps-sync" else 0)
     condition = threading.Condition()
+    limits = run_limits()
+
+    def lost(worker: int, cause: str) -> None:
+        with condition:
+            state.lose(worker, cause)
+            condition.notify_all()
+
     host, port = cluster["ps"][index].rsplit(":", 1)
-    Listener(host, int(port), make_handler(state, condition))
+    listener = Listener(host, int(port), make_handler(state, condition, limits, args.startup_timeout),
+                        run_token(), cap=state.cap, limits=limits, on_lost=lost)
     emit(ev.start_event(index, workers, os.getpid(), time.monotonic(), "", args.model, 0, args.batch_size,
                         strategy=args.strategy, role="ps", input_shape=(), data=args.data), events)
-    threading.Event().wait()  # until the controller stops this process
+    listener.failed.wait()  # until the controller stops this process, or a connection broke
+    raise RuntimeError(f"parameter server {index}: {listener.failure()}")

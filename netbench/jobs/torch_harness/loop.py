@@ -38,6 +38,7 @@ from netbench.jobs.harness.emit import arm_startup_watchdog, disarm_startup_watc
 from netbench.jobs.harness.loop import calibration_steps, timed_update, check_data_fits, measured_steps_from_mean, resolve_shape, \
     warmup_mean
 from netbench.jobs.harness.models import DEFAULT_CLASSES
+from netbench.jobs.harness.step_delay import StepDelay
 from netbench.jobs.torch_harness import collectives, rendezvous
 
 NO_TIMEOUT_S = 365 * 24 * 3600.0  # --collective-timeout 0: gloo needs some timeout
@@ -167,6 +168,8 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
             loss.backward()
         return float(loss.detach()) * accum_steps
 
+    delay = StepDelay()
+
     def accumulate(sync_last: bool) -> float:
         """The update's accum_steps backward passes into fresh gradients; the last one
         all-reduces when `sync_last` (DDP's own hook). Returns the mean loss."""
@@ -182,6 +185,7 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
     def fused_update() -> tuple[float, float, float]:
         """One update as users run it: (start, end, mean loss)."""
         t0 = time.monotonic()
+        delay.pause()  # the node's step delay: compute time
         loss = accumulate(sync_last=True)
         optimizer.step()
         return t0, time.monotonic(), loss
@@ -190,6 +194,7 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         """One update timed apart: (start, end of compute, end, mean loss)."""
         t0 = time.monotonic()
         loss = accumulate(sync_last=False)
+        delay.pause()
         t1 = time.monotonic()
         if where is not None:
             grads = [p.grad for p in model.parameters() if p.grad is not None]
