@@ -51,8 +51,10 @@ _FRAMEWORKS = ("torch", "tf_keras", "keras", "tensorflow", "jax")
 
 class _State:
     def __init__(self, environ) -> None:
-        self.rank = int(environ.get("NETBENCH_RANK", "0") or 0)
-        self.world = int(environ.get("NETBENCH_WORLD_SIZE", "1") or 1)
+        # RANK and WORLD_SIZE first: a launcher netbench starts once per node (torchrun) gives each
+        # of its processes its own; netbench's ranks get the same values under both names
+        self.rank = int(environ.get("RANK") or environ.get("NETBENCH_RANK", "0") or 0)
+        self.world = int(environ.get("WORLD_SIZE") or environ.get("NETBENCH_WORLD_SIZE", "1") or 1)
         self.warmup = int(environ.get("NETBENCH_WARMUP", "0") or 0)
         self.control = environ.get("NETBENCH_CONTROL", "")
         self.active = "NETBENCH_RANK" in environ
@@ -154,11 +156,13 @@ def record(start: float, end: float, images: int = 0) -> None:
         _start()
     number = _state.steps
     _state.steps += 1
+    # "rank": a launcher netbench starts once per node (torchrun) writes several ranks' steps on
+    # one stdout; the controller reads each step's rank from it
     split = marked is not None and start <= marked <= end
     _write({"compute": marked - start if split else None, "comm": end - marked if split else None,
             "event": "step", "step": number,
             "phase": "warmup" if number < _state.warmup else "measured", "start": start, "end": end,
-            "duration": end - start, "images": images * _state.world, "loss": None})
+            "duration": end - start, "images": images * _state.world, "loss": None, "rank": _state.rank})
 
 
 @contextmanager

@@ -49,24 +49,31 @@ def _frameworks(text: str) -> tuple[str, ...]:
     return chosen
 
 
-def _runs(latency, bandwidth, loss, jitter, topology_file, scale, workers):
+def _job(workers: int, ranks_per_node: int):
+    """The benchmark's placement: one process per node, or ranks_per_node of them."""
+    from netbench.cli.ranks import with_ranks
+    from netbench.experiment.collective import JOB
+
+    return with_ranks(JOB, workers, ranks_per_node, "ring", "cpu", 0)
+
+
+def _runs(latency, bandwidth, loss, jitter, topology_file, scale, workers, job):
     from netbench.cli import sweep_topology
     from netbench.cli.experiment import _plan_runs
-    from netbench.experiment.collective import JOB
     from netbench.model import design
     from netbench.model.profile import Profile, parse_levels
 
     sweep_topology.check_flags(topology_file, scale, {"--latency": latency, "--bandwidth": bandwidth,
                                                        "--loss": loss, "--jitter": jitter}, None)
     if topology_file is not None:
-        return sweep_topology.topology_runs(topology_file, scale, 1, JOB, workers, 0)
+        return sweep_topology.topology_runs(topology_file, scale, 1, job, workers, 0)
     levels = design.SweepLevels(
         delay_us=tuple(parse_levels(latency, "--latency", units.parse_duration_us)) if latency else (),
         rate_bps=tuple(parse_levels(bandwidth, "--bandwidth", units.parse_rate_bps)) if bandwidth else (),
         loss=tuple(parse_levels(loss, "--loss", units.parse_ratio)) if loss else (),
         jitter_us=tuple(parse_levels(jitter, "--jitter", units.parse_duration_us)) if jitter else ())
     base = Profile(name="base")
-    return None, design.sweep_runs(_plan_runs(base, levels, 1), 1, JOB, workers, 0, base=base)
+    return None, design.sweep_runs(_plan_runs(base, levels, 1), 1, job, workers, 0, base=base)
 
 
 @click.command("collective")
@@ -77,7 +84,10 @@ def _runs(latency, bandwidth, loss, jitter, topology_file, scale, workers):
 @click.option("--topology", "topology_file", type=click.Path(dir_okay=False, path_type=Path),
               help="A per-pair topology file instead of the point flags.")
 @click.option("--scale", metavar="LIST", help="With --topology: factors on every delay, e.g. 1,2 [default: 1].")
-@click.option("--workers", default=2, show_default=True, type=click.IntRange(2, 64), help="Processes, one per node.")
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(2, 64),
+              help="Processes, one per node unless --ranks-per-node.")
+@click.option("--ranks-per-node", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Processes on each node (nodes = workers / ranks per node); between them over the node's loopback.")
 @click.option("--sizes", default="8-64MiB", show_default=True,
               help="Message sizes: LOW-HIGH doubling, or a list such as 8,1KiB,1MiB (per worker).")
 @click.option("--ops", default="allreduce,broadcast,allgather", show_default=True, help="Operations to time.")
@@ -94,8 +104,8 @@ def _runs(latency, bandwidth, loss, jitter, topology_file, scale, workers):
 @click.option("--json", "as_json", is_flag=True, help="Print the TensorFlow points' fits and all-reduce sizes as JSON.")
 @common.hosts_options
 @handle_errors
-def collective(latency, bandwidth, loss, jitter, topology_file, scale, workers, sizes, ops, framework, warmup, reps,
-               timeout, backend, seed, output, as_json, inventory, insecure_host_keys, takeover) -> None:
+def collective(latency, bandwidth, loss, jitter, topology_file, scale, workers, ranks_per_node, sizes, ops, framework,
+               warmup, reps, timeout, backend, seed, output, as_json, inventory, insecure_host_keys, takeover) -> None:
     """Time collectives (like nccl-tests) on the testbed's links at every point.
 
     For each point (the product of the level flags, or a --topology), applies it as a sweep
@@ -115,13 +125,15 @@ def collective(latency, bandwidth, loss, jitter, topology_file, scale, workers, 
 
     settings = _settings(sizes, ops, warmup, reps, timeout)
     frameworks = _frameworks(framework)
-    pairs, runs = _runs(latency, bandwidth, loss, jitter, topology_file, scale, workers)
+    job = _job(workers, ranks_per_node)
+    pairs, runs = _runs(latency, bandwidth, loss, jitter, topology_file, scale, workers, job)
     output = output or Path("results") / time.strftime("collective-%Y%m%d-%H%M%S")
     if output.exists() and any(output.iterdir()):
         raise UsageError(f"flag --output: {output} holds files", hint="choose an empty or new folder")
     config = CollectiveConfig(runs=tuple(runs), workers=workers, output=output, settings=settings,
                               frameworks=frameworks, backend=None if backend == "auto" else backend,
-                              command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, topology=pairs)
+                              command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, topology=pairs,
+                              job=job)
     view = render_collective.CollectiveView(quiet=as_json)
     if inventory is None:
         common.check_local_flags(None, insecure_host_keys, takeover=takeover)

@@ -371,10 +371,11 @@ def doctor_cmd(as_json: bool, no_tensorflow: bool, inventory, insecure_host_keys
     """Check what this host can do, by trying it, and which emulation backend netbench will use.
 
     Works without root (namespace checks are then skipped). Exits 1 when no backend can run.
+    Lists the GPUs (nvidia-smi, torch.cuda), CUDA and NCCL, and says what RDMA means here.
 
     Example: sudo netbench doctor --no-tensorflow
     """
-    from netbench.experiment import doctor
+    from netbench.experiment import doctor, gpus
 
     check_local_flags(inventory, insecure_host_keys)
     with open_target(inventory, insecure_host_keys) as target:
@@ -382,9 +383,11 @@ def doctor_cmd(as_json: bool, no_tensorflow: bool, inventory, insecure_host_keys
     if inventory is not None:
         render.hosts_doctor(report, as_json)
     elif as_json:
-        console.plain(json.dumps(doctor.to_json(report), indent=2))
+        console.plain(json.dumps({**doctor.to_json(report), "gpus": gpus.to_json(gpus.probe_gpus())}, indent=2))
     else:
         console.out.print(render.doctor_table(report))
+        for line in gpus.gpu_lines(gpus.probe_gpus()):
+            console.plain(line)
     if not report.ready:
         sys.exit(int(common.ExitStatus.ERROR))
 

@@ -16,6 +16,7 @@ from netbench.cli import common
 from netbench.cli.common import (BACKEND_CHOICES, _sigterm_as_interrupt, check_metrics_flags, handle_errors,
                                  hosts_options, launch_options, launch_settings, metrics_options)
 from netbench.cli.framework import check_framework, framework_option, require_framework
+from netbench.cli.ranks import ranks_options, require_device, with_ranks
 from netbench.cli.types import Seconds
 from netbench.cli.algorithm_options import ALGORITHMS, ALGORITHMS_HELP, algorithm_options, finish_job
 from netbench.cli.user_job import command_options, with_command
@@ -49,7 +50,8 @@ from netbench.model.profile import Profile, load_profile, parse_levels
                    "ps: parameter servers and a coordinator (asynchronous); single: one process, no network; "
                    f"{ALGORITHMS_HELP}")
 @framework_option
-@click.option("--workers", type=click.IntRange(1, 64), help="Training workers, one per node [default: 2; 1 with single].")
+@click.option("--workers", type=click.IntRange(1, 64), help="Training workers (ranks), one per node unless --ranks-per-node [default: 2; 1 with single].")
+@ranks_options
 @click.option("--accum-steps", default=4, show_default=True, type=click.IntRange(1, 10000),
               help="Local batches per all-reduce with --strategy allreduce-accum.")
 @click.option("--ps", "ps_count", default=1, show_default=True, type=click.IntRange(1, 16),
@@ -99,7 +101,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, cpus_flags, step_delay
           step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, predict, dry_run,
           metrics_port, metrics_address, metrics_wait, order_seed, isolate, launch_order, settle_text, settle_steps,
           inventory, insecure_host_keys, takeover, precision_text, max_seconds, congestion_control, images_per_step,
-          step_regex, user_command, algorithm=None, recalibrate=False, settle_round_trips=None) -> None:
+          step_regex, user_command, algorithm=None, recalibrate=False, settle_round_trips=None, ranks_per_node=1,
+          collective="ring", device="cpu", gpus_per_node=0) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
@@ -124,6 +127,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, cpus_flags, step_delay
     Example: netbench sweep --strategy ps-ssp --staleness 3 --data fashion-mnist --train-steps 200 --latency 1,50ms
     Example: netbench sweep --latency 1,20ms --workers 2 -- python examples/torch_ddp.py
     Example: netbench sweep --framework torch --model mlp --latency 1,20ms --workers 2
+    Example: netbench sweep --framework torch --latency 1,20ms --workers 4 --ranks-per-node 2 --collective hierarchical
     """
     from netbench.model import design as sweep_plan
     from netbench.experiment import store as results
@@ -168,8 +172,10 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, cpus_flags, step_delay
                                           **common.precision_settings(precision_text, max_seconds))
     config_job = with_command(config_job, user_command, images_per_step, step_regex, workers=workers,
                               verify=verify_points, schedules=schedule_files, topology=topology_file)
+    config_job = with_ranks(config_job, workers, ranks_per_node, collective, device, gpus_per_node)
     if inventory is None and not dry_run and not user_command:
         require_framework(framework)
+        require_device(device)
     pairs = None
     if topology_file is not None:
         pairs, runs = sweep_topology.topology_runs(topology_file, scale, repeat, config_job, workers, first)

@@ -116,8 +116,9 @@ def fit_of(results: dict[str, tuple[maths.SizeResult, ...]]) -> maths.AlphaBeta 
 def measure(testbed, run: Run, settings: Settings, framework: str, log_dir: Path, port: int,
             timeouts: Timeouts = Timeouts(startup_s=240.0, step_s=300.0)) -> PointResult:
     """Time the collectives on the links as they are now (the caller applied the point)."""
-    nodes = testbed.nodes_for(JOB, run.workers)
-    tasks = [replace(t, argv=bench_argv(settings, framework)) for t in plan_job(JOB, nodes, run.workers, port=port)]
+    job = run.job if run.job.strategy == JOB.strategy else JOB  # its placement (ranks per node) is the run's
+    nodes = testbed.nodes_for(job, run.workers)
+    tasks = [replace(t, argv=bench_argv(settings, framework)) for t in plan_job(job, nodes, run.workers, port=port)]
     started = time.monotonic()
     outcome = run_job(tasks, log_dir, testbed.spawn, timeouts)
     if outcome.status != "ok":

@@ -308,7 +308,7 @@ def _launch(runs, isolate: bool, settle: Settle, costs: Costs, step_timeout_s) -
     left = list(runs)
     while left:
         job, workers = left[0].job, left[0].workers
-        processes = nodes_needed(job, workers)
+        processes = nodes_needed(job, workers) * job.ranks_per_node  # processes: ranks per node on each
         totals = [0.0, 0.0, costs.stop_s]
         done, timeouts, capped = [], 0, 0
         for run in left:
@@ -487,7 +487,7 @@ def _startups(folder: Path, rows: dict, steps: dict, costs: Costs) -> tuple[dict
         window = measured_window_s(record)
         if record.get("launch") is None or first.get(record["launch"]) == run_id:
             run = _row_run(rows[run_id])
-            processes = nodes_needed(run.job, run.workers)
+            processes = nodes_needed(run.job, run.workers) * run.job.ranks_per_node
             cluster = costs.cluster_startup_s + costs.cluster_round_trips * rtt_s(path_of(run)) if processes > 1 else 0.0
             stop = costs.stop_s if record.get("launch") is None else 0.0
             seen = wall - window - run.job.warmup * steps[run_id] - costs.point_overhead_s - stop - cluster

@@ -34,6 +34,7 @@ from netbench.errors import NetbenchError
 from netbench.jobs import events as ev
 from netbench.jobs.launch import Timeouts, run_job
 from netbench.model import exchange_model, step_model
+from netbench.model.frameworks import allreduce_buckets
 from netbench.model.job import JobSpec, pipeline_window, plan_job
 
 CALIBRATION_SIZES = (64 * 2**10, 256 * 2**10, 2**20, 4 * 2**20)
@@ -43,20 +44,29 @@ COMPUTE_WARMUP, COMPUTE_STEPS = 3, 10
 def job_key(job: JobSpec, workers: int) -> str:
     shape = "x".join(str(d) for d in job.input_shape) if job.input_shape else ""
     framework = "" if job.framework == "tensorflow" else f"{job.framework}/"  # TensorFlow's keys as before
-    return f"{framework}{job.model}/b{job.batch_size}/{shape}/{job.classes or ''}/{job.data}/w{workers}"
+    per = f"r{job.ranks_per_node}" if job.ranks_per_node > 1 else ""  # one rank a node: keys as before
+    return f"{framework}{job.model}/b{job.batch_size}/{shape}/{job.classes or ''}/{job.data}/w{workers}{per}"
+
+
+def collective_key(workers: int, ranks_per_node: int = 1) -> int | str:
+    """The collective calibration's key: the workers, or "WxR" with R ranks per node (measured
+    on that placement: the loopback inside each node, the unshaped links between them)."""
+    return workers if ranks_per_node <= 1 else f"{workers}x{ranks_per_node}"
 
 
 def compute_measured(job: JobSpec, workers: int) -> dict[str, Any]:
     """What a job's compute calibration measures (its cache key's `measured`)."""
+    per = max(1, job.ranks_per_node)
     return {"framework": job.framework, "model": job.model, "batch": job.batch_size,
             "input_shape": list(job.input_shape or ()), "classes": job.classes, "data": job.data,
-            "strategy": "single", "processes": workers, "nodes": workers,
+            "strategy": "single", "processes": workers, "nodes": max(1, workers // per),
             "warmup": COMPUTE_WARMUP, "steps": COMPUTE_STEPS}
 
 
-def allreduce_measured(workers: int) -> dict[str, Any]:
-    """What the all-reduce calibration over `workers` measures."""
-    return {"framework": "tensorflow", "op": "allreduce", "ranks": workers, "nodes": workers,
+def allreduce_measured(workers: int, ranks_per_node: int = 1) -> dict[str, Any]:
+    """What the all-reduce calibration over `workers` (ranks_per_node a node) measures."""
+    return {"framework": "tensorflow", "op": "allreduce", "ranks": workers,
+            "nodes": max(1, workers // max(1, ranks_per_node)),
             "sizes": list(CALIBRATION_SIZES), "warmup": 2, "reps": 3}
 
 
@@ -89,7 +99,8 @@ class Predictor:
     def calibration_id(self, run) -> str | None:
         """The ids of the calibrations `run`'s prediction uses, "+"-joined (compute, all-reduce,
         exchange); None when it uses none."""
-        parts = [self.ids.get(f"compute/{job_key(run.job, run.workers)}"), self.ids.get(f"allreduce/w{run.workers}")]
+        parts = [self.ids.get(f"compute/{job_key(run.job, run.workers)}"),
+                 self.ids.get(f"allreduce/w{collective_key(run.workers, run.job.ranks_per_node)}")]
         if run.job.strategy in exchange_model.STRATEGIES:
             parts.append(self.ids.get("exchange"))
         return "+".join(p for p in parts if p) or None
@@ -98,7 +109,7 @@ class Predictor:
         from netbench.experiment.estimate import path_of
 
         job, workers = run.job, run.workers
-        fit = self.collective.get(workers)
+        fit = self.collective.get(collective_key(workers, job.ranks_per_node))
         measured = self.compute.get(job_key(job, workers))
         alone = job.strategy == "single" or (job.strategy.startswith("allreduce") and workers < 2)  # no network
         if measured is None or (fit is None and not alone):
@@ -110,7 +121,10 @@ class Predictor:
             overhead_s=fit.alpha_s if fit else 0.0, beta_s_per_byte=fit.beta_s_per_byte if fit else 0.0,
             accum_steps=job.accum_steps, ps=job.ps,
             params={"period": job.tau, "p": job.gossip_p, "window": pipeline_window(job)},
-            ring_rtts_s=ring_rtts_s(run, workers), **self._exchange_terms(), **_node_terms(run, workers))
+            ring_rtts_s=ring_rtts_s(run, workers) if job.ranks_per_node == 1 else (),
+            ranks_per_node=job.ranks_per_node, collective=job.collective,
+            buckets=allreduce_buckets(job.framework, measured.model_bytes), **self._exchange_terms(),
+            **_node_terms(run, workers))
 
     def _exchange_terms(self) -> dict[str, Any]:
         x = self.exchange
@@ -157,10 +171,12 @@ def _compute_tasks(job: JobSpec, nodes, workers: int, port: int):
     """`workers` single-strategy processes, one per worker node (worker 0..W-1)."""
     # fixed steps: a sweep's --precision would stretch this short, noisy window to its cap
     single = replace(job, strategy="single", warmup=COMPUTE_WARMUP, steps=COMPUTE_STEPS, seconds=None,
-                     sample_resources_s=0.0, precision=None)
+                     sample_resources_s=0.0, precision=None, ranks_per_node=1, collective="ring")
     (task,) = plan_job(single, nodes[:1], 1, port=port)
+    per = max(1, job.ranks_per_node)  # R processes a node, node-major, as the run places its ranks
+    placed = [nodes[i // per] for i in range(workers) if i // per < len(nodes)]
     return [replace(task, index=i, node=node.name, netns=node.netns, address=node.address)
-            for i, node in enumerate(nodes[:workers])]
+            for i, node in enumerate(placed)]
 
 
 def measure_compute(testbed, job: JobSpec, workers: int, log_dir, port: int) -> tuple[Compute, dict]:
@@ -179,12 +195,13 @@ def measure_compute(testbed, job: JobSpec, workers: int, log_dir, port: int) -> 
                      "processes": workers, "seconds": round(time.monotonic() - started, 3)}
 
 
-def measure_collective(testbed, workers: int, log_dir, port: int) -> tuple[Any, dict]:
+def measure_collective(testbed, workers: int, log_dir, port: int, ranks_per_node: int = 1) -> tuple[Any, dict]:
     from netbench.experiment import collective
     from netbench.model.profile import Profile
     from netbench.model.run import Run
 
-    run = Run(index=0, profile=Profile(name="calibration"), repeat=0, job=collective.JOB, workers=workers)
+    run = Run(index=0, profile=Profile(name="calibration"), repeat=0,
+              job=replace(collective.JOB, ranks_per_node=ranks_per_node), workers=workers)
     settings = collective.Settings(sizes=CALIBRATION_SIZES, ops=("allreduce",), warmup=2, reps=3)
     point = collective.measure(testbed, run, settings, "tf", log_dir, port)
     return point.fit, {"alpha_s": point.fit.alpha_s, "beta_s_per_byte": point.fit.beta_s_per_byte,
@@ -235,25 +252,29 @@ def calibrate(runs, testbed, log_root, note, seed: int = 0, reuse: Reuse | None 
     computes: dict[str, Compute] = {}
     ids: dict[str, str] = {}
     modelled = [r for r in runs if r.job.strategy in step_model.PATTERNS]
-    for workers in sorted({r.workers for r in modelled if r.workers >= 2}):
-        def measure(w=workers):
-            fit, facts = measure_collective(testbed, w, log_root / f"calibration-collective-w{w}",
-                                            rng.randrange(20000, 30000))
+    for workers, per in sorted({(r.workers, r.job.ranks_per_node) for r in modelled if r.workers >= 2}):
+        key = collective_key(workers, per)
+
+        def measure(w=workers, per=per, key=key):
+            placed = {"ranks_per_node": per} if per > 1 else {}  # one a node: the call as before
+            fit, facts = measure_collective(testbed, w, log_root / f"calibration-collective-w{key}",
+                                            rng.randrange(20000, 30000), **placed)
             return {"alpha_s": fit.alpha_s, "beta_s_per_byte": fit.beta_s_per_byte}, facts
+        on = f" ({per} a node)" if per > 1 else ""
         try:
-            value, facts = _obtain("allreduce", allreduce_measured(workers), f"all-reduce over {workers} workers",
-                                   measure, reuse, note)
+            value, facts = _obtain("allreduce", allreduce_measured(workers, per),
+                                   f"all-reduce over {workers} workers{on}", measure, reuse, note)
         except Exception as exc:  # noqa: BLE001 - a calibration only informs: the sweep goes on without it
             record["errors"].append(_why(exc))
             note(f"collective calibration ({workers} workers) failed: {_why(exc)}; no predictions for them")
             continue
         from netbench.model.collective import AlphaBeta
 
-        fit = collective_fits[workers] = AlphaBeta(float(value["alpha_s"]), float(value["beta_s_per_byte"]))
-        record["collective"][str(workers)] = facts
-        _remember(ids, f"allreduce/w{workers}", facts)
+        fit = collective_fits[key] = AlphaBeta(float(value["alpha_s"]), float(value["beta_s_per_byte"]))
+        record["collective"][str(key)] = facts
+        _remember(ids, f"allreduce/w{key}", facts)
         if not facts["reused"]:
-            note(f"calibration: all-reduce over {workers} workers, unshaped: alpha {fit.alpha_s * 1e3:.2f} ms, "
+            note(f"calibration: all-reduce over {workers} workers{on}, unshaped: alpha {fit.alpha_s * 1e3:.2f} ms, "
                  f"beta {fit.beta_s_per_byte * 1e9:.2f} ns/byte ({facts['seconds']:.1f} s)")
     exchange = None
     if any(r.job.strategy in exchange_model.STRATEGIES and r.workers >= 2 for r in modelled):

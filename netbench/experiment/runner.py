@@ -11,7 +11,7 @@ from typing import Any, Callable, Protocol
 from netbench import interrupts
 from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
-from netbench.jobs import accuracy, analysis, events, resources, stragglers
+from netbench.jobs import accuracy, analysis, events, link_check, resources, stragglers
 from netbench.model.job import SERVER_STRATEGIES, JobSpec, algorithm_settings, effective_accum_steps, images_per_step, \
     nodes_needed, plan_job
 from netbench.jobs import user_results
@@ -112,7 +112,7 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      comm_time_mean_s=phases.comm_mean_s if phases else None,
                      idle_ratio=phases.idle_ratio if phases else None,
                      step=analysis.step_kind(outcome.events, job), split_from=phases.source if phases else None,
-                     resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events)),
+                     resources=tuple({"key": u.key, **asdict(u)} for u in resources.summarise(outcome.events, job.ranks_per_node)),
                      topology=run.pairs.to_json() if run.pairs is not None else None,
                      **window_precision(durations, None if job.train_steps else job.precision),
                      wait_time_mean_s=phases.wait_mean_s if phases else None,
@@ -122,6 +122,7 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      time_to_target_s=scored.time_to_target_s, target_accuracy=job.target_accuracy,
                      **user_results.origin(outcome.events, job, link),
                      link_bytes=link, link_bytes_per_s=None if link is None else link["sent_bytes_per_s_mean"],
+                     **link_check.record_fields(outcome.events, job, workers),
                      algorithm=algorithm_settings(job, workers) or None,
                      stragglers=_stragglers(outcome.events, job, nodes),
                      compute=run.compute.to_record() if run.compute.limited else None)

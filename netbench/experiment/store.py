@@ -28,6 +28,7 @@ from netbench.jobs.stragglers import COLUMNS as STRAGGLER_COLUMNS
 from netbench.jobs.stragglers import csv_cells as straggler_cells
 from netbench.experiment import node_columns
 from netbench.experiment.jsonfile import read_json, write_json  # noqa: F401 - the folder's JSON files
+from netbench.jobs.link_check import COLUMNS as RANK_COLUMNS, csv_cells as rank_cells
 from netbench.model.job import ALGORITHM_KEYS
 
 # 2: strategy settings (ps, accum_steps), data, model size, computation/communication split,
@@ -52,7 +53,7 @@ from netbench.model.job import ALGORITHM_KEYS
 #     and ps-async's pipeline (its record's `algorithm`, e.g. {"pipeline": 0}) and the csv's pipeline column
 #     each node's compute capacity (its record's `compute`: cpus and step_delay_s per node) and a
 #     csv column per limited node: cpus_<node>, step_delay_s_<node> ("all": every node), after the rest
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13  # 13: ranks per node: the record's `ranks`, its csv columns (jobs/link_check.py COLUMNS)
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -69,8 +70,7 @@ CSV_COLUMNS = (
     "ps", "accum_steps", "data", "input_shape", "classes", "params", "model_bytes",
     "worker_images_per_sec", "compute_time_mean_s", "comm_time_mean_s", "idle_ratio",
     "verify_rtt_configured_ms", "verify_rtt_measured_ms", "verify_loss_configured_pct", "verify_loss_measured_pct",
-    "verify_rate_measured_mbit", "verify_ok",
-    "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
+    "verify_rate_measured_mbit", "verify_ok", "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error", "schedule", "step", "split_from",
     "launch", "settle_s", "settle_steps", "settle_reason", "topology", "scale",
     "step_time_ci_pct", "precision_reached", "predicted_step_s",
@@ -83,7 +83,9 @@ CSV_COLUMNS = (
     "calibration_id", "congestion_control",
     # who waits for whom: the straggler, its share of steps, the others' waiting (jobs/stragglers.py)
     *STRAGGLER_COLUMNS,
-    # the training algorithm's own settings, as the run used them (issue: algorithm settings as factors)
+    # ranks per node and the all-reduce's shape; each node's link bytes per step beside the collective's
+    *RANK_COLUMNS,
+    # the training algorithm's own settings, as the run used them (last: tests/unit/test_algorithm_factors.py)
     *ALGORITHM_KEYS,
 )
 
@@ -178,6 +180,7 @@ class RunResult:
     # each node's compute capacity as the run started (model.compute.Compute.to_record: cpus and
     # step_delay_s per node, "*": every node); None: every node unlimited
     compute: dict[str, Any] | None = None
+    ranks: dict[str, Any] | None = None  # ranks per node, collective, link bytes per step (jobs/link_check.py)
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -208,8 +211,7 @@ class RunResult:
             "worker_images_per_sec": ";".join(f"{v:.3f}" for v in self.per_worker_images_per_sec),
             "compute_time_mean_s": opt(self.compute_time_mean_s), "comm_time_mean_s": opt(self.comm_time_mean_s),
             "idle_ratio": opt(self.idle_ratio, 4),
-            **self._verify_cells(),
-            **self._resource_cells(),
+            **self._verify_cells(), **self._resource_cells(),
             "status": self.status, "error": self.error,
             "schedule": (self.schedule or {}).get("name", ""),
             "step": self.step or "", "split_from": self.split_from or "",
@@ -228,7 +230,7 @@ class RunResult:
             "framework": self.framework, "source": self.source,
             "link_bytes_per_s": opt(self.link_bytes_per_s, 1),
             "calibration_id": self.calibration_id or "", "congestion_control": self.congestion_control or "",
-            **straggler_cells(self.stragglers),
+            **straggler_cells(self.stragglers), **rank_cells(self.ranks),
             **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_KEYS},
             **node_columns.cells(self.compute),
         }

@@ -167,7 +167,7 @@ class LocalSpawner:
         self.node_env: dict[str, dict[str, str]] = {}
 
     def __call__(self, task: Task, log: Path, env: dict) -> LocalProcess:
-        child_env = {"TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1",
+        child_env = {**dict(task.env), "TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1",
                      "PYTHONPATH": proc.child_pythonpath(), **self.node_env.get(task.node, {}), **env}
         popen = proc.spawn(task.argv, netns=task.netns, env=child_env, stdout=-1, stderr=-1,
                            cgroup=self.cgroups.get(task.node))
@@ -193,8 +193,18 @@ def _reader(position: int, task: Task, stream, sink: queue.SimpleQueue) -> None:
         event = ev.parse_line(raw)
         if event is None or (isinstance(event, ev.Error) and event.type == ev.MALFORMED):
             continue  # stray output, or a line that only looks like an event
-        sink.put((position, ev.received(event, task.index, task.role, time.monotonic())))
+        sink.put((position, ev.received(event, sender(event, task), task.role, time.monotonic())))
     sink.put((position, _EOF))
+
+
+def sender(event: ev.Event, task: Task) -> int:
+    """The rank that sent `event`: the task's index, or for a user's command started once per
+    node (torchrun starting the node's ranks) the rank its event names (netbench.track's start
+    event's task_index, its steps' "rank")."""
+    if not task.command or task.local_rank or not isinstance(event, (ev.Start, ev.Step)):
+        return task.index
+    said = event.task_index if isinstance(event, ev.Start) else dict(event.extra).get("rank")
+    return said if isinstance(said, int) and not isinstance(said, bool) and said >= 0 else task.index
 
 
 def log_tail(path: Path | None, lines: int = 1) -> str:

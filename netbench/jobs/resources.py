@@ -127,9 +127,11 @@ class Usage:
         return f"{self.role}{self.index}"
 
 
-def summarise(events: Iterable[Union[ev.Event, Mapping]]) -> tuple[Usage, ...]:
+def summarise(events: Iterable[Union[ev.Event, Mapping]], ranks_per_node: int = 1) -> tuple[Usage, ...]:
     """One Usage per process that sent resources events, in (role, index) order (events are
-    typed, or a run record's JSON objects)."""
+    typed, or a run record's JSON objects). With several ranks per node (model/ranks.py) the
+    node's ranks read the same interface counters: the node's bytes are its first rank's, the
+    others' are 0, so the run's totals count each node's link once."""
     by_process: dict[tuple[str, int], list[ev.Resources]] = {}
     for e in map(ev.as_event, events):
         if isinstance(e, ev.Resources):
@@ -142,9 +144,15 @@ def summarise(events: Iterable[Union[ev.Event, Mapping]]) -> tuple[Usage, ...]:
         out.append(Usage(role=role, index=index, samples=len(samples), window_s=window,
                          cpu_util=(last.cpu_s - first.cpu_s) / window if window > 0 else None,
                          rss_peak_bytes=max(e.rss_bytes for e in samples),
-                         rx_bytes=last.rx_bytes - first.rx_bytes,
-                         tx_bytes=last.tx_bytes - first.tx_bytes))
+                         rx_bytes=last.rx_bytes - first.rx_bytes if _counts_link(role, index, ranks_per_node) else 0,
+                         tx_bytes=last.tx_bytes - first.tx_bytes if _counts_link(role, index, ranks_per_node) else 0))
     return tuple(out)
+
+
+def _counts_link(role: str, index: int, ranks_per_node: int) -> bool:
+    """Whether this process's byte counters stand for its node's link (a worker rank that is
+    its node's first, or any process of a one-process node)."""
+    return role != "worker" or ranks_per_node <= 1 or index % ranks_per_node == 0
 
 
 def totals(usage: Sequence[Usage]) -> dict[str, float | int | None]:

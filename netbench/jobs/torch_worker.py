@@ -33,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The TensorFlow worker's options, under this module's name."""
     parser = worker.build_parser()
     parser.prog = PROG
+    parser.add_argument("--collective", choices=("ring", "hierarchical"), default="ring",
+                        help="ring: DDP's all-reduce over every rank; hierarchical: reduce inside each node, "
+                             "all-reduce between the nodes' first ranks, broadcast inside (several ranks per node)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cpu: gloo; cuda: NCCL, each rank on GPU LOCAL_RANK of those it sees")
     parser.description = ("Train a model with PyTorch DistributedDataParallel over gloo and report per-step "
                           f"timings as JSON lines on stdout (strategies {', '.join(TORCH_STRATEGIES)}; "
                           f"models {', '.join(TORCH_MODELS)}).")

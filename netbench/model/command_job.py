@@ -27,6 +27,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Sequence
 
+from netbench.model.ranks import PORT_BLOCK, visible_devices
+
 COMMAND = "command"  # the strategy name a user's command runs under
 SOURCE_TRACK, SOURCE_REGEX, SOURCE_BYTES = "track", "regex", "bytes"
 TF_PORT_OFFSET, JAX_PORT_OFFSET = 1, 2
@@ -53,12 +55,23 @@ class UserCommand:
 
 @dataclass(frozen=True)
 class Place:
-    """Where one rank runs: its node's name, hostname, address and interface."""
+    """Where one rank runs: its node's name, hostname, address and interface, the node's index
+    and the rank's place on it (model/ranks.py), and the node's host identity for NCCL ("": the
+    machine's own; set on the embedded testbed, where every node shares one machine)."""
 
     node: str
     hostname: str
     address: str
     ifname: str
+    node_index: int = -1  # -1: the rank's own index (one rank per node)
+    local_rank: int = 0
+    local_world: int = 1
+    host_id: str = ""
+
+
+# launchers that start a node's ranks themselves (torchrun reads PET_NPROC_PER_NODE): with
+# several ranks per node such a command starts once per node, not once per rank
+RANK_LAUNCHERS = ("torchrun", "torch.distributed.run", "torchrun.sh")
 
 
 MAX_STEP_REGEX = 1000  # characters: a step line's pattern, never a program
@@ -115,34 +128,58 @@ def from_playbook(data) -> UserCommand | None:
     return command
 
 
-def rank_env(places: Sequence[Place], rank: int, port: int, warmup: int) -> tuple[tuple[str, str], ...]:
-    """The environment rank `rank` of a job on `places` starts with (sorted by name); `port` 0:
-    drawn for each launch, shown as <port> (a dry run)."""
+def starts_ranks_itself(argv: Sequence[str]) -> bool:
+    """Whether the command is a launcher that starts its node's ranks itself: torchrun,
+    ``python -m torch.distributed.run``, or a script named torchrun.sh (examples/torchrun.sh)."""
+    names = {a.rsplit("/", 1)[-1] for a in argv[:4]}
+    return any(name in names for name in RANK_LAUNCHERS)
+
+
+def rank_env(places: Sequence[Place], rank: int, port: int, warmup: int,
+             gpus: int = 0) -> tuple[tuple[str, str], ...]:
+    """The environment rank `rank` of a job on `places` (one a rank, node-major) starts with,
+    sorted by name; `port` 0: drawn for each launch, shown as <port> (a dry run). `gpus`: the
+    GPUs each node's ranks see (CUDA_VISIBLE_DEVICES; 0: none handed out)."""
     here, master = places[rank], places[0]
     world = len(places)
+    node = here.node_index if here.node_index >= 0 else rank
+    nodes = len({p.node for p in places})
     addresses = [p.address for p in places]
 
-    def at(offset: int) -> str:
-        return str(port + offset) if port else ("<port>" if not offset else f"<port+{offset}>")
+    def at(offset: int, local: int = 0) -> str:
+        block = PORT_BLOCK * local
+        if port:
+            return str(port + block + offset)
+        return "<port>" if not block + offset else f"<port+{block + offset}>"
 
-    tf_config = {"cluster": {"worker": [f"{a}:{at(TF_PORT_OFFSET)}" for a in addresses]},
+    tf_config = {"cluster": {"worker": [f"{p.address}:{at(TF_PORT_OFFSET, p.local_rank)}" for p in places]},
                  "task": {"type": "worker", "index": rank}}
     env = {
         "NETBENCH_RANK": str(rank), "NETBENCH_WORLD_SIZE": str(world), "NETBENCH_NODE": here.node,
         "NETBENCH_ADDRESS": here.address, "NETBENCH_PEERS": ",".join(addresses),
         "NETBENCH_WARMUP": str(warmup),
         "MASTER_ADDR": master.address, "MASTER_PORT": at(0), "RANK": str(rank), "WORLD_SIZE": str(world),
-        "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": str(rank),
+        "LOCAL_RANK": str(here.local_rank), "LOCAL_WORLD_SIZE": str(here.local_world),
+        "GROUP_RANK": str(node), "NODE_RANK": str(node),
         # torchrun reads every option from PET_<OPTION> (torch/distributed/argparse_util.py)
-        "PET_NNODES": str(world), "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(rank),
+        "PET_NNODES": str(nodes), "PET_NPROC_PER_NODE": str(here.local_world), "PET_NODE_RANK": str(node),
         "PET_MASTER_ADDR": master.address, "PET_MASTER_PORT": at(0), "PET_LOCAL_ADDR": here.address,
         "PET_RDZV_BACKEND": "static", "PET_MAX_RESTARTS": "0",
         "TF_CONFIG": json.dumps(tf_config),
         "JAX_COORDINATOR_ADDRESS": f"{master.address}:{at(JAX_PORT_OFFSET)}",
         "JAX_NUM_PROCESSES": str(world), "JAX_PROCESS_ID": str(rank),
+        # NCCL over the node's shaped interface only: no InfiniBand/RoCE (it bypasses the kernel,
+        # where the shaping is), and, where every node shares one machine, a host identity per
+        # node so NCCL uses shared memory and peer-to-peer copies only between ranks of one node
+        "NCCL_IB_DISABLE": "1",
     }
     if here.ifname:
         env["GLOO_SOCKET_IFNAME"] = here.ifname
+        env["NCCL_SOCKET_IFNAME"] = here.ifname
+    if here.host_id:
+        env["NCCL_HOSTID"] = f"netbench-{here.host_id}"
+    if gpus:  # nodes sharing one machine share its GPUs: each node its own of them
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices(node, here.local_world, gpus, shared_machine=bool(here.host_id))
     return tuple(sorted(env.items()))
 
 
@@ -150,7 +187,7 @@ def hosts_text(places: Sequence[Place]) -> str:
     """/etc/hosts for a node of the job: loopback, then every node's hostname and address."""
     lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
     lines += [f"{p.address}\t{p.hostname}" for p in places if p.hostname]
-    return "\n".join(lines) + "\n"
+    return "\n".join(dict.fromkeys(lines)) + "\n"  # a node of several ranks: once
 
 
 BYTES_WINDOW_S = 10.0  # a job measured in bytes: its window without --seconds (jobs/link_bytes.WINDOW_S)

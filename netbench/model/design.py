@@ -267,6 +267,9 @@ def _settings_record(settings: Settings) -> dict[str, Any]:
         record.pop("compute", None)
     if record.get("framework") == Settings.framework:  # folders written before frameworks resume
         record.pop("framework", None)
+    for name in ("ranks_per_node", "collective"):  # at their defaults: as before ranks per node
+        if record.get(name) == getattr(Settings, name):
+            record.pop(name, None)
     for name in algorithm_keys.ALGORITHM_KEYS:  # unset: as before they were settings
         if record.get(name) is None:
             record.pop(name, None)
@@ -325,7 +328,8 @@ def _what_changed(book: Playbook, recorded: Mapping[str, Any]) -> str:
 
 # Settings field -> JobSpec field, for the settings that reach the training job
 _JOB_FIELDS = {"strategy": "strategy", "model": "model", "batch": "batch_size", "ps": "ps",
-               "accum_steps": "accum_steps", "data": "data", "framework": "framework"}
+               "accum_steps": "accum_steps", "data": "data", "framework": "framework",
+               "ranks_per_node": "ranks_per_node", "collective": "collective"}
 
 
 def job_fields(book: Playbook, settings: Settings, available: Iterable[str]) -> dict[str, Any]:
@@ -345,7 +349,8 @@ def job_fields(book: Playbook, settings: Settings, available: Iterable[str]) -> 
         needed = (name == "ps" and settings.strategy in SERVER_STRATEGIES) or \
             (name == "accum_steps" and settings.strategy == "allreduce-accum") or \
             (name == "data" and value != Settings.data) or \
-            (name == "framework" and value != Settings.framework)
+            (name == "framework" and value != Settings.framework) or \
+            (name in ("ranks_per_node", "collective") and value != getattr(Settings, name))
         if needed:
             raise fail(book.source, book.where(name), f"this netbench cannot run it yet: its job has no "
                        f"'{job_field}' field", "run a playbook without it, or update netbench")
@@ -382,7 +387,7 @@ def describe_settings(settings: Settings) -> dict[str, str]:
            "latency": units.format_duration_us(s.delay_us), "bandwidth": units.format_rate_bps(s.rate_bps),
            "loss": units.format_ratio(s.loss), "jitter": units.format_duration_us(s.jitter_us),
            "schedule": Path(s.schedule).name if s.schedule else "-", "scale": f"{s.scale:g}",
-           "framework": s.framework}
+           "framework": s.framework, "ranks_per_node": str(s.ranks_per_node), "collective": s.collective}
     for key, strategy in algorithm_keys.OWNERS.items():  # unset: the job's default, "-" where unused
         value = getattr(s, key)
         out[key] = "-" if s.strategy != strategy else "default" if value is None else f"{value:g}"

@@ -37,3 +37,17 @@ def check_framework(framework: str, strategy: str, model: str) -> None:
 def worker_module(framework: str) -> str:
     """The module a job's processes run (``python -m MODULE``)."""
     return WORKER_MODULES[framework]
+
+
+# DistributedDataParallel's buckets (torch/nn/parallel/distributed.py): the first one closes at
+# 1 MiB, the others at 25 MiB (bucket_cap_mb), each one all-reduce per step
+DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_BYTES = 2**20, 25 * 2**20
+
+
+def allreduce_buckets(framework: str, model_bytes: int) -> int:
+    """All-reduces per step of a model's gradients: TensorFlow packs them into one; torch's DDP
+    into buckets, about 1 + ceil((bytes - 1 MiB) / 25 MiB) (a bucket closes after the tensor that
+    fills it, so this counts whole tensors only approximately)."""
+    if framework != TORCH or model_bytes <= DDP_FIRST_BUCKET_BYTES:
+        return 1
+    return 1 + -(-(model_bytes - DDP_FIRST_BUCKET_BYTES) // DDP_BUCKET_BYTES)

@@ -27,7 +27,7 @@ import json
 import sys
 from dataclasses import dataclass, replace
 
-from netbench.model import command_job
+from netbench.model import command_job, ranks
 from netbench.model.command_job import COMMAND, UserCommand
 from netbench.model.frameworks import DEFAULT_FRAMEWORK, check_framework, worker_module
 from netbench.model.topology import Node
@@ -92,6 +92,11 @@ class JobSpec:
     target_accuracy: float | None = None
     command: UserCommand | None = None  # a user's own command (strategy "command"; model/command_job.py)
     framework: str = DEFAULT_FRAMEWORK  # "tensorflow" or "torch" (model/frameworks.py)
+    # several ranks per node (model/ranks.py): workers counts ranks, workers / ranks_per_node nodes
+    ranks_per_node: int = 1
+    collective: str = "ring"  # torch: "ring" (DDP's flat all-reduce) or "hierarchical"
+    device: str = "cpu"  # torch: "cpu" (gloo) or "cuda" (NCCL)
+    gpus_per_node: int = 0  # GPUs each node's ranks see (CUDA_VISIBLE_DEVICES); 0: none handed out
 
 
 @dataclass(frozen=True)
@@ -111,8 +116,10 @@ class Task:
     argv: tuple[str, ...]
     tf_config: str
     serves: bool = False
-    env: tuple[tuple[str, str], ...] = ()  # a user's command: the rank's environment (command_job.rank_env)
+    env: tuple[tuple[str, str], ...] = ()  # the rank's environment (command_job.rank_env); () for servers
     hosts: str = ""  # a user's command: the /etc/hosts its node's processes see ("": the host's own)
+    command: bool = False  # a user's command (its argv as written), not netbench's worker
+    local_rank: int = 0  # its place on its node (model/ranks.py)
 
 
 def command_spec(job: JobSpec, command: UserCommand, workers: int) -> JobSpec:
@@ -137,6 +144,8 @@ def check_job(job: JobSpec, workers: int) -> None:
         raise ValueError(f"ps: strategy {job.strategy} needs at least 1 parameter server, got {job.ps}")
     check_algorithm(job, workers)
     check_framework(job.framework, job.strategy, job.model)
+    ranks.check_ranks(workers, job.ranks_per_node, job.strategy)
+    ranks.check_devices(job.device, job.gpus_per_node, job.ranks_per_node, job.collective, job.framework)
 
 
 def check_algorithm(job: JobSpec, workers: int) -> None:
@@ -178,7 +187,7 @@ def nodes_needed(job: JobSpec, workers: int) -> int:
         return workers + job.ps + 1
     if job.strategy in SERVER_STRATEGIES:
         return workers + job.ps
-    return workers
+    return ranks.nodes_for_ranks(workers, job.ranks_per_node)
 
 
 def effective_accum_steps(job: JobSpec) -> int:
@@ -244,6 +253,10 @@ def worker_argv(job: JobSpec, python: str = sys.executable) -> tuple[str, ...]:
         argv += ["--precision", f"{job.precision:g}", "--max-seconds", f"{job.max_seconds:g}"]
     if job.sample_resources_s:
         argv += ["--sample-resources", f"{job.sample_resources_s:g}"]
+    if job.collective != "ring":
+        argv += ["--collective", job.collective]
+    if job.device != "cpu":
+        argv += ["--device", job.device]
     argv += algorithm_argv(job)
     return tuple(argv)
 
@@ -269,11 +282,12 @@ def algorithm_argv(job: JobSpec) -> list[str]:
 
 
 def placement(job: JobSpec, workers: int) -> list[tuple[str, int]]:
-    """(role, index) for node 1, 2, ... in order."""
+    """(role, index) for node 1, 2, ... in order; with several ranks per node, (worker, node
+    index) for each node of ranks (plan_job puts ranks_per_node ranks there)."""
     check_job(job, workers)
     if job.strategy == "single" and job.command is None:
         return [(WORKER, 0)]
-    roles = [(WORKER, i) for i in range(workers)]
+    roles = [(WORKER, i) for i in range(ranks.nodes_for_ranks(workers, job.ranks_per_node))]
     if job.strategy in SERVER_STRATEGIES:
         roles += [(PS, i) for i in range(job.ps)]
     if job.strategy == "ps":
@@ -283,34 +297,64 @@ def placement(job: JobSpec, workers: int) -> list[tuple[str, int]]:
 
 def plan_job(job: JobSpec, nodes: tuple[Node, ...], workers: int, port: int,
              python: str = sys.executable) -> list[Task]:
-    """Place every process of `job` on `nodes` (see the module docstring); servers first."""
+    """Place every process of `job` on `nodes` (see the module docstring); servers first.
+    Workers' ranks go node-major, `job.ranks_per_node` to a node (model/ranks.py), each with
+    its environment (command_job.rank_env) and its own port block on its node."""
     roles = placement(job, workers)
     if len(roles) > len(nodes):
         raise ValueError(f"strategy {job.strategy} with {workers} workers"
                          + (f" and {job.ps} ps" if job.strategy in SERVER_STRATEGIES else "")
                          + f" needs {len(roles)} nodes, the testbed has {len(nodes)}")
-    placed = list(zip(roles, nodes))
+    worker_nodes = [node for (role, _), node in zip(roles, nodes) if role == WORKER]
     if job.command is not None:
-        return _plan_command(job, job.command, [node for _, node in placed], port)
+        return _plan_command(job, job.command, worker_nodes, workers, port)
+    per = job.ranks_per_node
+    # (role, index, node, port, local rank): ranks first, node-major, then servers and coordinator
+    placed = [(WORKER, p.rank, worker_nodes[p.node], ranks.rank_port(port, p.local_rank), p.local_rank)
+              for p in ranks.rank_places(len(worker_nodes) * per, per)]
+    placed += [(role, index, node, port, 0) for (role, index), node in zip(roles, nodes) if role != WORKER]
     cluster: dict[str, list[str]] = {}
-    for (role, _), node in placed:
-        cluster.setdefault(_TF_TASK_TYPE[role], []).append(f"{node.address}:{port}")
+    for role, _, node, at, _ in placed:
+        cluster.setdefault(_TF_TASK_TYPE[role], []).append(f"{node.address}:{at}")
     argv = worker_argv(job, python)
+    places = _places(worker_nodes, per, shared=_shared_machine(worker_nodes))
     tasks = []
-    for (role, index), node in placed:
+    for role, index, node, at, local in placed:
         if job.strategy == "single":
             tf_config = ""
         else:
             tf_config = json.dumps({"cluster": cluster, "task": {"type": _TF_TASK_TYPE[role], "index": index}})
+        env = ()
+        if role == WORKER and job.strategy != "single":
+            env = _builtin_env(command_job.rank_env(places, index, port, job.warmup, gpus=job.gpus_per_node))
         tasks.append(Task(role=role, index=index, node=node.name, netns=node.netns, address=node.address,
-                          port=port, argv=argv, tf_config=tf_config,
-                          serves=(job.strategy == "ps" and role != COORDINATOR) or role == PS))
+                          port=at, argv=argv, tf_config=tf_config,
+                          serves=(job.strategy == "ps" and role != COORDINATOR) or role == PS,
+                          env=env, local_rank=local))
     return tasks
+
+
+# a built-in worker's rank variables: the frameworks' own (TF_CONFIG travels as Task.tf_config)
+def _builtin_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((name, value) for name, value in env if name != "TF_CONFIG")
+
+
+def _shared_machine(nodes: list[Node]) -> bool:
+    """Whether the nodes share one machine (the embedded testbed's namespaces) rather than
+    being hosts of their own (remote.agent.HOST_NETNS, "@host")."""
+    return any(node.netns and not node.netns.startswith("@") for node in nodes)
+
+
+def _places(nodes: list[Node], per: int, shared: bool) -> list[command_job.Place]:
+    """Every rank's place, node-major: `per` ranks on each node."""
+    return [command_job.Place(node.name, node.netns, node.address, node.ifname, node_index=n, local_rank=local,
+                              local_world=per, host_id=node.name if shared else "")
+            for n, node in enumerate(nodes) for local in range(per)]
 
 
 def describe_algorithm(job: JobSpec, workers: int) -> list[str]:
     """The algorithm's settings and what crosses the network, and the accuracy run, for --dry-run."""
-    lines = []
+    lines = ranks.describe_ranks(workers, job.ranks_per_node, job.collective, job.device, job.gpus_per_node)
     if job.strategy == "ps-sync":
         lines.append("algorithm: BSP; each step every worker pushes its gradient to the parameter servers and "
                      "pulls the weights once the round's gradients are applied together"
@@ -348,15 +392,26 @@ def describe_algorithm(job: JobSpec, workers: int) -> list[str]:
     return lines
 
 
-def _plan_command(job: JobSpec, command: UserCommand, nodes: list[Node], port: int) -> list[Task]:
-    """A user's command once per node, rank i on nodes[i]; with --step-regex only rank 0's
-    output is read (the other ranks serve)."""
-    places = [command_job.Place(n.name, n.netns, n.address, n.ifname) for n in nodes]
+def _plan_command(job: JobSpec, command: UserCommand, nodes: list[Node], workers: int, port: int) -> list[Task]:
+    """A user's command: once per rank, rank i on node i // ranks_per_node; a torchrun-like
+    command (command_job.starts_ranks_itself) once per node, torchrun starting the node's ranks.
+    With --step-regex only rank 0's output is read (the other ranks serve)."""
+    per = job.ranks_per_node
+    places = _places(nodes, per, shared=_shared_machine(nodes))
     hosts = command_job.hosts_text(places)
-    return [Task(role=WORKER, index=rank, node=node.name, netns=node.netns, address=node.address, port=port,
-                 argv=command.argv, tf_config="", serves=bool(command.step_regex) and rank > 0,
-                 env=command_job.rank_env(places, rank, port, job.warmup), hosts=hosts)
-            for rank, node in enumerate(nodes)]
+    once_per_node = per > 1 and command_job.starts_ranks_itself(command.argv)
+    chosen = [p for p in places if p.local_rank == 0] if once_per_node else places
+    by_name = {node.name: node for node in nodes}
+    tasks = []
+    for place in chosen:
+        rank = place.node_index * per + place.local_rank
+        node = by_name[place.node]
+        tasks.append(Task(role=WORKER, index=rank, node=node.name, netns=node.netns, address=node.address,
+                          port=ranks.rank_port(port, place.local_rank), argv=command.argv, tf_config="",
+                          serves=bool(command.step_regex) and rank > 0,
+                          env=command_job.rank_env(places, rank, port, job.warmup, gpus=job.gpus_per_node),
+                          hosts=hosts, command=True, local_rank=place.local_rank))
+    return tasks
 
 
 def describe_plan(tasks: list[Task]) -> list[str]:
@@ -364,12 +419,13 @@ def describe_plan(tasks: list[Task]) -> list[str]:
     (a user's command: its command line and environment under each)."""
     lines = []
     for task in tasks:
-        if task.env:
+        if task.command:
             lines.append(f"rank {task.index} on {task.node} ({task.address}), "
                          + ("output ignored" if task.serves else "reports steps"))
             lines += command_job.describe_rank(task.argv, task.env)
             continue
         what = "serves" if task.serves else "reports steps"
-        port = task.port or "<port>"  # 0: chosen fresh for each run
-        lines.append(f"{task.role}{task.index} on {task.node} ({task.address}:{port}), {what}")
+        port = task.port or ("<port>" if not task.local_rank else f"<port+{ranks.PORT_BLOCK * task.local_rank}>")
+        local = f", local rank {task.local_rank}" if any(t.local_rank for t in tasks) else ""
+        lines.append(f"{task.role}{task.index} on {task.node} ({task.address}:{port}{local}), {what}")
     return lines

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping
 
 from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
-from netbench.model import algorithm_keys, command_job, compute, congestion
+from netbench.model import algorithm_keys, command_job, compute, congestion, ranks
 from netbench.model.profile import Profile, load_profile, validate
 from netbench.model.frameworks import check_framework
 from netbench.model.run import Settings, profile_name, scaled_name
@@ -428,10 +428,11 @@ def _cross(book: Playbook, factors: tuple[tuple[str, tuple[Any, ...]], ...]) -> 
 def _check_point(book: Playbook, settings: Settings, what: str) -> None:
     try:
         check_framework(settings.framework, settings.strategy, settings.model)
+        ranks.check_setting(settings)
     except ValueError as exc:
         setting, _, message = str(exc).partition(": ")
-        raise fail(book.source, book.where(setting) if what == "factors" else what, message,
-                   "cross framework torch with the strategies and models it runs") from None
+        raise fail(book.source, book.where(setting) if what == "factors" else what, message, ranks.HINTS.get(
+            setting, "cross framework torch with the strategies and models it runs")) from None
     if settings.strategy == "single" and settings.workers != 1:
         key = book.where("workers") if what == "factors" else what
         raise fail(book.source, key, f"strategy single runs one process, but workers is {settings.workers}",

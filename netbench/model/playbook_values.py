@@ -9,6 +9,7 @@ from typing import Any, Callable
 from netbench import units
 from netbench.errors import shown
 from netbench.model.frameworks import FRAMEWORKS
+from netbench.model.ranks import COLLECTIVES
 
 STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single", "ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd",
               "adpsgd")
@@ -92,4 +93,7 @@ SETTING_KEYS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "gossip_p": ("gossip_p", ratio(False), "gossip_p: [0.01, 0.1, 0.5]"),  # gosgd
     "backup_workers": ("backup_workers", whole(0, 63), "backup_workers: [0, 1]"),  # ps-sync
     "pipeline": ("pipeline", whole(0, 10_000), "pipeline: [0, 16]"),  # ps-async
+    # several ranks per node (model/ranks.py) and torch's all-reduce between them
+    "ranks_per_node": ("ranks_per_node", whole(1, 64), "ranks_per_node: [1, 2]"),
+    "collective": ("collective", _choice(COLLECTIVES), "collective: [ring, hierarchical]"),
 }

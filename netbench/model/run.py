@@ -49,6 +49,8 @@ class Settings:
     backup_workers: int | None = None  # ps-sync: gradients a round may go without (the late ones, dropped)
     pipeline: int | None = None  # ps-async: pushes a worker leaves unanswered while it computes
     compute: Compute = NONE  # each node's CPU limit and step delay (factors cpus: and step_delay:)
+    ranks_per_node: int = 1  # ranks on each node (model/ranks.py): workers / ranks_per_node nodes
+    collective: str = "ring"  # torch's all-reduce: "ring" or "hierarchical"
 
     def effective(self) -> "Settings":
         """The same settings with the ones this strategy ignores set to their defaults."""
@@ -67,7 +69,7 @@ class Settings:
         the parameter servers and the coordinator for ps."""
         if self.strategy in SERVER_STRATEGIES:  # ps adds its coordinator's node
             return self.workers + self.ps + (1 if self.strategy == "ps" else 0)
-        return self.workers
+        return max(1, self.workers // max(1, self.ranks_per_node))
 
 
 @dataclass(frozen=True)

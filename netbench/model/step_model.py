@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from netbench.model import exchange_model
+from netbench.model import exchange_model, ranks
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,10 @@ class StepInputs:
     # calibration's unlimited node) and step delay, worker 0 first; () when every node is as calibrated
     node_slowdown: tuple[float, ...] = ()
     node_delay_s: tuple[float, ...] = ()
+    # several ranks per node (model/ranks.py): `workers` ranks, ranks_per_node of them on each
+    # node talking over its loopback; collective "ring" (every rank) or "hierarchical"
+    ranks_per_node: int = 1
+    collective: str = "ring"
 
 
 @dataclass(frozen=True)
@@ -112,13 +116,45 @@ def ring_round_trips_s(x: StepInputs) -> float:
 
 def allreduce_s(x: StepInputs, size_bytes: float | None = None) -> float:
     """Ring all-reduce of `size_bytes` (default: the model's) in x.buckets pieces: 2(n-1)
-    sequential transfers of 1/n of a bucket, each a round trip, per bucket."""
+    sequential transfers of 1/n of a bucket, each a round trip, per bucket, and the measured
+    overhead once. Several ranks per
+    node: two_level_allreduce_s."""
     n = x.workers
     if n < 2:
         return 0.0
     size = x.model_bytes if size_bytes is None else size_bytes
-    latency = x.buckets * (x.overhead_s + ring_round_trips_s(x))
+    if x.ranks_per_node > 1:
+        return two_level_allreduce_s(x, size)
+    # the overhead once per step: it is the calibration's (TensorFlow's collective ops, one pack);
+    # torch's DDP buckets each wait their round trips, the first overlapped with backward
+    latency = x.overhead_s + x.buckets * ring_round_trips_s(x)
     per_byte = max(x.beta_s_per_byte, 2 * (n - 1) / n * _wire(x))
+    return latency + per_byte * size
+
+
+def two_level_allreduce_s(x: StepInputs, size: float) -> float:
+    """An all-reduce over nodes of R ranks: two levels. Inside a node the ranks talk over its
+    loopback: no configured delay or rate, only the measured per-collective overhead and
+    per-byte cost (the collective calibration runs on the job's own placement, R ranks a node,
+    links unshaped). Between nodes the shaped links: their round trips and rate.
+
+    ring (node-major over all W = N R ranks): of its 2(W-1) sequential transfers N/W cross a
+    node's link (a round trip each); each link carries 2(W-1)/W of the buffer.
+    hierarchical: reduce and broadcast inside each node (the measured per-byte cost on the
+    buffer, two more collectives' overhead), and a ring among the N leaders: 2(N-1) round
+    trips, 2(N-1)/N of the buffer through each link."""
+    w, per = x.workers, max(1, x.ranks_per_node)
+    nodes = max(1, w // per)
+    if x.collective == "hierarchical":
+        if nodes < 2:
+            return 2 * x.overhead_s + x.beta_s_per_byte * size
+        leaders = 2 * (nodes - 1) * 2 * x.delay_s
+        inside = 2 * x.overhead_s  # the reduce and the broadcast: two more collectives
+        per_byte = x.beta_s_per_byte + 2 * (nodes - 1) / nodes * _wire(x)
+        return x.overhead_s + inside + x.buckets * leaders + per_byte * size
+    crossing = 2 * (w - 1) * nodes / w if nodes > 1 else 0.0
+    latency = x.overhead_s + x.buckets * crossing * 2 * x.delay_s
+    per_byte = max(x.beta_s_per_byte, 2 * (w - 1) / w * _wire(x) if nodes > 1 else 0.0)
     return latency + per_byte * size
 
 
@@ -183,6 +219,9 @@ def predict(x: StepInputs) -> Prediction | None:
     compute = node_compute_s(x, x.compute_s * batches, min(comm, cpu_comm_s(x)))
     floor = compute + (allreduce_floor_s(x.model_bytes, x.workers, x.delay_s, x.rate_bps, ring_round_trips_s(x) / 2)
                        if x.strategy.startswith("allreduce") else 0.0)
+    if x.ranks_per_node > 1 and x.strategy.startswith("allreduce"):  # only the nodes' links bound it
+        nodes = max(1, x.workers // x.ranks_per_node)
+        floor = compute + ranks.internode_bytes(x.collective, nodes, x.ranks_per_node, x.model_bytes) * _wire(x)
     step = compute + comm
     if x.strategy in COMPLETIONS:  # W steps in flight; a server's egress sends its shard every step
         shard = x.model_bytes / max(1, x.ps)

@@ -102,8 +102,8 @@ def task_command(host: Host, task: Task, env: dict[str, str], grace: float = STO
     user's command (a task with its own environment) runs as written: it must exist there."""
     from netbench.remote.controller import node_command
 
-    argv = list(task.argv) if task.env else [f"{host.venv}/bin/python", *task.argv[1:]]
-    variables = {"TF_CONFIG": task.tf_config, **env} if task.tf_config else dict(env)
+    argv = list(task.argv) if task.command else [f"{host.venv}/bin/python", *task.argv[1:]]
+    variables = {**dict(task.env), **({"TF_CONFIG": task.tf_config} if task.tf_config else {}), **env}
     options = ["--role", f"{task.role}{task.index}", "--grace", f"{grace:g}"]
     for name, value in variables.items():
         options += ["--env", f"{name}={value}"]

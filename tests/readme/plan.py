@@ -79,6 +79,8 @@ DRY = {
         "torch's strategies run for real in tests/tf/test_torch_tf.py",
     "netbench sweep --framework torch --model cnn --data /usr/share/datasets/fashion-mnist --latency 1,10ms":
         "torch sweeps run for real in tests/tf/test_torch_tf.py",
+    "netbench sweep --framework torch --latency 1,20ms --workers 4 --ranks-per-node 2 --collective hierarchical":
+        "two nodes of two torch ranks, ring and hierarchical, train for real in tests/tf/test_ranks_tf.py",
     "netbench run playbooks/frameworks.yaml --isolate":
         "18 runs; both frameworks' sweeps run for real in tests/tf/test_torch_tf.py",
 }

@@ -111,9 +111,11 @@ def test_task_command_runs_node_task_with_the_hosts_python_and_tf_config():
     argv = shlex.split(command)
     assert argv[:6] == ["sudo", "-n", "/opt/nb/bin/netbench", "node", "--state-dir", "/run/netbench"]
     assert argv[6:12] == ["--ssh-connection", "$SSH_CONNECTION", "task", "--role", "worker1", "--grace"]
-    env = [argv[i + 1] for i, word in enumerate(argv) if word == "--env"]
-    assert json.loads(env[0].split("=", 1)[1])["task"] == {"type": "worker", "index": 1}
-    assert env[1] == "X=1"
+    env = dict(argv[i + 1].split("=", 1) for i, word in enumerate(argv) if word == "--env")
+    assert json.loads(env["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
+    assert env["X"] == "1"
+    assert (env["RANK"], env["LOCAL_RANK"], env["NCCL_IB_DISABLE"]) == ("1", "0", "1")  # the rank's variables
+    assert "NCCL_HOSTID" not in env  # a host of its own: NCCL's own host identity
     assert argv[argv.index("--") + 1:][:3] == ["/opt/nb/bin/python", "-m", "netbench.jobs.worker"]
 
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 
 from netbench.experiment.launch import Settle
+from netbench.experiment.store import SCHEMA_VERSION
 from netbench.experiment.link_window import LinkMeter, meter_for
 from netbench.experiment.runner import SweepConfig, run_sweep
 from netbench.experiment.store import SCHEMA_VERSION

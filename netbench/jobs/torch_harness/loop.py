@@ -39,7 +39,7 @@ from netbench.jobs.harness.loop import calibration_steps, timed_update, check_da
     warmup_mean
 from netbench.jobs.harness.models import DEFAULT_CLASSES
 from netbench.jobs.harness.step_delay import StepDelay
-from netbench.jobs.torch_harness import rendezvous
+from netbench.jobs.torch_harness import collectives, rendezvous
 
 NO_TIMEOUT_S = 365 * 24 * 3600.0  # --collective-timeout 0: gloo needs some timeout
 # OpenMP threads that wait by spinning hold the cores that the other ranks of the job need: on an
@@ -91,6 +91,17 @@ def _own_interface(where: rendezvous.Rendezvous) -> str | None:
     return rendezvous.interface_of(address)
 
 
+def _device(torch: Any, kind: str, local_rank: int) -> Any:
+    """This rank's device: the CPU, or GPU LOCAL_RANK of those its node's ranks see
+    (CUDA_VISIBLE_DEVICES, model/ranks.py); a cuda run where torch sees no GPU is refused."""
+    if kind != "cuda":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("--device cuda: torch.cuda is not available on this node "
+                           "(no GPU, or a CPU build of torch); run --device cpu")
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
+
+
 def run(args: argparse.Namespace, events: IO[str]) -> int:
     """Train under args.strategy, emitting events on ``events``; returns the steps run."""
     arm_startup_watchdog(args.startup_timeout)
@@ -106,20 +117,34 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         torch.set_num_threads(args.threads)
     where = _place(args.strategy)
     rank, world = (0, 1) if where is None else (where.rank, where.world)
+    device_kind = getattr(args, "device", "cpu")
+    collective = getattr(args, "collective", collectives.RING)
+    device = _device(torch, device_kind, 0 if where is None else where.local_rank)
+    groups = None
     if where is not None:
         env = rendezvous.torch_env(where, os.environ.get("GLOO_SOCKET_IFNAME") or _own_interface(where))
         os.environ.update(env)
-        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
-                                timeout=timedelta(seconds=args.collective_timeout or NO_TIMEOUT_S))
+        dist.init_process_group("nccl" if device_kind == "cuda" else "gloo", init_method="env://", rank=rank,
+                                world_size=world, timeout=timedelta(seconds=args.collective_timeout or NO_TIMEOUT_S))
+        if collective == collectives.HIERARCHICAL:
+            groups = collectives.build_groups(dist, rank, world, where.local_world)
+    sum_all = collectives.all_reduce_fn(dist, collective, groups)
     accum_steps = args.accum_steps if args.strategy == "allreduce-accum" else 1
     data = load_data(args, rank, world)
     classes = args.classes or max(data.classes, 2)
-    batches = [(torch.from_numpy(x), torch.from_numpy(y).long()) for x, y in datasets.batches(data, args.batch_size)]
+    batches = [(torch.from_numpy(x).to(device), torch.from_numpy(y).long().to(device))
+               for x, y in datasets.batches(data, args.batch_size)]
 
     torch.manual_seed(args.seed)  # same initial weights on every rank (DDP broadcasts rank 0's anyway)
     model = build_model(args.model, data.input_shape, classes)
     params, model_bytes = model_size(model)
-    net = model if where is None else DistributedDataParallel(model, forward_sync_buffers=False)
+    model = model.to(device)
+    net = model
+    if where is not None:
+        net = DistributedDataParallel(model, forward_sync_buffers=False,
+                                      device_ids=[device.index] if device.type == "cuda" else None)
+        if groups is not None:
+            net.register_comm_hook(None, collectives.hierarchical_hook(torch, dist, groups, world))
     optimizer = torch.optim.SGD(net.parameters(), lr=args.learning_rate)
     loss_fn = nn.CrossEntropyLoss()
     kind = getattr(args, "step", ev.STEP_FUSED)
@@ -128,7 +153,10 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
     event = ev.start_event(rank, world, os.getpid(), time.monotonic(), "", args.model, params, args.batch_size,
                            strategy=args.strategy, role="worker", accum_steps=accum_steps, model_bytes=model_bytes,
                            input_shape=data.input_shape, classes=classes, data=args.data, step=kind)
-    event = replace(event, extra=(("framework", "torch"), ("framework_version", torch.__version__)))
+    event = replace(event, extra=(("framework", "torch"), ("framework_version", torch.__version__),
+                                  ("collective", collective), ("device", str(device)),
+                                  ("backend", "single" if where is None else dist.get_backend()),
+                                  ("local_world", 1 if where is None else where.local_world)))
     disarm_startup_watchdog()
     emit(event, events)
     images = args.batch_size * world * accum_steps
@@ -171,7 +199,7 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         if where is not None:
             grads = [p.grad for p in model.parameters() if p.grad is not None]
             flat = torch.cat([g.reshape(-1) for g in grads])
-            dist.all_reduce(flat)  # one buffer: DDP's buckets, without the overlap with backward
+            sum_all(flat)  # one buffer: DDP's buckets, without the overlap with backward
             flat /= world
             offset = 0
             for g in grads:
@@ -190,7 +218,7 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
             timed_step(k, ev.PHASE_MEASURED)
             k += 1
     if args.seconds is not None:
-        mean = torch.tensor([warmup_mean(warmup_durations)], dtype=torch.float64)
+        mean = torch.tensor([warmup_mean(warmup_durations)], dtype=torch.float64, device=device)
         if where is not None:
             dist.all_reduce(mean)  # every rank must run the same number of steps
         measured = measured_steps_from_mean(args.seconds, float(mean[0]) / world)

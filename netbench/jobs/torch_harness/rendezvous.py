@@ -4,8 +4,8 @@ The controller plans a torch job as it plans a TensorFlow one (model.job.plan_jo
 process gets ``TF_CONFIG``, a cluster of "address:port" workers and its own index. A torch
 worker turns that into PyTorch's ``env://`` rendezvous: ``RANK`` = its index, ``WORLD_SIZE``
 = the workers, ``MASTER_ADDR``/``MASTER_PORT`` = rank 0's node address and port (rank 0
-serves the TCPStore there), ``LOCAL_RANK`` 0 and ``LOCAL_WORLD_SIZE`` 1 (one process per
-node). ``GLOO_SOCKET_IFNAME`` pins gloo to the interface that holds the node's address:
+serves the TCPStore there), ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` from the workers that
+share its address (several ranks per node, model/ranks.py; 0 and 1 with one a node). ``GLOO_SOCKET_IFNAME`` pins gloo to the interface that holds the node's address:
 without it gloo advertises whatever the hostname resolves to (in a namespace: the host's
 address or loopback), and the gradients would not cross the shaped link.
 
@@ -35,6 +35,8 @@ class Rendezvous:
     master_addr: str
     master_port: int
     address: str = ""  # this process's node address ("" unknown)
+    local_rank: int = 0  # its place among the ranks of its node (model/ranks.py)
+    local_world: int = 1
 
 
 def _split(endpoint: str) -> tuple[str, int]:
@@ -59,8 +61,10 @@ def from_tf_config(text: str) -> Rendezvous | None:
     if kind != "worker" or not workers or not 0 <= index < len(workers):
         raise ValueError(f"TF_CONFIG: task {kind} {index} is not one of {len(workers)} workers")
     master_addr, master_port = _split(workers[0])
+    hosts = [_split(w)[0] for w in workers]
+    here = hosts[index]  # ranks of one node share its address (their ports differ)
     return Rendezvous(rank=index, world=len(workers), master_addr=master_addr, master_port=master_port,
-                      address=_split(workers[index])[0])
+                      address=here, local_rank=hosts[:index].count(here), local_world=hosts.count(here))
 
 
 def from_environment(environ: Mapping[str, str]) -> Rendezvous | None:
@@ -70,15 +74,20 @@ def from_environment(environ: Mapping[str, str]) -> Rendezvous | None:
         return None
     try:
         return Rendezvous(rank=int(environ["RANK"]), world=int(environ["WORLD_SIZE"]),
-                          master_addr=environ["MASTER_ADDR"], master_port=int(environ.get("MASTER_PORT", "29500")))
+                          master_addr=environ["MASTER_ADDR"], master_port=int(environ.get("MASTER_PORT", "29500")),
+                          address=environ.get("NETBENCH_ADDRESS", ""),
+                          local_rank=int(environ.get("LOCAL_RANK", "0")),
+                          local_world=int(environ.get("LOCAL_WORLD_SIZE", "1")))
     except ValueError as exc:
-        raise ValueError(f"RANK, WORLD_SIZE and MASTER_PORT must be integers ({exc})") from None
+        raise ValueError(f"RANK, WORLD_SIZE, MASTER_PORT, LOCAL_RANK and LOCAL_WORLD_SIZE must be integers "
+                         f"({exc})") from None
 
 
 def torch_env(where: Rendezvous, ifname: str | None) -> dict[str, str]:
     """The environment torch's env:// rendezvous and gloo read for `where`."""
     env = {"MASTER_ADDR": where.master_addr, "MASTER_PORT": str(where.master_port), "RANK": str(where.rank),
-           "WORLD_SIZE": str(where.world), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+           "WORLD_SIZE": str(where.world), "LOCAL_RANK": str(where.local_rank),
+           "LOCAL_WORLD_SIZE": str(where.local_world)}
     if ifname:
         env["GLOO_SOCKET_IFNAME"] = ifname
     return env
