@@ -15,7 +15,6 @@ from netbench.experiment.launch import Settle
 from netbench.experiment.store import SCHEMA_VERSION
 from netbench.experiment.link_window import LinkMeter, meter_for
 from netbench.experiment.runner import SweepConfig, run_sweep
-from netbench.experiment.store import SCHEMA_VERSION
 from netbench.jobs import events as ev
 from netbench.jobs.link_bytes import ACTIVE_BYTES, BytesWindow, LinkSample, link_rates, mean_sent_per_s, \
     reports_steps, source_of
