@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
 FENCE = re.compile(r"^```(\S*)\s*$")
-SHELL_FENCES = ("sh", "bash")
+SHELL_FENCES = ("sh", "bash", "shell")
 PROMPT = "$ "
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$")
 COMMENT = re.compile(r"(^|\s)#.*$")

@@ -14,6 +14,9 @@ SSH = "needs an inventory of SSH hosts (tests/ssh runs these commands against ss
 AGENT = ("the host's side of the SSH protocol: the controller runs it on a host and feeds it JSON "
          "(tests/ssh and tests/unit/test_node_serve.py cover it)")
 
+USER = ("a user's own script shown as a pattern (no such file here); tests/root/test_user_command_root.py "
+        "runs such a command, a background process included")
+
 # command (as shown, comment removed) -> why it is not run here
 NOT_RUNNABLE = {
     "make demo": "a make target: installs Debian packages and a venv first (it runs `netbench sweep "
@@ -39,12 +42,55 @@ NOT_RUNNABLE = {
     "netbench node serve < requests.jsonl": AGENT,
     "netbench node show --json --interface eth1": AGENT,
     "netbench node task --role worker0 --env TF_CONFIG={...} -- python -m netbench.jobs.worker": AGENT,
+    "netbench sweep --bandwidth 1gbit,100mbit --workers 2 -- python train.py": USER,
+    "netbench sweep --latency 1,20ms --workers 2 -- sh train.sh": USER,
+    "netbench sweep --framework torch --device cuda --gpus-per-node 1 --workers 2 --latency 1,20ms":
+        "needs GPUs (none here; refused with a hint: tests/unit/test_ranks.py); bench/gpu_check.py runs it on a GPU machine",
+    "NETBENCH_CACHE_DIR=/var/cache/netbench netbench sweep --latency 1,10ms":
+        "where the calibration cache lives (tests/unit/test_calibration_cache.py); a plain latency sweep runs in the quick start",
+    ".venv/bin/python bench/sweep_efficiency.py results/isolate results/launch":
+        "a benchmark over two folders of the 6-point grid (make bench runs it, minutes)",
+    ".venv/bin/python bench/sweep_efficiency.py --run --latency 1,10,50ms --bandwidth 100mbit,1gbit":
+        "a benchmark that runs the 6-point grid twice (make bench runs it, minutes)",
 }
 
+EXCHANGE = "the exchange strategies train for real in tests/tf/test_algorithms_tf.py"
+COMPUTE = "CPU limits train for real in tests/tf/test_compute_tf.py; a --step-delay sweep runs here for real"
+RANKS = "2 nodes x 2 ranks (torch ring and hierarchical, TensorFlow, torchrun.sh) train for real in tests/tf/test_ranks_tf.py"
+GRID = "the 6-point grid at 2 % takes minutes: bench/sweep_efficiency.py measures it"
+REUSE = "a reused calibration and --recalibrate run for real in tests/tf/test_root_sweep.py's end-to-end sweep"
+CONGESTION = "--congestion-control is set and read back for real in tests/root/test_congestion_root.py"
+SETTLE = "settles by the link run for real in tests/tf/test_launch_tf.py (each point's settle_reason)"
 SAME_LATENCY = "a plain latency sweep: that kind runs for real as README.md's quick start"
 # training commands run as --dry-run (flags and plan checked, nothing trained) -> why; every other
 # training example is trained for real, shortened
 DRY = {
+    # this round's guides: each kind trains for real in a test of its own (kept dry here for the suite's time)
+    "netbench sweep --strategy ps-sync --workers 2 --data fashion-mnist --train-steps 200 --latency 1,50ms": EXCHANGE,
+    "netbench sweep --strategy ps-ssp --workers 4 --step-timeout 30 --latency 1ms": EXCHANGE,
+    "netbench sweep --strategy ps-async --pipeline 16 --workers 2 --data fashion-mnist --train-steps 200 --latency 1,50ms":
+        EXCHANGE,
+    "netbench sweep --strategy ps-sync --workers 3 --backup-workers 1 --latency 1ms --data fashion-mnist "
+    "--train-steps 300 --eval-every 100": "backup workers train for real in tests/tf/test_backup_workers_tf.py",
+    "netbench sweep --latency 1ms --cpus n2=max,0.5,0.2": COMPUTE,
+    "netbench sweep --latency 1,10ms --cpus n2=max,0.2 --step-delay n3=0,20ms --workers 3": COMPUTE,
+    "netbench sweep --latency 1ms --cpus 0.5": COMPUTE,
+    "netbench sweep --topology profiles/topologies/two-regions-slow.yaml --workers 4":
+        "a topology sweep trains in the Per-pair topologies block; this one's compute: is checked by its plan",
+    "netbench sweep --schedule profiles/schedules/straggler.yaml --latency 1ms --seconds 30 --warmup 5":
+        "capacity steps in a schedule run for real in tests/root/test_compute_root.py and tests/unit/test_compute_steps.py",
+    "netbench sweep --framework torch --latency 1,20ms --workers 4 --ranks-per-node 2": RANKS,
+    "netbench sweep --latency 1,20ms --workers 4 --ranks-per-node 2 -- sh examples/torchrun.sh": RANKS,
+    "netbench sweep --framework torch --latency 20ms --bandwidth 100mbit --workers 4 --ranks-per-node 2 "
+    "--collective hierarchical --sample-resources 0.1": RANKS,
+    "netbench sweep --latency 1,10,50ms --bandwidth 100mbit,1gbit --precision 2%": GRID,
+    "netbench sweep --latency 1,10ms --recalibrate": REUSE,
+    "netbench run playbooks/smoke.yaml --recalibrate": REUSE,
+    "netbench sweep --latency 1,10ms --congestion-control bbr": CONGESTION,
+    "netbench sweep --latency 1,10ms --congestion-control host": CONGESTION,
+    "netbench run playbooks/smoke.yaml --congestion-control reno": CONGESTION,
+    "netbench sweep --latency 1,10,50ms --bandwidth 100mbit,1gbit --settle-round-trips 4": SETTLE,
+    "netbench sweep --latency 1,10,50ms --settle 1.5s --settle-round-trips 0": SETTLE,
     "netbench sweep --latency 1,10,100ms --bandwidth 250,1000mbit --repeat 3":
         "18 runs (3 x 2 points x 3 repeats; 6 in two launches even at --repeat 1); a latency sweep "
         "runs for real in README.md's quick start",
