@@ -116,6 +116,7 @@ def collective(latency, bandwidth, loss, jitter, topology_file, scale, workers, 
     With --inventory the processes run on the SSH hosts (one per host, as a sweep places
     workers) and the hosts' links are shaped; every host is put back afterwards.
 
+    \b
     Example: netbench collective --latency 1,10ms --sizes 8-1MiB --reps 3
     Example: netbench collective --bandwidth 100mbit --ops allreduce --json
     Example: netbench collective --inventory hosts.yaml --bandwidth 100,1000mbit --sizes 8-16MiB

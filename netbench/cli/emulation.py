@@ -38,6 +38,7 @@ def profile() -> None:
 def profile_check(files: tuple[Path, ...]) -> None:
     """Validate profile FILES without touching the network.
 
+    \b
     Example: netbench profile check profiles/wan.yaml
     """
     for path in files:
@@ -73,10 +74,13 @@ def apply_(profile_file, latency, jitter, bandwidth, loss, backend, dry_run, sch
     Flags override the file's values. Delay is one-way at each node's egress, so the
     round trip between two nodes is twice the delay.
 
+    \b
     Example: netbench apply profiles/wan.yaml --loss 1%
 
+    \b
     Example: netbench apply --schedule profiles/schedules/spike.yaml --dry-run
 
+    \b
     Example: netbench apply --topology profiles/topologies/two-regions.yaml --scale 2
     """
     if scale is not None and topology_file is None:
@@ -221,8 +225,10 @@ def _hold(inv, conns, lease_s: float, holder: str) -> None:
 def show(as_json: bool, output: Path | None, inventory, insecure_host_keys) -> None:
     """Read the active emulation back from the kernel and the delay engines.
 
+    \b
     Example: netbench show --json
 
+    \b
     Example: netbench show --output active.yaml && netbench apply active.yaml
     """
     check_local_flags(inventory, insecure_host_keys)
@@ -302,8 +308,10 @@ def verify_cmd(src_name, dst_name, all_pairs, throughput, topology_file, toleran
     configured values are read back from the kernel and the delay engines (or, with
     --topology, taken from that file). Exits 1 when a measurement is outside its tolerance.
 
+    \b
     Example: netbench apply --latency 10ms --bandwidth 100mbit && netbench verify
 
+    \b
     Example: netbench verify --all-pairs --topology profiles/topologies/two-regions.yaml
     """
     from netbench.experiment import verify
@@ -373,6 +381,7 @@ def doctor_cmd(as_json: bool, no_tensorflow: bool, inventory, insecure_host_keys
     Works without root (namespace checks are then skipped). Exits 1 when no backend can run.
     Lists the GPUs (nvidia-smi, torch.cuda), CUDA and NCCL, and says what RDMA means here.
 
+    \b
     Example: sudo netbench doctor --no-tensorflow
     """
     from netbench.experiment import doctor, gpus
@@ -402,6 +411,7 @@ def reset_cmd(all_namespaces: bool, inventory, insecure_host_keys) -> None:
     TF processes, namespaces, veths and the bridge. Works after a crash; safe to run twice. A
     testbed namespace the journal did not record stays unless --all-namespaces asks for it.
 
+    \b
     Example: netbench reset
     """
     check_local_flags(inventory, insecure_host_keys)

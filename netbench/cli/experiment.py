@@ -116,6 +116,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, cpus_flags, step_delay
 
     Exits 1 when any run failed (a timeout is a result, not a failure), after recording every run.
 
+    \b
     Example: netbench sweep --latency 1,10,100ms --repeat 2
     Example: netbench sweep --latency 1ms --cpus n2=max,0.5,0.2 --step-delay n2=0,40ms
     Example: netbench sweep --latency 1,10,50ms --bandwidth 100mbit,1gbit --precision 2%

@@ -32,6 +32,7 @@ from netbench.errors import UsageError
 def node(ctx: click.Context, state_dir: Path | None, ssh_connection: str | None) -> None:
     """Run on a remote host, by the controller over SSH: apply a change plan, show, reset.
 
+    \b
     Example: netbench node apply --json --lease 60 < plan.json   # a change plan from the controller
     """
     from netbench.state.journal import Journal
@@ -64,6 +65,7 @@ def _emit(data: Any) -> None:
 def node_info(interface: str | None, no_probe: bool) -> None:
     """Print this host's versions, interfaces, control path and backend as JSON.
 
+    \b
     Example: netbench node info --interface eth1
     """
     from netbench.remote.agent import host_info
@@ -83,6 +85,7 @@ def node_info(interface: str | None, no_probe: bool) -> None:
 def node_apply(journal, as_json: bool, lease_s: float, force: bool, holder: str | None, takeover: bool) -> None:
     """Apply a change plan (JSON on stdin) to this host, into its own journal.
 
+    \b
     Example: netbench node apply --json --lease 60 < plan.json
     """
     from netbench.emulation.wire import plan_from_json
@@ -103,6 +106,7 @@ def node_serve(journal) -> None:
     Requests: {"op": "apply", "plan": {...}, "lease_s": 60, "holder": "..."} (as 'node apply'),
     {"op": "ping"}, {"op": "bye"}; one JSON reply line each, {"ok": false, "error": ...} on failure.
 
+    \b
     Example: netbench node serve < requests.jsonl
     """
     from netbench.remote.serve import serve
@@ -119,6 +123,7 @@ def node_serve(journal) -> None:
 def node_show(journal, as_json: bool, interface: str) -> None:
     """Read this host's shaping back from the kernel, with its lease and journal.
 
+    \b
     Example: netbench node show --json --interface eth1
     """
     from netbench.remote.agent import show_host
@@ -136,6 +141,7 @@ def node_show(journal, as_json: bool, interface: str) -> None:
 def node_reset(journal, as_json: bool, holder: str | None) -> None:
     """Undo everything this host's journal records (its shaping, lease and watcher).
 
+    \b
     Example: netbench node reset --json
     """
     from netbench.state import lease
@@ -172,6 +178,7 @@ def node_task(journal, role: str, env: tuple[str, ...], grace: float, cpus_text,
     "stop-at N" line on stdin is a user's command's stop request: written into the control
     file this host gives it (its NETBENCH_CONTROL). Exits with the process's exit code (128 + signal when a signal ended it).
 
+    \b
     Example: netbench node task --role worker0 --env TF_CONFIG={...} -- python -m netbench.jobs.worker
     """
     from netbench.remote.agent import run_task
@@ -194,6 +201,7 @@ def node_task(journal, role: str, env: tuple[str, ...], grace: float, cpus_text,
 def node_lease_watch(journal) -> None:
     """Wait for the lease to expire, then reset this host (started by 'node apply --lease').
 
+    \b
     Example: netbench node lease-watch
     """
     from netbench.state import lease

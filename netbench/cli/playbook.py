@@ -53,6 +53,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     runs already recorded as ok or timeout are skipped. The run order's seed is recorded.
     Exits 1 when any run of this session failed (a timeout is a result, not a failure).
 
+    \b
     Example: netbench run playbooks/smoke.yaml --dry-run
     Example: netbench run playbooks/smoke.yaml --inventory hosts.yaml
     Example: netbench run playbooks/smoke.yaml --congestion-control cubic --output results/smoke-cubic --dry-run

@@ -27,6 +27,7 @@ def provision(inventory: Path, insecure_host_keys: bool, wheel: Path | None, pip
     """Install this controller's netbench on every host: build a wheel, copy it, and install
     it into each host's venv (inventory key 'venv', created if missing).
 
+    \b
     Example: netbench provision --inventory hosts.yaml
     """
     try:

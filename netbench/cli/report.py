@@ -24,6 +24,7 @@ def report_cmd(results_dir: Path, output: Path | None, level: float) -> None:
     """Tabulate a sweep's or playbook's runs; write its figures (PNG), report.md and a
     self-contained report.html.
 
+    \b
     Example: netbench report results/smoke --level 90
     """
     from netbench import report

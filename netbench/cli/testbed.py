@@ -24,6 +24,7 @@ def testbed() -> None:
 def testbed_up(nodes: int) -> None:
     """Create NODES namespaces joined by a bridge.
 
+    \b
     Example: netbench testbed up --nodes 3
     """
     from netbench.state.journal import Journal, Lock
@@ -42,6 +43,7 @@ def testbed_up(nodes: int) -> None:
 def testbed_down() -> None:
     """Remove the testbed's namespaces (and every process and qdisc inside them).
 
+    \b
     Example: netbench testbed down
     """
     from netbench.state.journal import Journal, Lock
@@ -61,6 +63,7 @@ def testbed_down() -> None:
 def testbed_show(as_json: bool) -> None:
     """Show the testbed as the kernel holds it.
 
+    \b
     Example: netbench testbed show --json
     """
     from netbench.testbed import netns as local
@@ -82,6 +85,7 @@ def testbed_show(as_json: bool) -> None:
 def exec_(node: str, command: tuple[str, ...]) -> None:
     """Run COMMAND inside testbed NODE, as Mininet's 'h1 ping h2'.
 
+    \b
     Example: netbench exec n1 -- ping -c 3 n2
     Node names in COMMAND's arguments (n1, n2, ...) are replaced by their addresses.
     """

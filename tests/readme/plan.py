@@ -75,6 +75,7 @@ DRY = {
     "netbench sweep --latency 1ms --cpus n2=max,0.5,0.2": COMPUTE,
     "netbench sweep --latency 1,10ms --cpus n2=max,0.2 --step-delay n3=0,20ms --workers 3": COMPUTE,
     "netbench sweep --latency 1ms --cpus 0.5": COMPUTE,
+    "netbench sweep --latency 1ms --cpus n2=max,0.5,0.2 --step-delay n2=0,40ms": COMPUTE,
     "netbench sweep --topology profiles/topologies/two-regions-slow.yaml --workers 4":
         "a topology sweep trains in the Per-pair topologies block; this one's compute: is checked by its plan",
     "netbench sweep --schedule profiles/schedules/straggler.yaml --latency 1ms --seconds 30 --warmup 5":
