@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from netbench.jobs import events as ev
+from netbench.jobs import exchange
 from netbench.jobs import stragglers
 from netbench.model.job import JobSpec
 from tests.tf.test_worker_tf import _free_ports
@@ -51,7 +52,7 @@ def _start(backup: int, tmp_path: Path) -> list[subprocess.Popen]:
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports[:3]], "ps": [f"127.0.0.1:{ports[3]}"]}
     argv = ["--strategy", "ps-sync", "--model", "mlp", "--batch-size", "32", "--warmup", str(WARMUP),
             "--steps", str(STEPS), "--seed", "1", "--backup-workers", str(backup)]
-    procs = []
+    procs, token = [], {exchange.TOKEN_ENV: f"backup-test-{backup}"}  # the run's token, as the controller gives it
     for role, index in (("ps", 0), ("worker", 0), ("worker", 1), ("worker", 2)):
         config = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
         head = ["-c", SLOWED] if (role, index) == ("worker", SLOW) else ["-m", "netbench.jobs.worker"]
@@ -59,7 +60,7 @@ def _start(backup: int, tmp_path: Path) -> list[subprocess.Popen]:
         name = f"b{backup}-{role}{index}"
         with open(tmp_path / f"{name}.out", "w") as out, open(tmp_path / f"{name}.err", "w") as err:
             procs.append(subprocess.Popen([sys.executable, *head, *argv, *tail], stdout=out, stderr=err,
-                                          env=_env(config), text=True))
+                                          env={**_env(config), **token}, text=True))
     return procs
 
 
