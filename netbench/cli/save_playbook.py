@@ -37,6 +37,9 @@ def save(path: Path, config, levels, params: dict) -> None:
 
     if path.suffix not in (".yaml", ".yml"):
         raise UsageError(f"flag --save-playbook: {path} is not a .yaml file", hint="e.g. --save-playbook grid.yaml")
+    if not path.parent.is_dir():
+        raise UsageError(f"flag --save-playbook: no folder {path.parent} to write {path.name} in",
+                         hint=f"create it first: mkdir -p {path.parent}")
     name = path.stem if playbook.SAFE_NAME.fullmatch(path.stem) else "sweep"
     factors = compute.parse_flag(params.get("cpus_flags") or (), "cpus", "--cpus") + \
         compute.parse_flag(params.get("step_delay_flags") or (), "step_delay", "--step-delay")

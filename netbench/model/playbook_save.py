@@ -205,13 +205,14 @@ def run_view(run: Any) -> dict[str, Any]:
     """What a run measures, as compared between a sweep and its saved playbook: its id, point,
     repetition, network (profile values, the per-pair topology), job, workers, node capacity and
     schedule with its timeline. Left out: the playbook's `settings` (a sweep has none) and the
-    name of an unswept profile (a playbook names every point by its values)."""
+    name of an unswept profile (a playbook names every point by its values) and the path a
+    topology was read from (as written on the command line, or relative to the playbook)."""
     timeline = tuple((e.at_s, e.at_step, replace(e.profile, name="")) for e in run.timeline)
     return {"run_id": run.run_id, "point": run.point, "repeat": run.repeat,
             "profile": replace(run.profile, name="") if run.schedule is None else run.profile,
             "profile name": run.profile.name, "job": _comparable_job(run.job), "workers": run.workers,
             "compute": run.compute, "schedule": run.schedule.name if run.schedule is not None else None,
-            "timeline": timeline, "pairs": run.pairs}
+            "timeline": timeline, "pairs": replace(run.pairs, source="") if run.pairs is not None else None}
 
 
 def first_difference(sweep_runs: Sequence[Any], book_runs: Sequence[Any], unswept: bool = False) -> str | None:
@@ -226,5 +227,6 @@ def first_difference(sweep_runs: Sequence[Any], book_runs: Sequence[Any], unswep
             vb.pop("profile name")
         for key in va:
             if va[key] != vb[key]:
-                return f"run {a.run_id}: its {key} differs ({va[key]!r} against {vb[key]!r})"
+                both = f" ({va[key]!r} against {vb[key]!r})"
+                return f"run {a.run_id}: its {key} differs" + (both if len(both) < 120 else "")
     return None
