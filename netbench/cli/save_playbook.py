@@ -75,5 +75,6 @@ def save(path: Path, config, levels, params: dict) -> None:
     ctx = click.get_current_context(silent=True)
     kept = [flag for key, flag in RUN_FLAGS.items()
             if ctx is not None and key in ctx.params and ctx.get_parameter_source(key) == ParameterSource.COMMANDLINE]
-    console.info(f"saved playbook {path} ({len(runs)} runs); run it with: netbench run {path}"
+    runs_text = f"{len(runs)} run{'' if len(runs) == 1 else 's'}"
+    console.info(f"saved playbook {path} ({runs_text}); run it with: netbench run {path}"
                  + (f" (with {', '.join(kept)} again: flags of the run, not playbook keys)" if kept else ""))
