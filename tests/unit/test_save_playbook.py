@@ -43,6 +43,12 @@ SWEEPS = [
     ["--latency", "1,20ms", "--workers", "2", "--images-per-step", "64", "--", "python", "train.py", "--lr", "0.1"],
     ["--schedule", str(REPO / "profiles/schedules/spike.yaml")],
     ["--topology", str(REPO / "profiles/topologies/world.yaml"), "--workers", "8", "--scale", "1,2"],
+    ["--profile", str(REPO / "profiles/wan.yaml"), "--schedule", str(REPO / "profiles/schedules/spike.yaml"),
+     "--cpus", "n1=max,0.5"],
+    ["--profile", str(REPO / "profiles/lan.yaml"), "--loss", "0,1%", "--seed", "9", "--order-seed", "9"],
+    ["--strategy", "single", "--latency", "1,10ms"],
+    ["--strategy", "ps-async", "--pipeline", "16", "--workers", "2", "--latency", "1ms"],
+    ["--strategy", "gosgd", "--gossip-p", "0.5", "--workers", "3", "--latency", "1,10ms"],
     [],
 ]
 
@@ -155,3 +161,14 @@ def test_a_file_that_cannot_be_a_playbook_is_refused(tmp_path, monkeypatch, wher
     _, _, result = _saved(tmp_path, monkeypatch, ["--latency", "1ms"], where=where)
     assert result.exit_code != 0 and "flag --save-playbook" in result.output
     assert len(result.output.strip().splitlines()) <= 2  # one line, and its hint
+
+
+def test_an_appended_sweep_saves_its_design_numbered_from_r000(tmp_path, monkeypatch):
+    """--append numbers the sweep's runs after the folder's; the playbook's own folder starts at r000."""
+    (tmp_path / "out" / "runs").mkdir(parents=True)
+    (tmp_path / "out" / "runs" / "r004.json").write_text("{}")
+    config, path, result = _saved(tmp_path, monkeypatch, ["--latency", "1,10ms", "--output", "out", "--append"])
+    assert result.exit_code == 0, result.output
+    assert [r.run_id for r in config.runs] == ["r005", "r006"]
+    assert [r.run_id for r in design.expand(load_playbook(path), 0)] == ["r000", "r001"]
+    assert "--output, --append again" in result.output
