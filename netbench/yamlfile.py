@@ -121,3 +121,9 @@ def read_yaml(path: Path, what: str, error: type[UsageError], missing_hint: str 
     except RecursionError:  # a backstop: MAX_DEPTH stops nesting long before the stack is deep
         raise error(f"{path}: nested too deeply", hint="netbench files are a few levels of mappings and lists") \
             from None
+
+
+def dump_yaml(data: Any) -> str:
+    """`data` (plain mappings, lists, strings and numbers) as block YAML, in its key order, that
+    `read_yaml` reads back to the same values."""
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)

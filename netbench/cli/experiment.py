@@ -20,6 +20,7 @@ from netbench.cli.ranks import ranks_options, require_device, with_ranks
 from netbench.cli.types import Seconds
 from netbench.cli.algorithm_options import ALGORITHMS, ALGORITHMS_HELP, algorithm_options, finish_job
 from netbench.cli.user_job import command_options, with_command
+from netbench.cli.save_playbook import save as save_playbook_file, save_option
 from netbench.errors import UsageError
 from netbench.model.profile import Profile, load_profile, parse_levels
 
@@ -94,6 +95,7 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @common.congestion_option
 @hosts_options
 @command_options
+@save_option
 @handle_errors
 def sweep(profile_file, latency, bandwidth, loss, jitter, cpus_flags, step_delay_flags, schedule_files, topology_file, scale, strategy, framework, workers,
           accum_steps, ps_count, model, data,
@@ -102,7 +104,7 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, cpus_flags, step_delay
           metrics_port, metrics_address, metrics_wait, order_seed, isolate, launch_order, settle_text, settle_steps,
           inventory, insecure_host_keys, takeover, precision_text, max_seconds, congestion_control, images_per_step,
           step_regex, user_command, algorithm=None, recalibrate=False, settle_round_trips=None, ranks_per_node=1,
-          collective="ring", device="cpu", gpus_per_node=0) -> None:
+          collective="ring", device="cpu", gpus_per_node=0, save_playbook=None) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
@@ -196,6 +198,8 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, cpus_flags, step_delay
                          order_seed=order_seed, topology=pairs, predict=predict, congestion_control=congestion_control,
                          recalibrate=recalibrate,
                          **launch_settings(isolate, settle_text, settle_steps, launch_order, settle_round_trips))
+    if save_playbook is not None:  # written before anything runs, checked to give the same runs
+        save_playbook_file(save_playbook, config, levels, click.get_current_context().params)
     if inventory is not None:
         common.fail_if_any_failed(_run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port,
                                                 metrics_address, takeover, metrics_wait_s))

@@ -166,6 +166,7 @@ OUTPUT = {
     "netbench exec n1 -- ping -c 3 n2": [r"3 packets transmitted, 3 received"],
     "netbench profile check profiles/wan.yaml": [r"ok"],
     "netbench sweep --latency 1,10,100ms --dry-run": [r"d1ms", r"d10ms", r"d100ms"],
+    "netbench run grid.yaml --dry-run": [r"6 runs = 6 points x 1 repetitions, order as-written, seed 0"],
     "netbench sweep --latency 1,10,100ms --metrics-port 9464": [r"http://127\.0\.0\.1:\d+/metrics"],
     "netbench sweep --bandwidth 100mbit --latency 1ms --precision 2% --congestion-control cubic":
         [r"TCP congestion control on every node: cubic \(asked for this sweep: cubic\)"],
@@ -182,4 +183,5 @@ FILES = {
     "netbench report results/smoke": ["results/smoke/report/report.md", "results/smoke/report/report.html"],
     "netbench report DIR --output figs --level 90": ["figs/report.md"],
     "netbench show --output held.yaml && netbench apply --topology held.yaml": ["held.yaml"],
+    "netbench sweep --latency 1,10,100ms --bandwidth 100mbit,1gbit --save-playbook grid.yaml --dry-run": ["grid.yaml"],
 }
