@@ -152,6 +152,8 @@ class UserProcess:
             except Exception:  # noqa: BLE001 - a rank still running is ended below
                 pass
         code = popen.poll() if popen is not None else exited(0) if exited is not None else None
+        if popen is not None:  # as every local rank stood before the first was signalled
+            code = self.owner.codes_before_stopping().get(self.rank, code)
         if popen is not None and hasattr(popen, "pid"):
             # a launcher's children may lead sessions of their own (torchrun's workers do): found
             # before the group is signalled, while they are still the launcher's, and ended after
@@ -176,6 +178,7 @@ class UserSpawner:
         self.last_step = -1
         self.pace = StepPace()  # the ranks' step time and how late their steps are heard
         self.processes: list[UserProcess] = []
+        self._codes: dict[int, int | None] | None = None  # codes_before_stopping's, taken once
         self.ranks: list[dict] = []
         self.ranks_file: Path | None = None
 
@@ -213,6 +216,24 @@ class UserSpawner:
             self._write_ranks()
         except OSError:
             pass
+
+    def codes_before_stopping(self) -> dict[int, int | None]:
+        """Each local rank's exit status (None: still running) once every rank has had until the
+        stop request's deadline to end by itself, taken before the first is signalled: a rank that
+        dies because a stopped peer went away was stopped, not ended by itself."""
+        if self._codes is None:
+            self._codes = {}
+            for position, started in enumerate(self.processes):
+                popen = getattr(started.inner, "popen", None)
+                if popen is None:
+                    continue
+                if self.asked is not None:
+                    try:
+                        popen.wait(timeout=max(0.0, self.asked - time.monotonic()))
+                    except Exception:  # noqa: BLE001 - still running: stopped below
+                        pass
+                self._codes[position] = popen.poll()
+        return self._codes
 
     def request_stop(self, wait_s: float = STOP_WAIT_S) -> int:
         """Ask every rank to stop after the same step: past the last heard by a margin that

@@ -89,7 +89,7 @@ DRY = {
     "netbench run playbooks/smoke.yaml --recalibrate": REUSE,
     "netbench sweep --latency 1,10ms --congestion-control bbr": CONGESTION,
     "netbench sweep --latency 1,10ms --congestion-control host": CONGESTION,
-    "netbench run playbooks/smoke.yaml --congestion-control reno": CONGESTION,
+    "netbench run playbooks/smoke.yaml --congestion-control reno --output results/smoke-reno": CONGESTION,
     "netbench sweep --latency 1,10,50ms --bandwidth 100mbit,1gbit --settle-round-trips 4": SETTLE,
     "netbench sweep --latency 1,10,50ms --settle 1.5s --settle-round-trips 0": SETTLE,
     "netbench sweep --latency 1,10,100ms --bandwidth 250,1000mbit --repeat 3":

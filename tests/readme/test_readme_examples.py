@@ -81,9 +81,9 @@ def steps(example: rx.Example) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> tuple[Path, dict]:
-    """A working folder with profiles/, playbooks/ and examples/, and a PATH whose `netbench` is this checkout."""
+    """A working folder with profiles/, playbooks/, examples/ and bench/, and a PATH whose `netbench` is this checkout."""
     work = tmp_path_factory.mktemp("readme")
-    for name in ("profiles", "playbooks", "examples"):
+    for name in ("profiles", "playbooks", "examples", "bench"):
         (work / name).symlink_to(ROOT / name)
     bin_dir = work / ".bin"
     bin_dir.mkdir()

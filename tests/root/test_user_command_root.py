@@ -80,7 +80,7 @@ def test_a_job_that_reports_no_steps_is_measured_in_bytes_on_its_links(clean_mac
     assert [n["node"] for n in record["link_bytes"]["nodes"]] == ["n1", "n2"] and record["link_bytes"]["window_s"] >= 2
     assert all(n["tx_bytes"] > 0 and n["rx_bytes"] > 0 for n in record["link_bytes"]["nodes"])
     ranks = [json.loads(p.read_text()) for p in sorted(out.glob("logs/launch*/ranks.json"))]
-    assert len(ranks) == 2 and all(r["ended"] == "stopped" for launch in ranks for r in launch)  # stopped, each point
+    assert len(ranks) == 2 and all(r["ended"] == "stopped" for launch in ranks for r in launch), ranks  # stopped, each point
     assert processes_running(job) == [] and local.list_netbench_netns() == []
 
 

@@ -71,9 +71,11 @@ def test_sweep_latency_end_to_end(clean_machine, tmp_path):
 
 
 def test_sweep_step_timeout_is_recorded(clean_machine, tmp_path):
-    """A step slower than --step-timeout ends the run as `timeout`, and the sweep goes on."""
-    rows = run_sweep(tmp_path / "results", "--latency", "400ms", "--warmup", "1", "--steps", "3",
-                     "--step-timeout", "1")
+    """A step slower than --step-timeout ends the run as `timeout`, and the sweep goes on. The
+    step is slowed by a step delay, not by a long link delay: at 400 ms one-way TensorFlow's own
+    start-up (its coordination service's heartbeats) could fail before any step was timed."""
+    rows = run_sweep(tmp_path / "results", "--latency", "1ms", "--step-delay", "n2=2s", "--warmup", "1",
+                     "--steps", "3", "--step-timeout", "1")
     assert rows[0]["status"] == "timeout" and "within 1s" in rows[0]["error"], rows
     assert netbench_processes() == []
 
