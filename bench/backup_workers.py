@@ -1,8 +1,8 @@
 """ps-sync with and without backup workers, one worker slowed: images/sec and test accuracy.
 
 Two clusters run side by side on loopback (so both see the same load): a parameter server and
-W workers each, worker W-1 slowed by SLOW seconds per gradient (a wrapper around the exchange
-loop's gradient, as a slower accelerator would be), one with --backup-workers B and one
+W workers each, worker W-1 slowed by SLOW seconds per gradient (a step delay, as `--step-delay`
+gives a node: a slower accelerator), one with --backup-workers B and one
 without. Each trains a fresh model on Fashion-MNIST and evaluates it on the held-out set.
 images/sec is what results.csv reports: images a step applies (ps-sync: W batches; with B
 backup workers W - B) over worker 0's mean measured step.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -27,24 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from netbench.jobs import accuracy, events as ev  # noqa: E402
-from netbench.jobs import stragglers  # noqa: E402
+from netbench.jobs import exchange, stragglers  # noqa: E402
+from netbench.jobs.harness import step_delay  # noqa: E402
 from netbench.model.job import JobSpec, images_per_step  # noqa: E402
-
-SLOWED = """
-import sys, time
-from netbench.jobs.harness import exchange_loop
-made = exchange_loop._make_gradient
-def slowed(tf, model):
-    gradient = made(tf, model)
-    def slow(*args):
-        time.sleep({slow})
-        return gradient(*args)
-    return slow
-exchange_loop._make_gradient = slowed
-from netbench.jobs import worker
-sys.exit(worker.main(sys.argv[1:]))
-"""
-
 
 def free_ports(count: int) -> list[int]:
     socks = [socket.socket() for _ in range(count)]
@@ -63,17 +49,17 @@ def start(backup: int, args: argparse.Namespace, out: Path) -> list[subprocess.P
     argv = ["--strategy", "ps-sync", "--model", "mlp", "--batch-size", str(args.batch_size), "--warmup",
             str(args.warmup), "--train-steps", str(args.train_steps), "--eval-every", str(args.train_steps),
             "--data", "fashion-mnist", "--seed", "1", "--backup-workers", str(backup)]
-    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), exchange.TOKEN_ENV: f"backup-bench-{backup}"}  # the run's token
     procs = []
     roles = [("ps", 0)] + [("worker", i) for i in range(args.workers)]
     for role, index in roles:
         config = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
         slow = (role, index) == ("worker", args.workers - 1)
-        head = ["-c", SLOWED.format(slow=args.slow)] if slow else ["-m", "netbench.jobs.worker"]
+        delay = {step_delay.ENV_SECONDS: str(args.slow)} if slow else {}  # a step delay, as --step-delay gives
         with open(out / f"b{backup}-{role}{index}.out", "w") as stdout, \
                 open(out / f"b{backup}-{role}{index}.err", "w") as stderr:
-            procs.append(subprocess.Popen([sys.executable, *head, *argv], stdout=stdout, stderr=stderr,
-                                          env={**env, "TF_CONFIG": config}, text=True))
+            procs.append(subprocess.Popen([sys.executable, "-m", "netbench.jobs.worker", *argv], stdout=stdout,
+                                          stderr=stderr, env={**env, **delay, "TF_CONFIG": config}, text=True))
     return procs
 
 

@@ -17,34 +17,18 @@ import pytest
 
 from netbench.jobs import events as ev
 from netbench.jobs import exchange
+from netbench.jobs.harness import step_delay
 from netbench.jobs import stragglers
 from netbench.model.job import JobSpec
 from tests.tf.test_worker_tf import _free_ports
 from tests.unit.test_worker import _env
 
-SLOW_S = 0.25  # added to each gradient of the slow worker
+SLOW_S = 0.25  # the slow worker's step delay (seconds added to each of its steps)
 # the fast workers train long enough for the slow one's few steps to fall within their training
 # (each worker runs its own step count; a sweep stops them all once worker 0's window is measured)
 STEPS, WARMUP = 60, 2
 SLOW_STEPS, SLOW_WARMUP = 3, 1
 SLOW = 2  # the slowed worker's index (not worker 0, whose steps measure the rounds)
-
-# the slow worker: the same worker process, its gradient function wrapped to sleep first
-SLOWED = f"""
-import sys, time
-from netbench.jobs.harness import exchange_loop
-made = exchange_loop._make_gradient
-def slowed(tf, model):
-    gradient = made(tf, model)
-    def slow(*args):
-        time.sleep({SLOW_S})
-        return gradient(*args)
-    return slow
-exchange_loop._make_gradient = slowed
-from netbench.jobs import worker
-sys.exit(worker.main(sys.argv[1:]))
-"""
-
 
 def _start(backup: int, tmp_path: Path) -> list[subprocess.Popen]:
     """The server, then three workers (worker SLOW slowed); stdout of each to a file."""
@@ -55,12 +39,13 @@ def _start(backup: int, tmp_path: Path) -> list[subprocess.Popen]:
     procs, token = [], {exchange.TOKEN_ENV: f"backup-test-{backup}"}  # the run's token, as the controller gives it
     for role, index in (("ps", 0), ("worker", 0), ("worker", 1), ("worker", 2)):
         config = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
-        head = ["-c", SLOWED] if (role, index) == ("worker", SLOW) else ["-m", "netbench.jobs.worker"]
-        tail = ["--warmup", str(SLOW_WARMUP), "--steps", str(SLOW_STEPS)] if (role, index) == ("worker", SLOW) else []
+        slow = (role, index) == ("worker", SLOW)
+        tail = ["--warmup", str(SLOW_WARMUP), "--steps", str(SLOW_STEPS)] if slow else []
+        delay = {step_delay.ENV_SECONDS: str(SLOW_S)} if slow else {}  # as --step-delay gives a node
         name = f"b{backup}-{role}{index}"
         with open(tmp_path / f"{name}.out", "w") as out, open(tmp_path / f"{name}.err", "w") as err:
-            procs.append(subprocess.Popen([sys.executable, *head, *argv, *tail], stdout=out, stderr=err,
-                                          env={**_env(config), **token}, text=True))
+            procs.append(subprocess.Popen([sys.executable, "-m", "netbench.jobs.worker", *argv, *tail], stdout=out,
+                                          stderr=err, env={**_env(config), **token, **delay}, text=True))
     return procs
 
 
