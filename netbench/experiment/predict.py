@@ -122,7 +122,7 @@ class Predictor:
             accum_steps=job.accum_steps, ps=job.ps,
             params={"period": job.tau, "p": job.gossip_p, "window": pipeline_window(job)},
             ring_rtts_s=ring_rtts_s(run, workers) if job.ranks_per_node == 1 else (),
-            ranks_per_node=job.ranks_per_node, collective=job.collective,
+            ranks_per_node=job.ranks_per_node, collective=job.collective, backup_workers=job.backup_workers,
             buckets=allreduce_buckets(job.framework, measured.model_bytes), **self._exchange_terms(),
             **_node_terms(run, workers))
 

@@ -5,6 +5,9 @@
   with B backup workers (Chen et al. 2016) a round closes on its first W - B gradients, and a
   gradient computed on weights older than the current version (its round closed without it)
   is dropped and answered at once with the new weights (`ServerState.dropped` counts them);
+  the warm-up runs as plain BSP (a round waits for every worker until each has pushed its
+  `warmup` gradients), so the backups are the slow workers of the steady state, not the
+  one whose start-up (a slow node's import and first, tracing step) ran late;
 * ``ps-async`` (ASP, as Dean et al. 2012's Downpour SGD, TF's and MXNet's parameter servers):
   each push is applied at once and answered at once; a worker waits for its own push's reply
   (the weights) every step and never for the other workers, so an update's staleness is about
@@ -160,6 +163,7 @@ class ServerState:
     backup: int = 0  # SYNC: gradients a round may go without (backup workers); 0: every worker's
     dropped: dict[int, int] = field(default_factory=dict)  # backup: each worker's gradients dropped as late
     _awaits: dict[int, int] = field(default_factory=dict)  # backup: the version each worker's reply waits for
+    warmup: int = 0  # backup: pushes of each worker's warm-up, during which every round waits for every worker
 
     def initialise(self, weights: Sequence[np.ndarray]) -> None:
         if self.weights is None:
@@ -213,9 +217,11 @@ class ServerState:
 
     def round_size(self) -> int:
         """Gradients that close a ps-sync round: every worker still training, less the backup
-        workers (at least one)."""
-        active = sum(1 for w in range(self.workers) if w not in self.done)
-        return max(1, active - self.backup)
+        workers (at least one) once every one of them has pushed its warm-up's gradients."""
+        active = [w for w in range(self.workers) if w not in self.done]
+        if any(self.clocks.get(w, 0) < self.warmup for w in active):
+            return len(active)  # a worker still warming up: the round waits for it (BSP)
+        return max(1, len(active) - self.backup)
 
     def _close_round(self) -> None:
         """Apply the round's mean gradient once every worker still training has pushed (with

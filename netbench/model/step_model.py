@@ -79,6 +79,8 @@ class StepInputs:
     # node talking over its loopback; collective "ring" (every rank) or "hierarchical"
     ranks_per_node: int = 1
     collective: str = "ring"
+    # ps-sync's backup workers: a round closes on the first workers - backup gradients
+    backup_workers: int = 0
 
 
 @dataclass(frozen=True)
@@ -251,13 +253,16 @@ def node_compute_s(x: StepInputs, compute_s: float, cpu_comm: float = 0.0) -> fl
     """A step's compute with unequal nodes: each worker's CPU work (`compute_s` and the
     communication's `cpu_comm`) times its slowdown, plus its step delay, less the `cpu_comm` the
     communication term already counts; the slowest worker's in a synchronous strategy (every step
-    waits for it), the workers' mean in the others (each runs at its own pace)."""
+    waits for it; ps-sync with B backup workers: the (W - B)-th fastest's, as a round closes on its
+    first W - B gradients), the workers' mean in the others (each runs at its own pace)."""
     if not x.node_slowdown and not x.node_delay_s:
         return compute_s
     count = max(len(x.node_slowdown), len(x.node_delay_s))
     slow = tuple(x.node_slowdown) + (1.0,) * (count - len(x.node_slowdown))
     delay = tuple(x.node_delay_s) + (0.0,) * (count - len(x.node_delay_s))
     each = [(compute_s + cpu_comm) * s + d - cpu_comm for s, d in zip(slow, delay)]
+    if x.strategy == "ps-sync" and 0 < x.backup_workers < len(each):
+        return sorted(each)[len(each) - 1 - x.backup_workers]  # the round's last gradient it waits for
     return max(each) if x.strategy in SYNCHRONOUS else sum(each) / len(each)
 
 

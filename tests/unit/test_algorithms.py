@@ -488,6 +488,25 @@ def test_workers_that_leave_shrink_a_round_to_at_least_one_gradient():
     assert s.version == 2 and s.may_read(2)
 
 
+def test_with_backup_workers_the_warm_up_waits_for_every_worker_and_the_steady_state_does_not():
+    # a slow node's start-up (its import, its first tracing step) must not make it a backup before
+    # it trains: its warm-up's rounds wait for it, as plain BSP; afterwards the first two close a round
+    s = algorithms.ServerState(mode=algorithms.SYNC, workers=3, learning_rate=1.0, backup=1, warmup=2)
+    s.initialise([np.zeros(2, np.float32)])
+    for version in range(2):
+        s.push(0, version, [np.ones(2, np.float32)])
+        s.push(1, version, [np.ones(2, np.float32)])
+        assert s.version == version and not s.may_read(0)  # worker 2 still warming up: the round waits
+        s.push(2, version, [np.ones(2, np.float32)])
+        assert s.version == version + 1 and s.dropped == {}
+    assert s.round_size() == 2
+    s.push(0, 2, [np.ones(2, np.float32)])
+    s.push(1, 2, [np.ones(2, np.float32)])
+    assert s.version == 3 and s.may_read(0)
+    s.push(2, 2, [np.ones(2, np.float32)])  # the slow one, after its round closed: dropped
+    assert s.dropped == {2: 1}
+
+
 def test_without_backup_workers_the_barrier_waits_for_every_worker_as_before():
     s = backup_state(workers=3, backup=0)
     s.push(0, 0, [np.ones(2, np.float32)])

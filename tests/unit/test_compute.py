@@ -266,6 +266,18 @@ def test_a_synchronous_step_is_bound_by_the_slowest_node():
     assert gossip == pytest.approx(0.03)  # workers at their own pace: the mean
 
 
+def test_ps_sync_with_backup_workers_waits_for_the_round_s_last_gradient_not_the_slowest():
+    from netbench.model import step_model
+
+    x = step_model.StepInputs(strategy="ps-sync", workers=3, model_bytes=0, compute_s=0.01, delay_s=0.001,
+                              rate_bps=None, overhead_s=0.002, beta_s_per_byte=0.0,
+                              node_slowdown=(1.0, 2.0, 5.0), node_delay_s=(0.0, 0.0, 0.0))
+    assert step_model.node_compute_s(x, 0.01) == pytest.approx(0.05)  # every gradient: the slowest's
+    backup = dataclasses.replace(x, backup_workers=1)
+    assert step_model.node_compute_s(backup, 0.01) == pytest.approx(0.02)  # the first two: n2's
+    assert step_model.node_compute_s(dataclasses.replace(x, backup_workers=2), 0.01) == pytest.approx(0.01)
+
+
 # ---------------------------------------------------------------- playbooks
 
 def test_a_playbooks_cpus_factor_crosses_per_node_levels(tmp_path):

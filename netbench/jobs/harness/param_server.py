@@ -102,7 +102,8 @@ def serve(args: argparse.Namespace, events: IO[str], index: int, cluster: dict[s
     state = algorithms.ServerState(mode=algorithms.SERVER_MODES[args.strategy], workers=workers,
                                    learning_rate=args.learning_rate,
                                    staleness=algorithms.server_gate(args.strategy, args.staleness), alpha=alpha,
-                                   backup=getattr(args, "backup_workers", 0) if args.strategy == "ps-sync" else 0)
+                                   backup=getattr(args, "backup_workers", 0) if args.strategy == "ps-sync" else 0,
+                                   warmup=getattr(args, "warmup", 0) or 0)
     condition = threading.Condition()
     limits = run_limits()
 
