@@ -1,8 +1,14 @@
-"""MkDocs hook: the metrics reference is generated from netbench/metrics/catalogue.py, so a
+"""MkDocs hooks: the metrics reference is generated from netbench/metrics/catalogue.py, so a
 metric added there is documented without a second list (tests/readme/test_docs_site.py checks
-the built page has every metric)."""
+the built page has every metric); the CLI reference's options tables are split into --help's
+sections."""
 
 from __future__ import annotations
+
+import re
+
+from markdown.extensions import Extension
+from markdown.preprocessors import Preprocessor
 
 MARKER = "<!-- netbench:metrics-catalogue -->"
 
@@ -28,3 +34,88 @@ def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001
     if MARKER in markdown:
         return markdown.replace(MARKER, metrics_table())
     return markdown
+
+
+# ------------------------------------------------------------------ the CLI reference's sections
+# mkdocs-click gives each command one table of options; a command whose --help shows its options
+# in sections (netbench/cli/groups.py) gets one table per section here, with the section's name,
+# so the reference reads as --help does: a Markdown preprocessor run right after mkdocs-click's
+# (priority 141), which on_config adds to the site's Markdown extensions.
+
+TITLE = re.compile(r"^#+ (netbench(?: [\w-]+)*) \{")
+ROW = re.compile(r"^\| `(-[\w-]*)`")
+
+
+def _command(path: str):
+    import click
+
+    from netbench.cli.app import main
+
+    command, ctx = main, click.Context(main, info_name="netbench")
+    for name in path.split()[1:]:
+        command = command.get_command(ctx, name) if isinstance(command, click.Group) else None
+        if command is None:
+            return None
+        ctx = click.Context(command, info_name=name, parent=ctx)
+    return command
+
+
+def _group_of(command, flag: str) -> str:
+    import click
+
+    from netbench.cli.groups import OTHER, help_group
+
+    ctx = click.Context(command)
+    for param in command.get_params(ctx):
+        if flag in (*param.opts, *param.secondary_opts):
+            return help_group(param) or OTHER
+    return OTHER
+
+
+# click 8.3 marks an option without a default with a sentinel, which mkdocs-click 0.9 prints
+UNSET = "| `Sentinel.UNSET` |"
+
+
+def grouped_tables(lines: list[str]) -> list[str]:
+    """`lines` with each grouped command's options table split into one table per section (and
+    no default shown as a sentinel's name)."""
+    from netbench.cli.groups import GROUPS, GroupedCommand
+
+    lines = [line[: -len(UNSET)] + "| - |" if line.endswith(UNSET) else line for line in lines]
+    out: list[str] = []
+    command, index = None, 0
+    while index < len(lines):
+        line = lines[index]
+        title = TITLE.match(line)
+        if title:
+            command = _command(title.group(1))
+        if line.strip() == "**Options:**" and isinstance(command, GroupedCommand):
+            header, rule = lines[index + 2], lines[index + 3]
+            end = index + 4
+            sections: dict[str, list[str]] = {}
+            while end < len(lines) and ROW.match(lines[end]):
+                sections.setdefault(_group_of(command, ROW.match(lines[end]).group(1)), []).append(lines[end])
+                end += 1
+            out.append(line)
+            for group in (group for group in GROUPS if group in sections):  # --help's order
+                out += ["", f"*{group}:*", "", header, rule, *sections[group]]
+            index = end
+            continue
+        out.append(line)
+        index += 1
+    return out
+
+
+class _GroupedTables(Preprocessor):
+    def run(self, lines: list[str]) -> list[str]:
+        return grouped_tables(lines)
+
+
+class _GroupedTablesExtension(Extension):
+    def extendMarkdown(self, md) -> None:  # noqa: N802 (Markdown's name)
+        md.preprocessors.register(_GroupedTables(md), "netbench_cli_sections", 140)
+
+
+def on_config(config):
+    config.markdown_extensions.append(_GroupedTablesExtension())
+    return config

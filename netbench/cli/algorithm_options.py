@@ -1,64 +1,75 @@
-"""The sweep's flags of the training algorithms and of accuracy runs (issue 21), as one
-decorator: the command receives them packed as ``algorithm``, a dict of JobSpec fields."""
+"""The sweep's flags of the training algorithms and of accuracy runs, as one typed option set:
+the command receives them as ``algorithm``, an Algorithm (JobSpec fields of the same names)."""
 
 from __future__ import annotations
 
-import functools
-from dataclasses import replace
+from dataclasses import asdict, dataclass, fields, replace
 
 import click
 from click.core import ParameterSource
 
+from netbench.cli.groups import option_set
 from netbench.cli.types import FiniteFloatRange
 from netbench.errors import UsageError
 
-# the strategies of issue 21 (model.job.EXCHANGE_STRATEGIES; the CLI keeps its literal, as for --order)
+# the exchange strategies (model.job.EXCHANGE_STRATEGIES; the CLI keeps its literal, as for --order)
 ALGORITHMS = ("ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd", "adpsgd")
 ALGORITHMS_HELP = ("ps-sync (BSP, --backup-workers), ps-async (ASP over the same protocol; --pipeline), ps-ssp (--staleness), "
                    "easgd (--tau, --elastic-alpha): parameter servers (--ps) "
                    "without a coordinator; gosgd (--gossip-p), adpsgd: workers and their peers only.")
-# the JobSpec field each flag sets
-_FIELDS = ("staleness", "tau", "elastic_alpha", "gossip_p", "backup_workers", "pipeline", "train_steps",
-           "eval_every", "target_accuracy")
+@dataclass(frozen=True)
+class Algorithm:
+    """The training algorithms' settings and an accuracy run's: JobSpec fields of the same names."""
+
+    staleness: int
+    tau: int
+    elastic_alpha: float | None
+    gossip_p: float
+    backup_workers: int
+    pipeline: int
+    train_steps: int | None
+    eval_every: int
+    target_accuracy: float | None
+
+    def job_fields(self) -> dict:
+        """JobSpec's fields (keyword arguments) these settings set."""
+        return asdict(self)
 
 
-def algorithm_options(command):
-    """--staleness, --tau, --elastic-alpha, --gossip-p, --backup-workers, --pipeline, --train-steps,
-    --eval-every, --target-accuracy."""
+def _refuse(algorithm: Algorithm) -> None:
+    ctx = click.get_current_context(silent=True)
+    _refuse_unused(ctx.params.get("strategy") if ctx is not None else None, algorithm.job_fields())
 
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        _refuse_unused(kwargs.get("strategy"), kwargs)
-        kwargs["algorithm"] = {name: kwargs.pop(name) for name in _FIELDS}
-        return command(*args, **kwargs)
 
-    options = [
-        click.option("--staleness", default=3, show_default=True, type=click.IntRange(0, 10000),
-                     help="ps-ssp: steps a worker may run ahead of the slowest (pushes it leaves unanswered while it computes on the weights it has)."),
-        click.option("--tau", default=4, show_default=True, type=click.IntRange(1, 100000),
-                     help="easgd: local steps between elastic exchanges with the centre variable."),
-        click.option("--elastic-alpha", type=FiniteFloatRange(1e-6, 1.0),
-                     help="easgd: moving rate [default: 0.9 / workers, the EASGD paper's beta = 0.9]."),
-        click.option("--gossip-p", default=0.1, show_default=True, type=FiniteFloatRange(0.0, 1.0),
-                     help="gosgd: probability of a push to a random peer after each step."),
-        click.option("--backup-workers", default=0, show_default=True, type=click.IntRange(0, 63),
-                     help="ps-sync: each round applies the first workers - B gradients and drops the late ones "
-                          "(Chen et al. 2016's backup workers); fewer than the workers."),
-        click.option("--pipeline", default=0, show_default=True, type=click.IntRange(0, 10000),
-                     help="ps-async: pushes a worker leaves unanswered while it computes; 0 waits for each "
-                          "push's reply (the ASP of the studies), e.g. 16 pipelines them (hides the round trip)."),
-        click.option("--train-steps", type=click.IntRange(2, 10000000),
-                     help="An accuracy run: each point trains a fresh model for this many steps in all "
-                          "(warm-up included), in a launch of its own, and reports its test accuracy."),
-        click.option("--eval-every", default=0, show_default=True, type=click.IntRange(0, 10000000),
-                     help="Evaluate held-out accuracy every K steps (outside the timed steps); 0: after "
-                          "the last step only (with --train-steps)."),
-        click.option("--target-accuracy", type=FiniteFloatRange(0.01, 1.0),
-                     help="Record the steps and training time until this held-out accuracy was first reached."),
-    ]
-    for option in reversed(options):
-        wrapper = option(wrapper)
-    return wrapper
+# --staleness, --tau, --elastic-alpha, --gossip-p, --backup-workers, --pipeline, --train-steps,
+# --eval-every, --target-accuracy: the command receives them as `algorithm`, an Algorithm
+algorithm_options = option_set(
+    Algorithm, "algorithm", "Algorithm and accuracy",
+    click.option("--staleness", default=3, show_default=True, type=click.IntRange(0, 10000),
+                 help="ps-ssp: steps a worker may run ahead of the slowest (pushes it leaves unanswered while it computes on the weights it has)."),
+    click.option("--tau", default=4, show_default=True, type=click.IntRange(1, 100000),
+                 help="easgd: local steps between elastic exchanges with the centre variable."),
+    click.option("--elastic-alpha", type=FiniteFloatRange(1e-6, 1.0),
+                 help="easgd: moving rate [default: 0.9 / workers, the EASGD paper's beta = 0.9]."),
+    click.option("--gossip-p", default=0.1, show_default=True, type=FiniteFloatRange(0.0, 1.0),
+                 help="gosgd: probability of a push to a random peer after each step."),
+    click.option("--backup-workers", default=0, show_default=True, type=click.IntRange(0, 63),
+                 help="ps-sync: each round applies the first workers - B gradients and drops the late ones "
+                      "(Chen et al. 2016's backup workers); fewer than the workers."),
+    click.option("--pipeline", default=0, show_default=True, type=click.IntRange(0, 10000),
+                 help="ps-async: pushes a worker leaves unanswered while it computes; 0 waits for each "
+                      "push's reply (the ASP of the studies), e.g. 16 pipelines them (hides the round trip)."),
+    click.option("--train-steps", type=click.IntRange(2, 10000000),
+                 help="An accuracy run: each point trains a fresh model for this many steps in all "
+                      "(warm-up included), in a launch of its own, and reports its test accuracy."),
+    click.option("--eval-every", default=0, show_default=True, type=click.IntRange(0, 10000000),
+                 help="Evaluate held-out accuracy every K steps (outside the timed steps); 0: after "
+                      "the last step only (with --train-steps)."),
+    click.option("--target-accuracy", type=FiniteFloatRange(0.01, 1.0),
+                 help="Record the steps and training time until this held-out accuracy was first reached."),
+    check=_refuse,
+)
+_FIELDS = tuple(field.name for field in fields(Algorithm))
 
 
 def _refuse_unused(strategy: str | None, values: dict) -> None:

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import click
 
-from netbench import units
 from netbench.cli import common
 from netbench.cli.common import BACKEND_CHOICES, handle_errors
+from netbench.cli.groups import GroupedCommand, options
+from netbench.cli.option_sets import Hosts, Levels, hosts_options, levels_options
 from netbench.cli.types import Seconds
 from netbench.errors import UsageError
 
@@ -57,55 +58,62 @@ def _job(workers: int, ranks_per_node: int):
     return with_ranks(JOB, workers, ranks_per_node, "ring", "cpu", 0)
 
 
-def _runs(latency, bandwidth, loss, jitter, topology_file, scale, workers, job):
+def _runs(levels, workers, job):
     from netbench.cli import sweep_topology
     from netbench.cli.experiment import _plan_runs
     from netbench.model import design
-    from netbench.model.profile import Profile, parse_levels
+    from netbench.model.profile import Profile
 
-    sweep_topology.check_flags(topology_file, scale, {"--latency": latency, "--bandwidth": bandwidth,
-                                                       "--loss": loss, "--jitter": jitter}, None)
-    if topology_file is not None:
-        return sweep_topology.topology_runs(topology_file, scale, 1, job, workers, 0)
-    levels = design.SweepLevels(
-        delay_us=tuple(parse_levels(latency, "--latency", units.parse_duration_us)) if latency else (),
-        rate_bps=tuple(parse_levels(bandwidth, "--bandwidth", units.parse_rate_bps)) if bandwidth else (),
-        loss=tuple(parse_levels(loss, "--loss", units.parse_ratio)) if loss else (),
-        jitter_us=tuple(parse_levels(jitter, "--jitter", units.parse_duration_us)) if jitter else ())
+    sweep_topology.check_flags(levels.topology_file, levels.scale, levels.given(), None)
+    if levels.topology_file is not None:
+        return sweep_topology.topology_runs(levels.topology_file, levels.scale, 1, job, workers, 0)
     base = Profile(name="base")
-    return None, design.sweep_runs(_plan_runs(base, levels, 1), 1, job, workers, 0, base=base)
+    return None, design.sweep_runs(_plan_runs(base, levels.sweep_levels(), 1), 1, job, workers, 0, base=base)
 
 
-@click.command("collective")
-@click.option("--latency", metavar="LIST", help="One-way delays, e.g. 1,10ms.")
-@click.option("--bandwidth", metavar="LIST", help="Rates, e.g. 100,1000mbit.")
-@click.option("--loss", metavar="LIST", help="Losses, e.g. 0,1%.")
-@click.option("--jitter", metavar="LIST", help="Jitters, e.g. 0,1ms.")
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="A per-pair topology file instead of the point flags.")
-@click.option("--scale", metavar="LIST", help="With --topology: factors on every delay, e.g. 1,2 [default: 1].")
-@click.option("--workers", default=2, show_default=True, type=click.IntRange(2, 64),
-              help="Processes, one per node unless --ranks-per-node.")
-@click.option("--ranks-per-node", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Processes on each node (nodes = workers / ranks per node); between them over the node's loopback.")
-@click.option("--sizes", default="8-64MiB", show_default=True,
-              help="Message sizes: LOW-HIGH doubling, or a list such as 8,1KiB,1MiB (per worker).")
-@click.option("--ops", default="allreduce,broadcast,allgather", show_default=True, help="Operations to time.")
-@click.option("--framework", default="auto", show_default=True,
-              help="tf, gloo or tf,gloo; auto: tf, and gloo when PyTorch is importable.")
-@click.option("--warmup", default=2, show_default=True, type=click.IntRange(0, 1000), help="Untimed repetitions per size.")
-@click.option("--reps", default=5, show_default=True, type=click.IntRange(1, 10000), help="Timed repetitions per size.")
-@click.option("--timeout", default=120.0, show_default=True, type=Seconds(1, 86400),
-              help="Seconds one collective may take.")
-@click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help="Emulation backend.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1), help="Seed for loss/jitter draws.")
-@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
-              help="Results folder [default: results/collective-<time>].")
-@click.option("--json", "as_json", is_flag=True, help="Print the TensorFlow points' fits and all-reduce sizes as JSON.")
-@common.hosts_options
+@click.command("collective", cls=GroupedCommand)
+@levels_options
+@options("Network", click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True,
+                                 help="Emulation backend."))
+@options(
+    "Nodes and compute",
+    click.option("--workers", default=2, show_default=True, type=click.IntRange(2, 64),
+                 help="Processes, one per node unless --ranks-per-node."),
+    click.option("--ranks-per-node", default=1, show_default=True, type=click.IntRange(1, 64),
+                 help="Processes on each node (nodes = workers / ranks per node); between them over the node's "
+                      "loopback."),
+)
+@options(
+    "Job",
+    click.option("--sizes", default="8-64MiB", show_default=True,
+                 help="Message sizes: LOW-HIGH doubling, or a list such as 8,1KiB,1MiB (per worker)."),
+    click.option("--ops", default="allreduce,broadcast,allgather", show_default=True, help="Operations to time."),
+    click.option("--framework", default="auto", show_default=True,
+                 help="tf, gloo or tf,gloo; auto: tf, and gloo when PyTorch is importable."),
+)
+@options(
+    "Measurement and precision",
+    click.option("--warmup", default=2, show_default=True, type=click.IntRange(0, 1000),
+                 help="Untimed repetitions per size."),
+    click.option("--reps", default=5, show_default=True, type=click.IntRange(1, 10000),
+                 help="Timed repetitions per size."),
+    click.option("--timeout", default=120.0, show_default=True, type=Seconds(1, 86400),
+                 help="Seconds one collective may take."),
+)
+@options(
+    "Output and metrics",
+    click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+                 help="Results folder [default: results/collective-<time>]."),
+    click.option("--json", "as_json", is_flag=True,
+                 help="Print the TensorFlow points' fits and all-reduce sizes as JSON."),
+)
+@hosts_options
+@options("Other", click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1),
+                               help="Seed for loss/jitter draws."))
 @handle_errors
-def collective(latency, bandwidth, loss, jitter, topology_file, scale, workers, ranks_per_node, sizes, ops, framework,
-               warmup, reps, timeout, backend, seed, output, as_json, inventory, insecure_host_keys, takeover) -> None:
+def collective(levels: Levels, backend: str, workers: int, ranks_per_node: int, sizes: str, ops: str, framework: str,
+               warmup: int, reps: int, timeout: float, output: Path | None, as_json: bool, hosts: Hosts,
+               seed: int) -> None:
     """Time collectives (like nccl-tests) on the testbed's links at every point.
 
     For each point (the product of the level flags, or a --topology), applies it as a sweep
@@ -127,7 +135,7 @@ def collective(latency, bandwidth, loss, jitter, topology_file, scale, workers, 
     settings = _settings(sizes, ops, warmup, reps, timeout)
     frameworks = _frameworks(framework)
     job = _job(workers, ranks_per_node)
-    pairs, runs = _runs(latency, bandwidth, loss, jitter, topology_file, scale, workers, job)
+    pairs, runs = _runs(levels, workers, job)
     output = output or Path("results") / time.strftime("collective-%Y%m%d-%H%M%S")
     if output.exists() and any(output.iterdir()):
         raise UsageError(f"flag --output: {output} holds files", hint="choose an empty or new folder")
@@ -136,17 +144,17 @@ def collective(latency, bandwidth, loss, jitter, topology_file, scale, workers, 
                               command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, topology=pairs,
                               job=job)
     view = render_collective.CollectiveView(quiet=as_json)
-    if inventory is None:
-        common.check_local_flags(None, insecure_host_keys, takeover=takeover)
+    if hosts.inventory is None:
+        common.check_local_flags(None, hosts.insecure_host_keys, takeover=hosts.takeover)
         common.require_root()
         common.sigterm_as_interrupt()
         points = run_collective(config, view)
     else:  # the controller needs no root: the hosts shape their own links
         from netbench.testbed.targets import open_target
 
-        with open_target(inventory, insecure_host_keys, config.backend, takeover=takeover) as hosts:
+        with open_target(hosts.inventory, hosts.insecure_host_keys, config.backend, takeover=hosts.takeover) as target:
             common.sigterm_as_interrupt()
-            points = run_collective(config, view, testbed=hosts)
+            points = run_collective(config, view, testbed=target)
     if as_json:
         render_collective.as_json(json_report(points, frameworks[0]))
     else:

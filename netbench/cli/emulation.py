@@ -18,6 +18,7 @@ from netbench import console, units
 from netbench.cli import common, render, render_pairs, schedule_apply
 from netbench.cli.common import (BACKEND_CHOICES, apply_remote_options, check_local_flags, handle_errors,
                                  inventory_options, profile_options)
+from netbench.cli.groups import GroupedCommand, options
 from netbench.cli.types import FiniteFloatRange, Seconds
 from netbench.errors import NetbenchError, ResetIncomplete, UsageError, VerifyFailed
 from netbench.model.profile import load_profile, profile_from_flags
@@ -51,19 +52,23 @@ def profile_check(files: tuple[Path, ...]) -> None:
 
 # ---------------------------------------------------------------- apply
 
-@click.command("apply")
+@click.command("apply", cls=GroupedCommand)
 @click.argument("profile_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @profile_options
-@click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True,
-              help="Emulation backend; auto probes the kernel for netem.")
-@click.option("--dry-run", is_flag=True, help="Print the exact planned changes and make none.")
-@click.option("--schedule", "schedule_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Change the link over time as this schedule (YAML) says, in the foreground; Ctrl-C puts "
-                   "the link back as it was. Not with a PROFILE_FILE or profile flags.")
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Shape every ordered pair of nodes as this topology (YAML: groups and links, or a matrix; "
-                   "see profiles/topologies/) says. Not with a PROFILE_FILE, profile flags or --schedule.")
-@click.option("--scale", type=FiniteFloatRange(0.001, 1000), help="With --topology: multiply every delay and jitter.")
+@options(
+    "Network",
+    click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True,
+                 help="Emulation backend; auto probes the kernel for netem."),
+    click.option("--schedule", "schedule_file", type=click.Path(dir_okay=False, path_type=Path),
+                 help="Change the link over time as this schedule (YAML) says, in the foreground; Ctrl-C puts "
+                      "the link back as it was. Not with a PROFILE_FILE or profile flags."),
+    click.option("--topology", "topology_file", type=click.Path(dir_okay=False, path_type=Path),
+                 help="Shape every ordered pair of nodes as this topology (YAML: groups and links, or a matrix; "
+                      "see profiles/topologies/) says. Not with a PROFILE_FILE, profile flags or --schedule."),
+    click.option("--scale", type=FiniteFloatRange(0.001, 1000), help="With --topology: multiply every delay and jitter."),
+)
+@options("Output and metrics", click.option("--dry-run", is_flag=True,
+                                            help="Print the exact planned changes and make none."))
 @handle_errors
 @inventory_options
 @apply_remote_options

@@ -11,100 +11,74 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from netbench import console, units
+from netbench import console
 from netbench.cli import common
-from netbench.cli.common import (BACKEND_CHOICES, _sigterm_as_interrupt, check_metrics_flags, handle_errors,
-                                 hosts_options, launch_options, launch_settings, metrics_options)
-from netbench.cli.framework import check_framework, framework_option, require_framework
-from netbench.cli.ranks import ranks_options, require_device, with_ranks
-from netbench.cli.types import Seconds
-from netbench.cli.algorithm_options import ALGORITHMS, ALGORITHMS_HELP, algorithm_options, finish_job
-from netbench.cli.user_job import command_options, with_command
+from netbench.cli.algorithm_options import Algorithm, algorithm_options, finish_job
+from netbench.cli.common import BACKEND_CHOICES, _sigterm_as_interrupt, handle_errors
+from netbench.cli.framework import check_framework, require_framework
+from netbench.cli.groups import GroupedCommand, options
+from netbench.cli.option_sets import (Hosts, Launch, Levels, Metrics, Precision, Probes, congestion_option,
+                                      hosts_options, launch_options, levels_options, metrics_options,
+                                      precision_options, probes_options)
+from netbench.cli.ranks import Ranks, ranks_options, require_device
 from netbench.cli.save_playbook import save as save_playbook_file, save_option
+from netbench.cli.sweep_options import (Compute, Training, Window, compute_options, training_options,
+                                        window_options)
+from netbench.cli.user_job import UserCommandFlags, command_options
 from netbench.errors import UsageError
-from netbench.model.profile import Profile, load_profile, parse_levels
+from netbench.model.profile import Profile, load_profile
 
 # ---------------------------------------------------------------- sweep
 
 
-@click.command("sweep")
-@click.option("--profile", "profile_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Base profile; swept flags replace its values.")
-@click.option("--latency", metavar="LIST", help="One-way delays to sweep, e.g. 1,10,100ms.")
-@click.option("--bandwidth", metavar="LIST", help="Rates to sweep, e.g. 250,500,1000mbit.")
-@click.option("--loss", metavar="LIST", help="Losses to sweep, e.g. 0,1,10%.")
-@click.option("--jitter", metavar="LIST", help="Jitters to sweep, e.g. 0,1ms.")
-@click.option("--schedule", "schedule_files", multiple=True, metavar="FILE[,FILE]",
-              help="A schedule (YAML) the link follows during a run; each is one more point after the "
-                   "--latency/... grid (or the only points without one), starting from --profile. Repeatable.")
-@click.option("--cpus", "cpus_flags", multiple=True, metavar="[NODE=]LIST",
-              help="CPU limits to sweep for a node, in CPUs as docker --cpus (max: none), e.g. n2=1,0.5,0.25; "
-                   "without NODE, every node. Repeatable, one node each; crossed with the other factors.")
-@click.option("--step-delay", "step_delay_flags", multiple=True, metavar="[NODE=]LIST",
-              help="Compute time added to each step of a node's ranks, e.g. n2=0,40ms. Repeatable.")
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="A per-pair topology (profiles/topologies/) as the network, one point per --scale level.")
-@click.option("--scale", metavar="LIST", help="With --topology: factors on every delay, e.g. 1,2,4 [default: 1].")
-@click.option("--strategy", default="allreduce", show_default=True,
-              type=click.Choice(["allreduce", "allreduce-accum", "ps", "single", *ALGORITHMS]),
-              help="allreduce: all-reduce every step; allreduce-accum: every --accum-steps batches; "
-                   "ps: parameter servers and a coordinator (asynchronous); single: one process, no network; "
-                   f"{ALGORITHMS_HELP}")
-@framework_option
-@click.option("--workers", type=click.IntRange(1, 64), help="Training workers (ranks), one per node unless --ranks-per-node [default: 2; 1 with single].")
+@click.command("sweep", cls=GroupedCommand)
+@options("Network", click.option("--profile", "profile_file", type=click.Path(dir_okay=False, path_type=Path),
+                                 help="Base profile; swept flags replace its values."))
+@levels_options
+@options(
+    "Network",
+    click.option("--schedule", "schedule_files", multiple=True, metavar="FILE[,FILE]",
+                 help="A schedule (YAML) the link follows during a run; each is one more point after the "
+                      "--latency/... grid (or the only points without one), starting from --profile. Repeatable."),
+    click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True,
+                 help="Emulation backend."),
+)
+@congestion_option
+@options("Nodes and compute", click.option(
+    "--workers", type=click.IntRange(1, 64),
+    help="Training workers (ranks), one per node unless --ranks-per-node [default: 2; 1 with single]."))
 @ranks_options
-@click.option("--accum-steps", default=4, show_default=True, type=click.IntRange(1, 10000),
-              help="Local batches per all-reduce with --strategy allreduce-accum.")
-@click.option("--ps", "ps_count", default=1, show_default=True, type=click.IntRange(1, 16),
-              help="Parameter servers with --strategy ps (each on its own node, plus one for the coordinator).")
-@algorithm_options
-@click.option("--model", default="mlp", show_default=True,
-              type=click.Choice(["mlp", "cnn", "resnet18", "mobilenetv2", "resnet50", "efficientnetb0", "vgg16"]),
-              help="Model to train (Keras applications with random weights; nothing is downloaded).")
-@click.option("--data", default="synthetic", show_default=True, metavar="SOURCE",
-              help="synthetic (in memory), an .npz with x_train/y_train, or a folder of class folders of images.")
-@click.option("--input-shape", metavar="SHAPE", help="Per-example input shape, e.g. 32x32x3 [default: the model's or the data's].")
-@click.option("--classes", type=click.IntRange(2, 100000), help="Output classes [default: 10, or the data's].")
-@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 65536), help="Per-worker batch size.")
-@click.option("--warmup", default=10, show_default=True, type=click.IntRange(0, 100000), help="Warm-up steps, excluded from statistics (seconds for a COMMAND that reports no steps).")
-@click.option("--steps", default=30, show_default=True, type=click.IntRange(2, 1000000), help="Measured steps per run.")
-@click.option("--seconds", type=Seconds(0.1, 86400), help="Measured window in seconds instead of --steps (all workers agree on the step count after warm-up); "
-                   "a COMMAND that reports no steps: its window of bytes [default: 10].")
-@click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 1000), help="Repetitions of each point.")
-@click.option("--step-timeout", default=60.0, show_default=True, type=Seconds(1, 86400), help="Seconds a step may take before the run ends as 'timeout'.")
-@click.option("--startup-timeout", default=240.0, show_default=True, type=Seconds(1, 86400), help="Seconds until the first step.")
-@click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help="Emulation backend.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1),
-              help="Seed for loss/jitter draws and data (0 to 2^32-1).")
-@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
-              help="Results folder [default: results/<sweep-id>]; one that holds files is refused without --append.")
-@click.option("--append", is_flag=True,
-              help="Add this sweep's runs to a --output folder that holds results (numbered after its runs).")
-@click.option("--verify", "verify_points", is_flag=True,
-              help="Before each point, measure the link (ping, iperf3 if a rate is set) and record it beside the profile.")
-@common.sample_resources_option
-@common.predict_option
-@common.recalibrate_option
-@click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none.")
+@compute_options
+@training_options
+@window_options
+@precision_options
+@probes_options
+@options(
+    "Output and metrics",
+    click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+                 help="Results folder [default: results/<sweep-id>]; one that holds files is refused without --append."),
+    click.option("--append", is_flag=True,
+                 help="Add this sweep's runs to a --output folder that holds results (numbered after its runs)."),
+    click.option("--dry-run", is_flag=True, help="Print the planned runs and changes; make none."),
+    save_option,
+)
 @metrics_options
-@click.option("--order-seed", type=click.IntRange(0, 2**31 - 1),
-              help="Seed of the points' order within each launch (ties under --order descending) "
-                   "[default: drawn; recorded in the manifest].")
-@launch_options
-@common.precision_options
-@common.congestion_option
-@hosts_options
 @command_options
-@save_option
+@algorithm_options
+@launch_options
+@options("Launch and settle", click.option(
+    "--order-seed", type=click.IntRange(0, 2**31 - 1),
+    help="Seed of the points' order within each launch (ties under --order descending) "
+         "[default: drawn; recorded in the manifest]."))
+@hosts_options
+@options("Other", click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1),
+                               help="Seed for loss/jitter draws and data (0 to 2^32-1)."))
 @handle_errors
-def sweep(profile_file, latency, bandwidth, loss, jitter, cpus_flags, step_delay_flags, schedule_files, topology_file, scale, strategy, framework, workers,
-          accum_steps, ps_count, model, data,
-          input_shape, classes, batch_size, warmup, steps, seconds, repeat,
-          step_timeout, startup_timeout, backend, seed, output, append, verify_points, sample_resources, predict, dry_run,
-          metrics_port, metrics_address, metrics_wait, order_seed, isolate, launch_order, settle_text, settle_steps,
-          inventory, insecure_host_keys, takeover, precision_text, max_seconds, congestion_control, images_per_step,
-          step_regex, user_command, algorithm=None, recalibrate=False, settle_round_trips=None, ranks_per_node=1,
-          collective="ring", device="cpu", gpus_per_node=0, save_playbook=None) -> None:
+def sweep(profile_file: Path | None, levels: Levels, schedule_files: tuple[str, ...], backend: str,
+          congestion_control: str | None, workers: int | None, ranks: Ranks, compute: Compute, training: Training,
+          window: Window, precision: Precision, probes: Probes, output: Path | None, append: bool, dry_run: bool,
+          save_playbook: Path | None, metrics: Metrics, command: UserCommandFlags, algorithm: Algorithm,
+          launch: Launch, order_seed: int | None, hosts: Hosts, seed: int) -> None:
     """Train under every combination of the swept levels and record images/sec.
 
     Runs the cartesian product of --latency, --bandwidth, --loss and --jitter levels,
@@ -134,58 +108,48 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, cpus_flags, step_delay
     """
     from netbench.model import design as sweep_plan
     from netbench.experiment import store as results
-    from netbench.jobs.launch import Timeouts
 
-    if seconds and warmup < 1:
-        raise UsageError("flag --seconds needs --warmup of at least 1: workers agree on the step count "
-                         "from the warm-up step times", hint="e.g. --seconds 30 --warmup 10")
-    metrics_wait_s = check_metrics_flags(metrics_port, metrics_address, metrics_wait)
+    window.check()
+    metrics_wait_s = metrics.wait_s()
     from netbench.cli import sweep_topology
 
-    sweep_topology.check_flags(topology_file, scale, {"--profile": profile_file, "--latency": latency,
-                               "--bandwidth": bandwidth, "--loss": loss, "--jitter": jitter,
+    inventory = hosts.inventory
+    sweep_topology.check_flags(levels.topology_file, levels.scale, {"--profile": profile_file, **levels.given(),
                                "--schedule": schedule_files}, inventory)
     base = load_profile(profile_file) if profile_file else Profile(name="base")
-    levels = sweep_plan.SweepLevels(
-        delay_us=tuple(parse_levels(latency, "--latency", units.parse_duration_us)) if latency else (),
-        rate_bps=tuple(parse_levels(bandwidth, "--bandwidth", units.parse_rate_bps)) if bandwidth else (),
-        loss=tuple(parse_levels(loss, "--loss", units.parse_ratio)) if loss else (),
-        jitter_us=tuple(parse_levels(jitter, "--jitter", units.parse_duration_us)) if jitter else (),
-    )
-    if topology_file is not None and (cpus_flags or step_delay_flags):
-        raise UsageError(f"flag {'--cpus' if cpus_flags else '--step-delay'}: not with --topology",
-                         hint="give the nodes' capacity in the topology file: compute: {n2: {cpus: 0.5}}")
-    computes = _compute_levels(cpus_flags, step_delay_flags, inventory)
+    swept_levels = levels.sweep_levels()
+    if levels.topology_file is not None:
+        compute.refuse_with_topology()
+    computes = compute.points(inventory)
     schedules = _load_schedules(schedule_files)
     if schedules and inventory is not None:
         raise UsageError("flag --schedule: not with --inventory: schedules run on the embedded testbed only",
                          hint="drop --inventory, or sweep static levels on the hosts")
-    swept = bool(latency or bandwidth or loss or jitter)
-    points = _plan_runs(base, levels, repeat) if swept or not schedules else ()
+    points = _plan_runs(base, swept_levels, window.repeat) if levels.swept or not schedules else ()
     sweep_id = time.strftime("sweep-%Y%m%d-%H%M%S")
     output = output or Path("results") / sweep_id
     try:  # a second sweep into a folder would overwrite its runs/r000.json and mix its results.csv
         first = results.first_run_index(output, append)
     except results.ResultsError as exc:
         raise UsageError(f"flag --output: {exc.message}", exc.hint) from None
-    config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
-                                          batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
-                                          sample_resources_s=sample_resources or 0.0, **(algorithm or {}),
-                                          framework=framework,
-                                          **common.precision_settings(precision_text, max_seconds))
-    config_job = with_command(config_job, user_command, images_per_step, step_regex, workers=workers,
-                              verify=verify_points, schedules=schedule_files, topology=topology_file)
-    config_job = with_ranks(config_job, workers, ranks_per_node, collective, device, gpus_per_node)
-    if inventory is None and not dry_run and not user_command:
-        require_framework(framework)
-        require_device(device)
+    config_job, workers = _job_from_flags(training, workers, warmup=window.warmup, steps=window.steps,
+                                          seconds=window.seconds, seed=seed,
+                                          sample_resources_s=probes.sample_resources or 0.0,
+                                          **algorithm.job_fields(), **precision.settings())
+    config_job = command.apply(config_job, workers=workers, verify=probes.verify_points, schedules=schedule_files,
+                               topology=levels.topology_file)
+    config_job = ranks.apply(config_job, workers)
+    if inventory is None and not dry_run and not command.user_command:
+        require_framework(training.framework)
+        require_device(ranks.device)
     pairs = None
-    if topology_file is not None:
-        pairs, runs = sweep_topology.topology_runs(topology_file, scale, repeat, config_job, workers, first)
+    if levels.topology_file is not None:
+        pairs, runs = sweep_topology.topology_runs(levels.topology_file, levels.scale, window.repeat, config_job,
+                                                   workers, first)
     else:
         try:
-            runs = sweep_plan.sweep_runs(points, repeat, config_job, workers, first, schedules=schedules, base=base,
-                                         computes=computes)
+            runs = sweep_plan.sweep_runs(points, window.repeat, config_job, workers, first, schedules=schedules,
+                                         base=base, computes=computes)
         except UsageError as exc:
             raise UsageError(f"flag --schedule: {exc.message}", exc.hint) from None
     from netbench.experiment.runner import SweepConfig
@@ -193,28 +157,26 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, cpus_flags, step_delay
     config = SweepConfig(sweep_id=sweep_id, runs=tuple(runs), job=config_job, workers=workers,
                          output=output,
                          backend=None if backend == "auto" else backend,
-                         timeouts=Timeouts(startup_s=startup_timeout, step_s=step_timeout),
-                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
-                         order_seed=order_seed, topology=pairs, predict=predict, congestion_control=congestion_control,
-                         recalibrate=recalibrate,
-                         **launch_settings(isolate, settle_text, settle_steps, launch_order, settle_round_trips))
+                         timeouts=window.timeouts(),
+                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=probes.verify_points,
+                         order_seed=order_seed, topology=pairs, predict=probes.predict,
+                         congestion_control=congestion_control, recalibrate=probes.recalibrate, **launch.settings())
     if save_playbook is not None:  # written before anything runs, checked to give the same runs
-        save_playbook_file(save_playbook, config, levels, click.get_current_context().params)
+        save_playbook_file(save_playbook, config, swept_levels, click.get_current_context().params)
     if inventory is not None:
-        common.fail_if_any_failed(_run_on_hosts(config, inventory, insecure_host_keys, dry_run, metrics_port,
-                                                metrics_address, takeover, metrics_wait_s))
+        common.fail_if_any_failed(_run_on_hosts(config, inventory, hosts.insecure_host_keys, dry_run,
+                                                metrics.metrics_port, metrics.metrics_address, hosts.takeover,
+                                                metrics_wait_s))
         return
-    if insecure_host_keys:
-        raise UsageError("flag --insecure-host-keys: only with --inventory")
-    if takeover:
-        raise UsageError("flag --takeover: only with --inventory")
+    hosts.refuse_without_inventory()
     if dry_run:
         _print_sweep_plan(config)
         return
     common.require_root()
     common.check_congestion(congestion_control)
     _sigterm_as_interrupt()
-    common.fail_if_any_failed(_run_with_view(config, metrics_port, metrics_address, metrics_wait_s=metrics_wait_s))
+    common.fail_if_any_failed(_run_with_view(config, metrics.metrics_port, metrics.metrics_address,
+                                             metrics_wait_s=metrics_wait_s))
 
 
 def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metrics_port, metrics_address,
@@ -228,22 +190,6 @@ def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metric
             return []
         _sigterm_as_interrupt()
         return _run_with_view(config, metrics_port, metrics_address, testbed=hosts, metrics_wait_s=metrics_wait_s)
-
-
-def _compute_levels(cpus_flags, step_delay_flags, inventory) -> tuple:
-    """--cpus and --step-delay crossed (model/compute.py); a limit above this machine's cores is
-    refused for the embedded testbed (a host's agent checks its own)."""
-    from netbench.model import compute
-
-    factors = compute.parse_flag(cpus_flags, "cpus", "--cpus") + \
-        compute.parse_flag(step_delay_flags, "step_delay", "--step-delay")
-    points = compute.compute_points(factors)
-    if inventory is None and cpus_flags:
-        from netbench.emulation.cgroups import cores
-
-        for point in points:
-            compute.check_cores(point, cores(), "flag --cpus")
-    return points
 
 
 def _load_schedules(values) -> tuple:
@@ -286,16 +232,19 @@ def _run_with_view(config, metrics_port, metrics_address, testbed=None, metrics_
     return results
 
 
-def _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes, **rest):
-    """The JobSpec and worker count the sweep flags ask for; bad input names its flag."""
+def _job_from_flags(training: Training, workers: int | None, **rest):
+    """The JobSpec and worker count the sweep flags ask for (`rest`: JobSpec's other fields);
+    bad input names its flag."""
     from netbench.jobs.harness import data as datasets
     from netbench.model.job import JobSpec
     from netbench.jobs.harness.models import DEFAULT_CLASSES, DEFAULT_INPUT_SHAPES, check_input, parse_input_shape
 
+    strategy, model, data, input_shape, classes = (training.strategy, training.model, training.data,
+                                                   training.input_shape, training.classes)
     if strategy == "single" and workers not in (None, 1):
         raise UsageError(f"flag --workers: strategy single runs one process, got {workers}",
                          hint="drop --workers, or choose --strategy allreduce")
-    check_framework(rest.get("framework", "tensorflow"), strategy, model)
+    check_framework(training.framework, strategy, model)
     workers = workers or (1 if strategy == "single" else 2)
     shape = None
     if input_shape:
@@ -314,8 +263,9 @@ def _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input
             raise UsageError(f"flag --input-shape: {exc}") from None
     if data not in (datasets.SYNTHETIC, datasets.FASHION_MNIST):
         data = str(Path(data).resolve())  # workers start elsewhere
-    return finish_job(JobSpec(strategy=strategy, model=model, accum_steps=accum_steps, ps=ps_count, data=data,
-                              input_shape=shape, classes=classes, **rest), workers), workers
+    return finish_job(JobSpec(strategy=strategy, model=model, accum_steps=training.accum_steps, ps=training.ps_count,
+                              data=data, input_shape=shape, classes=classes, batch_size=training.batch_size,
+                              framework=training.framework, **rest), workers), workers
 
 
 def _plan_runs(base, levels, repeat):

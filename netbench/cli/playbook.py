@@ -14,10 +14,11 @@ from rich.markup import escape
 
 from netbench import console
 from netbench.cli import common
-from netbench.cli.common import (BACKEND_CHOICES, _sigterm_as_interrupt, check_metrics_flags, handle_errors,
-                                 hosts_options, launch_options, launch_settings, metrics_options)
+from netbench.cli.common import BACKEND_CHOICES, _sigterm_as_interrupt, handle_errors
 from netbench.cli.experiment import _print_launches, _run_on_hosts, _run_with_view
-from netbench.errors import UsageError
+from netbench.cli.groups import GroupedCommand, options
+from netbench.cli.option_sets import (Hosts, Launch, Metrics, Probes, congestion_option, hosts_options,
+                                      launch_options, metrics_options, probes_options)
 
 def _playbook_state(output: Path) -> dict | None:
     from netbench.experiment.store import ResultStore
@@ -25,28 +26,24 @@ def _playbook_state(output: Path) -> dict | None:
     return ResultStore(output).read_playbook()
 
 
-@click.command("run")
+@click.command("run", cls=GroupedCommand)
 @click.argument("playbook_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
-              help="Results folder [default: results/<playbook name>]; an existing one resumes.")
-@click.option("--backend", type=click.Choice(BACKEND_CHOICES), help="Override the playbook's emulation backend.")
-@click.option("--verify", "verify_points", is_flag=True,
-              help="Before each run, measure the link (ping, iperf3 if a rate is set) and record it.")
+@options("Network", click.option("--backend", type=click.Choice(BACKEND_CHOICES),
+                                 help="Override the playbook's emulation backend."))
+@congestion_option
+@probes_options
+@options(
+    "Output and metrics",
+    click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+                 help="Results folder [default: results/<playbook name>]; an existing one resumes."),
+    click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none."),
+)
 @metrics_options
-@common.sample_resources_option
-@common.predict_option
-@common.recalibrate_option
-@click.option("--dry-run", is_flag=True, help="List the runs in order (and which are already done); run none.")
 @launch_options
-@common.congestion_option
 @hosts_options
 @handle_errors
-def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, verify_points: bool,
-                 metrics_port: int | None, metrics_address: str | None, metrics_wait: str,
-                 sample_resources: float | None, predict: bool,
-                 dry_run: bool, isolate: bool, launch_order: str, settle_text: str, settle_steps: int,
-                 congestion_control: str | None, inventory: Path | None, insecure_host_keys: bool, takeover: bool,
-                 recalibrate: bool = False, settle_round_trips: float | None = None) -> None:
+def run_playbook(playbook_file: Path, backend: str | None, congestion_control: str | None, probes: Probes,
+                 output: Path | None, dry_run: bool, metrics: Metrics, launch: Launch, hosts: Hosts) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
 
     An interrupted playbook resumes: run it again with the same results folder and the
@@ -64,7 +61,8 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     from netbench.model import design
     from netbench.model import playbook as pb
 
-    metrics_wait_s = check_metrics_flags(metrics_port, metrics_address, metrics_wait)
+    metrics_wait_s = metrics.wait_s()
+    inventory = hosts.inventory
     book = pb.load_playbook(playbook_file)
     where = f"{book.source}: congestion_control"
     if congestion_control:  # the flag stands for the key, in the design's digest too
@@ -74,15 +72,14 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
     seed = book.seed if book.seed is not None else (state or {}).get("seed")
     if seed is None:
         seed = _random.SystemRandom().randrange(2**31)
-    runs = design.expand(book, seed, sample_resources_s=sample_resources or 0.0)
+    runs = design.expand(book, seed, sample_resources_s=probes.sample_resources or 0.0)
     store = ResultStore(output)
     statuses = store.statuses()
     design.check_resume(book, runs, state, output, has_runs=bool(statuses))
     todo = design.pending(runs, statuses)
     if dry_run:
         _print_playbook_plan(book, seed, runs, statuses, output)
-        _print_launches(todo, seed, launch_settings(isolate, settle_text, settle_steps, launch_order, settle_round_trips),
-                        book.step_timeout_s)
+        _print_launches(todo, seed, launch.settings(), book.step_timeout_s)
         return
     from netbench.jobs import worker
     from netbench.model import job as cluster
@@ -98,10 +95,7 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
 
     check_playbook(book, runs, inventory)
     if inventory is None:
-        if insecure_host_keys:
-            raise UsageError("flag --insecure-host-keys: only with --inventory")
-        if takeover:
-            raise UsageError("flag --takeover: only with --inventory")
+        hosts.refuse_without_inventory()
         common.require_root()
         common.check_congestion(book.congestion_control, where)
     _sigterm_as_interrupt()
@@ -112,10 +106,10 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                          workers=max(r.workers for r in todo), output=output,
                          backend=None if chosen in (None, "auto") else chosen,
                          timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
-                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=verify_points,
-                         order_seed=seed, topology=book.topology, predict=predict,
-                         congestion_control=book.congestion_control, recalibrate=recalibrate,
-                         **launch_settings(isolate, settle_text, settle_steps, launch_order, settle_round_trips))
+                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed,
+                         verify=probes.verify_points, order_seed=seed, topology=book.topology, predict=probes.predict,
+                         congestion_control=book.congestion_control, recalibrate=probes.recalibrate,
+                         **launch.settings())
     if inventory is not None:
         from netbench.testbed.hosts import check_on_hosts
 
@@ -127,10 +121,10 @@ def run_playbook(playbook_file: Path, output: Path | None, backend: str | None, 
                  f"{len(runs) - len(todo)} already done, {len(todo)} to run")
 
     if inventory is not None:
-        results = _run_on_hosts(config, inventory, insecure_host_keys, False, metrics_port, metrics_address, takeover,
-                                metrics_wait_s)
+        results = _run_on_hosts(config, inventory, hosts.insecure_host_keys, False, metrics.metrics_port,
+                                metrics.metrics_address, hosts.takeover, metrics_wait_s)
     else:
-        results = _run_with_view(config, metrics_port, metrics_address, metrics_wait_s=metrics_wait_s)
+        results = _run_with_view(config, metrics.metrics_port, metrics.metrics_address, metrics_wait_s=metrics_wait_s)
     record["sessions"][-1].update(ended=time.time(), completed=len(results))
     store.write_playbook(record)
     console.info(f"figures and a summary: netbench report {escape(str(output))}")

@@ -2,33 +2,46 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import click
 
+from netbench.cli.groups import option_set
 from netbench.errors import UsageError
 
 _FLAGS = {"ranks_per_node": "--ranks-per-node", "collective": "--collective", "device": "--device",
           "gpus_per_node": "--gpus-per-node"}
 
 
-def ranks_options(command):
-    """--ranks-per-node, --collective, --device and --gpus-per-node (model/ranks.py)."""
-    for option in reversed((
-        click.option("--ranks-per-node", default=1, show_default=True, type=click.IntRange(1, 64),
-                     help="Ranks on each node; --workers counts ranks (nodes = workers / ranks per node). "
-                          "Ranks of one node talk over its loopback, unshaped."),
-        click.option("--collective", default="ring", show_default=True, type=click.Choice(["ring", "hierarchical"]),
-                     help="--framework torch: ring (DDP's all-reduce over every rank) or hierarchical (reduce "
-                          "inside each node, all-reduce between nodes, broadcast inside)."),
-        click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]),
-                     help="--framework torch: cpu (gloo) or cuda (NCCL; every rank needs a GPU)."),
-        click.option("--gpus-per-node", default=0, show_default=True, type=click.IntRange(0, 64),
-                     help="GPUs each node's ranks see (CUDA_VISIBLE_DEVICES; 0: none handed out, or with "
-                          "--device cuda one per rank)."),
-    )):
-        command = option(command)
-    return command
+@dataclass(frozen=True)
+class Ranks:
+    """--ranks-per-node, --collective, --device, --gpus-per-node: where a job's ranks run."""
+
+    ranks_per_node: int
+    collective: str
+    device: str
+    gpus_per_node: int
+
+    def apply(self, job, workers: int):
+        """`job` with these settings, checked against `workers` (with_ranks)."""
+        return with_ranks(job, workers, self.ranks_per_node, self.collective, self.device, self.gpus_per_node)
+
+
+# the command receives them as `ranks`, a Ranks (model/ranks.py)
+ranks_options = option_set(
+    Ranks, "ranks", "Nodes and compute",
+    click.option("--ranks-per-node", default=1, show_default=True, type=click.IntRange(1, 64),
+                 help="Ranks on each node; --workers counts ranks (nodes = workers / ranks per node). "
+                      "Ranks of one node talk over its loopback, unshaped."),
+    click.option("--collective", default="ring", show_default=True, type=click.Choice(["ring", "hierarchical"]),
+                 help="--framework torch: ring (DDP's all-reduce over every rank) or hierarchical (reduce "
+                      "inside each node, all-reduce between nodes, broadcast inside)."),
+    click.option("--device", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]),
+                 help="--framework torch: cpu (gloo) or cuda (NCCL; every rank needs a GPU)."),
+    click.option("--gpus-per-node", default=0, show_default=True, type=click.IntRange(0, 64),
+                 help="GPUs each node's ranks see (CUDA_VISIBLE_DEVICES; 0: none handed out, or with "
+                      "--device cuda one per rank)."),
+)
 
 
 def with_ranks(job, workers: int, ranks_per_node: int, collective: str, device: str, gpus_per_node: int):

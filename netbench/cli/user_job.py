@@ -2,21 +2,40 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import click
 
+from netbench.cli.groups import option_set
 from netbench.errors import UsageError
 
 
-def command_options(command):
-    """COMMAND after '--', --images-per-step and --step-regex."""
-    command = click.argument("user_command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS]...]")(command)
-    command = click.option("--step-regex", metavar="REGEX",
-                           help="With a COMMAND that does not use netbench.track: one step per line of rank 0's "
-                                "output that matches (named groups 'step', and 'seconds' or 'ms'; without a time "
-                                "group, the time between lines).")(command)
-    return click.option("--images-per-step", type=click.IntRange(1, 2**31), metavar="N",
-                        help="With a COMMAND: images the whole cluster trains on per step [default: what "
-                             "netbench.track's events say].")(command)
+@dataclass(frozen=True)
+class UserCommandFlags:
+    """COMMAND after '--' (empty: netbench's own job), --images-per-step and --step-regex."""
+
+    user_command: tuple[str, ...]
+    images_per_step: int | None
+    step_regex: str | None
+
+    def apply(self, job, *, workers: int, verify: bool, schedules: tuple, topology):
+        """`job` running the command (with_command)."""
+        return with_command(job, self.user_command, self.images_per_step, self.step_regex, workers=workers,
+                            verify=verify, schedules=schedules, topology=topology)
+
+
+# the command receives them as `command`, a UserCommandFlags
+command_options = option_set(
+    UserCommandFlags, "command", "Your own command",
+    click.option("--images-per-step", type=click.IntRange(1, 2**31), metavar="N",
+                 help="With a COMMAND: images the whole cluster trains on per step [default: what "
+                      "netbench.track's events say]."),
+    click.option("--step-regex", metavar="REGEX",
+                 help="With a COMMAND that does not use netbench.track: one step per line of rank 0's "
+                      "output that matches (named groups 'step', and 'seconds' or 'ms'; without a time "
+                      "group, the time between lines)."),
+    click.argument("user_command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS]...]"),
+)
 
 
 def with_command(job, argv: tuple[str, ...], images_per_step: int | None, step_regex: str | None, *,

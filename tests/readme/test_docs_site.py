@@ -86,6 +86,27 @@ def test_every_command_and_flag_is_in_the_cli_reference(site):
     assert not missing, f"not in the CLI reference (docs/reference/cli.md): {missing}"
 
 
+def test_the_cli_reference_shows_a_grouped_commands_options_in_helps_sections(site):
+    """As --help does (netbench/cli/groups.py): one table per section, in GROUPS' order, each
+    flag in its own section's table; and no default printed as click's sentinel."""
+    from netbench.cli.groups import GROUPS, OTHER, GroupedCommand, help_group
+
+    page = (site / "reference" / "cli" / "index.html").read_text()
+    assert "Sentinel.UNSET" not in page
+    parts = re.split(r'<h\d id="(netbench[a-z0-9-]*)"', page)
+    bodies = dict(zip(parts[1::2], parts[2::2]))
+    grouped = [(path, command) for path, command in commands(main) if isinstance(command, GroupedCommand)]
+    assert {"netbench sweep", "netbench run", "netbench collective"} <= {path for path, _ in grouped}
+    for path, command in grouped:
+        body = bodies[path.replace(" ", "-")]
+        shown = re.findall(r"<em>([A-Za-z ]+):</em>", body)
+        assert shown == [group for group in GROUPS if group in shown], (path, shown)
+        tables = dict(zip(shown, re.split(r"<em>[A-Za-z ]+:</em>", body)[1:]))
+        for param in command.params:
+            if isinstance(param, click.Option):
+                assert f"<code>{param.opts[0]}</code>" in tables[help_group(param) or OTHER], (path, param.opts[0])
+
+
 def test_every_results_column_is_described():
     text = (ROOT / "docs" / "reference" / "results.md").read_text()
     assert not [column for column in CSV_COLUMNS if f"`{column}`" not in text]
