@@ -67,7 +67,9 @@ from netbench.model.profile import Profile, load_profile, parse_levels
 @click.option("--classes", type=click.IntRange(2, 100000), help="Output classes [default: 10, or the data's].")
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 65536), help="Per-worker batch size.")
 @click.option("--warmup", default=10, show_default=True, type=click.IntRange(0, 100000), help="Warm-up steps, excluded from statistics (seconds for a COMMAND that reports no steps).")
-@click.option("--steps", default=30, show_default=True, type=click.IntRange(2, 1000000), help="Measured steps per run.")
+@click.option("--steps", type=click.IntRange(2, 1000000),
+              help="Measured steps per run; with --precision the least window, past which it goes on until the "
+                   "precision [default: 30; with --precision 32: 8 batch means of 4 steps, docs/guide/sweeps.md].")
 @click.option("--seconds", type=Seconds(0.1, 86400), help="Measured window in seconds instead of --steps (all workers agree on the step count after warm-up); "
                    "a COMMAND that reports no steps: its window of bytes [default: 10].")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 1000), help="Repetitions of each point.")
@@ -168,11 +170,14 @@ def sweep(profile_file, latency, bandwidth, loss, jitter, cpus_flags, step_delay
         first = results.first_run_index(output, append)
     except results.ResultsError as exc:
         raise UsageError(f"flag --output: {exc.message}", exc.hint) from None
+    from netbench.model.job import window_steps
+
+    precision = common.precision_settings(precision_text, max_seconds)
     config_job, workers = _job_from_flags(strategy, workers, accum_steps, ps_count, model, data, input_shape, classes,
-                                          batch_size=batch_size, warmup=warmup, steps=steps, seconds=seconds, seed=seed,
+                                          batch_size=batch_size, warmup=warmup, seed=seed, seconds=seconds,
+                                          steps=window_steps(steps, precision["precision"], seconds),
                                           sample_resources_s=sample_resources or 0.0, **(algorithm or {}),
-                                          framework=framework,
-                                          **common.precision_settings(precision_text, max_seconds))
+                                          framework=framework, **precision)
     config_job = with_command(config_job, user_command, images_per_step, step_regex, workers=workers,
                               verify=verify_points, schedules=schedule_files, topology=topology_file)
     config_job = with_ranks(config_job, workers, ranks_per_node, collective, device, gpus_per_node)
