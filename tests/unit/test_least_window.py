@@ -191,3 +191,17 @@ def test_the_workers_extend_from_the_least_window():
     quiet = [0.05] * FLOOR
     assert extend_for_precision(args, quiet, time.monotonic(), agree=float,
                                 steps=lambda n: pytest.fail("no extension")) == 0
+
+
+def test_the_least_window_simulation_runs(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "least_window.py"
+    spec = importlib.util.spec_from_file_location("least_window", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--reps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("== ") == len(module.SCENARIOS) and out.count("coverage ") == 3 * len(module.SCENARIOS)
+    assert stats.batch_count is not module.sqrt_batches  # the comparison's rule was put back
