@@ -278,6 +278,9 @@ def tolerance(expected: float, floor: float, relative: float) -> float:
 
 PRECISION_CONFIDENCE = 0.95  # a window's precision: the 95 % interval of its mean step time
 MIN_BATCHES = 4  # fewer batch means give no interval (t's tails are too wide to say anything)
+# a precision's least window: this many batch means (least_steps says why) ...
+LEAST_BATCHES = 8
+LEAST_BATCH_STEPS = 4  # ... of at least this many steps each
 
 
 @functools.lru_cache(maxsize=512)
@@ -293,12 +296,14 @@ def t_critical(confidence: float, df: int) -> float:
 
 
 def batch_count(n: int) -> int:
-    """How many batch means n correlated values are cut into: floor(sqrt(n)), so both the
-    number of batches and their length grow with n (batches long enough to be nearly
-    independent, enough of them for a t interval); 0 below MIN_BATCHES x 2 values."""
+    """How many batch means n correlated values are cut into: as many batches of
+    LEAST_BATCH_STEPS (4) values as fit, up to LEAST_BATCHES (8), and at least MIN_BATCHES (4);
+    from 64 values on floor(sqrt(n)), so both the number of batches and their length grow with
+    n (batches long enough to be nearly independent, enough of them for a t interval). 0 below
+    MIN_BATCHES x 2 values. A precision's least window (least_steps) is 8 batches of 4."""
     if n < 2 * MIN_BATCHES:
         return 0
-    return max(MIN_BATCHES, math.isqrt(n))
+    return max(MIN_BATCHES, math.isqrt(n), min(LEAST_BATCHES, n // LEAST_BATCH_STEPS))
 
 
 def batch_means_interval(values: Sequence[float], confidence: float = PRECISION_CONFIDENCE) -> Interval:
@@ -379,3 +384,43 @@ def steps_for_precision(cv: float, precision: float, confidence: float = PRECISI
         mid = (low + high) // 2
         low, high = (low, mid) if enough(mid) else (mid, high)
     return high
+
+
+def least_steps(precision: float, cv: float | None = None, confidence: float = PRECISION_CONFIDENCE) -> int:
+    """The fewest measured steps before a window's first precision check: its least window when
+    no --steps is given. The floor is LEAST_BATCHES (8) batch means of LEAST_BATCH_STEPS (4)
+    steps, 32 steps; for steps whose coefficient of variation `cv` is known (a dry run's
+    estimate) it is what `precision` (a fraction) is expected to need (steps_for_precision)
+    where that is more. Nonincreasing in the precision, nondecreasing in cv.
+
+    Why a floor in batch means, and why 8. The interval is t(b-1) x s_b / sqrt(b), and s_b,
+    the standard deviation of b batch means, is itself an estimate: its relative standard
+    error is about 1/sqrt(2(b-1)), 0.41 with 4 batches, 0.35 with 5 (a fixed 30-step window
+    cut into floor(sqrt(n)) batches), 0.27 with 8 and 0.24 with 10. A window stops at the
+    first check whose interval lies within the precision, so it stops early exactly when s_b
+    came out low by chance (optional stopping), and the fewer the batches the more often: s_b
+    falls under 3/4 of its true value with probability 0.31 with 5 batches, 0.21 with 8, 0.17
+    with 10. The first extension is sized from that same width (n x (width / precision)^2), so
+    a noisy one overshoots too. t's price for estimating s_b shrinks alike: t(4) = 2.78,
+    t(7) = 2.36, t(9) = 2.26 against 1.96 for a known one, i.e. 2.0x, 1.46x and 1.33x the
+    steps. Past 8 batches both gain little (t(9) / t(7) = 0.96) for a longer floor; below 8
+    both grow fast.
+
+    Why 4 steps a batch: batch means must be nearly independent. Of 76 runs in this machine's
+    results folders (bench/step_noise.py's acf1), 66 had lag-1 autocorrelations between -0.56
+    and +0.23 (median about 0), for which means of 4 consecutive steps are; the rest (0.29-0.94)
+    drifted (a schedule, 100 Mbit/s points, capped CPUs) and were mostly noisy, long windows,
+    and from 64 steps batch_count lengthens the batches as floor(sqrt(n)). bench/least_window.py simulates
+    the window's checks: against a fixed 30-step window under floor(sqrt(n)) this floor keeps
+    the final interval's coverage (0.91-0.96 either way; 0.89 both at lag-1 correlation 0.5)
+    and takes 15-25 % fewer steps where steps are noisy, 2 more where they are quiet. It guards
+    the interval's own error only: a rare slow step (bbr's PROBE_RTT every ~10 s) that a short
+    window never saw is in no interval, whatever its length in steps (coverage about 0.6 with
+    3 % of steps 3x slow, 0.8 with a 64-step floor); the run-to-run spread shows it
+    (bench/step_noise.py --coverage)."""
+    if not 0 < precision < 1:
+        raise ValueError("precision must be a fraction between 0 and 1")
+    floor = LEAST_BATCHES * LEAST_BATCH_STEPS
+    if cv is None:
+        return floor
+    return max(floor, steps_for_precision(cv, precision, confidence))

@@ -132,10 +132,13 @@ def sweep(profile_file: Path | None, levels: Levels, schedule_files: tuple[str, 
         first = results.first_run_index(output, append)
     except results.ResultsError as exc:
         raise UsageError(f"flag --output: {exc.message}", exc.hint) from None
-    config_job, workers = _job_from_flags(training, workers, warmup=window.warmup, steps=window.steps,
-                                          seconds=window.seconds, seed=seed,
+    from netbench.model.job import window_steps
+
+    precise = precision.settings()
+    config_job, workers = _job_from_flags(training, workers, warmup=window.warmup, seconds=window.seconds, seed=seed,
+                                          steps=window_steps(window.steps, precise["precision"], window.seconds),
                                           sample_resources_s=probes.sample_resources or 0.0,
-                                          **algorithm.job_fields(), **precision.settings())
+                                          **algorithm.job_fields(), **precise)
     config_job = command.apply(config_job, workers=workers, verify=probes.verify_points, schedules=schedule_files,
                                topology=levels.topology_file)
     config_job = ranks.apply(config_job, workers)

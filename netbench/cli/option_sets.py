@@ -142,9 +142,10 @@ precision_options = option_set(
     Precision, "precision", "Measurement and precision",
     click.option("--precision", "precision_text", default=DEFAULT_PRECISION, show_default=True,
                  metavar="PERCENT", envvar="NETBENCH_PRECISION", show_envvar=True,
-                 help="Measure each point past --steps/--seconds until the 95% interval of its mean "
-                      "step time (batch means) is within this of the mean, e.g. 2%; off: exactly "
-                      "--steps/--seconds. results.csv records step_time_ci_pct either way. --dry-run's "
+                 help="Measure each point past its least window (--steps/--seconds as given, else 32 "
+                      "steps: 8 batch means of 4) until the 95% interval of its mean step time (batch "
+                      "means) is within this of the mean, e.g. 2%; off: exactly --steps (30)/--seconds. "
+                      "results.csv records step_time_ci_pct either way. --dry-run's "
                       "estimate assumes a step-time CV of 0.10 (docs/guide/sweeps.md, Precision)."),
     click.option("--max-seconds", default=60.0, show_default=True, type=Seconds(0.1, 86400),
                  help="With --precision, the longest measured window of a point, in seconds."),

@@ -142,7 +142,7 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
     console.info(f"[yellow]dry run[/]: playbook [bold]{escape(book.name)}[/] ({escape(book.source)}): {len(runs)} runs "
                  f"= {len(runs) // book.repetitions} points x {book.repetitions} repetitions, "
                  f"order {book.order}, seed {seed}{seed_note}")
-    console.info(f"{book.warmup} warm-up + " + (f"{book.seconds:g} s of" if book.seconds else f"{book.steps}")
+    console.info(f"{book.warmup} warm-up + " + (f"{book.seconds:g} s of" if book.seconds else f"{design.book_steps(book)}")
                  + f" measured steps per run; timeouts: startup {book.startup_timeout_s:g}s, step "
                  f"{book.step_timeout_s:g}s; results -> {escape(str(output))} ({done} done, {len(runs) - done} to run)")
     from netbench.model.congestion import plan_line

@@ -104,7 +104,7 @@ class Window:
     """Each run's window (--warmup, --steps or --seconds), its repetitions and its timeouts."""
 
     warmup: int
-    steps: int
+    steps: int | None
     seconds: float | None
     repeat: int
     step_timeout: float
@@ -125,8 +125,9 @@ window_options = option_set(
     Window, "window", "Measurement and precision",
     click.option("--warmup", default=10, show_default=True, type=click.IntRange(0, 100000),
                  help="Warm-up steps, excluded from statistics (seconds for a COMMAND that reports no steps)."),
-    click.option("--steps", default=30, show_default=True, type=click.IntRange(2, 1000000),
-                 help="Measured steps per run."),
+    click.option("--steps", type=click.IntRange(2, 1000000),
+                 help="Measured steps per run; with --precision the least window, past which it goes on until the "
+                      "precision [default: 30; with --precision 32: 8 batch means of 4 steps, docs/guide/sweeps.md]."),
     click.option("--seconds", type=Seconds(0.1, 86400),
                  help="Measured window in seconds instead of --steps (all workers agree on the step count after "
                       "warm-up); a COMMAND that reports no steps: its window of bytes [default: 10]."),

@@ -33,9 +33,9 @@ from a transparent step-time model:
 A point whose modelled step exceeds the step timeout is counted as a timeout (the timeout's
 seconds, nothing measured; in a shared launch the points after it pay a new start-up).
 
-With a precision (--precision P) a point's window is its --steps/--seconds at least, then
-goes on until its 95 % batch-means interval is within P, for at most max_seconds: modelled as
-stats.steps_for_precision(step_cv, P) steps, where step_cv is the step time's coefficient of
+With a precision (--precision P) a point's window is its least window (--steps/--seconds, else
+stats.least_steps) at least, then goes on until its 95 % batch-means interval is within P, for at
+most max_seconds: stats.steps_for_precision(step_cv, P) steps, where step_cv is the step time's coefficient of
 variation widened for correlated steps (an assumption: 0.10 by default, between the 0.05 and
 0.15-0.19 measured here at 1 ms with 1 Gbit/s and 100 Mbit/s; calibrated per model from a
 results folder's step_time_ci_pct). A point whose modelled window reaches the cap is counted as

@@ -45,6 +45,7 @@ import math
 import sys
 from typing import IO, Any, Callable, Sequence
 
+from netbench import stats
 from netbench.jobs import events as ev
 from netbench.jobs.harness import data as datasets
 from netbench.jobs.harness.emit import emit, run_process
@@ -52,7 +53,7 @@ from netbench.jobs.harness import exchange_loop, loop, ps
 from netbench.jobs.harness.loop import measured_steps_from_mean, resolve_shape, warmup_mean
 from netbench.jobs.harness.models import DEFAULT_CLASSES, MODELS, check_input, parse_input_shape
 from netbench.model.job import (DEFAULT_ACCUM_STEPS, DEFAULT_GOSSIP_P, DEFAULT_STALENESS, DEFAULT_TAU,
-                                EXCHANGE_STRATEGIES, STRATEGIES)
+                                EXCHANGE_STRATEGIES, STRATEGIES, window_steps)
 
 PHASE_WARMUP = ev.PHASE_WARMUP
 PHASE_MEASURED = ev.PHASE_MEASURED
@@ -185,7 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="warm-up steps, timed and flagged (default: %(default)s)")
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--steps", type=_positive_int, default=None,
-                        help=f"measured steps (default: {DEFAULT_STEPS})")
+                        help=f"measured steps; with --precision, the least window (default: {DEFAULT_STEPS}; "
+                             f"with --precision {stats.LEAST_BATCHES * stats.LEAST_BATCH_STEPS}: 8 batch means of 4 steps)")
     length.add_argument("--train-steps", type=_positive_int, default=None,
                         help="train a fresh model for this many steps in all, warm-up included "
                              "(an accuracy run: evaluates after the last step)")
@@ -267,8 +269,8 @@ def check_window_and_data(parser: argparse.ArgumentParser, args: argparse.Namesp
     """The checks every framework's worker makes: the measured window (exactly one of steps /
     seconds set afterwards), the data source and the model's input; exits 2 naming the flag."""
     if args.seconds is None:
-        if args.steps is None:
-            args.steps = DEFAULT_STEPS
+        if args.steps is None:  # with --precision, the least window its interval needs (model.job.window_steps)
+            args.steps = window_steps(None, getattr(args, "precision", None))
     elif args.warmup < 1:
         # The step count for --seconds comes from the warm-up mean.
         parser.error("--seconds needs --warmup >= 1")

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from netbench import units
 from netbench.model import algorithm_keys
-from netbench.model.job import SERVER_STRATEGIES, JobSpec, command_spec
+from netbench.model.job import SERVER_STRATEGIES, JobSpec, command_spec, window_steps
 from netbench.model.playbook import Playbook, PlaybookError, design_points, fail, profile_for
 from netbench.model.profile import Profile, validate
 from netbench.model.pairs import PairTopology, scaled
@@ -214,11 +214,19 @@ def expand(book: Playbook, seed: int, sample_resources_s: float = 0.0) -> tuple[
     return playbook_design(book, seed, sample_resources_s).runs()
 
 
+def book_steps(book: Playbook) -> int:
+    """Its runs' measured steps: its steps: as written; without the key, with a precision, the
+    least window (model.job.window_steps), else 30."""
+    return window_steps(book.steps if book.steps_written else None, book.precision, book.seconds)
+
+
 def design_digest(book: Playbook, runs: Sequence[Run]) -> str:
     """A fingerprint of what was measured: run ids, settings, repetitions and the window.
 
     A results folder only resumes a playbook whose digest is the same, so a playbook
     edited between sessions never mixes two designs in one folder."""
+    # steps as written (30 without the key: the least window follows from the precision, fingerprinted
+    # apart), so folders written before least windows resume
     doc = {"window": [book.warmup, book.steps, book.seconds], "base_profile": book.base_profile.to_record(),
            "runs": [[r.run_id, r.point, r.repeat, _settings_record(r.settings)] for r in runs]}
     doc.update(_measurement_record(book))
@@ -354,7 +362,7 @@ def job_fields(book: Playbook, settings: Settings, available: Iterable[str]) -> 
         if needed:
             raise fail(book.source, book.where(name), f"this netbench cannot run it yet: its job has no "
                        f"'{job_field}' field", "run a playbook without it, or update netbench")
-    out.update(warmup=book.warmup, steps=book.steps, seconds=book.seconds)
+    out.update(warmup=book.warmup, steps=book_steps(book), seconds=book.seconds)
     if "precision" in available:
         out.update(precision=book.precision, max_seconds=book.max_seconds)
     out.update(algorithm_keys.job_fields(book.job_extra, book.warmup, book.steps))  # issue 21's keys

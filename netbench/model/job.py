@@ -45,6 +45,7 @@ DEFAULT_ACCUM_STEPS = 4
 DEFAULT_STALENESS = 3  # ps-ssp: steps a worker may run ahead of the slowest
 DEFAULT_TAU = 4  # easgd: local steps between elastic exchanges
 DEFAULT_GOSSIP_P = 0.1  # gosgd: probability of a push after each step
+DEFAULT_STEPS = 30  # a measured window's steps when none are given and no precision decides them
 # the strategy -> the JobSpec fields of its own algorithm settings (the other strategies ignore them)
 ALGORITHM_SETTINGS = {"ps-ssp": ("staleness",), "easgd": ("tau", "elastic_alpha"), "gosgd": ("gossip_p",),
                       "ps-sync": ("backup_workers",), "ps-async": ("pipeline",)}
@@ -65,7 +66,7 @@ class JobSpec:
     model: str = "mlp"
     batch_size: int = 64  # per worker
     warmup: int = 10
-    steps: int = 30  # optimizer updates; with allreduce-accum each spans accum_steps batches
+    steps: int = DEFAULT_STEPS  # optimizer updates; with allreduce-accum each spans accum_steps batches
     seconds: float | None = None  # a measured window in seconds instead of `steps`
     # the measured window goes on past `steps`/`seconds` until the 95 % batch-means interval of
     # the mean step time is within this fraction of it, or for at most `max_seconds`; None: off
@@ -120,6 +121,17 @@ class Task:
     hosts: str = ""  # a user's command: the /etc/hosts its node's processes see ("": the host's own)
     command: bool = False  # a user's command (its argv as written), not netbench's worker
     local_rank: int = 0  # its place on its node (model/ranks.py)
+
+
+def window_steps(steps: int | None, precision: float | None, seconds: float | None = None) -> int:
+    """The steps of a measured window: `steps` where they were given (with a precision, the least
+    window); not given (None), with a precision and no `seconds`, the least window the interval
+    needs (stats.least_steps: 8 batch means of 4 steps), else DEFAULT_STEPS."""
+    from netbench import stats
+
+    if steps is not None:
+        return steps
+    return stats.least_steps(precision) if precision and not seconds else DEFAULT_STEPS
 
 
 def command_spec(job: JobSpec, command: UserCommand, workers: int) -> JobSpec:

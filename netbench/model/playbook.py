@@ -60,6 +60,7 @@ class Playbook:
     seed: int | None = None
     warmup: int = 10
     steps: int = 30
+    steps_written: bool = True  # False: no steps: key (with a precision its least window decides: window_steps)
     seconds: float | None = None
     precision: float | None = 0.03  # a fraction: each run's window goes on until it knows its mean step
     max_seconds: float = 60.0  # to this precision, for at most this long
@@ -273,7 +274,8 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
         extra_runs=_extra_runs(data.get("extra_runs"), source),
         repetitions=_number(source, "repetitions", data.get("repetitions", 1), 1, 1000),
         order=order, seed=seed, warmup=warmup,
-        steps=_number(source, "steps", data.get("steps", 30), 2, 1_000_000), seconds=seconds,
+        steps=_number(source, "steps", data.get("steps", 30), 2, 1_000_000), steps_written="steps" in data,
+        seconds=seconds,
         precision=_precision(source, data.get("precision", "3%")),
         max_seconds=_seconds(source, "max_seconds", data.get("max_seconds", "60s")),
         startup_timeout_s=_seconds(source, "timeouts.startup", timeouts.get("startup", "240s")),

@@ -52,6 +52,11 @@ NOT_RUNNABLE = {
         "a benchmark over two folders of the 6-point grid (make bench runs it, minutes)",
     ".venv/bin/python bench/sweep_efficiency.py --run --latency 1,10,50ms --bandwidth 100mbit,1gbit":
         "a benchmark that runs the 6-point grid twice (make bench runs it, minutes)",
+    ".venv/bin/python bench/least_window.py":
+        "a simulation of 7 x 3 x 500 windows (seconds); tests/unit/test_least_window.py runs it short",
+    ".venv/bin/python bench/step_noise.py results/repeated --coverage":
+        "a study of a folder of repeated points (the 6-point grid 5 times: minutes); "
+        "tests/unit/test_run_coverage.py runs it on a folder of its own",
 }
 
 EXCHANGE = "the exchange strategies train for real in tests/tf/test_algorithms_tf.py"
@@ -85,6 +90,8 @@ DRY = {
     "netbench sweep --framework torch --latency 20ms --bandwidth 100mbit --workers 4 --ranks-per-node 2 "
     "--collective hierarchical --sample-resources 0.1": RANKS,
     "netbench sweep --latency 1,10,50ms --bandwidth 100mbit,1gbit --precision 2%": GRID,
+    "netbench sweep --latency 1,10,50ms --bandwidth 100mbit,1gbit --precision 2% --repeat 5 --output results/repeated":
+        GRID,
     "netbench sweep --latency 1,10ms --recalibrate": REUSE,
     "netbench run playbooks/smoke.yaml --recalibrate": REUSE,
     "netbench sweep --latency 1,10ms --congestion-control bbr": CONGESTION,
@@ -166,6 +173,9 @@ OUTPUT = {
     "netbench exec n1 -- ping -c 3 n2": [r"3 packets transmitted, 3 received"],
     "netbench profile check profiles/wan.yaml": [r"ok"],
     "netbench sweep --latency 1,10,100ms --dry-run": [r"d1ms", r"d10ms", r"d100ms"],
+    "netbench sweep --latency 1,50ms --precision 2% --dry-run": [r"32 measured steps at least, until ±2 %"],
+    "netbench sweep --latency 1,50ms --precision 2% --steps 100 --dry-run": [r"100 measured steps at least"],
+    "netbench sweep --latency 1,50ms --precision off --dry-run": [r"\+ 30 measured steps;"],
     "netbench run grid.yaml --dry-run": [r"6 runs = 6 points x 1 repetitions, order as-written, seed 0"],
     "netbench sweep --latency 1,10,100ms --metrics-port 9464": [r"http://127\.0\.0\.1:\d+/metrics"],
     "netbench sweep --bandwidth 100mbit --latency 1ms --precision 2% --congestion-control cubic":

@@ -226,7 +226,7 @@ def test_a_precision_lengthens_the_modelled_window_up_to_its_cap():
     assert window_s(replace(job, steps=100), 1.0, costs) == (pytest.approx(100.0), True)
     assert window_s(replace(job, train_steps=50), 0.1, costs) == (pytest.approx(1.0), False)  # accuracy runs
     calibrated = replace(costs, step_cv_by_model={"mlp": 0.05})
-    assert window_s(job, 0.1, calibrated)[0] == pytest.approx(0.1 * 42)
+    assert window_s(job, 0.1, calibrated)[0] == pytest.approx(0.1 * 35)  # 8 batches of 4-5: t(7) x 0.05 / sqrt(35)
 
 
 def test_the_estimate_counts_points_expected_to_stop_at_the_cap():
@@ -273,7 +273,9 @@ def test_a_dry_run_with_a_precision_models_its_windows(tmp_path, monkeypatch):
     assert out.exit_code == 0, out.output
     assert "expected to stop at --max-seconds short of their precision" in out.output  # 10 Mbit/s: ~1 s steps
     assert "assumed coefficient of variation 0.10" in " ".join(out.output.split())
-    # the bound counts the 10 Mbit/s point's 30 steps (about 68 s, past the cap) whole: 68 + 60 s
-    assert "(at most 2.1 min of windows for these runs at the modelled steps)" in " ".join(out.output.split())
+    # the bound counts the 10 Mbit/s point's least window (32 steps without --steps: about 72 s, past the cap)
+    # whole: 72 + 60 s
+    assert "32 measured steps at least" in out.output
+    assert "(at most 2.2 min of windows for these runs at the modelled steps)" in " ".join(out.output.split())
     off = CliRunner().invoke(cli.main, ["sweep", "--dry-run", "--latency", "1ms", "--precision", "off"])
     assert off.exit_code == 0 and "coefficient of variation" not in off.output

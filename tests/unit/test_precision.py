@@ -26,9 +26,16 @@ def test_t_critical_refuses_no_degrees_of_freedom():
         measure.t_critical(0.95, 0)
 
 
-@pytest.mark.parametrize("n, batches", [(0, 0), (7, 0), (8, 4), (16, 4), (30, 5), (100, 10), (1000, 31)])
-def test_batch_count_grows_as_the_square_root(n, batches):
+@pytest.mark.parametrize("n, batches", [(0, 0), (7, 0), (8, 4), (16, 4), (20, 5), (30, 7), (32, 8), (63, 8),
+                                        (64, 8), (81, 9), (100, 10), (1000, 31)])
+def test_batch_count_cuts_4_step_batches_up_to_8_then_grows_as_the_square_root(n, batches):
     assert measure.batch_count(n) == batches
+
+
+def test_batch_count_never_falls_as_a_window_grows():
+    counts = [measure.batch_count(n) for n in range(8, 2000)]
+    assert counts == sorted(counts)
+    assert all(n // measure.batch_count(n) >= 2 for n in range(8, 2000))  # no batch of a single step
 
 
 def test_batch_means_interval_of_a_short_series_has_no_bounds():
