@@ -96,9 +96,23 @@ def test_descending_order_cuts_a_grid_into_chains_that_only_narrow():
         assert plan.order == "descending"
         assert all(launch.follows(a.profile, b.profile) for a, b in zip(plan.runs, plan.runs[1:]))
     assert sorted(r.run_id for p in plans for r in p.runs) == sorted(r.run_id for r in runs)
-    assert [r.profile.name for r in plans[0].runs] == ["50ms-1000m", "10ms-1000m", "1ms-1000m", "1ms-100m"]
+    # of the two covers of two chains, the one whose second launch starts (and warms up) on the
+    # faster path: 10 ms at 1 Gbit/s, not 50 ms at 100 Mbit/s
+    assert [r.profile.name for r in plans[0].runs] == ["50ms-1000m", "50ms-100m", "10ms-100m", "1ms-100m"]
+    assert [r.profile.name for r in plans[1].runs] == ["10ms-1000m", "1ms-1000m"]
     with pytest.raises(ValueError):
         plan_launches(runs, seed=3, order="sideways")
+
+
+def test_of_two_covers_the_fewer_chains_win_before_the_faster_heads():
+    # a rate-only sweep is one chain whatever the sort; a delay-only one too
+    rates = [_point(f"r{r}", 10, r * 10**6) for r in (100, 500, 1000)]
+    delays = [_point(f"d{d}", d, 10**9) for d in (1, 10, 100)]
+    for profiles in (rates, delays):
+        runs = design.Design(points=tuple(design.Point(p, JOB, 2) for p in profiles), repeat=1).runs()
+        assert len(plan_launches(runs, seed=1)) == 1
+    # the heads' cost: a round trip and a megabyte at the rate
+    assert launch.head_cost_s(design.Point(_point("x", 50, 10**8), JOB, 2)) == pytest.approx(0.1 + 0.08)
 
 
 def test_descending_order_shuffles_equal_points_with_the_seed():
