@@ -94,8 +94,10 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
     job, workers = user_results.resolved_job(run.job, outcome.events, run.workers), run.workers
     status, error, stats = outcome.status, outcome.error, None
     durations = analysis.measured_durations(outcome.events, job)
+    rates = analysis.per_worker_images_per_sec(outcome.events, job, workers)
     if durations:
-        stats = asdict(measure.step_stats(durations, images_per_step(job, workers)))
+        stats = analysis.cluster_throughput(asdict(measure.step_stats(durations, images_per_step(job, workers))),
+                                            rates, job, workers)
     elif status == "ok" and link is None:
         status, error = "failed", "no measured steps"
     phases = analysis.phase_times(outcome.events, job)
@@ -104,7 +106,7 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
                      strategy=job.strategy, model=job.model, batch_size=job.batch_size,
                      workers=workers, repeat=run.repeat, warmup_steps=job.warmup,
                      status=status, error=error, stats=stats,
-                     per_worker_images_per_sec=analysis.per_worker_images_per_sec(outcome.events, job, workers),
+                     per_worker_images_per_sec=rates,
                      events=tuple(events.as_record(e) for e in outcome.events), started=started, ended=ended,
                      ps=job.ps if job.strategy in SERVER_STRATEGIES else 0, accum_steps=effective_accum_steps(job),
                      data=job.data, **analysis.model_facts(outcome.events, job),

@@ -92,6 +92,23 @@ def per_worker_images_per_sec(events: Sequence[EventLike], job: JobSpec, workers
     return tuple(rates)
 
 
+# strategies whose workers step at their own pace (none waits for the others' steps): the
+# cluster's throughput is the sum of the workers' own rates, not the chief's rate times W
+OWN_PACE_STRATEGIES = frozenset({"ps-async", "ps-ssp", "easgd", "gosgd", "adpsgd"})
+
+
+def cluster_throughput(stats: dict, rates: Sequence[float], job: JobSpec, workers: int) -> dict:
+    """`stats` (stats.step_stats as a dict, from the chief's steps) with images/sec the cluster's
+    for a strategy whose workers run at their own pace: the sum of every worker's own rate
+    (per_worker_images_per_sec), its standard error scaled alike. The chief's step times stay
+    what they are (its own steps). Unchanged for the others (their workers leave each step
+    together: the sum is W x the chief's), or when a worker reported no measured step."""
+    if job.strategy not in OWN_PACE_STRATEGIES or len(rates) != workers or not stats.get("images_per_sec"):
+        return stats
+    factor = sum(rates) / stats["images_per_sec"]
+    return {**stats, "images_per_sec": sum(rates), "images_per_sec_stderr": stats["images_per_sec_stderr"] * factor}
+
+
 def phase_times(events: Sequence[EventLike], job: JobSpec) -> PhaseTimes | None:
     """Computation and communication per step, over every reporting process: from the
     measured steps when they carry the split, else from the calibration steps.

@@ -254,7 +254,10 @@ def node_compute_s(x: StepInputs, compute_s: float, cpu_comm: float = 0.0) -> fl
     communication's `cpu_comm`) times its slowdown, plus its step delay, less the `cpu_comm` the
     communication term already counts; the slowest worker's in a synchronous strategy (every step
     waits for it; ps-sync with B backup workers: the (W - B)-th fastest's, as a round closes on its
-    first W - B gradients), the workers' mean in the others (each runs at its own pace)."""
+    first W - B gradients; ps-ssp: the slowest's too, its gate keeps every worker within S steps
+    of it), worker 0's in the others (each runs at its own pace, and the prediction is set
+    beside the chief's measured steps; the cluster's images/sec is the sum of the workers' own
+    rates, jobs/analysis.cluster_throughput)."""
     if not x.node_slowdown and not x.node_delay_s:
         return compute_s
     count = max(len(x.node_slowdown), len(x.node_delay_s))
@@ -263,7 +266,9 @@ def node_compute_s(x: StepInputs, compute_s: float, cpu_comm: float = 0.0) -> fl
     each = [(compute_s + cpu_comm) * s + d - cpu_comm for s, d in zip(slow, delay)]
     if x.strategy == "ps-sync" and 0 < x.backup_workers < len(each):
         return sorted(each)[len(each) - 1 - x.backup_workers]  # the round's last gradient it waits for
-    return max(each) if x.strategy in SYNCHRONOUS else sum(each) / len(each)
+    if x.strategy in SYNCHRONOUS or x.strategy == "ps-ssp":  # ps-ssp: the gate holds all within S of the slowest
+        return max(each)
+    return each[0]  # at its own pace: the chief's (worker 0's), whose steps the prediction is set beside
 
 
 def within(measured_s: float, predicted_s: float, tolerance: float = 0.25) -> bool:

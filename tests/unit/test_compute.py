@@ -263,7 +263,9 @@ def test_a_synchronous_step_is_bound_by_the_slowest_node():
     assert slow.compute_s == pytest.approx(5 * 0.014 - 0.004) and slow.step_s == pytest.approx(equal.step_s + 4 * 0.014)
     assert delayed.step_s == pytest.approx(equal.step_s + 0.04)
     gossip = step_model.node_compute_s(dataclasses.replace(x, strategy="gosgd", node_slowdown=(1.0, 5.0)), 0.01)
-    assert gossip == pytest.approx(0.03)  # workers at their own pace: the mean
+    assert gossip == pytest.approx(0.01)  # workers at their own pace: the chief's own (worker 0, unlimited)
+    ssp = step_model.node_compute_s(dataclasses.replace(x, strategy="ps-ssp", node_slowdown=(1.0, 5.0)), 0.01)
+    assert ssp == pytest.approx(0.05)  # the staleness gate holds the chief within S steps of the slowest
 
 
 def test_ps_sync_with_backup_workers_waits_for_the_round_s_last_gradient_not_the_slowest():

@@ -227,3 +227,22 @@ def test_farewell_waits_for_every_peer_then_lingers_for_the_last_small_collectiv
         now[0] += 10.0
 
     assert farewell(slow_barrier, sleep=slept.append, clock=lambda: now[0]) == FAREWELL_LINGER_MAX_S
+
+
+def test_an_own_pace_strategys_images_per_sec_is_the_sum_of_its_workers_rates():
+    from netbench import stats as measure
+    from netbench.jobs import analysis
+    from netbench.model.job import JobSpec
+
+    # the chief steps every 10 ms (64 images), the straggler every 40 ms: the cluster trains
+    # 6,400 + 1,600 images/s, not twice the chief's 6,400
+    chief = measure.step_stats([0.01] * 20, 128)
+    stats = dict(chief.__dict__)
+    asynchronous = JobSpec(strategy="ps-async", batch_size=64)
+    out = analysis.cluster_throughput(stats, (6400.0, 1600.0), asynchronous, 2)
+    assert out["images_per_sec"] == pytest.approx(8000.0) and out["mean_s"] == stats["mean_s"]
+    assert out["images_per_sec_stderr"] == pytest.approx(stats["images_per_sec_stderr"] * 8000 / 12800)
+    # a synchronous strategy's workers leave each step together: the chief's steps say it
+    assert analysis.cluster_throughput(stats, (6400.0, 1600.0), JobSpec(strategy="ps-sync", batch_size=64), 2) == stats
+    # a worker without measured steps: nothing to sum
+    assert analysis.cluster_throughput(stats, (6400.0,), asynchronous, 2) == stats
