@@ -30,7 +30,7 @@ from netbench import __version__, units
 SCHEMA = 1
 MAX_AGE_S = 24 * 3600.0  # a calibration older than this is measured again (load and versions drift)
 CACHE_ENV = "NETBENCH_CACHE_DIR"
-KINDS = ("compute", "allreduce", "exchange")
+KINDS = ("compute", "allreduce", "exchange", "base")
 MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 
 

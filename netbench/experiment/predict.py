@@ -12,7 +12,10 @@ each timed and recorded in the manifest's "calibration":
   window; experiment/exchange_calibration.py);
 * compute: for each job (model, batch, input) and worker count, that many single-strategy
   processes at once on the worker nodes (the CPU shared as in the run, no network), a
-  batch's mean time and the model's bytes.
+  batch's mean time and the model's bytes;
+* base step (the exchange strategies): the job itself on the unshaped links, its chief's mean
+  step, which a point's prediction adds the point's own terms to
+  (experiment/base_calibration.py says why).
 
 Each run's `predicted_step_s` then comes from model/step_model.py with the point's
 configured delay and rate: never from the point's own steps.
@@ -94,7 +97,8 @@ class Predictor:
     collective: dict[int, Any] = field(default_factory=dict)  # workers -> model.collective.AlphaBeta
     compute: dict[str, Compute] = field(default_factory=dict)  # job_key -> Compute
     exchange: Any = None  # experiment.exchange_calibration.Exchange; None: not measured
-    ids: dict[str, str] = field(default_factory=dict)  # "allreduce/w2", "compute/<job_key>", "exchange" -> id
+    ids: dict[str, str] = field(default_factory=dict)  # "allreduce/w2", "compute/<job_key>", "exchange", "base/<key>" -> id
+    base: dict[str, float] = field(default_factory=dict)  # base_calibration.key -> the job's unshaped step (s)
 
     def calibration_id(self, run) -> str | None:
         """The ids of the calibrations `run`'s prediction uses, "+"-joined (compute, all-reduce,
@@ -103,6 +107,7 @@ class Predictor:
                  self.ids.get(f"allreduce/w{collective_key(run.workers, run.job.ranks_per_node)}")]
         if run.job.strategy in exchange_model.STRATEGIES:
             parts.append(self.ids.get("exchange"))
+            parts.append(self.ids.get(f"base/{_base_key(run.job, run.workers)}"))
         return "+".join(p for p in parts if p) or None
 
     def inputs(self, run) -> step_model.StepInputs | None:
@@ -124,7 +129,7 @@ class Predictor:
             ring_rtts_s=ring_rtts_s(run, workers) if job.ranks_per_node == 1 else (),
             ranks_per_node=job.ranks_per_node, collective=job.collective, backup_workers=job.backup_workers,
             buckets=allreduce_buckets(job.framework, measured.model_bytes), **self._exchange_terms(),
-            **_node_terms(run, workers))
+            **_node_terms(run, workers), base_step_s=self.base.get(_base_key(job, workers)))
 
     def _exchange_terms(self) -> dict[str, Any]:
         x = self.exchange
@@ -136,6 +141,12 @@ class Predictor:
     def predict(self, run) -> step_model.Prediction | None:
         x = self.inputs(run)
         return None if x is None else step_model.predict(x)
+
+
+def _base_key(job: JobSpec, workers: int) -> str:
+    from netbench.experiment import base_calibration
+
+    return base_calibration.key(job, workers, job_key(job, workers))
 
 
 def _node_terms(run, workers: int) -> dict[str, Any]:
@@ -302,8 +313,42 @@ def calibrate(runs, testbed, log_root, note, seed: int = 0, reuse: Reuse | None 
         if not facts["reused"]:
             note(f"calibration: {job.model} compute {compute.compute_s * 1e3:.1f} ms per batch on {workers} node(s) "
                  f"at once, {compute.model_bytes:,} bytes of weights ({facts['seconds']:.1f} s)")
+    bases = _calibrate_bases(testbed, modelled, computes, log_root, rng, record, ids, note, reuse)
     record["seconds"] = round(time.monotonic() - started, 3)
-    return Predictor(collective=collective_fits, compute=computes, exchange=exchange, ids=ids), record
+    return Predictor(collective=collective_fits, compute=computes, exchange=exchange, ids=ids, base=bases), record
+
+
+def _calibrate_bases(testbed, modelled, computes, log_root, rng, record: dict, ids: dict, note,
+                     reuse: Reuse) -> dict[str, float]:
+    """The base step of each exchange job of the sweep (experiment/base_calibration.py), where
+    its compute was calibrated; one that fails is noted and its runs are predicted from the
+    parts alone."""
+    from netbench.experiment import base_calibration as bc
+
+    seen: dict[str, tuple[JobSpec, int]] = {}
+    for run in modelled:
+        if bc.wanted(run.job, run.workers) and job_key(run.job, run.workers) in computes:
+            seen.setdefault(_base_key(run.job, run.workers), (run.job, run.workers))
+    bases: dict[str, float] = {}
+    for key, (job, workers) in seen.items():
+        def measure(job=job, workers=workers):
+            step, facts = bc.measure(testbed, job, workers, log_root / f"calibration-base-{len(bases)}",
+                                     rng.randrange(20000, 30000))
+            return {"step_s": step}, facts
+        try:
+            value, facts = _obtain("base", bc.measured(job, workers), f"{job.strategy} base step on {workers} node(s)",
+                                   measure, reuse, note)
+        except Exception as exc:  # noqa: BLE001 - as above
+            record["errors"].append(_why(exc))
+            note(f"base-step calibration of {key} failed: {_why(exc)}; its runs are predicted from the parts")
+            continue
+        bases[key] = float(value["step_s"])
+        record.setdefault("base", {})[key] = facts
+        _remember(ids, f"base/{key}", facts)
+        if not facts["reused"]:
+            note(f"calibration: {job.strategy} base step {bases[key] * 1e3:.1f} ms on {workers} worker(s), unshaped "
+                 f"({facts['seconds']:.1f} s)")
+    return bases
 
 
 def _remember(ids: dict[str, str], name: str, facts: dict) -> None:

@@ -28,7 +28,7 @@ jitter (ignored).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from netbench.model import exchange_model, ranks
@@ -81,6 +81,9 @@ class StepInputs:
     collective: str = "ring"
     # ps-sync's backup workers: a round closes on the first workers - backup gradients
     backup_workers: int = 0
+    # the exchange strategies: the job's own mean step on unshaped links, measured
+    # (experiment/base_calibration.py); None: predicted from the parts alone
+    base_step_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -212,7 +215,17 @@ PIPELINED = frozenset({"ps-ssp", "ps-async"})
 
 
 def predict(x: StepInputs) -> Prediction | None:
-    """The step's time, or None where the model does not apply (unknown strategy, no size)."""
+    """The step's time, or None where the model does not apply (unknown strategy, no size).
+    With a measured base step (the exchange strategies): that step plus what the point adds to
+    the model's own unshaped step (its round trips, its bytes at the rate, its nodes' CPU
+    limits and step delays), so the per-step work the parts miss is counted once, as measured."""
+    if x.base_step_s is not None and x.strategy in exchange_model.STRATEGIES:
+        here = predict(replace(x, base_step_s=None))
+        unshaped = predict(replace(x, base_step_s=None, delay_s=0.0, rate_bps=None, ring_rtts_s=(),
+                                   node_slowdown=(), node_delay_s=()))
+        if here is None or unshaped is None:
+            return here
+        return replace(here, step_s=x.base_step_s + here.step_s - unshaped.step_s)
     pattern = PATTERNS.get(x.strategy)
     if pattern is None or x.compute_s <= 0 or (x.model_bytes <= 0 and x.strategy != "single"):
         return None

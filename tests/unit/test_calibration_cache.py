@@ -138,6 +138,13 @@ class FakeMeasures:
             self.calls.append("exchange")
             return exchange_calibration.Exchange(0.0002, 1.5e-9, 4 << 20), {"seconds": 1.0}
 
+        def base(testbed, job, workers, log_dir, port):
+            self.calls.append(f"base/{job.strategy}")
+            return 0.011, {"step_s": 0.011, "steps": 30, "seconds": 6.0}
+
+        from netbench.experiment import base_calibration
+
+        monkeypatch.setattr(base_calibration, "measure", base)
         monkeypatch.setattr(predict, "measure_collective", collective)
         monkeypatch.setattr(predict, "measure_compute", compute)
         monkeypatch.setattr(exchange_calibration, "measure", exchange)
@@ -154,15 +161,16 @@ def test_a_second_sweep_with_the_same_key_reuses_the_calibrations_and_says_so(tm
     reuse = predict.Reuse(place=PLACE, host=HOST, cache=cc.CalibrationCache(tmp_path, clock=clock))
     first_notes: list[str] = []
     first, record = predict.calibrate(runs(), None, tmp_path / "logs", first_notes.append, reuse=reuse)
-    assert sorted(fakes.calls) == ["allreduce/2", "compute/mlp", "exchange"]
-    assert not any("reused" in n for n in first_notes)
+    assert sorted(fakes.calls) == ["allreduce/2", "base/ps-sync", "compute/mlp", "exchange"]
+    assert not any("reused" in n for n in first_notes) and not record["errors"]
+    assert any("ps-sync base step 11.0 ms" in n for n in first_notes)
     assert record["collective"]["2"]["reused"] is False and record["collective"]["2"]["id"].startswith("allreduce-")
     clock.now += 600
     fakes.calls.clear()
     second_notes: list[str] = []
     second, record = predict.calibrate(runs(), None, tmp_path / "logs", second_notes.append, reuse=reuse)
     assert fakes.calls == []  # nothing measured again
-    assert sum("reused" in n for n in second_notes) == 3 and "measured 10 min ago" in second_notes[0]
+    assert sum("reused" in n for n in second_notes) == 4 and "measured 10 min ago" in second_notes[0]
     assert record["exchange"]["reused"] is True and record["compute"]["mlp/b64///synthetic/w2"]["reused"] is True
     assert second == first  # the same fits, the same ids
     # each run records the calibrations its prediction used: the exchange one for ps-sync only
@@ -170,12 +178,13 @@ def test_a_second_sweep_with_the_same_key_reuses_the_calibrations_and_says_so(tm
                        model="mlp", batch_size=64, workers=2, repeat=0, warmup_steps=1, status="ok")
     plain, exchange = (predict.annotate(result, run, second) for run in runs())
     assert plain.calibration_id.count("+") == 1 and plain.calibration_id.startswith("compute-")
-    assert exchange.calibration_id.count("+") == 2 and exchange.calibration_id.endswith(second.ids["exchange"])
+    assert exchange.calibration_id.count("+") == 3 and second.ids["exchange"] in exchange.calibration_id
+    assert exchange.calibration_id.split("+")[-1].startswith("base-") and second.base  # the base step's id too
     assert "calibration_id" in CSV_COLUMNS and plain.csv_row()["calibration_id"] == plain.calibration_id
     # --recalibrate measures everything again and keeps the new ones
     fakes.calls.clear()
     predict.calibrate(runs(), None, tmp_path / "logs", [].append, reuse=replace(reuse, recalibrate=True))
-    assert sorted(fakes.calls) == ["allreduce/2", "compute/mlp", "exchange"]
+    assert sorted(fakes.calls) == ["allreduce/2", "base/ps-sync", "compute/mlp", "exchange"]
 
 
 def test_an_old_or_other_kernel_calibration_is_measured_again(tmp_path, monkeypatch):

@@ -1,0 +1,74 @@
+"""The exchange strategies' base step: the job's own unshaped step, to which a point's terms are added."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from netbench.experiment import base_calibration as bc
+from netbench.experiment import predict
+from netbench.model import step_model
+from netbench.model.job import JobSpec
+
+MODEL = 2_678_824
+
+
+def _inputs(**changes) -> step_model.StepInputs:
+    x = step_model.StepInputs(strategy="ps-sync", workers=2, model_bytes=MODEL, compute_s=0.002, delay_s=0.001,
+                              rate_bps=None, overhead_s=0.0015, beta_s_per_byte=2e-9, exchange_alpha_s=0.0001,
+                              exchange_beta_s_per_byte=2.4e-10, window_bytes=4 << 20)
+    return dataclasses.replace(x, **changes)
+
+
+def test_a_base_step_replaces_the_parts_unshaped_step_and_keeps_what_the_point_adds():
+    parts = step_model.predict(_inputs())
+    unshaped = step_model.predict(_inputs(delay_s=0.0))
+    based = step_model.predict(_inputs(base_step_s=0.0112))
+    # measured here: ps-sync's mlp step on unshaped links 11.2 ms where the parts sum to ~3.5 ms
+    assert unshaped.step_s < 0.005
+    assert based.step_s == pytest.approx(0.0112 + parts.step_s - unshaped.step_s)
+    assert based.comm_s == parts.comm_s and based.floor_s == parts.floor_s
+    # on the unshaped point itself the prediction is the base step
+    assert step_model.predict(_inputs(delay_s=0.0, base_step_s=0.0112)).step_s == pytest.approx(0.0112)
+    # a node's CPU limit adds what the model says it adds, on top of the base
+    slow = step_model.predict(_inputs(base_step_s=0.0112, node_slowdown=(1.0, 5.0), node_delay_s=(0.0, 0.0)))
+    limited = step_model.predict(_inputs(node_slowdown=(1.0, 5.0), node_delay_s=(0.0, 0.0)))
+    assert slow.step_s == pytest.approx(0.0112 + limited.step_s - unshaped.step_s)
+
+
+def test_a_base_step_is_ignored_where_the_strategy_is_not_an_exchange_one():
+    ring = _inputs(strategy="allreduce")
+    assert step_model.predict(dataclasses.replace(ring, base_step_s=1.0)) == step_model.predict(ring)
+
+
+def test_only_the_exchange_strategies_built_in_jobs_are_calibrated_and_their_settings_key_them():
+    assert bc.wanted(JobSpec(strategy="ps-async"), 2) and bc.wanted(JobSpec(strategy="gosgd"), 3)
+    assert not bc.wanted(JobSpec(strategy="allreduce"), 2) and not bc.wanted(JobSpec(strategy="ps-sync"), 1)
+    sync = JobSpec(strategy="ps-sync", model="mlp")
+    backup = dataclasses.replace(sync, backup_workers=1)
+    keys = {bc.key(j, 3, predict.job_key(j, 3)) for j in (sync, backup, dataclasses.replace(sync, ps=2))}
+    assert len(keys) == 3  # each setting its own base step
+    assert bc.measured(backup, 3)["settings"] == ["--backup-workers", "1"]
+    # the calibration's own window: short, fixed, no accuracy run, no precision
+    run = bc.calibration_job(dataclasses.replace(sync, train_steps=300, eval_every=100, precision=0.02, seconds=5.0))
+    assert (run.warmup, run.steps, run.seconds, run.precision, run.train_steps, run.eval_every) == \
+        (bc.BASE_WARMUP, bc.BASE_STEPS, None, None, None, 0)
+    # a different window of the sweep does not change what is measured (the cache finds it again)
+    assert bc.measured(dataclasses.replace(sync, steps=200, warmup=20), 2) == bc.measured(sync, 2)
+
+
+def test_a_predictor_with_a_base_step_predicts_from_it():
+    from netbench.model import collective as maths
+    from netbench.model.profile import Profile
+    from netbench.model.run import Run
+
+    job = JobSpec(strategy="ps-sync", model="mlp")
+    run = Run(index=0, profile=Profile(name="p", delay_us=1_000), repeat=0, job=job, workers=2)
+    parts = predict.Predictor(collective={2: maths.AlphaBeta(0.0015, 2e-9)},
+                              compute={predict.job_key(job, 2): predict.Compute(0.002, MODEL)})
+    based = dataclasses.replace(parts, base={bc.key(job, 2, predict.job_key(job, 2)): 0.0112})
+    assert based.inputs(run).base_step_s == 0.0112 and parts.inputs(run).base_step_s is None
+    flat = dataclasses.replace(run, profile=Profile(name="q"))
+    assert based.predict(run).step_s == pytest.approx(0.0112 + parts.predict(run).step_s - parts.predict(flat).step_s)
+    assert based.predict(flat).step_s == pytest.approx(0.0112)
