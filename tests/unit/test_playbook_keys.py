@@ -16,7 +16,7 @@ import yaml
 from click.testing import CliRunner
 
 from netbench.cli import app as cli
-from netbench.model import design
+from netbench.model import design, playbook_keys
 from netbench.model.design import expand
 from netbench.model.playbook import PlaybookError, load_playbook, playbook_from_mapping
 
@@ -194,3 +194,19 @@ def test_run_orders_launches_by_the_order_seed(tmp_path, monkeypatch, not_root):
     result = _dry_run(tmp_path / "seeds", written(seed=5, order_seed=9), monkeypatch)
     assert result.exit_code == 0, result.output
     assert "seed 5, order seed 9" in result.stdout and "order seed 9" in result.stdout.split("seed 5, order seed 9")[1]
+
+
+def _yaml_playbooks():
+    """(where, mapping) of every ```yaml block in README.md and docs/ that sets playbook keys."""
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        for block in text.split("```yaml\n")[1:]:
+            data = yaml.safe_load(block.split("```", 1)[0])
+            if isinstance(data, dict) and {"factors", "fixed", "extra_runs"} & set(data):
+                yield f"{page.relative_to(ROOT)}: {next(iter(data))}", data
+
+
+def test_the_docs_examples_use_todays_keys():
+    examples = list(_yaml_playbooks())
+    assert len(examples) >= 5  # the playbooks guide's and the guides' designs
+    assert not [where for where, data in examples if playbook_keys.current(data, where).notes]
