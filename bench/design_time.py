@@ -42,9 +42,9 @@ from netbench.model import design, playbook as pb  # noqa: E402
 # What each design keeps in its scaled-down run: every kind of factor, fewer levels.
 SCALED = {
     "network-grid": {"factors": {"latency": ["1ms", "10ms"], "bandwidth": ["1000mbit"], "loss": ["0%", "1%"],
-                                 "workers": [1], "model": ["mlp", "mobilenetv2"], "batch": [8]},
+                                 "workers": [1], "model": ["mlp", "mobilenetv2"], "batch_size": [8]},
                      "warmup": 2, "steps": 5},
-    "accumulation": {"factors": {"model": ["mlp", "mobilenetv2"], "batch": [32], "workers": [1, 2],
+    "accumulation": {"factors": {"model": ["mlp", "mobilenetv2"], "batch_size": [32], "workers": [1, 2],
                                  "strategy": ["allreduce", "allreduce-accum"]},
                      "warmup": 2, "steps": 5},
 }
@@ -54,7 +54,7 @@ def scaled_playbook(source: Path, folder: Path) -> Path:
     """The design with SCALED's levels, 1 repetition and fewer steps, written into `folder`."""
     text = yaml.safe_load(source.read_text(encoding="utf-8"))
     scale = SCALED[text["name"]]
-    text.update(name=text["name"] + "-scaled", repetitions=1, factors=scale["factors"],
+    text.update(name=text["name"] + "-scaled", repeat=1, factors=scale["factors"],
                 warmup=scale["warmup"], steps=scale["steps"])
     text.pop("description", None)
     path = folder / f"{text['name']}.yaml"

@@ -25,6 +25,11 @@ def warning(message: str) -> None:
     err.print(f"[bold yellow]warning:[/] {escape(message)}")
 
 
+def note(message: str) -> None:
+    """Something that works but will change, e.g. an old key's spelling (stderr)."""
+    err.print(f"[yellow]note:[/] {escape(message)}")
+
+
 def info(message: str) -> None:
     out.print(message)
 

@@ -64,6 +64,8 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
     metrics_wait_s = metrics.wait_s()
     inventory = hosts.inventory
     book = pb.load_playbook(playbook_file)
+    for line in book.notes:  # an old key's spelling: it works, and says its name now
+        console.note(line)
     where = f"{book.source}: congestion_control"
     if congestion_control:  # the flag stands for the key, in the design's digest too
         book, where = replace(book, congestion_control=congestion_control), "flag --congestion-control"
@@ -79,7 +81,7 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
     todo = design.pending(runs, statuses)
     if dry_run:
         _print_playbook_plan(book, seed, runs, statuses, output)
-        _print_launches(todo, seed, launch.settings(), book.step_timeout_s)
+        _print_launches(todo, design.order_seed(book, seed), launch.settings(), book.step_timeout_s)
         return
     from netbench.jobs import worker
     from netbench.model import job as cluster
@@ -107,7 +109,8 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
                          backend=None if chosen in (None, "auto") else chosen,
                          timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed,
-                         verify=probes.verify_points, order_seed=seed, topology=book.topology, predict=probes.predict,
+                         verify=probes.verify_points, order_seed=design.order_seed(book, seed),
+                         topology=book.topology, predict=probes.predict,
                          congestion_control=book.congestion_control, recalibrate=probes.recalibrate,
                          **launch.settings())
     if inventory is not None:
@@ -139,6 +142,7 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
 
     done = sum(1 for r in runs if statuses.get(r.run_id) in design.COMPLETE_STATUSES)
     seed_note = "" if book.seed is not None else " (drawn: the playbook sets none; recorded in the results folder)"
+    seed_note += f", order seed {book.order_seed}" if book.order_seed is not None else ""
     console.info(f"[yellow]dry run[/]: playbook [bold]{escape(book.name)}[/] ({escape(book.source)}): {len(runs)} runs "
                  f"= {len(runs) // book.repetitions} points x {book.repetitions} repetitions, "
                  f"order {book.order}, seed {seed}{seed_note}")

@@ -235,7 +235,7 @@ def playbook_factors(kind: str, data: Any, where: str) -> list[tuple[str, tuple]
         parse = parse_cpus if kind == "cpus" else parse_step_delay
         parsed = tuple(parse(level, f"{where}.{node}") for level in levels)
         if len(set(parsed)) != len(parsed):
-            raise UsageError(f"{where}.{node}: repeated level", hint="use repetitions: for repeated runs")
+            raise UsageError(f"{where}.{node}: repeated level", hint="use repeat: for repeated runs")
         out.append((f"{kind}.{node}", parsed))
     return out
 

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from netbench import units
 from netbench.model import algorithm_keys
 from netbench.model.job import SERVER_STRATEGIES, JobSpec, command_spec, window_steps
-from netbench.model.playbook import Playbook, PlaybookError, design_points, fail, profile_for
+from netbench.model.playbook import FIELD_TO_KEY, Playbook, PlaybookError, design_points, fail, profile_for
 from netbench.model.profile import Profile, validate
 from netbench.model.pairs import PairTopology, scaled
 from netbench.model.run import Run, Settings, profile_name, scaled_name
@@ -29,8 +29,8 @@ from netbench.model.compute import NONE, Compute
 from netbench.model.schedule import Schedule, timeline
 
 __all__ = ["COMPLETE_STATUSES", "Design", "Point", "Run", "Settings", "SweepLevels", "check_resume", "check_supported",
-           "describe_settings", "design_digest", "expand", "fields_of", "job_fields", "pending",
-           "plan_record", "plan_sweep", "playbook_design", "profile_name", "scheduled_point", "sweep_design",
+           "describe_settings", "design_digest", "expand", "fields_of", "job_fields", "order_seed",
+           "pending", "plan_record", "plan_sweep", "playbook_design", "profile_name", "scheduled_point", "sweep_design",
            "sweep_points", "sweep_runs", "topology_design", "topology_point"]
 
 COMPLETE_STATUSES = ("ok", "timeout")  # a timeout is a result (a cross on the figure), not a crash
@@ -187,7 +187,8 @@ def plan_sweep(base: Profile, levels: SweepLevels, repeat: int = 1, job: JobSpec
 def playbook_design(book: Playbook, seed: int, sample_resources_s: float = 0.0) -> Design:
     """The design a playbook gives: its distinct points (factors crossed, first factor
     outermost, then the extra runs), each with the job its settings make; every job
-    carries `seed` (data and draws) and the sampling interval of --sample-resources."""
+    carries `seed` (data and draws) and the sampling interval of --sample-resources. The
+    order is shuffled with the playbook's order_seed, else with `seed`."""
     available = fields_of(JobSpec)
     schedules = dict(book.schedules)
     points = []
@@ -202,15 +203,22 @@ def playbook_design(book: Playbook, seed: int, sample_resources_s: float = 0.0) 
         else:
             points.append(Point(profile=profile_for(book, s), workers=s.workers, settings=s, job=job))
     points = tuple(with_computes((p,), (p.settings.compute,))[0] for p in points)
-    return Design(points=points, repeat=book.repetitions, order=book.order, seed=seed)
+    return Design(points=points, repeat=book.repetitions, order=book.order, seed=order_seed(book, seed))
+
+
+def order_seed(book: Playbook, seed: int) -> int:
+    """The seed of the order (of the runs under order: random, of the points within a launch):
+    the playbook's order_seed, else `seed`, the run's seed (as a playbook's seed was before
+    order_seed, so folders written before it resume)."""
+    return book.order_seed if book.order_seed is not None else seed
 
 
 def expand(book: Playbook, seed: int, sample_resources_s: float = 0.0) -> tuple[Run, ...]:
     """Every run of the playbook, in run order, each with its own job and worker count.
 
-    Design points in written order, each repeated `repetitions` times; with order: random
-    the whole list is shuffled with random.Random(seed), so the same seed gives the same
-    order on every machine."""
+    Design points in written order, each repeated `repeat` times; with order: random the
+    whole list is shuffled with random.Random(order_seed(book, seed)), so the same seed gives
+    the same order on every machine."""
     return playbook_design(book, seed, sample_resources_s).runs()
 
 
@@ -292,7 +300,8 @@ def pending(runs: Sequence[Run], statuses: Mapping[str, str]) -> Sequence[Run]:
 def plan_record(book: Playbook, seed: int, runs: Sequence[Run]) -> dict[str, Any]:
     """What a results folder keeps about its playbook (playbook.json)."""
     return {"name": book.name, "source": book.source, "description": book.description, "seed": seed,
-            "order": book.order, "repetitions": book.repetitions, "digest": design_digest(book, runs),
+            "order": book.order, **({"order_seed": book.order_seed} if book.order_seed is not None else {}),
+            "repetitions": book.repetitions, "digest": design_digest(book, runs),
             "precision": book.precision, "max_seconds": book.max_seconds,
             **({"congestion_control": book.congestion_control} if book.congestion_control else {}),
             "factors": [k for k, _ in book.factors],
@@ -360,7 +369,7 @@ def job_fields(book: Playbook, settings: Settings, available: Iterable[str]) -> 
             (name == "framework" and value != Settings.framework) or \
             (name in ("ranks_per_node", "collective") and value != getattr(Settings, name))
         if needed:
-            raise fail(book.source, book.where(name), f"this netbench cannot run it yet: its job has no "
+            raise fail(book.source, book.where(FIELD_TO_KEY.get(name, name)), f"this netbench cannot run it yet: its job has no "
                        f"'{job_field}' field", "run a playbook without it, or update netbench")
     out.update(warmup=book.warmup, steps=book_steps(book), seconds=book.seconds)
     if "precision" in available:
@@ -387,9 +396,9 @@ def check_supported(book: Playbook, runs: Sequence[Run], strategies: Iterable[st
 
 
 def describe_settings(settings: Settings) -> dict[str, str]:
-    """Settings as people write them, for tables: {'latency': '10ms', 'batch': '32', ...}."""
+    """Settings as people write them (by playbook key), for tables: {'latency': '10ms', 'batch_size': '32', ...}."""
     s = settings
-    out = {"strategy": s.strategy, "model": s.model, "batch": str(s.batch), "workers": str(s.workers),
+    out = {"strategy": s.strategy, "model": s.model, "batch_size": str(s.batch), "workers": str(s.workers),
            "ps": str(s.ps) if s.strategy in SERVER_STRATEGIES else "-",
            "accum_steps": str(s.accum_steps) if s.strategy == "allreduce-accum" else "-", "data": s.data,
            "latency": units.format_duration_us(s.delay_us), "bandwidth": units.format_rate_bps(s.rate_bps),

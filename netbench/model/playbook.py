@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping
 
 from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
-from netbench.model import algorithm_keys, command_job, compute, congestion, ranks
+from netbench.model import algorithm_keys, command_job, compute, congestion, playbook_keys, ranks
 from netbench.model.profile import Profile, load_profile, validate
 from netbench.model.frameworks import check_framework
 from netbench.model.run import Settings, profile_name, scaled_name
@@ -29,10 +29,11 @@ from netbench.model.playbook_values import SETTING_KEYS
 from netbench.yamlfile import read_yaml
 
 ORDERS = ("random", "as-written")
-TOP_KEYS = ("name", "description", "factors", "fixed", "extra_runs", "repetitions", "order", "seed",
-            "warmup", "steps", "seconds", "timeouts", "backend", "profile", "schedule", "topology",
-            "precision", "max_seconds", "congestion_control", *algorithm_keys.TOP_KEYS, *command_job.PLAYBOOK_KEYS)
-TIMEOUT_KEYS = ("startup", "step")
+# the sweep's flags' names (model/playbook_keys.py: the older spellings that still load)
+TOP_KEYS = ("name", "description", "factors", "fixed", "extra_runs", "repeat", "order", "seed", "order_seed",
+            "warmup", "steps", "seconds", "startup_timeout", "step_timeout", "backend", "profile", "schedule",
+            "topology", "precision", "max_seconds", "congestion_control", *algorithm_keys.TOP_KEYS,
+            *command_job.PLAYBOOK_KEYS)
 BACKENDS = ("auto", "netem", "userspace")
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: a name that is one folder
 
@@ -55,9 +56,10 @@ class Playbook:
     factors: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # (YAML key, levels) in file order
     fixed: Settings = Settings()
     extra_runs: tuple[tuple[tuple[str, Any], ...], ...] = ()  # each: (YAML key, value) pairs
-    repetitions: int = 1
+    repetitions: int = 1  # repeat:
     order: str = "random"
-    seed: int | None = None
+    seed: int | None = None  # the sweep's --seed (data, loss and jitter draws); the order's too without order_seed
+    order_seed: int | None = None  # the order's seed (runs under order: random, points within launches)
     warmup: int = 10
     steps: int = 30
     steps_written: bool = True  # False: no steps: key (with a precision its least window decides: window_steps)
@@ -80,6 +82,7 @@ class Playbook:
     topology_ref: str = ""
     command: Any = None  # a user's command (model.command_job.UserCommand) every run runs instead
     congestion_control: str | None = None  # every node's TCP congestion control (None: the nodes' own)
+    notes: tuple[str, ...] = field(default=(), compare=False)  # one line per old key spelling (playbook_keys)
 
     def where(self, key: str) -> str:
         """Where a setting's value came from, as the user wrote it: factors.X or fixed.X."""
@@ -88,8 +91,11 @@ class Playbook:
         return f"fixed.{key}" if key in self.fixed_keys else key
 
 
+
 def fail(source: str, key: str, message: str, hint: str | None = None) -> PlaybookError:
-    return PlaybookError(f"{source}: {key}: {message}", hint=hint)
+    error = PlaybookError(f"{source}: {key}: {message}", hint=hint)
+    error.key, error.detail = key, message
+    return error
 
 
 def _job_extra(data: Mapping[str, Any], source: str, warmup: int) -> tuple[tuple[str, Any], ...]:
@@ -117,8 +123,8 @@ def _setting(source: str, where: str, key: str, raw: Any) -> Any:
 def _number(source: str, key: str, raw: Any, low: float, high: float, whole: bool = True) -> Any:
     kinds = (int,) if whole else (int, float)
     if isinstance(raw, bool) or not isinstance(raw, kinds) or not low <= raw <= high:
-        kind = "a whole number" if whole else "a number"
-        raise fail(source, key, f"must be {kind} in {low:g}..{high:g}, got {shown(raw)}")
+        kind, span = ("a whole number", f"{low}..{high}") if whole else ("a number", f"{low:g}..{high:g}")
+        raise fail(source, key, f"must be {kind} in {span}, got {shown(raw)}")
     return raw
 
 
@@ -164,7 +170,7 @@ def _factors(data: Any, source: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
         parsed = tuple(_setting(source, f"factors.{key}", key, level) for level in levels)
         if len(set(parsed)) != len(parsed):
             raise fail(source, f"factors.{key}", f"repeated level in {shown(list(levels))}",
-                       "use repetitions: for repeated runs")
+                       "use repeat: for repeated runs")
         out.append((key, parsed))
     return tuple(out)
 
@@ -208,7 +214,12 @@ def _extra_runs(data: Any, source: str) -> tuple[tuple[tuple[str, Any], ...], ..
 
 def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook",
                           base_dir: Path | None = None) -> Playbook:
-    """Build and validate a Playbook from parsed YAML; errors name `source` and the key."""
+    """Build and validate a Playbook from parsed YAML; errors name `source` and the key as
+    written. An old key spelling (model/playbook_keys.py) loads as its key now, with a note."""
+    return playbook_keys.load(data, source, lambda now: _from_mapping(now, source, default_name, base_dir), fail)
+
+
+def _from_mapping(data: Any, source: str, default_name: str, base_dir: Path | None) -> Playbook:
     if not isinstance(data, Mapping) or not data:
         raise PlaybookError(f"{source}: a playbook must be a mapping with at least 'factors'",
                             hint="e.g. 'factors: {latency: [1ms, 10ms]}'")
@@ -249,18 +260,14 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
     seconds = data.get("seconds")
     if seconds is not None:
         seconds = _seconds(source, "seconds", seconds)
-    timeouts = data.get("timeouts", {}) or {}
-    if not isinstance(timeouts, Mapping):
-        raise fail(source, "timeouts", "must be a mapping", "e.g. 'timeouts: {startup: 240s, step: 60s}'")
-    for key in timeouts:
-        if key not in TIMEOUT_KEYS:
-            raise _unknown(source, "timeouts.", key, TIMEOUT_KEYS)
     order = data.get("order", "random")
     if order not in ORDERS:
         raise fail(source, "order", f"unknown order {shown(order)}", f"use one of: {', '.join(ORDERS)}")
-    seed = data.get("seed")
+    seed, order_seed = data.get("seed"), data.get("order_seed")
     if seed is not None:
         seed = _number(source, "seed", seed, 0, 2**32 - 1)
+    if order_seed is not None:  # as the sweep's --order-seed
+        order_seed = _number(source, "order_seed", order_seed, 0, 2**31 - 1)
     backend = data.get("backend", "auto")
     if backend not in BACKENDS:
         raise fail(source, "backend", f"unknown backend {shown(backend)}", f"use one of: {', '.join(BACKENDS)}")
@@ -272,14 +279,14 @@ def playbook_from_mapping(data: Any, source: str, default_name: str = "playbook"
     book = Playbook(
         name=name, source=source, description=description, factors=factors, fixed=fixed,
         extra_runs=_extra_runs(data.get("extra_runs"), source),
-        repetitions=_number(source, "repetitions", data.get("repetitions", 1), 1, 1000),
-        order=order, seed=seed, warmup=warmup,
+        repetitions=_number(source, "repeat", data.get("repeat", 1), 1, 1000),
+        order=order, seed=seed, order_seed=order_seed, warmup=warmup,
         steps=_number(source, "steps", data.get("steps", 30), 2, 1_000_000), steps_written="steps" in data,
         seconds=seconds,
         precision=_precision(source, data.get("precision", "3%")),
         max_seconds=_seconds(source, "max_seconds", data.get("max_seconds", "60s")),
-        startup_timeout_s=_seconds(source, "timeouts.startup", timeouts.get("startup", "240s")),
-        step_timeout_s=_seconds(source, "timeouts.step", timeouts.get("step", "60s")),
+        startup_timeout_s=_seconds(source, "startup_timeout", data.get("startup_timeout", "240s")),
+        step_timeout_s=_seconds(source, "step_timeout", data.get("step_timeout", "60s")),
         backend=None if backend == "auto" else backend, base_profile=base_profile,
         fixed_keys=tuple(fixed_data or ()), schedules=schedules,
         topology=topology, topology_ref=str(data["topology"]).strip() if topology is not None else "",
@@ -328,7 +335,7 @@ def _command(data: Mapping, source: str, factors) -> Any:
     except ValueError as exc:
         key, _, message = str(exc).partition(": ")
         raise fail(source, key, message) from None
-    job_keys = [k for k, _ in factors if k in ("strategy", "model", "batch", "ps", "accum_steps", "data",
+    job_keys = [k for k, _ in factors if k in ("strategy", "model", "batch_size", "ps", "accum_steps", "data",
                                                *algorithm_keys.ALGORITHM_KEYS)]
     for key in [k for k in ("schedule", "topology") if k in data] + [f"factors.{k}" for k in job_keys]:
         if command is not None:

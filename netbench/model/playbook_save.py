@@ -1,6 +1,6 @@
 """A sweep's flags as the playbook that reproduces it (pure): `netbench sweep ... --save-playbook FILE`.
 
-Each flag becomes the playbook key of its name: a swept network flag with several levels a
+Each flag becomes the playbook key of its name (`--batch-size`: `batch_size`): a swept network flag with several levels a
 factor (delay outermost, then rate, loss, jitter, then the per-node cpus and step_delay, as the
 sweep crosses them), one level a fixed setting; the job's flags fixed settings or top-level keys;
 files (--profile, --schedule, --topology) referenced by path, relative to the playbook's folder.
@@ -117,7 +117,7 @@ def playbook_mapping(spec: SweepSpec, folder: Path, name: str) -> dict[str, Any]
         text = (lambda v: "max" if v is None else v) if factor.kind == "cpus" else (lambda v: _delay(round(v * 1e6)))
         factors.setdefault(factor.kind, {})[factor.node] = [text(v) for v in factor.levels]
     if job.command is None:
-        fixed.update(strategy=job.strategy, model=job.model, batch=job.batch_size, data=job.data)
+        fixed.update(strategy=job.strategy, model=job.model, batch_size=job.batch_size, data=job.data)
         if job.strategy in SERVER_STRATEGIES:
             fixed["ps"] = job.ps
         if job.strategy == "allreduce-accum":
@@ -127,7 +127,10 @@ def playbook_mapping(spec: SweepSpec, folder: Path, name: str) -> dict[str, Any]
     if factors:
         book["factors"] = factors
     book["fixed"] = fixed
-    book.update(repetitions=spec.repeat, order="as-written", seed=spec.seed, warmup=job.warmup)
+    book.update(repeat=spec.repeat, order="as-written", seed=spec.seed)
+    if spec.order_seed is not None:
+        book["order_seed"] = spec.order_seed
+    book["warmup"] = job.warmup
     if job.train_steps:
         book["train_steps"] = job.train_steps
     elif job.seconds:
@@ -136,8 +139,8 @@ def playbook_mapping(spec: SweepSpec, folder: Path, name: str) -> dict[str, Any]
         book["steps"] = job.steps
     book["precision"] = _ratio(job.precision) if job.precision else "off"
     book["max_seconds"] = _seconds(job.max_seconds, "--max-seconds")
-    book["timeouts"] = {"startup": _seconds(spec.startup_timeout_s, "--startup-timeout"),
-                        "step": _seconds(spec.step_timeout_s, "--step-timeout")}
+    book["startup_timeout"] = _seconds(spec.startup_timeout_s, "--startup-timeout")
+    book["step_timeout"] = _seconds(spec.step_timeout_s, "--step-timeout")
     book["backend"] = spec.backend or "auto"
     if spec.congestion_control:
         book["congestion_control"] = spec.congestion_control
@@ -180,9 +183,6 @@ def _refuse(spec: SweepSpec) -> None:
         raise SaveRefused("--classes", "is not a playbook key")
     if job.device != JobSpec.device or job.gpus_per_node != JobSpec.gpus_per_node:
         raise SaveRefused("--device" if job.device != JobSpec.device else "--gpus-per-node", "is not a playbook key")
-    if spec.order_seed is not None and spec.order_seed != spec.seed:
-        raise SaveRefused("--order-seed", "a playbook's launches are ordered by its seed: (the --seed)",
-                          f"give --order-seed {spec.seed}, or drop it")
     if job.strategy == COMMAND and job.command is None:
         raise SaveRefused("--strategy", "a command strategy without a command")
 

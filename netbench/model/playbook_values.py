@@ -70,7 +70,7 @@ def _data(raw: Any) -> str:
     return raw.strip()
 
 
-# setting key in YAML -> (Settings field, parser, example)
+# setting key in YAML (the sweep's flag's name) -> (Settings field, parser, example)
 SETTING_KEYS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "latency": ("delay_us", _duration, "latency: [1ms, 10ms, 100ms]"),
     "bandwidth": ("rate_bps", _rate, "bandwidth: [250mbit, 1gbit]"),
@@ -78,7 +78,7 @@ SETTING_KEYS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "jitter": ("jitter_us", _duration, "jitter: [0ms, 1ms]"),
     "strategy": ("strategy", _choice(STRATEGIES), "strategy: [allreduce, allreduce-accum]"),
     "model": ("model", _choice(MODELS), "model: [mlp, mobilenetv2]"),
-    "batch": ("batch", whole(1, 65536), "batch: [32, 64, 100]"),
+    "batch_size": ("batch", whole(1, 65536), "batch_size: [32, 64, 100]"),  # --batch-size (per worker)
     "workers": ("workers", whole(1, 64), "workers: [1, 2, 3]"),
     "ps": ("ps", whole(1, 16), "ps: [1, 2]"),
     "accum_steps": ("accum_steps", whole(1, 10000), "accum_steps: [4]"),

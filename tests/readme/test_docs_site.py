@@ -23,7 +23,7 @@ import pytest
 from netbench.cli.app import main
 from netbench.experiment.store import CSV_COLUMNS
 from netbench.metrics.catalogue import CATALOGUE
-from netbench.model import algorithm_keys, command_job, pairs_file, playbook, profile, schedule
+from netbench.model import algorithm_keys, command_job, pairs_file, playbook, playbook_keys, profile, schedule
 from netbench.model.command_job import Place, rank_env
 from netbench.model.playbook_values import SETTING_KEYS
 from netbench.remote import inventory
@@ -116,8 +116,7 @@ FILE_KEYS = {
     "profile": (*profile.PROFILE_KEYS, *profile.LOSS_MODEL_KEYS),
     "schedule": (*schedule.SCHEDULE_KEYS, *schedule.TRIGGER_KEYS),
     "topology": pairs_file.TOPOLOGY_KEYS,
-    "playbook": (*playbook.TOP_KEYS, *playbook.TIMEOUT_KEYS, *SETTING_KEYS, *algorithm_keys.TOP_KEYS,
-                 *command_job.PLAYBOOK_KEYS),
+    "playbook": (*playbook.TOP_KEYS, *SETTING_KEYS, *algorithm_keys.TOP_KEYS, *command_job.PLAYBOOK_KEYS),
     "inventory": (*inventory.TOP_KEYS, *inventory.HOST_KEYS),
 }
 
@@ -127,6 +126,15 @@ def test_every_key_of_every_file_format_is_in_the_reference(kind):
     text = (ROOT / "docs" / "reference" / "files.md").read_text()
     section = text.split(f"\n## {kind.capitalize()}\n", 1)[1].split("\n## ", 1)[0]
     assert not [key for key in FILE_KEYS[kind] if f"`{key}`" not in section]
+
+
+def test_every_old_key_spelling_is_in_the_vocabulary_with_its_key_now():
+    text = (ROOT / "docs" / "reference" / "vocabulary.md").read_text()
+    section = text.split("\n## Older spellings\n", 1)[1]
+    renamed = {**playbook_keys.TOP_RENAMED, **playbook_keys.SETTINGS_RENAMED,
+               **{f"timeouts: {{{old}: ...}}": new for old, new in playbook_keys.TIMEOUTS.items()}}
+    assert not [old for old, new in renamed.items() if f"| `{old}`" not in section or f"| `{new}` |" not in section]
+    assert playbook_keys.UNTIL in section
 
 
 def test_every_metric_is_in_the_metrics_reference(site):

@@ -29,12 +29,12 @@ def book(**data):
 
 # ---------------------------------------------------------------- loading and validation
 
-def test_levels_are_normalised_once():
+def test_levels_are_normalised_once():  # written with old key spellings: they load as today's keys
     b = book(factors={"latency": ["1ms", "10ms"], "bandwidth": ["250mbit", "1gbit", "unlimited"],
                       "loss": ["0%", "1%"], "batch": [32, 64]},
              fixed={"model": "mlp", "workers": 3}, timeouts={"startup": "120s", "step": "30s"}, seconds="20s")
     assert dict(b.factors) == {"latency": (1_000, 10_000), "bandwidth": (250_000_000, 1_000_000_000, None),
-                               "loss": (0.0, 0.01), "batch": (32, 64)}
+                               "loss": (0.0, 0.01), "batch_size": (32, 64)}
     assert (b.fixed.model, b.fixed.workers) == ("mlp", 3)
     assert (b.startup_timeout_s, b.step_timeout_s, b.seconds) == (120.0, 30.0, 20.0)
     assert b.order == "random" and b.seed is None and b.repetitions == 1
@@ -50,14 +50,22 @@ def test_levels_are_normalised_once():
     ({"factors": {"model": ["mlp", "resnet5"]}}, "pb.yaml: factors.model: unknown value 'resnet5' (did you mean 'resnet50'?)"),
     ({"factors": {"strategy": ["allreduce", "ring"]}}, "pb.yaml: factors.strategy: unknown value 'ring'"),
     ({"factors": {"batch": [0]}}, "pb.yaml: factors.batch: 0 is outside 1..65536"),
+    ({"factors": {"batch_size": [0]}}, "pb.yaml: factors.batch_size: 0 is outside 1..65536"),
     ({"factors": {"workers": [1.5]}}, "pb.yaml: factors.workers: must be a whole number"),
     ({"factors": {"model": ["mlp"]}, "fixed": {"model": "cnn"}}, "pb.yaml: fixed.model: is also a factor"),
     ({"fixed": {"batch": [32, 64]}}, "pb.yaml: fixed.batch: a fixed setting takes one value"),
+    ({"fixed": {"batch_size": [32, 64]}}, "pb.yaml: fixed.batch_size: a fixed setting takes one value"),
     ({"factors": {"latency": ["1ms"]}, "repetitions": 0}, "pb.yaml: repetitions: must be a whole number in 1..1000"),
+    ({"factors": {"latency": ["1ms"]}, "repeat": 0}, "pb.yaml: repeat: must be a whole number in 1..1000"),
     ({"factors": {"latency": ["1ms"]}, "order": "shuffled"}, "pb.yaml: order: unknown order 'shuffled'"),
     ({"factors": {"latency": ["1ms"]}, "seed": -1}, "pb.yaml: seed: must be a whole number"),
     ({"factors": {"latency": ["1ms"]}, "timeouts": {"steps": "1s"}}, "pb.yaml: timeouts.steps: unknown key"),
     ({"factors": {"latency": ["1ms"]}, "timeouts": {"step": "100ms"}}, "pb.yaml: timeouts.step: '100ms' is under 1s"),
+    ({"factors": {"latency": ["1ms"]}, "step_timeout": "100ms"}, "pb.yaml: step_timeout: '100ms' is under 1s"),
+    ({"factors": {"latency": ["1ms"]}, "startup_timeout": "0s"}, "pb.yaml: startup_timeout: '0s' is under 1s"),
+    ({"factors": {"latency": ["1ms"]}, "timeouts": "60s"}, "pb.yaml: timeouts: must be a mapping"),
+    ({"factors": {"latency": ["1ms"]}, "order_seed": -1}, "pb.yaml: order_seed: must be a whole number in 0..2147483647"),
+    ({"factors": {"latency": ["1ms"]}, "extra_runs": [{"batch": 0}]}, "pb.yaml: extra_runs[0].batch: 0 is outside"),
     ({"factors": {"latency": ["1ms"]}, "seconds": "10s", "warmup": 0}, "pb.yaml: warmup: a 'seconds' window"),
     ({"factors": {"latency": ["1ms"]}, "profile": "nope.yaml"}, "pb.yaml: profile:"),
     ({"factors": {"latency": ["1ms", "5ms"]}, "fixed": {"jitter": "2ms"}}, "pb.yaml: fixed.jitter: jitter 2ms exceeds delay 1ms"),
@@ -96,7 +104,7 @@ def test_base_profile_is_relative_to_the_playbook_and_factors_override_it():
 
 def test_full_factorial_in_written_order_with_adjacent_repetitions():
     b = book(factors={"model": ["mlp", "cnn"], "latency": ["1ms", "10ms", "100ms"], "workers": [1, 2]},
-             repetitions=2, order="as-written")
+             repeat=2, order="as-written")
     runs = expand(b, seed=1)
     assert len(runs) == 2 * 3 * 2 * 2
     got = [(r.settings.model, r.settings.delay_us, r.settings.workers) for r in runs[::2]]
@@ -107,7 +115,7 @@ def test_full_factorial_in_written_order_with_adjacent_repetitions():
 
 
 def test_random_order_is_a_permutation_fixed_by_the_seed():
-    b = book(factors={"latency": ["1ms", "10ms", "100ms"], "batch": [32, 64]}, repetitions=3)
+    b = book(factors={"latency": ["1ms", "10ms", "100ms"], "batch_size": [32, 64]}, repeat=3)
     one, again, other = expand(b, 7), expand(b, 7), expand(b, 8)
     key = lambda runs: [(r.point, r.repeat) for r in runs]  # noqa: E731
     assert key(one) == key(again)
@@ -138,7 +146,7 @@ def test_ignored_settings_fall_back_to_defaults_and_nodes_count_servers():
 
 
 def test_job_fields_pass_through_and_refuse_what_the_job_cannot_carry():
-    b = book(factors={"strategy": ["allreduce", "ps"]}, fixed={"batch": 16, "model": "cnn"}, steps=7)
+    b = book(factors={"strategy": ["allreduce", "ps"]}, fixed={"batch_size": 16, "model": "cnn"}, steps=7)
     by_strategy = {r.settings.strategy: r.settings for r in expand(b, 0)}
     plain, ps_run = by_strategy["allreduce"], by_strategy["ps"]
     fields = design.fields_of(JobSpec)
@@ -189,13 +197,13 @@ def test_recorded_statuses_reads_run_records_and_ignores_torn_ones(tmp_path):
 
 
 def test_resume_refuses_another_design(tmp_path):
-    b = book(factors={"latency": ["1ms", "2ms"]}, repetitions=2)
+    b = book(factors={"latency": ["1ms", "2ms"]}, repeat=2)
     runs = expand(b, 3)
     record = design.plan_record(b, 3, runs)
     design.check_resume(b, runs, record, tmp_path, has_runs=True)  # same design: fine
     with pytest.raises(PlaybookError, match="holds results of a different design"):
         design.check_resume(b, expand(b, 4), record, tmp_path, has_runs=True)  # another seed, another order
-    changed = book(factors={"latency": ["1ms", "3ms"]}, repetitions=2)
+    changed = book(factors={"latency": ["1ms", "3ms"]}, repeat=2)
     with pytest.raises(PlaybookError, match="holds results of a different design"):
         design.check_resume(changed, expand(changed, 3), record, tmp_path, has_runs=True)
     with pytest.raises(PlaybookError, match="no playbook.json"):
@@ -244,7 +252,9 @@ def test_every_shipped_playbook_dry_runs(path, not_root, tmp_path):
         assert "Reproduces" in data["description"] and "Scaled down" in data["description"]
     result = CliRunner().invoke(cli.main, ["run", str(path), "--dry-run", "--output", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
+    assert "note:" not in result.output  # written with today's keys
     b = load_playbook(path)
+    assert not b.notes
     runs = expand(b, b.seed)
     assert f"{len(runs)} runs" in result.output and f"seed {b.seed}" in result.output
     assert result.output.count(" to run") >= len(runs)
@@ -259,7 +269,7 @@ def test_shipped_designs_have_the_studies_levels():
     assert grid.fixed.strategy == "ps" and grid.fixed.ps == 1
     acc = load_playbook(ROOT / "playbooks" / "accumulation.yaml")
     f = dict(acc.factors)
-    assert f["batch"] == (32, 64, 100) and f["workers"] == (1, 2, 3)
+    assert f["batch_size"] == (32, 64, 100) and f["workers"] == (1, 2, 3)
     assert f["strategy"] == ("allreduce", "allreduce-accum") and acc.repetitions == 5 and acc.order == "random"
     ratio = load_playbook(ROOT / "playbooks" / "ps-ratio.yaml")
     assert dict(ratio.factors)["latency"] == (10_000, 100_000, 200_000)
@@ -290,7 +300,7 @@ def test_run_bad_playbook_is_a_one_line_error(not_root, tmp_path):
     bad.write_text("factors: {latency: [1ms]}\nrepetitons: 3\n")
     result = CliRunner().invoke(cli.main, ["run", str(bad), "--dry-run"])
     assert result.exit_code == 2
-    assert f"{bad}: repetitons: unknown key" in result.output and "did you mean 'repetitions'" in result.output
+    assert f"{bad}: repetitons: unknown key" in result.output and "did you mean 'repeat'" in result.output
 
 
 # ---------------------------------------------------------------- names that become folder names

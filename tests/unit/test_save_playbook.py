@@ -46,6 +46,7 @@ SWEEPS = [
     ["--profile", str(REPO / "profiles/wan.yaml"), "--schedule", str(REPO / "profiles/schedules/spike.yaml"),
      "--cpus", "n1=max,0.5"],
     ["--profile", str(REPO / "profiles/lan.yaml"), "--loss", "0,1%", "--seed", "9", "--order-seed", "9"],
+    ["--latency", "1,20ms", "--order", "random", "--seed", "4", "--order-seed", "3"],
     ["--strategy", "single", "--latency", "1,10ms"],
     ["--strategy", "ps-async", "--pipeline", "16", "--workers", "2", "--latency", "1ms"],
     ["--strategy", "gosgd", "--gossip-p", "0.5", "--workers", "3", "--latency", "1,10ms"],
@@ -83,16 +84,23 @@ def test_saved_playbook_gives_the_sweeps_runs(tmp_path, monkeypatch, args):
             (theirs.profile.delay_us, theirs.profile.rate_bps, theirs.profile.loss, theirs.profile.jitter_us)
         assert mine.job.seed == theirs.job.seed and mine.job.precision == theirs.job.precision
     assert book.order == "as-written" and book.repetitions == config.runs[-1].repeat + 1
+    if config.order_seed is not None:  # the launches' order too: the same seed orders the points within them
+        assert design.order_seed(book, book.seed) == config.order_seed
 
 
 def test_the_saved_keys_are_the_flags_names(tmp_path, monkeypatch):
     _, path, result = _saved(tmp_path, monkeypatch, ["--latency", "1,10,100ms", "--bandwidth", "1gbit",
-                                                     "--repeat", "2", "--seed", "5", "--cpus", "n2=1,0.5"])
+                                                     "--repeat", "2", "--seed", "5", "--cpus", "n2=1,0.5",
+                                                     "--batch-size", "16", "--order-seed", "7",
+                                                     "--startup-timeout", "100", "--step-timeout", "30"])
     assert result.exit_code == 0, result.output
     data = read_yaml(path, "playbook", UsageError)
     assert data["factors"] == {"latency": ["1ms", "10ms", "100ms"], "cpus": {"n2": [1.0, 0.5]}}
-    assert data["fixed"]["bandwidth"] == "1gbit"
-    assert (data["repetitions"], data["seed"], data["order"]) == (2, 5, "as-written")
+    assert data["fixed"]["bandwidth"] == "1gbit" and data["fixed"]["batch_size"] == 16
+    assert (data["repeat"], data["seed"], data["order_seed"], data["order"]) == (2, 5, 7, "as-written")
+    assert (data["startup_timeout"], data["step_timeout"]) == ("100s", "30s")
+    assert not {"repetitions", "timeouts"} & set(data) and "batch" not in data["fixed"]  # the old spellings
+    assert not load_playbook(path).notes
     assert "saved playbook grid.yaml (12 runs)" in result.output
 
 
@@ -120,7 +128,6 @@ def test_run_flags_are_named_as_flags_of_run(tmp_path, monkeypatch):
     (["--latency", "1ms", "--input-shape", "28x28x1"], "--input-shape"),
     (["--latency", "1ms", "--classes", "5"], "--classes"),
     (["--latency", "1,10ms", "--schedule", str(REPO / "profiles/schedules/spike.yaml")], "--schedule"),
-    (["--latency", "1ms", "--order-seed", "3"], "--order-seed"),
     (["--latency", "1ms", "--seconds", "0.5"], "--seconds"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_a_sweep_the_format_cannot_express_is_refused_naming_the_flag(tmp_path, monkeypatch, args, flag):
