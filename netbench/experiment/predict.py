@@ -128,7 +128,8 @@ class Predictor:
             params={"period": job.tau, "p": job.gossip_p, "window": pipeline_window(job)},
             ring_rtts_s=ring_rtts_s(run, workers) if job.ranks_per_node == 1 else (),
             ranks_per_node=job.ranks_per_node, collective=job.collective, backup_workers=job.backup_workers,
-            buckets=allreduce_buckets(job.framework, measured.model_bytes), **self._exchange_terms(),
+            buckets=allreduce_buckets(job.framework, measured.model_bytes), framework=job.framework,
+            **self._exchange_terms(),
             **_node_terms(run, workers), base_step_s=self.base.get(_base_key(job, workers)))
 
     def _exchange_terms(self) -> dict[str, Any]:
@@ -138,8 +139,12 @@ class Predictor:
         return {"exchange_alpha_s": x.alpha_s, "exchange_beta_s_per_byte": x.beta_s_per_byte,
                 "window_bytes": x.window_bytes}
 
-    def predict(self, run) -> step_model.Prediction | None:
+    def predict(self, run, buckets: int | None = None) -> step_model.Prediction | None:
+        """`buckets`: the all-reduces per step the run's framework reported (torch's DDP), in
+        place of the model's estimate from the model's size."""
         x = self.inputs(run)
+        if x is not None and buckets:
+            x = replace(x, buckets=buckets)
         return None if x is None else step_model.predict(x)
 
 
@@ -386,7 +391,18 @@ def annotate(result, run, predictor: Predictor | None):
     """The run's record with its predicted step (None where the model does not apply)."""
     if predictor is None:
         return result
-    prediction = predictor.predict(run)
+    prediction = predictor.predict(run, reported_buckets(result.events))
     if prediction is None:
         return result
     return replace(result, predicted_step_s=prediction.step_s, calibration_id=predictor.calibration_id(run))
+
+
+def reported_buckets(events) -> int | None:
+    """How many gradient buckets torch's DDP made, from a run's start events (its
+    "ddp_bucket_bytes": the sizes DDP assigned); None when no rank says (TensorFlow, older runs)."""
+    for event in events:
+        sizes = event.get("ddp_bucket_bytes") if isinstance(event, dict) else None
+        if sizes:
+            return len([s for s in str(sizes).split(",") if s.strip()])
+    return None
+

@@ -156,7 +156,8 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
     event = replace(event, extra=(("framework", "torch"), ("framework_version", torch.__version__),
                                   ("collective", collective), ("device", str(device)),
                                   ("backend", "single" if where is None else dist.get_backend()),
-                                  ("local_world", 1 if where is None else where.local_world)))
+                                  ("local_world", 1 if where is None else where.local_world))
+                  + _buckets(net, where))
     disarm_startup_watchdog()
     emit(event, events)
     images = args.batch_size * world * accum_steps
@@ -236,3 +237,17 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
     if where is not None:
         dist.destroy_process_group()
     return total
+
+
+def _buckets(net: Any, where: Any) -> tuple[tuple[str, str], ...]:
+    """DDP's gradient buckets as it assigned them ("ddp_bucket_bytes": their sizes, comma-
+    separated): each is an all-reduce per step, which the step model counts (it asks DDP rather
+    than guessing from the model's size). () without DDP, or where this torch does not say."""
+    if where is None:
+        return ()
+    try:
+        sizes = str(net._get_ddp_logging_data().get("bucket_sizes", "")).replace(" ", "")
+    except Exception:  # noqa: BLE001 - a private API: a torch without it leaves the model its estimate
+        return ()
+    return (("ddp_bucket_bytes", sizes),) if sizes else ()
+
