@@ -12,7 +12,6 @@ from click.testing import CliRunner
 
 from netbench import stats
 from netbench.experiment.launch import PointWindow, Settle
-from netbench.jobs import events as ev
 from netbench.model.job import DEFAULT_STEPS, JobSpec, window_steps
 
 FLOOR = stats.LEAST_BATCHES * stats.LEAST_BATCH_STEPS
@@ -139,15 +138,7 @@ def test_a_playbook_without_steps_measures_the_least_window_and_keeps_its_digest
 
 # ---------------------------------------------------------------- the launch's window honours it
 
-def _feed(window: PointWindow, durations) -> int | None:
-    at = 0.0
-    for k, duration in enumerate(durations):
-        window.chief(ev.Step(step=k, phase="measured", start=at, end=at + duration, duration=duration,
-                             recv=at + duration, worker=0, role="worker"))
-        at += duration
-        if window.done:
-            return k + 1
-    return None
+from tests.unit.test_precision import _feed  # noqa: E402 - the chief's steps, back to back
 
 
 def _window(steps: int, precision: float = 0.02) -> PointWindow:
