@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
@@ -25,23 +24,13 @@ from netbench.emulation.executor import real_executor
 from netbench.model.profile import Profile
 from netbench.testbed import netns as local
 from tests.conftest import engine_pids
+from tests.unit.test_netlink_roots import errors_in_thread
 
 pytestmark = pytest.mark.root
 
 
 def _in_thread(work) -> list[BaseException]:
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="short-lived")
-    thread.start()
-    thread.join()
-    return errors
+    return errors_in_thread(work, name="short-lived")
 
 
 def test_a_change_from_a_short_lived_thread_lands_and_its_engines_outlive_the_thread(clean_machine):

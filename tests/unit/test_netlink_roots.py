@@ -52,7 +52,9 @@ def kernel(monkeypatch):
         sock.close()
 
 
-def in_thread(work) -> None:
+def errors_in_thread(work, name: str = "schedule") -> list[BaseException]:
+    """Run `work` in a thread of its own (as a schedule's or a short-lived one's) and return what
+    it raised."""
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -61,9 +63,14 @@ def in_thread(work) -> None:
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             errors.append(exc)
 
-    thread = threading.Thread(target=run, name="schedule")
+    thread = threading.Thread(target=run, name=name)
     thread.start()
     thread.join()
+    return errors
+
+
+def in_thread(work) -> None:
+    errors = errors_in_thread(work)
     assert errors == [], errors
 
 
