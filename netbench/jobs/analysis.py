@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence, Union
 
 from netbench.jobs import events as ev
-from netbench.model.job import COORDINATOR, WORKER, JobSpec, effective_accum_steps
+from netbench.model.job import COORDINATOR, OWN_PACE_STRATEGIES, WORKER, JobSpec, effective_accum_steps
 
 EventLike = Union[ev.Event, Mapping]
 
@@ -90,11 +90,6 @@ def per_worker_images_per_sec(events: Sequence[EventLike], job: JobSpec, workers
         if mine and sum(mine) > 0:
             rates.append(per_step * len(mine) / sum(mine))
     return tuple(rates)
-
-
-# strategies whose workers step at their own pace (none waits for the others' steps): the
-# cluster's throughput is the sum of the workers' own rates, not the chief's rate times W
-OWN_PACE_STRATEGIES = frozenset({"ps-async", "ps-ssp", "easgd", "gosgd", "adpsgd"})
 
 
 def cluster_throughput(stats: dict, rates: Sequence[float], job: JobSpec, workers: int) -> dict:

@@ -38,6 +38,9 @@ STRATEGIES = ("allreduce", "allreduce-accum", "ps", "single", "ps-sync", "ps-asy
 SERVER_STRATEGIES = ("ps", "ps-sync", "ps-async", "ps-ssp", "easgd")
 # workers and servers over netbench's own exchange protocol (netbench.jobs.exchange)
 EXCHANGE_STRATEGIES = ("ps-sync", "ps-async", "ps-ssp", "easgd", "gosgd", "adpsgd")
+# the exchange strategies whose workers step at their own pace (none waits for the others' steps;
+# ps-ssp's gate only bounds how far ahead): the cluster trains at the sum of the workers' own rates
+OWN_PACE_STRATEGIES = ("ps-async", "ps-ssp", "easgd", "gosgd", "adpsgd")
 # ps-async: pushes a worker leaves unanswered while it computes its next step; 0 (the default) is
 # the ASP of the studies (each push's reply awaited, no other worker's); more pipelines them
 DEFAULT_PIPELINE = 0

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from netbench.model import exchange_model, ranks
+from netbench.model.job import OWN_PACE_STRATEGIES
 
 
 @dataclass(frozen=True)
@@ -286,9 +287,10 @@ def node_compute_s(x: StepInputs, compute_s: float, cpu_comm: float = 0.0) -> fl
     communication term already counts; the slowest worker's in a synchronous strategy (every step
     waits for it; ps-sync with B backup workers: the (W - B)-th fastest's, as a round closes on its
     first W - B gradients; ps-ssp: the slowest's too, its gate keeps every worker within S steps
-    of it), worker 0's in the others (each runs at its own pace, and the prediction is set
-    beside the chief's measured steps; the cluster's images/sec is the sum of the workers' own
-    rates, jobs/analysis.cluster_throughput)."""
+    of it), worker 0's in the own-pace exchange strategies (job.OWN_PACE_STRATEGIES: the prediction
+    is set beside the chief's measured steps; the cluster's images/sec is the sum of the workers'
+    own rates, jobs/analysis.cluster_throughput), the mean in TF's ps (its coordinator counts
+    every worker's completions)."""
     if not x.node_slowdown and not x.node_delay_s:
         return compute_s
     count = max(len(x.node_slowdown), len(x.node_delay_s))
@@ -299,7 +301,9 @@ def node_compute_s(x: StepInputs, compute_s: float, cpu_comm: float = 0.0) -> fl
         return sorted(each)[len(each) - 1 - x.backup_workers]  # the round's last gradient it waits for
     if x.strategy in SYNCHRONOUS or x.strategy == "ps-ssp":  # ps-ssp: the gate holds all within S of the slowest
         return max(each)
-    return each[0]  # at its own pace: the chief's (worker 0's), whose steps the prediction is set beside
+    if x.strategy in OWN_PACE_STRATEGIES:
+        return each[0]
+    return sum(each) / len(each)  # TF's ps: the coordinator counts any worker's completions  # at its own pace: the chief's (worker 0's), whose steps the prediction is set beside
 
 
 def within(measured_s: float, predicted_s: float, tolerance: float = 0.25) -> bool:
