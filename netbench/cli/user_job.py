@@ -43,6 +43,7 @@ def with_command(job, argv: tuple[str, ...], images_per_step: int | None, step_r
     """`job` running the user's command `argv` (the job itself when there is none); a flag
     that needs a command, or that a command cannot take, is a UsageError naming it."""
     from netbench.model.command_job import UserCommand, check_command
+    from netbench.model.frameworks import DEFAULT_FRAMEWORK
     from netbench.model.job import command_spec
 
     if not argv:
@@ -51,6 +52,10 @@ def with_command(job, argv: tuple[str, ...], images_per_step: int | None, step_r
                 raise UsageError(f"flag {flag}: only with a COMMAND", hint="e.g. netbench sweep --latency 1,20ms "
                                  "--workers 2 -- python train.py")
         return job
+    if job.framework != DEFAULT_FRAMEWORK:  # it picks netbench's own workload; a COMMAND is the user's
+        raise UsageError(f"flag --framework: {job.framework} picks netbench's built-in workload, not a COMMAND's",
+                         hint="drop --framework: a COMMAND runs as given, and every rank has torchrun's and "
+                              "TF_CONFIG's variables whatever its framework")
     for flag, value in (("--verify", verify), ("--schedule", schedules)):
         if value:  # a user's command runs in launches, which neither verify nor drive schedules
             raise UsageError(f"flag {flag}: not with a COMMAND (yet)", hint="sweep --latency, --bandwidth, "

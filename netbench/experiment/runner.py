@@ -280,6 +280,19 @@ def calibration_reuse(config: SweepConfig, testbed: Target, backend: str, conges
     return Reuse(place=place, host=calibration_cache.host_facts(), cache=cache, recalibrate=config.recalibrate)
 
 
+def check_jobs(config: SweepConfig) -> None:
+    """Refuse, before anything is set up, a run whose job cannot run as asked (model.job.check_job
+    names the setting); the commands check their flags first, this catches what they let through."""
+    from netbench.errors import UsageError
+    from netbench.model.job import check_job
+
+    for job, workers in [(run.job, run.workers) for run in config.runs] or [(config.job, config.workers)]:
+        try:
+            check_job(job, workers)
+        except ValueError as exc:
+            raise UsageError(f"setting {exc}", hint="'netbench sweep --help' lists what each flag takes") from None
+
+
 def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Journal | None = None,
               testbed: Testbed | None = None) -> list[RunResult]:
     """Run every planned point; whatever happens, leave the network as it was found.
@@ -291,6 +304,7 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
 
     observer = observer or _Quiet()
     testbed = testbed or EmbeddedTestbed(journal or Journal(), config.backend)
+    check_jobs(config)
     store = ResultStore(config.output)
     results: list[RunResult] = []
     # every run's placement must fit (a playbook's runs differ in strategy and workers)

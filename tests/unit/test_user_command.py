@@ -116,6 +116,8 @@ def test_a_playbooks_dry_run_prints_the_command_each_rank_runs(tmp_path):
     (["--step-regex", "x", "--", "python", "j.py"], "needs images-per-step"),
     (["--verify", "--", "python", "j.py"], "flag --verify: not with a COMMAND"),
     (["--schedule", "profiles/schedules/spike.yaml", "--", "python", "j.py"], "flag --schedule: not with a COMMAND"),
+    # it was a traceback (the plan's framework check) once the testbed was up
+    (["--framework", "torch", "--", "python", "j.py"], "flag --framework: torch picks netbench's built-in workload"),
 ])
 def test_sweep_refuses_flags_that_do_not_fit_a_command(args, message):
     result = invoke("sweep", "--latency", "1ms", "--dry-run", *args)
@@ -357,3 +359,19 @@ def test_descendants_are_found_through_the_process_tree():
             os.kill(pid, 9)
         parent.kill()
         parent.wait()
+
+
+def test_a_sweep_refuses_a_job_that_cannot_run_before_it_sets_anything_up(tmp_path):
+    # a playbook or an API caller can hand the runner what the flags refuse: a torch job running a
+    # user's command was a traceback from the first launch's placement, after the testbed was up
+    from netbench.errors import UsageError
+
+    job = JobSpec(strategy="command", model="command", batch_size=0, warmup=0, seconds=0.6, framework="torch",
+                  command=UserCommand(argv=("python", "j.py")))
+    runs = design.plan_sweep(Profile(name="base"), design.SweepLevels(delay_us=(1000,)), 1, job, 2)
+    config = SweepConfig(sweep_id="s", runs=tuple(runs), job=job, workers=2, output=tmp_path / "out",
+                         settle=Settle(steps=2, seconds=0.0))
+    testbed = SyntheticTestbed(Journal(tmp_path / "state"))
+    with pytest.raises(UsageError, match="setting strategy: command is not available with framework torch"):
+        run_sweep(config, testbed=testbed)
+    assert testbed.config is None and not (tmp_path / "out").exists()  # nothing prepared, no folder made
