@@ -259,6 +259,11 @@ def _job_from_flags(training: Training, workers: int | None, **rest):
         datasets.check_source(data)
     except datasets.DataError as exc:
         raise UsageError(f"flag --data: {exc}") from None
+    try:
+        datasets.check_fits(model, data)
+    except datasets.DataError as exc:
+        raise UsageError(f"flag --model: {exc}", hint="--model mlp with --data fashion-mnist, or the model "
+                         "with --data synthetic, an .npz or a folder of images") from None
     if data == datasets.SYNTHETIC:
         try:
             check_input(model, shape or DEFAULT_INPUT_SHAPES[model], classes or DEFAULT_CLASSES)

@@ -88,6 +88,7 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
     from netbench.jobs.launch import Timeouts
 
     design.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
+    _check_data_fits(book, runs)
     plans = tuple(todo)
     if not plans:
         console.info(f"playbook [bold]{escape(book.name)}[/]: all {len(runs)} runs are done in {escape(str(output))}; "
@@ -192,3 +193,18 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path) ->
             design.job_fields(book, run.settings, design.fields_of(JobSpec))
     except pb.PlaybookError as exc:
         console.info(f"[yellow]not runnable by this netbench yet[/]: {escape(exc.message)}")
+
+
+def _check_data_fits(book, runs) -> None:
+    """A run whose model cannot take its data (jobs.harness.data.check_fits), named by the key
+    that sets the model, before the first run."""
+    from netbench.jobs.harness import data as datasets
+    from netbench.model import playbook as pb
+
+    for run in runs:
+        if run.settings.strategy == "command":
+            continue
+        try:
+            datasets.check_fits(run.settings.model, run.settings.data)
+        except datasets.DataError as exc:
+            raise pb.fail(book.source, book.where("model"), str(exc), hint="model mlp with data fashion-mnist") from None

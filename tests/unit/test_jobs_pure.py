@@ -246,3 +246,23 @@ def test_an_own_pace_strategys_images_per_sec_is_the_sum_of_its_workers_rates():
     assert analysis.cluster_throughput(stats, (6400.0, 1600.0), JobSpec(strategy="ps-sync", batch_size=64), 2) == stats
     # a worker without measured steps: nothing to sum
     assert analysis.cluster_throughput(stats, (6400.0,), asynchronous, 2) == stats
+
+
+def test_fashion_mnist_fits_only_a_model_that_takes_flat_samples_and_both_entry_points_refuse_the_rest(tmp_path):
+    from click.testing import CliRunner
+
+    from netbench.cli import app as cli
+
+    datasets.check_fits("mlp", datasets.FASHION_MNIST)
+    datasets.check_fits("cnn", datasets.SYNTHETIC)  # other sources are checked once loaded
+    with pytest.raises(datasets.DataError, match="model cnn needs images HxWxC, and fashion-mnist gives 784 values"):
+        datasets.check_fits("cnn", datasets.FASHION_MNIST)
+    # it was a failure in every worker at run time; now the flag, or the playbook's key, before anything starts
+    result = CliRunner().invoke(cli.main, ["sweep", "--model", "resnet18", "--data", "fashion-mnist", "--latency",
+                                           "1ms", "--dry-run"])
+    assert result.exit_code != 0 and "flag --model: model resnet18 needs images" in result.output, result.output
+    book = tmp_path / "b.yaml"
+    book.write_text("name: b\nfactors:\n  latency: [1ms]\nfixed:\n  model: cnn\n  data: fashion-mnist\n  workers: 2\n")
+    result = CliRunner().invoke(cli.main, ["run", str(book), "--output", str(tmp_path / "out")])
+    assert result.exit_code != 0 and f"{book}: fixed.model: model cnn needs images" in result.output, result.output
+    assert not (tmp_path / "out").exists()

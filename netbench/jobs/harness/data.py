@@ -57,6 +57,24 @@ class Dataset:
         return tuple(int(d) for d in self.x.shape[1:])
 
 
+# Fashion-MNIST as netbench loads it: 784 values a sample (load_fashion_mnist flattens the images)
+FASHION_MNIST_SHAPE = (784,)
+
+
+def check_fits(model: str, source: str) -> None:
+    """Raise DataError when `model` cannot take the samples of `source` as netbench loads them
+    (Fashion-MNIST is flat: only the mlp takes it; other sources are checked once loaded)."""
+    from netbench.jobs.harness.models import DEFAULT_CLASSES, check_input
+
+    if source != FASHION_MNIST:
+        return
+    try:
+        check_input(model, FASHION_MNIST_SHAPE, DEFAULT_CLASSES)
+    except ValueError:
+        raise DataError(f"model {model} needs images HxWxC, and fashion-mnist gives 784 values a sample "
+                        "(only the mlp takes it)") from None
+
+
 def check_source(source: str) -> None:
     """Raise DataError unless `source` is "synthetic", an existing .npz file or a folder."""
     if source == SYNTHETIC:
