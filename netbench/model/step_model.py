@@ -9,7 +9,8 @@
   - a message's latency: the framework's overhead per collective (the intercept of an
     all-reduce on unshaped links, measured) plus one round trip (2 x the configured one-way
     delay: TensorFlow's ring moves each chunk with a RecvBuf RPC, a request and its reply)
-    per sequential transfer;
+    per sequential transfer; torch's Gloo ring is replayed segment by segment instead
+    (model/gloo_ring.py: two segments in flight, so its round trips overlap its transfers);
   - a byte's cost: the configured rate's (8 / rate), or the per-byte cost measured on
     unshaped links when that is slower (the CPU then limits, not the link).
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from netbench.model import exchange_model, ranks
+from netbench.model import exchange_model, gloo_ring, ranks
 from netbench.model.job import OWN_PACE_STRATEGIES
 
 
@@ -83,7 +84,7 @@ class StepInputs:
     # ps-sync's backup workers: a round closes on the first workers - backup gradients
     backup_workers: int = 0
     # the framework's collectives (model/frameworks.py): TensorFlow's ring passes each chunk on
-    # hop after hop; Gloo's (torch) moves every hop of a ring step at once
+    # hop after hop; Gloo's (torch) is replayed (model/gloo_ring.py)
     framework: str = "tensorflow"
     # the exchange strategies: the job's own mean step on unshaped links, measured
     # (experiment/base_calibration.py); None: predicted from the parts alone
@@ -134,8 +135,9 @@ def allreduce_s(x: StepInputs, size_bytes: float | None = None) -> float:
     size = x.model_bytes if size_bytes is None else size_bytes
     if x.ranks_per_node > 1:
         return two_level_allreduce_s(x, size)
-    # the overhead once per step: it is the calibration's (TensorFlow's collective ops, one pack);
-    # torch's DDP buckets each wait their round trips, the first overlapped with backward
+    if x.framework == "torch" and len(x.ring_rtts_s) != n:
+        return x.overhead_s + gloo_ring_s(x, size, n, 1)
+    # the overhead once per step: it is the calibration's (TensorFlow's collective ops, one pack)
     latency = x.overhead_s + x.buckets * ring_round_trips_s(x)
     per_byte = max(x.beta_s_per_byte, 2 * (n - 1) / n * _wire(x))
     return latency + per_byte * size
@@ -157,28 +159,40 @@ def two_level_allreduce_s(x: StepInputs, size: float) -> float:
     if x.collective == "hierarchical":
         if nodes < 2:
             return 2 * x.overhead_s + x.beta_s_per_byte * size
-        leaders = 2 * (nodes - 1) * 2 * x.delay_s
         inside = 2 * x.overhead_s  # the reduce and the broadcast: two more collectives
+        if x.framework == "torch":
+            return x.overhead_s + inside + x.beta_s_per_byte * size + gloo_ring_s(x, size, nodes, 1)
+        leaders = 2 * (nodes - 1) * 2 * x.delay_s
         per_byte = x.beta_s_per_byte + 2 * (nodes - 1) / nodes * _wire(x)
         return x.overhead_s + inside + x.buckets * leaders + per_byte * size
-    crossing = ring_crossings(x.framework, w, nodes)
+    if x.framework == "torch":
+        return x.overhead_s + gloo_ring_s(x, size, w, per)
+    crossing = ring_crossings(w, nodes)
     latency = x.overhead_s + x.buckets * crossing * 2 * x.delay_s
     per_byte = max(x.beta_s_per_byte, 2 * (w - 1) / w * _wire(x) if nodes > 1 else 0.0)
     return latency + per_byte * size
 
 
-def ring_crossings(framework: str, ranks: int, nodes: int) -> float:
-    """Round trips on the nodes' links of one ring all-reduce over `ranks` ranks, node-major on
-    `nodes` nodes. TensorFlow's ring passes each chunk hop after hop (a RecvBuf RPC each), so of
-    its 2(W-1) transfers only the N/W that cross a node's link pay a round trip. Gloo's (torch)
-    moves every hop of a ring step at once and the next step starts when all have arrived, so
-    each of its 2(W-1) steps waits for a hop that crosses (measured here, 2 nodes x 2 ranks of
-    torch at 20 ms: 252 ms a step, 6 round trips of 40 ms and the compute; 2 x 2 of TensorFlow:
-    134 ms, 3 of them)."""
+def gloo_ring_s(x: StepInputs, size: float, ranks: int, ranks_per_node: int) -> float:
+    """torch's all-reduce of `size` bytes in x.buckets DDP buckets, one after the other, each a
+    Gloo ring over `ranks` ranks (model/gloo_ring.py replays its segments, its two in flight and
+    its receive notes): the nodes' links at the point's delay and rate, a node's loopback at the
+    calibration's per-byte cost (as link_beta, per hop)."""
+    hop = x.beta_s_per_byte * x.workers / (2 * (x.workers - 1)) if x.workers > 1 else 0.0
+    links = gloo_ring.Links(ranks=ranks, ranks_per_node=ranks_per_node, one_way_s=x.delay_s,
+                            wire_s_per_byte=_wire(x), local_s_per_byte=hop)
+    buckets = max(1, x.buckets)
+    return buckets * gloo_ring.allreduce_s(size / buckets, links)
+
+
+def ring_crossings(ranks: int, nodes: int) -> float:
+    """Round trips on the nodes' links of one TensorFlow ring all-reduce over `ranks` ranks,
+    node-major on `nodes` nodes: it passes each chunk hop after hop (a RecvBuf RPC each), so of
+    its 2(W-1) transfers only the N/W that cross a node's link pay a round trip (measured here,
+    2 nodes x 2 ranks at 20 ms: 134 ms a step, 3 round trips of 40 ms and the compute). Gloo's
+    ring (torch) is replayed instead: gloo_ring_s."""
     if nodes < 2:
         return 0.0
-    if framework == "torch":
-        return 2.0 * (ranks - 1)
     return 2 * (ranks - 1) * nodes / ranks
 
 
