@@ -3,9 +3,10 @@
 Before a sweep's first point (links as the testbed starts: unshaped), two calibrations,
 each timed and recorded in the manifest's "calibration":
 
-* collective: the all-reduce at a few sizes (CALIBRATION_SIZES) with TensorFlow's collective
-  ops over the workers' nodes (experiment/collective.py), fitted to alpha + beta x bytes:
-  the framework's overhead per collective and the unshaped per-byte cost;
+* collective: the all-reduce at a few sizes (CALIBRATION_SIZES) with the job's own collectives
+  (TensorFlow's collective ops; gloo's through torch.distributed for a torch job) over the
+  workers' nodes (experiment/collective.py), fitted to alpha + beta x bytes: the framework's
+  overhead per collective and the unshaped per-byte cost;
 * exchange (when a run uses netbench's exchange protocol: ps-sync, ps-async, ps-ssp, easgd,
   gosgd, adpsgd): request-reply transfers of a few sizes in the protocol's frames between two
   worker nodes, fitted to alpha + beta x bytes moved, and the nodes' TCP buffer limits (the
@@ -51,10 +52,17 @@ def job_key(job: JobSpec, workers: int) -> str:
     return f"{framework}{job.model}/b{job.batch_size}/{shape}/{job.classes or ''}/{job.data}/w{workers}{per}"
 
 
-def collective_key(workers: int, ranks_per_node: int = 1) -> int | str:
+def collective_key(workers: int, ranks_per_node: int = 1, framework: str = "tensorflow") -> int | str:
     """The collective calibration's key: the workers, or "WxR" with R ranks per node (measured
-    on that placement: the loopback inside each node, the unshaped links between them)."""
-    return workers if ranks_per_node <= 1 else f"{workers}x{ranks_per_node}"
+    on that placement: the loopback inside each node, the unshaped links between them); a torch
+    job's, "torch/..." (its all-reduce is gloo's, measured with gloo)."""
+    key = workers if ranks_per_node <= 1 else f"{workers}x{ranks_per_node}"
+    return key if framework == "tensorflow" else f"{framework}/{key}"
+
+
+# the collective benchmark's transport (experiment/collective.py) for a job's framework: the
+# all-reduce its workers run (torch's DDP on CPU: gloo)
+CALIBRATION_TRANSPORT = {"tensorflow": "tf", "torch": "gloo"}
 
 
 def compute_measured(job: JobSpec, workers: int) -> dict[str, Any]:
@@ -66,9 +74,10 @@ def compute_measured(job: JobSpec, workers: int) -> dict[str, Any]:
             "warmup": COMPUTE_WARMUP, "steps": COMPUTE_STEPS}
 
 
-def allreduce_measured(workers: int, ranks_per_node: int = 1) -> dict[str, Any]:
-    """What the all-reduce calibration over `workers` (ranks_per_node a node) measures."""
-    return {"framework": "tensorflow", "op": "allreduce", "ranks": workers,
+def allreduce_measured(workers: int, ranks_per_node: int = 1, framework: str = "tensorflow") -> dict[str, Any]:
+    """What the all-reduce calibration over `workers` (ranks_per_node a node) measures, with the
+    collectives of `framework`."""
+    return {"framework": framework, "op": "allreduce", "ranks": workers,
             "nodes": max(1, workers // max(1, ranks_per_node)),
             "sizes": list(CALIBRATION_SIZES), "warmup": 2, "reps": 3}
 
@@ -104,7 +113,7 @@ class Predictor:
         """The ids of the calibrations `run`'s prediction uses, "+"-joined (compute, all-reduce,
         exchange); None when it uses none."""
         parts = [self.ids.get(f"compute/{job_key(run.job, run.workers)}"),
-                 self.ids.get(f"allreduce/w{collective_key(run.workers, run.job.ranks_per_node)}")]
+                 self.ids.get(f"allreduce/w{collective_key(run.workers, run.job.ranks_per_node, run.job.framework)}")]
         if run.job.strategy in exchange_model.STRATEGIES:
             parts.append(self.ids.get("exchange"))
             parts.append(self.ids.get(f"base/{_base_key(run.job, run.workers)}"))
@@ -114,7 +123,7 @@ class Predictor:
         from netbench.experiment.estimate import path_of
 
         job, workers = run.job, run.workers
-        fit = self.collective.get(collective_key(workers, job.ranks_per_node))
+        fit = self.collective.get(collective_key(workers, job.ranks_per_node, job.framework))
         measured = self.compute.get(job_key(job, workers))
         alone = job.strategy == "single" or (job.strategy.startswith("allreduce") and workers < 2)  # no network
         if measured is None or (fit is None and not alone):
@@ -211,7 +220,8 @@ def measure_compute(testbed, job: JobSpec, workers: int, log_dir, port: int) -> 
                      "processes": workers, "seconds": round(time.monotonic() - started, 3)}
 
 
-def measure_collective(testbed, workers: int, log_dir, port: int, ranks_per_node: int = 1) -> tuple[Any, dict]:
+def measure_collective(testbed, workers: int, log_dir, port: int, ranks_per_node: int = 1,
+                       framework: str = "tensorflow") -> tuple[Any, dict]:
     from netbench.experiment import collective
     from netbench.model.profile import Profile
     from netbench.model.run import Run
@@ -219,7 +229,7 @@ def measure_collective(testbed, workers: int, log_dir, port: int, ranks_per_node
     run = Run(index=0, profile=Profile(name="calibration"), repeat=0,
               job=replace(collective.JOB, ranks_per_node=ranks_per_node), workers=workers)
     settings = collective.Settings(sizes=CALIBRATION_SIZES, ops=("allreduce",), warmup=2, reps=3)
-    point = collective.measure(testbed, run, settings, "tf", log_dir, port)
+    point = collective.measure(testbed, run, settings, CALIBRATION_TRANSPORT[framework], log_dir, port)
     return point.fit, {"alpha_s": point.fit.alpha_s, "beta_s_per_byte": point.fit.beta_s_per_byte,
                        "sizes": [s.to_json() for s in point.results["allreduce"]], "seconds": round(point.seconds, 3)}
 
@@ -268,17 +278,21 @@ def calibrate(runs, testbed, log_root, note, seed: int = 0, reuse: Reuse | None 
     computes: dict[str, Compute] = {}
     ids: dict[str, str] = {}
     modelled = [r for r in runs if r.job.strategy in step_model.PATTERNS]
-    for workers, per in sorted({(r.workers, r.job.ranks_per_node) for r in modelled if r.workers >= 2}):
-        key = collective_key(workers, per)
+    for workers, per, framework in sorted({(r.workers, r.job.ranks_per_node, r.job.framework)
+                                           for r in modelled if r.workers >= 2}):
+        key = collective_key(workers, per, framework)
 
-        def measure(w=workers, per=per, key=key):
+        def measure(w=workers, per=per, key=key, framework=framework):
             placed = {"ranks_per_node": per} if per > 1 else {}  # one a node: the call as before
-            fit, facts = measure_collective(testbed, w, log_root / f"calibration-collective-w{key}",
-                                            rng.randrange(20000, 30000), **placed)
+            if framework != "tensorflow":
+                placed["framework"] = framework
+            folder = log_root / f"calibration-collective-w{str(key).replace('/', '-')}"
+            fit, facts = measure_collective(testbed, w, folder, rng.randrange(20000, 30000), **placed)
             return {"alpha_s": fit.alpha_s, "beta_s_per_byte": fit.beta_s_per_byte}, facts
-        on = f" ({per} a node)" if per > 1 else ""
+        on = (f" ({per} a node)" if per > 1 else "") + ("" if framework == "tensorflow" else
+                                                       f" with {CALIBRATION_TRANSPORT.get(framework, framework)}")
         try:
-            value, facts = _obtain("allreduce", allreduce_measured(workers, per),
+            value, facts = _obtain("allreduce", allreduce_measured(workers, per, framework),
                                    f"all-reduce over {workers} workers{on}", measure, reuse, note)
         except Exception as exc:  # noqa: BLE001 - a calibration only informs: the sweep goes on without it
             record["errors"].append(_why(exc))

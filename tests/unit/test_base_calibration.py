@@ -85,17 +85,18 @@ def test_the_buckets_torch_reported_replace_the_models_estimate():
     assert predict.reported_buckets([{"event": "start", "framework": "tensorflow"}]) is None
     job = JobSpec(strategy="allreduce", model="mlp", framework="torch")
     run = Run(index=0, profile=Profile(name="p", delay_us=20_000, rate_bps=100_000_000), repeat=0, job=job, workers=2)
-    p = predict.Predictor(collective={2: maths.AlphaBeta(0.0015, 2e-9)},
+    p = predict.Predictor(collective={predict.collective_key(2, 1, "torch"): maths.AlphaBeta(0.0015, 2e-9)},
                           compute={predict.job_key(job, 2): predict.Compute(0.002, MODEL)})
     assert p.inputs(run).buckets == 2  # the estimate from the size: a 1 MiB first bucket, then one more
     one = p.predict(run, buckets=1)
-    assert p.predict(run).step_s - one.step_s == pytest.approx(2 * 2 * 0.020)  # one ring's round trips fewer
+    # one ring's round trips fewer (gloo's segments of the two halves round the bytes by a few)
+    assert p.predict(run).step_s - one.step_s == pytest.approx(2 * 2 * 0.020, rel=1e-3)
 
 
-def test_a_gloo_ring_step_waits_for_a_crossing_hop_and_tensorflows_passes_chunks_hop_by_hop():
-    # 2 nodes x 2 ranks: TensorFlow's 6 transfers, 3 of them over a node's link; Gloo's 6 steps, each with one
-    assert step_model.ring_crossings("tensorflow", 4, 2) == 3 and step_model.ring_crossings("torch", 4, 2) == 6
-    assert step_model.ring_crossings("torch", 4, 1) == 0 == step_model.ring_crossings("tensorflow", 4, 1)
+def test_tensorflows_ring_pays_a_round_trip_per_crossing_transfer_and_torchs_is_gloos_replayed():
+    # 2 nodes x 2 ranks: TensorFlow's 6 transfers, 3 of them over a node's link; Gloo's 2 x 3
+    # pairs of segments in flight, each pair waiting for a round trip over a node's link
+    assert step_model.ring_crossings(4, 2) == 3 and step_model.ring_crossings(4, 1) == 0
     x = step_model.StepInputs(strategy="allreduce", workers=4, model_bytes=MODEL, compute_s=0.002, delay_s=0.02,
                               rate_bps=None, overhead_s=0.0, beta_s_per_byte=0.0, ranks_per_node=2)
     tf, torch = step_model.allreduce_s(x), step_model.allreduce_s(dataclasses.replace(x, framework="torch"))

@@ -51,6 +51,7 @@ def test_the_id_is_stable_and_changes_with_everything_the_calibration_measured()
         key(host=replace(HOST, netbench="0.2.0")),
         key(host=replace(HOST, frameworks=(("tensorflow-cpu", "2.22.0"),))),
         key("allreduce", predict.allreduce_measured(2)),
+        key("allreduce", predict.allreduce_measured(2, framework="torch")),
     ]
     ids = {cc.calibration_id(k) for k in others}
     assert base not in ids and len(ids) == len(others)
@@ -126,9 +127,10 @@ class FakeMeasures:
 
         self.calls: list[str] = []
 
-        def collective(testbed, workers, log_dir, port):
-            self.calls.append(f"allreduce/{workers}")
-            return AlphaBeta(0.0015, 2e-9), {"alpha_s": 0.0015, "beta_s_per_byte": 2e-9, "seconds": 3.0}
+        def collective(testbed, workers, log_dir, port, ranks_per_node=1, framework="tensorflow"):
+            self.calls.append(f"allreduce/{workers}" + ("" if framework == "tensorflow" else f"/{framework}"))
+            alpha = 0.0015 if framework == "tensorflow" else 0.0005
+            return AlphaBeta(alpha, 2e-9), {"alpha_s": alpha, "beta_s_per_byte": 2e-9, "seconds": 3.0}
 
         def compute(testbed, job, workers, log_dir, port):
             self.calls.append(f"compute/{job.model}")
@@ -211,3 +213,20 @@ def test_without_a_cache_every_calibration_is_measured_and_still_named(tmp_path,
     # no host facts (a caller that keys nothing): measured, no ids
     predictor, _ = predict.calibrate(runs()[:1], None, tmp_path / "logs", [].append)
     assert predictor.ids == {} and predictor.calibration_id(runs()[0]) is None
+
+
+def test_a_torch_jobs_all_reduce_is_calibrated_with_gloo_apart_from_tensorflows(tmp_path, monkeypatch):
+    # torch's DDP all-reduces with gloo: TensorFlow's collective ops' overhead (4 processes on 2
+    # cores: 17.6 ms against gloo's few) would stand in for it
+    fakes = FakeMeasures(monkeypatch)
+    profile = Profile(name="p", delay_us=1_000)
+    both = [Run(index=i, profile=profile, repeat=0, job=JobSpec(strategy="allreduce", model="mlp", framework=f),
+                workers=2) for i, f in enumerate(("tensorflow", "torch"))]
+    notes: list[str] = []
+    predictor, record = predict.calibrate(both, None, tmp_path / "logs", notes.append,
+                                          reuse=predict.Reuse(place=PLACE, host=HOST, cache=None))
+    assert sorted(c for c in fakes.calls if c.startswith("allreduce")) == ["allreduce/2", "allreduce/2/torch"]
+    assert set(record["collective"]) == {"2", "torch/2"} and any("over 2 workers with gloo" in n for n in notes)
+    tf, torch = (predictor.inputs(run) for run in both)
+    assert (tf.overhead_s, torch.overhead_s) == (0.0015, 0.0005)
+    assert predictor.ids["allreduce/wtorch/2"] in predictor.calibration_id(both[1])
