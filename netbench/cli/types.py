@@ -41,6 +41,8 @@ class Seconds(click.ParamType):
 
         if _non_finite(value):
             self.fail(f"{value} is not a finite number", param, ctx)
+        if isinstance(value, str) and value.startswith("--"):  # the value was left out: the next flag came
+            self.fail(f"takes a duration (e.g. 0.5s), got the flag {value!r}", param, ctx)
         try:
             seconds = units.parse_seconds(value)
         except ValueError as exc:

@@ -95,6 +95,8 @@ def test_the_help_texts_of_every_section_line_up(name):
     (["collective", "--workers", "1"], "--workers"),
     (["collective", "--reps", "x"], "--reps"),
     (["apply", "--scale", "0"], "--scale"),
+    # a duration whose value was left out: it said "duration must not be negative, got '--output'"
+    (["sweep", "--sample-resources", "--output", "x"], "--sample-resources': takes a duration (e.g. 0.5s), got the flag '--output'"),
 ])
 def test_a_usage_error_is_one_error_line_naming_the_flag(args, flag):
     result = CliRunner().invoke(main, args)
