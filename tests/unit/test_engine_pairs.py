@@ -320,3 +320,30 @@ def test_the_engine_command_line_takes_a_pairs_file(tmp_path, capsys):
 
 if sys.byteorder != "little":  # pragma: no cover - the packet builders are little-endian
     pytestmark = pytest.mark.skip(reason="hand-built bytes are little-endian")
+
+
+def test_a_pause_between_the_engines_two_clock_reads_never_releases_a_packet_early(monkeypatch):
+    # the kernel stamped the packet at wall 1000.000 (monotonic 50.000); the engine reads its two
+    # clocks 1 ms later and is descheduled for 0.7 ms after the first read, whichever it is
+    from netbench.emulation import engine as engine_module
+
+    reads: list[str] = []
+
+    def elapsed(kind: str) -> float:
+        reads.append(kind)
+        return 0.001 + (0.0007 if len(reads) > 1 else 0.0)
+
+    engine, queue = _engine(EngineParams(10_000))
+    queue.feed([(1, FAR)])
+    original = queue.recv_batch
+
+    def recv_with_stamp():
+        got = original()
+        queue.last_timestamps = [1000.000] if got else []
+        return got
+    queue.recv_batch = recv_with_stamp
+    monkeypatch.setattr(engine_module.time, "monotonic", lambda: 50.0 + elapsed("monotonic"))
+    monkeypatch.setattr(engine_module.time, "time", lambda: 1000.0 + elapsed("wall"))
+    engine._ingest()
+    release = engine.scheduler.next_release_time()
+    assert release >= 50.000 + 0.010 - 1e-9, release  # the 10 ms from the kernel's stamp, or later
