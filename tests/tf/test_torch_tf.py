@@ -89,3 +89,41 @@ def test_sweep_torch_latency_end_to_end(clean_machine, tmp_path):
     # the sweep brought the testbed up, so it took it down, and no process is left
     assert local.list_netbench_netns() == []
     assert netbench_processes() == []
+
+
+def test_the_buckets_the_worker_reports_are_those_ddp_all_reduces_in_its_measured_steps():
+    # DDP rebuilds its buckets after the first step, while its logging data keeps the first
+    # assignment (the mlp: one bucket, where every later step all-reduces two): the worker
+    # reports the rebuilt ones, which a communication hook sees
+    code = r"""
+import socket, torch, torch.distributed as dist
+from torch import nn
+from netbench.jobs.torch_harness.loop import _buckets
+from netbench.jobs.torch_harness.models import build_model
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+for name in ("mlp", "cnn"):
+    model = build_model(name, (784,) if name == "mlp" else (32, 32, 3), 10)
+    net = nn.parallel.DistributedDataParallel(model)
+    seen = []
+    def hook(state, bucket):
+        seen.append(bucket.buffer().numel() * bucket.buffer().element_size())
+        future = torch.futures.Future(); future.set_result(bucket.buffer()); return future
+    net.register_comm_hook(None, hook)
+    reported = dict(_buckets(net, object()))["ddp_bucket_bytes"]
+    x = torch.randn(8, *((784,) if name == "mlp" else (32, 32, 3)))  # channels last, as the harness feeds it
+    for _ in range(3):
+        seen.clear()
+        nn.CrossEntropyLoss()(net(x), torch.randint(0, 10, (8,))).backward()
+    print(name, reported, ",".join(map(str, seen)), net._get_ddp_logging_data().get("bucket_sizes"))
+dist.destroy_process_group()
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith(("mlp ", "cnn "))]
+    assert [r[0] for r in rows] == ["mlp", "cnn"], result.stdout
+    for name, reported, seen, logged in rows:
+        assert reported == seen, (name, reported, seen)
+    assert rows[0][1] == "1071144,1607680" and rows[0][3] == "2678824"  # what DDP's own log says

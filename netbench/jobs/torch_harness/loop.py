@@ -240,14 +240,22 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
 
 
 def _buckets(net: Any, where: Any) -> tuple[tuple[str, str], ...]:
-    """DDP's gradient buckets as it assigned them ("ddp_bucket_bytes": their sizes, comma-
-    separated): each is an all-reduce per step, which the step model counts (it asks DDP rather
-    than guessing from the model's size). () without DDP, or where this torch does not say."""
+    """DDP's gradient buckets of the measured steps ("ddp_bucket_bytes": their sizes, comma-
+    separated): each is an all-reduce per step, which the step model counts. DDP rebuilds its
+    buckets after the first step, in the order the gradients became ready (the reverse of the
+    parameters), with a first bucket of at most 1 MiB and then bucket_cap_mb; its logging data
+    still names the first assignment then (the mlp: one bucket of 2,678,824 bytes, where the
+    steps all-reduce 1,071,144 and 1,607,680), so the rebuild is worked out here by DDP's own
+    rule. () without DDP, or where this torch does not have the rule."""
     if where is None:
         return ()
     try:
-        sizes = str(net._get_ddp_logging_data().get("bucket_sizes", "")).replace(" ", "")
-    except Exception:  # noqa: BLE001 - a private API: a torch without it leaves the model its estimate
+        import torch.distributed as dist
+
+        params = [p for p in net.module.parameters() if p.requires_grad][::-1]
+        buckets, _ = dist._compute_bucket_assignment_by_size(
+            params, [dist._DEFAULT_FIRST_BUCKET_BYTES, net.bucket_bytes_cap], [False] * len(params))
+        sizes = ",".join(str(sum(params[i].numel() * params[i].element_size() for i in b)) for b in buckets)
+    except Exception:  # noqa: BLE001 - private API: a torch without it leaves the model its estimate
         return ()
     return (("ddp_bucket_bytes", sizes),) if sizes else ()
-
