@@ -283,11 +283,9 @@ def calibrate(runs, testbed, log_root, note, seed: int = 0, reuse: Reuse | None 
         key = collective_key(workers, per, framework)
 
         def measure(w=workers, per=per, key=key, framework=framework):
-            placed = {"ranks_per_node": per} if per > 1 else {}  # one a node: the call as before
-            if framework != "tensorflow":
-                placed["framework"] = framework
             folder = log_root / f"calibration-collective-w{str(key).replace('/', '-')}"
-            fit, facts = measure_collective(testbed, w, folder, rng.randrange(20000, 30000), **placed)
+            fit, facts = measure_collective(testbed, w, folder, rng.randrange(20000, 30000), ranks_per_node=per,
+                                            framework=framework)
             return {"alpha_s": fit.alpha_s, "beta_s_per_byte": fit.beta_s_per_byte}, facts
         on = (f" ({per} a node)" if per > 1 else "") + ("" if framework == "tensorflow" else
                                                        f" with {CALIBRATION_TRANSPORT.get(framework, framework)}")

@@ -290,7 +290,8 @@ def check_jobs(config: SweepConfig) -> None:
         try:
             check_job(job, workers)
         except ValueError as exc:
-            raise UsageError(f"setting {exc}", hint="'netbench sweep --help' lists what each flag takes") from None
+            raise UsageError(f"setting {exc}", hint="the flag of the same name (netbench sweep --help), "
+                             "or the playbook key, says what it takes") from None
 
 
 def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Journal | None = None,

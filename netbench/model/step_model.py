@@ -133,10 +133,10 @@ def allreduce_s(x: StepInputs, size_bytes: float | None = None) -> float:
     if n < 2:
         return 0.0
     size = x.model_bytes if size_bytes is None else size_bytes
+    if x.framework == "torch" and x.collective == "ring" and len(x.ring_rtts_s) != n:
+        return x.overhead_s + gloo_ring_s(x, size, n, max(1, x.ranks_per_node))
     if x.ranks_per_node > 1:
         return two_level_allreduce_s(x, size)
-    if x.framework == "torch" and len(x.ring_rtts_s) != n:
-        return x.overhead_s + gloo_ring_s(x, size, n, 1)
     # the overhead once per step: it is the calibration's (TensorFlow's collective ops, one pack)
     latency = x.overhead_s + x.buckets * ring_round_trips_s(x)
     per_byte = max(x.beta_s_per_byte, 2 * (n - 1) / n * _wire(x))
@@ -165,9 +165,7 @@ def two_level_allreduce_s(x: StepInputs, size: float) -> float:
         leaders = 2 * (nodes - 1) * 2 * x.delay_s
         per_byte = x.beta_s_per_byte + 2 * (nodes - 1) / nodes * _wire(x)
         return x.overhead_s + inside + x.buckets * leaders + per_byte * size
-    if x.framework == "torch":
-        return x.overhead_s + gloo_ring_s(x, size, w, per)
-    crossing = ring_crossings(w, nodes)
+    crossing = ring_crossings(w, nodes)  # TensorFlow's (torch's ring: allreduce_s, replayed)
     latency = x.overhead_s + x.buckets * crossing * 2 * x.delay_s
     per_byte = max(x.beta_s_per_byte, 2 * (w - 1) / w * _wire(x) if nodes > 1 else 0.0)
     return latency + per_byte * size
@@ -186,7 +184,7 @@ def gloo_ring_s(x: StepInputs, size: float, ranks: int, ranks_per_node: int, con
     GLOO_THREADS at a time, so their round trips overlap and the link carries their bytes
     together (measured, 2 x 2 ranks at 20 ms: 254 ms a step with two buckets, one ring's round
     trips); the hierarchical hook waits for each bucket's collectives in turn (the leaders'
-    rings measured 169.6 and 214.5 ms, the replay's 169.6 and 214.5)."""
+    rings measured 169-170 and 214-217 ms at 20 ms and 100 Mbit/s, the replay 169.6 and 214.5)."""
     hop = x.beta_s_per_byte * x.workers / (2 * (x.workers - 1)) if x.workers > 1 else 0.0
     links = gloo_ring.Links(ranks=ranks, ranks_per_node=ranks_per_node, one_way_s=x.delay_s,
                             wire_s_per_byte=_wire(x), local_s_per_byte=hop)

@@ -50,7 +50,6 @@ def test_a_receive_note_queues_behind_the_data_on_its_nodes_egress():
     # node 1's egress carries rank 2's segments and rank 3's notes to rank 0: a note waits for the
     # segment ahead of it, so the ring takes longer than with the notes on a path of their own
     queued = g.allreduce_s(MLP, _links(wire=RATE_100MBIT))
-    g.allreduce_s.cache_clear()
     free = g._Replay(_links(wire=RATE_100MBIT), 6, g.segments(MLP, 4)[1])
     free._transfer = _notes_bypass(free)
     assert free.run() < queued
@@ -66,7 +65,9 @@ def _notes_bypass(replay):
     return transfer
 
 
-def test_more_ranks_per_node_cost_nothing_on_the_links_but_the_loopbacks_bytes():
-    flat = g.allreduce_s(MLP, _links(ranks=2, per=1))
-    assert g.allreduce_s(MLP, _links(ranks=8, per=4)) > flat  # 14 segments a phase, 7 pairs: more waits
+def test_a_ring_of_more_ranks_waits_for_more_pairs_of_segments_and_an_empty_one_for_none():
+    flat = g.allreduce_s(MLP, _links(ranks=2, per=1))  # 2 segments a phase: one pair, one round trip
+    assert flat == pytest.approx(2 * 0.04)
+    # 8 ranks on 2 nodes: 14 segments a phase, 7 pairs, each waiting for a crossing hop
+    assert g.allreduce_s(MLP, _links(ranks=8, per=4)) == pytest.approx(14 * 0.04)
     assert g.allreduce_s(0, _links()) == 0.0 and g.allreduce_s(MLP, _links(ranks=1, per=1)) == 0.0
