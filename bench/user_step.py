@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 LOOP = '''
-import sys, time
+import os, sys, time
 import torch, torch.distributed as dist
 from torch import nn
 from netbench import track
@@ -53,6 +53,8 @@ while True:
     if stop:
         break
 dist.destroy_process_group()
+sys.stderr.flush()
+os._exit(0)  # as examples/torch_ddp.py ends: gloo's threads may abort a finalizing Python
 '''
 
 
