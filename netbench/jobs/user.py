@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -162,7 +163,20 @@ class UserProcess:
             proc.stop_pids([pid for pid, started in family if proc.is_same_process(pid, started)], grace=grace)
         self.inner.stop(grace)
         # the record says whether the rank ended by itself (its exit status) or was stopped
-        self.owner.ended(self.rank, "stopped" if code is None else f"exited {code}")
+        self.owner.ended(self.rank, how_it_ended(code))
+
+
+def how_it_ended(code: int | None) -> str:
+    """A rank's end as ranks.json records it: "stopped" (netbench ended it), "exited CODE" by
+    itself, with the signal's name where a signal ended it ("exited -6 (SIGABRT)")."""
+    if code is None:
+        return "stopped"
+    if code < 0:
+        try:
+            return f"exited {code} ({signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return f"exited {code}"
 
 
 class UserSpawner:

@@ -222,3 +222,8 @@ def running(marker: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def test_ranks_json_names_the_signal_that_ended_a_rank():
+    assert [user.how_it_ended(code) for code in (None, 0, 1, -6, -9, -200)] == [
+        "stopped", "exited 0", "exited 1", "exited -6 (SIGABRT)", "exited -9 (SIGKILL)", "exited -200"]
