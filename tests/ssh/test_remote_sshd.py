@@ -175,10 +175,10 @@ def test_renewed_lease_holds_then_expired_lease_reverts_by_itself(lab, inventory
 
 
 def test_a_second_controller_is_refused_a_held_host_until_it_takes_over(lab, inventory):
-    first = lab.spawn_netbench("apply", "--inventory", inventory, "--bandwidth", "50mbit", "--lease", "60")
+    first = lab.spawn_netbench("apply", "--inventory", inventory, "--bandwidth", "50mbit", "--lease", "30")
     second = None
     try:
-        _wait_for_line(first, "holding a 60 s lease")
+        _wait_for_line(first, "holding a 30 s lease")
         refused = lab.netbench("apply", "--inventory", inventory, "--bandwidth", "20mbit", "--lease", "0")
         assert refused.returncode == 1, refused.stderr
         assert re.search(r"host h\d: lease held by \S+@\S+:\d+:[0-9a-f]{8} since [-0-9]+ [:0-9]+, expires in",
@@ -188,7 +188,7 @@ def test_a_second_controller_is_refused_a_held_host_until_it_takes_over(lab, inv
         second = lab.spawn_netbench("apply", "--inventory", inventory, "--bandwidth", "20mbit", "--lease", "60",
                                     "--takeover")
         _wait_for_line(second, "holding a 60 s lease")
-        _, err = first.communicate(timeout=60)  # it learns at its next renewal (every 20 s)
+        _, err = first.communicate(timeout=60)  # it learns at its next renewal (every 10 s)
         assert first.returncode == 1 and "another controller took it over (held by" in err, err
         # the first controller left the second one's shaping alone
         assert all(_shaped(h)["options"]["rate"] == 20_000_000 // 8 for h in lab.hosts)

@@ -187,7 +187,7 @@ def test_missing_peer_hits_startup_timeout(tmp_path):
     err = tmp_path / "alone.err"
     with open(err, "w") as err_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "netbench.jobs.worker", "--startup-timeout", "10"],
+            [sys.executable, "-m", "netbench.jobs.worker", "--startup-timeout", "4"],
             stdout=subprocess.PIPE, stderr=err_file, env=_env(worker.make_tf_config(addrs, 0)),
             text=True)
     try:
