@@ -228,8 +228,10 @@ def test_a_schedules_steps_read_back_through_tc_as_each_lands(bed, tmp_path):
     topo, journal, _ = bed
     _apply_in_place(bed, Profile())
     path = tmp_path / "steps.yaml"
-    path.write_text("name: steps\nsteps:\n  - {at: 0s, delay: 10ms}\n  - {at: 200ms, rate: 50mbit}\n"
-                    "  - {at: 400ms, loss: 5%}\n")
+    # a second apart: a step that lands after the next one's time is folded into it (the
+    # schedule keeps time), and under software emulation a `tc` read-back takes a few hundred ms
+    path.write_text("name: steps\nsteps:\n  - {at: 0s, delay: 10ms}\n  - {at: 1s, rate: 50mbit}\n"
+                    "  - {at: 2s, loss: 5%}\n")
     target = EmbeddedTestbed(journal)
     entries = timeline(load_schedule(path), link_before(target.show()))
     seen = []
