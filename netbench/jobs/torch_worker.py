@@ -19,6 +19,7 @@ SIGTERM ends the process (torch does not catch it).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import IO, Sequence
 
@@ -68,5 +69,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_process(parse_args(argv), run)
 
 
+def exit_without_finalizing(code: int) -> None:
+    """End the process once its output is out, without Python's finalization: gloo's worker
+    thread lets go of the last all-reduce after the step returned, which needs the GIL, and a
+    Python before 3.14 that is finalizing by then aborts (SIGABRT; pytorch/pytorch#117762).
+    examples/torch_ddp.py ends the same way."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_finalizing(main())
