@@ -12,7 +12,7 @@ from netbench import interrupts
 from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
 from netbench.jobs import accuracy, analysis, events, link_check, resources, stragglers
-from netbench.model.job import SERVER_STRATEGIES, JobSpec, algorithm_settings, effective_accum_steps, images_per_step, \
+from netbench.model.job import OWN_PACE_STRATEGIES, SERVER_STRATEGIES, JobSpec, algorithm_settings, effective_accum_steps, images_per_step, \
     nodes_needed, plan_job
 from netbench.jobs import user_results
 from netbench.jobs.launch import JobOutcome, Timeouts, run_job
@@ -205,11 +205,14 @@ def split_runs(config: SweepConfig, testbed_kind: str) -> tuple[list[Run], list[
     training), on the hosts target (workers' clocks are not the controller's), and with
     train_steps (an accuracy run trains a fresh model: it never inherits another point's). A
     user's command always runs in launches (one per point under --isolate, or when it never asks
-    track.stop_requested()): the controller, not the job, decides its window."""
-    if config.isolate or config.verify or testbed_kind == "hosts":
+    track.stop_requested()): the controller, not the job, decides its window. So do the own-pace
+    strategies under --isolate (a launch per point): their workers step apart, and only the
+    controller measures them all over one window, once all of them are in."""
+    if config.verify or testbed_kind == "hosts":
         own = list(config.runs)
     else:
-        own = [r for r in config.runs if r.schedule is not None or r.job.train_steps]
+        own = [r for r in config.runs if r.schedule is not None or r.job.train_steps
+               or (config.isolate and r.job.strategy not in OWN_PACE_STRATEGIES)]
     return [r for r in own if r.job.command is None], [r for r in config.runs if r not in own or r.job.command]
 
 
