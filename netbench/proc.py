@@ -24,8 +24,20 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from netbench.errors import NetbenchError
+from netbench.state import places
 
-NETNS_RUN_DIR = Path("/run/netns")
+# where this testbed's namespaces are bound: /run/netns, or a sandbox's own folder (its state
+# folder's netns/, set in the environment before the process started: state/places.py)
+NETNS_RUN_DIR = places.netns_dir(os.environ)
+
+
+def pyroute2_netns():
+    """pyroute2's netns module, set to create, list and enter namespaces in NETNS_RUN_DIR (its
+    default is /var/run/netns): every netbench use of it goes through here."""
+    from pyroute2 import netns
+
+    netns.NETNS_RUN_DIR = str(NETNS_RUN_DIR)
+    return netns
 
 
 # run by sh after setpriv has set the death signal: a parent already gone by then would

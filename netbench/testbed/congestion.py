@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pyroute2 import netns as pnetns
-
 from netbench import proc
 from netbench.errors import NetbenchError, TestbedError, UsageError
 from netbench.model import congestion as cc
 from netbench.state.journal import Entry, Journal
 from netbench.testbed import netns as local
+
+pnetns = proc.pyroute2_netns()  # pyroute2's, in this testbed's folder of namespaces
 
 
 def _ignore(message: str) -> None:

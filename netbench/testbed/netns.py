@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 from contextlib import closing
 
-from pyroute2 import IPRoute, NetNS, netns
+from pyroute2 import IPRoute, NetNS
 from pyroute2.netlink.exceptions import NetlinkError
 
 from netbench import proc
@@ -17,6 +17,8 @@ from netbench.emulation.netlink import rtnl
 from netbench.errors import PrivilegeError, TestbedError
 from netbench.state.journal import Entry, Journal
 from netbench.model import topology as topo
+
+netns = proc.pyroute2_netns()  # pyroute2's, in this testbed's folder of namespaces
 
 
 def _netlink_error(action: str, exc: NetlinkError) -> TestbedError:

@@ -16,6 +16,8 @@ from typing import Iterator
 
 from pyroute2.netlink.exceptions import NetlinkError
 
+from netbench.proc import NETNS_RUN_DIR
+
 NETLINK_EXT_ACK = 11
 SOL_NETLINK = 270
 NLMSG_ERROR = 2
@@ -32,7 +34,7 @@ def raw_socket_in(netns: str | None, kind: int = socket.SOCK_RAW) -> socket.sock
     FileNotFoundError when the namespace does not exist."""
     original = os.open("/proc/self/ns/net", os.O_RDONLY)
     try:
-        target = os.open(f"/run/netns/{netns}", os.O_RDONLY) if netns else None
+        target = os.open(NETNS_RUN_DIR / netns, os.O_RDONLY) if netns else None
         try:
             if target is not None:
                 _setns(target)
