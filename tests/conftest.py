@@ -42,6 +42,20 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"{item.nodeid}: a unit test marked root/tf/netem belongs in another tier folder")
 
 
+@pytest.fixture(autouse=True)
+def _never_reexec(monkeypatch):
+    """No test's own process is ever replaced by a netbench run inside a sandbox, nor starts a
+    keeper (testbed/sandbox.py): a command under test that would is a failure. Tests of those
+    paths fake them; the rootless tier runs netbench as a process of its own."""
+    from netbench.testbed import sandbox
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a test's own process would have entered a sandbox (sandbox._exec)")
+
+    monkeypatch.setattr(sandbox, "_exec", refuse)
+    monkeypatch.setattr(sandbox, "start_keeper", refuse)
+
+
 def _netbench_netns() -> list[str]:
     from netbench.testbed import netns as local
 

@@ -146,7 +146,7 @@ def collective(levels: Levels, backend: str, workers: int, ranks_per_node: int, 
     view = render_collective.CollectiveView(quiet=as_json)
     if hosts.inventory is None:
         common.check_local_flags(None, hosts.insecure_host_keys, takeover=hosts.takeover)
-        common.require_root()
+        common.require_testbed("sweeps")
         common.sigterm_as_interrupt()
         points = run_collective(config, view)
     else:  # the controller needs no root: the hosts shape their own links

@@ -68,9 +68,20 @@ def fail_if_any_failed(results) -> None:
 
 
 def require_root() -> None:
+    """For what only root may do on a host (the `node` commands a controller runs over SSH)."""
     if os.geteuid() != 0:
         raise PrivilegeError("this command changes network namespaces and needs root",
                              hint="run it with sudo, or as root")
+
+
+def require_testbed(use: str) -> None:
+    """Put the command where its testbed is before it changes anything (testbed/sandbox.py):
+    root's default testbed, or a sandbox of its own; without root, the user's. `use`: "up",
+    "uses" (the testbed that is up) or "sweeps" (that one, or one of its own when it is busy).
+    May run the command again inside a sandbox (then never returns here)."""
+    from netbench.testbed import sandbox
+
+    sandbox.take_testbed(use, sys.argv[1:])
 
 
 def sigterm_as_interrupt() -> None:

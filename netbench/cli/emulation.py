@@ -7,6 +7,7 @@ namespaces, or with --inventory the inventory's SSH hosts.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -139,7 +140,7 @@ def _load_topology(path: Path, scale: float | None):
 
 def _apply_network(network, backend: str, dry_run: bool) -> None:
     """A profile or a per-pair topology on the embedded testbed."""
-    common.require_root()
+    common.require_testbed("uses")
     with open_target() as target:
         planned = target.plan(network, backend)
         render.planned(target.kind, planned, dry_run=dry_run)
@@ -238,7 +239,7 @@ def show(as_json: bool, output: Path | None, inventory, insecure_host_keys) -> N
     """
     check_local_flags(inventory, insecure_host_keys)
     if inventory is None:
-        common.require_root()
+        common.require_testbed("uses")
     with open_target(inventory, insecure_host_keys) as target:
         shown = target.show()
     held_pairs = target.held_pairs  # the per-pair emulation the nodes or hosts hold, read back by show()
@@ -334,7 +335,7 @@ def verify_cmd(src_name, dst_name, all_pairs, throughput, topology_file, toleran
             raise UsageError(f"flag {given[0]}: only with --all-pairs",
                              hint="one pair measures throughput unless --seconds 0")
     rtt_tolerance = None if tolerance is None else parse_tolerance(tolerance)
-    common.require_root()
+    common.require_testbed("uses")
     topo = local.discover()
     if topo is None or len(topo.nodes) < 2:
         raise UsageError("netbench verify needs a testbed of at least 2 nodes",
@@ -422,12 +423,30 @@ def reset_cmd(all_namespaces: bool, inventory, insecure_host_keys) -> None:
     check_local_flags(inventory, insecure_host_keys)
     if inventory is not None and all_namespaces:  # refused before connecting to any host
         raise UsageError("flag --all-namespaces: only without --inventory (a host never removes namespaces)")
-    if inventory is None:
-        common.require_root()
-    with open_target(inventory, insecure_host_keys) as target:
+    from netbench.testbed.base import EMBEDDED
+
+    kind, removed, failed = "embedded", {}, None
+    if inventory is not None or os.geteuid() == 0:  # a user without root has only sandboxes
+        with open_target(inventory, insecure_host_keys) as target:
+            kind = target.kind
+            try:
+                removed = target.reset(warn=console.warning, all_namespaces=all_namespaces)
+            except ResetIncomplete as exc:
+                removed, failed = exc.removed, exc
+    if inventory is None:  # the sandboxes: a user's testbeds, root's second ones beside its default
         try:
-            removed = target.reset(warn=console.warning, all_namespaces=all_namespaces)
-        except ResetIncomplete as exc:  # what was removed is shown, then each failure, exit 1
-            render.removed(target.kind, exc.removed, complete=False)
-            raise
-        render.removed(target.kind, removed)
+            removed.setdefault(EMBEDDED, []).extend(_reset_sandboxes(include_default=os.geteuid() != 0))
+        except ResetIncomplete as exc:
+            removed.setdefault(EMBEDDED, []).extend(exc.removed)
+            failed = exc if failed is None else ResetIncomplete(removed, failed.failures + exc.failures)
+    render.removed(kind, removed, complete=failed is None)  # what was removed, then each failure: exit 1
+    if failed is not None:
+        raise failed
+
+
+def _reset_sandboxes(include_default: bool) -> list[str]:
+    from netbench.state import places
+    from netbench.testbed import sandbox
+
+    return sandbox.reset_sandboxes(places.base_dir(os.environ, os.geteuid()), console.warning, include_default)
+

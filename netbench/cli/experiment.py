@@ -175,7 +175,7 @@ def sweep(profile_file: Path | None, levels: Levels, schedule_files: tuple[str, 
     if dry_run:
         _print_sweep_plan(config)
         return
-    common.require_root()
+    common.require_testbed("sweeps")
     common.check_congestion(congestion_control)
     _sigterm_as_interrupt()
     common.fail_if_any_failed(_run_with_view(config, metrics.metrics_port, metrics.metrics_address,

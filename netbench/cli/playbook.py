@@ -99,7 +99,7 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
     check_playbook(book, runs, inventory)
     if inventory is None:
         hosts.refuse_without_inventory()
-        common.require_root()
+        common.require_testbed("sweeps")
         common.check_congestion(book.congestion_control, where)
     _sigterm_as_interrupt()
     from netbench.experiment.runner import SweepConfig

@@ -20,7 +20,7 @@ def apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
     from netbench.model.schedule import timeline
 
     schedule = _load_timed_schedule(path)
-    common.require_root()
+    common.require_testbed("uses")
     with open_target() as target:
         before = link_before(target.show())
         entries = timeline(schedule, before)

@@ -30,7 +30,7 @@ def testbed_up(nodes: int) -> None:
     from netbench.state.journal import Journal, Lock
     from netbench.testbed import netns as local
 
-    common.require_root()
+    common.require_testbed("up")
     journal = Journal()
     with Lock(journal.dir):
         topo = local.up(nodes, journal)
@@ -49,7 +49,7 @@ def testbed_down() -> None:
     from netbench.state.journal import Journal, Lock
     from netbench.testbed import netns as local
 
-    common.require_root()
+    common.require_testbed("uses")
     journal = Journal()
     with Lock(journal.dir):
         removed = local.down(journal)
@@ -92,7 +92,7 @@ def exec_(node: str, command: tuple[str, ...]) -> None:
     from netbench import proc
     from netbench.testbed import netns as local
 
-    common.require_root()
+    common.require_testbed("uses")
     topo = local.discover()
     if topo is None:
         raise TestbedError("no testbed is up", hint="start one with 'netbench testbed up'")

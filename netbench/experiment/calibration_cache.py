@@ -157,12 +157,12 @@ def host_facts() -> Host:
 
 
 def default_folder(env: Mapping[str, str] | None = None) -> Path:
-    """NETBENCH_CACHE_DIR; else NETBENCH_STATE_DIR/calibrations; else XDG_CACHE_HOME (or
-    ~/.cache)/netbench/calibrations."""
+    """NETBENCH_CACHE_DIR; else NETBENCH_STATE_DIR/calibrations (not a sandbox's: it is gone with
+    it, testbed/sandbox.py); else XDG_CACHE_HOME (or ~/.cache)/netbench/calibrations."""
     env = os.environ if env is None else env
     if env.get(CACHE_ENV):
         return Path(env[CACHE_ENV])
-    if env.get("NETBENCH_STATE_DIR"):
+    if env.get("NETBENCH_STATE_DIR") and not env.get("NETBENCH_SANDBOX"):
         return Path(env["NETBENCH_STATE_DIR"]) / "calibrations"
     base = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
     return base / "netbench" / "calibrations"

@@ -187,7 +187,10 @@ class EmbeddedTestbed:
                 congestion.check_available(cc.EMBEDDED_DEFAULT, "congestion control")
             except UsageError:
                 pass
-        self.congestion, default = cc.embedded_choice(requested, congestion.available())
+        if congestion.rootless():  # only the host's allowed list: the default where it is in it
+            self.congestion, default = cc.rootless_choice(requested, congestion.allowed())
+        else:
+            self.congestion, default = cc.embedded_choice(requested, congestion.available())
         self.congestion_default = self.congestion if default else None
 
     def start(self) -> Topology:

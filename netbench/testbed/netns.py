@@ -104,7 +104,9 @@ def up(nodes: int, journal: Journal) -> topo.Topology:
                 for node in plan.nodes:
                     _create_netns(node.netns, journal, made)
                     sw.link("add", ifname=node.port, kind="veth",
-                            peer={"ifname": node.ifname, "net_ns_fd": node.netns})
+                            # the full path: pyroute2 looks a bare name up in /var/run/netns,
+                            # never in a sandbox's folder of namespaces
+                            peer={"ifname": node.ifname, "net_ns_fd": str(proc.NETNS_RUN_DIR / node.netns)})
                     port = sw.link_lookup(ifname=node.port)[0]
                     sw.link("set", index=port, master=bridge, state="up")
             for node in plan.nodes:
