@@ -84,6 +84,31 @@ def require_testbed(use: str) -> None:
     sandbox.take_testbed(use, sys.argv[1:])
 
 
+def job_user(flag: str | None):
+    """Whom this command's job processes run as (testbed/run_as.py): None for this process's own
+    user; a user who could not run them is refused here, before anything starts."""
+    from netbench import proc
+    from netbench.testbed import run_as
+
+    chosen = run_as.for_this_command(flag)
+    if chosen is not None:
+        run_as.check_usable(chosen, sys.executable, proc.child_pythonpath())
+    return chosen
+
+
+def hand_over(path: Path, user) -> None:
+    """Give a results folder (and everything in it) to the user the jobs ran as: results and
+    reports belong to the user who ran sudo, not to root."""
+    if user is None or not path.exists():
+        return
+    for folder, dirs, files in os.walk(path):
+        for name in [folder, *(os.path.join(folder, f) for f in files + dirs)]:
+            try:
+                os.lchown(name, user.uid, user.gid)
+            except OSError:
+                pass
+
+
 def sigterm_as_interrupt() -> None:
     """SIGTERM and SIGHUP (a closed terminal or SSH session) take the same path as Ctrl-C:
     reset, then exit."""

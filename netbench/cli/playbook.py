@@ -18,6 +18,7 @@ from netbench.cli.common import BACKEND_CHOICES, _sigterm_as_interrupt, handle_e
 from netbench.cli.experiment import _print_launches, _run_on_hosts, _run_with_view
 from netbench.cli.groups import GroupedCommand, options
 from netbench.cli.option_sets import (Hosts, Launch, Metrics, Probes, congestion_option, hosts_options,
+                                      run_as_option,
                                       launch_options, metrics_options, probes_options)
 
 def _playbook_state(output: Path) -> dict | None:
@@ -31,6 +32,7 @@ def _playbook_state(output: Path) -> dict | None:
 @options("Network", click.option("--backend", type=click.Choice(BACKEND_CHOICES),
                                  help="Override the playbook's emulation backend."))
 @congestion_option
+@run_as_option
 @probes_options
 @options(
     "Output and metrics",
@@ -42,7 +44,8 @@ def _playbook_state(output: Path) -> dict | None:
 @launch_options
 @hosts_options
 @handle_errors
-def run_playbook(playbook_file: Path, backend: str | None, congestion_control: str | None, probes: Probes,
+def run_playbook(playbook_file: Path, backend: str | None, congestion_control: str | None, run_as: str | None,
+                 probes: Probes,
                  output: Path | None, dry_run: bool, metrics: Metrics, launch: Launch, hosts: Hosts) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
 
@@ -101,6 +104,11 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
         hosts.refuse_without_inventory()
         common.require_testbed("sweeps")
         common.check_congestion(book.congestion_control, where)
+    elif run_as is not None:
+        from netbench.errors import UsageError
+
+        raise UsageError("flag --run-as: not with --inventory: each host runs its jobs as the SSH user")
+    job_user = common.job_user(run_as) if inventory is None else None
     _sigterm_as_interrupt()
     from netbench.experiment.runner import SweepConfig
 
@@ -113,7 +121,7 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
                          verify=probes.verify_points, order_seed=design.order_seed(book, seed),
                          topology=book.topology, predict=probes.predict,
                          congestion_control=book.congestion_control, recalibrate=probes.recalibrate,
-                         **launch.settings())
+                         run_as=job_user, **launch.settings())
     if inventory is not None:
         from netbench.testbed.hosts import check_on_hosts
 
@@ -128,9 +136,14 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
         results = _run_on_hosts(config, inventory, hosts.insecure_host_keys, False, metrics.metrics_port,
                                 metrics.metrics_address, hosts.takeover, metrics_wait_s)
     else:
-        results = _run_with_view(config, metrics.metrics_port, metrics.metrics_address, metrics_wait_s=metrics_wait_s)
+        try:
+            results = _run_with_view(config, metrics.metrics_port, metrics.metrics_address,
+                                     metrics_wait_s=metrics_wait_s)
+        finally:
+            common.hand_over(output, job_user)
     record["sessions"][-1].update(ended=time.time(), completed=len(results))
     store.write_playbook(record)
+    common.hand_over(output, job_user)
     console.info(f"figures and a summary: netbench report {escape(str(output))}")
     common.fail_if_any_failed(results)
 

@@ -53,6 +53,7 @@ class SweepConfig:
     # every node's TCP congestion control for the sweep (--congestion-control; the embedded
     # testbed sets it and puts the previous one back); None: the nodes' own, reported as found
     congestion_control: str | None = None
+    run_as: Any = None  # testbed/run_as.RunAs: the user job processes run as (None: this process's own)
 
 
 class Observer(Protocol):

@@ -17,7 +17,6 @@ The base folder holds the default testbed's state and the others under ``testbed
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Mapping

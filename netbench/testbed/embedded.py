@@ -155,6 +155,7 @@ class EmbeddedTestbed:
         """Take the lock, probe the backend and check the testbed that is up; changes nothing."""
         self.lock.__enter__()
         try:
+            self.spawn.run_as = getattr(config, "run_as", None)  # the user job processes run as
             self._choose_congestion(getattr(config, "congestion_control", None))
             backend = choose_backend(self.requested)
             from netbench.testbed.compute import NodeCapacity
