@@ -15,6 +15,7 @@ from netbench.jobs import accuracy, analysis, events, link_check, resources, str
 from netbench.model.job import SERVER_STRATEGIES, JobSpec, algorithm_settings, effective_accum_steps, images_per_step, \
     nodes_needed, plan_job
 from netbench.jobs import user_results
+from netbench.model.ranks import rank_nodes
 from netbench.jobs.launch import JobOutcome, Timeouts, run_job
 from netbench.experiment import launch as launches
 from netbench.experiment.launch import PORT_RANGE, Settle
@@ -136,8 +137,10 @@ def _stragglers(events_: tuple, job: JobSpec, nodes: tuple[str, ...]) -> dict | 
 
 
 def worker_nodes(testbed: Target, run: Run) -> tuple[str, ...]:
-    """The nodes of the run's workers (ranks), in rank order: placement puts them first."""
-    return tuple(n.name for n in testbed.nodes_for(run.job, run.workers))[:run.workers]
+    """Each rank's node, in rank order (model/ranks.py rank_nodes: node-major, ranks_per_node
+    ranks a node; placement puts the workers' nodes first)."""
+    return rank_nodes(tuple(n.name for n in testbed.nodes_for(run.job, run.workers)), run.workers,
+                      run.job.ranks_per_node)
 
 
 def window_precision(durations: list[float], precision: float | None) -> dict:

@@ -238,7 +238,7 @@ class MetricsObserver:
         self.state = state
         self.config = None  # the sweep's, from sweep_started
         self.on_topology = on_topology  # the network reader learns the testbed here
-        self.nodes: tuple[str, ...] = ()  # the testbed's nodes in placement order: rank i on nodes[i]
+        self.nodes: tuple[str, ...] = ()  # the testbed's nodes in placement order (model/ranks.py rank_nodes)
 
     def sweep_started(self, config, backend, topology) -> None:
         self.config = config
@@ -257,8 +257,10 @@ class MetricsObserver:
         self.state.run_started(run.run_id, run.repeat, images_per_worker_step=images_per_step(job, 1),
                                images_per_step=images_per_step(job, workers))
         from netbench.jobs.stragglers import SYNC, mode_of
+        from netbench.model.ranks import rank_nodes
 
-        self.state.ranks_started(workers, mode_of(job, getattr(job, "backup_workers", 0)) == SYNC, self.nodes)
+        self.state.ranks_started(workers, mode_of(job, getattr(job, "backup_workers", 0)) == SYNC,
+                                 rank_nodes(self.nodes, workers, getattr(job, "ranks_per_node", 1)))
 
     def launch_point(self, run, launch: int | None, position: int, points: int) -> None:
         self.state.launch_point(launch, position, points)

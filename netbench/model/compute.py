@@ -273,11 +273,17 @@ def slowdown(cpus: float | None, busy_cpus: float = 1.0) -> float:
     return min(MAX_SLOWDOWN, busy_cpus / cpus)
 
 
-def worker_terms(compute: Compute, workers: int, busy_cpus: float = 1.0) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(each worker's slowdown, each worker's step delay), worker i on node n<i+1> as the job's
-    placement puts workers; ((), ()) when no worker's node is limited."""
-    nodes = [f"n{i + 1}" for i in range(workers)]
-    slow = tuple(slowdown(compute.cpus_of(n), busy_cpus) for n in nodes)
+def worker_terms(compute: Compute, workers: int, busy_cpus: float = 1.0,
+                 ranks_per_node: int = 1) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(each rank's slowdown, each rank's step delay), in rank order: rank r on the node the job's
+    placement puts it (model/ranks.py: node-major, `ranks_per_node` a node, n1 first). A node's
+    ranks share its quota, each keeping `busy_cpus` busy unlimited, so the node kept
+    ranks_per_node x busy_cpus busy; ((), ()) when no rank's node is limited."""
+    from netbench.model.ranks import rank_node
+
+    per = max(1, ranks_per_node)
+    nodes = [f"n{rank_node(r, per) + 1}" for r in range(workers)]
+    slow = tuple(slowdown(compute.cpus_of(n), busy_cpus * per) for n in nodes)
     delay = tuple(compute.delay_of(n) for n in nodes)
     if all(s == 1.0 for s in slow) and not any(delay):
         return (), ()
