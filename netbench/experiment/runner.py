@@ -98,7 +98,7 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
     rates = analysis.per_worker_images_per_sec(outcome.events, job, workers)
     if durations:
         stats = analysis.cluster_throughput(asdict(measure.step_stats(durations, images_per_step(job, workers))),
-                                            rates, job, workers)
+                                            outcome.events, job, workers)
     elif status == "ok" and link is None:
         status, error = "failed", "no measured steps"
     phases = analysis.phase_times(outcome.events, job)
