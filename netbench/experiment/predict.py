@@ -70,6 +70,7 @@ def compute_measured(job: JobSpec, workers: int) -> dict[str, Any]:
     per = max(1, job.ranks_per_node)
     return {"framework": job.framework, "model": job.model, "batch": job.batch_size,
             "input_shape": list(job.input_shape or ()), "classes": job.classes, "data": job.data,
+            "device": job.device, "gpus_per_node": job.gpus_per_node,
             "strategy": "single", "processes": workers, "nodes": max(1, workers // per),
             "warmup": COMPUTE_WARMUP, "steps": COMPUTE_STEPS}
 
