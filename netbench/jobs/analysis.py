@@ -115,6 +115,7 @@ CHIEF, OWN_RATES, APPLIED = "chief", "own-rates", "applied"
 
 
 def rate_rule(job: JobSpec) -> str:
+    """CHIEF, OWN_RATES or APPLIED: how `job`'s images/sec comes from its steps (above)."""
     if job.strategy in OWN_PACE_STRATEGIES:
         return OWN_RATES
     if job.strategy == "ps-sync" and job.backup_workers:
