@@ -134,7 +134,7 @@ def sweep(profile_file: Path | None, levels: Levels, schedule_files: tuple[str, 
         first = results.first_run_index(output, append)
     except results.ResultsError as exc:
         raise UsageError(f"flag --output: {exc.message}", exc.hint) from None
-    from netbench.model.job import window_steps
+    from netbench.model.job import nodes_needed, window_steps
 
     precise = precision.settings()
     config_job, workers = _job_from_flags(training, workers, warmup=window.warmup, seconds=window.seconds, seed=seed,
@@ -144,6 +144,7 @@ def sweep(profile_file: Path | None, levels: Levels, schedule_files: tuple[str, 
     config_job = command.apply(config_job, workers=workers, verify=probes.verify_points, schedules=schedule_files,
                                topology=levels.topology_file)
     config_job = ranks.apply(config_job, workers)
+    _check_placed(compute, schedules, nodes_needed(config_job, workers))
     if inventory is None and not dry_run and not command.user_command:
         require_framework(training.framework)
         require_device(ranks.device)
@@ -201,6 +202,19 @@ def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metric
             return []
         _sigterm_as_interrupt()
         return _run_with_view(config, metrics_port, metrics_address, testbed=hosts, metrics_wait_s=metrics_wait_s)
+
+
+def _check_placed(compute: Compute, schedules: tuple, nodes: int) -> None:
+    """A --cpus or --step-delay level, or a --schedule step's, for a node that holds none of the
+    job's processes is refused before anything is applied (it would be recorded, not applied)."""
+    from netbench.model.schedule import check_placed
+
+    compute.check_placed(nodes)
+    for schedule in schedules:
+        try:
+            check_placed(schedule, nodes)
+        except UsageError as exc:
+            raise UsageError(f"flag --schedule: {exc.message}", exc.hint) from None
 
 
 def _load_schedules(values) -> tuple:

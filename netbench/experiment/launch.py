@@ -352,7 +352,10 @@ def user_spawner(job: JobSpec, ctx: Context, log_dir) -> UserSpawner:
 
 def _record(ctx: Context, run: Run, number: int, window: PointWindow, outcome: JobOutcome, started: float,
             link: dict | None = None) -> None:
-    nodes = tuple(n.name for n in ctx.testbed.nodes_for(run.job, run.workers))[:run.workers]  # the ranks'
+    from netbench.model.ranks import rank_nodes
+
+    nodes = rank_nodes(tuple(n.name for n in ctx.testbed.nodes_for(run.job, run.workers)), run.workers,
+                       run.job.ranks_per_node)  # each rank's node, in rank order
     result = ctx.make_result(run, ctx.backend_name, outcome, started, time.time(), link=link, nodes=nodes)
     ctx.finish(run, replace(result, launch=number, settle_s=window.settle_s(), settle_steps=window.dropped,
                             settle_reason=settling.reason(window.why, window.floor_s, window.rtt_s, window.settle)))

@@ -207,6 +207,16 @@ class EmbeddedTestbed:
             self.capacity.start(self.topology.nodes, self.spawn)
         return self.topology
 
+    def unshaped_links(self) -> bool:
+        """Clear the shaping netbench holds on the nodes' links (what a `netbench apply` left
+        before the sweep), so the calibrations measure unshaped links; True when there was any.
+        The sweep's first point applies its own profile, and its end clears the links, anyway."""
+        held = self.executor.held()
+        if not (held.roots or held.ingress or held.engines or held.rules or not held.exact):
+            return False
+        self.executor.apply(ch.plan_clear(self.topology))
+        return True
+
     def congestion_control(self) -> dict[str, str]:
         """Each node's TCP congestion control (the results depend on it: cubic and bbr carry
         different state across a launch's changes)."""
