@@ -393,18 +393,44 @@ def doctor_cmd(as_json: bool, no_tensorflow: bool, inventory, insecure_host_keys
     from netbench.experiment import doctor, gpus
 
     check_local_flags(inventory, insecure_host_keys)
+    limits = None
+    if inventory is None and os.geteuid() != 0 or os.environ.get("NETBENCH_PRIVILEGE") == "rootless":
+        limits = _rootless_limits()  # without root: probed in a sandbox of its own, where the host allows one
     with open_target(inventory, insecure_host_keys) as target:
         report = target.doctor(tensorflow=not no_tensorflow)
     if inventory is not None:
         render.hosts_doctor(report, as_json)
     elif as_json:
-        console.plain(json.dumps({**doctor.to_json(report), "gpus": gpus.to_json(gpus.probe_gpus())}, indent=2))
+        console.plain(json.dumps({**doctor.to_json(report), "gpus": gpus.to_json(gpus.probe_gpus()),
+                                  **({"rootless": limits} if limits is not None else {})}, indent=2))
     else:
         console.out.print(render.doctor_table(report))
+        if limits is not None:
+            render.rootless_limits(limits)
         for line in gpus.gpu_lines(gpus.probe_gpus()):
             console.plain(line)
     if not report.ready:
         sys.exit(int(common.ExitStatus.ERROR))
+
+
+def _rootless_limits() -> list[dict]:
+    """What this host withholds from a user without root (testbed/rootless.py), as rows; moves
+    the doctor into a sandbox of its own to probe there, unless the host allows none."""
+    from dataclasses import asdict
+
+    from netbench.testbed import rootless, sandbox
+
+    if os.environ.get("NETBENCH_SANDBOX"):
+        sandbox.take_testbed(sandbox.PROBES, sys.argv[1:])  # inside it: its folder goes when the doctor ends
+    elif not os.environ.get(sandbox.NO_SANDBOX_ENV):
+        if rootless.refusal() is None:
+            sandbox.take_testbed(sandbox.PROBES, sys.argv[1:])  # runs the doctor again in there
+        os.environ[sandbox.NO_SANDBOX_ENV] = "1"
+    limits = rootless.limits(rootless.read_host())
+    blocking = rootless.refusal() if os.environ.get(sandbox.NO_SANDBOX_ENV) else None
+    if blocking is not None and blocking.what not in {limit.what for limit in limits}:
+        limits.insert(0, blocking)
+    return [asdict(limit) for limit in limits]
 
 
 @click.command("reset")

@@ -251,6 +251,18 @@ def topology_table(topo) -> None:
     console.out.print(table)
 
 
+def testbeds_table(rows: list[dict]) -> None:
+    """The other testbeds on this machine (testbed/sandbox.py's listing): whose, what holds
+    them, and whether they are in use."""
+    table = Table(title="other testbeds on this machine")
+    for col in ("testbed", "owner", "privilege", "held by", "state"):
+        table.add_column(col)
+    for row in rows:
+        held = f"{row['kind']} pid {row['pid']}" + ("" if row["alive"] else " (gone: 'netbench reset' removes it)")
+        table.add_row(escape(row["id"]), escape(row["owner"]), row["privilege"], escape(held), escape(row["state"]))
+    console.out.print(table)
+
+
 # ---------------------------------------------------------------- apply
 
 def planned(target_kind: str, planned, inventory_hosts=(), dry_run: bool = False) -> None:
@@ -440,6 +452,19 @@ def removed(target_kind: str, removed: dict[str, list[str]], complete: bool = Tr
 
 
 _DOCTOR_STYLES = {"ok": "green", "missing": "red", "skipped": "dim"}
+
+
+def rootless_limits(rows: list[dict]) -> None:
+    """doctor's section for a user without root: what this host withholds, and the fix."""
+    if not rows:
+        console.info("[green]without root[/]: nothing on this host is withheld from you")
+        return
+    table = Table(title="without root, this host withholds")
+    for column in ("setting", "what it means", "fix"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(Text(row["what"]), Text(row["says"], style="red" if row["blocks"] else ""), Text(row["fix"]))
+    console.out.print(table)
 
 
 def doctor_table(report) -> Table:

@@ -217,6 +217,8 @@ class HostProber:
         self._torch_found: tuple[str, bool] | None | bool = False  # False: not asked yet
 
     def privileges(self) -> Outcome:
+        if os.geteuid() == 0 and os.environ.get("NETBENCH_PRIVILEGE") == "rootless":
+            return Outcome(True, "without root: in a user namespace of your own (a sandbox)")
         if os.geteuid() == 0:
             return Outcome(True, "running as root")
         try:

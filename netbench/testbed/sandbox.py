@@ -33,6 +33,7 @@ from netbench.errors import PrivilegeError, StateError
 from netbench.state import places
 
 HOLDER_FILE = "testbed.json"
+NO_SANDBOX_ENV = "NETBENCH_NO_SANDBOX"  # set by the doctor where the host allows none: it probes outside
 KEEPER_LOG = "keeper.log"
 SWEEP, KEEPER = "sweep", "keeper"
 KEEPER_START_S = 20.0  # how long `start_keeper` waits for the keeper to say it holds its namespaces
@@ -293,6 +294,40 @@ def remove_state(state: Path, base: Path, warn: Callable[[str], None]) -> bool:
     return True
 
 
+def bases_to_list(euid: int, env) -> list[Path]:
+    """Where `testbed show` looks for testbeds: this user's folder; root also every user's
+    runtime folder (/run/user/UID/netbench; a user without one keeps theirs in their cache
+    folder, which root does not search)."""
+    mine = places.base_dir(env, euid)
+    if euid != 0:
+        return [mine]
+    try:
+        users = sorted(Path("/run/user").glob("*/netbench"))
+    except OSError:
+        users = []
+    return [mine, *users]
+
+
+def listing(bases: Sequence[Path], skip: Path | None = None) -> list[dict]:
+    """One row per testbed under `bases` (but `skip`, the state folder already shown): its id,
+    owner, kind, holder and whether it is in use."""
+    import pwd
+
+    rows = []
+    for base in bases:
+        for state in testbed_states(base):
+            holder = read_holder(state)
+            if holder is None or (skip is not None and state.resolve() == skip.resolve()):
+                continue
+            try:
+                owner = pwd.getpwuid(holder.uid).pw_name
+            except KeyError:
+                owner = str(holder.uid)
+            rows.append({"id": holder.id, "owner": owner, "kind": holder.kind, "privilege": holder.privilege,
+                         "pid": holder.pid, "alive": holder.alive(), "state": str(state), "command": holder.command})
+    return rows
+
+
 def is_busy(holder: Holder | None) -> bool:
     """Whether a sandbox is in use by the command that holds it (a sweep still running)."""
     return holder is not None and holder.kind == SWEEP and holder.alive()
@@ -321,7 +356,9 @@ def _unmount(path: Path) -> None:
     libc.umount2(str(path).encode(), 2)  # MNT_DETACH
 
 
-UP, USES, SWEEPS = "up", "uses", "sweeps"  # what a command does with the testbed (`take_testbed`)
+# what a command does with the testbed (`take_testbed`): brings it up, uses the one that is up,
+# shows it if there is one, runs a sweep on it (or on one of its own)
+UP, USES, SHOWS, SWEEPS, PROBES = "up", "uses", "shows", "sweeps", "probes"  # PROBES: a sandbox of its own
 
 
 def _lock_free(state: Path) -> bool:
@@ -365,12 +402,20 @@ def take_testbed(use: str, argv: Sequence[str]) -> None:
         if use == SWEEPS and not _lock_free(state):
             enter_private(base, places.ROOT, argv)
         return
+    if use == PROBES and os.environ.get(NO_SANDBOX_ENV):  # the doctor outside, naming what stops it
+        return
     from netbench.testbed import rootless
 
     limit = rootless.refusal()
     if limit is not None:
         raise PrivilegeError(f"this command needs root on this host: {limit.says} ({limit.what})", hint=limit.fix)
+    if use == PROBES:
+        enter_private(base, places.ROOTLESS, argv)
     kept = keeper(state)
+    if use == SHOWS:
+        if kept is not None:
+            enter(kept, state, argv)
+        return
     if use == UP:
         enter(kept or start_keeper(state, places.ROOTLESS), state, argv)
     if use == USES:
