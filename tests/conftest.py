@@ -28,7 +28,7 @@ os.environ.setdefault("NETBENCH_PREDICT", "0")
 
 
 TIER_MARKS = {"root": ("root",), "tf": ("tf",), "kernel": ("root", "netem"), "ssh": ("root",),
-              "readme": ("root", "tf")}
+              "readme": ("root", "tf"), "rootless": ("root", "tf")}
 
 
 def pytest_collection_modifyitems(config, items):

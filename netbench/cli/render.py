@@ -56,6 +56,10 @@ class SweepView:
                                     f"{len(topology.nodes)} nodes ({topology.subnet}), backend "
                                     f"[bold]{backend.name}[/] ({escape(backend.reason)}); "
                                     f"results -> {escape(str(config.output))}")
+        if getattr(config, "output", None) is not None and hasattr(config, "run_as"):
+            from netbench.testbed import sandbox
+
+            self.progress.console.print(escape(sandbox.describe_here(config.run_as)))
 
     def run_started(self, run) -> None:
         self.progress.update(self.task, description=f"{run.run_id} {escape(run.profile.name)}", info="applying profile")

@@ -328,6 +328,23 @@ def listing(bases: Sequence[Path], skip: Path | None = None) -> list[dict]:
     return rows
 
 
+def describe_here(run_as=None) -> str:
+    """One line for a sweep's start: where its testbed is (root's default, or a sandbox: whose,
+    which) and whom its job processes run as (testbed/run_as.py)."""
+    from netbench.testbed import run_as as users
+
+    privilege = places.privilege(os.environ, os.geteuid())
+    holder = read_holder(places.state_dir(os.environ, os.geteuid())) if os.environ.get(places.SANDBOX_ENV) else None
+    if holder is None:
+        where = "root's default testbed (/run/netns)"
+    elif holder.kind == KEEPER:
+        where = f"the testbed that is up, in {'your' if privilege == places.ROOTLESS else 'its'} keeper's sandbox"
+    else:
+        where = f"a sandbox of its own ({holder.id})" + (": the default testbed is busy"
+                                                          if privilege == places.ROOT else "")
+    return f"{privilege}: {where}; {users.describe(run_as, privilege == places.ROOT)}"
+
+
 def is_busy(holder: Holder | None) -> bool:
     """Whether a sandbox is in use by the command that holds it (a sweep still running)."""
     return holder is not None and holder.kind == SWEEP and holder.alive()
