@@ -394,6 +394,19 @@ def _lock_free(state: Path) -> bool:
     return True
 
 
+def _others_up(state: Path) -> bool:
+    """Whether root's default namespaces (/run/netns) hold a testbed this state folder's journal
+    did not make (another state folder's, perhaps in use): a sweep then takes a sandbox of its own."""
+    from netbench.state.journal import Journal
+    from netbench.testbed import netns as local
+
+    up = set(local.list_netbench_netns())
+    if not up:
+        return False
+    mine = {e.data.get("name") for e in Journal(state).pending() if e.kind == "netns"}
+    return not up <= mine
+
+
 def take_testbed(use: str, argv: Sequence[str]) -> None:
     """Put this command where its testbed is, before it changes anything; returns only where
     it already is (root on its default testbed, or inside a sandbox), else runs the command again
@@ -416,7 +429,7 @@ def take_testbed(use: str, argv: Sequence[str]) -> None:
     base = places.base_dir(os.environ, os.geteuid())
     state = places.state_dir(os.environ, os.geteuid())
     if os.geteuid() == 0:
-        if use == SWEEPS and not _lock_free(state):
+        if use == SWEEPS and (not _lock_free(state) or _others_up(state)):
             enter_private(base, places.ROOT, argv)
         return
     if use == PROBES and os.environ.get(NO_SANDBOX_ENV):  # the doctor outside, naming what stops it

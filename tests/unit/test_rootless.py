@@ -141,6 +141,7 @@ def world(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     monkeypatch.setattr(rootless, "refusal", lambda: None)
     monkeypatch.setattr(sandbox, "_lock_free", lambda state: True)
+    monkeypatch.setattr(sandbox, "_others_up", lambda state: False)
     monkeypatch.setattr(sandbox, "keeper", lambda state: None)
 
     def private(base, privilege, argv):
@@ -181,6 +182,23 @@ def test_root_keeps_its_default_testbed_and_a_busy_one_sends_a_sweep_to_a_sandbo
     monkeypatch.setattr(sandbox, "_lock_free", lambda state: False)
     assert _take(sandbox.USES, world) == []  # the testbed that is up: its lock says who waits
     assert _take(sandbox.SWEEPS, world) == [("private", places.ROOT)]
+    world.clear()
+    monkeypatch.setattr(sandbox, "_lock_free", lambda state: True)
+    monkeypatch.setattr(sandbox, "_others_up", lambda state: True)  # /run/netns holds another folder's testbed
+    assert _take(sandbox.SWEEPS, world) == [("private", places.ROOT)]
+
+
+def test_root_s_default_testbed_is_its_own_only_when_its_journal_made_it(tmp_path, monkeypatch):
+    from netbench.testbed import netns as local
+
+    monkeypatch.setattr(local, "list_netbench_netns", lambda: ["netbench-n1", "netbench-sw"])
+    assert sandbox._others_up(tmp_path)  # nothing journaled here: another state folder's
+    journal = Journal(tmp_path)
+    for name in ("netbench-sw", "netbench-n1"):
+        journal.record("netns", name=name)
+    assert not sandbox._others_up(tmp_path)
+    monkeypatch.setattr(local, "list_netbench_netns", lambda: [])
+    assert not Journal(tmp_path / "empty").pending() and not sandbox._others_up(tmp_path / "empty")
 
 
 def test_a_user_gets_a_keeper_for_testbed_up_and_a_sandbox_for_a_sweep(world, monkeypatch):
