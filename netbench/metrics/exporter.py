@@ -45,7 +45,17 @@ def check_address(address: str) -> str:
 
 
 def targets_dir(state: Path | None = None) -> Path:
-    """Where target files go; the shipped prometheus.yml watches <this>/*.json."""
+    """Where target files go; the shipped prometheus.yml watches <this>/*.json. A sandbox's
+    (testbed/sandbox.py) go beside its user's others, in the base folder, where Prometheus
+    looks, not in its own state folder, which goes with it."""
+    import os
+
+    from netbench.state import places
+
+    if state is None and os.environ.get(places.SANDBOX_ENV):
+        from netbench.testbed.sandbox import owner_uid
+
+        return places.base_dir(os.environ, 0 if owner_uid() == 0 else owner_uid()) / "targets"
     return (state or default_state_dir()) / "targets"
 
 
