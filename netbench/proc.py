@@ -178,6 +178,16 @@ def run(argv: Sequence[str], *, netns: str | None = None, timeout: float = 30.0,
     return proc
 
 
+def owner_uid() -> int:
+    """This process's user on the host: inside a user namespace (a sandbox without root), the
+    uid its uid 0 stands for."""
+    try:
+        outside = places.outside_uid(Path("/proc/self/uid_map").read_text())
+    except OSError:
+        outside = None
+    return os.getuid() if outside is None else outside
+
+
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat).
 

@@ -53,9 +53,7 @@ def targets_dir(state: Path | None = None) -> Path:
     from netbench.state import places
 
     if state is None and os.environ.get(places.SANDBOX_ENV):
-        from netbench.testbed.sandbox import owner_uid
-
-        return places.base_dir(os.environ, 0 if owner_uid() == 0 else owner_uid()) / "targets"
+        return places.base_dir(os.environ, proc.owner_uid()) / "targets"
     return (state or default_state_dir()) / "targets"
 
 

@@ -89,11 +89,11 @@ def choose(flag: str | None, privileged: bool, own_uid: int, env: Mapping[str, s
 
 def for_this_command(flag: str | None) -> RunAs | None:
     """`choose` for this process: root on the host is privileged; a user's sandbox is not."""
+    from netbench import proc
     from netbench.state import places
-    from netbench.testbed.sandbox import owner_uid
 
     privileged = os.geteuid() == 0 and places.privilege(os.environ, os.geteuid()) == places.ROOT
-    return choose(flag, privileged, owner_uid(), os.environ)
+    return choose(flag, privileged, proc.owner_uid(), os.environ)
 
 
 def describe(run_as: RunAs | None, privileged: bool) -> str:

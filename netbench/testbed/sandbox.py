@@ -85,15 +85,6 @@ def _ns_inode(kind: str, pid: int | str = "self") -> int | None:
         return None
 
 
-def owner_uid() -> int:
-    """This process's user on the host: inside a user namespace, the uid its uid 0 stands for."""
-    try:
-        outside = places.outside_uid(Path("/proc/self/uid_map").read_text())
-    except OSError:
-        outside = None
-    return os.getuid() if outside is None else outside
-
-
 def _cli_argv(argv: Sequence[str]) -> list[str]:
     """This netbench again, with the same arguments."""
     return [sys.executable, "-m", "netbench.cli", *argv]
@@ -224,7 +215,7 @@ def serve_keeper(state: Path, privilege: str) -> None:
     testbed.json goes with it."""
     me = os.getpid()
     holder = Holder(id="default", kind=KEEPER, privilege=privilege, pid=me, start=proc.start_time(me),
-                    uid=owner_uid(), created=time.time(),
+                    uid=proc.owner_uid(), created=time.time(),
                     command="netbench testbed up", mntns=_ns_inode("mnt"),
                     userns=_ns_inode("user") if privilege == places.ROOTLESS else None)
     stop = []
