@@ -34,7 +34,6 @@ NOT_RUNNABLE = {
     "netbench sweep --inventory hosts.yaml --bandwidth 100mbit --dry-run": SSH,
     "netbench run playbooks/smoke.yaml --inventory hosts.yaml": SSH,
     "netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit": SSH,
-    "netbench collective --inventory hosts.yaml --bandwidth 100,1000mbit --sizes 8-16MiB": SSH,
     "netbench node apply --json --lease 60 < plan.json": AGENT,
     "netbench node info --interface eth1": AGENT,
     "netbench node lease-watch": AGENT,
