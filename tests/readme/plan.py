@@ -138,6 +138,13 @@ DRY = {
         "18 runs; both frameworks' sweeps run for real in tests/tf/test_torch_tf.py",
 }
 
+# examples run with the step model on (the suite turns it off with NETBENCH_PREDICT=0) -> why
+PREDICT = {
+    "netbench sweep --latency 1,10,100ms --output results/first":
+        "the getting-started tutorial shows its predictions, and its report's step-time figure (about 12 s of "
+        "calibration, or none where a calibration of this machine is cached)",
+}
+
 # placeholder words in examples -> what the tier runs instead
 PLACEHOLDERS = {"DIR": "results/smoke"}
 
