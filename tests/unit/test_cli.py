@@ -510,3 +510,31 @@ def test_collective_framework_names_are_the_sweeps():
     assert _frameworks("tensorflow") == ("tf",)
     with pytest.raises(UsageError, match="unknown 'jax'"):
         _frameworks("tensorflow,jax")
+
+
+# words a help text may write in capitals without naming an argument: acronyms, signals, and
+# LOW-HIGH (collective --sizes' form); a variable's name has an underscore
+ACRONYMS = {"ASP", "BSP", "CPU", "CUDA", "DDP", "EASGD", "FILE", "GPU", "HIGH", "JSON", "KILL", "LOW", "NCCL", "PNG",
+            "RDMA", "RTT", "SSH", "TCP", "TERM", "YAML"}
+
+
+@pytest.mark.parametrize("path", [path for path, _ in ALL], ids=[" ".join(path) for path, _ in ALL])
+def test_every_capitalised_word_of_a_help_is_an_argument_or_a_metavar(path):
+    """'Create NODES namespaces' named an argument `testbed up` does not have (it takes --nodes)."""
+    command = dict(ALL)[path]
+    names = set()
+    for param in command.params:
+        if isinstance(param, click.Argument):
+            names.add(param.name.upper())
+        names |= set(re.findall(r"[A-Z][A-Z_]+", getattr(param, "metavar", None) or ""))
+    text = " ".join([command.help or "", *(p.help or "" for p in command.params if isinstance(p, click.Option))])
+    unknown = {word for word in re.findall(r"\b[A-Z][A-Z]{2,}\b", text)} - names - ACRONYMS
+    assert not unknown, f"{' '.join(path)}: {sorted(unknown)}"
+
+
+def test_no_help_example_runs_under_sudo():
+    """sudo resets PATH and the environment: `sudo netbench` finds no netbench, or another one
+    (README.md, Root and sudo)."""
+    from tests import readme_examples as rx
+
+    assert not [e.command for e in rx.walk_help(cli.main) if e.command.startswith("sudo ")]
