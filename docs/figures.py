@@ -203,7 +203,8 @@ def draw_timeline(path: Path, folder: Path = DEMO) -> Path:
     plt = pyplot()
     startup, points = launch_steps(load_runs(folder))
     fig, ax = plt.subplots(figsize=(8.6, 4.6), dpi=DPI, layout="constrained")
-    labels = {"warmup": "warm-up step", "settle": "settle step (dropped)", "measured": "measured step"}
+    labels = {"warmup": "warm-up step (not measured)", "settle": "settle step after a change (dropped)",
+              "measured": "measured step (the window)"}
     at, shown = 0, set()
     top = max(seconds for point in points for _, seconds in point["steps"]) * 1000 * 4
     for point in points:
@@ -221,14 +222,17 @@ def draw_timeline(path: Path, folder: Path = DEMO) -> Path:
         first = at + next(i for i, (p, _) in enumerate(steps) if p == "measured")
         ax.axvspan(first - 0.5, at + len(steps) - 0.5, color=PHASE_COLOURS["measured"], alpha=0.08)
         more = f" ({hidden:,} more\nnot shown)" if hidden else ""
-        ax.text(at + 0.5, top / 2.6, f"window: {len(window):,} steps,\n{sum(window):.1f} s{more}", fontsize=8,
+        ax.text(first, top / 2.6, f"window: {len(window):,} steps,\n{sum(window):.1f} s{more}", fontsize=8,
                 va="top", ha="left")
         at += len(steps)
     ax.set_yscale("log")
     ax.set_ylim(top=top * 1.3)
-    ax.set_xlim(-1.5, at)
+    lead = max(6.0, at * 0.07)  # the start-up, before the first step: drawn as a band, not to scale
+    ax.axvspan(-lead - 0.5, -0.5, facecolor=PHASE_COLOURS["start-up"], hatch="//", edgecolor="white")
+    ax.text(-lead / 2 - 0.5, top / 2.6, f"start-up\n{startup:.1f} s", fontsize=8, va="top", ha="center")
+    ax.set_xlim(-lead - 0.5, at)
     ax.set_ylabel("the chief's step (ms, log scale)")
-    ax.set_xlabel(f"the chief's steps in the launch, in order (before the first: {startup:.1f} s of start-up)")
+    ax.set_xlabel("the chief's steps in the launch, in order (the start-up before them not to scale)")
     ax.grid(True, which="major", axis="y", color="#e0e0e0")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=3, fontsize=8.5, frameon=False)
     fig.suptitle("one launch of netbench sweep --latency 1,10,100ms: the chief's steps (worker 0)",

@@ -204,16 +204,21 @@ def walk_help(command, path: str = "netbench") -> Iterator[Example]:
 
 def expand(command: str, placeholders: Mapping[str, str], left_out: Iterable[str] = ()) -> str:
     """Optional `[...]` parts kept without brackets, except those whose first word is in
-    `left_out` (dropped); placeholder words replaced."""
+    `left_out` (dropped); placeholder words replaced. Quoted text is left as written (a
+    `--step-regex` pattern's `[\\d.]` is no optional part)."""
     left_out = set(left_out)
 
     def part(match: re.Match) -> str:
         inner = match.group(1)
         return "" if inner.split()[:1] and inner.split()[0] in left_out else inner
 
-    while BRACKETS.search(command):
-        command = BRACKETS.sub(part, command)
-    return " ".join(placeholders.get(word, word) for word in command.split())
+    pieces = re.split(r"('[^']*'|\"[^\"]*\")", command)
+    for index in range(0, len(pieces), 2):  # the unquoted pieces
+        while BRACKETS.search(pieces[index]):
+            pieces[index] = BRACKETS.sub(part, pieces[index])
+        words = re.split(r"(\s+)", pieces[index])
+        pieces[index] = re.sub(r"\s+", " ", "".join(placeholders.get(word, word) for word in words))
+    return "".join(pieces).strip()
 
 
 def _drop(words: list[str], flag: str) -> list[str]:

@@ -17,7 +17,8 @@ run in the order shown too, so `netbench report results/smoke` finds what `netbe
 playbooks/smoke.yaml` wrote a block before.
 
 A block shown twice (the same commands) runs once; a training command shown again in another
-block trains only where it is first shown, and runs as a --dry-run after. What runs is shortened, never changed in kind (readme_examples.shorten): a sweep measures
+block trains only where it is first shown and is not run again (its output, where a page shows
+it, is compared with what it printed there). What runs is shortened, never changed in kind (readme_examples.shorten): a sweep measures
 `--steps 3 --warmup 1` with `--precision off` (or the precision it names within `--max-seconds
 2`; a sweep with --schedule `--seconds 3`, so the schedule's change at 2 s
 lands inside the run; a --seconds window 1 s), `--repeat 1`, on any free --metrics-port; a
@@ -63,21 +64,23 @@ def prelude(block: str) -> list[str]:
 
 
 # where each command is first shown: a training command shown again (the README's quick start in
-# Getting started, a help text's example in a guide) trains once, there, and runs as --dry-run after
+# the tutorial, a help text's example in a guide) trains once, there, and is not run again: a
+# dry run would add nothing, and one with --output is refused the folder the first run wrote
 FIRST_SHOWN = {}
 for _example in EXAMPLES:
     FIRST_SHOWN.setdefault(_example.command, _example.source)
 
 
-def steps(example: rx.Example) -> list[tuple[str, str, tuple[str, ...]]]:
+def steps(example: rx.Example) -> list[tuple[str, str | None, tuple[str, ...]]]:
     """(what is shown, what runs, the output shown after it) for one example: nothing when it
-    is not runnable here."""
+    is not runnable here; None runs nothing (a training command shown again: only the output
+    shown after it is compared with what it printed where it trained)."""
     shown = example.command
     if shown in plan.NOT_RUNNABLE:
         return []
-    again = rx.is_training(shown) and FIRST_SHOWN[shown] != example.source
-    command = rx.expand(rx.dry_run(shown) if shown in plan.DRY or again else shown, plan.PLACEHOLDERS,
-                        plan.LEFT_OUT)
+    if rx.is_training(shown) and FIRST_SHOWN[shown] != example.source:
+        return [(shown, None, example.output)] if example.output else []
+    command = rx.expand(rx.dry_run(shown) if shown in plan.DRY else shown, plan.PLACEHOLDERS, plan.LEFT_OUT)
     return [(shown, rx.shorten(command), example.output)]
 
 
@@ -151,7 +154,7 @@ def check_example(shown: str, command: str, result: subprocess.CompletedProcess,
     if shown_output:
         printed = output if as_shown else PRINTED.get(shown)
         if printed is None:
-            problems.append("the page shows its output, but it ran as a --dry-run here and nowhere as shown before")
+            problems.append("the page shows its output, but it runs as a --dry-run here and nowhere as shown")
         else:
             problems += [f"output shown after it: {p}" for p in rx.output_problems(shown_output, printed)]
     for name in plan.FILES.get(shown, []):
@@ -199,6 +202,14 @@ def test_block_of_examples_runs(block: str, clean_machine, workdir):
     problems: list[str] = []
     try:
         for shown, command, shown_output in todo:
+            if command is None:  # trained where it was first shown: its shown output against that run's
+                printed = PRINTED.get(shown)
+                problems = (["the page shows its output, but it trained in an earlier block that did not run"]
+                            if printed is None else
+                            [f"`{shown}`: output shown after it: {p}" for p in rx.output_problems(shown_output, printed)])
+                if problems:
+                    break
+                continue
             before = results_folders(work)
             started = time.monotonic()
             result = run(command, work, env, shown)

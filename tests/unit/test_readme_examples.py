@@ -349,3 +349,9 @@ def test_shown_output_is_matched_by_shape_not_by_numbers_or_padding():
     assert rx.output_problems(["backend: ...", "│ privileges │ ..."], PRINTED_DOCTOR) != []
     # a column the command no longer prints is found
     assert rx.output_problems(["┃ check ┃ state ┃ ..."], PRINTED_DOCTOR) != []
+
+
+def test_a_quoted_pattern_keeps_its_brackets():
+    """`--step-regex '... (?P<ms>[\\d.]+) ms'`: a character class, not an optional part."""
+    command = "netbench sweep --latency 1ms --step-regex 'took (?P<ms>[\\d.]+) ms' -- python x.py [--flag]"
+    assert rx.expand(command, {}) == "netbench sweep --latency 1ms --step-regex 'took (?P<ms>[\\d.]+) ms' -- python x.py --flag"
