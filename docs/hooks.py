@@ -1,11 +1,17 @@
 """MkDocs hooks: the metrics reference is generated from netbench/metrics/catalogue.py, so a
 metric added there is documented without a second list (tests/readme/test_docs_site.py checks
-the built page has every metric); the CLI reference's options tables are split into --help's
-sections."""
+the built page has every metric); the CLI reference lists the commands in `netbench --help`'s
+order and splits their options tables into --help's sections; and the pictures under img/ are
+drawn from the code and real runs' records by docs/figures.py at every build."""
 
 from __future__ import annotations
 
 import re
+import sys
+import tempfile
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
 
 from markdown.extensions import Extension
 from markdown.preprocessors import Preprocessor
@@ -30,10 +36,59 @@ def metrics_table() -> str:
     return "\n".join(parts) + "\n"
 
 
+# ------------------------------------------------------------------ the CLI reference's order
+# mkdocs-click lists a group's subcommands sorted by name; the reference lists them as `netbench
+# --help` does instead (cli/app.py's SECTIONS: the order a user meets them), one mkdocs-click
+# block per command, and leaves out the hidden `netbench node` (background/host-agent.md has it)
+
+CLI_MARKER = "<!-- netbench:cli-commands -->"
+
+
+def cli_blocks() -> str:
+    """`netbench --help` as it prints, then one mkdocs-click block per command in its order."""
+    import click
+    from click.testing import CliRunner
+
+    from netbench.cli.app import SECTIONS, main
+
+    ctx = click.Context(main, info_name="netbench")
+    usage = CliRunner().invoke(main, ["--help"], prog_name="netbench", terminal_width=80).output
+    parts = ["## netbench {#netbench}", "", "```text", "$ netbench --help", *usage.rstrip().splitlines(), "```", ""]
+    for section, names in SECTIONS.items():
+        parts += [f"## {section}", ""]
+        for name in names:
+            command = main.get_command(ctx, name)
+            module = command.callback.__module__
+            attribute = next(attr for attr, value in vars(sys.modules[module]).items() if value is command)
+            parts += ["::: mkdocs-click", f"    :module: {module}", f"    :command: {attribute}",
+                      f"    :prog_name: netbench {name}", "    :depth: 2", "    :style: table",
+                      "    :show_hidden: true", ""]
+    return "\n".join(parts)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (mkdocs' signature)
     if MARKER in markdown:
-        return markdown.replace(MARKER, metrics_table())
+        markdown = markdown.replace(MARKER, metrics_table())
+    if CLI_MARKER in markdown:
+        markdown = markdown.replace(CLI_MARKER, cli_blocks())
     return markdown
+
+
+# ------------------------------------------------------------------ the pictures
+
+def on_files(files, config):
+    """Every picture docs/figures.py draws, as img/<name> of the site (none is committed)."""
+    from mkdocs.structure.files import File
+
+    sys.path.insert(0, str(DOCS))
+    try:
+        import figures
+    finally:
+        sys.path.remove(str(DOCS))
+    with tempfile.TemporaryDirectory() as scratch:
+        for path in figures.build(Path(scratch)):
+            files.append(File.generated(config, f"img/{path.name}", content=path.read_bytes()))
+    return files
 
 
 # ------------------------------------------------------------------ the CLI reference's sections

@@ -8,6 +8,11 @@ command's --help text that begins with `Example:` (or, in an indented block, wit
 are read README.md first, then docs/ in mkdocs.yml's nav order, then any page the nav does not
 list (sorted), so a block may use what an earlier page's block wrote.
 
+A shell block titled as a template (```sh title="Template: ..."`) shows a pattern to fill in
+(a file of your own, a placeholder) and is no example. A ```text block titled as output
+(```text title="Output"`), right after a shell block, is what that block's last command
+prints: the docs tier compares its shape with what the command printed (`output_problems`).
+
 The rewrites (`shorten`) only shorten a measurement; they never change what is measured:
 
 - `netbench sweep` (not a dry run): the measured window becomes `--steps 3 --warmup 1`; a sweep
@@ -19,7 +24,7 @@ The rewrites (`shorten`) only shorten a measurement; they never change what is m
   `--max-seconds 2`; `--repeat N` becomes `--repeat 1`; `--metrics-port N` becomes `--metrics-port 0` (any free
   port: a fixed one may be taken on a shared machine). Flags are added before a user's
   command's `--`, never to the command.
-- `netbench collective`: `--reps 1 --warmup 1 --sizes 8-64KiB` (the default sizes reach 64 MiB,
+- `netbench collective`: `--repeat 1 --warmup 1 --sizes 8-64KiB` (the default sizes reach 64 MiB,
   seconds per message at 100 Mbit/s).
 - `netbench verify`: `--count 10` pings and `--seconds 1` of iperf3 (the defaults are 100 or
   50 per pair, and 3 s or 2 s).
@@ -37,7 +42,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
-FENCE = re.compile(r"^```(\S*)\s*$")
+FENCE = re.compile(r"^```(\S*)(.*)$")  # the language, then attributes (title="...")
+TITLE = re.compile(r'title="([^"]*)"')
 SHELL_FENCES = ("sh", "bash", "shell")
 PROMPT = "$ "
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$")
@@ -47,11 +53,28 @@ BRACKETS = re.compile(r"\[([^\[\]]*)\]")
 
 @dataclass(frozen=True)
 class Example:
-    """One shipped command line: where it is shown, the block it belongs to, and the command."""
+    """One shipped command line: where it is shown, the block it belongs to, the command, and
+    the output shown right after it (an output block: the docs tier checks its shape)."""
 
     source: str  # "README.md:38", "docs/guide/shaping.md:12", or "netbench sweep --help"
     block: str  # examples of one block run in order, in one testbed: "README.md:37 Quick start"
     command: str  # as shown, without its comment
+    output: tuple[str, ...] = ()
+
+
+def fence_title(line: str) -> str | None:
+    """The title of a fence's opening line (```sh title="Template: ..."), else None."""
+    fence = FENCE.match(line)
+    title = TITLE.search(fence.group(2)) if fence else None
+    return title.group(1) if title else None
+
+
+def is_template(title: str | None) -> bool:
+    return bool(title) and title.lower().startswith("template")
+
+
+def is_output(title: str | None) -> bool:
+    return bool(title) and title.lower().startswith("output")
 
 
 def strip_comment(line: str) -> str:
@@ -60,22 +83,37 @@ def strip_comment(line: str) -> str:
 
 
 def readme_examples(text: str, name: str = "README.md") -> list[Example]:
-    """Every command line of the ```sh and ```bash blocks in `text`, in order, each with its block."""
+    """Every command line of the ```sh and ```bash blocks in `text` (templates left out), in
+    order, each with its block; a block's last command carries the output block after it."""
     found: list[Example] = []
     heading, block = "", None
     pending, first = "", 0  # a command continued by a trailing backslash, and its first line
-    for number, line in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines()
+    last_shell_end, output, output_start = None, None, 0  # an output block right after a shell block
+    for number, line in enumerate(lines, start=1):
+        if output is not None:
+            if line.strip() == "```":
+                if found and found[-1].source.startswith(f"{name}:") and last_shell_end == output_start:
+                    found[-1] = Example(found[-1].source, found[-1].block, found[-1].command, tuple(output))
+                output = None
+            else:
+                output.append(line)
+            continue
         if pending:  # a continuation line: joined to its command as the shell would
             line = pending + " " + line.strip()
             number, pending = first, ""
         fence = FENCE.match(line)
         if fence:
             if block is not None:
+                if block:
+                    last_shell_end = number
                 block = None
-            elif fence.group(1) in SHELL_FENCES:
+            elif fence.group(1) in SHELL_FENCES and not is_template(fence_title(line)):
                 block = f"{name}:{number} {heading}".strip()
+            elif fence.group(1) == "text" and is_output(fence_title(line)):
+                output, output_start = [], _previous_fence_end(lines, number)
             else:
-                block = ""  # another language's block: inside it, but not ours
+                block = ""  # another language's block, or a template: inside it, but not ours
             continue
         if block is None:
             title = HEADING.match(line)
@@ -91,6 +129,14 @@ def readme_examples(text: str, name: str = "README.md") -> list[Example]:
         if block and command:
             found.append(Example(f"{name}:{number}", block, command))
     return found
+
+
+def _previous_fence_end(lines: list[str], number: int) -> int | None:
+    """The line number of the closing fence just before line `number` (only blank lines between)."""
+    at = number - 1
+    while at >= 1 and not lines[at - 1].strip():
+        at -= 1
+    return at if at >= 1 and lines[at - 1].strip() == "```" else None
 
 
 def block_title(block: str) -> str:
@@ -158,16 +204,21 @@ def walk_help(command, path: str = "netbench") -> Iterator[Example]:
 
 def expand(command: str, placeholders: Mapping[str, str], left_out: Iterable[str] = ()) -> str:
     """Optional `[...]` parts kept without brackets, except those whose first word is in
-    `left_out` (dropped); placeholder words replaced."""
+    `left_out` (dropped); placeholder words replaced. Quoted text is left as written (a
+    `--step-regex` pattern's `[\\d.]` is no optional part)."""
     left_out = set(left_out)
 
     def part(match: re.Match) -> str:
         inner = match.group(1)
         return "" if inner.split()[:1] and inner.split()[0] in left_out else inner
 
-    while BRACKETS.search(command):
-        command = BRACKETS.sub(part, command)
-    return " ".join(placeholders.get(word, word) for word in command.split())
+    pieces = re.split(r"('[^']*'|\"[^\"]*\")", command)
+    for index in range(0, len(pieces), 2):  # the unquoted pieces
+        while BRACKETS.search(pieces[index]):
+            pieces[index] = BRACKETS.sub(part, pieces[index])
+        words = re.split(r"(\s+)", pieces[index])
+        pieces[index] = re.sub(r"\s+", " ", "".join(placeholders.get(word, word) for word in words))
+    return "".join(pieces).strip()
 
 
 def _drop(words: list[str], flag: str) -> list[str]:
@@ -220,7 +271,7 @@ def _shorten_one(words: list[str]) -> list[str]:
         if "--metrics-port" in words:
             words = _set(words, "--metrics-port", "0")
     elif words[1:2] == ["collective"]:  # one repetition after one warm-up, messages up to 64 KiB
-        words = _set(_set(_set(words, "--reps", "1"), "--warmup", "1"), "--sizes", "8-64KiB")
+        words = _set(_set(_set(words, "--repeat", "1"), "--warmup", "1"), "--sizes", "8-64KiB")
     elif words[1:2] == ["verify"]:
         words = _set(_set(words, "--count", "10"), "--seconds", "1")
     return words
@@ -300,3 +351,48 @@ def blocks(examples: Iterable[Example]) -> dict[str, list[Example]]:
     for example in examples:
         grouped.setdefault(example.block, []).append(example)
     return grouped
+
+
+# ---------------------------------------------------------------- output shown after a command
+
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+RULE = re.compile(r"^[\s┏┓┗┛┡┩└┘┳┻╇┴┬━─═│┃╍]*$")  # a table's rule line: drawn, not read
+ELIDED = "..."
+
+
+def normalized(line: str) -> str:
+    """A line's shape: every number one token, runs of spaces one space."""
+    return " ".join(NUMBER.sub("N", line).split())
+
+
+def _row_matches(shown: list[str], printed: list[str]) -> bool:
+    """A shown table row (its cells, `...` for the rest) begins a printed row, numbers aside."""
+    cells = shown[:shown.index(ELIDED)] if ELIDED in shown else shown
+    return len(printed) >= len(cells) and all(normalized(a) == normalized(b) for a, b in zip(cells, printed))
+
+
+def _line_matches(shown: str, printed: str) -> bool:
+    """A shown line (`...` for any text) begins a printed line, numbers aside."""
+    parts = [re.escape(normalized(part)) for part in shown.split(ELIDED)]
+    return re.match(r".*?".join(parts), normalized(printed)) is not None
+
+
+def output_problems(shown: Iterable[str], output: str) -> list[str]:
+    """How a command's output differs in shape from the output a page shows after it: each
+    shown line, in order, must begin a printed line (numbers may differ; `...` stands for any
+    text, a line of only `...` for any lines); a shown table row (cells between │ or ┃) must
+    begin a printed row, cell by cell; a table's rule lines are drawing, not compared."""
+    printed = [line for line in output.splitlines() if line.strip()]
+    at, problems = 0, []
+    for line in shown:
+        if not line.strip() or line.strip() == ELIDED or RULE.match(line):
+            continue
+        is_row = any(bar in line for bar in "│┃")
+        cells = table_cells(line) if is_row else None
+        for index in range(at, len(printed)):
+            if (_row_matches(cells, table_cells(printed[index])) if is_row else _line_matches(line, printed[index])):
+                at = index + 1
+                break
+        else:
+            problems.append(f"no printed line (after the last one matched) has the shape of: {line.strip()}")
+    return problems

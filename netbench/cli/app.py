@@ -19,24 +19,36 @@ import click
 
 from netbench import __version__
 
-# command name -> "module:attribute" (in netbench.cli), in the order --help lists them; a
-# command's module is imported only when that command runs (or --help lists them all), so
-# a quick command such as `netbench apply` does not load the sweep's or the report's code
+# --help's sections, in the order a user meets the commands: the first four are a whole first
+# experiment (what this host can do, a sweep, its report, the network put back); then designs,
+# shaping by hand, and other machines. Each command's one-line summary is its `short_help`, which
+# fits --help's 80 columns whole (tests/unit/test_cli.py)
+SECTIONS = {
+    "Start here": ("doctor", "sweep", "report", "reset"),
+    "Experiments": ("run", "collective"),
+    "Shaping by hand": ("testbed", "exec", "profile", "apply", "show", "verify"),
+    "Remote hosts": ("provision",),
+}
+
+# command name -> "module:attribute" (in netbench.cli), in --help's order; a command's module is
+# imported only when that command runs (or --help lists them all), so a quick command such as
+# `netbench apply` does not load the sweep's or the report's code. `node` is what the controller
+# runs on a host over SSH (hidden: --help leaves it out)
 COMMANDS = {
-    "profile": "emulation:profile",
+    "doctor": "emulation:doctor_cmd",
+    "sweep": "experiment:sweep",
+    "report": "report:report_cmd",
+    "reset": "emulation:reset_cmd",
+    "run": "playbook:run_playbook",
+    "collective": "collective:collective",
     "testbed": "testbed:testbed",
     "exec": "testbed:exec_",
+    "profile": "emulation:profile",
     "apply": "emulation:apply_",
     "show": "emulation:show",
     "verify": "emulation:verify_cmd",
-    "doctor": "emulation:doctor_cmd",
-    "reset": "emulation:reset_cmd",
-    "sweep": "experiment:sweep",
-    "run": "playbook:run_playbook",
-    "collective": "collective:collective",
-    "report": "report:report_cmd",
-    "node": "node:node",
     "provision": "provision:provision",
+    "node": "node:node",
 }
 
 
@@ -53,17 +65,33 @@ class LazyGroup(click.Group):
         module, attribute = target.split(":")
         return getattr(importlib.import_module(f"netbench.cli.{module}"), attribute)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands in SECTIONS' sections and order, each with its whole summary."""
+        listed = {name: self.get_command(ctx, name) for name in self.list_commands(ctx)}
+        shown = {name: command for name, command in listed.items() if command is not None and not command.hidden}
+        if not shown:
+            return
+        width = max(len(name) for name in shown)
+        limit = formatter.width - 6 - width
+        for section, names in SECTIONS.items():  # one column for the names of every section
+            rows = [(name.ljust(width), shown[name].get_short_help_str(limit)) for name in names if name in shown]
+            if rows:
+                with formatter.section(section):
+                    formatter.write_dl(rows)
+
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="netbench")
 def main() -> None:
     """Emulate slow, lossy or distant networks between nodes and measure how
-    distributed TensorFlow training throughput responds.
+    distributed training throughput responds: TensorFlow, PyTorch or your own command.
 
     \b
-    Typical use:
-      netbench sweep --latency 1,10,100ms     # a latency sweep on the embedded testbed
-      netbench reset                          # remove everything netbench recorded
+    A first experiment, in the order of the commands below:
+      netbench doctor                    # what this host can do
+      netbench sweep --latency 1,10,100ms --output results/first
+      netbench report results/first      # tables and figures
+      netbench reset                     # remove what netbench made
     """
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from netbench import console
 from netbench.cli import common
 from netbench.cli.common import BACKEND_CHOICES, handle_errors
 from netbench.cli.groups import GroupedCommand, options
@@ -34,21 +35,51 @@ def _settings(sizes: str, ops: str, warmup: int, reps: int, timeout: float):
     return Settings(sizes=parsed, ops=chosen, warmup=warmup, reps=reps, timeout_s=timeout)
 
 
+# --framework's words are the sweep's: the training framework whose collectives are timed
+# (TensorFlow's collective ops; torch.distributed over gloo); the library names them tf and gloo
+FRAMEWORKS = {"tensorflow": "tf", "torch": "gloo"}
+OLD_FRAMEWORKS = {"tf": "tensorflow", "gloo": "torch"}  # the spellings before, kept with a note
+RENAMED_FLAGS = {"--reps": "--repeat", "--timeout": "--step-timeout"}  # old -> now, kept with a note
+
+
+def renamed_note(old: str, new: str) -> str:
+    return f"{old} is now {new}; the old name works until the next release"
+
+
 def _frameworks(text: str) -> tuple[str, ...]:
+    """--framework LIST as the library's transports: tensorflow -> tf, torch -> gloo (auto: what imports)."""
     from netbench.experiment.collective import available_frameworks
 
     have = available_frameworks()
     if text == "auto":
         return have
-    chosen = tuple(f.strip() for f in text.split(",") if f.strip())
-    for name in chosen:
-        if name not in ("tf", "gloo"):
-            raise UsageError(f"flag --framework: unknown {name!r}", hint="choose from auto, tf, gloo")
-        if name not in have:
-            raise UsageError("flag --framework: gloo needs PyTorch, which this Python cannot import",
+    chosen = []
+    for name in (f.strip() for f in text.split(",") if f.strip()):
+        if name in OLD_FRAMEWORKS:
+            console.note(renamed_note(f"--framework {name}", f"--framework {OLD_FRAMEWORKS[name]}"))
+            name = OLD_FRAMEWORKS[name]
+        if name not in FRAMEWORKS:
+            raise UsageError(f"flag --framework: unknown {name!r}", hint="choose from auto, tensorflow, torch "
+                                                                          "(or a list: tensorflow,torch)")
+        if FRAMEWORKS[name] not in have:
+            raise UsageError("flag --framework: torch's collectives need PyTorch, which this Python cannot import",
                              hint="install torch==2.13.0+cpu (PyTorch's CPU build) into netbench's environment, "
-                                  "or use --framework tf")
-    return chosen
+                                  "or use --framework tensorflow")
+        chosen.append(FRAMEWORKS[name])
+    if not chosen:
+        raise UsageError("flag --framework: empty list", hint="choose from auto, tensorflow, torch")
+    return tuple(dict.fromkeys(chosen))
+
+
+def _renamed(new: str, value, old: str, old_value):
+    """A flag's value given by its new name or its old one (with a note), never both."""
+    if old_value is None:
+        return value
+    source = click.get_current_context().get_parameter_source(new[2:].replace("-", "_"))
+    if source is not click.core.ParameterSource.DEFAULT:
+        raise UsageError(f"flag {old}: not with {new} (the same setting)", hint=f"keep {new}")
+    console.note(renamed_note(old, new))
+    return old_value
 
 
 def _job(workers: int, ranks_per_node: int):
@@ -72,7 +103,8 @@ def _runs(levels, workers, job):
     return None, design.sweep_runs(_plan_runs(base, levels.sweep_levels(), 1), 1, job, workers, 0, base=base)
 
 
-@click.command("collective", cls=GroupedCommand)
+@click.command("collective", cls=GroupedCommand,
+               short_help="Time all-reduce, broadcast and all-gather at every point.")
 @levels_options
 @options("Network", click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True,
                                  help="Emulation backend."))
@@ -86,20 +118,26 @@ def _runs(levels, workers, job):
 )
 @options(
     "Job",
-    click.option("--sizes", default="8-64MiB", show_default=True,
+    click.option("--sizes", default="8-64MiB", show_default=True, metavar="LIST",
                  help="Message sizes: LOW-HIGH doubling, or a list such as 8,1KiB,1MiB (per worker)."),
-    click.option("--ops", default="allreduce,broadcast,allgather", show_default=True, help="Operations to time."),
-    click.option("--framework", default="auto", show_default=True,
-                 help="tf, gloo or tf,gloo; auto: tf, and gloo when PyTorch is importable."),
+    click.option("--ops", default="allreduce,broadcast,allgather", show_default=True, metavar="LIST",
+                 help="Operations to time."),
+    click.option("--framework", default="auto", show_default=True, metavar="LIST",
+                 help="Whose collectives: tensorflow (its collective ops), torch (torch.distributed over gloo), "
+                      "or both, tensorflow,torch; auto: tensorflow, and torch where it imports."),
 )
 @options(
     "Measurement and precision",
     click.option("--warmup", default=2, show_default=True, type=click.IntRange(0, 1000),
                  help="Untimed repetitions per size."),
-    click.option("--reps", default=5, show_default=True, type=click.IntRange(1, 10000),
+    click.option("--repeat", default=5, show_default=True, type=click.IntRange(1, 10000),
                  help="Timed repetitions per size."),
-    click.option("--timeout", default=120.0, show_default=True, type=Seconds(1, 86400),
-                 help="Seconds one collective may take."),
+    click.option("--step-timeout", default=120.0, show_default=True, type=Seconds(1, 86400),
+                 help="Seconds one repetition of a collective may take."),
+    click.option("--reps", "reps_old", hidden=True, type=click.IntRange(1, 10000),
+                 help="The old name of --repeat (works until the next release)."),
+    click.option("--timeout", "timeout_old", hidden=True, type=Seconds(1, 86400),
+                 help="The old name of --step-timeout (works until the next release)."),
 )
 @options(
     "Output and metrics",
@@ -113,8 +151,8 @@ def _runs(levels, workers, job):
                                help="Seed for loss/jitter draws."))
 @handle_errors
 def collective(levels: Levels, backend: str, workers: int, ranks_per_node: int, sizes: str, ops: str, framework: str,
-               warmup: int, reps: int, timeout: float, output: Path | None, as_json: bool, hosts: Hosts,
-               seed: int) -> None:
+               warmup: int, repeat: int, step_timeout: float, reps_old: int | None,
+               timeout_old: float | None, output: Path | None, as_json: bool, hosts: Hosts, seed: int) -> None:
     """Time collectives (like nccl-tests) on the testbed's links at every point.
 
     For each point (the product of the level flags, or a --topology), applies it as a sweep
@@ -122,18 +160,21 @@ def collective(levels: Levels, backend: str, workers: int, ranks_per_node: int, 
     MultiWorkerMirroredStrategy runs) and with gloo when PyTorch is installed; fits the
     all-reduce's time to alpha + beta x bytes.
 
-    With --inventory the processes run on the SSH hosts (one per host, as a sweep places
-    workers) and the hosts' links are shaped; every host is put back afterwards.
+    With --inventory the processes run on the SSH hosts (one per host, as a
+    sweep places workers) and the hosts' links are shaped; every host is put
+    back afterwards. The flags are the sweep's words; the older spellings
+    --reps, --timeout and --framework tf|gloo work, with a note, until the next release.
 
     \b
-    Example: netbench collective --latency 1,10ms --sizes 8-1MiB --reps 3
+    Example: netbench collective --latency 1,10ms --sizes 8-1MiB --repeat 3
     Example: netbench collective --bandwidth 100mbit --ops allreduce --json
-    Example: netbench collective --inventory hosts.yaml --bandwidth 100,1000mbit --sizes 8-16MiB
     """
     from netbench.cli import render_collective
     from netbench.experiment.collective import CollectiveConfig, json_report, run_collective
 
-    settings = _settings(sizes, ops, warmup, reps, timeout)
+    repeat = _renamed("--repeat", repeat, "--reps", reps_old)
+    step_timeout = _renamed("--step-timeout", step_timeout, "--timeout", timeout_old)
+    settings = _settings(sizes, ops, warmup, repeat, step_timeout)
     frameworks = _frameworks(framework)
     job = _job(workers, ranks_per_node)
     pairs, runs = _runs(levels, workers, job)

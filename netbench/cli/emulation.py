@@ -29,12 +29,12 @@ from netbench.testbed.targets import open_target
 # ---------------------------------------------------------------- profiles
 
 
-@click.group()
+@click.group(short_help="Check network profiles (YAML) without touching the network.")
 def profile() -> None:
     """Validate and inspect network profiles (YAML)."""
 
 
-@profile.command("check")
+@profile.command("check", short_help="Validate profile FILES without touching the network.")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @handle_errors
 def profile_check(files: tuple[Path, ...]) -> None:
@@ -53,7 +53,8 @@ def profile_check(files: tuple[Path, ...]) -> None:
 
 # ---------------------------------------------------------------- apply
 
-@click.command("apply", cls=GroupedCommand)
+@click.command("apply", cls=GroupedCommand,
+               short_help="Shape every node's link: a profile, flags, schedule or topology.")
 @click.argument("profile_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @profile_options
 @options(
@@ -220,7 +221,7 @@ def _hold(inv, conns, lease_s: float, holder: str) -> None:
 
 # ---------------------------------------------------------------- show
 
-@click.command("show")
+@click.command("show", short_help="Read the shaping back from the kernel and the delay engines.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the profile every node holds to this file (YAML), which 'netbench apply FILE' "
@@ -286,7 +287,7 @@ def _write_profile(path: Path, mapping: dict, quiet: bool, what: str = "profile"
 
 # ---------------------------------------------------------------- verify
 
-@click.command("verify")
+@click.command("verify", short_help="Measure a shaped link (ping, iperf3) against its settings.")
 @click.option("--from", "src_name", metavar="NODE", help="Node that sends the probes [default: the first].")
 @click.option("--to", "dst_name", metavar="NODE", help="Node probed [default: the second].")
 @click.option("--all-pairs", is_flag=True,
@@ -376,7 +377,7 @@ def verify_cmd(src_name, dst_name, all_pairs, throughput, topology_file, toleran
 
 # ---------------------------------------------------------------- doctor and reset
 
-@click.command("doctor")
+@click.command("doctor", short_help="Check what this host can do, and the backend netbench will use.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--no-tensorflow", is_flag=True, help="Skip the slow TensorFlow import check.")
 @handle_errors
@@ -384,11 +385,12 @@ def verify_cmd(src_name, dst_name, all_pairs, throughput, topology_file, toleran
 def doctor_cmd(as_json: bool, no_tensorflow: bool, inventory, insecure_host_keys) -> None:
     """Check what this host can do, by trying it, and which emulation backend netbench will use.
 
-    Works without root (namespace checks are then skipped). Exits 1 when no backend can run.
+    Works without root (namespace checks are then skipped; under sudo, name the tool by its
+    path: sudo .venv/bin/netbench doctor). Exits 1 when no backend can run.
     Lists the GPUs (nvidia-smi, torch.cuda), CUDA and NCCL, and says what RDMA means here.
 
     \b
-    Example: sudo netbench doctor --no-tensorflow
+    Example: netbench doctor --no-tensorflow
     """
     from netbench.experiment import doctor, gpus
 
@@ -433,14 +435,14 @@ def _rootless_limits() -> list[dict]:
     return [asdict(limit) for limit in limits]
 
 
-@click.command("reset")
+@click.command("reset", short_help="Undo everything netbench recorded, also after a crash.")
 @click.option("--all-namespaces", is_flag=True, help="Also remove testbed namespaces this state folder's "
               "journal did not record (another state folder's testbed, perhaps in use) and every process in them.")
 @handle_errors
 @inventory_options
 def reset_cmd(all_namespaces: bool, inventory, insecure_host_keys) -> None:
     """Remove everything netbench recorded in its journal: qdiscs, iptables rules, delay engines,
-    TF processes, namespaces, veths and the bridge. Works after a crash; safe to run twice. A
+    training processes, namespaces, veths and the bridge, cgroups and congestion-control settings. Works after a crash; safe to run twice. A
     testbed namespace the journal did not record stays unless --all-namespaces asks for it.
 
     \b

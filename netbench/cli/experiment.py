@@ -32,7 +32,8 @@ from netbench.model.profile import Profile, load_profile
 # ---------------------------------------------------------------- sweep
 
 
-@click.command("sweep", cls=GroupedCommand)
+@click.command("sweep", cls=GroupedCommand,
+               short_help="Train at every combination of network levels; record each run.")
 @options("Network", click.option("--profile", "profile_file", type=click.Path(dir_okay=False, path_type=Path),
                                  help="Base profile; swept flags replace its values."))
 @levels_options

@@ -27,7 +27,8 @@ def _playbook_state(output: Path) -> dict | None:
     return ResultStore(output).read_playbook()
 
 
-@click.command("run", cls=GroupedCommand)
+@click.command("run", cls=GroupedCommand,
+               short_help="Run a playbook: an experiment design in YAML; resumes.")
 @click.argument("playbook_file", type=click.Path(dir_okay=False, path_type=Path))
 @options("Network", click.option("--backend", type=click.Choice(BACKEND_CHOICES),
                                  help="Override the playbook's emulation backend."))

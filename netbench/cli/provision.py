@@ -13,12 +13,13 @@ import click
 from rich.markup import escape
 
 from netbench import console
-from netbench.cli.common import INSECURE_HELP, INVENTORY_HELP, handle_errors
+from netbench.cli.common import INSECURE_HELP, handle_errors
 from netbench.errors import NetbenchError, UsageError
 
 
-@click.command("provision")
-@click.option("--inventory", required=True, type=click.Path(dir_okay=False, path_type=Path), help=INVENTORY_HELP)
+@click.command("provision", short_help="Install this netbench on the SSH hosts of an inventory.")
+@click.option("--inventory", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The SSH hosts to install on (an inventory, YAML).")
 @click.option("--insecure-host-keys", is_flag=True, help=INSECURE_HELP)
 @click.option("--wheel", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Install this wheel [default: build one from this netbench's source].")

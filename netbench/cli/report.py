@@ -13,7 +13,7 @@ from netbench.cli.common import handle_errors
 from netbench.cli.types import FiniteFloatRange
 
 
-@click.command("report")
+@click.command("report", short_help="Tables, figures, report.md and report.html of a results folder.")
 @click.argument("results_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path),
               help="Where figures, report.md and report.html go [default: RESULTS_DIR/report].")

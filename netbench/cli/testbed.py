@@ -13,16 +13,16 @@ from netbench.cli.common import handle_errors
 from netbench.errors import TestbedError, UsageError
 
 
-@click.group()
+@click.group(short_help="Bring the embedded testbed (namespaces here) up, show it, down.")
 def testbed() -> None:
     """Bring the embedded testbed (network namespaces on this machine) up and down."""
 
 
-@testbed.command("up")
+@testbed.command("up", short_help="Create --nodes namespaces joined by a bridge.")
 @click.option("--nodes", default=2, show_default=True, type=click.IntRange(1, 64), help="Number of nodes.")
 @handle_errors
 def testbed_up(nodes: int) -> None:
-    """Create NODES namespaces joined by a bridge.
+    """Create --nodes namespaces (n1, n2, ...) joined by a bridge in a switch namespace.
 
     \b
     Example: netbench testbed up --nodes 3
@@ -38,7 +38,7 @@ def testbed_up(nodes: int) -> None:
     render.topology_table(topo)
 
 
-@testbed.command("down")
+@testbed.command("down", short_help="Remove the testbed's namespaces and everything in them.")
 @handle_errors
 def testbed_down() -> None:
     """Remove the testbed's namespaces (and every process and qdisc inside them).
@@ -57,7 +57,7 @@ def testbed_down() -> None:
     console.info(f"removed {', '.join(removed)}" if removed else "no testbed was up")
 
 
-@testbed.command("show")
+@testbed.command("show", short_help="Show the testbed as the kernel holds it.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {subnet, nodes: [{name, netns, address, ...}]}.")
 @handle_errors
 def testbed_show(as_json: bool) -> None:
@@ -89,7 +89,7 @@ def testbed_show(as_json: bool) -> None:
         render.testbeds_table(others)
 
 
-@click.command("exec", context_settings={"ignore_unknown_options": True})
+@click.command("exec", short_help="Run a command inside a testbed node.", context_settings={"ignore_unknown_options": True})
 @click.argument("node")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @handle_errors

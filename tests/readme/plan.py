@@ -14,9 +14,6 @@ SSH = "needs an inventory of SSH hosts (tests/ssh runs these commands against ss
 AGENT = ("the host's side of the SSH protocol: the controller runs it on a host and feeds it JSON "
          "(tests/ssh and tests/unit/test_node_serve.py cover it)")
 
-USER = ("a user's own script shown as a pattern (no such file here); tests/root/test_user_command_root.py "
-        "runs such a command, a background process included")
-
 # command (as shown, comment removed) -> why it is not run here
 NOT_RUNNABLE = {
     "make demo": "a make target: installs Debian packages and a venv first (it runs `netbench sweep "
@@ -24,17 +21,8 @@ NOT_RUNNABLE = {
     "make test": "a make target: the suite that runs this tier",
     "make install": "a make target: installs Debian packages and a venv (the suite runs in what it installed)",
     "netbench provision --inventory hosts.yaml": SSH,
-    "netbench doctor --inventory hosts.yaml": SSH,
-    "netbench apply --inventory hosts.yaml --bandwidth 100mbit": SSH,
-    "netbench apply --inventory hosts.yaml profiles/wan.yaml --lease 0": SSH,
-    "netbench apply --inventory hosts.yaml --schedule profiles/schedules/spike.yaml": SSH,
-    "netbench show --inventory hosts.yaml [--json]": SSH,
-    "netbench reset --inventory hosts.yaml": SSH,
-    "netbench sweep --inventory hosts.yaml --bandwidth 1gbit,100mbit,20mbit --repeat 3": SSH,
-    "netbench sweep --inventory hosts.yaml --bandwidth 100mbit --dry-run": SSH,
     "netbench run playbooks/smoke.yaml --inventory hosts.yaml": SSH,
     "netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit": SSH,
-    "netbench collective --inventory hosts.yaml --bandwidth 100,1000mbit --sizes 8-16MiB": SSH,
     "netbench node apply --json --lease 60 < plan.json": AGENT,
     "netbench node info --interface eth1": AGENT,
     "netbench node lease-watch": AGENT,
@@ -42,10 +30,10 @@ NOT_RUNNABLE = {
     "netbench node serve < requests.jsonl": AGENT,
     "netbench node show --json --interface eth1": AGENT,
     "netbench node task --role worker0 --env TF_CONFIG={...} -- python -m netbench.jobs.worker": AGENT,
-    "netbench sweep --bandwidth 1gbit,100mbit --workers 2 -- python train.py": USER,
-    "netbench sweep --latency 1,20ms --workers 2 -- sh train.sh": USER,
     "netbench sweep --framework torch --device cuda --gpus-per-node 1 --workers 2 --latency 1,20ms":
         "needs GPUs (none here; refused with a hint: tests/unit/test_ranks.py); bench/gpu_check.py runs it on a GPU machine",
+    ".venv/bin/pip install -c constraints.txt torch==2.13.0+cpu --index-url https://download.pytorch.org/whl/cpu":
+        "downloads PyTorch's CPU build from PyTorch's index (no network here; make install finds it on disk)",
     "NETBENCH_CACHE_DIR=/var/cache/netbench netbench sweep --latency 1,10ms":
         "where the calibration cache lives (tests/unit/test_calibration_cache.py); a plain latency sweep runs in the quick start",
     ".venv/bin/python bench/sweep_efficiency.py results/isolate results/launch":
@@ -66,7 +54,7 @@ GRID = "the 6-point grid at 2 % takes minutes: bench/sweep_efficiency.py measure
 REUSE = "a reused calibration and --recalibrate run for real in tests/tf/test_root_sweep.py's end-to-end sweep"
 CONGESTION = "--congestion-control is set and read back for real in tests/root/test_congestion_root.py"
 SETTLE = "settles by the link run for real in tests/tf/test_launch_tf.py (each point's settle_reason)"
-SAME_LATENCY = "a plain latency sweep: that kind runs for real as README.md's quick start"
+SAME_LATENCY = "a plain latency sweep: that kind runs for real as README.md's quick start (the tutorial's)"
 # training commands run as --dry-run (flags and plan checked, nothing trained) -> why; every other
 # training example is trained for real, shortened
 DRY = {
@@ -102,12 +90,11 @@ DRY = {
     "netbench sweep --latency 1,10,100ms --bandwidth 250,1000mbit --repeat 3":
         "18 runs (3 x 2 points x 3 repeats; 6 in two launches even at --repeat 1); a latency sweep "
         "runs for real in README.md's quick start",
-    "netbench sweep --latency 1,10,100ms": SAME_LATENCY,
     "netbench sweep --latency 1,10,100ms --repeat 2": SAME_LATENCY,
     "netbench sweep --latency 1,10,100ms --metrics-port 9464 --metrics-address 0.0.0.0":
         "the --metrics-port sweep above runs for real; this one adds only the bind address",
     "netbench sweep --schedule profiles/schedules/spike.yaml --latency 10ms":
-        "a --schedule sweep runs for real in the getting-started tour",
+        "a --schedule sweep runs for real in the home page's commands at a glance",
     # kinds trained for real by a test of their own in tests/tf (kept dry here for the suite's time)
     "netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit":
         "ps sweeps train for real in tests/tf/test_root_strategies.py",
@@ -139,19 +126,23 @@ DRY = {
         "18 runs; both frameworks' sweeps run for real in tests/tf/test_torch_tf.py",
 }
 
-# placeholder words in examples -> what the tier runs instead
-PLACEHOLDERS = {"DIR": "results/smoke"}
+# examples run with the step model on (the suite turns it off with NETBENCH_PREDICT=0) -> why
+PREDICT = {
+    "netbench sweep --latency 1,10,100ms --output results/first":
+        "the getting-started tutorial shows its predictions, and its report's step-time figure (about 12 s of "
+        "calibration, or none where a calibration of this machine is cached)",
+}
+
+# placeholder words in examples -> what the tier runs instead (a page's shell blocks hold none:
+# tests/unit/test_docs_claims.py; a pattern to fill in is a block titled as a template)
+PLACEHOLDERS: dict[str, str] = {}
 
 # optional flags shown in brackets that the tier leaves out -> why (the others are run)
-LEFT_OUT = {
-    "--throughput": "verify --all-pairs --throughput runs iperf3 on each ordered pair one at a time: on "
-                    "world.yaml's 8 nodes, 56 pairs took 158 s here, over this tier's budget (pings of "
-                    "every pair still run; one pair's throughput runs in the Emulation backends block)",
-}
+LEFT_OUT: dict[str, str] = {}
 
 # commands run before a block's examples (the state the block's text assumes) -> block
 PRELUDE = {
-    "Per-pair topologies": ["netbench testbed up --nodes 8"],  # world.yaml names n1..n8
+    "Give each pair of nodes its own link": ["netbench testbed up --nodes 8"],  # world.yaml names n1..n8
     "Emulation backends": ["netbench testbed up --nodes 3"],  # verify --from n2 --to n3
     "netbench testbed down": ["netbench testbed up --nodes 2"],
     "netbench testbed show": ["netbench testbed up --nodes 2"],
@@ -191,7 +182,9 @@ TABLES = {"netbench sweep --latency 1,10,100ms --output results/first": ("README
 # files an example says it writes
 FILES = {
     "netbench report results/smoke": ["results/smoke/report/report.md", "results/smoke/report/report.html"],
-    "netbench report DIR --output figs --level 90": ["figs/report.md"],
+    "netbench report results/smoke --output figs --level 90": ["figs/report.md"],
+    "netbench report results/first": ["results/first/report/report.md", "results/first/report/throughput-latency.png",
+                                      "results/first/report/steptime-latency.png"],
     "netbench show --output held.yaml && netbench apply --topology held.yaml": ["held.yaml"],
     "netbench sweep --latency 1,10,100ms --bandwidth 100mbit,1gbit --save-playbook grid.yaml --dry-run": ["grid.yaml"],
 }

@@ -63,16 +63,18 @@ def test_the_site_builds_strictly(site):
     assert (site / "index.html").is_file() and (site / "reference" / "cli" / "index.html").is_file()
 
 
-def cli_sections(site: Path) -> dict[str, str]:
-    """The CLI reference's text per command ("netbench sweep" -> its section), split at the
+def cli_sections(site: Path, page: str = "reference/cli") -> dict[str, str]:
+    """A generated CLI page's text per command ("netbench sweep" -> its section), split at the
     headings mkdocs-click gives each command (id "netbench-sweep")."""
-    page = (site / "reference" / "cli" / "index.html").read_text()
-    parts = re.split(r'<h\d id="(netbench[a-z0-9-]*)"', page)
+    text = (site / page / "index.html").read_text()
+    parts = re.split(r'<h\d id="(netbench[a-z0-9-]*)"', text)
     return {ident: html.unescape(re.sub(r"<[^>]+>", " ", body)) for ident, body in zip(parts[1::2], parts[2::2])}
 
 
 def test_every_command_and_flag_is_in_the_cli_reference(site):
-    sections = cli_sections(site)
+    """Every command and flag: the CLI reference has every command a user types, and the host
+    agent's page (background/host-agent.md) the hidden `netbench node` ones."""
+    sections = {**cli_sections(site, "background/host-agent"), **cli_sections(site)}
     missing = []
     for path, command in commands(main):
         section = sections.get(path.replace(" ", "-"))
@@ -84,6 +86,29 @@ def test_every_command_and_flag_is_in_the_cli_reference(site):
                 missing += [f"{path} {flag}" for flag in [*param.opts, *param.secondary_opts]
                             if flag.startswith("--") and not re.search(rf"{re.escape(flag)}(?![\w-])", section)]
     assert not missing, f"not in the CLI reference (docs/reference/cli.md): {missing}"
+
+
+def test_the_cli_reference_lists_the_commands_in_helps_order_without_the_host_agent(site):
+    from netbench.cli.app import SECTIONS
+
+    page = (site / "reference" / "cli" / "index.html").read_text()
+    order = [ident[len("netbench-"):] for ident in re.findall(r'<h\d id="(netbench-[a-z]+)"', page)]
+    assert [name for name in order if "-" not in name] == [name for names in SECTIONS.values() for name in names]
+    assert "netbench-node" not in page and "netbench-node" in (site / "background" / "host-agent" / "index.html").read_text()
+
+
+FIGURES = ("testbed.png", "launch-timeline.png", "report-throughput.png", "report-steptime.png", "who-waits.png")
+
+
+def test_the_site_has_its_pictures_and_the_pages_show_them(site):
+    """docs/figures.py draws them at every build (docs/hooks.py): from the code and real runs'
+    records, never committed; each is shown by a page."""
+    shown = {Path(src).name for page in site.rglob("index.html")
+             for src in re.findall(r'<img[^>]+src="([^"]+)"', page.read_text())}
+    for name in FIGURES:
+        assert (site / "img" / name).stat().st_size > 10_000, name
+        assert name in shown, f"no page shows {name}"
+    assert not list((ROOT / "docs").rglob("*.png")), "pictures are drawn by the build, not committed"
 
 
 def test_the_cli_reference_shows_a_grouped_commands_options_in_helps_sections(site):

@@ -17,14 +17,16 @@ run in the order shown too, so `netbench report results/smoke` finds what `netbe
 playbooks/smoke.yaml` wrote a block before.
 
 A block shown twice (the same commands) runs once; a training command shown again in another
-block trains only where it is first shown, and runs as a --dry-run after. What runs is shortened, never changed in kind (readme_examples.shorten): a sweep measures
+block trains only where it is first shown and is not run again (its output, where a page shows
+it, is compared with what it printed there). What runs is shortened, never changed in kind (readme_examples.shorten): a sweep measures
 `--steps 3 --warmup 1` with `--precision off` (or the precision it names within `--max-seconds
 2`; a sweep with --schedule `--seconds 3`, so the schedule's change at 2 s
 lands inside the run; a --seconds window 1 s), `--repeat 1`, on any free --metrics-port; a
 verify sends 10 pings and 1 s of iperf3; `sudo` is dropped (the tier runs as root); optional
 `[...]` parts are run, except the flags plan.LEFT_OUT names. Each example
 must exit 0 (or a status it documents, plan.STATUSES), show what its text says it shows
-(plan.OUTPUT; the demo's table as README.md shows it, plan.TABLES) and write the files it names
+(plan.OUTPUT; the demo's table as README.md shows it, plan.TABLES; an output block a page shows
+after it, by its shape: readme_examples.output_problems) and write the files it names
 (plan.FILES); each real sweep or playbook run must
 record every run `ok`, and a run that follows a schedule must have landed a change during the run.
 """
@@ -62,21 +64,30 @@ def prelude(block: str) -> list[str]:
 
 
 # where each command is first shown: a training command shown again (the README's quick start in
-# Getting started, a help text's example in a guide) trains once, there, and runs as --dry-run after
+# the tutorial, a help text's example in a guide) trains once, there, and is not run again: a
+# dry run would add nothing, and one with --output is refused the folder the first run wrote
 FIRST_SHOWN = {}
 for _example in EXAMPLES:
     FIRST_SHOWN.setdefault(_example.command, _example.source)
 
 
-def steps(example: rx.Example) -> list[tuple[str, str]]:
-    """(what is shown, what runs) for one example: nothing when it is not runnable here."""
+def steps(example: rx.Example) -> list[tuple[str, str | None, tuple[str, ...]]]:
+    """(what is shown, what runs, the output shown after it) for one example: nothing when it
+    is not runnable here; None runs nothing (a training command shown again: only the output
+    shown after it is compared with what it printed where it trained)."""
     shown = example.command
     if shown in plan.NOT_RUNNABLE:
         return []
-    again = rx.is_training(shown) and FIRST_SHOWN[shown] != example.source
-    command = rx.expand(rx.dry_run(shown) if shown in plan.DRY or again else shown, plan.PLACEHOLDERS,
-                        plan.LEFT_OUT)
-    return [(shown, rx.shorten(command))]
+    if rx.is_training(shown) and FIRST_SHOWN[shown] != example.source:
+        return [(shown, None, example.output)] if example.output else []
+    command = rx.expand(rx.dry_run(shown) if shown in plan.DRY else shown, plan.PLACEHOLDERS, plan.LEFT_OUT)
+    return [(shown, rx.shorten(command), example.output)]
+
+
+# what each example printed where it ran as shown (shortened), by the command shown: an output a
+# page shows after a training command that runs as a --dry-run there (it trained where it was
+# first shown) is compared with what it printed then
+PRINTED: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +106,11 @@ def workdir(tmp_path_factory) -> tuple[Path, dict]:
     return work, env
 
 
-def run(command: str, work: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", command], cwd=work, env={**os.environ, **env}, capture_output=True,
+def run(command: str, work: Path, env: dict, shown: str = "") -> subprocess.CompletedProcess:
+    """`command` in `work`; an example plan.PREDICT names runs with the step model on (the suite
+    turns it off)."""
+    extra = {"NETBENCH_PREDICT": "1"} if shown in plan.PREDICT else {}
+    return subprocess.run(["bash", "-c", command], cwd=work, env={**os.environ, **env, **extra}, capture_output=True,
                           text=True, timeout=TIMEOUT_S)
 
 
@@ -120,9 +134,12 @@ def schedule_problems(folder: Path) -> list[str]:
 
 
 def check_example(shown: str, command: str, result: subprocess.CompletedProcess, work: Path,
-                  new_results: set[Path]) -> list[str]:
+                  new_results: set[Path], shown_output: tuple[str, ...] = ()) -> list[str]:
     """What is wrong with one example's run (nothing: it kept its word)."""
     output = result.stdout + result.stderr
+    as_shown = command == rx.shorten(rx.expand(shown, plan.PLACEHOLDERS, plan.LEFT_OUT))
+    if as_shown:
+        PRINTED[shown] = output
     statuses = next((codes for prefix, (codes, _) in plan.STATUSES.items()
                      if shown == prefix or shown.startswith(prefix + " ")), {0})
     problems = []
@@ -134,6 +151,12 @@ def check_example(shown: str, command: str, result: subprocess.CompletedProcess,
     if shown in plan.TABLES and command == rx.shorten(shown):
         path, words, leading = plan.TABLES[shown]
         problems += rx.table_problems(rx.shown_output((ROOT / path).read_text(), words), output, leading)
+    if shown_output:
+        printed = output if as_shown else PRINTED.get(shown)
+        if printed is None:
+            problems.append("the page shows its output, but it runs as a --dry-run here and nowhere as shown")
+        else:
+            problems += [f"output shown after it: {p}" for p in rx.output_problems(shown_output, printed)]
     for name in plan.FILES.get(shown, []):
         if not (work / name).is_file():
             problems.append(f"{name} was not written")
@@ -174,17 +197,25 @@ def shown_before(block: str) -> bool:
                          ids=heading)
 def test_block_of_examples_runs(block: str, clean_machine, workdir):
     work, env = workdir
-    todo = [(shown, shown) for shown in prelude(block)]
+    todo = [(shown, shown, ()) for shown in prelude(block)]
     todo += [step for example in BLOCKS[block] for step in steps(example)]
     problems: list[str] = []
     try:
-        for shown, command in todo:
+        for shown, command, shown_output in todo:
+            if command is None:  # trained where it was first shown: its shown output against that run's
+                printed = PRINTED.get(shown)
+                problems = (["the page shows its output, but it trained in an earlier block that did not run"]
+                            if printed is None else
+                            [f"`{shown}`: output shown after it: {p}" for p in rx.output_problems(shown_output, printed)])
+                if problems:
+                    break
+                continue
             before = results_folders(work)
             started = time.monotonic()
-            result = run(command, work, env)
+            result = run(command, work, env, shown)
             took = time.monotonic() - started
             print(f"{took:6.1f} s  rc {result.returncode}  {command}")
-            problems = check_example(shown, command, result, work, results_folders(work) - before)
+            problems = check_example(shown, command, result, work, results_folders(work) - before, shown_output)
             if problems:
                 break  # the block's later examples need this one's state
     finally:

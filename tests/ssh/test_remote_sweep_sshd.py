@@ -144,8 +144,8 @@ def test_collectives_time_the_hosts_shaped_links(lab, tmp_path):
     shaped to 20 Mbit/s, a 1 MiB all-reduce timed at about what that rate allows."""
     out = tmp_path / "collective"
     result = lab.netbench("collective", "--inventory", str(lab.write_inventory()), "--bandwidth", "20mbit",
-                          "--ops", "allreduce", "--framework", "tf", "--sizes", "8,1MiB", "--warmup", "1",
-                          "--reps", "2", "--output", str(out), timeout=300)
+                          "--ops", "allreduce", "--framework", "tensorflow", "--sizes", "8,1MiB", "--warmup", "1",
+                          "--repeat", "2", "--output", str(out), timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     with open(out / "collective.csv", newline="") as fh:
         rows = {int(r["bytes"]): r for r in csv.DictReader(fh)}

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.root, pytest.mark.tf]
 def test_collective_fits_a_latency_term_that_grows_with_the_delay(clean_machine, tmp_path):
     out = tmp_path / "collective"
     result = subprocess.run([*NETBENCH, "collective", "--latency", "1,10ms", "--sizes", "1KiB-256KiB",
-                             "--ops", "allreduce,broadcast", "--framework", "tf", "--warmup", "1", "--reps", "3",
+                             "--ops", "allreduce,broadcast", "--framework", "tensorflow", "--warmup", "1", "--repeat", "3",
                              "--json", "--output", str(out)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     points = json.loads(result.stdout)["points"]

@@ -7,6 +7,7 @@ change the network stops with exit code 3 instead of touching it.
 from __future__ import annotations
 
 import os
+import re
 
 import click
 import pytest
@@ -439,3 +440,111 @@ def test_torch_missing_names_the_cpu_build(monkeypatch):
     with pytest.raises(UsageError) as info:
         require_framework("torch")
     assert "torch==2.13.0+cpu" in info.value.hint and "CPU build" in info.value.hint
+
+
+# ---------------------------------------------------------------- help in the workflow's order
+
+def test_help_lists_the_commands_as_a_user_meets_them():
+    """doctor, sweep, report, reset first (a whole first experiment), then the rest, in
+    SECTIONS' sections; every visible command in one of them, once."""
+    text = invoke("--help").output
+    listed = [line.split()[0] for line in text[text.index("Start here:"):].splitlines()
+              if line.startswith("  ") and line.split()]
+    assert listed[:4] == ["doctor", "sweep", "report", "reset"]
+    assert listed == [name for names in cli.SECTIONS.values() for name in names]
+    visible = [name for name in cli.COMMANDS if not cli.main.get_command(click.Context(cli.main), name).hidden]
+    assert sorted(listed) == sorted(visible) and list(cli.COMMANDS)[:len(listed)] == listed
+    headings = [line[:-1] for line in text.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert headings[-len(cli.SECTIONS):] == list(cli.SECTIONS)
+
+
+@pytest.mark.parametrize("group", [(), ("testbed",), ("profile",)], ids=["netbench", "testbed", "profile"])
+def test_every_summary_in_a_command_list_is_whole(group):
+    """click cuts a summary that does not fit 80 columns with '...': each command's short help
+    is written to fit, whole, on its line."""
+    text = CliRunner().invoke(cli.main, [*group, "--help"], terminal_width=80).output
+    command = cli.main
+    for name in group:
+        command = command.get_command(click.Context(command), name)
+    rows = {line.split()[0]: " ".join(line.split()[1:]) for line in text.splitlines()
+            if line.startswith("  ") and line.split() and line.split()[0] in command.list_commands(click.Context(command))}
+    assert rows
+    for name, summary in rows.items():
+        sub = command.get_command(click.Context(command), name)
+        assert not summary.endswith("..."), (name, summary)
+        assert summary == " ".join((sub.short_help or "").split()), (name, summary)
+
+
+def test_the_readme_lists_the_commands_in_helps_order():
+    from tests.conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("## Commands"):text.index("## Safety")]
+    shown = [re.match(r"\| `netbench ([\w-]+)", line).group(1) for line in table.splitlines()
+             if line.startswith("| `netbench ")]
+    assert shown == [name for names in cli.SECTIONS.values() for name in names]
+
+
+# ---------------------------------------------------------------- collective speaks the sweep's words
+
+def test_collective_takes_the_sweeps_words():
+    text = CliRunner().invoke(cli.main, ["collective", "--help"], terminal_width=120).output
+    for words in ("--repeat INTEGER RANGE", "--step-timeout DURATION", "--framework LIST", "--sizes LIST",
+                  "--ops LIST", "--latency LIST"):
+        assert words in text, words
+    options = text.split("\nNetwork:\n")[1]
+    assert "--reps" not in options and "--timeout " not in options  # kept, but not shown
+
+
+@pytest.mark.parametrize("old, note", [
+    (["--reps", "3"], "note: --reps is now --repeat; the old name works until the next release"),
+    (["--timeout", "30"], "note: --timeout is now --step-timeout; the old name works until the next release"),
+    (["--framework", "tf"], "note: --framework tf is now --framework tensorflow"),
+])
+def test_collectives_old_spellings_still_work_with_a_note(old, note):
+    result = invoke("collective", "--latency", "1ms", *old)
+    assert result.exit_code == 3, result.output  # parsed and taken; then it needs root
+    assert note in " ".join(result.stderr.split())
+
+
+def test_collective_refuses_a_setting_given_by_both_its_names():
+    result = invoke("collective", "--latency", "1ms", "--reps", "3", "--repeat", "2")
+    assert result.exit_code == 2
+    assert "error: flag --reps: not with --repeat (the same setting)" in result.stderr
+
+
+def test_collective_framework_names_are_the_sweeps():
+    from netbench.cli.collective import _frameworks
+    from netbench.errors import UsageError
+
+    assert _frameworks("tensorflow") == ("tf",)
+    with pytest.raises(UsageError, match="unknown 'jax'"):
+        _frameworks("tensorflow,jax")
+
+
+# words a help text may write in capitals without naming an argument: acronyms, signals, and
+# LOW-HIGH (collective --sizes' form); a variable's name has an underscore
+ACRONYMS = {"ASP", "BSP", "CPU", "CUDA", "DDP", "EASGD", "FILE", "GPU", "HIGH", "JSON", "KILL", "LOW", "NCCL", "PNG",
+            "RDMA", "RTT", "SSH", "TCP", "TERM", "YAML"}
+
+
+@pytest.mark.parametrize("path", [path for path, _ in ALL], ids=[" ".join(path) for path, _ in ALL])
+def test_every_capitalised_word_of_a_help_is_an_argument_or_a_metavar(path):
+    """'Create NODES namespaces' named an argument `testbed up` does not have (it takes --nodes)."""
+    command = dict(ALL)[path]
+    names = set()
+    for param in command.params:
+        if isinstance(param, click.Argument):
+            names.add(param.name.upper())
+        names |= set(re.findall(r"[A-Z][A-Z_]+", getattr(param, "metavar", None) or ""))
+    text = " ".join([command.help or "", *(p.help or "" for p in command.params if isinstance(p, click.Option))])
+    unknown = {word for word in re.findall(r"\b[A-Z][A-Z]{2,}\b", text)} - names - ACRONYMS
+    assert not unknown, f"{' '.join(path)}: {sorted(unknown)}"
+
+
+def test_no_help_example_runs_under_sudo():
+    """sudo resets PATH and the environment: `sudo netbench` finds no netbench, or another one
+    (README.md, Root and sudo)."""
+    from tests import readme_examples as rx
+
+    assert not [e.command for e in rx.walk_help(cli.main) if e.command.startswith("sudo ")]

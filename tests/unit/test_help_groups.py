@@ -65,7 +65,8 @@ def test_help_shows_the_sections_in_order_and_every_flag_once(name):
     assert "Options:" not in text
     options_part = text[text.index("\nNetwork:\n"):]  # the description may start a line with a flag
     rows = [line.split()[0].rstrip(",") for line in options_part.splitlines() if line.startswith("  -")]
-    flags = [param.opts[0] for param in cmd.get_params(click.Context(cmd)) if isinstance(param, click.Option)]
+    flags = [param.opts[0] for param in cmd.get_params(click.Context(cmd))
+             if isinstance(param, click.Option) and not param.hidden]  # an old spelling kept is hidden
     assert sorted(rows) == sorted(flag if flag != "--help" else "-h" for flag in flags)
 
 

@@ -157,7 +157,7 @@ SHIPPED = rx.docs_examples(ROOT) + list(rx.walk_help(main))
 COMMANDS = {e.command for e in SHIPPED}
 
 
-@pytest.mark.parametrize("table", ["NOT_RUNNABLE", "DRY", "OUTPUT", "FILES", "STATUSES", "TABLES"])
+@pytest.mark.parametrize("table", ["NOT_RUNNABLE", "DRY", "OUTPUT", "FILES", "STATUSES", "TABLES", "PREDICT"])
 def test_every_entry_of_the_plan_names_a_shipped_example(table):
     stale = [command for command in getattr(plan, table) if command not in COMMANDS]
     assert not stale, f"plan.{table} names examples no longer shipped: {stale}"
@@ -282,3 +282,76 @@ def test_make_install_brings_what_the_docs_build_needs():
     assert all(pins.get(pin.split("==")[0]) == pin for pin in docs), docs
     makefile = (ROOT / "Makefile").read_text()
     assert "docs," in makefile and "mkdocs build --strict" in makefile
+
+
+# ---------------------------------------------------------------- templates and output shown
+
+PAGE = '''# Tutorial
+
+## Step one
+
+```sh
+netbench doctor   # what this host can do
+```
+
+```text title="Output"
+┏━━━━━━━━━━━━┳━━━━━━━━┳━━━━━┓
+┃ check      ┃ status ┃ ... ┃
+┡━━━━━━━━━━━━╇━━━━━━━━╇━━━━━┩
+│ privileges │ ok     │ ... │
+...
+backend: ... (...)
+```
+
+```sh title="Template: your own inventory in hosts.yaml"
+netbench sweep --inventory hosts.yaml --latency 1ms
+```
+
+```text
+not an output block: no title
+```
+'''
+
+
+def test_a_template_block_is_no_example_and_an_output_block_belongs_to_the_command_before():
+    found = rx.readme_examples(PAGE, "docs/t.md")
+    assert [e.command for e in found] == ["netbench doctor"]
+    assert found[0].output[1] == "┃ check      ┃ status ┃ ... ┃" and found[0].output[-1] == "backend: ... (...)"
+
+
+def test_an_output_block_after_prose_belongs_to_no_command():
+    text = "```sh\nnetbench reset\n```\n\nSome words.\n\n```text title=\"Output\"\nremoved x\n```\n"
+    assert rx.readme_examples(text)[0].output == ()
+
+
+PRINTED_DOCTOR = """netbench doctor
+┏━━━━━━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓
+┃ check            ┃ status  ┃ needed by                       ┃
+┡━━━━━━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩
+│ privileges       │ ok      │ testbed, apply, sweep           │
+│ netem            │ missing │ netem backend                   │
+└──────────────────┴─────────┴─────────────────────────────────┘
+backend: userspace (netem is missing: the kernel refused a netem qdisc)
+r002 d100ms (repeat 0, launch 0, point 1/3): 306.3 img/s, step 418 ms / predicted 419 ms (1.34 x) !
+"""
+
+
+def test_shown_output_is_matched_by_shape_not_by_numbers_or_padding():
+    shown = list(rx.readme_examples(PAGE, "docs/t.md")[0].output)
+    assert rx.output_problems(shown, PRINTED_DOCTOR) == []
+    # numbers may differ, and a printed line may go on past what is shown
+    assert rx.output_problems(["r001 d10ms (repeat 1, launch 2, point 3/3): 2,316.1 img/s, step 55 ms"],
+                              PRINTED_DOCTOR) == []
+    # words may not
+    assert rx.output_problems(["backend: netem (...)"], PRINTED_DOCTOR) != []
+    assert rx.output_problems(["│ privileges │ missing │ ..."], PRINTED_DOCTOR) != []
+    # and the order counts: a line shown after another must be printed after it
+    assert rx.output_problems(["backend: ...", "│ privileges │ ..."], PRINTED_DOCTOR) != []
+    # a column the command no longer prints is found
+    assert rx.output_problems(["┃ check ┃ state ┃ ..."], PRINTED_DOCTOR) != []
+
+
+def test_a_quoted_pattern_keeps_its_brackets():
+    """`--step-regex '... (?P<ms>[\\d.]+) ms'`: a character class, not an optional part."""
+    command = "netbench sweep --latency 1ms --step-regex 'took (?P<ms>[\\d.]+) ms' -- python x.py [--flag]"
+    assert rx.expand(command, {}) == "netbench sweep --latency 1ms --step-regex 'took (?P<ms>[\\d.]+) ms' -- python x.py --flag"
