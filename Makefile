@@ -3,13 +3,15 @@ SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+DOCS_STAMP := $(VENV)/.installed-docs
 DEB_PACKAGES := iproute2 iptables iperf3 iputils-ping prometheus openssh-server sudo dataset-fashion-mnist
 PYTHON ?= python3
 
 .PHONY: install demo test test-fast test-kernel bench reset clean help dashboards docs
 
 help:
-	@echo "make install   Debian packages, .venv, pinned Python packages"
+	@echo "make install   Debian packages, .venv, pinned Python packages (what netbench needs to run)"
 	@echo "make demo      netbench sweep --latency 1,10,100ms on the embedded testbed"
 	@echo "make test      the whole test suite (needs root for namespace tests), the docs' examples and site included"
 	@echo "make docs      the documentation site (docs/, mkdocs build --strict) into site/"
@@ -21,6 +23,9 @@ help:
 
 install: $(STAMP)
 
+# What a user needs to run netbench: netbench, TensorFlow (the demo, sweeps), the report's
+# figures and Keras 2. The test tools and the docs toolchain are extras that make test, make
+# test-fast and make docs add to this venv (below), so no user's install depends on them.
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -32,8 +37,8 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 	@# PyTorch (the torch extra) only where pip finds its CPU build without an index (a wheel in
 	@# pip's find-links, e.g. /opt/wheels): an index would resolve torch to a CUDA build of several GB
 	@if $(BIN)/pip install -q --disable-pip-version-check --dry-run --ignore-installed --no-index --no-deps \
-			'torch==2.13.0+cpu' >/dev/null 2>&1; then extras=tf,test,report,docs,torch; \
-	else extras=tf,test,report,docs; echo "torch==2.13.0+cpu is not on this machine's disk: installing without the torch extra (its tests will skip)"; fi; \
+			'torch==2.13.0+cpu' >/dev/null 2>&1; then extras=tf,report,torch; \
+	else extras=tf,report; echo "torch==2.13.0+cpu is not on this machine's disk: installing without the torch extra (its tests will skip)"; fi; \
 	echo "$(BIN)/pip install -c constraints.txt -e '.[$$extras]'"; \
 	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e ".[$$extras]"
 	# Keras 2 for model.fit under MultiWorkerMirroredStrategy (examples/keras_fit.py, tests/tf); --no-deps:
@@ -41,17 +46,29 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps -c constraints.txt tf-keras==2.21.0
 	touch $(STAMP)
 
+# setup.cfg's extras that the tests and the docs need, added to make install's venv once (and
+# again when the install is redone): the tests (make test, test-fast, test-kernel) need the test
+# extra and the docs one (the docs tier builds the site; a unit test loads docs/hooks.py),
+# make docs only the docs one
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,docs]'
+	touch $@
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[docs]'
+	touch $@
+
 demo: install
 	$(BIN)/netbench sweep --latency 1,10,100ms
 
-test: install
+test: $(TEST_STAMP)
 	$(BIN)/pytest -q -m 'not netem'
 
 # the documentation site; warnings (a broken link, a page missing from the nav) fail it
-docs: install
+docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-test-fast: install
+test-fast: $(TEST_STAMP)
 	$(BIN)/pytest -q tests/unit
 
 # Regenerate the Grafana dashboards, then start Prometheus and Grafana (needs a Docker engine).
@@ -86,7 +103,7 @@ KERNEL_DEB_PACKAGES := qemu-system-x86 linux-image-amd64 busybox-static
 KERNEL_IMAGE = $$(ls /boot/vmlinuz-*-amd64 | sort -V | tail -n 1)
 KERNEL_RESULT := .kernel-test
 
-test-kernel: install
+test-kernel: $(TEST_STAMP)
 	@missing=""; for p in $(KERNEL_DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \

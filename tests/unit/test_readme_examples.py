@@ -268,10 +268,12 @@ def test_the_readme_is_short_and_its_links_lead_to_files():
         assert shown in text, shown
 
 
-def test_make_install_brings_what_the_docs_build_needs():
-    """The docs tier builds the site in `make test`: the docs extra is installed by `make install`,
-    and each of its pins is the one constraints.txt holds."""
+def test_make_test_and_make_docs_bring_the_docs_extra_and_make_install_does_not():
+    """The docs tier builds the site in `make test`: make test, test-fast (a unit test loads the
+    site's hooks) and make docs add the docs extra, each of its pins the one constraints.txt holds;
+    make install, what a user runs, brings neither the docs toolchain nor the test tools."""
     import configparser
+    import re
 
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
@@ -281,7 +283,14 @@ def test_make_install_brings_what_the_docs_build_needs():
     assert {pin.split("==")[0] for pin in docs} >= {"mkdocs", "mkdocs-material", "mkdocs-click"}
     assert all(pins.get(pin.split("==")[0]) == pin for pin in docs), docs
     makefile = (ROOT / "Makefile").read_text()
-    assert "docs," in makefile and "mkdocs build --strict" in makefile
+    prerequisites = dict(re.findall(r"^([\w$().-]+):[ \t]*(.*)$", makefile, re.M))
+    for target, extras in (("test", "test,docs"), ("test-fast", "test,docs"), ("docs", "docs")):
+        (stamp,) = prerequisites[target].split()
+        assert f"-e '.[{extras}]'" in makefile.split(f"\n{stamp}: $(STAMP)\n")[1].split("\n\n")[0], target
+    assert "mkdocs build --strict" in makefile
+    install = makefile[makefile.index("$(STAMP): "):makefile.index("\ttouch $(STAMP)")]
+    extras = re.findall(r"extras=([\w,]+)", install)
+    assert extras and all(set(found.split(",")).isdisjoint({"test", "docs"}) for found in extras), extras
 
 
 # ---------------------------------------------------------------- templates and output shown
