@@ -89,6 +89,7 @@ bench: install
 	$(BIN)/python bench/harness.py
 	$(BIN)/python bench/controller_cost.py
 	$(BIN)/python bench/frameworks.py
+	$(BIN)/python bench/rootless.py
 
 reset: install
 	$(BIN)/netbench reset
