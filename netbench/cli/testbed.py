@@ -49,11 +49,16 @@ def testbed_down() -> None:
     from netbench.state.journal import Journal, Lock
     from netbench.testbed import netns as local
 
+    from netbench.testbed import sandbox
+
     common.require_testbed("uses")
     journal = Journal()
     with Lock(journal.dir):
         removed = local.down(journal)
         journal.compact()
+    kept = sandbox.settle_in()  # a user's testbed: its keeper has nothing left to hold
+    if kept is not None and kept.kind == sandbox.KEEPER:
+        sandbox.stop_keeper(kept)
     console.info(f"removed {', '.join(removed)}" if removed else "no testbed was up")
 
 

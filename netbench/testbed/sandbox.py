@@ -227,6 +227,22 @@ def serve_keeper(state: Path, privilege: str) -> None:
         signal.pause()
     if read_holder(state) == holder:
         (state / HOLDER_FILE).unlink(missing_ok=True)
+        netns_dir = places.sandbox_netns_dir(state)
+        _unmount(netns_dir)  # its namespaces' folder: a mount point in this sandbox only
+        for path in (netns_dir, state / KEEPER_LOG):
+            try:
+                path.rmdir() if path.is_dir() else (path.unlink() if path.stat().st_size == 0 else None)
+            except OSError:
+                pass  # namespaces still bound there, or a log with something in it: reset's to remove
+
+
+def stop_keeper(holder: Holder) -> None:
+    """Ask the keeper to end (its sandbox goes with its last process)."""
+    if holder.alive():
+        try:
+            os.kill(holder.pid, signal.SIGTERM)
+        except OSError:
+            pass
 
 
 # ---------------------------------------------------------------- from outside: listing and ending
