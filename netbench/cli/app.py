@@ -5,7 +5,8 @@ render with cli/render.py); cli/common.py translates library errors into exit st
 
     testbed.py     testbed up|down|show, exec
     emulation.py   profile check, apply, show, verify, reset, doctor
-    experiment.py  sweep, run
+    experiment.py  sweep; playbook.py: run
+    campaign.py    submit, status (a design's shards on a cluster)
     report.py      report
     node.py        node ... (run on a host by the controller, over SSH)
     provision.py   provision
@@ -33,6 +34,8 @@ COMMANDS = {
     "reset": "emulation:reset_cmd",
     "sweep": "experiment:sweep",
     "run": "playbook:run_playbook",
+    "submit": "campaign:submit",
+    "status": "campaign:status",
     "collective": "collective:collective",
     "report": "report:report_cmd",
     "node": "node:node",
