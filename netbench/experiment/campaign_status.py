@@ -171,7 +171,9 @@ def _host(folder: Path) -> str:
 
 
 def last_error(slurm_dir: Path, index: int) -> str:
-    """The last error line of shard `index`'s newest Slurm output (slurm/shard-I.job-J.out)."""
+    """Why shard `index`'s newest Slurm output (slurm/shard-I.job-J.out) ended: Slurm's own
+    line on the job (`slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT ...`), else its last
+    error line ("" without either)."""
     outputs = []
     for path in slurm_dir.glob("shard-*.job-*.out") if slurm_dir.is_dir() else ():
         match = OUTPUT.fullmatch(path.name)
@@ -184,5 +186,7 @@ def last_error(slurm_dir: Path, index: int) -> str:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return ""
-    errors = [line.strip() for line in lines if "error" in line.lower() or "cancelled" in line.lower()]
+    # Slurm's own word on the job (cancelled, out of time, out of memory) is the cause; else netbench's last error
+    slurm = [line.strip() for line in lines if "***" in line and "slurmstepd" in line]
+    errors = slurm or [line.strip() for line in lines if "error" in line.lower()]
     return f"{slurm_dir.name}/{path.name}: {errors[-1][:300]}" if errors else ""

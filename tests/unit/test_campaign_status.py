@@ -101,3 +101,13 @@ def test_status_of_a_folder_that_is_no_campaign_says_so(tmp_path):
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [f"error: {tmp_path}: not a campaign folder (no campaign.json)",
                                           "hint: a playbook's results folder: 'netbench report' it"]
+
+
+def test_slurms_word_on_a_job_is_its_cause(tmp_path):
+    (tmp_path / "shard-0.job-3.out").write_text(
+        "slurmstepd: error: *** JOB 3 ON n1 DUE TO TIME LIMIT ***\nerror: interrupted\n")
+    (tmp_path / "shard-1.job-3.out").write_text("error: a testbed is already up\nhint: use it\n")
+    (tmp_path / "shard-2.job-3.out").write_text("all fine\n")
+    assert cs.last_error(tmp_path, 0).endswith("*** JOB 3 ON n1 DUE TO TIME LIMIT ***")
+    assert cs.last_error(tmp_path, 1) == f"{tmp_path.name}/shard-1.job-3.out: error: a testbed is already up"
+    assert cs.last_error(tmp_path, 2) == "" and cs.last_error(tmp_path, 3) == ""
