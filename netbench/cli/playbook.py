@@ -77,54 +77,59 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
         book, where = replace(book, congestion_control=congestion_control), "flag --congestion-control"
     output = output or Path("results") / book.name
     output, seed, runs, part = _design_runs(book, output, shard, dry_run, probes.sample_resources or 0.0)
-    state = _playbook_state(output)
-    store = ResultStore(output)
-    statuses = store.statuses()
-    design.check_resume(book, runs, state, output, has_runs=bool(statuses))
-    todo = design.pending(runs, statuses)
-    if dry_run:
-        if part is not None:
-            console.info(f"shard {part.shard} of the campaign in {escape(str(output.parent))}: "
-                         f"{escape(campaign.describe_split(part.record))}")
-        _print_playbook_plan(book, seed, runs, statuses, output, part)
-        _print_launches(todo, design.order_seed(book, seed), launch.settings(), book.step_timeout_s)
-        return
-    from netbench.jobs import worker
-    from netbench.model import job as cluster
-    from netbench.jobs.launch import Timeouts
+    try:  # a shard refused before it runs leaves nothing of the campaign it began
+        state = _playbook_state(output)
+        store = ResultStore(output)
+        statuses = store.statuses()
+        design.check_resume(book, runs, state, output, has_runs=bool(statuses))
+        todo = design.pending(runs, statuses)
+        if dry_run:
+            if part is not None:
+                console.info(f"shard {part.shard} of the campaign in {escape(str(output.parent))}: "
+                             f"{escape(campaign.describe_split(part.record))}")
+            _print_playbook_plan(book, seed, runs, statuses, output, part)
+            _print_launches(todo, design.order_seed(book, seed), launch.settings(), book.step_timeout_s)
+            return
+        from netbench.jobs import worker
+        from netbench.model import job as cluster
+        from netbench.jobs.launch import Timeouts
 
-    design.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
-    _check_data_fits(book, runs)
-    plans = tuple(todo)
-    if not plans:
-        console.info(f"playbook [bold]{escape(book.name)}[/]: all {len(runs)} runs are done in {escape(str(output))}; "
-                     f"'netbench report {escape(str(output))}' summarises them")
-        return
-    from netbench.cli.sweep_topology import check_playbook
+        design.check_supported(book, runs, getattr(cluster, "STRATEGIES", ("allreduce",)), worker.MODELS)
+        _check_data_fits(book, runs)
+        plans = tuple(todo)
+        if not plans:
+            console.info(f"playbook [bold]{escape(book.name)}[/]: all {len(runs)} runs are done in {escape(str(output))}; "
+                         f"'netbench report {escape(str(output))}' summarises them")
+            return
+        from netbench.cli.sweep_topology import check_playbook
 
-    check_playbook(book, runs, inventory)
-    if inventory is None:
-        hosts.refuse_without_inventory()
-        common.require_root()
-        common.check_congestion(book.congestion_control, where)
-    _sigterm_as_interrupt()
-    from netbench.experiment.runner import SweepConfig
+        check_playbook(book, runs, inventory)
+        if inventory is None:
+            hosts.refuse_without_inventory()
+            common.require_root()
+            common.check_congestion(book.congestion_control, where)
+        _sigterm_as_interrupt()
+        from netbench.experiment.runner import SweepConfig
 
-    chosen = backend if backend else book.backend
-    config = SweepConfig(sweep_id=f"playbook-{book.name}" + (f"-shard{shard.index}of{shard.count}" if shard else ""),
-                         shard=str(shard or ""), runs=plans, job=plans[0].job,
-                         workers=max(r.workers for r in todo), output=output,
-                         backend=None if chosen in (None, "auto") else chosen,
-                         timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
-                         command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed,
-                         verify=probes.verify_points, order_seed=design.order_seed(book, seed),
-                         topology=book.topology, predict=probes.predict,
-                         congestion_control=book.congestion_control, recalibrate=probes.recalibrate,
-                         **launch.settings())
-    if inventory is not None:
-        from netbench.testbed.hosts import check_on_hosts
+        chosen = backend if backend else book.backend
+        config = SweepConfig(sweep_id=f"playbook-{book.name}" + (f"-shard{shard.index}of{shard.count}" if shard else ""),
+                             shard=str(shard or ""), runs=plans, job=plans[0].job,
+                             workers=max(r.workers for r in todo), output=output,
+                             backend=None if chosen in (None, "auto") else chosen,
+                             timeouts=Timeouts(startup_s=book.startup_timeout_s, step_s=book.step_timeout_s),
+                             command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed,
+                             verify=probes.verify_points, order_seed=design.order_seed(book, seed),
+                             topology=book.topology, predict=probes.predict,
+                             congestion_control=book.congestion_control, recalibrate=probes.recalibrate,
+                             **launch.settings())
+        if inventory is not None:
+            from netbench.testbed.hosts import check_on_hosts
 
-        check_on_hosts(config, inventory)  # before the results folder is written
+            check_on_hosts(config, inventory)  # before the results folder is written
+    except BaseException:
+        if part is not None and part.opened is not None:
+            part.opened.undo()
+        raise
     with ShardLock(output) if part is not None else nullcontext():
         record = design.plan_record(book, seed, runs)
         if part is not None:
@@ -161,10 +166,10 @@ def _design_runs(book, output: Path, shard, dry_run: bool, sample_resources_s: f
         seed = book.seed if book.seed is not None else (_playbook_state(output) or {}).get("seed")
         seed = _random.SystemRandom().randrange(2**31) if seed is None else seed
         return output, seed, design.expand(book, seed, sample_resources_s=sample_resources_s), None
-    record, seed, runs = campaign.open_campaign(book, output, shard.count, write=not dry_run,
-                                                sample_resources_s=sample_resources_s)
-    part = campaign.shard_plan(output, shard, runs, record)
-    return part.folder, seed, part.runs, part
+    opened = campaign.open_campaign(book, output, shard.count, write=not dry_run,
+                                    sample_resources_s=sample_resources_s)
+    part = campaign.shard_plan(output, shard, opened.runs, opened.record, opened)
+    return part.folder, opened.seed, part.runs, part
 
 
 def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path, part=None) -> None:

@@ -115,9 +115,10 @@ def runs_at(runs: Sequence[Run], point: int) -> int:
     return next(r.index for r in runs if r.point == point)
 
 
-def create_once(folder: Path, record: Mapping[str, Any]) -> dict[str, Any]:
-    """campaign.json written unless one is there already; returns the one that is (another
-    shard's, written first, wins). Atomic: written beside it, then linked into place."""
+def create_once(folder: Path, record: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """campaign.json written unless one is there already: (the one that is, whether this call
+    wrote it). Another shard's, written first, wins. Atomic: written beside it, then linked
+    into place."""
     import json
 
     folder = Path(folder)
@@ -127,11 +128,31 @@ def create_once(folder: Path, record: Mapping[str, Any]) -> dict[str, Any]:
     tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     try:
         os.link(tmp, path)
+        wrote = True
     except FileExistsError:
-        pass
+        wrote = False
     finally:
         tmp.unlink(missing_ok=True)
-    return read_campaign(folder) or {}
+    return read_campaign(folder) or {}, wrote
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A campaign opened for a design: its record, seed and runs, and what opening it made."""
+
+    record: dict[str, Any]
+    seed: int
+    runs: tuple[Run, ...]
+    made: tuple[Path, ...] = ()  # campaign.json and the folders made for it, deepest first
+
+    def undo(self) -> None:
+        """Remove what opening made (a shard refused before its first run, a submission sbatch
+        refused): nothing half-made is left; a folder something else was put in stays."""
+        for path in self.made:
+            try:
+                path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
+            except OSError:
+                pass
 
 
 def check_matches(folder: Path, record: Mapping[str, Any], digest: str, count: int, source: str) -> None:
@@ -145,11 +166,10 @@ def check_matches(folder: Path, record: Mapping[str, Any], digest: str, count: i
                             hint=f"run its shards as I/{record.get('shards')}, or give another folder with --output")
 
 
-def open_campaign(book, folder: Path, count: int, write: bool = True,
-                  sample_resources_s: float = 0.0) -> tuple[dict[str, Any], int, tuple[Run, ...]]:
-    """(campaign.json, seed, the design's runs) of `book` run as `count` shards into `folder`:
-    the record there (checked against the design), else a new one, written unless `write` is
-    False (a dry run); a seed the playbook does not set is the campaign's, drawn once."""
+def open_campaign(book, folder: Path, count: int, write: bool = True, sample_resources_s: float = 0.0) -> Opened:
+    """campaign.json, the seed and the design's runs of `book` run as `count` shards into
+    `folder`: the record there (checked against the design), else a new one, written unless
+    `write` is False (a dry run); a seed the playbook does not set is the campaign's, drawn once."""
     import random
 
     from netbench.model import design
@@ -164,10 +184,13 @@ def open_campaign(book, folder: Path, count: int, write: bool = True,
         check_count(count, len(runs))
     except ValueError as exc:
         raise CampaignError(f"{book.source}: {exc}", hint="fewer shards, or a design with more runs") from None
+    made: tuple[Path, ...] = ()
     if record is None:
+        missing = [p for p in (Path(folder), *Path(folder).parents) if not p.exists()]
         record = plan(book, seed, runs, count)
         if write:
-            record = create_once(folder, record)  # another shard's, where it came first
+            record, wrote = create_once(folder, record)  # another shard's, where it came first
+            made = (Path(folder) / RECORD, *missing) if wrote else ()
     if record.get("seed") != seed:
         if book.seed is not None:
             raise CampaignError(f"{folder}: a campaign of seed {record.get('seed')}; {book.source} sets seed "
@@ -175,7 +198,7 @@ def open_campaign(book, folder: Path, count: int, write: bool = True,
         seed = int(record["seed"])  # drawn by the shard (or submit) that came first
         runs = design.expand(book, seed, sample_resources_s=sample_resources_s)
     check_matches(folder, record, design.design_digest(book, runs), count, book.source)
-    return record, seed, runs
+    return Opened(record=record, seed=seed, runs=tuple(runs), made=made)
 
 
 def statuses(folder: Path, record: Mapping[str, Any]) -> dict[str, str]:
@@ -221,6 +244,7 @@ class ShardPlan:
     runs: tuple[Run, ...]
     by: str
     record: Mapping[str, Any]
+    opened: Opened | None = None  # how the campaign was opened: undo() if the shard is refused before it runs
 
     @property
     def extra(self) -> tuple[str, ...]:
@@ -228,9 +252,11 @@ class ShardPlan:
         return tuple(e["run_id"] for e in self.record["runs"] if e.get("reference") and e["shard"] == self.shard.index)
 
 
-def shard_plan(folder: Path, shard: Shard, runs: Sequence[Run], record: Mapping[str, Any]) -> ShardPlan:
+def shard_plan(folder: Path, shard: Shard, runs: Sequence[Run], record: Mapping[str, Any],
+               opened: Opened | None = None) -> ShardPlan:
     return ShardPlan(shard=shard, folder=shard_dir(folder, shard.index),
-                     runs=shard_runs(runs, split_of(record), shard.index), by=str(record.get("by")), record=record)
+                     runs=shard_runs(runs, split_of(record), shard.index), by=str(record.get("by")), record=record,
+                     opened=opened)
 
 
 def describe_split(record: Mapping[str, Any]) -> str:

@@ -71,9 +71,8 @@ def submit(book, playbook_file: Path, folder: Path, shards: int, cluster: Cluste
         check(replace(options, shards=shards, array=(0,)))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    fresh = [p for p in (folder, *folder.parents) if not p.exists()]  # made here, deepest first
-    had_record = campaign.is_campaign(folder)
-    record, _seed, _runs = campaign.open_campaign(book, folder, shards, write=not dry_run)
+    opened = campaign.open_campaign(book, folder, shards, write=not dry_run)
+    record = opened.record
     left = campaign.unfinished_shards(folder, record) if campaign.is_campaign(folder) else list(range(shards))
     submissions = read_submissions(folder)
     active = active_shards(cluster, submissions) if submissions else {}
@@ -87,6 +86,7 @@ def submit(book, playbook_file: Path, folder: Path, shards: int, cluster: Cluste
     if dry_run:
         return Submission(folder, record, text, array, finished, active)
     slurm_dir = folder / campaign.SLURM_DIR
+    made_slurm = not slurm_dir.exists()
     slurm_dir.mkdir(parents=True, exist_ok=True)
     path = slurm_dir / f"submit-{len(submissions) + 1}.sh"
     path.write_text(text, encoding="utf-8")
@@ -95,13 +95,9 @@ def submit(book, playbook_file: Path, folder: Path, shards: int, cluster: Cluste
         job_id = cluster.submit(path)
     except BaseException:  # nothing half-made: what this submission wrote goes again
         path.unlink(missing_ok=True)
-        if not had_record:
-            (folder / campaign.RECORD).unlink(missing_ok=True)
-            for made in ([slurm_dir] if not submissions else []) + fresh:
-                try:
-                    made.rmdir()
-                except OSError:  # not empty: something else is there now
-                    pass
+        if made_slurm:
+            slurm_dir.rmdir()
+        opened.undo()
         raise
     write_json(slurm_dir / SUBMISSIONS, [*submissions, {"job_id": job_id, "shards": list(array),
                                                         "script": path.name, "submitted": time.time()}])

@@ -31,7 +31,7 @@ def four_points(repeat: int = 2):
 def make(folder: Path, b, shards: int) -> tuple[dict, tuple]:
     """The campaign's record, written; (record, the design's runs)."""
     runs = design.expand(b, b.seed)
-    record = campaign.create_once(folder, campaign.plan(b, b.seed, runs, shards))
+    record, _ = campaign.create_once(folder, campaign.plan(b, b.seed, runs, shards))
     return record, runs
 
 

@@ -114,9 +114,9 @@ def test_the_campaign_record_keeps_the_share_and_each_runs_estimate(tmp_path):
     slow = {e["point"]: e["estimate_s"] for e in record["runs"]}
     assert slow[1] > slow[0]
     assert campaign.split_of(record) == split(runs, 2, 2)
-    first = campaign.create_once(tmp_path, record)
-    again = campaign.create_once(tmp_path, {**record, "seed": 99})  # a second shard's: the first one stays
-    assert first == again and again["seed"] == 3
+    first, wrote = campaign.create_once(tmp_path, record)
+    again, wrote_again = campaign.create_once(tmp_path, {**record, "seed": 99})  # a second shard's: the first stays
+    assert first == again and again["seed"] == 3 and (wrote, wrote_again) == (True, False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["campaign.json"]
 
 
@@ -140,3 +140,50 @@ def test_a_shard_folder_is_held_by_one_session(tmp_path):
         assert "pid" in info.value.message
     with campaign.ShardLock(tmp_path):  # released
         pass
+
+
+# ---------------------------------------------------------------- run --shard
+
+@pytest.fixture
+def smoke(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    return str(ROOT / "playbooks" / "smoke.yaml")
+
+
+def run(*args):
+    from click.testing import CliRunner
+
+    from netbench.cli import app as cli
+
+    return CliRunner().invoke(cli.main, ["run", *args])
+
+
+def test_a_shards_dry_run_shows_its_share_and_writes_nothing(smoke, tmp_path):
+    result = run(smoke, "--shard", "0/2", "--output", "c", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "shard 0/2 of the campaign in c: 2 runs in 2 shards, shared by points" in result.stdout
+    assert "2 runs of the design's 2 (shard 0/2, 1 of them an extra run of the reference point)" in result.stdout
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_shard_refused_before_it_runs_leaves_nothing(smoke, tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # not root: refused after the campaign was opened
+    result = run(smoke, "--shard", "1/2", "--output", "deep/c")
+    assert result.exit_code == 3, result.output
+    assert not (tmp_path / "deep").exists()
+
+
+def test_a_campaign_and_a_plain_run_never_share_a_folder(smoke, tmp_path):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "playbook.json").write_text("{}")
+    result = run(smoke, "--shard", "0/2", "--output", "plain", "--dry-run")
+    assert result.exit_code == 2 and "run on one machine, not a campaign" in result.stderr
+    campaign.create_once(tmp_path / "c", {"runs": [], "shards": 2})
+    result = run(smoke, "--output", "c", "--dry-run")
+    assert result.exit_code == 2 and "a campaign folder: its shards run with --shard I/N" in result.stderr
+    result = run(smoke, "--shard", "2/2", "--dry-run")
+    assert result.exit_code == 2 and "I must be 0 to N-1" in result.stderr
+    result = run(smoke, "--shard", "0/3", "--output", "d", "--dry-run")
+    assert result.exit_code == 2 and "3 shards for a design of 2 runs: give at most 2" in result.stderr
