@@ -19,12 +19,13 @@ def progress_lines(progress, shown: Path) -> list:
     lines: list = [f"campaign [bold]{escape(str(record.get('name')))}[/] ({escape(str(shown))}): "
                    f"{escape(describe_split(record))}; seed {record.get('seed')}"]
     table = Table(box=None)
-    for column in ("shard", "state", "host", "done", "failed", "left", "time left"):
+    for column in ("shard", "state", "host", "done", "failed", "left", "time left", "job"):
         table.add_column(column)
     for shard in progress.shards:
-        table.add_row(str(shard.index), shard.state, escape(shard.host or "-"), f"{shard.done}/{shard.runs}",
+        state = "queued" if shard.queued else shard.state
+        table.add_row(str(shard.index), state, escape(shard.host or "-"), f"{shard.done}/{shard.runs}",
                       str(len(shard.failed)), str(shard.left),
-                      "-" if not shard.left else "~" + units.format_wall_seconds(shard.left_s))
+                      "-" if not shard.left else "~" + units.format_wall_seconds(shard.left_s), shard.job or "-")
     lines.append(table)
     for shard in progress.shards:
         lines += [f"failed: shard {shard.index} {run_id}: {escape(reason)}" for run_id, reason in shard.failed]
@@ -38,7 +39,11 @@ def progress_lines(progress, shown: Path) -> list:
     lines.append(f"left: {progress.left} of {progress.runs} runs, about "
                  f"{units.format_wall_seconds(progress.left_at_once_s)} with the shards at once "
                  f"({units.format_wall_seconds(progress.left_in_turn_s)} one after another){pace}")
-    stopped = [s.index for s in progress.shards if s.state != "running" and s.left]
+    stopped = [s.index for s in progress.shards if s.state != "running" and s.left and not s.queued]
+    queued = [s.job for s in progress.shards if s.queued]
+    if queued:
+        lines.append(f"queued: {', '.join(queued)} submitted and not begun (squeue shows whether Slurm still "
+                     "holds them)")
     if stopped:
         lines.append(f"shard(s) {', '.join(map(str, stopped))} not running: 'netbench submit "
                      f"{escape(str(record.get('source')))} --slurm --shards {record.get('shards')} --output "

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from netbench.cluster.script import OUTPUT
+from netbench.cluster.script import OUTPUT, OUTPUT_NAME
 from netbench.experiment import campaign
 from netbench.experiment.store import MANIFEST, ResultStore
 from netbench.model.design import COMPLETE_STATUSES
@@ -51,6 +51,13 @@ class ShardProgress:
     left: int
     left_s: float
     last_error: str = ""  # the last error line of its newest Slurm output, for a shard not running
+    job: str = ""  # the last submission's array task that holds it ("12_1"; "" never submitted)
+    began: bool = False  # a task of that submission has written its output (Slurm started it)
+
+    @property
+    def queued(self) -> bool:
+        """Submitted and not begun as far as the folder knows (pending in Slurm, or never started)."""
+        return self.state == NOT_STARTED and bool(self.job) and not self.began
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,7 @@ def pace(states: Sequence[RunState]) -> float | None:
 
 
 def shard_progress(index: int, states: Sequence[RunState], state: str, host: str, factor: float | None,
-                   last_error: str = "") -> ShardProgress:
+                   last_error: str = "", job: str = "", began: bool = False) -> ShardProgress:
     """One shard's figures from its runs' states (pure)."""
     mine = [s for s in states if s.shard == index]
     done = [s for s in mine if s.status in COMPLETE_STATUSES]
@@ -101,7 +108,8 @@ def shard_progress(index: int, states: Sequence[RunState], state: str, host: str
         state = DONE
     left_s = sum(s.estimate_s for s in left) * (factor if factor is not None else 1.0)
     return ShardProgress(index=index, state=state, host=host, runs=len(mine), done=len(done), failed=failed,
-                         left=len(left), left_s=left_s, last_error="" if state in (RUNNING, DONE) else last_error)
+                         left=len(left), left_s=left_s, last_error="" if state in (RUNNING, DONE) else last_error,
+                         job=job, began=began)
 
 
 def progress(folder: Path) -> Progress:
@@ -119,12 +127,28 @@ def progress(folder: Path) -> Progress:
                                estimate_s=float(entry.get("estimate_s") or 0.0), status=found.get("status"),
                                error=str(found.get("error") or ""), took_s=took))
     factor = pace(states)
+    jobs = submitted(folder)
     shards = []
     for index in range(int(record["shards"])):
         where = campaign.shard_dir(folder, index)
+        job = jobs.get(index, "")
+        began = bool(job) and (folder / campaign.SLURM_DIR / OUTPUT_NAME.replace("%a", str(index)).replace(
+            "%A", job)).exists()
         shards.append(shard_progress(index, states, _state(where), _host(where), factor,
-                                     last_error(folder / campaign.SLURM_DIR, index)))
+                                     last_error(folder / campaign.SLURM_DIR, index), f"{job}_{index}" if job else "",
+                                     began))
     return Progress(campaign=folder, record=record, shards=tuple(shards), pace=factor)
+
+
+def submitted(folder: Path) -> dict[int, str]:
+    """Shard -> the job id of the last submission that holds it (slurm/submissions.json)."""
+    from netbench.experiment.submit import read_submissions
+
+    out: dict[int, str] = {}
+    for entry in read_submissions(folder):
+        for shard in entry.get("shards") or ():
+            out[int(shard)] = str(entry.get("job_id"))
+    return out
 
 
 def _records(folder: Path) -> dict[tuple[int, str], dict[str, Any]]:

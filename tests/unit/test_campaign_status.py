@@ -111,3 +111,19 @@ def test_slurms_word_on_a_job_is_its_cause(tmp_path):
     assert cs.last_error(tmp_path, 0).endswith("*** JOB 3 ON n1 DUE TO TIME LIMIT ***")
     assert cs.last_error(tmp_path, 1) == f"{tmp_path.name}/shard-1.job-3.out: error: a testbed is already up"
     assert cs.last_error(tmp_path, 2) == "" and cs.last_error(tmp_path, 3) == ""
+
+
+def test_a_submitted_shard_not_begun_is_queued_and_one_that_began_and_died_says_why(tmp_path):
+    cf.make(tmp_path, cf.four_points(), 2)
+    (tmp_path / "slurm").mkdir()
+    (tmp_path / "slurm" / "submissions.json").write_text('[{"job_id": "5", "shards": [0, 1]}]')
+    (tmp_path / "slurm" / "shard-0.job-5.out").write_text("error: netbench needs root\n")
+    s0, s1 = cs.progress(tmp_path).shards
+    assert (s0.state, s0.job, s0.began, s0.queued) == (cs.NOT_STARTED, "5_0", True, False)
+    assert (s1.state, s1.job, s1.began, s1.queued) == (cs.NOT_STARTED, "5_1", False, True)
+    out = CliRunner().invoke(cli.main, ["status", str(tmp_path)]).stdout
+    assert "queued: 5_1 submitted and not begun" in out
+    assert "shard 0: slurm/shard-0.job-5.out: error: netbench needs root" in out
+    assert "shard(s) 0 not running" in out
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["1"])
+    assert row[1] == "queued" and row[-1] == "5_1"
