@@ -24,8 +24,20 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from netbench.errors import NetbenchError
+from netbench.state import places
 
-NETNS_RUN_DIR = Path("/run/netns")
+# where this testbed's namespaces are bound: /run/netns, or a sandbox's own folder (its state
+# folder's netns/, set in the environment before the process started: state/places.py)
+NETNS_RUN_DIR = places.netns_dir(os.environ)
+
+
+def pyroute2_netns():
+    """pyroute2's netns module, set to create, list and enter namespaces in NETNS_RUN_DIR (its
+    default is /var/run/netns): every netbench use of it goes through here."""
+    from pyroute2 import netns
+
+    netns.NETNS_RUN_DIR = str(NETNS_RUN_DIR)
+    return netns
 
 
 # run by sh after setpriv has set the death signal: a parent already gone by then would
@@ -37,18 +49,30 @@ _JOIN_CGROUP = 'echo $$ > "$1" || exit 1; shift; exec "$@"'
 
 
 def child_argv(argv: Sequence[str], netns: str | None, die_with_parent: bool,
-               parent_pid: int | None = None, cgroup: str | None = None) -> list[str]:
+               parent_pid: int | None = None, cgroup: str | None = None, run_as=None) -> list[str]:
     """`argv` behind exec wrappers that set the child up: `setpriv --pdeathsig KILL` ties it
     to the controller (`parent_pid`, default this process), then sh checks that the parent
     was still there once that was set; `nsenter --net=` enters the namespace. Each execs in
     place, so the pid is the command's own; and nothing runs between fork and exec, as a
     preexec_fn would in a controller with threads (where only async-signal-safe code may
-    run there). `cgroup`: a group's cgroup.procs file the child joins before anything else."""
+    run there). `cgroup`: a group's cgroup.procs file the child joins before anything else.
+    `run_as` (testbed/run_as.RunAs): the user the command runs as; what needs root (the group,
+    the namespace) comes first, then setpriv drops to the user, setting the death signal after
+    the change of user (which would clear it)."""
     prefix: list[str] = []
     if cgroup:
         prefix += ["sh", "-c", _JOIN_CGROUP, "netbench-cgroup", cgroup]
+    parent = os.getpid() if parent_pid is None else parent_pid
+    if run_as is not None:
+        if netns:
+            prefix += ["nsenter", f"--net={NETNS_RUN_DIR / netns}", "--"]
+        prefix += run_as.argv()[:-1]
+        if die_with_parent:
+            prefix += ["--pdeathsig", "KILL", "--", "sh", "-c", _PARENT_CHECK, "netbench-child", str(parent)]
+        else:
+            prefix += ["--"]
+        return prefix + list(argv)
     if die_with_parent:
-        parent = os.getpid() if parent_pid is None else parent_pid
         prefix += ["setpriv", "--pdeathsig", "KILL", "--", "sh", "-c", _PARENT_CHECK, "netbench-child", str(parent)]
     if netns:
         prefix += ["nsenter", f"--net={NETNS_RUN_DIR / netns}", "--"]
@@ -112,21 +136,24 @@ _LASTING = _LastingThread()
 
 def spawn(argv: Sequence[str], *, netns: str | None = None, env: Mapping[str, str] | None = None,
           stdin=subprocess.DEVNULL, stdout=None, stderr=None, die_with_parent: bool = True,
-          cwd: str | None = None, cgroup: str | None = None) -> subprocess.Popen:
+          cwd: str | None = None, cgroup: str | None = None, run_as=None) -> subprocess.Popen:
     """Start `argv` (optionally inside network namespace `netns`) in a new session.
 
     die_with_parent: the child gets SIGKILL when the controller process dies (sweeps), not
     when the thread that asked returns (it is forked by a thread that lives as long as the
     process). Long-lived daemons started by `netbench apply` pass False and are tracked by the
-    journal instead. `cgroup`: the cgroup.procs file of the group it starts in (child_argv).
+    journal instead. `cgroup`: the cgroup.procs file of the group it starts in (child_argv);
+    `run_as`: the user it runs as (testbed/run_as.py), None for this process's own.
     """
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
+    if run_as is not None:
+        full_env.update(run_as.env())
     where = f" in {netns}" if netns else ""
     try:
-        _check_startable(argv, netns, die_with_parent, "start", full_env.get("PATH"))
-        full_argv = child_argv(argv, netns, die_with_parent, cgroup=cgroup)
+        _check_startable(argv, netns, die_with_parent or run_as is not None, "start", full_env.get("PATH"))
+        full_argv = child_argv(argv, netns, die_with_parent, cgroup=cgroup, run_as=run_as)
         return _LASTING.call(lambda: subprocess.Popen(full_argv, stdin=stdin, stdout=stdout, stderr=stderr,
                                                       env=full_env, cwd=cwd, start_new_session=True))
     except OSError as exc:

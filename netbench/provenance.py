@@ -23,8 +23,11 @@ KEYS = COLUMNS  # the record's `provenance` holds the same names
 
 
 def privilege() -> str:
-    """How netbench runs here: "root", or "rootless" (an ordinary user)."""
-    return "root" if os.geteuid() == 0 else "rootless"
+    """How netbench runs here: "root", or "rootless" (an ordinary user, in a sandbox of its own
+    or not: state/places.py says, from the environment a sandbox sets and the uid)."""
+    from netbench.state.places import privilege as of
+
+    return of(os.environ, os.geteuid())
 
 
 def cpu_model(cpuinfo: str | None = None) -> str:

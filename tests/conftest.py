@@ -29,7 +29,7 @@ os.environ.setdefault("NETBENCH_PREDICT", "0")
 
 
 TIER_MARKS = {"root": ("root",), "tf": ("tf",), "kernel": ("root", "netem"), "ssh": ("root",),
-              "readme": ("root", "tf"), "slurm": ("root", "tf", "slurm")}
+              "readme": ("root", "tf"), "rootless": ("root", "tf"), "slurm": ("root", "tf", "slurm")}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -41,6 +41,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(mark)
         if tier == "unit" and {m.name for m in item.iter_markers()} & {"root", "tf", "netem"}:
             raise pytest.UsageError(f"{item.nodeid}: a unit test marked root/tf/netem belongs in another tier folder")
+
+
+@pytest.fixture(autouse=True)
+def _never_reexec(monkeypatch):
+    """No test's own process is ever replaced by a netbench run inside a sandbox, nor starts a
+    keeper (testbed/sandbox.py): a command under test that would is a failure. Tests of those
+    paths fake them; the rootless tier runs netbench as a process of its own."""
+    from netbench.testbed import sandbox
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a test's own process would have entered a sandbox (sandbox._exec)")
+
+    monkeypatch.setattr(sandbox, "_exec", refuse)
+    monkeypatch.setattr(sandbox, "start_keeper", refuse)
 
 
 def _netbench_netns() -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -146,9 +147,13 @@ def collective(levels: Levels, backend: str, workers: int, ranks_per_node: int, 
     view = render_collective.CollectiveView(quiet=as_json)
     if hosts.inventory is None:
         common.check_local_flags(None, hosts.insecure_host_keys, takeover=hosts.takeover)
-        common.require_root()
+        common.require_testbed("sweeps")
+        config = replace(config, run_as=common.job_user(None))  # with sudo: the user who ran it
         common.sigterm_as_interrupt()
-        points = run_collective(config, view)
+        try:
+            points = run_collective(config, view)
+        finally:
+            common.hand_over(config.output, config.run_as)
     else:  # the controller needs no root: the hosts shape their own links
         from netbench.testbed.targets import open_target
 

@@ -68,9 +68,45 @@ def fail_if_any_failed(results) -> None:
 
 
 def require_root() -> None:
+    """For what only root may do on a host (the `node` commands a controller runs over SSH)."""
     if os.geteuid() != 0:
         raise PrivilegeError("this command changes network namespaces and needs root",
                              hint="run it with sudo, or as root")
+
+
+def require_testbed(use: str) -> None:
+    """Put the command where its testbed is before it changes anything (testbed/sandbox.py):
+    root's default testbed, or a sandbox of its own; without root, the user's. `use`: "up",
+    "uses" (the testbed that is up) or "sweeps" (that one, or one of its own when it is busy).
+    May run the command again inside a sandbox (then never returns here)."""
+    from netbench.testbed import sandbox
+
+    sandbox.take_testbed(use, sys.argv[1:])
+
+
+def job_user(flag: str | None):
+    """Whom this command's job processes run as (testbed/run_as.py): None for this process's own
+    user; a user who could not run them is refused here, before anything starts."""
+    from netbench import proc
+    from netbench.testbed import run_as
+
+    chosen = run_as.for_this_command(flag)
+    if chosen is not None:
+        run_as.check_usable(chosen, sys.executable, proc.child_pythonpath())
+    return chosen
+
+
+def hand_over(path: Path, user) -> None:
+    """Give a results folder (and everything in it) to the user the jobs ran as: results and
+    reports belong to the user who ran sudo, not to root."""
+    if user is None or not path.exists():
+        return
+    for folder, dirs, files in os.walk(path):
+        for name in [folder, *(os.path.join(folder, f) for f in files + dirs)]:
+            try:
+                os.lchown(name, user.uid, user.gid)
+            except OSError:
+                pass
 
 
 def sigterm_as_interrupt() -> None:

@@ -7,6 +7,7 @@ namespaces, or with --inventory the inventory's SSH hosts.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -139,7 +140,7 @@ def _load_topology(path: Path, scale: float | None):
 
 def _apply_network(network, backend: str, dry_run: bool) -> None:
     """A profile or a per-pair topology on the embedded testbed."""
-    common.require_root()
+    common.require_testbed("uses")
     with open_target() as target:
         planned = target.plan(network, backend)
         render.planned(target.kind, planned, dry_run=dry_run)
@@ -238,7 +239,7 @@ def show(as_json: bool, output: Path | None, inventory, insecure_host_keys) -> N
     """
     check_local_flags(inventory, insecure_host_keys)
     if inventory is None:
-        common.require_root()
+        common.require_testbed("uses")
     with open_target(inventory, insecure_host_keys) as target:
         shown = target.show()
     held_pairs = target.held_pairs  # the per-pair emulation the nodes or hosts hold, read back by show()
@@ -334,7 +335,7 @@ def verify_cmd(src_name, dst_name, all_pairs, throughput, topology_file, toleran
             raise UsageError(f"flag {given[0]}: only with --all-pairs",
                              hint="one pair measures throughput unless --seconds 0")
     rtt_tolerance = None if tolerance is None else parse_tolerance(tolerance)
-    common.require_root()
+    common.require_testbed("uses")
     topo = local.discover()
     if topo is None or len(topo.nodes) < 2:
         raise UsageError("netbench verify needs a testbed of at least 2 nodes",
@@ -392,18 +393,44 @@ def doctor_cmd(as_json: bool, no_tensorflow: bool, inventory, insecure_host_keys
     from netbench.experiment import doctor, gpus
 
     check_local_flags(inventory, insecure_host_keys)
+    limits = None
+    if inventory is None and os.geteuid() != 0 or os.environ.get("NETBENCH_PRIVILEGE") == "rootless":
+        limits = _rootless_limits()  # without root: probed in a sandbox of its own, where the host allows one
     with open_target(inventory, insecure_host_keys) as target:
         report = target.doctor(tensorflow=not no_tensorflow)
     if inventory is not None:
         render.hosts_doctor(report, as_json)
     elif as_json:
-        console.plain(json.dumps({**doctor.to_json(report), "gpus": gpus.to_json(gpus.probe_gpus())}, indent=2))
+        console.plain(json.dumps({**doctor.to_json(report), "gpus": gpus.to_json(gpus.probe_gpus()),
+                                  **({"rootless": limits} if limits is not None else {})}, indent=2))
     else:
         console.out.print(render.doctor_table(report))
+        if limits is not None:
+            render.rootless_limits(limits)
         for line in gpus.gpu_lines(gpus.probe_gpus()):
             console.plain(line)
     if not report.ready:
         sys.exit(int(common.ExitStatus.ERROR))
+
+
+def _rootless_limits() -> list[dict]:
+    """What this host withholds from a user without root (testbed/rootless.py), as rows; moves
+    the doctor into a sandbox of its own to probe there, unless the host allows none."""
+    from dataclasses import asdict
+
+    from netbench.testbed import rootless, sandbox
+
+    if os.environ.get("NETBENCH_SANDBOX"):
+        sandbox.take_testbed(sandbox.PROBES, sys.argv[1:])  # inside it: its folder goes when the doctor ends
+    elif not os.environ.get(sandbox.NO_SANDBOX_ENV):
+        if rootless.refusal() is None:
+            sandbox.take_testbed(sandbox.PROBES, sys.argv[1:])  # runs the doctor again in there
+        os.environ[sandbox.NO_SANDBOX_ENV] = "1"
+    limits = rootless.limits(rootless.read_host())
+    blocking = rootless.refusal() if os.environ.get(sandbox.NO_SANDBOX_ENV) else None
+    if blocking is not None and blocking.what not in {limit.what for limit in limits}:
+        limits.insert(0, blocking)
+    return [asdict(limit) for limit in limits]
 
 
 @click.command("reset")
@@ -422,12 +449,30 @@ def reset_cmd(all_namespaces: bool, inventory, insecure_host_keys) -> None:
     check_local_flags(inventory, insecure_host_keys)
     if inventory is not None and all_namespaces:  # refused before connecting to any host
         raise UsageError("flag --all-namespaces: only without --inventory (a host never removes namespaces)")
-    if inventory is None:
-        common.require_root()
-    with open_target(inventory, insecure_host_keys) as target:
+    from netbench.testbed.base import EMBEDDED
+
+    kind, removed, failed = "embedded", {}, None
+    if inventory is not None or os.geteuid() == 0:  # a user without root has only sandboxes
+        with open_target(inventory, insecure_host_keys) as target:
+            kind = target.kind
+            try:
+                removed = target.reset(warn=console.warning, all_namespaces=all_namespaces)
+            except ResetIncomplete as exc:
+                removed, failed = exc.removed, exc
+    if inventory is None:  # the sandboxes: a user's testbeds, root's second ones beside its default
         try:
-            removed = target.reset(warn=console.warning, all_namespaces=all_namespaces)
-        except ResetIncomplete as exc:  # what was removed is shown, then each failure, exit 1
-            render.removed(target.kind, exc.removed, complete=False)
-            raise
-        render.removed(target.kind, removed)
+            removed.setdefault(EMBEDDED, []).extend(_reset_sandboxes(include_default=os.geteuid() != 0))
+        except ResetIncomplete as exc:
+            removed.setdefault(EMBEDDED, []).extend(exc.removed)
+            failed = exc if failed is None else ResetIncomplete(removed, failed.failures + exc.failures)
+    render.removed(kind, removed, complete=failed is None)  # what was removed, then each failure: exit 1
+    if failed is not None:
+        raise failed
+
+
+def _reset_sandboxes(include_default: bool) -> list[str]:
+    from netbench.state import places
+    from netbench.testbed import sandbox
+
+    return sandbox.reset_sandboxes(places.base_dir(os.environ, os.geteuid()), console.warning, include_default)
+

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -17,7 +18,7 @@ from netbench.cli.algorithm_options import Algorithm, algorithm_options, finish_
 from netbench.cli.common import BACKEND_CHOICES, _sigterm_as_interrupt, handle_errors
 from netbench.cli.framework import check_framework, require_framework
 from netbench.cli.groups import GroupedCommand, options
-from netbench.cli.option_sets import (Hosts, Launch, Levels, Metrics, Precision, Probes, congestion_option,
+from netbench.cli.option_sets import (Hosts, Launch, Levels, Metrics, Precision, Probes, congestion_option, run_as_option,
                                       hosts_options, launch_options, levels_options, metrics_options,
                                       precision_options, probes_options)
 from netbench.cli.ranks import Ranks, ranks_options, require_device
@@ -44,6 +45,7 @@ from netbench.model.profile import Profile, load_profile
                  help="Emulation backend."),
 )
 @congestion_option
+@run_as_option
 @options("Nodes and compute", click.option(
     "--workers", type=click.IntRange(1, 64),
     help="Training workers (ranks), one per node unless --ranks-per-node [default: 2; 1 with single]."))
@@ -75,7 +77,7 @@ from netbench.model.profile import Profile, load_profile
                                help="Seed for loss/jitter draws and data (0 to 2^32-1)."))
 @handle_errors
 def sweep(profile_file: Path | None, levels: Levels, schedule_files: tuple[str, ...], backend: str,
-          congestion_control: str | None, workers: int | None, ranks: Ranks, compute: Compute, training: Training,
+          congestion_control: str | None, run_as: str | None, workers: int | None, ranks: Ranks, compute: Compute, training: Training,
           window: Window, precision: Precision, probes: Probes, output: Path | None, append: bool, dry_run: bool,
           save_playbook: Path | None, metrics: Metrics, command: UserCommandFlags, algorithm: Algorithm,
           launch: Launch, order_seed: int | None, hosts: Hosts, seed: int) -> None:
@@ -132,7 +134,7 @@ def sweep(profile_file: Path | None, levels: Levels, schedule_files: tuple[str, 
         first = results.first_run_index(output, append)
     except results.ResultsError as exc:
         raise UsageError(f"flag --output: {exc.message}", exc.hint) from None
-    from netbench.model.job import window_steps
+    from netbench.model.job import nodes_needed, window_steps
 
     precise = precision.settings()
     config_job, workers = _job_from_flags(training, workers, warmup=window.warmup, seconds=window.seconds, seed=seed,
@@ -142,6 +144,7 @@ def sweep(profile_file: Path | None, levels: Levels, schedule_files: tuple[str, 
     config_job = command.apply(config_job, workers=workers, verify=probes.verify_points, schedules=schedule_files,
                                topology=levels.topology_file)
     config_job = ranks.apply(config_job, workers)
+    _check_placed(compute, schedules, nodes_needed(config_job, workers))
     if inventory is None and not dry_run and not command.user_command:
         require_framework(training.framework)
         require_device(ranks.device)
@@ -167,19 +170,25 @@ def sweep(profile_file: Path | None, levels: Levels, schedule_files: tuple[str, 
     if save_playbook is not None:  # written before anything runs, checked to give the same runs
         save_playbook_file(save_playbook, config, swept_levels, click.get_current_context().params)
     if inventory is not None:
+        if run_as is not None:
+            raise UsageError("flag --run-as: not with --inventory: each host runs its jobs as the SSH user")
         common.fail_if_any_failed(_run_on_hosts(config, inventory, hosts.insecure_host_keys, dry_run,
                                                 metrics.metrics_port, metrics.metrics_address, hosts.takeover,
                                                 metrics_wait_s))
         return
     hosts.refuse_without_inventory()
     if dry_run:
-        _print_sweep_plan(config)
+        _print_sweep_plan(replace(config, run_as=common.job_user(run_as)))
         return
-    common.require_root()
+    common.require_testbed("sweeps")
     common.check_congestion(congestion_control)
+    config = replace(config, run_as=common.job_user(run_as))
     _sigterm_as_interrupt()
-    common.fail_if_any_failed(_run_with_view(config, metrics.metrics_port, metrics.metrics_address,
-                                             metrics_wait_s=metrics_wait_s))
+    try:
+        results = _run_with_view(config, metrics.metrics_port, metrics.metrics_address, metrics_wait_s=metrics_wait_s)
+    finally:
+        common.hand_over(config.output, config.run_as)
+    common.fail_if_any_failed(results)
 
 
 def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metrics_port, metrics_address,
@@ -193,6 +202,19 @@ def _run_on_hosts(config, inventory: Path, insecure: bool, dry_run: bool, metric
             return []
         _sigterm_as_interrupt()
         return _run_with_view(config, metrics_port, metrics_address, testbed=hosts, metrics_wait_s=metrics_wait_s)
+
+
+def _check_placed(compute: Compute, schedules: tuple, nodes: int) -> None:
+    """A --cpus or --step-delay level, or a --schedule step's, for a node that holds none of the
+    job's processes is refused before anything is applied (it would be recorded, not applied)."""
+    from netbench.model.schedule import check_placed
+
+    compute.check_placed(nodes)
+    for schedule in schedules:
+        try:
+            check_placed(schedule, nodes)
+        except UsageError as exc:
+            raise UsageError(f"flag --schedule: {exc.message}", exc.hint) from None
 
 
 def _load_schedules(values) -> tuple:

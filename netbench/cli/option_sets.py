@@ -86,6 +86,13 @@ def _congestion_name(ctx, param, value: str | None) -> str | None:
 
 
 # --congestion-control NAME (sweep and run): every node's TCP congestion control for the sweep
+run_as_option = options("Nodes and compute", click.option(
+    "--run-as", "run_as", metavar="USER",
+    help="Run every job process (the workers, your command and what it starts) as USER; netbench keeps root "
+         "for the network [default: with sudo, the user who ran it; 'root' keeps them root]. Without root, "
+         "everything runs as you."))
+
+
 congestion_option = options("Network", click.option(
     "--congestion-control", "congestion_control", metavar="NAME", callback=_congestion_name,
     help="Set every node's TCP congestion control (e.g. cubic, reno, bbr) for the sweep and put the previous "

@@ -22,6 +22,7 @@ from netbench.cli.types import ShardParam
 from netbench.experiment import campaign
 from netbench.experiment.campaign import ShardLock
 from netbench.cli.option_sets import (Hosts, Launch, Metrics, Probes, congestion_option, hosts_options,
+                                      run_as_option,
                                       launch_options, metrics_options, probes_options)
 
 def _playbook_state(output: Path) -> dict | None:
@@ -35,6 +36,7 @@ def _playbook_state(output: Path) -> dict | None:
 @options("Network", click.option("--backend", type=click.Choice(BACKEND_CHOICES),
                                  help="Override the playbook's emulation backend."))
 @congestion_option
+@run_as_option
 @probes_options
 @options(
     "Output and metrics",
@@ -49,13 +51,15 @@ def _playbook_state(output: Path) -> dict | None:
 @launch_options
 @hosts_options
 @handle_errors
-def run_playbook(playbook_file: Path, backend: str | None, congestion_control: str | None, probes: Probes,
+def run_playbook(playbook_file: Path, backend: str | None, congestion_control: str | None, run_as: str | None,
+                 probes: Probes,
                  output: Path | None, dry_run: bool, shard, metrics: Metrics, launch: Launch, hosts: Hosts) -> None:
     """Run a PLAYBOOK_FILE: a whole experiment design (factors, repetitions, run order).
 
     An interrupted playbook resumes: run it again with the same results folder and the
     runs already recorded as ok or timeout are skipped. The run order's seed is recorded.
     Exits 1 when any run of this session failed (a timeout is a result, not a failure).
+    With --shard I/N it runs one shard of a campaign (netbench submit runs them on a cluster).
 
     \b
     Example: netbench run playbooks/smoke.yaml --dry-run
@@ -106,8 +110,13 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
         check_playbook(book, runs, inventory)
         if inventory is None:
             hosts.refuse_without_inventory()
-            common.require_root()
+            common.require_testbed("sweeps")
             common.check_congestion(book.congestion_control, where)
+        elif run_as is not None:
+            from netbench.errors import UsageError
+
+            raise UsageError("flag --run-as: not with --inventory: each host runs its jobs as the SSH user")
+        job_user = common.job_user(run_as) if inventory is None else None
         _sigterm_as_interrupt()
         from netbench.experiment.runner import SweepConfig
 
@@ -121,7 +130,7 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
                              verify=probes.verify_points, order_seed=design.order_seed(book, seed),
                              topology=book.topology, predict=probes.predict,
                              congestion_control=book.congestion_control, recalibrate=probes.recalibrate,
-                             **launch.settings())
+                             run_as=job_user, **launch.settings())
         if inventory is not None:
             from netbench.testbed.hosts import check_on_hosts
 
@@ -143,10 +152,14 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
             results = _run_on_hosts(config, inventory, hosts.insecure_host_keys, False, metrics.metrics_port,
                                     metrics.metrics_address, hosts.takeover, metrics_wait_s)
         else:
-            results = _run_with_view(config, metrics.metrics_port, metrics.metrics_address,
-                                     metrics_wait_s=metrics_wait_s)
+            try:
+                results = _run_with_view(config, metrics.metrics_port, metrics.metrics_address,
+                                         metrics_wait_s=metrics_wait_s)
+            finally:
+                common.hand_over(output.parent if part is not None else output, job_user)
         record["sessions"][-1].update(ended=time.time(), completed=len(results))
         store.write_playbook(record)
+    common.hand_over(output.parent if part is not None else output, job_user)
     shown = output.parent if part is not None else output
     console.info(f"{'progress: netbench status ' + escape(str(shown)) + '; ' if part is not None else ''}"
                  f"figures and a summary: netbench report {escape(str(shown))}")

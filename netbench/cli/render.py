@@ -37,6 +37,7 @@ class SweepView:
         self._places: dict[str, str] = {}  # run id -> "launch L, point p/N" (launch_point)
         self._fresh: bool | None = None  # the point's processes start with it (None: not told)
         self._window: list[float] = []  # the stepping run's measured step times (s), for its interval
+        self._latest: dict = {}  # each worker's latest step (an analysis.Tally of one) where the rate is summed
         self._shown: tuple = (0.0, None)  # when the step line last changed (monotonic), for which (run, phase)
         self._interval: tuple[float, str] = (0.0, "")  # when the interval was last worked out, and its text
 
@@ -55,6 +56,10 @@ class SweepView:
                                     f"{len(topology.nodes)} nodes ({topology.subnet}), backend "
                                     f"[bold]{backend.name}[/] ({escape(backend.reason)}); "
                                     f"results -> {escape(str(config.output))}")
+        if getattr(config, "output", None) is not None and hasattr(config, "run_as"):
+            from netbench.testbed import sandbox
+
+            self.progress.console.print(escape(sandbox.describe_here(config.run_as)))
 
     def run_started(self, run) -> None:
         self.progress.update(self.task, description=f"{run.run_id} {escape(run.profile.name)}", info="applying profile")
@@ -81,28 +86,43 @@ class SweepView:
         # at most every INTERVAL_S, so the controller's per-step work stays small beside a 1 ms
         # step on 2 shared cores
         from netbench.jobs import events as ev
+        from netbench.jobs.analysis import CHIEF, Tally, rate_rule
 
         event = ev.as_event(event)
-        if not isinstance(event, ev.Step) or event.worker != 0:
+        if not isinstance(event, ev.Step):
             return
         if self._stepping != run.run_id:
-            self._stepping, self._window, self._interval = run.run_id, [], (0.0, "")
+            self._stepping, self._window, self._interval, self._latest = run.run_id, [], (0.0, ""), {}
+        summed = run.job.command is None and rate_rule(run.job) != CHIEF
+        if summed and event.task_role == "worker":  # own pace: every worker's latest step counts
+            self._latest[event.worker or 0] = Tally().add(event)
+        if event.worker != 0:
+            return
         if event.phase == ev.PHASE_MEASURED:
             self._window.append(event.duration)
         now = time.monotonic()
         if now - self._shown[0] < REFRESH_S and self._shown[1] == (run.run_id, event.phase):
             return
         self._shown = (now, (run.run_id, event.phase))
-        from netbench.jobs.analysis import images_per_sec
-        from netbench.model.job import images_per_step
-
         duration = event.duration or 1e-9
         phase = {ev.PHASE_WARMUP: "warm-up", ev.PHASE_SETTLE: "settling"}.get(event.phase, event.phase)
+        rate = self._rate(run, event, duration, summed)
+        self.progress.update(self.task, info=f"step {event.step} ({phase}) {duration * 1000:.0f} ms"
+                             + ("" if rate is None else f", {rate:,.0f} img/s") + self._precision(run, now))
+
+    def _rate(self, run, event, duration: float, summed: bool) -> float | None:
+        """The step line's images/sec: the chief's step's images over its duration where the
+        workers leave each step together; the sum of every worker's own latest rate under the
+        own-pace strategies and ps-sync with backup workers (jobs/analysis.py rate_rule, as the
+        results and metrics), None until each worker has stepped."""
+        from netbench.jobs.analysis import images_per_sec, summed_rate
+        from netbench.model.job import images_per_step
+
+        if summed:
+            return summed_rate(run.job, self._latest, run.workers)
         # a playbook run carries its own job; a step stands for more than one batch under accum
         images = images_per_step(run.job, run.workers) if run.job.command is None else event.images
-        self.progress.update(self.task, info=f"step {event.step} ({phase}) "
-                             f"{duration * 1000:.0f} ms, {images_per_sec(images, duration):,.0f} img/s"
-                             + self._precision(run, now))
+        return images_per_sec(images, duration)
 
     def _precision(self, run, now: float) -> str:
         """", ±h% of P (n steps)": the 95 % interval of the window's mean step so far, narrowing."""
@@ -232,6 +252,18 @@ def topology_table(topo) -> None:
         table.add_column(col)
     for node in topo.nodes:
         table.add_row(node.name, node.netns, node.ifname, f"{node.address}/{node.prefixlen}")
+    console.out.print(table)
+
+
+def testbeds_table(rows: list[dict]) -> None:
+    """The other testbeds on this machine (testbed/sandbox.py's listing): whose, what holds
+    them, and whether they are in use."""
+    table = Table(title="other testbeds on this machine")
+    for col in ("testbed", "owner", "privilege", "held by", "state"):
+        table.add_column(col)
+    for row in rows:
+        held = f"{row['kind']} pid {row['pid']}" + ("" if row["alive"] else " (gone: 'netbench reset' removes it)")
+        table.add_row(escape(row["id"]), escape(row["owner"]), row["privilege"], escape(held), escape(row["state"]))
     console.out.print(table)
 
 
@@ -424,6 +456,19 @@ def removed(target_kind: str, removed: dict[str, list[str]], complete: bool = Tr
 
 
 _DOCTOR_STYLES = {"ok": "green", "missing": "red", "skipped": "dim"}
+
+
+def rootless_limits(rows: list[dict]) -> None:
+    """doctor's section for a user without root: what this host withholds, and the fix."""
+    if not rows:
+        console.info("[green]without root[/]: nothing on this host is withheld from you")
+        return
+    table = Table(title="without root, this host withholds")
+    for column in ("setting", "what it means", "fix"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(Text(row["what"]), Text(row["says"], style="red" if row["blocks"] else ""), Text(row["fix"]))
+    console.out.print(table)
 
 
 def doctor_table(report) -> Table:

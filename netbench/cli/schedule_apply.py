@@ -20,7 +20,7 @@ def apply_schedule(path: Path, backend: str, dry_run: bool) -> None:
     from netbench.model.schedule import timeline
 
     schedule = _load_timed_schedule(path)
-    common.require_root()
+    common.require_testbed("uses")
     with open_target() as target:
         before = link_before(target.show())
         entries = timeline(schedule, before)
@@ -53,14 +53,19 @@ def _plan_schedule(path: Path, schedule, entries, before, plans, dry_run: bool) 
 
 
 def _load_timed_schedule(path: Path):
-    """The schedule at `path`; one of training steps is refused, dry run or not, before anything
-    is read or changed (only a sweep sees the chief's steps)."""
+    """The schedule at `path`; one of training steps, or with a node's cpus or step_delay (they
+    slow a sweep's processes, and apply starts none: it would change nothing), is refused, dry
+    run or not, before anything is read or changed (only a sweep sees the chief's steps)."""
     from netbench.model.schedule import load_schedule
 
     schedule = load_schedule(path)
     if schedule.by_step:
         raise UsageError(f"{path}: at_step: a schedule of training steps runs within a sweep, which sees "
                          "the chief's steps", hint="use at: times for 'netbench apply --schedule'")
+    capacity = next((step for step in schedule.steps if step.compute), None)
+    if capacity is not None:
+        raise UsageError(f"{capacity.where}: node: a node's cpus and step_delay slow a sweep's processes, and "
+                         "'netbench apply' starts none", hint=f"run it in a sweep: netbench sweep --schedule {path}")
     return schedule
 
 

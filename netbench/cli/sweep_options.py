@@ -43,6 +43,17 @@ class Compute:
                 compute.check_cores(point, cores(), "flag --cpus")
         return points
 
+    def check_placed(self, nodes: int) -> None:
+        """A level for a node outside n1..n<nodes> (the nodes the job's processes are on) is refused."""
+        from netbench.model import compute
+
+        for flag, values, kind in (("--cpus", self.cpus_flags, "cpus"), ("--step-delay", self.step_delay_flags,
+                                                                         "step_delay")):
+            for factor in compute.parse_flag(values, kind, flag):
+                if compute.holds_none(factor.node, nodes):
+                    message, hint = compute.holds_none_text(factor.node, nodes)
+                    raise UsageError(f"flag {flag}: {message}", hint=hint)
+
     def refuse_with_topology(self) -> None:
         """A topology file gives the nodes' capacity itself (its compute:)."""
         if self.given:

@@ -62,6 +62,17 @@ def check_testbed_nodes(pairs: Any, needed: int) -> None:
     check_nodes(pairs, names, "the testbed")
 
 
+def check_compute_placed(pairs: Any, nodes: int) -> None:
+    """The topology file's compute: for a node that holds none of the job's processes (a node of
+    the topology beyond the job's) is refused, naming the file and key: it would limit nothing."""
+    from netbench.model.compute import holds_none_text, unplaced
+
+    found = unplaced(pairs.compute, nodes) if pairs.compute is not None else None
+    if found is not None:
+        message, hint = holds_none_text(found[1], nodes)
+        raise UsageError(f"{pairs.source or pairs.name}: compute.{found[1]}: {message}", hint=hint)
+
+
 def check_playbook(book: Any, runs: Sequence[Any], inventory: Path | None) -> None:
     """A playbook with `topology:` runs on the embedded testbed, whose nodes the topology names."""
     from netbench.model.job import nodes_needed
@@ -84,6 +95,7 @@ def topology_runs(topology_file: Path, scale: str | None, repeat: int, job: Any,
     scales = parse_scales(scale) if scale is not None else (1.0,)
     pairs = load_pair_topology(topology_file)
     check_testbed_nodes(pairs, nodes_needed(job, workers))
+    check_compute_placed(pairs, nodes_needed(job, workers))
     try:
         design = topology_design(pairs, scales, repeat, job, workers)
     except (UsageError, ProfileError) as exc:

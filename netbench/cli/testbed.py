@@ -30,7 +30,7 @@ def testbed_up(nodes: int) -> None:
     from netbench.state.journal import Journal, Lock
     from netbench.testbed import netns as local
 
-    common.require_root()
+    common.require_testbed("up")
     journal = Journal()
     with Lock(journal.dir):
         topo = local.up(nodes, journal)
@@ -49,7 +49,7 @@ def testbed_down() -> None:
     from netbench.state.journal import Journal, Lock
     from netbench.testbed import netns as local
 
-    common.require_root()
+    common.require_testbed("uses")
     journal = Journal()
     with Lock(journal.dir):
         removed = local.down(journal)
@@ -66,16 +66,26 @@ def testbed_show(as_json: bool) -> None:
     \b
     Example: netbench testbed show --json
     """
-    from netbench.testbed import netns as local
+    import os
 
-    topo = local.discover()
+    from netbench.state import places
+    from netbench.state.journal import state_dir
+    from netbench.testbed import netns as local, sandbox
+
+    common.require_testbed("shows")  # a user's own testbed is in their keeper's sandbox
+    inside = bool(os.environ.get(places.SANDBOX_ENV))
+    topo = local.discover() if inside or os.geteuid() == 0 else None
+    euid = sandbox.owner_uid() if inside else os.geteuid()
+    others = sandbox.listing(sandbox.bases_to_list(0 if euid == 0 else euid, os.environ), skip=state_dir())
     if as_json:
-        console.plain(json.dumps(topo.to_json() if topo else {"nodes": []}, indent=2))
+        console.plain(json.dumps({**(topo.to_json() if topo else {"nodes": []}), "testbeds": others}, indent=2))
         return
     if topo is None:
         console.info("no testbed is up (start one with 'netbench testbed up')")
-        return
-    render.topology_table(topo)
+    else:
+        render.topology_table(topo)
+    if others:
+        render.testbeds_table(others)
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": True})
@@ -92,7 +102,7 @@ def exec_(node: str, command: tuple[str, ...]) -> None:
     from netbench import proc
     from netbench.testbed import netns as local
 
-    common.require_root()
+    common.require_testbed("uses")
     topo = local.discover()
     if topo is None:
         raise TestbedError("no testbed is up", hint="start one with 'netbench testbed up'")

@@ -270,3 +270,40 @@ def cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def own_v2_group(read_mounts: Callable[[], str] | None = None, read_self: Callable[[], str] | None = None) -> Path | None:
+    """The cgroup v2 folder this process is in (from /proc/self/cgroup's "0::" line), or None
+    where v2 is not mounted."""
+    try:
+        mounts = read_mounts() if read_mounts else MOUNTS.read_text()
+        lines = read_self() if read_self else Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return None
+    v2, _ = find_roots(mounts)
+    for line in lines.splitlines():
+        if line.startswith("0::") and v2 is not None:
+            return v2 / line[3:].lstrip("/")
+    return None
+
+
+def delegated_v2() -> Path | None:
+    """This process's own cgroup v2 folder where it may make CPU-limit groups without root:
+    one delegated to its user (systemd's Delegate=yes) that offers the cpu controller; else None."""
+    group = own_v2_group()
+    if group is None:
+        return None
+    try:
+        offers_cpu = "cpu" in (group / "cgroup.controllers").read_text().split()
+    except OSError:
+        return None
+    writable = os.access(group, os.W_OK) and os.access(group / "cgroup.subtree_control", os.W_OK)
+    return group if offers_cpu and writable else None
+
+
+def cpu_on_v1(read_mounts: Callable[[], str] | None = None) -> bool:
+    """Whether this host's cpu controller is on a cgroup v1 hierarchy (v2 does not offer it)."""
+    try:
+        return isinstance(detect(read_mounts), V1Cgroups)
+    except TestbedError:
+        return False

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -21,6 +23,21 @@ from netbench.emulation import engine_control
 from netbench.errors import EmulationError
 
 ENGINE_RT_PRIORITY = 10
+
+
+def engine_rt_priority() -> int:
+    """The SCHED_FIFO priority an engine asks for: ENGINE_RT_PRIORITY for root; without root, what
+    RLIMIT_RTPRIO allows this user (most hosts: none, so normal scheduling; the delay error
+    under load is then larger: docs/guide/without-root.md)."""
+    from netbench.state import places
+
+    if places.privilege(os.environ, os.geteuid()) == places.ROOT:
+        return ENGINE_RT_PRIORITY
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_RTPRIO)
+    except (OSError, ValueError):
+        return 0
+    return ENGINE_RT_PRIORITY if soft == resource.RLIM_INFINITY else min(ENGINE_RT_PRIORITY, max(0, soft))
 _request_ids = itertools.count(1)
 
 
@@ -59,7 +76,7 @@ class Engines:
                 "--seed", str(seed), "--stats-file", str(stats), "--control", str(ctl),
                 # SCHED_FIFO: on a busy host the delay error comes from the engine waiting
                 # for a CPU, not from its own speed (see bench/engine_ceiling.py)
-                "--rt-priority", str(ENGINE_RT_PRIORITY)]
+                "--rt-priority", str(engine_rt_priority())]
         if pairs:
             table.write_text(json.dumps({"pairs": [pair.as_dict() for pair in pairs]}, sort_keys=True))
             argv += ["--pairs-file", str(table)]

@@ -17,7 +17,7 @@ def probe_netem(scratch_netns: str | None = None) -> tuple[bool, str]:
 
     The default name carries this process's pid and start time (topology.scratch_netns),
     so a reset removes it after a crash, and only then."""
-    from pyroute2 import netns as pnetns
+    pnetns = proc.pyroute2_netns()
 
     from netbench.model.topology import scratch_netns as scratch_name
 

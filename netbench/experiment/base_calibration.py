@@ -62,7 +62,7 @@ def measured(job: JobSpec, workers: int) -> dict[str, Any]:
     run = calibration_job(job)
     return {"framework": job.framework, "strategy": job.strategy, "ps": job.ps, "model": job.model,
             "batch": job.batch_size, "input_shape": list(job.input_shape or ()), "classes": job.classes,
-            "data": job.data, "workers": workers, "settings": list(algorithm_argv(run)),
+            "data": job.data, "device": job.device, "workers": workers, "settings": list(algorithm_argv(run)),
             "warmup": BASE_WARMUP, "steps": BASE_STEPS}
 
 

@@ -3,11 +3,19 @@
 A sweep's calibrations (experiment/predict.py: the all-reduce, the exchange protocol, each
 job's compute) cost seconds each and measure the machine, not the sweep's points. Each one is
 kept as `<cache>/<id>.json`, where the id is a digest of its `Key`: what it measured (the
-kind; the framework, model, batch, input and data; the processes and nodes; the sizes), where
-(the testbed kind, the backend, the nodes' TCP congestion control) and on what (`Host`: the
-machine id, kernel release, cpu count, python and netbench versions, the frameworks' versions).
-A later sweep whose calibration has the same key reuses the file, unless it is older than
-MAX_AGE_S (24 h), was measured on another kernel, or the sweep asked `--recalibrate`.
+kind; the framework, model, batch, input and data; the device (cpu or cuda) and GPUs per node;
+the processes and nodes; the sizes), where (the testbed kind, the backend, the nodes' TCP
+congestion control, and the links it measured on: "unshaped") and on what (`Host`: the machine
+id, kernel release, cpu count, its GPUs and driver as nvidia-smi names them, python and netbench
+versions, the frameworks' versions). A later sweep whose calibration has the same key reuses
+the file, unless it is older than MAX_AGE_S (24 h), was measured on another kernel, or the
+sweep asked `--recalibrate`.
+
+Only a calibration made on unshaped links is kept: the predictions add each point's delay and
+rate to what it measured, so one made on links that were still shaped (a `netbench apply` before
+the sweep) would count them twice, for a day. The embedded testbed clears netbench's shaping
+before calibrating (runner.calibration_links); where a target cannot say what its links hold
+(the hosts), nothing is cached.
 
 The cache folder: NETBENCH_CACHE_DIR, else `calibrations/` under NETBENCH_STATE_DIR when that
 is set (tests, private runs), else `netbench/calibrations` under XDG_CACHE_HOME or ~/.cache.
@@ -44,6 +52,7 @@ class Host:
     python: str
     netbench: str
     frameworks: tuple[tuple[str, str], ...] = ()  # (name, version) of tensorflow / torch, where installed
+    gpus: tuple[str, ...] = ()  # nvidia-smi's GPUs ("0: NVIDIA H100 80GB HBM3, 81559 MiB") and "driver X"
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,7 @@ class Key:
     def to_json(self) -> dict[str, Any]:
         host = asdict(self.host)
         host["frameworks"] = dict(self.host.frameworks)
+        host["gpus"] = list(self.host.gpus)  # as its JSON reads back
         return {"kind": self.kind, "measured": dict(self.measured), "place": dict(self.place), "host": host}
 
 
@@ -150,19 +160,23 @@ def _framework_versions() -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
-def host_facts() -> Host:
-    """This machine's identity and the facts that change what a calibration measures."""
+def host_facts(gpus: Callable[[], tuple[str, ...]] | None = None) -> Host:
+    """This machine's identity and the facts that change what a calibration measures (`gpus`:
+    its GPU identity, nvidia-smi's by default)."""
+    if gpus is None:
+        from netbench.experiment.gpus import smi_identity as gpus
     return Host(machine_id=_machine_id(), kernel=platform.release(), cpus=os.cpu_count() or 0,
-                python=platform.python_version(), netbench=__version__, frameworks=_framework_versions())
+                python=platform.python_version(), netbench=__version__, frameworks=_framework_versions(),
+                gpus=tuple(gpus()))
 
 
 def default_folder(env: Mapping[str, str] | None = None) -> Path:
-    """NETBENCH_CACHE_DIR; else NETBENCH_STATE_DIR/calibrations; else XDG_CACHE_HOME (or
-    ~/.cache)/netbench/calibrations."""
+    """NETBENCH_CACHE_DIR; else NETBENCH_STATE_DIR/calibrations (not a sandbox's: it is gone with
+    it, testbed/sandbox.py); else XDG_CACHE_HOME (or ~/.cache)/netbench/calibrations."""
     env = os.environ if env is None else env
     if env.get(CACHE_ENV):
         return Path(env[CACHE_ENV])
-    if env.get("NETBENCH_STATE_DIR"):
+    if env.get("NETBENCH_STATE_DIR") and not env.get("NETBENCH_SANDBOX"):
         return Path(env["NETBENCH_STATE_DIR"]) / "calibrations"
     base = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
     return base / "netbench" / "calibrations"

@@ -143,6 +143,7 @@ class CollectiveConfig:
     topology: Any = None
     job: JobSpec = field(default=JOB)  # what Target.prepare reads (placement, messages)
     timeouts: Timeouts = Timeouts(startup_s=240.0, step_s=300.0)  # what a hosts target reads too
+    run_as: Any = None  # testbed/run_as.RunAs: the user its processes run as (None: this process's own)
 
 
 class Observer(Protocol):

@@ -217,6 +217,8 @@ class HostProber:
         self._torch_found: tuple[str, bool] | None | bool = False  # False: not asked yet
 
     def privileges(self) -> Outcome:
+        if os.geteuid() == 0 and os.environ.get("NETBENCH_PRIVILEGE") == "rootless":
+            return Outcome(True, "without root: in a user namespace of your own (a sandbox)")
         if os.geteuid() == 0:
             return Outcome(True, "running as root")
         try:
@@ -229,7 +231,9 @@ class HostProber:
         return Outcome(False, f"uid {os.geteuid()} without CAP_NET_ADMIN")
 
     def namespaces(self) -> Outcome:
-        from pyroute2 import NetNS, netns
+        from pyroute2 import NetNS
+
+        netns = proc.pyroute2_netns()
 
         self._created = True  # from here on close() must try to remove it
         try:
@@ -326,7 +330,7 @@ class HostProber:
 
     def close(self) -> None:
         """Remove the scratch namespace (and everything made inside it); safe to call twice."""
-        from pyroute2 import netns
+        netns = proc.pyroute2_netns()
 
         if self._ns is not None:
             self._ns.close()

@@ -62,6 +62,21 @@ def parse_smi(text: str) -> tuple[tuple[str, ...], str]:
     return tuple(devices), driver
 
 
+def smi_identity(which: Callable[[str], str | None] = shutil.which, timeout: float = 10.0) -> tuple[str, ...]:
+    """This host's GPUs as nvidia-smi names them, and its driver ("driver 550.54"); () without
+    nvidia-smi or when it fails (a calibration cache key's GPU identity: experiment/calibration_cache.py)."""
+    if not which("nvidia-smi"):
+        return ()
+    try:
+        result = proc.run(SMI_QUERY, check=False, timeout=timeout)
+    except NetbenchError:
+        return ("nvidia-smi: failed",)
+    if result.returncode:
+        return ("nvidia-smi: failed",)
+    devices, driver = parse_smi(result.stdout)
+    return devices + ((f"driver {driver}",) if driver else ())
+
+
 def parse_torch(text: str) -> dict:
     """TORCH_PROBE's JSON line (pure); {} when it is not one."""
     lines = text.strip().splitlines()

@@ -43,7 +43,7 @@ from netbench.jobs import events as ev
 from netbench.jobs.launch import JobOutcome, TaskLost, exchange_env
 from netbench.jobs.live import JobBroken, LiveJob
 from netbench.jobs.user import UserSpawner, checks_stop
-from netbench.model.job import JobSpec, plan_job
+from netbench.model.job import OWN_PACE_STRATEGIES, JobSpec, plan_job
 from netbench.model.run import Run
 
 from netbench.experiment.launch_plan import (ORDERS, LaunchPlan, describe_launches, descending_chains,  # noqa: F401
@@ -51,6 +51,8 @@ from netbench.experiment.launch_plan import (ORDERS, LaunchPlan, describe_launch
 
 UNTIL_STOPPED = "--until-stopped"
 PORT_RANGE = (20000, 60000)
+LATER = "later"  # not a phase: another task's step that belongs to the next point (it is carried)
+OTHERS_LEAST = 2  # an own-pace point's window lasts until every other worker has this many measured steps
 
 
 def controller_start(step: ev.Step) -> float:
@@ -80,12 +82,21 @@ def measured_window(events) -> tuple[float, float] | None:
 class PointWindow:
     """Which of a launch's steps belong to one point, and in which phase (pure).
 
-    Feed it the chief's steps in order (`chief`); `phase_for` gives any task's step its
-    phase by step number. Warm-up steps stay warm-up (and count as settled steps: the first
-    point of a launch is applied before the processes start)."""
+    Feed it the chief's steps in order (`chief`); `place` gives any other task's step its
+    phase: by the chief's step of the same number where the workers leave each step together,
+    by when it ran where they step at their own pace (`by_time`: OWN_PACE_STRATEGIES, whose
+    step numbers drift apart). Warm-up steps stay warm-up (and count as settled steps: the
+    first point of a launch is applied before the processes start).
+
+    With `by_time`, the window starts only once every other worker (`others`) has been heard
+    past its warm-up (`heard`: a worker slowed by its node's limits starts seconds late, and the
+    chief alone is another cluster), and lasts until each has OTHERS_LEAST measured steps of its
+    own (or max_seconds have passed), so a slow worker's rate is measured in the point, never
+    left out of the cluster's images/sec."""
 
     def __init__(self, changed_at: float, settle: Settle, steps: int, seconds: float | None = None,
-                 precision: float | None = None, max_seconds: float = 60.0, rtt_s: float | None = None) -> None:
+                 precision: float | None = None, max_seconds: float = 60.0, rtt_s: float | None = None,
+                 by_time: bool = False, others: tuple = ()) -> None:
         self.changed_at, self.settle, self.steps, self.seconds = changed_at, settle, steps, seconds
         self.rtt_s, self.floor_s, self.why = rtt_s, settle.floor_s(rtt_s), None  # the path's round trip (None: unknown)
         # with a precision, `steps`/`seconds` is the least window: it goes on until the mean step
@@ -104,6 +115,9 @@ class PointWindow:
         self.last_index: int | None = None
         self.durations: list[float] = []  # the chief's settle steps started after the change
         self.warmed = False  # warm-up steps came in this point (a launch's first): they settled it
+        self.by_time = by_time
+        self.others_measured = {key: 0 for key in others} if by_time else {}  # (role, index) -> measured steps
+        self.others_waiting = set(others) if by_time else set()  # not heard past their warm-up yet
 
     @property
     def done(self) -> bool:
@@ -115,8 +129,15 @@ class PointWindow:
             least = self.window_end - self.window_start >= self.seconds
         else:
             least = self.measured >= self.steps
-        self._finished = least and (not self.precision or self._precise())
+        self._finished = least and self._others_in() and (not self.precision or self._precise())
         return self._finished
+
+    def _others_in(self) -> bool:
+        """Whether every other worker of an own-pace point has its least measured steps (or the
+        window has lasted max_seconds: a worker that stopped stepping must not hold it forever)."""
+        if all(n >= OTHERS_LEAST for n in self.others_measured.values()):
+            return True
+        return self.window_end - self.window_start >= self.max_seconds
 
     def _precise(self) -> bool:
         """Whether the window has its precision (or its time is up); checked only when the
@@ -140,7 +161,7 @@ class PointWindow:
         if step.phase == ev.PHASE_WARMUP:
             phase = ev.PHASE_WARMUP
             self.warmed = True
-        elif self.window_start is None and not self._settled(step, start):
+        elif self.window_start is None and (not self._settled(step, start) or self.others_waiting):
             phase = ev.PHASE_SETTLE
             self.dropped += 1
         else:
@@ -171,6 +192,50 @@ class PointWindow:
         if self.first_index is not None and index < self.first_index:
             return ev.PHASE_SETTLE  # late from before this point's first step
         return None
+
+    def heard(self, step: ev.Step) -> None:
+        """Another task's `step` has arrived (placed or not): past its warm-up, that task is in."""
+        if step.phase != ev.PHASE_WARMUP:
+            self.others_waiting.discard((step.role, step.worker))
+
+    def place(self, step: ev.Step) -> str | None:
+        """Another task's `step` in this point: its phase, LATER (the next point's: only once the
+        window is done), or None while that is not known yet. Counts the measured steps of an
+        own-pace point's other workers (call it once a step, when the answer is not None)."""
+        phase = self._phase_at(step) if self.by_time else self._phase_by_number(step)
+        if phase == ev.PHASE_MEASURED and (step.role, step.worker) in self.others_measured:
+            self.others_measured[(step.role, step.worker)] += 1
+        return phase
+
+    def _phase_by_number(self, step: ev.Step) -> str | None:
+        if self.last_index is not None and step.step > self.last_index and self.done:
+            return LATER
+        return self.phase_for(step.step)
+
+    def _phase_at(self, step: ev.Step) -> str | None:
+        """By when the step ran (its start on the controller's clock): before the change, or after
+        it and before the chief's window, it settles; inside the window it is measured; after
+        the window it is the next point's."""
+        if step.phase == ev.PHASE_WARMUP:
+            return ev.PHASE_WARMUP
+        start = controller_start(step)
+        if start < self.changed_at:
+            return ev.PHASE_SETTLE  # ran under the point before (heard late)
+        if self.window_start is None:
+            return None
+        if start < self.window_start:
+            return ev.PHASE_SETTLE
+        if start <= self.window_end:
+            return ev.PHASE_MEASURED
+        return LATER if self._finished else None
+
+    def past(self, step: ev.Step) -> bool:
+        """Whether another task's `step` shows that every step of its in this (done) window has
+        been heard: it reached the chief's last measured step, or (own pace) it started after
+        the window (a task's steps arrive in order)."""
+        if self.by_time:
+            return step.phase != ev.PHASE_WARMUP and controller_start(step) > self.window_end
+        return step.step >= self.last_index
 
     def settle_s(self) -> float | None:
         return None if self.window_start is None else max(0.0, self.window_start - self.changed_at)
@@ -224,6 +289,10 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
     tasks = plan_job(job, ctx.testbed.nodes_for(job, workers), workers, port=ctx.ports.randrange(*PORT_RANGE))
     if job.command is None:
         tasks = [replace(t, argv=t.argv + (UNTIL_STOPPED,)) for t in tasks]
+    # workers that step at their own pace have their steps placed by time, not by number; the
+    # chief is the first task that is not a server (LiveJob.clock)
+    own_pace = job.command is None and job.strategy in OWN_PACE_STRATEGIES
+    others = tuple((t.role, t.index) for t in tasks if not t.serves)[1:]
     spawn = user_spawner(job, ctx, ctx.store.log_dir(f"launch{number:03d}")) if job.command else ctx.testbed.spawn
     keeps = False  # a user's command that asks stop_requested() serves many points
     live: LiveJob | None = None
@@ -235,11 +304,14 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
         for i, run in enumerate(runs):
             ctx.observer.run_started(run)
             ctx.observer.launch_point(run, number, i + 1, len(runs))
-            started, changed_at = time.time(), time.monotonic()
+            started = time.time()
             ctx.testbed.apply(run, seed=ctx.seed_of(run))
+            # the change is in place once apply returns: a step that started while it was being
+            # made ran partly under the point before, so the settle counts from here
+            changed_at = time.monotonic()
             ctx.observer.profile_applied(run)
             window = PointWindow(changed_at, ctx.settle, job.steps, job.seconds, job.precision, job.max_seconds,
-                                 rtt_s=settling.round_trip_s(run))
+                                 rtt_s=settling.round_trip_s(run), by_time=own_pace, others=others)
             if live is None:
                 try:
                     live = LiveJob(tasks, ctx.store.log_dir(f"launch{number:03d}"), spawn,
@@ -260,7 +332,7 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
             if status != "ok":
                 return runs[i + 1:]
             keeps = keeps or (job.command is not None and checks_stop(got))
-            if job.command is not None and (ctx.config.isolate or not keeps):
+            if ctx.config.isolate or (job.command is not None and not keeps):
                 return runs[i + 1:]  # one launch per point; it is stopped once measured
         return []
     finally:
@@ -280,7 +352,10 @@ def user_spawner(job: JobSpec, ctx: Context, log_dir) -> UserSpawner:
 
 def _record(ctx: Context, run: Run, number: int, window: PointWindow, outcome: JobOutcome, started: float,
             link: dict | None = None) -> None:
-    nodes = tuple(n.name for n in ctx.testbed.nodes_for(run.job, run.workers))[:run.workers]  # the ranks'
+    from netbench.model.ranks import rank_nodes
+
+    nodes = rank_nodes(tuple(n.name for n in ctx.testbed.nodes_for(run.job, run.workers)), run.workers,
+                       run.job.ranks_per_node)  # each rank's node, in rank order
     result = ctx.make_result(run, ctx.backend_name, outcome, started, time.time(), link=link, nodes=nodes)
     ctx.finish(run, replace(result, launch=number, settle_s=window.settle_s(), settle_steps=window.dropped,
                             settle_reason=settling.reason(window.why, window.floor_s, window.rtt_s, window.settle)))
@@ -293,18 +368,21 @@ def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: 
     timeouts = ctx.config.timeouts
     chief = (live.clock_task.role, live.clock_task.index)
     got: list[ev.Event] = list(starts)
-    waiting: list[ev.Step] = []  # other tasks' steps the chief has not reached yet
+    # other tasks' steps not placed yet, in the order they are placed in: by step number, or
+    # (own pace) by when they started
+    waiting: list[ev.Step] = []
+    order = controller_start if window.by_time else (lambda s: s.step)
 
     def take(event: ev.Event) -> None:
         got.append(event)
         ctx.observer.step(run, event)
 
     def settle_others() -> None:
-        # `waiting` is kept in step order and the chief's steps come in order, so the steps it has
-        # reached are at the front: each chief step costs what it settles, not the whole list
+        # `waiting` is in placing order and the chief's steps come in order, so the steps it has
+        # placed are at the front: each chief step costs what it settles, not the whole list
         while waiting:
-            phase = window.phase_for(waiting[0].step)
-            if phase is None:
+            phase = window.place(waiting[0])
+            if phase is None or phase == LATER:  # the next point's, or not known yet: so are those behind it
                 break
             take(ev.evolve(waiting.pop(0), phase=phase))
 
@@ -319,7 +397,8 @@ def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: 
             clock.since, clock.stepped = time.monotonic(), True
             settle_others()
         elif isinstance(event, ev.Step):
-            bisect.insort(waiting, event, key=lambda s: s.step)
+            window.heard(event)
+            bisect.insort(waiting, event, key=order)
             settle_others()
         else:
             take(event)
@@ -356,35 +435,36 @@ def _unmeasured(steps: list[ev.Step]) -> list[ev.Step]:
 
 
 def _drain(live: LiveJob, window: PointWindow, chief, waiting: list, carry: list, limit: float, take) -> None:
-    """After the window, read until every other stepping task reported the window's last step
-    (at most `limit` s); what belongs after the window is carried to the next point."""
-    last = window.last_index
+    """After the window, read until every other stepping task has shown it sent all its steps of
+    the window (`PointWindow.past`; at most `limit` s); what belongs after the window (LATER, and
+    everything else read) is carried to the next point."""
+    if window.last_index is None:
+        return
     others = {s for s in live.steppers() if s != chief}
-    seen = {s: -1 for s in others}
-    for step in waiting:
-        seen[(step.role, step.worker)] = max(seen.get((step.role, step.worker), -1), step.step)
-    carry.extend(waiting)
+    backlog, carry[:] = waiting + carry, []
     waiting.clear()
+    shown: set = set()
+
+    def sort(event: ev.Event) -> None:
+        key = (event.role, event.worker) if isinstance(event, ev.Step) else None
+        if key not in others:
+            carry.append(event)
+            return
+        if window.past(event):
+            shown.add(key)
+        phase = window.place(event)
+        if phase is None or phase == LATER:
+            carry.append(event)
+        else:
+            take(ev.evolve(event, phase=phase))
+
+    for event in backlog:
+        sort(event)
     deadline = time.monotonic() + limit
-    while last is not None and any(v < last for v in seen.values()) and time.monotonic() < deadline:
+    while others - shown and time.monotonic() < deadline:
         try:
             event = live.read(min(deadline - time.monotonic(), 1.0))
         except JobBroken:
             return  # the next point hears of it
-        if event is None:
-            continue
-        if isinstance(event, ev.Step) and (event.role, event.worker) in seen:
-            seen[(event.role, event.worker)] = max(seen[(event.role, event.worker)], event.step)
-            phase = window.phase_for(event.step)
-            if event.step <= last and phase is not None:
-                take(ev.evolve(event, phase=phase))
-                continue
-        carry.append(event)
-    kept = []
-    for event in carry:  # other tasks' steps of this window that arrived before the drain
-        if isinstance(event, ev.Step) and (event.role, event.worker) in seen and last is not None \
-                and event.step <= last and window.phase_for(event.step) is not None:
-            take(ev.evolve(event, phase=window.phase_for(event.step)))
-        else:
-            kept.append(event)
-    carry[:] = kept
+        if event is not None:
+            sort(event)

@@ -70,6 +70,7 @@ def compute_measured(job: JobSpec, workers: int) -> dict[str, Any]:
     per = max(1, job.ranks_per_node)
     return {"framework": job.framework, "model": job.model, "batch": job.batch_size,
             "input_shape": list(job.input_shape or ()), "classes": job.classes, "data": job.data,
+            "device": job.device, "gpus_per_node": job.gpus_per_node,
             "strategy": "single", "processes": workers, "nodes": max(1, workers // per),
             "warmup": COMPUTE_WARMUP, "steps": COMPUTE_STEPS}
 
@@ -168,7 +169,7 @@ def _node_terms(run, workers: int) -> dict[str, Any]:
     calibration measured an unlimited node with no delay; model/compute.py)."""
     from netbench.model.compute import NONE, worker_terms
 
-    slow, delay = worker_terms(getattr(run, "compute", NONE), workers)
+    slow, delay = worker_terms(getattr(run, "compute", NONE), workers, ranks_per_node=run.job.ranks_per_node)
     return {"node_slowdown": slow, "node_delay_s": delay} if slow else {}
 
 
@@ -197,9 +198,10 @@ def _compute_tasks(job: JobSpec, nodes, workers: int, port: int):
     # fixed steps: a sweep's --precision would stretch this short, noisy window to its cap
     single = replace(job, strategy="single", warmup=COMPUTE_WARMUP, steps=COMPUTE_STEPS, seconds=None,
                      sample_resources_s=0.0, precision=None, ranks_per_node=1, collective="ring")
+    from netbench.model.ranks import rank_nodes
+
     (task,) = plan_job(single, nodes[:1], 1, port=port)
-    per = max(1, job.ranks_per_node)  # R processes a node, node-major, as the run places its ranks
-    placed = [nodes[i // per] for i in range(workers) if i // per < len(nodes)]
+    placed = rank_nodes(nodes, workers, job.ranks_per_node)  # R processes a node, as the run places its ranks
     return [replace(task, index=i, node=node.name, netns=node.netns, address=node.address)
             for i, node in enumerate(placed)]
 

@@ -12,9 +12,10 @@ from netbench import interrupts, provenance
 from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
 from netbench.jobs import accuracy, analysis, events, link_check, resources, stragglers
-from netbench.model.job import SERVER_STRATEGIES, JobSpec, algorithm_settings, effective_accum_steps, images_per_step, \
+from netbench.model.job import OWN_PACE_STRATEGIES, SERVER_STRATEGIES, JobSpec, algorithm_settings, effective_accum_steps, images_per_step, \
     nodes_needed, plan_job
 from netbench.jobs import user_results
+from netbench.model.ranks import rank_nodes
 from netbench.jobs.launch import JobOutcome, Timeouts, run_job
 from netbench.experiment import launch as launches
 from netbench.experiment.launch import PORT_RANGE, Settle
@@ -53,6 +54,7 @@ class SweepConfig:
     # every node's TCP congestion control for the sweep (--congestion-control; the embedded
     # testbed sets it and puts the previous one back); None: the nodes' own, reported as found
     congestion_control: str | None = None
+    run_as: Any = None  # testbed/run_as.RunAs: the user job processes run as (None: this process's own)
     shard: str = ""  # "I/N": the campaign shard these runs are (every record's provenance says so)
 
 
@@ -98,7 +100,7 @@ def make_result(run: Run, backend: str, outcome: JobOutcome, started: float, end
     rates = analysis.per_worker_images_per_sec(outcome.events, job, workers)
     if durations:
         stats = analysis.cluster_throughput(asdict(measure.step_stats(durations, images_per_step(job, workers))),
-                                            rates, job, workers)
+                                            outcome.events, job, workers)
     elif status == "ok" and link is None:
         status, error = "failed", "no measured steps"
     phases = analysis.phase_times(outcome.events, job)
@@ -137,8 +139,10 @@ def _stragglers(events_: tuple, job: JobSpec, nodes: tuple[str, ...]) -> dict | 
 
 
 def worker_nodes(testbed: Target, run: Run) -> tuple[str, ...]:
-    """The nodes of the run's workers (ranks), in rank order: placement puts them first."""
-    return tuple(n.name for n in testbed.nodes_for(run.job, run.workers))[:run.workers]
+    """Each rank's node, in rank order (model/ranks.py rank_nodes: node-major, ranks_per_node
+    ranks a node; placement puts the workers' nodes first)."""
+    return rank_nodes(tuple(n.name for n in testbed.nodes_for(run.job, run.workers)), run.workers,
+                      run.job.ranks_per_node)
 
 
 def window_precision(durations: list[float], precision: float | None) -> dict:
@@ -206,11 +210,14 @@ def split_runs(config: SweepConfig, testbed_kind: str) -> tuple[list[Run], list[
     training), on the hosts target (workers' clocks are not the controller's), and with
     train_steps (an accuracy run trains a fresh model: it never inherits another point's). A
     user's command always runs in launches (one per point under --isolate, or when it never asks
-    track.stop_requested()): the controller, not the job, decides its window."""
-    if config.isolate or config.verify or testbed_kind == "hosts":
+    track.stop_requested()): the controller, not the job, decides its window. So do the own-pace
+    strategies under --isolate (a launch per point): their workers step apart, and only the
+    controller measures them all over one window, once all of them are in."""
+    if config.verify or testbed_kind == "hosts":
         own = list(config.runs)
     else:
-        own = [r for r in config.runs if r.schedule is not None or r.job.train_steps]
+        own = [r for r in config.runs if r.schedule is not None or r.job.train_steps
+               or (config.isolate and r.job.strategy not in OWN_PACE_STRATEGIES)]
     return [r for r in own if r.job.command is None], [r for r in config.runs if r not in own or r.job.command]
 
 
@@ -271,19 +278,36 @@ def describe_congestion(by_node: dict[str, str], requested: str | None = None, d
     return describe(by_node, requested, default)
 
 
-def calibration_reuse(config: SweepConfig, testbed: Target, backend: str, congestion: str | None):
+def calibration_links(testbed: Target, note: Callable[[str], None]) -> str | None:
+    """What the calibrations will measure on: "unshaped" where the target cleared its links'
+    shaping first (`unshaped_links`; what a `netbench apply` left before the sweep, noted: each
+    point applies its own profile anyway), None where it cannot say (nothing is cached then)."""
+    unshape = getattr(testbed, "unshaped_links", None)
+    if unshape is None:
+        return None
+    if unshape():
+        note("calibration: the links held shaping from before the sweep (a 'netbench apply'): cleared, so "
+             "the calibrations measure unshaped links, as the predictions assume (each point applies its own)")
+    return "unshaped"
+
+
+def calibration_reuse(config: SweepConfig, testbed: Target, backend: str, congestion: str | None,
+                      links: str | None = None):
     """Where the sweep's calibrations may come from (experiment/predict.py's Reuse): keyed by the
-    testbed kind, backend and nodes' congestion control on this host; the per-machine cache on
-    the embedded testbed only (the hosts' own facts are not part of the key)."""
+    testbed kind, backend, nodes' congestion control and the links they measured on (`links`:
+    calibration_links) on this host; the per-machine cache on the embedded testbed only (the
+    hosts' own facts are not part of the key), and only over unshaped links: a calibration on
+    shaped ones would carry their delay into every prediction that reused it."""
     from netbench.experiment import calibration_cache
     from netbench.experiment.predict import Reuse
 
-    place = {"testbed": testbed.kind, "backend": backend, "congestion_control": congestion or ""}
+    place = {"testbed": testbed.kind, "backend": backend, "congestion_control": congestion or "",
+             "links": links or "as found"}
     if testbed.kind != "embedded":  # the hosts as `netbench node info` described them
         infos = getattr(testbed, "infos", {}) or {}
         place["hosts"] = {name: [info.get("host"), info.get("kernel"), info.get("tensorflow")]
                           for name, info in sorted(infos.items())}
-    cache = calibration_cache.CalibrationCache() if testbed.kind == "embedded" else None
+    cache = calibration_cache.CalibrationCache() if testbed.kind == "embedded" and links == "unshaped" else None
     return Reuse(place=place, host=calibration_cache.host_facts(), cache=cache, recalibrate=config.recalibrate)
 
 
@@ -352,9 +376,10 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         if config.predict:
             from netbench.experiment import predict
 
-            predictor, manifest["calibration"] = predict.calibrate(config.runs, testbed, store.dir / "logs",
-                                                                   observer.note, config.seed,
-                                                                   calibration_reuse(config, testbed, backend.name, nodes_cc))
+            links = calibration_links(testbed, observer.note)
+            predictor, manifest["calibration"] = predict.calibrate(
+                config.runs, testbed, store.dir / "logs", observer.note, config.seed,
+                calibration_reuse(config, testbed, backend.name, nodes_cc, links))
             store.write_manifest(manifest)
 
         where = where_ran(testbed, config.shard)

@@ -52,9 +52,22 @@ def reporting_role(job: JobSpec) -> str:
 
 
 def reference_events(events: Sequence[EventLike], job: JobSpec) -> list[ev.Event]:
-    """Events of the process whose steps define the run's step times (index 0 of the reporting role)."""
+    """Events of the process whose steps define the run's step times: index 0 of the reporting
+    role, or under ps-sync with backup workers the round's worker (round_worker)."""
     role = reporting_role(job)
-    return [e for e in ev.as_events(events) if e.task_role == role and e.worker == 0]
+    typed = ev.as_events(events)
+    index = round_worker(typed) if rate_rule(job) == APPLIED else 0
+    return [e for e in typed if e.task_role == role and e.worker == index]
+
+
+def round_worker(events: Sequence[ev.Event]) -> int:
+    """Under ps-sync with backup workers, the worker whose measured steps' gradients the rounds
+    dropped least (the lowest index among equals): its steps end with the rounds it joins, so
+    they time the rounds; a worker whose gradients are dropped as late steps at its own pace."""
+    tallies = worker_tallies(events)
+    if not tallies:
+        return 0
+    return min(tallies, key=lambda w: (tallies[w].steps - tallies[w].applied, w))
 
 
 def measured_durations(events: Sequence[EventLike], job: JobSpec) -> list[float]:
@@ -92,16 +105,73 @@ def per_worker_images_per_sec(events: Sequence[EventLike], job: JobSpec, workers
     return tuple(rates)
 
 
-def cluster_throughput(stats: dict, rates: Sequence[float], job: JobSpec, workers: int) -> dict:
-    """`stats` (stats.step_stats as a dict, from the chief's steps) with images/sec the cluster's
-    for a strategy whose workers run at their own pace: the sum of every worker's own rate
-    (per_worker_images_per_sec), its standard error scaled alike. The chief's step times stay
-    what they are (its own steps). Unchanged for the others (their workers leave each step
-    together: the sum is W x the chief's), or when a worker reported no measured step."""
-    if job.strategy not in OWN_PACE_STRATEGIES or len(rates) != workers or not stats.get("images_per_sec"):
+# How a run's images/sec comes from its steps (rate_rule). CHIEF: images_per_step over the
+# reference process's mean step (the workers leave each step together; TF's ps: its coordinator
+# counts every worker's step). OWN_RATES (job.OWN_PACE_STRATEGIES): each worker's own rate, its
+# batch per step x its steps over its own time, summed. APPLIED (ps-sync with backup workers):
+# the images of each worker's steps whose gradient a round applied (not dropped as late) over
+# its own time, summed. The results, the live metrics and the terminal all use this rule.
+CHIEF, OWN_RATES, APPLIED = "chief", "own-rates", "applied"
+
+
+def rate_rule(job: JobSpec) -> str:
+    """CHIEF, OWN_RATES or APPLIED: how `job`'s images/sec comes from its steps (above)."""
+    if job.strategy in OWN_PACE_STRATEGIES:
+        return OWN_RATES
+    if job.strategy == "ps-sync" and job.backup_workers:
+        return APPLIED
+    return CHIEF
+
+
+@dataclass(frozen=True)
+class Tally:
+    """One worker's steps so far: how many, how many a round applied (all but those a ps-sync
+    round dropped as late), and their seconds."""
+
+    steps: int = 0
+    applied: int = 0
+    seconds: float = 0.0
+
+    def add(self, step: ev.Step) -> "Tally":
+        dropped = bool(dict(step.extra).get("dropped"))
+        return Tally(self.steps + 1, self.applied + (not dropped), self.seconds + step.duration)
+
+
+def worker_tallies(events: Iterable[ev.Event]) -> dict[int, Tally]:
+    """Each worker's Tally of its measured steps, by worker index."""
+    out: dict[int, Tally] = {}
+    for e in _measured(e for e in events if e.task_role == WORKER):
+        out[e.worker or 0] = out.get(e.worker or 0, Tally()).add(e)
+    return out
+
+
+def summed_rate(job: JobSpec, tallies: Mapping[int, Tally], workers: int) -> float | None:
+    """The cluster's images/sec from each worker's tally under rate_rule OWN_RATES or APPLIED;
+    None under CHIEF, or while a worker has no timed step."""
+    rule = rate_rule(job)
+    if rule == CHIEF:
+        return None
+    per_step = job.batch_size * effective_accum_steps(job)
+    total = 0.0
+    for index in range(workers):
+        tally = tallies.get(index)
+        if tally is None or tally.seconds <= 0:
+            return None
+        total += per_step * (tally.steps if rule == OWN_RATES else tally.applied) / tally.seconds
+    return total
+
+
+def cluster_throughput(stats: dict, events: Sequence[EventLike], job: JobSpec, workers: int) -> dict:
+    """`stats` (stats.step_stats as a dict, from the reference process's steps) with images/sec
+    the cluster's where rate_rule is not CHIEF: summed_rate over every worker's measured steps,
+    its standard error scaled alike. The step times stay the reference process's own.
+    Unchanged under CHIEF (the workers leave each step together: the sum is W x the chief's),
+    or when a worker reported no measured step."""
+    total = summed_rate(job, worker_tallies(ev.as_events(events)), workers)
+    if total is None or not stats.get("images_per_sec"):
         return stats
-    factor = sum(rates) / stats["images_per_sec"]
-    return {**stats, "images_per_sec": sum(rates), "images_per_sec_stderr": stats["images_per_sec_stderr"] * factor}
+    factor = total / stats["images_per_sec"]
+    return {**stats, "images_per_sec": total, "images_per_sec_stderr": stats["images_per_sec_stderr"] * factor}
 
 
 def phase_times(events: Sequence[EventLike], job: JobSpec) -> PhaseTimes | None:

@@ -159,18 +159,19 @@ class LocalProcess:
 class LocalSpawner:
     """Start tasks in their namespaces (Task.netns) with this netbench on PYTHONPATH."""
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, run_as=None) -> None:
         self.journal = journal
         # a sweep's per-node capacity (testbed/compute.py): node -> the cgroup.procs file its
         # processes start in, and node -> its extra environment (the step-delay file)
         self.cgroups: dict[str, str] = {}
         self.node_env: dict[str, dict[str, str]] = {}
+        self.run_as = run_as  # testbed/run_as.RunAs: the user job processes run as (None: this one)
 
     def __call__(self, task: Task, log: Path, env: dict) -> LocalProcess:
         child_env = {**dict(task.env), "TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1",
                      "PYTHONPATH": proc.child_pythonpath(), **self.node_env.get(task.node, {}), **env}
         popen = proc.spawn(task.argv, netns=task.netns, env=child_env, stdout=-1, stderr=-1,
-                           cgroup=self.cgroups.get(task.node))
+                           cgroup=self.cgroups.get(task.node), run_as=self.run_as)
         entry = self.journal.record("process", pid=popen.pid, start=proc.start_time(popen.pid),
                                     netns=task.netns, role=f"{task.role}{task.index}")
         return LocalProcess(popen, self.journal, entry, log)

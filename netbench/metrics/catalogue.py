@@ -78,7 +78,9 @@ CATALOGUE: tuple[MetricDef, ...] = (
     _m("sweep", "netbench_run_start_time_seconds", "gauge", "When the run in progress started (Unix time)."),
     _m("sweep", "netbench_run_images_per_second", "gauge",
        "Images per second of the run in progress over its measured steps so far (images per step of "
-       "the run's own job / mean step time of the chief worker)."),
+       "the run's own job / mean step time of the chief worker; workers at their own pace: the sum of each "
+       "worker's own rate, and ps-sync with backup workers: of the images of the gradients the rounds applied, "
+       "shown once every worker has a measured step)."),
     _m("sweep", "netbench_measured_window_start_timestamp_seconds", "gauge",
        "When each run's measured window started: the chief's first measured step's start on the controller "
        "(Unix time, seconds); set once the window is over and kept for the sweep.", "run", "launch", "point"),
@@ -106,8 +108,8 @@ CATALOGUE: tuple[MetricDef, ...] = (
     _m("training", "netbench_steps_total", "counter", "Training steps finished, by phase and worker.",
        "phase", "worker"),
     _m("training", "netbench_samples_total", "counter",
-       "Images trained on by each worker (its per-worker batch per step, k batches under allreduce-accum), "
-       "by phase.", "phase", "worker"),
+       "Images trained on by each worker (its per-worker batch per step, k batches under allreduce-accum; "
+       "with backup workers, whether or not a round applied the gradient), by phase.", "phase", "worker"),
     _m("training", "netbench_step_duration_seconds", "histogram", "Wall time of one training step, seconds.",
        "phase", "worker"),
     _m("training", "netbench_run_warmup_end_timestamp_seconds", "gauge",

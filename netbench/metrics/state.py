@@ -18,7 +18,7 @@ from typing import Callable
 
 from netbench import __version__
 from netbench.jobs import events as ev
-from netbench.jobs.analysis import images_per_sec
+from netbench.jobs.analysis import CHIEF, Tally, images_per_sec, rate_rule, summed_rate
 from netbench.metrics.catalogue import PHASES, STEP_DURATION_BUCKETS_S
 from netbench.metrics.ranks import RankTimes
 
@@ -104,6 +104,10 @@ class MetricsState:
         self._chief_sum = 0.0
         self._chief_count = 0
         self._ranks = RankTimes(workers=0, aligned=False)
+        # the run's own job and workers, whose rate_rule says how its images/sec comes from the
+        # steps (None: the chief's), and each worker's measured steps so far (a Tally each)
+        self._job, self._workers = None, 0
+        self._tallies: dict[int, Tally] = {}
 
     def snapshot(self) -> Snapshot:
         with self._lock:
@@ -134,12 +138,16 @@ class MetricsState:
                 s.workers_up[str(index)] = 0
 
     def run_started(self, run_id: str, repeat: int, images_per_worker_step: int | None = None,
-                    images_per_step: int | None = None) -> None:
-        """A run begins. `images_per_worker_step`: images one step event of one process stands
-        for; `images_per_step`: images one step of the whole run stands for (the run's own job
+                    images_per_step: int | None = None, job=None, workers: int = 0) -> None:
+        """A run begins. `images_per_worker_step`: images one step event of one process trained
+        on; `images_per_step`: images one step of the whole run stands for (the run's own job
         and workers: a playbook run's job differs from the sweep's, allreduce-accum steps span
-        k batches, ps steps one worker's batch). Either defaults to the sweep's figure."""
+        k batches, ps steps one worker's batch). Either defaults to the sweep's figure. `job`
+        and `workers` (the run's own): under the own-pace strategies and ps-sync with backup
+        workers its images/sec is the sum over its workers' own steps (jobs/analysis.py
+        rate_rule), not the chief's rate."""
         with self._lock:
+            self._job, self._workers, self._tallies = job, workers, {}
             if images_per_worker_step is not None:
                 self._batch = images_per_worker_step
             if images_per_step is not None:
@@ -201,11 +209,16 @@ class MetricsState:
                 return  # calibration steps (and phases a later version adds) are no measured steps
             phase = event.phase
             duration = event.duration
+            summed = self._job is not None and rate_rule(self._job) != CHIEF
             if phase == ev.PHASE_MEASURED and event.task_role == "worker":
                 self._ranks.add(event.worker or 0, event)
+                if summed:
+                    index = event.worker or 0
+                    self._tallies[index] = self._tallies.get(index, Tally()).add(event)
+                    s.run_images_per_s = summed_rate(self._job, self._tallies, self._workers)
             key = (phase, worker)
             s.steps[key] = s.steps.get(key, 0) + 1
-            s.samples[key] = s.samples.get(key, 0) + self._batch
+            s.samples[key] = s.samples.get(key, 0) + max(0, self._batch)  # a counter never goes down
             s.durations.setdefault(key, Histogram()).observe(duration)
             if worker != "0":
                 return
@@ -217,7 +230,8 @@ class MetricsState:
                 if duration > 0:
                     self._chief_sum += duration
                     self._chief_count += 1
-                    s.run_images_per_s = images_per_sec(self._global_batch * self._chief_count, self._chief_sum)
+                    if not summed:
+                        s.run_images_per_s = images_per_sec(self._global_batch * self._chief_count, self._chief_sum)
 
     def run_finished(self, status: str, profile: str, images_per_s: float | None) -> None:
         with self._lock:
@@ -238,7 +252,7 @@ class MetricsObserver:
         self.state = state
         self.config = None  # the sweep's, from sweep_started
         self.on_topology = on_topology  # the network reader learns the testbed here
-        self.nodes: tuple[str, ...] = ()  # the testbed's nodes in placement order: rank i on nodes[i]
+        self.nodes: tuple[str, ...] = ()  # the testbed's nodes in placement order (model/ranks.py rank_nodes)
 
     def sweep_started(self, config, backend, topology) -> None:
         self.config = config
@@ -249,16 +263,17 @@ class MetricsObserver:
                                  len(config.runs), config.workers, config.job.batch_size)
 
     def run_started(self, run) -> None:
-        from netbench.model.job import images_per_step
+        from netbench.model.job import images_per_step, images_per_worker_step
 
-        # the run's own job and workers, through the one function the live view uses too;
-        # one process's step event: images_per_step with one worker (its batch x k; ps: a batch)
+        # the run's own job and workers, through the functions the live view uses too
         job, workers = run.job, run.workers
-        self.state.run_started(run.run_id, run.repeat, images_per_worker_step=images_per_step(job, 1),
-                               images_per_step=images_per_step(job, workers))
+        self.state.run_started(run.run_id, run.repeat, images_per_worker_step=images_per_worker_step(job),
+                               images_per_step=images_per_step(job, workers), job=job, workers=workers)
         from netbench.jobs.stragglers import SYNC, mode_of
+        from netbench.model.ranks import rank_nodes
 
-        self.state.ranks_started(workers, mode_of(job, getattr(job, "backup_workers", 0)) == SYNC, self.nodes)
+        self.state.ranks_started(workers, mode_of(job, getattr(job, "backup_workers", 0)) == SYNC,
+                                 rank_nodes(self.nodes, workers, getattr(job, "ranks_per_node", 1)))
 
     def launch_point(self, run, launch: int | None, position: int, points: int) -> None:
         self.state.launch_point(launch, position, points)

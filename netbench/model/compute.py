@@ -258,6 +258,51 @@ def check_cores(compute: Compute, cores: float, where: str) -> None:
                              hint=f"give at most {cores:g}, or max for no limit")
 
 
+def holds_none(node: str, nodes: int) -> bool:
+    """Whether `node` is outside n1..n<nodes>, the nodes a run's processes are on (placement puts
+    them first; ALL is never outside)."""
+    return node != ALL and bool(_NODE_RE.fullmatch(node)) and int(node[1:]) > nodes
+
+
+def holds_none_text(node: str, nodes: int) -> tuple[str, str]:
+    """(message, hint) refusing a limit on `node` that holds none of a run's processes: applied
+    nowhere, it would still be recorded (results.csv's cpus_<node>, the point's name)."""
+    span = "n1" if nodes <= 1 else f"n1-n{nodes}"
+    return (f"{node} holds none of the job's processes (they run on {span}): its limit would apply to nothing",
+            f"limit a node of {span}, or run more workers")
+
+
+def unplaced(compute: Compute, nodes: int) -> tuple[str, str] | None:
+    """The first (kind, node) `compute` limits outside n1..n<nodes> (kind: "cpus" or
+    "step_delay", as flags and playbooks name it), or None."""
+    for kind, items in (("cpus", compute.cpus), ("step_delay", compute.step_delay_s)):
+        for node, _ in items:
+            if holds_none(node, nodes):
+                return kind, node
+    return None
+
+
+def point_unplaced(settings: Any, schedule: Any = None, topology: Any = None) -> tuple[str, str, str] | None:
+    """(key, message, hint) of the first limit a playbook point (model.run.Settings) sets on a
+    node that holds none of its processes: in its factors (key "cpus.n3", "step_delay.n3"), its
+    schedule's steps (key "schedule"; the message names the file and step) or its topology's
+    compute: (key "topology"); None when every one is on a node of the point's."""
+    nodes = settings.nodes
+    found = unplaced(settings.compute, nodes)
+    if found is not None:
+        return (f"{found[0]}.{found[1]}", *holds_none_text(found[1], nodes))
+    for step in (schedule.steps if schedule is not None else ()):
+        for node, _, _ in step.compute:
+            if holds_none(node, nodes):
+                message, hint = holds_none_text(node, nodes)
+                return "schedule", f"{step.where}: node: {message}", hint
+    found = unplaced(topology.compute, nodes) if topology is not None and topology.compute is not None else None
+    if found is not None:
+        message, hint = holds_none_text(found[1], nodes)
+        return "topology", f"{topology.source or topology.name}: compute.{found[1]}: {message}", hint
+    return None
+
+
 # ---------------------------------------------------------------- the model's view
 
 MAX_SLOWDOWN = 1 / MIN_CPUS
@@ -273,11 +318,17 @@ def slowdown(cpus: float | None, busy_cpus: float = 1.0) -> float:
     return min(MAX_SLOWDOWN, busy_cpus / cpus)
 
 
-def worker_terms(compute: Compute, workers: int, busy_cpus: float = 1.0) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(each worker's slowdown, each worker's step delay), worker i on node n<i+1> as the job's
-    placement puts workers; ((), ()) when no worker's node is limited."""
-    nodes = [f"n{i + 1}" for i in range(workers)]
-    slow = tuple(slowdown(compute.cpus_of(n), busy_cpus) for n in nodes)
+def worker_terms(compute: Compute, workers: int, busy_cpus: float = 1.0,
+                 ranks_per_node: int = 1) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(each rank's slowdown, each rank's step delay), in rank order: rank r on the node the job's
+    placement puts it (model/ranks.py: node-major, `ranks_per_node` a node, n1 first). A node's
+    ranks share its quota, each keeping `busy_cpus` busy unlimited, so the node kept
+    ranks_per_node x busy_cpus busy; ((), ()) when no rank's node is limited."""
+    from netbench.model.ranks import rank_node
+
+    per = max(1, ranks_per_node)
+    nodes = [f"n{rank_node(r, per) + 1}" for r in range(workers)]
+    slow = tuple(slowdown(compute.cpus_of(n), busy_cpus * per) for n in nodes)
     delay = tuple(compute.delay_of(n) for n in nodes)
     if all(s == 1.0 for s in slow) and not any(delay):
         return (), ()

@@ -40,6 +40,25 @@ def embedded_choice(requested: str | None, available: list[str]) -> tuple[str | 
     return (EMBEDDED_DEFAULT, True) if EMBEDDED_DEFAULT in available else (None, False)
 
 
+def rootless_refusal(name: str, allowed: list[str]) -> str | None:
+    """Why a testbed without root may not set `name` on its nodes (a namespace not made by root
+    may only choose from the host's allowed list, which only root can widen), or None."""
+    if name in allowed:
+        return None
+    return (f"{name} is not in the host's allowed list ({' '.join(allowed) or 'empty'}), and without root "
+            "netbench cannot add it")
+
+
+def rootless_choice(requested: str | None, allowed: list[str]) -> tuple[str | None, bool]:
+    """embedded_choice for a testbed without root: the default only where the host allows it
+    (else the nodes keep the host's default); a name asked for was checked (rootless_refusal)."""
+    if requested == HOST:
+        return None, False
+    if requested:
+        return requested, False
+    return (EMBEDDED_DEFAULT, True) if EMBEDDED_DEFAULT in allowed else (None, False)
+
+
 def check_name(text: str) -> str | None:
     """Why `text` cannot be a congestion control's name, or None when it can (it is not yet
     known to be available: `refusal` says that against the kernel's list)."""

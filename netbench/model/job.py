@@ -248,6 +248,13 @@ def images_per_step(job: JobSpec, workers: int) -> int:
     return job.batch_size * workers * effective_accum_steps(job)
 
 
+def images_per_worker_step(job: JobSpec) -> int:
+    """Images one process's step event trained on: its batch (k batches under allreduce-accum;
+    ps: the coordinator's step is one worker's batch), whether or not a round applied its
+    gradient (ps-sync's backup workers: a late one is trained, then dropped)."""
+    return job.batch_size * effective_accum_steps(job)
+
+
 def worker_argv(job: JobSpec, python: str = sys.executable) -> tuple[str, ...]:
     """The harness command line every process of the job gets (roles come from TF_CONFIG; a
     torch job's ranks and rendezvous too, see netbench.jobs.torch_harness.rendezvous)."""

@@ -91,7 +91,6 @@ class Playbook:
         return f"fixed.{key}" if key in self.fixed_keys else key
 
 
-
 def fail(source: str, key: str, message: str, hint: str | None = None) -> PlaybookError:
     error = PlaybookError(f"{source}: {key}: {message}", hint=hint)
     error.key, error.detail = key, message
@@ -301,6 +300,9 @@ def _from_mapping(data: Any, source: str, default_name: str, base_dir: Path | No
             _check_schedule(book, dict(book.schedules)[point.schedule], profile)
         if topology is not None:
             _check_scaled(book, point.scale)
+        refused = compute.point_unplaced(point, dict(book.schedules).get(point.schedule), topology)
+        if refused:  # a limit on a node that holds none of the point's processes: recorded, not applied
+            raise fail(book.source, book.where(refused[0]), *refused[1:])
     _check_algorithm_keys(book, points)
     return book
 

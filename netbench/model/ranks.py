@@ -21,6 +21,9 @@ LOCAL_RANK of them (torchrun's convention).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence, TypeVar
+
+T = TypeVar("T")  # a node: its name, or a model.topology.Node
 
 PORT_BLOCK = 3  # ports per local rank (command_job: MASTER_PORT, +1 TensorFlow, +2 JAX)
 COLLECTIVES = ("ring", "hierarchical")
@@ -77,6 +80,20 @@ def rank_places(workers: int, ranks_per_node: int) -> tuple[RankPlace, ...]:
     """Every rank's place, node-major (rank r on node r // R, local rank r % R)."""
     per = max(1, ranks_per_node)
     return tuple(RankPlace(rank=r, node=r // per, local_rank=r % per, local_world=per) for r in range(workers))
+
+
+def rank_node(rank: int, ranks_per_node: int) -> int:
+    """The index of the node rank `rank` is on, among the workers' nodes (node-major: r // R)."""
+    return rank // max(1, ranks_per_node)
+
+
+def rank_nodes(nodes: Sequence[T], workers: int, ranks_per_node: int) -> tuple[T, ...]:
+    """Each rank's node, in rank order: `nodes` are the workers' nodes in placement order (one
+    entry a node; placement puts them first), `ranks_per_node` ranks on each. The one mapping
+    from a rank to its node: the straggler's name, the live `node` label and the step model's
+    per-rank terms all come from it. A rank past the nodes given is left out."""
+    return tuple(nodes[rank_node(r, ranks_per_node)] for r in range(workers)
+                 if rank_node(r, ranks_per_node) < len(nodes))
 
 
 def rank_port(base: int, local_rank: int) -> int:

@@ -402,6 +402,17 @@ def _compute_text(changes: tuple[tuple[str, str, Any], ...]) -> tuple[tuple[str,
                  for node, kind, value in changes)
 
 
+def check_placed(schedule: Schedule, nodes: int) -> None:
+    """A step's cpus or step_delay for a node outside n1..n<nodes> (the nodes the run's processes
+    are on) is refused, naming the file and the step: it would change nothing."""
+    from netbench.model.compute import holds_none, holds_none_text
+
+    for step in schedule.steps:
+        for node, _, _ in step.compute:
+            if holds_none(node, nodes):
+                raise _fail(step.where, "node", *holds_none_text(node, nodes))
+
+
 def compute_at(start: Any, entry: TimedProfile | None) -> Any:
     """The node capacity in force at `entry` (a model.compute.Compute): `start`, the run's own,
     with every schedule change up to it applied (pure)."""

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from netbench.errors import StateError
+from netbench.state import places
 
 JOURNAL_NAME = "journal.jsonl"
 LOCK_NAME = "lock"
@@ -45,9 +46,10 @@ REQUIRED: dict[str, dict[str, type]] = {
 
 
 def state_dir() -> Path:
-    """NETBENCH_STATE_DIR, or /run/netbench when it is unset or empty (an empty one would be
-    the current directory: a journal and engine sockets among the user's files)."""
-    return Path(os.environ.get("NETBENCH_STATE_DIR") or "/run/netbench")
+    """NETBENCH_STATE_DIR, or when it is unset or empty (an empty one would be the current
+    directory: a journal and engine sockets among the user's files) the default testbed's:
+    /run/netbench for root, a folder of the user's own otherwise (state/places.py)."""
+    return places.state_dir(os.environ, os.geteuid())
 
 
 def check_state_dir(path: Path) -> None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import shutil
 from typing import Callable
 
-from pyroute2 import netns as pnetns
-
 from netbench import proc
 from netbench.errors import ResetIncomplete
 from netbench.state.journal import Journal
 from netbench.state.undo import UndoContext, undo
 from netbench.testbed import netns as local
+
+pnetns = proc.pyroute2_netns()  # pyroute2's, in this testbed's folder of namespaces
 
 
 def _ignore(message: str) -> None:

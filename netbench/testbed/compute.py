@@ -25,6 +25,27 @@ def sweep_computes(runs: Sequence) -> tuple[cm.Compute, ...]:
     return tuple(c for run in runs for c in computes(run))
 
 
+def refuse_without_root() -> None:
+    """CPU limits need groups this user may make: without root, a cgroup v2 subtree delegated to
+    them; this netbench makes none there yet, so a limit is refused in one line, before anything
+    is made (docs/guide/without-root.md)."""
+    import os
+
+    from netbench.errors import UsageError
+    from netbench.state import places
+
+    if places.privilege(os.environ, os.geteuid()) != places.ROOTLESS:
+        return
+    if cg.cpu_on_v1():
+        why = "this host's cpu controller is on cgroup v1, which only root may divide"
+    elif cg.delegated_v2() is None:
+        why = "no cgroup v2 subtree with the cpu controller is delegated to you"
+    else:
+        why = "a delegated cgroup v2 subtree is not used by this netbench yet"
+    raise UsageError(f"flag --cpus: CPU limits without root: {why}",
+                     hint="run netbench as root for --cpus (a step delay, --step-delay, needs no root)")
+
+
 class NodeCapacity:
     """The per-node limits of one sweep (nothing at all when no run limits a node)."""
 
@@ -43,6 +64,7 @@ class NodeCapacity:
         self.cpu_nodes = {node for c in held for node, _ in c.cpus}
         self.delays = any(c.step_delay_s for c in held)
         if self.cpu_nodes:
+            refuse_without_root()
             cores = self._cores()
             for c in held:
                 cm.check_cores(c, cores, "flag --cpus")

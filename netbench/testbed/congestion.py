@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pyroute2 import netns as pnetns
-
 from netbench import proc
 from netbench.errors import NetbenchError, TestbedError, UsageError
 from netbench.model import congestion as cc
 from netbench.state.journal import Entry, Journal
 from netbench.testbed import netns as local
+
+pnetns = proc.pyroute2_netns()  # pyroute2's, in this testbed's folder of namespaces
 
 
 def _ignore(message: str) -> None:
@@ -41,6 +41,26 @@ def check_available(name: str, where: str) -> None:
     why = why or cc.refusal(name, available())
     if why is not None:
         raise UsageError(f"{where}: {why}", hint="choose an available one, or leave it out to keep the nodes' own")
+    if rootless():
+        why = cc.rootless_refusal(name, allowed())
+        if why is not None:
+            raise UsageError(f"{where}: {why}",
+                             hint=f"as root: sysctl -w {cc.ALLOWED_KEY}='{' '.join([*allowed(), name])}'; or run "
+                                  "netbench as root; or leave it out")
+
+
+def allowed() -> list[str]:
+    """The algorithms a namespace not made by root may choose (the host's allowed list)."""
+    return local.read_sysctl(cc.ALLOWED_KEY).split()
+
+
+def rootless() -> bool:
+    """Whether this testbed is held without root (in a user namespace of a user's own)."""
+    import os
+
+    from netbench.state import places
+
+    return places.privilege(os.environ, os.geteuid()) == places.ROOTLESS
 
 
 def _set(journal: Journal, key: str, value: str, name: str | None, previous: str, **extra: str) -> Entry:

@@ -155,6 +155,7 @@ class EmbeddedTestbed:
         """Take the lock, probe the backend and check the testbed that is up; changes nothing."""
         self.lock.__enter__()
         try:
+            self.spawn.run_as = getattr(config, "run_as", None)  # the user job processes run as
             self._choose_congestion(getattr(config, "congestion_control", None))
             backend = choose_backend(self.requested)
             from netbench.testbed.compute import NodeCapacity
@@ -187,7 +188,10 @@ class EmbeddedTestbed:
                 congestion.check_available(cc.EMBEDDED_DEFAULT, "congestion control")
             except UsageError:
                 pass
-        self.congestion, default = cc.embedded_choice(requested, congestion.available())
+        if congestion.rootless():  # only the host's allowed list: the default where it is in it
+            self.congestion, default = cc.rootless_choice(requested, congestion.allowed())
+        else:
+            self.congestion, default = cc.embedded_choice(requested, congestion.available())
         self.congestion_default = self.congestion if default else None
 
     def start(self) -> Topology:
@@ -202,6 +206,16 @@ class EmbeddedTestbed:
         if self.capacity is not None:
             self.capacity.start(self.topology.nodes, self.spawn)
         return self.topology
+
+    def unshaped_links(self) -> bool:
+        """Clear the shaping netbench holds on the nodes' links (what a `netbench apply` left
+        before the sweep), so the calibrations measure unshaped links; True when there was any.
+        The sweep's first point applies its own profile, and its end clears the links, anyway."""
+        held = self.executor.held()
+        if not (held.roots or held.ingress or held.engines or held.rules or not held.exact):
+            return False
+        self.executor.apply(ch.plan_clear(self.topology))
+        return True
 
     def congestion_control(self) -> dict[str, str]:
         """Each node's TCP congestion control (the results depend on it: cubic and bbr carry

@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 from contextlib import closing
 
-from pyroute2 import IPRoute, NetNS, netns
+from pyroute2 import IPRoute, NetNS
 from pyroute2.netlink.exceptions import NetlinkError
 
 from netbench import proc
@@ -17,6 +17,8 @@ from netbench.emulation.netlink import rtnl
 from netbench.errors import PrivilegeError, TestbedError
 from netbench.state.journal import Entry, Journal
 from netbench.model import topology as topo
+
+netns = proc.pyroute2_netns()  # pyroute2's, in this testbed's folder of namespaces
 
 
 def _netlink_error(action: str, exc: NetlinkError) -> TestbedError:
@@ -102,7 +104,9 @@ def up(nodes: int, journal: Journal) -> topo.Topology:
                 for node in plan.nodes:
                     _create_netns(node.netns, journal, made)
                     sw.link("add", ifname=node.port, kind="veth",
-                            peer={"ifname": node.ifname, "net_ns_fd": node.netns})
+                            # the full path: pyroute2 looks a bare name up in /var/run/netns,
+                            # never in a sandbox's folder of namespaces
+                            peer={"ifname": node.ifname, "net_ns_fd": str(proc.NETNS_RUN_DIR / node.netns)})
                     port = sw.link_lookup(ifname=node.port)[0]
                     sw.link("set", index=port, master=bridge, state="up")
             for node in plan.nodes:

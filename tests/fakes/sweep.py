@@ -65,8 +65,9 @@ class ContinuousStdout:
     many steps (the process died). hold(task, k) is called before step k, as for SyntheticStdout."""
 
     def __init__(self, task: Task, warmup: int, batch_size: int, workers: int, pace: float = STEP_S,
-                 hold=None, stop_after: int | None = None, pid: int | None = None) -> None:
-        self.task, self.warmup, self.batch_size, self.workers = task, warmup, batch_size, workers
+                 hold=None, stop_after: int | None = None, pid: int | None = None, serves: bool = False) -> None:
+        """serves: a server's stdout (a parameter server): its start event, then nothing until stopped."""
+        self.task, self.warmup, self.batch_size, self.workers, self.serves = task, warmup, batch_size, workers, serves
         self.pace, self.hold, self.stop_after = pace, hold, stop_after
         self.pid = pid if pid is not None else 1000 + task.index
         self.stopped = threading.Event()
@@ -80,6 +81,9 @@ class ContinuousStdout:
             return (json.dumps(worker.start_event(
                 self.task.index, self.workers, self.pid, time.monotonic(), "synthetic", "mlp", 669_706,
                 self.batch_size, role=self.task.role, model_bytes=2_678_824, input_shape=(784,))) + "\n").encode()
+        if self.serves:
+            self.stopped.wait()
+            return b""
         k = self.k
         if self.hold is not None:
             self.hold(self.task, k)
@@ -136,14 +140,16 @@ class SyntheticTestbed:
     kind = "synthetic"
 
     def __init__(self, journal: Journal, backend: str = "userspace", hold=None,
-                 chief_stops_after: int | None = None, pace: float = STEP_S) -> None:
+                 chief_stops_after: int | None = None, pace: float = STEP_S, paces: dict | None = None) -> None:
         """hold(task, k): called by each stand-in before its step k (tests pace the steps with it);
         chief_stops_after: the chief (worker 0) stops after that many steps and exits with 1
         (in every launch). A task started with --until-stopped steps every `pace` s until
-        stopped. `applied` lists every profile applied, in order (`applied_pairs` each one's
-        per-pair topology, or None); `spawned` every task started."""
+        stopped (`paces`: worker index -> its own pace, for workers that step at their own pace).
+        `applied` lists every profile applied, in order (`applied_pairs` each one's per-pair
+        topology, or None; `applied_at` when on the monotonic clock); `spawned` every task started."""
         self.journal, self.backend = journal, backend
-        self.hold, self.chief_stops_after, self.pace = hold, chief_stops_after, pace
+        self.hold, self.chief_stops_after, self.pace, self.paces = hold, chief_stops_after, pace, paces or {}
+        self.applied_at: list[float] = []
         self.applied: list = []
         self.applied_pairs: list = []  # each apply's run.pairs (None for a run without a topology)
         self.spawned: list = []
@@ -169,6 +175,7 @@ class SyntheticTestbed:
         network = run.pairs or run.profile  # as the embedded testbed applies it
         self.executor.apply(backends.plan_network(network, self.topology, self.backend, seed=seed))
         self.applied.append(run.profile)
+        self.applied_at.append(time.monotonic())
         self.applied_pairs.append(run.pairs)
         for fake in self.fakes:  # the fakes log every call for tests; a long sweep needs none of it
             fake.calls.clear()
@@ -184,8 +191,9 @@ class SyntheticTestbed:
         self.spawned.append(task)
         if "--until-stopped" in task.argv:
             pid = 1000 + len(self.spawned)  # a fresh pid per started process
+            pace = self.paces.get(task.index, self.pace) if task.role == "worker" else self.pace
             return ContinuousProcess(ContinuousStdout(task, self.job.warmup, self.job.batch_size, self.workers,
-                                                      self.pace, self.hold, stop_after, pid=pid),
+                                                      pace, self.hold, stop_after, pid=pid, serves=task.serves),
                                      code=1 if stop_after is not None else -15)
         return SyntheticProcess(SyntheticStdout(task, self.job.warmup, self.job.steps, self.job.batch_size,
                                                 self.workers, self.hold, stop_after),

@@ -59,6 +59,21 @@ def test_two_nodes_of_two_torch_ranks_ring_beside_hierarchical(clean_machine, tm
     assert local.list_netbench_netns() == []
 
 
+@needs_torch
+def test_the_slow_node_of_two_ranks_is_named_as_the_straggler(clean_machine, tmp_path):
+    """n2 (ranks 2 and 3) at 0.3 CPU: the others wait for n2, named by its node (it was "worker2":
+    the node list, one entry a node, was indexed by rank); each rank's record names its node.
+    --isolate: the split steps after the window give every rank's computation."""
+    out = tmp_path / "slow"
+    (row,) = _sweep(out, "--framework", "torch", "--model", "mlp", "--cpus", "n2=0.3", "--latency", "1ms",
+                    "--warmup", "3", "--steps", "10", "--isolate")
+    assert (row["status"], row["cpus_n2"], row["straggler"]) == ("ok", "0.3", "n2"), row
+    record = json.loads((out / "runs" / f"{row['run_id']}.json").read_text())["stragglers"]
+    assert [(r["rank"], r["node"]) for r in record["ranks"]] == [(0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")]
+    assert sum(r["last_share"] for r in record["ranks"] if r["node"] == "n2") > 0.5, record
+    assert local.list_netbench_netns() == []
+
+
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="needs TensorFlow")
 def test_tensorflow_mwms_with_two_ranks_per_node(clean_machine, tmp_path):
     """MultiWorkerMirroredStrategy with four tasks, two a node: it trains, and each node's link

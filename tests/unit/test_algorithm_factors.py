@@ -22,11 +22,13 @@ from netbench.model.design import expand
 from netbench.model.job import JobSpec, algorithm_settings, worker_argv
 from netbench.model.playbook import PlaybookError, playbook_from_mapping
 from tests.unit.report_designs import record, write_results
+from tests.unit.rootless_fakes import no_userns
 
 
 @pytest.fixture
 def not_root(monkeypatch, tmp_path):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    no_userns(monkeypatch)  # a host where a user gets no testbed: stops at the privilege check
     monkeypatch.chdir(tmp_path)
 
 

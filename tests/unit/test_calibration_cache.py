@@ -230,3 +230,132 @@ def test_a_torch_jobs_all_reduce_is_calibrated_with_gloo_apart_from_tensorflows(
     tf, torch = (predictor.inputs(run) for run in both)
     assert (tf.overhead_s, torch.overhead_s) == (0.0015, 0.0005)
     assert predictor.ids["allreduce/wtorch/2"] in predictor.calibration_id(both[1])
+
+
+# what a calibration measured on: the device and GPUs, and links that were not shaped
+
+def test_a_cuda_calibration_is_keyed_apart_from_a_cpu_one_and_by_the_hosts_gpus(tmp_path):
+    torch = JobSpec(model="mlp", framework="torch")
+    cuda = JobSpec(model="mlp", framework="torch", device="cuda", gpus_per_node=1)
+    cpu_key, cuda_key = key(measured=predict.compute_measured(torch, 2)), key(measured=predict.compute_measured(cuda, 2))
+    assert cc.calibration_id(cpu_key) != cc.calibration_id(cuda_key)
+    cache = cc.CalibrationCache(tmp_path, clock=Clock())
+    cache.store(cpu_key, {"compute_s": 0.01, "model_bytes": 1}, {})
+    assert cache.lookup(cuda_key) == (None, "none cached")  # a --device cuda sweep measures its own
+    from netbench.experiment import base_calibration
+
+    ps = JobSpec(strategy="ps-sync")
+    assert base_calibration.measured(ps, 2)["device"] == "cpu"
+    h100 = replace(HOST, gpus=("0: NVIDIA H100 80GB HBM3, 81559 MiB", "driver 550.54"))
+    h200 = replace(HOST, gpus=("0: NVIDIA H200, 143771 MiB", "driver 550.54"))
+    ids = {cc.calibration_id(key(measured=predict.compute_measured(cuda, 2), host=h)) for h in (HOST, h100, h200)}
+    assert len(ids) == 3
+    assert cc.host_facts(gpus=lambda: h100.gpus).gpus == h100.gpus
+
+
+def test_the_gpu_identity_comes_from_nvidia_smi_where_there_is_one(monkeypatch):
+    from types import SimpleNamespace
+
+    from netbench import proc
+    from netbench.experiment import gpus
+
+    assert gpus.smi_identity(which=lambda name: None) == ()
+    out = "0, NVIDIA H100 80GB HBM3, 550.54.15, 81559 MiB\n1, NVIDIA H100 80GB HBM3, 550.54.15, 81559 MiB\n"
+    monkeypatch.setattr(proc, "run", lambda argv, **kw: SimpleNamespace(returncode=0, stdout=out, stderr=""))
+    assert gpus.smi_identity(which=lambda name: "/usr/bin/nvidia-smi") == (
+        "0: NVIDIA H100 80GB HBM3, 81559 MiB", "1: NVIDIA H100 80GB HBM3, 81559 MiB", "driver 550.54.15")
+
+
+def test_calibrations_are_cached_only_when_made_on_unshaped_links():
+    """A `netbench apply 10ms` before a sweep: the embedded testbed clears it before calibrating
+    (noted) and the key says "unshaped"; a target that cannot say what its links hold caches nothing."""
+    from types import SimpleNamespace
+
+    from netbench.experiment import runner
+
+    config = SimpleNamespace(recalibrate=False)
+    notes: list[str] = []
+    shaped = SimpleNamespace(kind="embedded", unshaped_links=lambda: True)
+    links = runner.calibration_links(shaped, notes.append)
+    assert links == "unshaped" and len(notes) == 1 and "cleared" in notes[0]
+    reuse = runner.calibration_reuse(config, shaped, "tbf", "cubic", links)
+    assert reuse.cache is not None and reuse.place["links"] == "unshaped"
+    assert runner.calibration_links(SimpleNamespace(kind="embedded", unshaped_links=lambda: False), notes.append) \
+        == "unshaped" and len(notes) == 1  # nothing to clear: nothing said
+    unknown = SimpleNamespace(kind="embedded")  # no unshaped_links: what its links hold is unknown
+    links = runner.calibration_links(unknown, notes.append)
+    reuse = runner.calibration_reuse(config, unknown, "tbf", "cubic", links)
+    assert links is None and reuse.cache is None and reuse.place["links"] == "as found"
+
+
+def test_the_embedded_testbed_clears_what_a_netbench_apply_left_before_calibrating(tmp_path):
+    import ipaddress
+
+    from netbench.emulation import backends
+    from netbench.emulation.executor import Executor
+    from netbench.model.topology import plan_topology
+    from netbench.state.journal import Journal
+    from netbench.testbed.embedded import EmbeddedTestbed
+    from tests.fakes.netlink import make_fakes
+
+    journal = Journal(tmp_path)
+    qdiscs, iptables, engines, _ = make_fakes()
+    testbed = EmbeddedTestbed(journal, "rateonly")
+    testbed.topology = plan_topology(2, ipaddress.ip_network("10.213.0.0/24"))
+    testbed.executor = Executor(journal=journal, qdiscs=qdiscs, iptables=iptables, engines=engines)
+    assert testbed.unshaped_links() is False  # nothing held
+    applied = Profile(name="applied", rate_bps=100_000_000)  # what `netbench apply --bandwidth 100mbit` leaves
+    testbed.executor.apply(backends.plan_network(applied, testbed.topology, "rateonly", seed=0))
+    held = testbed.executor.held()
+    assert held.roots and qdiscs.read(testbed.topology.nodes[0].netns, testbed.topology.nodes[0].ifname)
+    assert testbed.unshaped_links() is True
+    assert not testbed.executor.held().roots
+    assert [qdiscs.read(n.netns, n.ifname) for n in testbed.topology.nodes] == [None, None]  # the links unshaped
+
+
+def test_a_sweep_over_links_a_netbench_apply_left_shaped_calibrates_them_unshaped(tmp_path, monkeypatch):
+    """The getting-started tour applies 10 ms, then sweeps with --predict: the calibrations must
+    not measure (and keep for a day) the 10 ms. The sweep's testbed here is the embedded one's
+    logic (its unshaped_links) over fake adapters, with the measurements faked."""
+    from netbench.emulation import backends
+    from netbench.experiment.runner import SweepConfig, run_sweep
+    from netbench.state.journal import Journal
+    from netbench.testbed.embedded import EmbeddedTestbed
+    from tests.fakes.sweep import SyntheticTestbed
+
+    class Applied(SyntheticTestbed):
+        kind = "embedded"
+        unshaped_links = getattr(EmbeddedTestbed, "unshaped_links", None)  # the embedded testbed's own
+
+        def start(self):
+            topology = super().start()  # a testbed that is up, left shaped by `netbench apply --latency 10ms`
+            self.executor.apply(backends.plan_network(Profile(name="applied", delay_us=10_000), topology,
+                                                      self.backend, seed=0))
+            return topology
+
+    fakes = FakeMeasures(monkeypatch)
+    testbed = Applied(Journal(tmp_path / "state"))
+    held_when_measured = []
+    measure_compute = predict.measure_compute
+
+    def compute(tb, job, workers, log_dir, port):
+        held_when_measured.append(bool(testbed.executor.held().engines or testbed.executor.held().roots))
+        return measure_compute(tb, job, workers, log_dir, port)
+
+    monkeypatch.setattr(predict, "measure_compute", compute)
+    monkeypatch.setenv(cc.CACHE_ENV, str(tmp_path / "cache"))
+    notes: list[str] = []
+
+    class Observer:
+        def __getattr__(self, name):
+            return (lambda text: notes.append(text)) if name == "note" else (lambda *args: None)
+
+    job = JobSpec(warmup=1, steps=3)
+    runs = (Run(index=0, profile=Profile(name="d1ms", delay_us=1000), repeat=0, job=job, workers=2),)
+    config = SweepConfig(sweep_id="s", runs=runs, job=job, workers=2, output=tmp_path / "out", isolate=True,
+                         predict=True)
+    run_sweep(config, Observer(), testbed=testbed)
+    assert "compute/mlp" in fakes.calls and held_when_measured == [False]  # measured on unshaped links
+    assert any("cleared" in n for n in notes), notes
+    kept = [json.loads(p.read_text()) for p in (tmp_path / "cache").glob("*.json")]
+    assert kept and all(entry["key"]["place"]["links"] == "unshaped" for entry in kept)

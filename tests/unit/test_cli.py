@@ -18,6 +18,7 @@ from netbench.cli.types import Seconds
 from netbench.emulation import backends
 from netbench.model.profile import Profile
 from netbench.model import topology
+from tests.unit.rootless_fakes import no_userns
 
 
 def _touches_the_testbed(*args, **kwargs):
@@ -29,6 +30,7 @@ def not_root(monkeypatch, tmp_path):
     from netbench.testbed import netns as local
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    no_userns(monkeypatch)  # a host where a user gets no testbed: commands stop at the privilege check
     for name in ("discover", "up", "down"):  # belt and braces: never reach the real network
         monkeypatch.setattr(local, name, _touches_the_testbed)
     monkeypatch.setenv("NETBENCH_STATE_DIR", str(tmp_path / "state"))
@@ -378,13 +380,21 @@ def test_sweep_into_an_empty_folder_is_fine(tmp_path):
     assert [line.split()[0] for line in run_lines(result.stdout)] == ["r000"]
 
 
+def as_root_without_sandboxes(monkeypatch):
+    """root's reset of its default testbed (this test's state folder), with no sandbox beside it."""
+    from netbench.cli import emulation
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(emulation, "_reset_sandboxes", lambda include_default: [])
+
+
 def test_reset_refuses_while_another_command_holds_the_lock(tmp_path, monkeypatch):
     """A reset beside a running sweep or apply would undo changes it is still making."""
     from netbench.state import reset as reset_module
     from netbench.state.journal import Lock
 
     calls = []
-    monkeypatch.setattr(common, "require_root", lambda: None)
+    as_root_without_sandboxes(monkeypatch)
     monkeypatch.setattr(reset_module, "reset", lambda journal, **kwargs: calls.append(journal) or [])
     with Lock(tmp_path / "state"):
         result = invoke("reset")
@@ -401,7 +411,7 @@ def test_reset_prints_warnings_on_stderr(monkeypatch):
         warn("journal line 3: not valid JSON; skipped")
         return []
 
-    monkeypatch.setattr(common, "require_root", lambda: None)
+    as_root_without_sandboxes(monkeypatch)
     monkeypatch.setattr(reset_module, "reset", reset_with_a_warning)
     result = invoke("reset")
     assert result.exit_code == 0

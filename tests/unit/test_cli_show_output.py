@@ -51,6 +51,7 @@ def target(monkeypatch, tmp_path):
 
     monkeypatch.setattr(emulation, "open_target", open_target)
     monkeypatch.setattr(common, "require_root", lambda: None)
+    monkeypatch.setattr(common, "require_testbed", lambda *a: None)
     monkeypatch.chdir(tmp_path)
     return testbed
 

@@ -236,16 +236,20 @@ def test_an_own_pace_strategys_images_per_sec_is_the_sum_of_its_workers_rates():
 
     # the chief steps every 10 ms (64 images), the straggler every 40 ms: the cluster trains
     # 6,400 + 1,600 images/s, not twice the chief's 6,400
+    from netbench.jobs import events as ev
+
     chief = measure.step_stats([0.01] * 20, 128)
     stats = dict(chief.__dict__)
     asynchronous = JobSpec(strategy="ps-async", batch_size=64)
-    out = analysis.cluster_throughput(stats, (6400.0, 1600.0), asynchronous, 2)
+    events = [ev.Step(step=k, phase="measured", duration=0.01, worker=0) for k in range(20)]
+    events += [ev.Step(step=k, phase="measured", duration=0.04, worker=1) for k in range(5)]
+    out = analysis.cluster_throughput(stats, events, asynchronous, 2)
     assert out["images_per_sec"] == pytest.approx(8000.0) and out["mean_s"] == stats["mean_s"]
     assert out["images_per_sec_stderr"] == pytest.approx(stats["images_per_sec_stderr"] * 8000 / 12800)
     # a synchronous strategy's workers leave each step together: the chief's steps say it
-    assert analysis.cluster_throughput(stats, (6400.0, 1600.0), JobSpec(strategy="ps-sync", batch_size=64), 2) == stats
+    assert analysis.cluster_throughput(stats, events, JobSpec(strategy="ps-sync", batch_size=64), 2) == stats
     # a worker without measured steps: nothing to sum
-    assert analysis.cluster_throughput(stats, (6400.0,), asynchronous, 2) == stats
+    assert analysis.cluster_throughput(stats, events[:20], asynchronous, 2) == stats
 
 
 def test_fashion_mnist_fits_only_a_model_that_takes_flat_samples_and_both_entry_points_refuse_the_rest(tmp_path):

@@ -187,7 +187,71 @@ def test_warm_up_steps_count_as_settled_in_a_launchs_first_point():
     assert phases == ["warmup", "warmup", "measured", "measured"] and window.dropped == 0
 
 
+def _worker_step(k, start, duration, index=1, phase=ev.PHASE_MEASURED):
+    return ev.Step(step=k, phase=phase, start=start, end=start + duration, duration=duration,
+                   recv=start + duration, worker=index, role="worker")
+
+
+def test_an_own_pace_workers_steps_belong_to_the_point_they_ran_under_not_to_the_chiefs_number():
+    # the chief at 1 step/s (step k at t = k), another worker at 4 steps/s (step k at t = k / 4),
+    # point P+1 applied at t = 100 s: by number, the worker's steps 102-104, run at t = 25.5-26 s
+    # under P, were P+1's measured ones
+    for by_time in (False, True):
+        window = PointWindow(changed_at=100.0, settle=Settle(steps=2, seconds=0.0, round_trips=0), steps=3,
+                             by_time=by_time, others=(("worker", 1),))
+        window.heard(_worker_step(99, 99 / 4, 0.25))
+        for k in range(100, 105):
+            window.chief(_worker_step(k, float(k), 1.0, index=0))
+        placed = {k: window.place(_worker_step(k, k / 4, 0.25)) for k in range(100, 105)}
+        measured = [k for k, phase in placed.items() if phase == "measured"]
+        if not by_time:
+            assert measured == [102, 103, 104]  # the fault, kept for the steps of workers that step together
+        else:
+            assert measured == [] and set(placed.values()) == {"settle"}
+    # by time, the worker's steps inside the chief's window are measured, and after it they wait
+    window = PointWindow(changed_at=100.0, settle=Settle(steps=2, seconds=0.0, round_trips=0), steps=3,
+                         by_time=True, others=(("worker", 1),))
+    # the window waits for the other worker to be heard past its warm-up (a launch's first point:
+    # a worker on a slowed node starts seconds late)
+    phases = [window.chief(_worker_step(k, 100.0 + k, 1.0, index=0)) for k in range(3)]
+    window.heard(_worker_step(3, 100.6, 0.25, phase="warmup"))
+    phases.append(window.chief(_worker_step(3, 103.0, 1.0, index=0)))
+    window.heard(_worker_step(4, 101.5, 0.25))
+    phases += [window.chief(_worker_step(k, 100.0 + k, 1.0, index=0)) for k in range(4, 7)]
+    assert phases == ["settle"] * 4 + ["measured"] * 3
+    assert window.window_start == 104.0
+    assert not window.done  # the other worker has no measured step yet
+    assert window.place(_worker_step(50, 103.5, 0.25)) == "settle"
+    assert window.place(_worker_step(51, 104.5, 0.25)) == "measured"
+    assert window.place(_worker_step(52, 107.3, 0.25)) is None  # after the chief's last so far: not known yet
+    assert window.place(_worker_step(53, 105.0, 0.25)) == "measured" and window.done
+    assert window.place(_worker_step(54, 107.5, 0.25)) == "later" and window.past(_worker_step(54, 107.5, 0.25))
+
+
 # ---------------------------------------------------------------- sweeps on the synthetic testbed
+
+@pytest.mark.parametrize("other_pace", [0.0025, 0.04])  # a worker 4x faster than the chief, and one 4x slower
+def test_an_own_pace_launch_measures_each_workers_steps_under_the_point_they_ran_in(tmp_path, other_pace):
+    job = JobSpec(strategy="ps-async", warmup=2, steps=5)
+    testbed = SyntheticTestbed(Journal(tmp_path / "state"), pace=0.01, paces={1: other_pace})
+    runs = _runs(delays=(3, 2, 1), job=job)
+    results = run_sweep(_config(tmp_path, runs, order="descending"), testbed=testbed)
+    assert [r.status for r in results] == ["ok"] * 3 and {r.launch for r in results} == {0}
+    bounds = list(zip(testbed.applied_at, testbed.applied_at[1:] + [float("inf")]))
+    for result, (changed, next_change) in zip(results, bounds):
+        record = _record(tmp_path, result.run_id)
+        for worker in (0, 1):
+            measured = _steps(record, "measured", worker=worker)
+            assert len(measured) >= launch.OTHERS_LEAST
+            starts = [e["recv"] - (e["end"] - e["start"]) for e in measured]
+            assert all(changed <= t < next_change for t in starts), (result.run_id, worker, changed, starts)
+        assert len(result.per_worker_images_per_sec) == 2  # every worker's own rate is in the point
+        assert {e["phase"] for e in _steps(record)} <= {"warmup", "settle", "measured"}
+    fast, slow = (1, 0) if other_pace < 0.01 else (0, 1)
+    record = _record(tmp_path, results[-1].run_id)
+    assert len(_steps(record, "measured", worker=fast)) > len(_steps(record, "measured", worker=slow))
+
+
 
 def test_a_launch_starts_the_job_once_and_measures_every_point(tmp_path):
     testbed = SyntheticTestbed(Journal(tmp_path / "state"))
@@ -458,3 +522,17 @@ def test_a_resumed_sweep_numbers_its_launches_after_the_folders_and_logs_apart(t
     first = store.log_dir("r000")
     first.mkdir()
     assert first.name == "r000" and store.log_dir("r000").name == "r000.2"
+
+
+def test_isolate_gives_an_own_pace_strategy_a_launch_of_its_own_per_point(tmp_path):
+    # the controller, not each worker's own step count, measures own-pace workers over one window
+    job = JobSpec(strategy="ps-async", warmup=2, steps=5)
+    runs = _runs(delays=(1, 2), job=job)
+    own, shared = split_runs(_config(tmp_path, runs, isolate=True), "embedded")
+    assert own == [] and len(shared) == 2
+    testbed = SyntheticTestbed(Journal(tmp_path / "state"), paces={1: 0.04})
+    results = run_sweep(_config(tmp_path, runs, isolate=True), testbed=testbed)
+    assert [r.status for r in results] == ["ok", "ok"] and [r.launch for r in results] == [0, 1]
+    assert len(testbed.spawned) == 6  # two workers and a server, started anew for each point
+    for result in results:
+        assert len(result.per_worker_images_per_sec) == 2

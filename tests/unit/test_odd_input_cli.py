@@ -124,6 +124,7 @@ def _refused(argv, fragments, files, tmp_path, monkeypatch):
     monkeypatch.setenv("NETBENCH_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("NETBENCH_PRECISION", raising=False)
     monkeypatch.setattr(common, "require_root", _never)
+    monkeypatch.setattr(common, "require_testbed", _never)
     for name, text in files.items():
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from netbench.model import design
 from netbench.model.design import expand, pending
 from netbench.experiment.store import recorded_statuses
 from netbench.model.playbook import PlaybookError, load_playbook, playbook_from_mapping
+from tests.unit.rootless_fakes import no_userns
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "playbooks").glob("*.yaml"))
@@ -238,6 +239,7 @@ def test_a_playbook_measured_to_another_precision_is_another_design(tmp_path):
 @pytest.fixture
 def not_root(monkeypatch, tmp_path):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    no_userns(monkeypatch)  # a host where a user gets no testbed: stops at the privilege check
     monkeypatch.chdir(tmp_path)
 
 

@@ -161,6 +161,7 @@ def test_node_passes_the_given_ssh_connection_to_apply_and_info(monkeypatch, tmp
 
     seen = []
     monkeypatch.setattr(netbench.cli.common, "require_root", lambda: None)
+    monkeypatch.setattr(netbench.cli.common, "require_testbed", lambda *a: None)
     monkeypatch.setattr(netbench.remote.agent, "apply_plan",
                         lambda plan, journal, **kw: seen.append(("apply", kw["environ"])) or {})
     monkeypatch.setattr(netbench.remote.agent, "host_info",

@@ -6,6 +6,8 @@ someone else's testbed among them, are never swept from a pure test.
 
 from __future__ import annotations
 
+import os
+
 import subprocess
 import sys
 
@@ -215,7 +217,11 @@ def test_reset_shows_what_it_removed_then_fails_naming_each_failure(monkeypatch,
     def incomplete(journal, warn, all_namespaces=False):
         raise ResetIncomplete(["process 12 (worker0)"], ["qdisc eth0 in netbench-n1: busy", "namespace netbench-n2: busy"])
 
+    from netbench.cli import emulation
+
     monkeypatch.setattr(common, "require_root", lambda: None)
+    monkeypatch.setattr(emulation, "_reset_sandboxes", lambda include_default: [])  # none beside it
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(reset_module, "reset", incomplete)
     result = CliRunner().invoke(main, ["reset"])
     assert result.exit_code == 1

@@ -34,6 +34,7 @@ def target(monkeypatch, tmp_path):
     monkeypatch.setattr(emulation, "open_target", open_target)
     monkeypatch.setattr(schedule_apply, "open_target", open_target)
     monkeypatch.setattr(common, "require_root", lambda: None)
+    monkeypatch.setattr(common, "require_testbed", lambda *a: None)
     monkeypatch.setattr(common, "sigterm_as_interrupt", lambda: None)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "quick.yaml").write_text(QUICK)

@@ -16,6 +16,10 @@ from typing import Iterator
 
 from pyroute2.netlink.exceptions import NetlinkError
 
+from netbench.proc import NETNS_RUN_DIR
+
+ROOTLESS_ENV = "NETBENCH_PRIVILEGE"  # state/places.py's: set to rootless inside a user's sandbox
+
 NETLINK_EXT_ACK = 11
 SOL_NETLINK = 270
 NLMSG_ERROR = 2
@@ -29,10 +33,40 @@ def raw_socket_in(netns: str | None, kind: int = socket.SOCK_RAW) -> socket.sock
     """A NETLINK_ROUTE socket created inside `netns` (None: the current one), unbound. A socket
     stays in the namespace it was created in, so the thread switches back at once: no child
     process (pyroute2's NetNS forks one per socket, ~7 ms; this takes ~0.1 ms).
-    FileNotFoundError when the namespace does not exist."""
+    FileNotFoundError when the namespace does not exist.
+
+    Without root (a sandbox's user namespace) a thread may enter the testbed's namespaces but
+    never return to the host's, which the sandbox does not own: the socket is then made on a
+    thread of its own that ends with it."""
+    if netns and os.environ.get(ROOTLESS_ENV) == "rootless":
+        return _on_own_thread(lambda: _socket_there(netns, kind))
+    return _socket_here(netns, kind)
+
+
+def _on_own_thread(make):
+    import threading
+
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append((True, make()))
+        except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+            out.append((False, exc))
+
+    thread = threading.Thread(target=run, name="netbench-netns-socket", daemon=True)
+    thread.start()
+    thread.join()
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _socket_here(netns: str | None, kind: int) -> socket.socket:
     original = os.open("/proc/self/ns/net", os.O_RDONLY)
     try:
-        target = os.open(f"/run/netns/{netns}", os.O_RDONLY) if netns else None
+        target = os.open(NETNS_RUN_DIR / netns, os.O_RDONLY) if netns else None
         try:
             if target is not None:
                 _setns(target)
@@ -46,6 +80,16 @@ def raw_socket_in(netns: str | None, kind: int = socket.SOCK_RAW) -> socket.sock
                 os.close(target)
     finally:
         os.close(original)
+
+
+def _socket_there(netns: str, kind: int) -> socket.socket:
+    """A socket made in `netns` by a thread that stays there (it ends right after)."""
+    target = os.open(NETNS_RUN_DIR / netns, os.O_RDONLY)
+    try:
+        _setns(target)
+    finally:
+        os.close(target)
+    return socket.socket(socket.AF_NETLINK, kind, socket.NETLINK_ROUTE)
 
 
 def iproute_in(netns: str):
