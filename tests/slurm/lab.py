@@ -12,10 +12,12 @@ running, a file of munge's or Slurm's outside the folder).
 The packages are installed with apt-get where they are missing (`ensure_installed`); the
 install itself is the only thing the tier leaves behind, as `make install` leaves its own.
 
-`user`: who submits the campaign. "root" runs sbatch and netbench as root; any other name is
-an ordinary user the lab creates (useradd) and removes, who runs netbench from a venv of the
-system's python3 that sees this checkout's packages (the checkout's own venv points into
-/root, which such a user cannot read).
+`user`: who submits the campaign. "root" runs sbatch and netbench as root; USER (the default)
+is an ordinary user the lab creates (useradd) and removes, who runs netbench from a venv of
+Debian's /usr/bin/python3 (the checkout's own venv points into /root, which such a user cannot
+read) whose .pth puts this checkout and its venv's packages on the path; where the checkout
+itself is closed to the user (a clone under /root), the lab binds it at a folder of its own,
+readable, and unmounts it after.
 """
 
 from __future__ import annotations
@@ -44,16 +46,18 @@ DEFAULT_PLACES = (Path("/run/munge"), Path("/var/log/munge"), Path("/var/lib/mun
                   Path("/var/spool/slurmd"), Path("/var/spool/slurmctld"), Path("/var/lib/slurm"),
                   Path("/run/slurm"), Path("/etc/slurm"))
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmstepd")
+USER = "user"  # slurm_lab's user: an ordinary one it makes
+SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 def sh(argv: Sequence[str], check: bool = True, timeout: float = 60, env: dict | None = None,
-       user: str | None = None) -> subprocess.CompletedProcess:
+       user: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """A command run to its end (as `user`, by setpriv, when not root), its output captured."""
     full = list(argv)
     if user not in (None, "root"):
         entry = pwd.getpwnam(user)
         full = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups", "--", *full]
-    result = subprocess.run(full, capture_output=True, text=True, timeout=timeout, env=env)
+    result = subprocess.run(full, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     if check and result.returncode != 0:
         raise RuntimeError(f"{' '.join(full)} failed ({result.returncode}): {(result.stderr or result.stdout).strip()}")
     return result
@@ -93,6 +97,8 @@ class SlurmLab:
     python: str = sys.executable  # the interpreter the submitting user runs netbench with
     steps_seen: set[int] = field(default_factory=set)  # slurmstepd pids seen while jobs ran
     made_user: bool = False
+    uid: int = -1  # the user's, once made
+    mounts: list[Path] = field(default_factory=list)  # the checkout bound readable, when it was not
 
     def __post_init__(self) -> None:
         self.conf = self.dir / "slurm.conf"
@@ -110,7 +116,7 @@ class SlurmLab:
 
     def run(self, argv: Sequence[str], check: bool = True, timeout: float = 120, **extra: str):
         """`argv` as the submitting user, in the work folder's environment."""
-        return sh(argv, check=check, timeout=timeout, env=self.env(**extra), user=self.user)
+        return sh(argv, check=check, timeout=timeout, env=self.env(**extra), user=self.user, cwd=self.work)
 
     def netbench(self, *args: str, check: bool = True, timeout: float = 300, **extra: str):
         return self.run([self.python, "-m", "netbench.cli", *args], check=check, timeout=timeout, **extra)
@@ -129,7 +135,10 @@ class SlurmLab:
         found += [f"slurmstepd (pid {pid}) still running" for pid in self.steps_seen if alive(pid)]
         if self.dir.exists():
             found.append(f"{self.dir} still there")
+        mounted = Path("/proc/self/mountinfo").read_text()
+        found += [f"{path} still mounted" for path in self.mounts if f" {path} " in mounted]
         if self.made_user:
+            found += [f"a process of {self.user} (pid {pid}) still running" for pid in user_pids(self.uid)]
             try:
                 pwd.getpwnam(self.user)
                 found.append(f"user {self.user} still there")
@@ -144,6 +153,21 @@ def alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+def user_pids(uid: int) -> list[int]:
+    """The live processes whose real uid is `uid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            uids = next((line.split()[1:] for line in status.splitlines() if line.startswith("Uid:")), [])
+            if uids and int(uids[0]) == uid and alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
 
 
 def daemon_pids(name: str) -> list[int]:
@@ -189,19 +213,40 @@ def _pid_file(path: Path, timeout: float = 15) -> int:
     raise RuntimeError(f"{path} did not appear")
 
 
+def system_python_fits() -> str | None:
+    """Why Debian's python3 cannot run this checkout's packages (None: it can)."""
+    if not Path(SYSTEM_PYTHON).exists():
+        return f"{SYSTEM_PYTHON} is not installed"
+    minor = sh([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"]).stdout.strip()
+    if minor != str(tuple(sys.version_info[:2])):
+        return f"{SYSTEM_PYTHON} is Python {minor}, the venv's packages are for {sys.version_info[:2]}"
+    return None
+
+
 def _make_user(lab: SlurmLab) -> None:
-    """An ordinary user for the lab, and a venv of the system's python3 that sees this
-    checkout's packages (its venv's site-packages, read through a .pth file)."""
+    """An ordinary user for the lab, and a venv of Debian's python3 that sees this checkout and
+    its venv's packages (through the checkout bound at a readable folder where it is closed)."""
+    lab.user = f"nbslurm{os.getpid() % 100000}"
     sh(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--home-dir", str(lab.work),
         lab.user])
     lab.made_user = True
     entry = pwd.getpwnam(lab.user)
+    lab.uid = entry.pw_uid
     os.chown(lab.work, entry.pw_uid, entry.pw_gid)
+    repo = ROOT
+    if sh(["test", "-r", str(ROOT / "netbench" / "__init__.py")], check=False, user=lab.user).returncode != 0:
+        repo = lab.dir / "repo"
+        repo.mkdir()
+        sh(["mount", "--bind", str(ROOT), str(repo)])
+        lab.mounts.append(repo)
+    packages = repo / Path(sh([sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+                          .stdout.strip()).relative_to(ROOT)
     venv = lab.dir / "venv"
-    sh(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)])
-    inner = sh([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout
-    ours = sh([sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
-    Path(inner.strip(), "netbench-checkout.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    sh([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(venv)])
+    inner = sh([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    # the checkout first (its editable install may name a path the user cannot read), then its packages
+    Path(inner.stdout.strip(), "netbench-checkout.pth").write_text(
+        f"import sys, site; sys.path.insert(0, {str(repo)!r}); site.addsitedir({str(packages)!r})\n")
     lab.python = str(venv / "bin" / "python")
 
 
@@ -230,12 +275,21 @@ def _teardown(lab: SlurmLab) -> None:
         if name in lab.pids:
             _stop(lab.pids[name])
     if lab.made_user:
+        for pid in user_pids(lab.uid):  # a process of the user's that outlived its job: the lab's own user
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while user_pids(lab.uid) and time.monotonic() < deadline:
+            time.sleep(0.1)
         sh(["userdel", lab.user], check=False)
-    shutil.rmtree(lab.dir, ignore_errors=True)
+    for path in reversed(lab.mounts):
+        sh(["umount", str(path)], check=False)
+    if not any(f" {path} " in Path("/proc/self/mountinfo").read_text() for path in lab.mounts):
+        shutil.rmtree(lab.dir, ignore_errors=True)  # never through a mount still bound to the checkout
 
 
 @contextlib.contextmanager
-def slurm_lab(user: str = "root") -> Iterator[SlurmLab]:
+def slurm_lab(user: str = USER) -> Iterator[SlurmLab]:
     """munged, slurmctld and one slurmd on this machine, in a folder of their own (see above)."""
     lab = SlurmLab(dir=Path(tempfile.mkdtemp(prefix="nbslurm-")), user=user)
     try:
@@ -244,8 +298,10 @@ def slurm_lab(user: str = "root") -> Iterator[SlurmLab]:
             (lab.dir / name).mkdir()
         (lab.dir / "munge").chmod(0o755)
         (lab.dir / "work").chmod(0o755)
-        if user != "root":
+        if user == USER:
             _make_user(lab)
+        elif user != "root":
+            raise ValueError(f"slurm_lab: user {user!r}: 'root' or tests.slurm.lab.USER")
         key = lab.dir / "munge.key"
         key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o400)

@@ -167,11 +167,16 @@ def test_a_shards_dry_run_shows_its_share_and_writes_nothing(smoke, tmp_path):
 
 
 def test_a_shard_refused_before_it_runs_leaves_nothing(smoke, tmp_path, monkeypatch):
-    import os
+    from netbench.cli import common
+    from netbench.errors import PrivilegeError
 
-    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # not root: refused after the campaign was opened
+    def refused(use):  # as on a host without user namespaces for users: after the campaign was opened
+        raise PrivilegeError("user namespaces are off for users (user.max_user_namespaces = 0)")
+
+    monkeypatch.setattr(common, "require_testbed", refused)
     result = run(smoke, "--shard", "1/2", "--output", "deep/c")
     assert result.exit_code == 3, result.output
+    assert "user namespaces are off" in result.stderr
     assert not (tmp_path / "deep").exists()
 
 
