@@ -4,6 +4,7 @@ edge; tests/fakes/slurm.py is its in-memory twin."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -57,15 +58,18 @@ class SlurmCluster:
     def active(self, job_ids: Sequence[str]) -> Mapping[str, set[int]]:
         if not job_ids:
             return {}
-        result = proc.run([_command("squeue"), "--noheader", "--array", "--format=%i %t",
-                           f"--jobs={','.join(job_ids)}", "--states=PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED"],
+        # this user's jobs, then ours among them: --jobs with an id Slurm has forgotten (a job ended
+        # minutes ago) fails as a whole, and would hide one still running
+        import pwd
+
+        user = pwd.getpwuid(os.getuid()).pw_name
+        result = proc.run([_command("squeue"), "--noheader", "--array", "--format=%i %t", f"--user={user}",
+                           "--states=PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED"],
                           timeout=TIMEOUT_S, check=False)
-        if result.returncode != 0:  # jobs squeue no longer knows: none of them is active
-            if "Invalid job id" in (result.stderr or ""):
-                return {}
+        if result.returncode != 0:
             lines = (result.stderr or result.stdout).strip().splitlines()
             raise SlurmError(f"squeue failed: {lines[-1] if lines else result.returncode}")
-        return parse_squeue(result.stdout)
+        return {job: tasks for job, tasks in parse_squeue(result.stdout).items() if job in set(job_ids)}
 
 
 def parse_squeue(text: str) -> dict[str, set[int]]:

@@ -202,3 +202,19 @@ def test_bad_flags_are_one_line_before_anything_is_written(fake, tmp_path, args,
     assert result.exit_code == 2, result.output
     assert words in result.stderr.splitlines()[0]
     assert not (tmp_path / "results").exists()
+
+
+def test_active_tasks_are_this_users_jobs_among_ours(monkeypatch):
+    import subprocess
+
+    asked = []
+
+    def fake_run(argv, **kwargs):
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "12_1 R\n12_[2-3] PD\n40_0 R\n", "")
+
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(slurm.proc, "run", fake_run)
+    assert slurm.SlurmCluster().active(["12", "7"]) == {"12": {1, 2, 3}}  # job 40 is another campaign's
+    assert any(a.startswith("--user=") for a in asked[0]) and not any(a.startswith("--jobs") for a in asked[0])
+    assert slurm.SlurmCluster().active([]) == {} and len(asked) == 1
