@@ -4,9 +4,10 @@ two answers agree (the intervals overlap; the ratio's Welch interval holds 1).
 
     flock /tmp/netbench-bed.lock .venv/bin/python bench/campaign.py playbooks/ps-check.yaml --shards 2
 
-Runs `netbench run PLAYBOOK` into OUT/one-machine, then starts a one-node Slurm cluster (the
-Slurm tier's lab, tests/slurm/lab.py: munged, slurmctld and slurmd in a folder of their own,
-stopped and removed after), `netbench submit PLAYBOOK --slurm --shards N` into OUT/campaign,
+Runs `netbench run PLAYBOOK` into OUT/one-machine (as root), then starts a one-node Slurm
+cluster (the Slurm tier's lab, tests/slurm/lab.py: munged, slurmctld and slurmd in a folder of
+their own, stopped and removed after) and, as an ordinary user the lab makes (`--submitter
+root`: as root), `netbench submit PLAYBOOK --slurm --shards N` into OUT/campaign-<submitter>,
 waits for its jobs and reports it (`netbench report`, which merges the shards). On one node the
 shards' tasks run one after another (--exclusive), so both halves measure the same machine.
 `--reuse` skips a half whose folder is already complete. Prints each half's wall time.
@@ -30,13 +31,20 @@ def one_machine(playbook: Path, out: Path) -> float:
     return time.monotonic() - started
 
 
-def campaign(playbook: Path, out: Path, shards: int) -> float:
-    from tests.slurm.lab import ensure_installed, job_id, slurm_lab
+def campaign(playbook: Path, out: Path, shards: int, submitter: str) -> float:
+    import os
+    import pwd
+
+    from tests.slurm.lab import USER, ensure_installed, job_id, slurm_lab
 
     ensure_installed()
     started = time.monotonic()
-    with slurm_lab("root") as lab:
-        shown = lab.netbench("submit", str(playbook), "--slurm", "--shards", str(shards), "--output", str(out)).stdout
+    with slurm_lab(USER if submitter == "user" else "root") as lab:
+        out.mkdir(parents=True)
+        entry = pwd.getpwnam(lab.user)
+        os.chown(out, entry.pw_uid, entry.pw_gid)
+        shown = lab.netbench("submit", str(playbook), "--slurm", "--shards", str(shards), "--output", str(out),
+                             timeout=600).stdout
         print(shown, end="")
         job_id(shown)
         while lab.jobs():
@@ -88,14 +96,17 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "campaign")
     parser.add_argument("--reuse", action="store_true", help="keep a half whose folder is complete")
+    parser.add_argument("--submitter", choices=("user", "root"), default="user",
+                        help="who submits the campaign: an ordinary user the lab makes (its shards rootless), or root")
     args = parser.parse_args()
     playbook = args.playbook.absolute()
-    one, camp = args.out / "one-machine", args.out / "campaign"
+    one, camp = args.out / "one-machine", args.out / f"campaign-{args.submitter}"
     args.out.mkdir(parents=True, exist_ok=True)
     if not (args.reuse and (one / "results.csv").exists()):
         print(f"one machine: {one_machine(playbook, one):.0f} s")
     if not (args.reuse and (camp / "merged" / "results.csv").exists()):
-        print(f"campaign of {args.shards} shards through Slurm: {campaign(playbook, camp, args.shards):.0f} s")
+        print(f"campaign of {args.shards} shards through Slurm, submitted by {args.submitter}: "
+              f"{campaign(playbook, camp, args.shards, args.submitter):.0f} s")
     subprocess.run([sys.executable, "-m", "netbench.cli", "report", str(camp)], check=True)
     subprocess.run([sys.executable, "-m", "netbench.cli", "report", str(one)], check=True, capture_output=True)
     print("\n".join(compare(one, camp / "merged")))

@@ -46,7 +46,7 @@ def progress_lines(progress, shown: Path) -> list:
                      "holds them)")
     if stopped:
         lines.append(f"shard(s) {', '.join(map(str, stopped))} not running: 'netbench submit "
-                     f"{escape(str(record.get('source')))} --slurm --shards {record.get('shards')} --output "
+                     f"{escape(str(record.get('playbook') or record.get('source')))} --slurm --shards {record.get('shards')} --output "
                      f"{escape(str(shown))}' runs what is missing (or 'netbench run ... --shard I/"
                      f"{record.get('shards')}' on a machine)")
     return lines

@@ -94,7 +94,7 @@ def plan(book, seed: int, runs: Sequence[Run], count: int, created: float | None
     alone = {r.index: estimate_design([r], True, settle, costs, book.step_timeout_s).wall_s for r in runs}
     share = split(runs, count, book.repetitions, alone)
     entries = []
-    for index, members in enumerate(share.shards):
+    for index in range(count):
         mine = shard_runs(runs, share, index)
         seconds = {}
         alone_by_id = {r.run_id: alone[r.index] if r.index in alone else alone[runs_at(runs, r.point)] for r in mine}
@@ -104,7 +104,9 @@ def plan(book, seed: int, runs: Sequence[Run], count: int, created: float | None
         entries += [{"run_id": r.run_id, "index": r.index, "point": r.point, "repeat": r.repeat, "shard": index,
                      "reference": share.is_extra(r.index), "estimate_s": round(seconds.get(r.run_id, 0.0), 1)}
                     for r in mine]
+    source = Path(book.source)
     return {"format": FORMAT, "name": book.name, "source": book.source, "seed": seed, "shards": count,
+            "playbook": str(source.absolute()) if source.is_file() else book.source,
             "by": share.by, "reference_point": share.reference_point, "digest": design.design_digest(book, runs),
             "design": design.plan_record(book, seed, runs), "runs": sorted(entries, key=lambda e: e["index"]),
             "created": time.time() if created is None else created}
