@@ -89,7 +89,7 @@ def test_a_campaign_through_slurm_survives_a_cancelled_shard_and_merges_complete
         try:
             shown = lab.netbench("submit", str(book), "--slurm", "--shards", "2", "--output", str(folder), **env).stdout
             first = job_id(shown)
-            assert f"campaign" in shown and str(folder) in shown and "array task(s) 0, 1 of 2 shards" in shown
+            assert str(folder) in shown and "array task(s) 0, 1 of 2 shards" in shown
 
             # cancel the shard that runs first once it has recorded its first run (its second
             # is another launch: seconds of start-up away)
