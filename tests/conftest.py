@@ -1,6 +1,7 @@
 """Shared fixtures. The folder is the tier: unit/ (pure, no root, no TensorFlow), root/ (real
 namespaces), tf/ (real TensorFlow processes), kernel/ (netem on a real netem kernel, under
-`make test-kernel`), ssh/ (real sshd hosts in namespaces), readme/ (the docs tier: the shell
+`make test-kernel`), ssh/ (real sshd hosts in namespaces), slurm/ (a campaign through a real
+one-node Slurm cluster started by the test), readme/ (the docs tier: the shell
 examples of README.md, docs/ and --help, run as written with short windows, and the site's
 build); fakes/ holds the shared fakes. Markers follow from the folder (set below), so
 `-m "not root and not tf"` still selects the unit tier. Every root test resets what it made,
@@ -28,7 +29,7 @@ os.environ.setdefault("NETBENCH_PREDICT", "0")
 
 
 TIER_MARKS = {"root": ("root",), "tf": ("tf",), "kernel": ("root", "netem"), "ssh": ("root",),
-              "readme": ("root", "tf"), "rootless": ("root", "tf")}
+              "readme": ("root", "tf"), "rootless": ("root", "tf"), "slurm": ("root", "tf", "slurm")}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -5,7 +5,8 @@ render with cli/render.py); cli/common.py translates library errors into exit st
 
     testbed.py     testbed up|down|show, exec
     emulation.py   profile check, apply, show, verify, reset, doctor
-    experiment.py  sweep, run
+    experiment.py  sweep; playbook.py: run
+    campaign.py    submit, status (a design's shards on a cluster)
     report.py      report
     node.py        node ... (run on a host by the controller, over SSH)
     provision.py   provision
@@ -25,7 +26,7 @@ from netbench import __version__
 # fits --help's 80 columns whole (tests/unit/test_cli.py)
 SECTIONS = {
     "Start here": ("doctor", "sweep", "report", "reset"),
-    "Experiments": ("run", "collective"),
+    "Experiments": ("run", "submit", "status", "collective"),
     "Shaping by hand": ("testbed", "exec", "profile", "apply", "show", "verify"),
     "Remote hosts": ("provision",),
 }
@@ -40,6 +41,8 @@ COMMANDS = {
     "report": "report:report_cmd",
     "reset": "emulation:reset_cmd",
     "run": "playbook:run_playbook",
+    "submit": "campaign:submit",
+    "status": "campaign:status",
     "collective": "collective:collective",
     "testbed": "testbed:testbed",
     "exec": "testbed:exec_",

@@ -72,3 +72,13 @@ def speedups_table(ratios: Sequence[Ratio]) -> Table:
         table.add_row(escape(strategy_label(r.numerator)), *(escape(level_text(s, r.numerator.get(s))) for s in shown),
                       str(r.interval.n), mean, ci)
     return table
+
+
+def document_table(table, title: str) -> Table:
+    """A report's table (report.document.Table) as the terminal shows tables."""
+    shown = Table(title=title, title_justify="left")
+    for column in table.header:
+        shown.add_column(escape(column))
+    for row in table.rows:
+        shown.add_row(*(escape(cell) for cell in row))
+    return shown

@@ -50,3 +50,19 @@ class Seconds(click.ParamType):
         if not self.low <= seconds <= self.high:
             self.fail(f"{value} is outside {self.low:g}s..{self.high:g}s", param, ctx)
         return seconds
+
+
+class ShardParam(click.ParamType):
+    """--shard I/N: shard I (0 to N-1) of N (model/shard.py)."""
+
+    name = "I/N"
+
+    def convert(self, value, param, ctx):
+        from netbench.model.shard import Shard, parse_shard
+
+        if isinstance(value, Shard):
+            return value
+        try:
+            return parse_shard(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from netbench import interrupts
+from netbench import interrupts, provenance
 from netbench import stats as measure
 from netbench.emulation.executor import BackendChoice
 from netbench.jobs import accuracy, analysis, events, link_check, resources, stragglers
@@ -55,6 +55,7 @@ class SweepConfig:
     # testbed sets it and puts the previous one back); None: the nodes' own, reported as found
     congestion_control: str | None = None
     run_as: Any = None  # testbed/run_as.RunAs: the user job processes run as (None: this process's own)
+    shard: str = ""  # "I/N": the campaign shard these runs are (every record's provenance says so)
 
 
 class Observer(Protocol):
@@ -261,6 +262,12 @@ def _lease_checked(testbed: Target, result: RunResult) -> RunResult:
     return replace(result, status="failed", error="; ".join(filter(None, [result.error, why])))
 
 
+def where_ran(testbed: Target, shard: str = "") -> dict:
+    """The runs' `provenance`: this machine's facts, or a target's own (SSH hosts: theirs)."""
+    own = getattr(testbed, "provenance", None)
+    return own(shard) if own is not None else provenance.machine(shard)
+
+
 Testbed = Target  # where a sweep runs: the one Target protocol of every command (testbed/base.py)
 
 
@@ -375,8 +382,10 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
                 calibration_reuse(config, testbed, backend.name, nodes_cc, links))
             store.write_manifest(manifest)
 
+        where = where_ran(testbed, config.shard)
+
         def finish(run: Run, result: RunResult) -> None:
-            result = _lease_checked(testbed, result)
+            result = replace(_lease_checked(testbed, result), provenance=where)
             result = _emulation_kept(result, testbed)
             if predictor is not None:
                 result = predict.annotate(result, run, predictor)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from netbench import __version__
+from netbench import __version__, provenance
 from netbench.errors import UsageError
 from netbench.jobs.resources import Usage, totals
 from netbench.jobs.stragglers import COLUMNS as STRAGGLER_COLUMNS
@@ -53,7 +53,8 @@ from netbench.model.job import ALGORITHM_KEYS
 #     and ps-async's pipeline (its record's `algorithm`, e.g. {"pipeline": 0}) and the csv's pipeline column
 #     each node's compute capacity (its record's `compute`: cpus and step_delay_s per node) and a
 #     csv column per limited node: cpus_<node>, step_delay_s_<node> ("all": every node), after the rest
-SCHEMA_VERSION = 13  # 13: ranks per node: the record's `ranks`, its csv columns (jobs/link_check.py COLUMNS)
+# 13: ranks per node: the record's `ranks`, its csv columns (jobs/link_check.py COLUMNS)
+SCHEMA_VERSION = 14  # 14: where the run ran: the record's `provenance` and its csv columns (netbench/provenance.py)
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -85,6 +86,8 @@ CSV_COLUMNS = (
     *STRAGGLER_COLUMNS,
     # ranks per node and the all-reduce's shape; each node's link bytes per step beside the collective's
     *RANK_COLUMNS,
+    # where the run ran: host, CPU model, cores, kernel, privilege, netbench version, a campaign's shard
+    *provenance.COLUMNS,
     # the training algorithm's own settings, as the run used them (last: tests/unit/test_algorithm_factors.py)
     *ALGORITHM_KEYS,
 )
@@ -181,6 +184,9 @@ class RunResult:
     # step_delay_s per node, "*": every node); None: every node unlimited
     compute: dict[str, Any] | None = None
     ranks: dict[str, Any] | None = None  # ranks per node, collective, link bytes per step (jobs/link_check.py)
+    # where it ran (netbench.provenance.machine: host, cpu_model, cores, kernel, privilege,
+    # netbench_version, shard "I/N" of a campaign); None: a record from before schema 14
+    provenance: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def csv_row(self) -> dict[str, Any]:
@@ -230,7 +236,7 @@ class RunResult:
             "framework": self.framework, "source": self.source,
             "link_bytes_per_s": opt(self.link_bytes_per_s, 1),
             "calibration_id": self.calibration_id or "", "congestion_control": self.congestion_control or "",
-            **straggler_cells(self.stragglers), **rank_cells(self.ranks),
+            **straggler_cells(self.stragglers), **rank_cells(self.ranks), **provenance.cells(self.provenance),
             **{name: (self.algorithm or {}).get(name, "") for name in ALGORITHM_KEYS},
             **node_columns.cells(self.compute),
         }
@@ -450,7 +456,7 @@ def first_run_index(directory: Path, append: bool) -> int:
 def environment_facts() -> dict[str, Any]:
     """Versions and host facts a result needs to be reproduced (a package not installed: None)."""
     facts: dict[str, Any] = {
-        "netbench": __version__, "python": platform.python_version(),
+        "netbench": __version__, "python": platform.python_version(), "host": platform.node(),
         "kernel": platform.release(), "machine": platform.machine(),
         "platform": platform.platform(), "cpus": os.cpu_count(), "executable": sys.executable,
     }

@@ -25,7 +25,7 @@ import time
 from importlib import metadata
 from typing import Any
 
-from netbench import __version__, proc
+from netbench import __version__, proc, provenance
 from netbench.state import lease
 from netbench.emulation import changes as ch
 from netbench.errors import NetbenchError, StateError, UsageError
@@ -356,6 +356,7 @@ def host_info(interface: str | None = None, probe: bool = True,
         "root": os.geteuid() == 0, "kernel": platform.release(),
         "tensorflow": _version("tensorflow-cpu") or _version("tensorflow"),
         "interfaces": interfaces, "tcp_congestion_control": congestion_control(),
+        **{k: v for k, v in provenance.machine().items() if k not in ("host", "kernel", "shard")},
     }
     control = control_interfaces(environ)
     info["control_interfaces"] = sorted(control or ())

@@ -221,9 +221,12 @@ def report_figures(groups: Sequence[Group], effs: Sequence[Efficiency], out_dir:
     return figures
 
 
-def write_report(results_dir: Path, out_dir: Path, confidence: float = 0.95) -> Written:
+def write_report(results_dir: Path, out_dir: Path, confidence: float = 0.95, preface: Sequence[Block] = (),
+                 appendix: Sequence[Block] = (), title: str | None = None) -> Written:
     """Read a results folder; write its figures (report_figures), report.md beside them and
-    report.html with the figures embedded, all into `out_dir`."""
+    report.html with the figures embedded, all into `out_dir`. `preface`: blocks after the
+    title (a campaign's completeness); `appendix`: blocks at the end (its machines); `title`:
+    the report's name [default: the folder's]."""
     results_dir = Path(results_dir)
     observations = load_observations(results_dir)
     groups = group_observations(observations, confidence)
@@ -241,7 +244,9 @@ def write_report(results_dir: Path, out_dir: Path, confidence: float = 0.95) -> 
     from netbench.report.stragglers import straggler_blocks
 
     blocks += straggler_blocks(results_dir)
+    name = title or results_dir.name
+    blocks = [Heading(f"Report: {name}", 1), *preface, *blocks[1:], *appendix]
     summary, page = out_dir / "report.md", out_dir / "report.html"
     summary.write_text(to_markdown(blocks), encoding="utf-8")
-    page.write_text(to_html(blocks, f"Report: {results_dir.name}"), encoding="utf-8")
+    page.write_text(to_html(blocks, f"Report: {name}"), encoding="utf-8")
     return Written(observations=observations, groups=groups, files=[*figures, summary, page])

@@ -272,6 +272,13 @@ class HostsTestbed:
         nodes = tuple(host_node(h) for h in self.inventory.hosts)
         return Topology(nodes=nodes, subnet=f"hosts of {self.inventory.path}", switch_netns="", bridge="")
 
+    def provenance(self, shard: str = "") -> dict:
+        """Where the runs ran: the hosts' facts as their `netbench node info` gave them, joined
+        (netbench.provenance.combine), in the inventory's order."""
+        from netbench import provenance
+
+        return provenance.combine([self.infos.get(name, {}) for name in self.by_name], shard)
+
     def congestion_control(self) -> dict[str, str]:
         """Each host's TCP congestion control, as its `netbench node info` said ("" if it did not)."""
         return {name: str(info.get("tcp_congestion_control", "")) for name, info in self.infos.items()}

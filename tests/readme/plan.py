@@ -14,6 +14,9 @@ SSH = "needs an inventory of SSH hosts (tests/ssh runs these commands against ss
 AGENT = ("the host's side of the SSH protocol: the controller runs it on a host and feeds it JSON "
          "(tests/ssh and tests/unit/test_node_serve.py cover it)")
 
+SLURM = ("needs a Slurm cluster: tests/slurm starts a one-node one and submits a campaign to it for real, "
+         "cancels a task, submits again and reports the merged campaign")
+
 # command (as shown, comment removed) -> why it is not run here
 NOT_RUNNABLE = {
     "make demo": "a make target: installs Debian packages and a venv first (it runs `netbench sweep "
@@ -23,6 +26,11 @@ NOT_RUNNABLE = {
     "netbench provision --inventory hosts.yaml": SSH,
     "netbench run playbooks/smoke.yaml --inventory hosts.yaml": SSH,
     "netbench sweep --inventory hosts.yaml --bandwidth 100,1000mbit": SSH,
+    "netbench submit playbooks/ps-check.yaml --slurm --shards 2 --partition compute --time 1:00:00": SLURM,
+    "netbench submit playbooks/ps-check.yaml --slurm --shards 2": SLURM,
+    "scancel 4711_1": SLURM,
+    "netbench status results/ps-check": SLURM,
+    "netbench report results/ps-check": SLURM,
     "netbench node apply --json --lease 60 < plan.json": AGENT,
     "netbench node info --interface eth1": AGENT,
     "netbench node lease-watch": AGENT,

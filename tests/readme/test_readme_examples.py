@@ -115,7 +115,10 @@ def run(command: str, work: Path, env: dict, shown: str = "") -> subprocess.Comp
 
 
 def results_folders(work: Path) -> set[Path]:
-    return set((work / "results").glob("*")) if (work / "results").is_dir() else set()
+    """Every results folder: results/*, and a campaign's shard folders (results/*/shard-*)."""
+    if not (work / "results").is_dir():
+        return set()
+    return set((work / "results").glob("*")) | set((work / "results").glob("*/shard-*"))
 
 
 def schedule_problems(folder: Path) -> list[str]:
@@ -164,6 +167,8 @@ def check_example(shown: str, command: str, result: subprocess.CompletedProcess,
         if not new_results:
             problems.append("no results folder was written")
         for folder in sorted(new_results):
+            if (folder / "campaign.json").is_file():  # a campaign: each shard's folder is checked as one
+                continue
             if not (folder / "results.csv").is_file():
                 problems.append(f"{folder.name}/results.csv was not written")
                 continue
