@@ -13,7 +13,7 @@ from netbench.cli.common import handle_errors
 from netbench.errors import UsageError
 
 
-@click.command("submit")
+@click.command("submit", short_help="Run a design's shards as a Slurm job array.")
 @click.argument("playbook_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--slurm", is_flag=True, help="Submit to Slurm (sbatch): a job array, one task per shard.")
 @click.option("--shards", type=click.IntRange(1), required=True,
@@ -79,7 +79,7 @@ def submit(playbook_file: Path, slurm: bool, shards: int, output: Path | None, p
     console.info(f"progress: netbench status {escape(str(folder))}; the answer: netbench report {escape(str(folder))}")
 
 
-@click.command("status")
+@click.command("status", short_help="A campaign's runs done, failed and left, per shard.")
 @click.argument("campaign_dir", type=click.Path(file_okay=False, path_type=Path))
 @handle_errors
 def status(campaign_dir: Path) -> None:
