@@ -79,6 +79,8 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
     statuses = store.statuses()
     design.check_resume(book, runs, state, output, has_runs=bool(statuses))
     todo = design.pending(runs, statuses)
+    if inventory is None:  # the kernel's list: no root needed
+        common.check_congestion(book.congestion_control, where, dry_run=True)
     if dry_run:
         _print_playbook_plan(book, seed, runs, statuses, output)
         _print_launches(todo, design.order_seed(book, seed), launch.settings(), book.step_timeout_s)

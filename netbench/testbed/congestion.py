@@ -9,6 +9,9 @@ brought up outlives the sweep; its nodes get their previous congestion control b
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
 from typing import Callable
 
 from pyroute2 import netns as pnetns
@@ -27,6 +30,27 @@ def _ignore(message: str) -> None:
 def available() -> list[str]:
     """The algorithms this kernel has (tcp_available_congestion_control, host-wide)."""
     return local.read_sysctl(cc.AVAILABLE_KEY).split()
+
+
+def loadable(name: str, modules: Path | None = None) -> bool:
+    """Whether this kernel's module folder holds tcp_NAME (modprobe would load it; `name` has
+    passed cc.check_name). Reads modules.dep: no root, nothing loaded."""
+    folder = modules or Path("/lib/modules") / os.uname().release
+    try:
+        listed = (folder / "modules.dep").read_text(errors="replace")
+    except OSError:
+        return False
+    return re.search(rf"(^|/)tcp_{re.escape(name)}\.ko(\.[a-z]+)?:", listed, re.MULTILINE) is not None
+
+
+def check_planned(name: str, where: str, modules: Path | None = None) -> None:
+    """A dry run's check of `name` (no root, nothing loaded or set): refused unless the kernel
+    lists it (tcp_available_congestion_control, readable by anyone) or holds its module."""
+    why = cc.check_name(name)
+    if why is None and name not in available() and not loadable(name, modules):
+        why = cc.refusal(name, available())
+    if why is not None:
+        raise UsageError(f"{where}: {why}", hint="choose an available one, or leave it out to keep the nodes' own")
 
 
 def check_available(name: str, where: str) -> None:
