@@ -162,13 +162,19 @@ class UserProcess:
             proc.stop_group(popen, grace=grace)
             proc.stop_pids([pid for pid, started in family if proc.is_same_process(pid, started)], grace=grace)
         self.inner.stop(grace)
-        # the record says whether the rank ended by itself (its exit status) or was stopped
-        self.owner.ended(self.rank, how_it_ended(code))
+        # the record says whether the rank ended by itself (its exit status), was stopped (a job
+        # that does not ask stop_requested() ends so), or was killed after a stop it did not make
+        self.owner.ended(self.rank, how_it_ended(code, self.owner.stop_at, self.owner.stop_wait_s))
 
 
-def how_it_ended(code: int | None) -> str:
-    """A rank's end as ranks.json records it: "stopped" (netbench ended it), "exited CODE" by
-    itself, with the signal's name where a signal ended it ("exited -6 (SIGABRT)")."""
+def how_it_ended(code: int | None, stop_at: int | None = None, waited_s: float | None = None) -> str:
+    """A rank's end as ranks.json records it: "exited CODE" by itself, with the signal's name
+    where a signal ended it ("exited -6 (SIGABRT)"); "stopped" (netbench ended a job that does
+    not ask to stop, as such a job ends); "killed: ..." when it was asked to stop once `stop_at`
+    steps were done and was still running `waited_s` later (it never got there)."""
+    if code is None and stop_at is not None:
+        return (f"killed: still running {waited_s or 0:.0f} s after it was asked to stop at {stop_at} steps"
+                " (it never got there)")
     if code is None:
         return "stopped"
     if code < 0:
@@ -189,6 +195,8 @@ class UserSpawner:
         self.own_hostnames = own_hostnames
         self.control = log_dir / CONTROL_FILE
         self.asked: float | None = None  # when request_stop's wait for the ranks ends (monotonic)
+        self.stop_at: int | None = None  # the step count request_stop asked the ranks to stop at
+        self.stop_wait_s: float | None = None  # how long from the request to `asked`
         self.last_step = -1
         self.pace = StepPace()  # the ranks' step time and how late their steps are heard
         self.processes: list[UserProcess] = []
@@ -267,7 +275,8 @@ class UserSpawner:
             carry = getattr(started.inner, "request_stop", None)
             if carry is not None:
                 carry(at)
-        self.asked = now + wait_s + margin * (step_s or 0.0)
+        self.stop_wait_s = wait_s + margin * (step_s or 0.0)
+        self.asked, self.stop_at = now + self.stop_wait_s, at
         return at
 
 
@@ -284,5 +293,13 @@ class _Heard:
             event = ev.parse_line(raw)
             if isinstance(event, ev.Step):
                 self.owner.last_step = max(self.owner.last_step, event.step)
-                self.owner.pace.heard(self.rank, event.end, time.monotonic())
+                self.owner.pace.heard(pace_key(self.rank, event), event.end, time.monotonic())
         return raw
+
+
+def pace_key(position: int, event: ev.Step) -> tuple[int, int | None]:
+    """Whose steps a step event's are, for the pace: the process's, and within it the rank
+    the event names (a launcher started once per node, torchrun, writes several ranks' steps
+    on one stdout: read as one, their interleaved ends looked like one rank of 1.4 ms steps)."""
+    said = dict(event.extra).get("rank")
+    return position, said if isinstance(said, int) and not isinstance(said, bool) else None
