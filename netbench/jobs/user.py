@@ -27,15 +27,17 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterable
 
 from netbench import proc
 from netbench.jobs import events as ev
-from netbench.jobs.line_match import LineMatcher
+from netbench.jobs.line_match import GIVEN_UP, LineMatcher
 from netbench.jobs.stop_margin import StepPace, stop_margin
 from netbench.model.job import Task
 
@@ -43,6 +45,7 @@ STOP_WAIT_S = 15.0  # how long a job that checks stop_requested() gets to end by
 CONTROL_FILE = "control"
 RANKS_FILE = "ranks.json"
 STOP_CHECKED = "stop-checked"  # the track module's event: this job asks stop_requested()
+GIVEN_UP_EVENT = "step-regex-given-up"  # a line --step-regex took too long over: no step, counted
 
 # run by sh inside the rank's own UTS and mount namespaces (unshare): the node's hostname,
 # its hosts file over /etc/hosts, then the command itself (exec: the pid stays the rank's)
@@ -66,9 +69,14 @@ class RegexSteps:
     ``step`` (its number; else the lines are counted), ``seconds`` or ``ms`` (its duration;
     else the time since the last matching line, so the first match only starts the clock).
 
-    The pattern sees the last 4 KiB of a line and runs in a process of its own, a line that
-    takes it longer than half a second being no step (jobs/line_match.py): a pattern that
-    backtracks on a long progress-bar line never freezes the controller's threads."""
+    The pattern sees the last 4 KiB of a line and runs in a process of its own
+    (jobs/line_match.py): a thread of this reader's own reads the rank's lines, notes when
+    each came and streams them to the matcher, and `readline` hands back each line's answer
+    in order, so no line waits a round trip behind the one before it, and a pattern that
+    backtracks on a long progress-bar line never freezes the controller's threads. A line
+    whose match takes longer than half a second is given up: it becomes a GIVEN_UP_EVENT
+    line (counted in the run's record), and no step is timed across it (the next match
+    without a duration group only starts the clock again)."""
 
     def __init__(self, stream, pattern: str, images: int, warmup: int, clock=time.monotonic) -> None:
         self.stream, self.images, self.warmup = stream, images, warmup
@@ -76,18 +84,39 @@ class RegexSteps:
         self.clock = clock
         self.count = 0
         self.last: float | None = None
+        self._read: queue.SimpleQueue = queue.SimpleQueue()  # (raw line, when read); b"" at the end
+        self._feeder: threading.Thread | None = None
+
+    def _feed(self) -> None:
+        try:
+            for raw in iter(self.stream.readline, b""):
+                now = self.clock()
+                self.matcher.put(raw.decode("utf-8", "replace"))  # before the line is seen below
+                self._read.put((raw, now))
+        finally:
+            self._read.put((b"", 0.0))
 
     def readline(self) -> bytes:
-        raw = self.stream.readline()
+        if self._feeder is None:
+            self._feeder = threading.Thread(target=self._feed, daemon=True, name="step-regex-reader")
+            self._feeder.start()
+        raw, now = self._read.get()
         if not raw:
             self.matcher.close()
             return raw
-        event = self.step_of(raw.decode("utf-8", "replace"), self.clock())
+        answer = self.matcher.take()
+        if answer is GIVEN_UP:
+            self.last = None  # the line may have been a step: never time one across it
+            return (json.dumps({"event": GIVEN_UP_EVENT, "given_up": self.matcher.given_up,
+                                "at": now}) + "\n").encode()
+        event = self._step(answer, now)
         return raw if event is None else (json.dumps(event) + "\n").encode()
 
     def step_of(self, line: str, now: float) -> dict | None:
-        """The step event a line stands for, read at `now` (None: no step)."""
-        groups = self.matcher.search(line)
+        """The step event a line stands for, read at `now` (None: no step); synchronous."""
+        return self._step(self.matcher.search(line), now)
+
+    def _step(self, groups: dict | None, now: float) -> dict | None:
         if groups is None:
             return None
         try:
