@@ -3,7 +3,9 @@ namespace, journaled, and put back (model/congestion.py holds the pure decisions
 
 Each change is a journal entry of kind `sysctl` (key, the previous value, the namespace or
 None for the host's own), recorded before it is made: the sweep's end puts them back, and so
-does `netbench reset` after a crash (state/undo.py). A testbed that `netbench testbed up`
+does `netbench reset` after a crash (state/undo.py). The host's allowed list is host-wide:
+a name added to it is held machine-wide (state/holds.py), so two sweeps that widen it at
+once keep it until the last of them is done. A testbed that `netbench testbed up`
 brought up outlives the sweep; its nodes get their previous congestion control back.
 """
 
@@ -19,6 +21,7 @@ from pyroute2 import netns as pnetns
 from netbench import proc
 from netbench.errors import NetbenchError, TestbedError, UsageError
 from netbench.model import congestion as cc
+from netbench.state.holds import Holds
 from netbench.state.journal import Entry, Journal
 from netbench.testbed import netns as local
 
@@ -77,17 +80,41 @@ def _set(journal: Journal, key: str, value: str, name: str | None, previous: str
     return entry
 
 
-def set_on_nodes(journal: Journal, nodes, name: str) -> list[Entry]:
-    """Make `name` every node's default congestion control (widening the host's allowed list
-    first when a namespace may not choose it); each change journaled before it is made and read
-    back. On any failure what was set is put back before the error goes on."""
-    entries: list[Entry] = []
-    try:
+def hold_allowed(journal: Journal, name: str, holds: Holds | None = None) -> Entry | None:
+    """Let the namespaces choose `name`: the host's allowed list widened by it, journaled, and
+    held machine-wide (state/holds.py) so that another netbench that widened it too keeps it
+    until the last of them is done. None: the host's own list has it (no netbench put it there)."""
+    holds = holds or Holds()
+    setting = cc.allowed_setting(name)
+    with holds.locked(setting):
         allowed = local.read_sysctl(cc.ALLOWED_KEY).split()
         wider = cc.widened(allowed, name)
+        if wider is None and not holds.held(setting):
+            return None
+        hold = holds.new_id()
+        # `added`: its undo takes out only this name, and only when no other netbench holds it
+        entry = journal.record("sysctl", key=cc.ALLOWED_KEY, value=wider or " ".join(allowed),
+                               previous=" ".join(allowed), netns=None, added=name, hold=hold)
+        holds.add(setting, hold)
         if wider is not None:
-            # `added`: its undo takes out only this name, not the whole list as it was then
-            entries.append(_set(journal, cc.ALLOWED_KEY, wider, None, " ".join(allowed), added=name))
+            try:
+                local.write_sysctl(cc.ALLOWED_KEY, wider, None)
+            except BaseException:
+                holds.remove(setting, hold)
+                journal.done(entry)  # nothing was changed
+                raise
+        return entry
+
+
+def set_on_nodes(journal: Journal, nodes, name: str, holds: Holds | None = None) -> list[Entry]:
+    """Make `name` every node's default congestion control (widening the host's allowed list
+    first when a namespace may not choose it: `hold_allowed`); each change journaled before it
+    is made and read back. On any failure what was set is put back before the error goes on."""
+    entries: list[Entry] = []
+    try:
+        widened = hold_allowed(journal, name, holds)
+        if widened is not None:
+            entries.append(widened)
         for node in nodes:
             previous = local.read_sysctl(cc.DEFAULT_KEY, node.netns)
             if not previous:
