@@ -143,6 +143,7 @@ def sweep(profile_file: Path | None, levels: Levels, schedule_files: tuple[str, 
     config_job = command.apply(config_job, workers=workers, verify=probes.verify_points, schedules=schedule_files,
                                topology=levels.topology_file)
     config_job = ranks.apply(config_job, workers)
+    _check_nodes(config_job, workers)
     if inventory is None and not dry_run and not command.user_command:
         require_framework(training.framework)
         require_device(ranks.device)
@@ -276,6 +277,18 @@ def _job_from_flags(training: Training, workers: int | None, **rest):
     return finish_job(JobSpec(strategy=strategy, model=model, accum_steps=training.accum_steps, ps=training.ps_count,
                               data=data, input_shape=shape, classes=classes, batch_size=training.batch_size,
                               framework=training.framework, **rest), workers), workers
+
+
+def _check_nodes(job, workers: int) -> None:
+    """The testbed holds at most MAX_NODES nodes: workers and parameter servers together."""
+    from netbench.model.job import nodes_needed
+    from netbench.model.topology import MAX_NODES
+
+    needed = nodes_needed(job, workers)
+    if needed > MAX_NODES:
+        raise UsageError(f"flag --workers: {workers} workers" + (f" and {job.ps} parameter servers" if job.ps
+                         and needed > workers else "") + f" need {needed} nodes, more than the {MAX_NODES} a "
+                         "testbed has", hint="fewer --workers or --ps, or more --ranks-per-node")
 
 
 def _plan_runs(base, levels, repeat, schedules=0, computes=1):

@@ -37,7 +37,7 @@ from netbench import proc
 MAX_LINE_CHARS = 4096  # the end of a line the pattern sees
 MATCH_TIMEOUT_S = 0.5  # a line's match takes longer: no step (a plain pattern takes microseconds)
 STARTUP_S = 10.0  # a new matcher process's start, on top of its first line's match
-MAX_QUEUED = 1000  # lines put and not yet taken: a reader that gets this far ahead waits
+MAX_QUEUED = 256  # lines put and not yet taken: a reader that gets this far ahead waits
 
 # the matcher: one JSON string per line in, the match's named groups (or null) per line out
 _MATCHER = """

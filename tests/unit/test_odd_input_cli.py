@@ -128,6 +128,7 @@ FLAG_CASES = [
     _case("settle-huge", (*SWEEP, "--settle", "1e12s"), ["--settle", "86400s"]),
     _case("metrics-wait-huge", (*SWEEP, "--metrics-port", "9464", "--metrics-wait", "1e9s"), ["--metrics-wait"]),
     _case("save-playbook-no-folder", (*SWEEP, "--save-playbook", "{dir}/none/x.yaml"), ["--save-playbook"]),
+    _case("ps-nodes-over-64", (*ALGO, "ps-sync", "--workers", "64", "--ps", "16"), ["--workers", "80 nodes"]),
     # ---- nothing after '--', a congestion control the kernel lacks (its list needs no root)
     _case("dashes-and-nothing", (*SWEEP, "--"), ["'--'", "COMMAND"]),
     _case("congestion-unknown", (*SWEEP, "--congestion-control", "nosuchcc"), ["--congestion-control", "not available"]),
