@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from netbench import proc
+from netbench.errors import StateError
 
 HOLDS_ENV = "NETBENCH_HOLDS_DIR"
 DEFAULT_HOLDS = Path("/run/netbench-holds")
@@ -54,9 +55,20 @@ class Holds:
 
     @contextmanager
     def locked(self, setting: str) -> Iterator[None]:
-        """The setting's lock, machine-wide: read, decide and change under it."""
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o755)
-        with open(self.root / (_folder_name(setting) + ".lock"), "a+") as fh:
+        """The setting's lock, machine-wide: read, decide and change under it. A user who may
+        not write the folder locks its file read-only; where there is no such file to lock, no
+        netbench has held the setting (nothing to read, and only root changes host settings)."""
+        path = self.root / (_folder_name(setting) + ".lock")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o755)
+            fh = open(path, "a+")
+        except OSError:
+            try:
+                fh = open(path)
+            except OSError:
+                yield
+                return
+        with fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
@@ -67,8 +79,12 @@ class Holds:
         """`hold` is held by process `pid` (default: this one)."""
         pid = os.getpid() if pid is None else pid
         folder = self._folder(setting)
-        folder.mkdir(parents=True, exist_ok=True, mode=0o755)
-        (folder / hold).write_text(json.dumps({"pid": pid, "start": proc.start_time(pid), "setting": setting}))
+        try:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o755)
+            (folder / hold).write_text(json.dumps({"pid": pid, "start": proc.start_time(pid), "setting": setting}))
+        except OSError as exc:
+            raise StateError(f"cannot record a hold on {setting} in {folder}: {exc.strerror or exc}",
+                             hint="netbench changes host-wide settings as root only") from None
 
     def remove(self, setting: str, hold: str) -> None:
         try:

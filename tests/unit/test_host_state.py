@@ -166,3 +166,16 @@ def test_reset_removes_the_state_folders_step_delay_files(tmp_path, monkeypatch)
     (folder / "netbench-n2").write_text("0.04")
     reset(journal)
     assert not folder.exists()
+
+
+def test_a_user_who_cannot_write_the_holds_folder_reads_no_holder_and_is_told_when_it_would_hold():
+    """Without root (a folder it cannot make): nothing is held there, so a setting the host has
+    on already is left to the host; recording a hold says why it cannot, in one line."""
+    from netbench.errors import StateError
+    from netbench.state.holds import Holds
+
+    holds = Holds(Path("/proc/netbench-holds-cannot-exist"))
+    with holds.locked("cpu-controller:/sys/fs/cgroup/cgroup.subtree_control"):
+        assert not holds.held("cpu-controller:/sys/fs/cgroup/cgroup.subtree_control")
+    with pytest.raises(StateError, match="cannot record a hold"):
+        holds.add("cpu-controller:/sys/fs/cgroup/cgroup.subtree_control", holds.new_id())
