@@ -84,7 +84,13 @@ def parse_duration_us(text: str | int | float) -> int:
                          f"{value:g}ms): write {value:g}us, {value:g}ms or {value:g}s")
     if unit not in _DURATION_UNITS:
         raise ValueError(f"unknown duration unit {shown(unit)} in {shown(text)}; use us, ms or s")
-    return round(value * _DURATION_UNITS[unit])
+    # exactly, in decimal: a part of a microsecond is refused, never rounded away ("0.4us" was 0)
+    exact = Decimal(_VALUE_RE.fullmatch(text).group("num")) * _DURATION_UNITS[unit]
+    whole = int(exact)
+    if exact != whole:
+        raise ValueError(f"duration {shown(text)} is {exact.normalize():f}us: netbench keeps whole microseconds; "
+                         f"write {format_duration_us(whole) if whole else '0'} or {format_duration_us(whole + 1)}")
+    return whole
 
 
 def parse_seconds(text: str | int | float) -> float:
@@ -142,9 +148,15 @@ def parse_size_bytes(text: str | int) -> int:
     are refused: binary (1MiB) and SI (1000000) read them differently."""
     if isinstance(text, bool) or not isinstance(text, (str, int)):
         raise ValueError(f"expected a size such as 8, 4KiB or 64MiB, got {shown(text)}")
-    value = str(text).strip().lower()
+    written = str(text).strip()
+    value = written.lower()
     digits = value.rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = value[len(digits):]
+    if unit in _SIZE_UNITS and unit.endswith("b") and written.endswith("b") and digits.isdigit():
+        # a lower-case b is a bit to rates and to SI ("8b", "64kib"), refused as it is there
+        spelled = {"b": "B", "kib": "KiB", "mib": "MiB", "gib": "GiB"}[unit]
+        raise ValueError(f"size {shown(text)} is ambiguous (b is a bit, B a byte): write {digits}{spelled}"
+                         + (f" or {digits}" if unit == "b" else ""))
     if not digits.isdigit() or len(digits) > 12:
         raise ValueError(f"{shown(text)} is not a size such as 8, 4KiB or 64MiB")
     if unit in _AMBIGUOUS_SIZE:

@@ -162,13 +162,14 @@ def check_local_flags(inventory, insecure_host_keys: bool, **remote_only) -> Non
         raise UsageError("flag --insecure-host-keys: only with --inventory")
 
 
-def check_congestion(name: str | None, where: str = "flag --congestion-control") -> None:
+def check_congestion(name: str | None, where: str = "flag --congestion-control", dry_run: bool = False) -> None:
     """Before a sweep on this machine: refuse a congestion control the kernel does not have
-    (after trying to load its module), naming `where`; nothing is applied."""
+    (after trying to load its module; a dry run loads nothing and takes a module on disk as
+    loadable), naming `where`; nothing is applied."""
     if name and name != "host":  # 'host': nothing is set
-        from netbench.testbed.congestion import check_available
+        from netbench.testbed.congestion import check_available, check_planned
 
-        check_available(name, where)
+        (check_planned if dry_run else check_available)(name, where)
 
 
 def precision_note(job) -> str:

@@ -128,7 +128,8 @@ def sweep(profile_file: Path | None, levels: Levels, schedule_files: tuple[str, 
     if schedules and inventory is not None:
         raise UsageError("flag --schedule: not with --inventory: schedules run on the embedded testbed only",
                          hint="drop --inventory, or sweep static levels on the hosts")
-    points = _plan_runs(base, swept_levels, window.repeat) if levels.swept or not schedules else ()
+    points = (_plan_runs(base, swept_levels, window.repeat, len(schedules), len(computes))
+              if levels.swept or not schedules else ())
     sweep_id = time.strftime("sweep-%Y%m%d-%H%M%S")
     output = output or Path("results") / sweep_id
     try:  # a second sweep into a folder would overwrite its runs/r000.json and mix its results.csv
@@ -145,6 +146,7 @@ def sweep(profile_file: Path | None, levels: Levels, schedule_files: tuple[str, 
     config_job = command.apply(config_job, workers=workers, verify=probes.verify_points, schedules=schedule_files,
                                topology=levels.topology_file)
     config_job = ranks.apply(config_job, workers)
+    _check_nodes(config_job, workers)
     _check_placed(compute, schedules, nodes_needed(config_job, workers))
     if inventory is None and not dry_run and not command.user_command:
         require_framework(training.framework)
@@ -178,6 +180,7 @@ def sweep(profile_file: Path | None, levels: Levels, schedule_files: tuple[str, 
                                                 metrics_wait_s))
         return
     hosts.refuse_without_inventory()
+    common.check_congestion(congestion_control, dry_run=True)  # the kernel's list: no root needed
     if dry_run:
         _print_sweep_plan(replace(config, run_as=common.job_user(run_as)))
         return
@@ -299,10 +302,28 @@ def _job_from_flags(training: Training, workers: int | None, **rest):
                               framework=training.framework, **rest), workers), workers
 
 
-def _plan_runs(base, levels, repeat):
+def _check_nodes(job, workers: int) -> None:
+    """The testbed holds at most MAX_NODES nodes: workers and parameter servers together."""
+    from netbench.model.job import nodes_needed
+    from netbench.model.topology import MAX_NODES
+
+    needed = nodes_needed(job, workers)
+    if needed > MAX_NODES:
+        raise UsageError(f"flag --workers: {workers} workers" + (f" and {job.ps} parameter servers" if job.ps
+                         and needed > workers else "") + f" need {needed} nodes, more than the {MAX_NODES} a "
+                         "testbed has", hint="fewer --workers or --ps, or more --ranks-per-node")
+
+
+def _plan_runs(base, levels, repeat, schedules=0, computes=1):
     from netbench.model import design as sweep_plan
+    from netbench.model.run import check_size
     from netbench.errors import ProfileError
 
+    grid = 1
+    for values in (levels.delay_us, levels.rate_bps, levels.loss, levels.jitter_us):
+        grid *= max(1, len(values))
+    check_size((grid * computes, schedules * computes), repeat,
+               "flags --latency, --bandwidth, --loss, --jitter, --schedule, --cpus, --step-delay and --repeat")
     try:
         return sweep_plan.sweep_points(base, levels)
     except ProfileError as exc:

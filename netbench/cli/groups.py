@@ -79,9 +79,17 @@ def help_group(param: click.Parameter) -> str | None:
     return getattr(param, "help_group", None)
 
 
+ENDS_WITH_DASHES = "netbench.ends_with_dashes"  # ctx.meta: the command line's last word was '--'
+
+
 class GroupedCommand(click.Command):
     """A command whose --help lists its options in sections (GROUPS' order); an option no
-    concern placed goes under Other, with --help."""
+    concern placed goes under Other, with --help. Whether its command line ended in '--'
+    (nothing after it: click says nothing) is kept in ctx.meta[ENDS_WITH_DASHES]."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[ENDS_WITH_DASHES] = bool(args) and args[-1] == "--"
+        return super().parse_args(ctx, args)
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         sections: dict[str, list[tuple[str, str]]] = {group: [] for group in GROUPS}

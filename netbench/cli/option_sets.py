@@ -27,6 +27,8 @@ DEFAULT_PRECISION = "3%"
 # ---------------------------------------------------------------- Network: the points' levels
 
 
+MAX_WAIT_S = 86400.0  # --settle and --metrics-wait at most: a day, as the other durations
+
 @dataclass(frozen=True)
 class Levels:
     """--latency, --bandwidth, --loss, --jitter (comma lists as given), or --topology with --scale:
@@ -191,6 +193,9 @@ class Metrics:
             wait_s = units.parse_duration_us(self.metrics_wait) / 1e6
         except ValueError as exc:
             raise UsageError(f"flag --metrics-wait: {exc}", hint="e.g. --metrics-wait 15s") from None
+        if wait_s > MAX_WAIT_S:
+            raise UsageError(f"flag --metrics-wait: {self.metrics_wait!r} is over {MAX_WAIT_S:g}s (a day)",
+                             hint="e.g. --metrics-wait 15s")
         if wait_s and self.metrics_port is None:
             raise UsageError("flag --metrics-wait needs --metrics-port",
                              hint="e.g. --metrics-port 9464 --metrics-wait 15s")
@@ -236,6 +241,9 @@ class Launch:
             seconds = units.parse_duration_us(self.settle_text) / 1e6
         except ValueError as exc:
             raise UsageError(f"flag --settle: {exc}", hint="e.g. --settle 1.5s") from None
+        if seconds > MAX_WAIT_S:
+            raise UsageError(f"flag --settle: {self.settle_text!r} is over {MAX_WAIT_S:g}s (a day)",
+                             hint="e.g. --settle 1.5s")
         return {"isolate": self.isolate, "order": self.launch_order,
                 "settle": Settle(steps=self.settle_steps, seconds=seconds, round_trips=self.settle_round_trips)}
 

@@ -88,6 +88,8 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
         statuses = store.statuses()
         design.check_resume(book, runs, state, output, has_runs=bool(statuses))
         todo = design.pending(runs, statuses)
+        if inventory is None:  # the kernel's list: no root needed
+            common.check_congestion(book.congestion_control, where, dry_run=True)
         if dry_run:
             if part is not None:
                 console.info(f"shard {part.shard} of the campaign in {escape(str(output.parent))}: "

@@ -4,6 +4,7 @@ section, and handed to `sweep` as one frozen dataclass (cli/groups.py's option_s
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import click
@@ -33,8 +34,11 @@ class Compute:
         refused for the embedded testbed (a host's agent checks its own)."""
         from netbench.model import compute
 
+        from netbench.model.run import check_size
+
         factors = compute.parse_flag(self.cpus_flags, "cpus", "--cpus") + \
             compute.parse_flag(self.step_delay_flags, "step_delay", "--step-delay")
+        check_size((math.prod(len(f.levels) for f in factors),), 1, "flags --cpus and --step-delay")
         points = compute.compute_points(factors)
         if inventory is None and self.cpus_flags:
             from netbench.emulation.cgroups import cores

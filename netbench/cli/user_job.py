@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import click
 
-from netbench.cli.groups import option_set
+from netbench.cli.groups import ENDS_WITH_DASHES, option_set
 from netbench.errors import UsageError
 
 
@@ -47,6 +47,10 @@ def with_command(job, argv: tuple[str, ...], images_per_step: int | None, step_r
     from netbench.model.job import command_spec
 
     if not argv:
+        context = click.get_current_context(silent=True)
+        if context is not None and context.meta.get(ENDS_WITH_DASHES):
+            raise UsageError("nothing after '--': give the COMMAND to run there, or drop '--' to train "
+                             "netbench's own job", hint="e.g. netbench sweep --latency 1,20ms -- python train.py")
         for flag, value in (("--images-per-step", images_per_step), ("--step-regex", step_regex)):
             if value:
                 raise UsageError(f"flag {flag}: only with a COMMAND", hint="e.g. netbench sweep --latency 1,20ms "

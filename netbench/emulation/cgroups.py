@@ -11,24 +11,34 @@ writes the child's own pid into the group's `cgroup.procs` before it execs the c
 every process it starts (torchrun's children, a user's shell) inherits the group.
 
 `NodeGroups` journals each group before it is made (kind "cgroup"), so `netbench reset`
-removes it after any crash (state/undo.py), and removes them at the end of a sweep.
+removes it after any crash (state/undo.py), and removes them at the end of a sweep. A group
+still holding processes when it is removed (what a job left running: only netbench put
+processes there) has them ended, never moved to the root group, where they would run on
+unlimited. On v2 the cpu controller that netbench enables in the root's cgroup.subtree_control
+is journaled too (kind "cgroup-control") and held machine-wide (state/holds.py): the last
+netbench that relied on it turns it off again.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import time
 from pathlib import Path
 from typing import Callable, Protocol
 
+from netbench import proc
 from netbench.errors import TestbedError
 from netbench.model.compute import Quota, quota_plan
+from netbench.state.holds import Holds
 
 V1_PARENT = "netbench"
 V2_PARENT = "netbench.slice"
 PARENTS = (V1_PARENT, V2_PARENT)
 MOUNTS = Path("/proc/self/mounts")
 HINT = "mount cgroup v2 (or v1's cpu controller) at /sys/fs/cgroup, or run without --cpus"
+CONTROL = "cgroup.subtree_control"
+END_GRACE_S = 1.0  # a process left in a group: SIGTERM, this long, then SIGKILL
 
 
 class Cgroups(Protocol):
@@ -41,7 +51,8 @@ class Cgroups(Protocol):
     def create(self, name: str) -> Path: ...  # the parent too; an existing group is taken over
     def set_quota(self, name: str, quota: Quota) -> None: ...
     def add(self, name: str, pid: int) -> None: ...
-    def remove(self, name: str) -> bool: ...  # its processes moved to the root first; False: none
+    def remove(self, name: str) -> bool: ...  # its processes ended first; False: none
+    def root_control(self) -> Path | None: ...  # v2: the root's cgroup.subtree_control; v1: None
     def throttled(self, name: str) -> dict[str, int]: ...  # cpu.stat's periods and throttled counts
 
 
@@ -72,10 +83,32 @@ def _stat(path: Path) -> dict[str, int]:
     return out
 
 
-def remove_group(path: Path, root: Path) -> bool:
-    """rmdir a group (a cgroup dir only goes when empty of processes: any still in it, which
-    only netbench put there, move to `root`'s group first); then its parent if that is empty.
-    False: it was not there."""
+def _members(path: Path) -> list[int]:
+    try:
+        return [int(pid) for pid in (path / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def end_members(path: Path, grace: float = END_GRACE_S) -> list[int]:
+    """End every process in the group at `path` (a job's leftovers: only netbench put processes
+    in its groups): SIGTERM, `grace` s, SIGKILL; v2's cgroup.kill for any that joined meanwhile.
+    The pids that were there."""
+    pids = _members(path)
+    if pids:
+        proc.stop_pids(pids, grace=grace)
+    if _members(path) and (path / "cgroup.kill").exists():
+        try:
+            _write(path / "cgroup.kill", "1")
+        except TestbedError:
+            pass
+    return pids
+
+
+def remove_group(path: Path, root: Path, grace: float = END_GRACE_S) -> bool:
+    """rmdir a group (a cgroup dir only goes when empty of processes: any still in it are
+    ended first, never moved to `root`'s group, where they would run unlimited); then its
+    parent if that is empty. False: it was not there."""
     if not path.is_dir():
         return False
     try:
@@ -83,20 +116,18 @@ def remove_group(path: Path, root: Path) -> bool:
     except OSError as exc:
         if exc.errno not in (errno.EBUSY, errno.ENOTEMPTY):
             raise TestbedError(f"cannot remove cgroup {path}: {exc.strerror or exc}") from None
-        try:
-            pids = (path / "cgroup.procs").read_text().split()
-        except OSError:
-            pids = []
-        for pid in pids:
+        end_members(path, grace)
+        deadline = time.monotonic() + 5.0  # the kernel empties a group as its processes are reaped
+        while True:
             try:
-                _write(root / "cgroup.procs", pid)
-            except TestbedError:
-                pass  # it exited meanwhile
-        try:
-            path.rmdir()
-        except OSError as again:
-            raise TestbedError(f"cannot remove cgroup {path}: {again.strerror or again}",
-                               hint="a process is still in it: 'cat " + str(path / "cgroup.procs") + "'") from None
+                path.rmdir()
+                break
+            except OSError as again:
+                if time.monotonic() > deadline:
+                    raise TestbedError(f"cannot remove cgroup {path}: {again.strerror or again}",
+                                       hint="a process is still in it: 'cat " + str(path / "cgroup.procs") + "'"
+                                       ) from None
+                time.sleep(0.05)
     if path.parent.name in PARENTS:
         try:
             path.parent.rmdir()
@@ -155,6 +186,9 @@ class V1Cgroups(_Groups):
     def throttled(self, name: str) -> dict[str, int]:
         return self._throttled(name, "throttled_time", 1000)  # v1 counts nanoseconds
 
+    def root_control(self) -> Path | None:
+        return None  # v1's cpu hierarchy has its controller on every group
+
 
 class V2Cgroups(_Groups):
     """cgroup v2: `<root>/netbench.slice/<name>` with cpu.max; the cpu controller enabled for
@@ -176,7 +210,7 @@ class V2Cgroups(_Groups):
 
     @staticmethod
     def _enable_cpu(group: Path) -> None:
-        control = group / "cgroup.subtree_control"
+        control = group / CONTROL
         try:
             enabled = control.read_text().split()
         except OSError:
@@ -189,6 +223,9 @@ class V2Cgroups(_Groups):
 
     def throttled(self, name: str) -> dict[str, int]:
         return self._throttled(name, "throttled_usec", 1)
+
+    def root_control(self) -> Path | None:
+        return self.root / CONTROL
 
 
 def find_roots(mounts: str) -> tuple[Path | None, Path | None]:
@@ -231,17 +268,79 @@ def group_name(node_netns: str) -> str:
     return node_netns
 
 
+def _enabled(control: Path) -> bool:
+    try:
+        return "cpu" in control.read_text().split()
+    except OSError:
+        return False
+
+
+def hold_cpu_controller(journal, control: Path, holds: Holds | None = None):
+    """Before netbench enables the cpu controller in `control` (the v2 root's subtree_control):
+    a journal entry (kind "cgroup-control") and a machine-wide hold, so that it is turned off
+    again by the last netbench that relied on it, and never by one while another still does.
+    None: the host had it on already (no netbench holds it): nothing to put back."""
+    holds = holds or Holds()
+    setting = f"cpu-controller:{control}"
+    with holds.locked(setting):
+        enabled = _enabled(control)
+        if enabled and not holds.held(setting):
+            return None
+        hold = holds.new_id()
+        entry = journal.record("cgroup-control", path=str(control), controller="cpu", hold=hold)
+        holds.add(setting, hold)
+        if not enabled:
+            try:
+                _write(control, "+cpu")
+            except TestbedError:
+                holds.remove(setting, hold)
+                journal.done(entry)
+                raise
+        return entry
+
+
+def release_cpu_controller(data: dict, warn: Callable[[str], None], holds: Holds | None = None) -> str | None:
+    """Undo of a "cgroup-control" entry: the hold given up and, when no other running netbench
+    holds it, the cpu controller turned off in that file again (where no group uses it now)."""
+    control = Path(data["path"])
+    if control.name != CONTROL:
+        warn(f"{control} left alone: not a {CONTROL} file")
+        return None
+    holds = holds or Holds()
+    setting = f"cpu-controller:{control}"
+    with holds.locked(setting):
+        holds.remove(setting, str(data.get("hold", "")))
+        others = holds.others_live(setting)
+        if others:
+            warn(f"the cpu controller in {control} left on: {others} other netbench(s) still use it")
+            return None
+        holds.clear(setting)
+        if not _enabled(control):
+            return None
+        try:
+            _write(control, "-cpu")
+        except TestbedError as exc:  # a group made since uses it (EBUSY): it stays
+            warn(f"the cpu controller in {control} left on: {exc.message}")
+            return None
+    return f"cpu controller in {control} (off again)"
+
+
 class NodeGroups:
     """The groups of a sweep's limited nodes: each journaled before it is made, its quota set
-    per point, all removed by `remove_all` (and by reset after a crash)."""
+    per point, all removed by `remove_all` (and by reset after a crash); on v2, the root's cpu
+    controller held while they exist (`hold_cpu_controller`)."""
 
     def __init__(self, journal, cgroups: Cgroups) -> None:
         self.journal, self.cgroups = journal, cgroups
         self.entries: dict[str, object] = {}  # group name -> its journal entry
+        self.control: object | None = None  # the journal entry of the root's cpu controller, if held
 
     def create(self, name: str) -> Path:
         """The group (journaled first); the file a child writes its pid into to join it."""
         if name not in self.entries:
+            control = getattr(self.cgroups, "root_control", lambda: None)()
+            if control is not None and self.control is None:
+                self.control = hold_cpu_controller(self.journal, control)
             self.entries[name] = self.journal.record("cgroup", path=str(self.cgroups.path(name)),
                                                      root=str(self.cgroups.root), version=self.cgroups.version)
             self.cgroups.create(name)
@@ -261,7 +360,19 @@ class NodeGroups:
                 continue
             self.journal.done(entry)
             del self.entries[name]
+        if not self.entries and self.control is not None:
+            problems += self._release_control()
         return problems
+
+    def _release_control(self) -> list[str]:
+        said: list[str] = []
+        try:
+            release_cpu_controller(self.control.data, said.append)
+        except (OSError, TestbedError) as exc:
+            return [f"cpu controller: {getattr(exc, 'message', exc)}"]  # left journaled for reset
+        self.journal.done(self.control)
+        self.control = None
+        return []
 
 
 def cores() -> int:

@@ -167,6 +167,7 @@ class RunResult:
     # or "bytes" (neither: measured in bytes on the links, below)
     framework: str = "tensorflow"  # netbench's own workers: the job's framework (tensorflow or torch)
     source: str = "harness"
+    step_regex_given_up: int | None = None  # source "regex": lines whose match took too long (no step)
     # source "bytes" (a user's command that reports no steps; jobs/link_bytes.py): the window
     # (warm-up, start and length in seconds), each node's bytes received and sent and per second,
     # and their mean: link_bytes_per_s, bytes each node sent per second. No images/sec.

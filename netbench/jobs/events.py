@@ -20,7 +20,9 @@ count ONLY ``measured`` steps as measured, whatever other phase they meet; a sta
 may carry ``step`` ("fused" or "split": how the synchronous loop's steps were compiled;
 absent from older records, whose steps were split, and from ps). A step may carry ``wait``
 (seconds held by a barrier or a staleness gate, apart from ``comm``) and ``staleness`` (updates
-applied between the read of the weights and this step's update): both absent when unknown. An
+applied between the read of the weights and this step's update): both absent when unknown; a
+fused step may carry ``computed`` (seconds from its start until its gradients were ready, timed
+inside the compiled step: which rank finished last, not a split). An
 ``eval`` event (held-out accuracy after ``step`` steps, measured outside the timed steps) is a
 kind a version-1 reader that does not know it keeps as it came.
 """
@@ -130,6 +132,14 @@ class Step(Event):
     executor: int | None = None
     wait: float | None = None  # held by a barrier or staleness gate (exchange strategies)
     staleness: int | None = None  # updates between the read of the weights and this update
+    # a fused step's computation, from its start to when its gradients were ready (timed inside
+    # the compiled step): who finished last, never a compute/comm split (the collective may overlap)
+    computed: float | None = None
+
+    @property
+    def computation(self) -> float | None:
+        """The step's computation in seconds, split or fused: `compute`, else `computed`."""
+        return self.compute if self.compute is not None else self.computed
 
     @property
     def measured(self) -> bool:
@@ -147,6 +157,8 @@ class Step(Event):
             head["wait"] = self.wait
         if self.staleness is not None:
             head["staleness"] = self.staleness
+        if self.computed is not None:
+            head["computed"] = self.computed
         return {**head, "event": self.kind, "step": self.step, "phase": self.phase, "start": self.start,
                 "end": self.end, "duration": self.duration, "images": self.images, "loss": self.loss}
 
@@ -264,7 +276,7 @@ _READ: dict[str, dict[str, Any]] = {
     "step": {"step": int, "phase": str, "start": float, "end": float, "duration": float, "images": int,
              "loss": _finite_or_none, "compute": _optional_float, "comm": _optional_float,
              "executor": lambda v: None if v is None else int(v), "wait": _optional_float,
-             "staleness": lambda v: None if v is None else int(v)},
+             "staleness": lambda v: None if v is None else int(v), "computed": _optional_float},
     "done": {"time": float, "steps": int},
     "error": {"type": str, "message": str},
     "resources": {"time": float, "cpu_s": float, "rss_bytes": int, "rx_bytes": int, "tx_bytes": int},
@@ -388,7 +400,7 @@ def start_event(task_index: int, num_workers: int, pid: int, time_s: float, tf_v
 def step_event(step: int, phase: str, start: float, end: float, images: int, loss: float,
                compute: float | None = None, comm: float | None = None,
                executor: int | None = None, wait: float | None = None,
-               staleness: int | None = None) -> Step:
+               staleness: int | None = None, computed: float | None = None) -> Step:
     """A Step with ``duration`` = end - start; raises ValueError on an unknown phase."""
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")
@@ -396,7 +408,8 @@ def step_event(step: int, phase: str, start: float, end: float, images: int, los
                 duration=float(end) - float(start), images=int(images), loss=_finite_or_none(loss),
                 compute=_optional_float(compute), comm=_optional_float(comm),
                 executor=None if executor is None else int(executor),
-                wait=_optional_float(wait), staleness=None if staleness is None else int(staleness))
+                wait=_optional_float(wait), staleness=None if staleness is None else int(staleness),
+                computed=_optional_float(computed))
 
 
 def eval_event(step: int, time_s: float, train_s: float, accuracy: float, loss: float | None,

@@ -14,7 +14,7 @@ A message is a frame::
 The header is ``{"op": ..., "meta": {...}, "arrays": [[dtype, [dims...]], ...]}``; the bytes of
 each array follow in order, C-contiguous. No pickle: a peer can only send numbers and JSON.
 
-A reader bounds what it takes: the header at MAX_HEADER_BYTES, the arrays at a `FrameCap` (what
+A reader bounds what it takes: the header at MAX_HEADER_BYTES and MAX_HEADER_DEPTH, the arrays at a `FrameCap` (what
 the model's shapes allow: the receiver knows them, from its own model or from the first hello),
 checked from the header before any array byte is read or allocated, and never past
 MAX_FRAME_BYTES; the bytes are read in chunks, so memory grows only as data arrives. A
@@ -32,6 +32,9 @@ import numpy as np
 
 HEADER = struct.Struct("!I")
 MAX_HEADER_BYTES = 1 << 20  # a header describes arrays; it is never model-sized
+# lists and objects within each other: a frame's own header nests 4 deep ({"arrays":
+# [[dtype, [dims]]]}) and its meta carries flat values; "[[[[..." is refused, never recursed into
+MAX_HEADER_DEPTH = 8
 # the ceiling of any frame's arrays, before the model's shapes are known (worker 0's hello
 # carries the initial weights): far above the models this testbed trains
 MAX_FRAME_BYTES = 1 << 34
@@ -56,6 +59,7 @@ ERROR = "error"  # server -> worker, instead of a reply: why none can come ({"me
 TOKEN_ENV = "NETBENCH_EXCHANGE_TOKEN"
 TIMEOUT_ENV = "NETBENCH_EXCHANGE_TIMEOUT"
 DEFAULT_STEP_TIMEOUT_S = 60.0  # the controller's default --step-timeout
+HELLO_S = 10.0  # the longest a listener waits for a connection's hello (Limits.hello_s)
 
 
 class ProtocolError(ValueError):
@@ -93,8 +97,9 @@ class FrameCap:
 class Limits:
     """How long the exchange waits, from the controller's step timeout, so that a peer that
     vanished is named (by the waiting side) before the controller's own timeout ends the run
-    unnamed: a connection whose peer stops acknowledging (a partition) is dropped by the kernel
-    after `liveness_s` (TCP keepalive and TCP_USER_TIMEOUT); a parameter server's barrier or
+    unnamed: a new connection sends its hello's header within `hello_s`; a connection whose
+    peer stops acknowledging (a partition) is dropped by the kernel after `liveness_s` (TCP
+    keepalive and TCP_USER_TIMEOUT); a parameter server's barrier or
     staleness gate gives up on a worker after `barrier_s`; a worker gives up on a reply after
     `reply_s` (later: the server's message names the culprit first)."""
 
@@ -103,6 +108,12 @@ class Limits:
     @property
     def liveness_s(self) -> float:
         return max(1.0, 0.5 * self.step_s)
+
+    @property
+    def hello_s(self) -> float:
+        """How long a listener waits for a new connection's hello header (a role sends it at
+        once; a stranger that sends nothing is closed), at most HELLO_S."""
+        return min(HELLO_S, self.liveness_s)
 
     @property
     def barrier_s(self) -> float:
@@ -141,8 +152,15 @@ def decode(read: Callable[[int], bytes], cap: FrameCap | None = None,
         raise ProtocolError(f"header of {length} bytes, more than {MAX_HEADER_BYTES}")
     try:
         header = json.loads(_read_exactly(read, length).decode())
+    except RecursionError:  # "[[[[...": the parser's own bound on nesting, never the thread's stack
+        raise ProtocolError(f"a header nested deeper than {MAX_HEADER_DEPTH} levels") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"unreadable header ({exc})") from None
+    if _depth(header) > MAX_HEADER_DEPTH:
+        raise ProtocolError(f"a header nested deeper than {MAX_HEADER_DEPTH} levels")
+    try:
         op, meta, specs = str(header["op"]), dict(header.get("meta") or {}), list(header.get("arrays") or [])
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ProtocolError(f"unreadable header ({exc})") from None
     shapes = [_spec(spec) for spec in specs]
     _check_cap(op, shapes, cap)
@@ -156,6 +174,20 @@ def decode(read: Callable[[int], bytes], cap: FrameCap | None = None,
         except ValueError as exc:
             raise ProtocolError(f"array of shape {list(shape)} is not allowed ({exc})") from None
     return Message(op=op, meta=meta, arrays=tuple(arrays))
+
+
+def _depth(value: Any, limit: int = MAX_HEADER_DEPTH + 1) -> int:
+    """How deep lists and objects nest in a parsed header, counted no further than `limit`."""
+    deepest, level = 0, [(value, 0)]
+    while level:
+        item, depth = level.pop()
+        if isinstance(item, (list, dict)):
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth >= limit:
+                return deepest
+            level.extend((child, depth) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _spec(spec: Any) -> tuple[np.dtype, tuple[int, ...]]:

@@ -15,9 +15,9 @@ shortest tail is the one whose computation ended last, and each other rank waite
 minus that shortest one for it. Tails are differences within one process's clock, so ranks
 on hosts with unrelated clocks compare as well as ranks on one host. A step needs a
 computation time on every rank: measured steps that carry the split (split steps, the
-exchange strategies, a user's job that calls ``track.computed()``), else the calibration
-steps after a fused run's window (a point launched on its own: a shared launch runs none);
-without either no rank is named.
+exchange strategies, a user's job that calls ``track.computed()``) or the end of a fused step's
+computation (``computed``: netbench's TensorFlow worker times it inside the compiled step),
+else the calibration steps after a fused run's window; without either no rank is named.
 
 * ``straggler``: the rank that finished last in the most aligned steps;
 * ``straggler_share``: the share of aligned steps it finished last in;
@@ -135,7 +135,7 @@ def align(ranks: Mapping[int, list[ev.Step]]) -> list[dict[int, ev.Step]]:
     by_number: dict[int, dict[int, ev.Step]] = {}
     for rank, steps in ranks.items():
         for s in steps:
-            if s.compute is not None:
+            if s.computation is not None:
                 by_number.setdefault(s.step, {})[rank] = s
     return [by_number[n] for n in sorted(by_number) if len(by_number[n]) == len(ranks)]
 
@@ -144,7 +144,7 @@ def last_in(step: Mapping[int, ev.Step]) -> tuple[int | None, dict[int, float]]:
     """The rank that finished last in one aligned step (the shortest tail: its computation
     ended last) and how long each rank waited for it (its tail minus that one's; 0 for it).
     Ranks tied for the shortest tail: nobody finished last in the step (None) and nobody waited."""
-    tails = {r: max(0.0, s.duration - (s.compute or 0.0)) for r, s in step.items()}
+    tails = {r: max(0.0, s.duration - (s.computation or 0.0)) for r, s in step.items()}
     shortest = min(tails.values())
     lasts = [r for r, t in tails.items() if t == shortest]
     if len(lasts) > 1:

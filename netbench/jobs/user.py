@@ -27,15 +27,17 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterable
 
 from netbench import proc
 from netbench.jobs import events as ev
-from netbench.jobs.line_match import LineMatcher
+from netbench.jobs.line_match import GIVEN_UP, LineMatcher
 from netbench.jobs.stop_margin import StepPace, stop_margin
 from netbench.model.job import Task
 
@@ -43,6 +45,7 @@ STOP_WAIT_S = 15.0  # how long a job that checks stop_requested() gets to end by
 CONTROL_FILE = "control"
 RANKS_FILE = "ranks.json"
 STOP_CHECKED = "stop-checked"  # the track module's event: this job asks stop_requested()
+GIVEN_UP_EVENT = "step-regex-given-up"  # a line --step-regex took too long over: no step, counted
 
 # run by sh inside the rank's own UTS and mount namespaces (unshare): the node's hostname,
 # its hosts file over /etc/hosts, then the command itself (exec: the pid stays the rank's)
@@ -66,9 +69,14 @@ class RegexSteps:
     ``step`` (its number; else the lines are counted), ``seconds`` or ``ms`` (its duration;
     else the time since the last matching line, so the first match only starts the clock).
 
-    The pattern sees the last 4 KiB of a line and runs in a process of its own, a line that
-    takes it longer than half a second being no step (jobs/line_match.py): a pattern that
-    backtracks on a long progress-bar line never freezes the controller's threads."""
+    The pattern sees the last 4 KiB of a line and runs in a process of its own
+    (jobs/line_match.py): a thread of this reader's own reads the rank's lines, notes when
+    each came and streams them to the matcher, and `readline` hands back each line's answer
+    in order, so no line waits a round trip behind the one before it, and a pattern that
+    backtracks on a long progress-bar line never freezes the controller's threads. A line
+    whose match takes longer than half a second is given up: it becomes a GIVEN_UP_EVENT
+    line (counted in the run's record), and no step is timed across it (the next match
+    without a duration group only starts the clock again)."""
 
     def __init__(self, stream, pattern: str, images: int, warmup: int, clock=time.monotonic) -> None:
         self.stream, self.images, self.warmup = stream, images, warmup
@@ -76,18 +84,39 @@ class RegexSteps:
         self.clock = clock
         self.count = 0
         self.last: float | None = None
+        self._read: queue.SimpleQueue = queue.SimpleQueue()  # (raw line, when read); b"" at the end
+        self._feeder: threading.Thread | None = None
+
+    def _feed(self) -> None:
+        try:
+            for raw in iter(self.stream.readline, b""):
+                now = self.clock()
+                self.matcher.put(raw.decode("utf-8", "replace"))  # before the line is seen below
+                self._read.put((raw, now))
+        finally:
+            self._read.put((b"", 0.0))
 
     def readline(self) -> bytes:
-        raw = self.stream.readline()
+        if self._feeder is None:
+            self._feeder = threading.Thread(target=self._feed, daemon=True, name="step-regex-reader")
+            self._feeder.start()
+        raw, now = self._read.get()
         if not raw:
             self.matcher.close()
             return raw
-        event = self.step_of(raw.decode("utf-8", "replace"), self.clock())
+        answer = self.matcher.take()
+        if answer is GIVEN_UP:
+            self.last = None  # the line may have been a step: never time one across it
+            return (json.dumps({"event": GIVEN_UP_EVENT, "given_up": self.matcher.given_up,
+                                "at": now}) + "\n").encode()
+        event = self._step(answer, now)
         return raw if event is None else (json.dumps(event) + "\n").encode()
 
     def step_of(self, line: str, now: float) -> dict | None:
-        """The step event a line stands for, read at `now` (None: no step)."""
-        groups = self.matcher.search(line)
+        """The step event a line stands for, read at `now` (None: no step); synchronous."""
+        return self._step(self.matcher.search(line), now)
+
+    def _step(self, groups: dict | None, now: float) -> dict | None:
         if groups is None:
             return None
         try:
@@ -162,13 +191,19 @@ class UserProcess:
             proc.stop_group(popen, grace=grace)
             proc.stop_pids([pid for pid, started in family if proc.is_same_process(pid, started)], grace=grace)
         self.inner.stop(grace)
-        # the record says whether the rank ended by itself (its exit status) or was stopped
-        self.owner.ended(self.rank, how_it_ended(code))
+        # the record says whether the rank ended by itself (its exit status), was stopped (a job
+        # that does not ask stop_requested() ends so), or was killed after a stop it did not make
+        self.owner.ended(self.rank, how_it_ended(code, self.owner.stop_at, self.owner.stop_wait_s))
 
 
-def how_it_ended(code: int | None) -> str:
-    """A rank's end as ranks.json records it: "stopped" (netbench ended it), "exited CODE" by
-    itself, with the signal's name where a signal ended it ("exited -6 (SIGABRT)")."""
+def how_it_ended(code: int | None, stop_at: int | None = None, waited_s: float | None = None) -> str:
+    """A rank's end as ranks.json records it: "exited CODE" by itself, with the signal's name
+    where a signal ended it ("exited -6 (SIGABRT)"); "stopped" (netbench ended a job that does
+    not ask to stop, as such a job ends); "killed: ..." when it was asked to stop once `stop_at`
+    steps were done and was still running `waited_s` later (it never got there)."""
+    if code is None and stop_at is not None:
+        return (f"killed: still running {waited_s or 0:.0f} s after it was asked to stop at {stop_at} steps"
+                " (it never got there)")
     if code is None:
         return "stopped"
     if code < 0:
@@ -189,6 +224,8 @@ class UserSpawner:
         self.own_hostnames = own_hostnames
         self.control = log_dir / CONTROL_FILE
         self.asked: float | None = None  # when request_stop's wait for the ranks ends (monotonic)
+        self.stop_at: int | None = None  # the step count request_stop asked the ranks to stop at
+        self.stop_wait_s: float | None = None  # how long from the request to `asked`
         self.last_step = -1
         self.pace = StepPace()  # the ranks' step time and how late their steps are heard
         self.processes: list[UserProcess] = []
@@ -267,7 +304,8 @@ class UserSpawner:
             carry = getattr(started.inner, "request_stop", None)
             if carry is not None:
                 carry(at)
-        self.asked = now + wait_s + margin * (step_s or 0.0)
+        self.stop_wait_s = wait_s + margin * (step_s or 0.0)
+        self.asked, self.stop_at = now + self.stop_wait_s, at
         return at
 
 
@@ -284,5 +322,13 @@ class _Heard:
             event = ev.parse_line(raw)
             if isinstance(event, ev.Step):
                 self.owner.last_step = max(self.owner.last_step, event.step)
-                self.owner.pace.heard(self.rank, event.end, time.monotonic())
+                self.owner.pace.heard(pace_key(self.rank, event), event.end, time.monotonic())
         return raw
+
+
+def pace_key(position: int, event: ev.Step) -> tuple[int, int | None]:
+    """Whose steps a step event's are, for the pace: the process's, and within it the rank
+    the event names (a launcher started once per node, torchrun, writes several ranks' steps
+    on one stdout: read as one, their interleaved ends looked like one rank of 1.4 ms steps)."""
+    said = dict(event.extra).get("rank")
+    return position, said if isinstance(said, int) and not isinstance(said, bool) else None

@@ -3,7 +3,8 @@
 netbench's own workers are TensorFlow and report through their harness (source "harness").
 A user's command (model/command_job.py) reports through netbench.track (source "track": its
 start event names the framework it found loaded) or through lines of its output read with
---step-regex (source "regex"); one that does neither is measured in bytes on its nodes'
+--step-regex (source "regex", with the lines given up as too slow to match:
+`step_regex_given_up`); one that does neither is measured in bytes on its nodes'
 links (source "bytes": jobs/link_bytes.py), with no images at all. Its images per step are
 --images-per-step, or what its track events say (each event carries the whole cluster's images).
 """
@@ -15,7 +16,8 @@ from typing import Sequence
 
 from netbench.jobs import events as ev
 from netbench.jobs.link_bytes import source_of
-from netbench.model.command_job import SOURCE_TRACK
+from netbench.jobs.user import GIVEN_UP_EVENT
+from netbench.model.command_job import SOURCE_REGEX, SOURCE_TRACK
 from netbench.model.job import JobSpec
 
 HARNESS = "harness"
@@ -31,6 +33,9 @@ def origin(events: Sequence[ev.Event], job: JobSpec, link: dict | None = None) -
         return {"framework": job.framework, "source": HARNESS}
     # a bytes window is only ever over when no track event came (experiment/link_window.py)
     source = source_of(job.command.step_regex, heard_track=link is None)
+    if source == SOURCE_REGEX:  # a line given up is no step: the record says how many
+        given_up = sum(1 for e in events if isinstance(e, ev.Other) and e.name == GIVEN_UP_EVENT)
+        return {"framework": "", "source": source, "step_regex_given_up": given_up}
     if source != SOURCE_TRACK:
         return {"framework": "", "source": source}
     for event in _chief(events):

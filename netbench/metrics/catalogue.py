@@ -125,7 +125,8 @@ CATALOGUE: tuple[MetricDef, ...] = (
        "Mean measured step time of each rank (worker) of the run in progress, seconds.", "rank", "node"),
     _m("training", "netbench_rank_waiting_seconds", "gauge",
        "Mean time per measured step each rank of the run in progress spent outside its computation "
-       "(communicating and waiting for the others), seconds; steps that carry the split only.", "rank", "node"),
+       "(communicating and waiting for the others), seconds; steps that carry their computation time (split, or "
+       "a fused step's end of computation) only.", "rank", "node"),
     _m("training", "netbench_rank_last_ratio", "gauge",
        "Share of the run in progress's steps each rank finished last in (its computation ended last, the "
        "others waited for it); synchronous strategies only (0 to 1).", "rank", "node"),

@@ -4,8 +4,8 @@ outside computation, and, for synchronous strategies, the share of steps it fini
 The same definitions as the run's record (netbench.jobs.stragglers): a step's *tail* on a
 rank is its duration less its computation (communication plus waiting); of the ranks that
 reported a step number, the one with the shortest tail finished last (its computation ended
-last) and the others waited for it. Only measured steps that carry a computation time count
-towards the tails; step numbers still waiting for a rank are kept until every rank has
+last) and the others waited for it. Only measured steps that carry a computation time (a
+split, or a fused step's end of computation) count towards the tails; step numbers still waiting for a rank are kept until every rank has
 reported them (at most ``PENDING`` of them, the oldest dropped first).
 """
 
@@ -37,9 +37,9 @@ class RankTimes:
         """One measured step of a worker rank."""
         self.steps[rank] = self.steps.get(rank, 0) + 1
         self.duration[rank] = self.duration.get(rank, 0.0) + step.duration
-        if step.compute is None:
+        if step.computation is None:
             return
-        tail = max(0.0, step.duration - step.compute)
+        tail = max(0.0, step.duration - step.computation)
         self.tail[rank] = self.tail.get(rank, 0.0) + tail
         self.tail_steps[rank] = self.tail_steps.get(rank, 0) + 1
         if not self.aligned or self.workers < 2:

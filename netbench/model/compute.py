@@ -193,8 +193,9 @@ def parse_flag(values: Sequence[str], kind: str, flag: str) -> tuple[ComputeFact
             raise UsageError(f"flag {flag}: empty level in {shown(text)}", hint=f"e.g. {flag} n2=" +
                              ("1,0.5,0.25" if kind == "cpus" else "0,40ms"))
         if kind == "step_delay":  # a unit on the last level applies to bare numbers before it
-            unit = re.fullmatch(r"[0-9.]+\s*([a-z]+)", items[-1])
-            items = [i + unit.group(1) if unit and re.fullmatch(r"[0-9.]+", i) and float(i) else i for i in items]
+            unit = re.fullmatch(r"[0-9]*\.?[0-9]+\s*([a-z]+)", items[-1])
+            items = [i + unit.group(1) if unit and re.fullmatch(r"[0-9]*\.?[0-9]+", i) and float(i) else i
+                     for i in items]
             levels = tuple(parse_step_delay(i, f"flag {flag}") for i in items)
         else:
             levels = tuple(parse_cpus(i, f"flag {flag}") for i in items)

@@ -86,6 +86,11 @@ def widened(allowed: list[str], name: str) -> str | None:
     return " ".join([*allowed, name])
 
 
+def allowed_setting(name: str) -> str:
+    """The machine-wide hold's name for `name` on the host's allowed list (state/holds.py)."""
+    return f"{ALLOWED_KEY}+{name}"
+
+
 def narrowed(allowed: list[str], added: str) -> str | None:
     """The host's allowed list with only `added` (the name netbench widened it by) taken out, as
     sysctl takes it; None when it is no longer there. Whatever else changed the list meanwhile

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import math
 import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -24,7 +25,7 @@ from netbench.errors import ProfileError, UsageError, shown, shown_key
 from netbench.model import algorithm_keys, command_job, compute, congestion, playbook_keys, ranks
 from netbench.model.profile import Profile, load_profile, validate
 from netbench.model.frameworks import check_framework
-from netbench.model.run import Settings, profile_name, scaled_name
+from netbench.model.run import Settings, check_size, profile_name, scaled_name
 from netbench.model.playbook_values import SETTING_KEYS
 from netbench.yamlfile import read_yaml
 
@@ -467,6 +468,7 @@ def design_points(book: Playbook) -> list[Settings]:
     if book.schedules:  # each schedule crosses every point, as one more factor (innermost)
         groups = [(factors + (("schedule", tuple(path for path, _ in book.schedules)),), what)
                   for factors, what in groups]
+    check_size(tuple(math.prod(len(levels) for _, levels in f) for f, _ in groups), book.repetitions, book.source)
     for factors, what in groups:
         for settings in _cross(book, factors):
             _check_point(book, settings, what)

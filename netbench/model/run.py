@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from netbench import units
+from netbench.errors import UsageError
 from netbench.model.compute import NONE, Compute
 from netbench.model.job import ALGORITHM_KEYS, ALGORITHM_SETTINGS, SERVER_STRATEGIES, JobSpec
 from netbench.model.profile import Profile
@@ -122,3 +123,22 @@ def profile_name(profile: Profile) -> str:
     if profile.loss:
         parts.append(f"l{units.format_ratio(profile.loss)}")
     return "-".join(parts)
+
+
+# a design's runs at most: about a day of 10-second runs, and what a dry run plans within seconds
+MAX_RUNS = 10_000
+
+
+def check_size(counts: tuple[int, ...], repeat: int, where: str) -> int:
+    """The runs of a design whose points are the products of `counts` (one per group of
+    crossed factors), each repeated `repeat` times, counted before any is made; over
+    MAX_RUNS: UsageError naming `where` (the flags or the file and key)."""
+    total = 0
+    for count in counts:
+        total += count
+        if total * repeat > MAX_RUNS:
+            break
+    if total * repeat > MAX_RUNS:
+        raise UsageError(f"{where}: more than {MAX_RUNS:,} runs ({total * repeat:,} at least)",
+                         hint="sweep fewer levels, or split the design into several sweeps")
+    return total * repeat

@@ -35,7 +35,10 @@ from netbench.yamlfile import read_yaml
 
 RAMP_STEP_S = 0.1  # a ramp over time changes the link every 100 ms (a change takes a few ms)
 MAX_STEP_RAMP_POINTS = 100  # a ramp over training steps changes the link at most this often
-MAX_ENTRIES = 100_000  # a timeline longer than this is a mistake (a 3-hour ramp at 100 ms)
+# a timeline longer than this is a mistake (a 17-minute ramp at 100 ms), and expanding one
+# costs ~0.1 ms a change: the bound keeps every dry run within seconds
+MAX_ENTRIES = 10_000
+MIN_CYCLE_S = 0.01  # a repeating schedule's loop, at least: a change takes a few ms (a 1 us loop spun the CPU)
 RATIO_DIGITS = 6  # ramped ratios are rounded to 0.0001 %; durations to 1 us, rates to 1 bit/s
 SCHEDULE_KEYS = ("name", "description", "profile", "steps", "trace", "repeat", "period")
 TRIGGER_KEYS = ("at", "at_step", "ramp")
@@ -286,6 +289,9 @@ def schedule_from_mapping(data: Any, source: str, default_name: str = "schedule"
                         period=period, description=description)
     if repeat and schedule.cycle <= 0:
         raise _fail(source, "period", "a repeating schedule needs a period above 0", hint="e.g. 'period: 10s'")
+    if repeat and not schedule.by_step and schedule.cycle < MIN_CYCLE_S:
+        raise _fail(source, "period", f"a loop of {schedule.cycle:g} s: a repeating schedule's loop takes at least "
+                    f"{MIN_CYCLE_S:g} s (a change takes a few ms)", hint="e.g. 'period: 10s'")
     if base is not None:
         timeline(schedule, base)  # every combination is known now: check it at load
     return schedule
@@ -345,7 +351,27 @@ def _same(a: Profile, b: Profile) -> bool:
     return replace(a, name="", description="") == replace(b, name="", description="")
 
 
+_EXPANDED: dict = {}  # (schedule, starting profile) -> its timeline: a design asks once per point
+_EXPANDED_KEPT = 8
+
+
 def timeline(schedule: Schedule, base: Profile | None = None) -> tuple[TimedProfile, ...]:
+    """The profiles in force from each moment on (see `expand`); the same schedule over the
+    same starting profile is expanded once (a playbook's points share a schedule's)."""
+    key = (schedule, schedule.profile or base)
+    try:
+        found = _EXPANDED.get(key)
+    except TypeError:  # a step's value YAML gave as a list or mapping: not hashable, not kept
+        return expand(schedule, base)
+    if found is None:
+        found = expand(schedule, base)
+        if len(_EXPANDED) >= _EXPANDED_KEPT:
+            _EXPANDED.pop(next(iter(_EXPANDED)))
+        _EXPANDED[key] = found
+    return found
+
+
+def expand(schedule: Schedule, base: Profile | None = None) -> tuple[TimedProfile, ...]:
     """The profiles in force from each moment on, in order, ramps expanded; one cycle of a
     repeating schedule (the runner adds `schedule.cycle` per loop). The first step starts from
     the schedule's own profile, else `base` (the link as it is; None: an unshaped link).
@@ -354,6 +380,12 @@ def timeline(schedule: Schedule, base: Profile | None = None) -> tuple[TimedProf
     profile refuses (jitter above the delay, a rate ramp from unlimited) raises UsageError
     naming the file, the step (or trace row) and the key."""
     current = schedule.profile or base or Profile(name="none")
+    planned = 0  # the changes the steps make, counted before any is expanded
+    for step in schedule.steps:
+        planned += ramp_points(step) if step.ramp else 1
+        if planned > MAX_ENTRIES:
+            raise _fail(step.where, "ramp" if step.ramp else "at", f"the schedule expands to over {MAX_ENTRIES} "
+                        "changes", hint="shorten the ramps, or thin the steps out")
     out: list[TimedProfile] = []
     compute: tuple = ()
     for step in schedule.steps:
@@ -367,8 +399,7 @@ def timeline(schedule: Schedule, base: Profile | None = None) -> tuple[TimedProf
         end = named(_overlay(current, step.fields, step.where), step.at)
         points: list[tuple[float, Profile]] = []
         if step.ramp:
-            count = (min(int(step.ramp), MAX_STEP_RAMP_POINTS) if step.at_step is not None
-                     else max(1, math.ceil(step.ramp / RAMP_STEP_S - 1e-9)))
+            count = ramp_points(step)
             for k in range(1, count + 1):
                 at = step.at + step.ramp * k / count
                 at = round(at) if step.at_step is not None else at
@@ -390,6 +421,20 @@ def timeline(schedule: Schedule, base: Profile | None = None) -> tuple[TimedProf
                             hint="shorten the ramps")
         current = end
     return tuple(out)
+
+
+def ramp_points(step: ScheduleStep) -> int:
+    """The changes a step's ramp makes (one per RAMP_STEP_S, or at most MAX_STEP_RAMP_POINTS
+    over training steps); over MAX_ENTRIES: UsageError naming the step, before any is made."""
+    if step.at_step is not None:
+        return min(int(step.ramp), MAX_STEP_RAMP_POINTS)
+    count = max(1, math.ceil(step.ramp / RAMP_STEP_S - 1e-9))
+    if count > MAX_ENTRIES:
+        raise _fail(step.where, "ramp", f"{units.format_wall_seconds(step.ramp)} is {count} changes at one per "
+                    f"{RAMP_STEP_S:g} s, "
+                    f"more than a schedule's {MAX_ENTRIES}", hint=f"shorten the ramp to at most "
+                    f"{MAX_ENTRIES * RAMP_STEP_S:g}s, or ramp in steps of their own")
+    return count
 
 
 def _compute_text(changes: tuple[tuple[str, str, Any], ...]) -> tuple[tuple[str, str], ...]:

@@ -17,7 +17,7 @@ from netbench.yamlfile import _read_bytes
 
 TRACE_COLUMNS = {"delay_ms": ("delay", "ms"), "rate_mbit": ("rate", "mbit"), "loss_pct": ("loss", "%")}
 TIME_COLUMN = "time_s"
-MAX_ROWS = 100_000
+MAX_ROWS = 10_000  # a schedule's changes at most (model/schedule.py MAX_ENTRIES)
 HINT = "a trace is CSV with a header row: time_s,delay_ms,rate_mbit,loss_pct (any of the last three)"
 
 
@@ -72,7 +72,9 @@ def read_trace(path: Path) -> list[tuple[int, float, dict[str, str]]]:
         fields = {}
         for column, (key, unit) in TRACE_COLUMNS.items():
             if cells.get(column):
-                fields[key] = f"{_number(cells[column], where, column):.15g}{unit}"
+                value = _number(cells[column], where, column)
+                # a measured delay keeps whole microseconds, as every delay does (units.parse_duration_us)
+                fields[key] = f"{round(value * 1000)}us" if key == "delay" else f"{value:.15g}{unit}"
         out.append((number, at_s, fields))
     if not out:
         raise UsageError(f"{path}: the trace has no rows", hint=HINT)

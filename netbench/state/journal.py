@@ -34,6 +34,7 @@ from netbench.state import places
 JOURNAL_NAME = "journal.jsonl"
 LOCK_NAME = "lock"
 JOURNAL_LOCK_NAME = "journal.lock"  # held only while a line is appended or the journal compacted
+STEP_DELAY_DIR = "step-delay"  # a sweep's step-delay files (testbed/compute.py): reset removes the folder
 QUARANTINE_NAME = "journal.bad"  # lines compaction could not read, kept for a person to look at
 
 # what reset needs in each kind's data to undo it (reset.py); a create line without it is bad
@@ -41,7 +42,7 @@ REQUIRED: dict[str, dict[str, type]] = {
     "netns": {"name": str}, "attach": {"name": str}, "process": {"pid": int},
     "qdisc": {"netns": str, "ifname": str}, "ingress": {"netns": str, "dev": str, "ifb": str},
     "iptables": {"netns": str}, "sysctl": {"key": str, "previous": str},
-    "cgroup": {"path": str, "root": str},
+    "cgroup": {"path": str, "root": str}, "cgroup-control": {"path": str},
 }
 
 

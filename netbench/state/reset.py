@@ -16,7 +16,7 @@ from typing import Callable
 
 from netbench import proc
 from netbench.errors import ResetIncomplete
-from netbench.state.journal import Journal
+from netbench.state.journal import STEP_DELAY_DIR, Journal
 from netbench.state.undo import UndoContext, undo
 from netbench.testbed import netns as local
 
@@ -99,6 +99,7 @@ def reset(journal: Journal, warn: Callable[[str], None] = _ignore, all_namespace
     for name in local.host_netns_references():
         warn(f"namespace {name} left alone: it is a reference to the host's own network namespace")
     shutil.rmtree(journal.dir / "engines", ignore_errors=True)
+    shutil.rmtree(journal.dir / STEP_DELAY_DIR, ignore_errors=True)  # a killed sweep's step-delay files
     from netbench.metrics.exporter import remove_stale_targets, targets_dir
 
     # a killed controller's file_sd target

@@ -9,12 +9,14 @@ registered for is left alone with a warning (a newer netbench's journal, or a bu
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from netbench import proc
 from netbench.emulation.iptables import Iptables
 from netbench.emulation.netlink.qdisc import NetlinkQdiscs
+from netbench.state.holds import Holds
 from netbench.testbed import netns as local
 
 
@@ -85,20 +87,35 @@ def _undo_sysctl(data: dict[str, Any], ctx: UndoContext) -> str | None:
     where = data.get("netns")
     if where is not None and where not in ctx.existing:
         return None
-    now = local.read_sysctl(data["key"], where)
     if data.get("added"):  # a list netbench widened by one name: only that name comes out
-        from netbench.model.congestion import narrowed
-
-        back = narrowed(now.split(), data["added"])
-        if back is None:
-            return None
-        local.write_sysctl(data["key"], back, where)
-        return f"{data['key']} change " + (f"in {where}" if where else "on the host") + \
-            f" (back to {back!r}: {data['added']!r} taken out)"
+        return _narrow(data, ctx)
+    now = local.read_sysctl(data["key"], where)
     if now == data["previous"]:
         return None
     local.write_sysctl(data["key"], data["previous"], where)
     return f"{data['key']} change " + (f"in {where}" if where else "on the host") + f" (back to {data['previous']!r})"
+
+
+def _narrow(data: dict[str, Any], ctx: UndoContext, holds: Holds | None = None) -> str | None:
+    """A host-wide list widened by one name: that name taken out, once no other running
+    netbench holds it (state/holds.py; an entry without a hold, from an older netbench: at once)."""
+    from netbench.model.congestion import narrowed
+
+    holds = holds or Holds()
+    setting, hold = f"{data['key']}+{data['added']}", data.get("hold")
+    with holds.locked(setting) if hold else nullcontext():
+        if hold:
+            holds.remove(setting, hold)
+            others = holds.others_live(setting)
+            if others:
+                ctx.warn(f"{data['key']}: {data['added']!r} left in: {others} other netbench(s) still use it")
+                return None
+            holds.clear(setting)
+        back = narrowed(local.read_sysctl(data["key"], None).split(), data["added"])
+        if back is None:
+            return None
+        local.write_sysctl(data["key"], back, None)
+    return f"{data['key']} change on the host (back to {back!r}: {data['added']!r} taken out)"
 
 
 def _undo_cgroup(data: dict[str, Any], ctx: UndoContext) -> str | None:
@@ -117,6 +134,14 @@ def _undo_cgroup(data: dict[str, Any], ctx: UndoContext) -> str | None:
     return None
 
 
+def _undo_cgroup_control(data: dict[str, Any], ctx: UndoContext) -> str | None:
+    """The cpu controller netbench turned on in a v2 root's subtree_control: off again once no
+    other running netbench holds it (emulation/cgroups.py)."""
+    from netbench.emulation.cgroups import release_cpu_controller
+
+    return release_cpu_controller(data, ctx.warn)
+
+
 UNDO: dict[str, UndoFn] = {
     "process": _undo_process,
     "iptables": _undo_iptables,
@@ -126,6 +151,7 @@ UNDO: dict[str, UndoFn] = {
     "attach": _undo_attach,
     "sysctl": _undo_sysctl,
     "cgroup": _undo_cgroup,
+    "cgroup-control": _undo_cgroup_control,
 }
 
 

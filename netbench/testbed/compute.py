@@ -16,8 +16,9 @@ from netbench.emulation import cgroups as cg
 from netbench.jobs.harness import step_delay
 from netbench.model import compute as cm
 from netbench.model.run import computes
+from netbench.state.journal import STEP_DELAY_DIR
 
-DELAY_DIR = "step-delay"  # under the state dir: one file per node, the seconds its ranks add
+DELAY_DIR = STEP_DELAY_DIR  # under the state dir: one file per node, the seconds its ranks add (reset removes it)
 
 
 def sweep_computes(runs: Sequence) -> tuple[cm.Compute, ...]:
@@ -106,6 +107,11 @@ class NodeCapacity:
         for path in self.delay_file.values():
             try:
                 path.unlink()
+            except OSError:
+                pass
+        if self.delay_file:
+            try:
+                (Path(self.journal.dir) / DELAY_DIR).rmdir()  # another sweep's files keep it
             except OSError:
                 pass
         self.group_of.clear()

@@ -3,17 +3,23 @@ namespace, journaled, and put back (model/congestion.py holds the pure decisions
 
 Each change is a journal entry of kind `sysctl` (key, the previous value, the namespace or
 None for the host's own), recorded before it is made: the sweep's end puts them back, and so
-does `netbench reset` after a crash (state/undo.py). A testbed that `netbench testbed up`
+does `netbench reset` after a crash (state/undo.py). The host's allowed list is host-wide:
+a name added to it is held machine-wide (state/holds.py), so two sweeps that widen it at
+once keep it until the last of them is done. A testbed that `netbench testbed up`
 brought up outlives the sweep; its nodes get their previous congestion control back.
 """
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
 from typing import Callable
 
 from netbench import proc
 from netbench.errors import NetbenchError, TestbedError, UsageError
 from netbench.model import congestion as cc
+from netbench.state.holds import Holds
 from netbench.state.journal import Entry, Journal
 from netbench.testbed import netns as local
 
@@ -27,6 +33,27 @@ def _ignore(message: str) -> None:
 def available() -> list[str]:
     """The algorithms this kernel has (tcp_available_congestion_control, host-wide)."""
     return local.read_sysctl(cc.AVAILABLE_KEY).split()
+
+
+def loadable(name: str, modules: Path | None = None) -> bool:
+    """Whether this kernel's module folder holds tcp_NAME (modprobe would load it; `name` has
+    passed cc.check_name). Reads modules.dep: no root, nothing loaded."""
+    folder = modules or Path("/lib/modules") / os.uname().release
+    try:
+        listed = (folder / "modules.dep").read_text(errors="replace")
+    except OSError:
+        return False
+    return re.search(rf"(^|/)tcp_{re.escape(name)}\.ko(\.[a-z]+)?:", listed, re.MULTILINE) is not None
+
+
+def check_planned(name: str, where: str, modules: Path | None = None) -> None:
+    """A dry run's check of `name` (no root, nothing loaded or set): refused unless the kernel
+    lists it (tcp_available_congestion_control, readable by anyone) or holds its module."""
+    why = cc.check_name(name)
+    if why is None and name not in available() and not loadable(name, modules):
+        why = cc.refusal(name, available())
+    if why is not None:
+        raise UsageError(f"{where}: {why}", hint="choose an available one, or leave it out to keep the nodes' own")
 
 
 def check_available(name: str, where: str) -> None:
@@ -73,17 +100,41 @@ def _set(journal: Journal, key: str, value: str, name: str | None, previous: str
     return entry
 
 
-def set_on_nodes(journal: Journal, nodes, name: str) -> list[Entry]:
-    """Make `name` every node's default congestion control (widening the host's allowed list
-    first when a namespace may not choose it); each change journaled before it is made and read
-    back. On any failure what was set is put back before the error goes on."""
-    entries: list[Entry] = []
-    try:
+def hold_allowed(journal: Journal, name: str, holds: Holds | None = None) -> Entry | None:
+    """Let the namespaces choose `name`: the host's allowed list widened by it, journaled, and
+    held machine-wide (state/holds.py) so that another netbench that widened it too keeps it
+    until the last of them is done. None: the host's own list has it (no netbench put it there)."""
+    holds = holds or Holds()
+    setting = cc.allowed_setting(name)
+    with holds.locked(setting):
         allowed = local.read_sysctl(cc.ALLOWED_KEY).split()
         wider = cc.widened(allowed, name)
+        if wider is None and not holds.held(setting):
+            return None
+        hold = holds.new_id()
+        # `added`: its undo takes out only this name, and only when no other netbench holds it
+        entry = journal.record("sysctl", key=cc.ALLOWED_KEY, value=wider or " ".join(allowed),
+                               previous=" ".join(allowed), netns=None, added=name, hold=hold)
+        holds.add(setting, hold)
         if wider is not None:
-            # `added`: its undo takes out only this name, not the whole list as it was then
-            entries.append(_set(journal, cc.ALLOWED_KEY, wider, None, " ".join(allowed), added=name))
+            try:
+                local.write_sysctl(cc.ALLOWED_KEY, wider, None)
+            except BaseException:
+                holds.remove(setting, hold)
+                journal.done(entry)  # nothing was changed
+                raise
+        return entry
+
+
+def set_on_nodes(journal: Journal, nodes, name: str, holds: Holds | None = None) -> list[Entry]:
+    """Make `name` every node's default congestion control (widening the host's allowed list
+    first when a namespace may not choose it: `hold_allowed`); each change journaled before it
+    is made and read back. On any failure what was set is put back before the error goes on."""
+    entries: list[Entry] = []
+    try:
+        widened = hold_allowed(journal, name, holds)
+        if widened is not None:
+            entries.append(widened)
         for node in nodes:
             previous = local.read_sysctl(cc.DEFAULT_KEY, node.netns)
             if not previous:

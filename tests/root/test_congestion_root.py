@@ -55,3 +55,34 @@ def test_a_sweep_sets_every_nodes_congestion_control_and_puts_it_back(clean_mach
     assert local.read_sysctl(cc.ALLOWED_KEY) == allowed
     assert [e for e in clean_machine.pending() if e.kind == "sysctl"] == []
     assert Path("/run/netns/netbench-n1").exists()
+
+
+def test_two_sweeps_widening_the_hosts_allowed_list_at_once_keep_it_until_the_last_is_done(tmp_path, monkeypatch):
+    """The host's real tcp_allowed_congestion_control, two journals (two state folders): both
+    widen it by one name; the first to finish leaves it for the other, the second takes it out.
+    The list as it was is written back whatever happens."""
+    import os
+
+    from netbench.state.journal import Journal
+    from netbench.testbed import congestion
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the host's sysctl)")
+    monkeypatch.setenv("NETBENCH_HOLDS_DIR", str(tmp_path / "holds"))
+    allowed, default = local.read_sysctl(cc.ALLOWED_KEY), local.read_sysctl(cc.DEFAULT_KEY)
+    name = next((n for n in local.read_sysctl(cc.AVAILABLE_KEY).split() if n not in (default, "reno")), None)
+    if name is None:
+        pytest.skip("this kernel has no congestion control beside its default and reno")
+    try:
+        local.write_sysctl(cc.ALLOWED_KEY, cc.narrowed(allowed.split(), name) or "reno")
+        first, second = Journal(tmp_path / "a"), Journal(tmp_path / "b")
+        a, b = congestion.hold_allowed(first, name), congestion.hold_allowed(second, name)
+        assert a is not None and b is not None and name in local.read_sysctl(cc.ALLOWED_KEY).split()
+        congestion.restore(first, [a])
+        assert name in local.read_sysctl(cc.ALLOWED_KEY).split()  # the other sweep still has it
+        congestion.restore(second, [b])
+        assert name not in local.read_sysctl(cc.ALLOWED_KEY).split()
+        assert first.pending() == [] and second.pending() == []
+    finally:
+        local.write_sysctl(cc.ALLOWED_KEY, allowed)
+    assert local.read_sysctl(cc.ALLOWED_KEY) == allowed

@@ -1,6 +1,8 @@
 """End-to-end tier: Debian's Prometheus, with the shipped config, scrapes a real sweep run
 with --metrics-port; then every panel, variable and annotation query of the dashboards must
-return data, and the throughput it recorded must move with the profile (root, TensorFlow)."""
+return data, and the throughput it recorded must move with the profile (root, TensorFlow); and
+in the sweep most users start with (`--latency` levels only, the fused all-reduce step, a
+shared launch) every metric the dashboards use has samples, the who-waits ones included."""
 
 from __future__ import annotations
 
@@ -137,11 +139,6 @@ def test_prometheus_scrapes_a_sweep_and_every_dashboard_query_returns_data(clean
                 # the per-pair row has data only under a per-pair topology, which this sweep does not
                 # apply (tests/unit/test_metrics_pairs.py scrapes one under each backend)
                 continue
-            if any(name in query.expr for name in ("netbench_rank_waiting_seconds", "netbench_rank_last_ratio")):
-                # who waits for whom needs each step's computation apart from its exchange: the default
-                # fused all-reduce step in a shared launch has none (netbench_rank_step_seconds, asked
-                # below, has data; tests/unit/test_metrics.py fills these from split steps)
-                continue
             if query.kind == "variable":
                 selector, label = lint.label_values(query.expr)
                 values = prometheus.api(f"label/{label}/values", **{"match[]": substitute(selector, range_s)},
@@ -190,3 +187,38 @@ def test_prometheus_scrapes_a_sweep_and_every_dashboard_query_returns_data(clean
                                              f"[{range_s}s])", time=end)["result"]
     assert [float(r["value"][1]) for r in measured] == [16.0]  # 8 measured steps in each of 2 runs
     assert netbench_processes() == []
+
+
+def dashboard_metrics() -> set[str]:
+    """Every netbench metric a shipped dashboard queries: the generator's dashboards and the
+    committed JSON files (tests/unit/test_dashboards.py keeps the two equal)."""
+    built = [build() for build in dashboards.DASHBOARDS.values()]
+    shipped = [json.loads(path.read_text()) for path in sorted((ROOT / "grafana" / "dashboards").glob("*.json"))]
+    names = {name for dashboard in built + shipped for query in lint.queries(dashboard)
+             for name, _ in lint.metric_names(query.expr) if name.startswith("netbench_")}
+    # a histogram is queried by its series; the exporter's metric is the histogram's name
+    return {name.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum") for name in names}
+
+
+def test_every_metric_the_dashboards_use_has_samples_in_a_default_sweep(clean_machine, state_dir, tmp_path,
+                                                                       prometheus):
+    """netbench sweep --latency 1,10,100ms, shortened to two points and a short window: the fused
+    all-reduce step in a shared launch. Its who-waits metrics had no samples (the fused step
+    reported no computation). Two families describe shaping such a sweep may not do, and are
+    asked for only where it does: the per-pair ones (a per-pair topology: test_metrics_pairs.py
+    scrapes them) and, under the userspace backend, the root qdisc's (netbench installs one for
+    a rate only; the test above shapes a rate and asks for them)."""
+    started = time.time()
+    out = tmp_path / "results"
+    sweep = subprocess.run([*NETBENCH, "sweep", "--latency", "1,10ms", "--warmup", "3", "--steps", "8",
+                            "--precision", "off", "--metrics-port", "0", "--metrics-wait", "60s",
+                            "--output", str(out)], capture_output=True, text=True, timeout=600)
+    assert sweep.returncode == 0, sweep.stdout[-2000:] + sweep.stderr[-2000:]
+    names = {n for n in dashboard_metrics() if not n.startswith("netbench_pair_")}
+    if json.loads((out / "manifest.json").read_text())["backend"] != "netem":  # no qdisc without a rate
+        names = {n for n in names if not n.startswith("netbench_qdisc_")}
+    assert {"netbench_rank_waiting_seconds", "netbench_rank_last_ratio", "netbench_step_duration_seconds"} <= names
+    found = prometheus.api("label/__name__/values", **{"match[]": '{__name__=~"netbench_.+"}'},
+                           start=started, end=time.time())  # the names with a sample in the sweep's time
+    exported = {name.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum") for name in found}
+    assert sorted(names - exported) == [], f"{len(names - exported)} of {len(names)} without a sample: {sorted(names - exported)}"

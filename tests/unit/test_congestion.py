@@ -222,3 +222,81 @@ def test_an_allowed_list_someone_else_already_narrowed_is_left_alone(sysctl, tmp
 ])
 def test_narrowed(allowed, added, expected):
     assert cc.narrowed(allowed, added) == expected
+
+
+# ---------------------------------------------------------------- two sweeps at once
+
+NODES_B = (Node("n1", "netbench-b-n1", "eth0", "10.1.0.1", 24, "nb-b-n1"),
+           Node("n2", "netbench-b-n2", "eth0", "10.1.0.2", 24, "nb-b-n2"))
+
+
+@pytest.fixture
+def two_testbeds(sysctl):
+    for node in NODES_B:
+        sysctl.values[node.netns] = {cc.DEFAULT_KEY: "bbr"}
+    return sysctl
+
+
+def test_two_sweeps_that_widen_the_allowed_list_at_once_keep_it_until_the_last_is_done(two_testbeds, tmp_path):
+    """Sweeps A and B (two state folders, two journals) both set cubic, which the host's
+    allowed list lacks. A finishes first: cubic stays allowed for B (the first to finish used
+    to take it out); B's end takes it out. Neither writes the list twice."""
+    sysctl = two_testbeds
+    first, second = Journal(tmp_path / "a"), Journal(tmp_path / "b")
+    a = congestion.set_on_nodes(first, NODES, "cubic")
+    b = congestion.set_on_nodes(second, NODES_B, "cubic")
+    assert [w for w in sysctl.writes if w[0] is None] == [(None, cc.ALLOWED_KEY, "reno bbr cubic")]
+    assert b[0].data["key"] == cc.ALLOWED_KEY and b[0].data["added"] == "cubic"  # B holds it too
+    congestion.restore(first, a)
+    assert sysctl.read(cc.ALLOWED_KEY) == "reno bbr cubic"  # B still uses it
+    assert sysctl.read(cc.DEFAULT_KEY, "netbench-b-n1") == "cubic" and sysctl.read(cc.DEFAULT_KEY, "netbench-n1") == "bbr"
+    congestion.restore(second, b)
+    assert sysctl.read(cc.ALLOWED_KEY) == "reno bbr"
+    assert first.pending() == [] and second.pending() == []
+
+
+def test_a_crashed_sweeps_hold_keeps_nothing_from_the_live_one_and_its_reset_finds_it_put_back(two_testbeds, tmp_path):
+    """A widens and is killed (its hold's process gone); B starts while cubic is still allowed
+    and holds it as well. B's end takes cubic out (no live netbench holds it); A's reset later
+    finds nothing to put back. Had A's reset come first, B would have kept it."""
+    import subprocess
+    import sys
+
+    from netbench.state.holds import Holds
+
+    sysctl = two_testbeds
+    first, second = Journal(tmp_path / "a"), Journal(tmp_path / "b")
+    congestion.set_on_nodes(first, NODES, "cubic")
+    b = congestion.set_on_nodes(second, NODES_B, "cubic")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    holds, setting = Holds(), cc.allowed_setting("cubic")
+    crashed = next(e for e in first.pending() if e.data.get("added")).data["hold"]
+    holds.add(setting, crashed, pid=gone.pid)  # A's hold now names a process that has ended
+    assert holds.others_live(setting) == 1  # B's
+    congestion.restore(second, b)
+    assert sysctl.read(cc.ALLOWED_KEY) == "reno bbr"
+    reset(first)
+    assert sysctl.read(cc.ALLOWED_KEY) == "reno bbr" and first.pending() == [] and not holds.held(setting)
+
+
+def test_a_reset_of_one_sweep_leaves_the_name_to_a_live_one(two_testbeds, tmp_path):
+    sysctl = two_testbeds
+    first, second = Journal(tmp_path / "a"), Journal(tmp_path / "b")
+    congestion.set_on_nodes(first, NODES, "cubic")
+    b = congestion.set_on_nodes(second, NODES_B, "cubic")
+    warnings: list[str] = []
+    reset(first, warn=warnings.append)
+    assert sysctl.read(cc.ALLOWED_KEY) == "reno bbr cubic"
+    assert any("'cubic' left in: 1 other netbench(s) still use it" in w for w in warnings), warnings
+    congestion.restore(second, b)
+    assert sysctl.read(cc.ALLOWED_KEY) == "reno bbr"
+
+
+def test_a_name_on_the_hosts_own_list_is_never_held_nor_taken_out(two_testbeds, tmp_path):
+    sysctl = two_testbeds
+    for journal, nodes in ((Journal(tmp_path / "a"), NODES), (Journal(tmp_path / "b"), NODES_B)):
+        entries = congestion.set_on_nodes(journal, nodes, "reno")
+        assert all(e.data["netns"] is not None for e in entries)
+        congestion.restore(journal, entries)
+    assert sysctl.read(cc.ALLOWED_KEY) == "reno bbr"

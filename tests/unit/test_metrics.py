@@ -652,3 +652,18 @@ def test_an_own_pace_run_counts_no_one_last_and_a_rank_that_has_not_reported_a_s
     assert sync.compared == 0 and sync.view()[0][2] is None
     sync.add(1, ev.Step(step=0, duration=0.1, compute=0.09))
     assert sync.compared == 1 and sync.view()[1][2] == 1.0
+
+
+def test_fused_steps_feed_the_who_waits_metrics_with_their_end_of_computation():
+    """The default sweep's fused all-reduce steps carry no split but their `computed`: the
+    who-waits panels (waiting, finished last) had no data in the sweep most users start with."""
+    from netbench.jobs import events as ev
+    from netbench.metrics.ranks import RankTimes
+
+    fused = RankTimes(workers=2, aligned=True)
+    for k in range(4):
+        fused.add(0, ev.Step(step=k, duration=0.1, computed=0.02))
+        fused.add(1, ev.Step(step=k, duration=0.1, computed=0.09))
+    view = fused.view()
+    assert view[0][1] == pytest.approx(0.08) and view[1][1] == pytest.approx(0.01)
+    assert (view[0][2], view[1][2]) == (0.0, 1.0)

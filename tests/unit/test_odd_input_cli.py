@@ -100,6 +100,47 @@ FLAG_CASES = [
     *[_case(f"apply-scale-{v}", ("apply", "--dry-run", "--scale", v), ["--scale"]) for v in ("nan", "0", "-inf")],
     _case("collective-timeout-nan", ("collective", "--timeout", "nan"), ["--timeout"]),
     _case("collective-framework", ("collective", "--framework", "mpi"), ["--framework"]),
+    # ---- this round's surface (issue 38): node capacity, a part of a microsecond, b for bytes
+    *[_case(f"step-delay-{i}", (*SWEEP, "--step-delay", v), ["--step-delay", *said])
+      for i, (v, said) in enumerate((("n2=.,40ms", ["'.'"]), ("n2=..40ms", []), ("n2=40ms,.", []),
+                                     ("n2=0.4us", ["0.4us", "write 0 or 1us"]), ("n2=2.5us", ["write 2us or 3us"]),
+                                     ("n2=nan", []), ("n2=-40ms", []), ("n2=10", ["10ms"]), ("n2=1e9s", []),
+                                     ("n2=40ms,40ms", ["repeated"]), ("n2", [])))],
+    *[_case(f"cpus-{i}", (*SWEEP, "--cpus", v), ["--cpus"])
+      for i, v in enumerate(("n2=0", "n2=nan", "n2=inf", "n2=-1", "n2=", "n2=0.5,0.5", "n2=0.5x", "N2=0.5", "n2=1e9"))],
+    _case("cpus-twice", (*SWEEP, "--cpus", "n2=0.5", "--cpus", "n2=1"), ["--cpus", "twice"]),
+    _case("latency-part-of-a-us", (*SWEEP, "--jitter", "0.4us"), ["--jitter", "write 0 or 1us"]),
+    _case("latency-half-a-us", ("sweep", "--dry-run", "--latency", "2.5us"), ["--latency", "write 2us or 3us"]),
+    _case("sizes-lower-case-b", ("collective", "--sizes", "8b"), ["--sizes", "8B"]),
+    _case("sizes-kibibits", ("collective", "--sizes", "8-64kib"), ["--sizes", "64KiB"]),
+    *[_case(f"ranks-per-node-{v}", (*SWEEP, "--ranks-per-node", v), ["--ranks-per-node"]) for v in ("0", "-1", "nan")],
+    _case("collective-flag-unknown", (*SWEEP, "--collective", "tree"), ["--collective"]),
+    _case("device-unknown", (*SWEEP, "--device", "tpu"), ["--device"]),
+    _case("gpus-per-node-negative", (*SWEEP, "--gpus-per-node", "-1"), ["--gpus-per-node"]),
+    *[_case(f"backup-workers-{v}", (*ALGO, "ps-sync", "--backup-workers", v), ["--backup-workers"])
+      for v in ("-1", "2", "nan")],
+    _case("backup-workers-wrong-strategy", (*SWEEP, "--backup-workers", "1"), ["--backup-workers"]),
+    *[_case(f"pipeline-{v}", (*ALGO, "ps-async", "--pipeline", v), ["--pipeline"]) for v in ("-1", "nan", "1.5")],
+    _case("pipeline-wrong-strategy", (*SWEEP, "--pipeline", "4"), ["--pipeline"]),
+    *[_case(f"order-seed-{v}", (*SWEEP, "--order-seed", v), ["--order-seed"]) for v in ("-1", "nan", "1e99")],
+    *[_case(f"settle-round-trips-{v}", (*SWEEP, "--settle-round-trips", v), ["--settle-round-trips"])
+      for v in ("-1", "nan", "inf")],
+    _case("settle-huge", (*SWEEP, "--settle", "1e12s"), ["--settle", "86400s"]),
+    _case("metrics-wait-huge", (*SWEEP, "--metrics-port", "9464", "--metrics-wait", "1e9s"), ["--metrics-wait"]),
+    _case("save-playbook-no-folder", (*SWEEP, "--save-playbook", "{dir}/none/x.yaml"), ["--save-playbook"]),
+    _case("ps-nodes-over-64", (*ALGO, "ps-sync", "--workers", "64", "--ps", "16"), ["--workers", "80 nodes"]),
+    # ---- nothing after '--', a congestion control the kernel lacks (its list needs no root)
+    _case("dashes-and-nothing", (*SWEEP, "--"), ["'--'", "COMMAND"]),
+    _case("congestion-unknown", (*SWEEP, "--congestion-control", "nosuchcc"), ["--congestion-control", "not available"]),
+    # ---- designs too large to plan within seconds
+    _case("levels-grid-too-large", ("sweep", "--dry-run", "--latency", ",".join(f"{i}ms" for i in range(1, 102)),
+                                    "--bandwidth", ",".join(f"{i}mbit" for i in range(1, 101))), ["--latency", "10,000"]),
+    _case("levels-grid-too-large-repeated", ("sweep", "--dry-run", "--latency", ",".join(f"{i}ms" for i in range(1, 101)),
+                                             "--bandwidth", ",".join(f"{i}mbit" for i in range(1, 51)), "--repeat", "3"),
+          ["--repeat", "10,000"]),
+    _case("compute-grid-too-large", (*SWEEP, "--cpus", "n2=" + ",".join(f"{i / 100:g}" for i in range(1, 101)),
+                                     "--step-delay", "n2=" + ",".join(f"{i}ms" for i in range(0, 101))),
+          ["--cpus", "10,000"]),
 ]
 
 

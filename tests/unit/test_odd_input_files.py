@@ -119,6 +119,48 @@ FILE_CASES = [
     _case("playbook-not-yaml", ("run", "pb.yaml", "--dry-run"), ["pb.yaml"], {"pb.yaml": "name: [unclosed\n"}),
     _case("playbook-binary", ("run", "pb.yaml", "--dry-run"), ["pb.yaml"], {"pb.yaml": b"\xff\xfe\x00\x01garbage"}),
     _case("playbook-a-list", ("run", "pb.yaml", "--dry-run"), ["pb.yaml"], {"pb.yaml": "- a\n- b\n"}),
+    # ---- this round's surface (issue 38): node capacity in schedules, topologies and playbooks
+    *[_case(f"schedule-node-{i}", ("sweep", "--dry-run", "--schedule", "s.yaml"), ["s.yaml", "step 2", *said],
+            {"s.yaml": f"name: s\nprofile: {{delay: 5ms}}\nsteps:\n  - {{at: 0s, delay: 5ms}}\n  - {{at: 1s, {step}}}\n"})
+      for i, (step, said) in enumerate((("node: n2, cpus: .nan", ["cpus"]), ("node: n2, step_delay: 0.4us", ["0.4us"]),
+                                        ("node: n2, step_delay: '.'", ["step_delay"]), ("node: n2x, cpus: 0.5", ["node"]),
+                                        ("cpus: 0.5", ["node"]), ("node: n2", ["node"]),
+                                        ("node: n2, cpus: 0.5, ramp: 2s, delay: 9ms", ["ramp"])))],
+    *[_case(f"topology-compute-{i}", ("sweep", "--dry-run", "--topology", "t.yaml"), ["t.yaml", "compute", *said],
+            {"t.yaml": f"name: t\ngroups: {{a: [n1], b: [n2]}}\nlinks:\n  a-b: {{delay: 25ms}}\ncompute: {compute}\n"})
+      for i, (compute, said) in enumerate((("{n2: {cpus: .nan}}", ["cpus"]), ("{n2: {step_delay: 2.5us}}", ["2us or 3us"]),
+                                           ("{n5: {cpus: 0.5}}", ["n5"]), ("{n2: {gpus: 1}}", ["n2"]), ("[1, 2]", []),
+                                           ("{n2: {step_delay: 10}}", ["10ms"])))],
+    *[_pb(f"factors: {{{kind}: {levels}}}\n{FIXED}", f"factors.{kind}", case_id=f"playbook-{kind}-{i}")
+      for i, (kind, levels) in enumerate((("cpus", "{n2: [.nan]}"), ("cpus", "{n2: [0.5, 0.5]}"), ("cpus", "[0.5]"),
+                                          ("step_delay", "{n2: [0.4us]}"), ("step_delay", "{n2: ['.']}"),
+                                          ("step_delay", "{n2: []}"), ("cpus", "{2: [0.5]}")))],
+    _pb("factors: {latency: [1ms]}\n" + FIXED + "congestion_control: nosuchcc\n", "congestion_control",
+        "not available", case_id="playbook-congestion-unknown"),
+    # ---- input that scales a dry run's work is bounded, and refused at once past the bound
+    *[_case(f"schedule-ramp-{cmd}", (cmd, "--dry-run", "--schedule", "s.yaml"), ["s.yaml", "step 2", "ramp", "10000"],
+            {"s.yaml": "name: s\nprofile: {delay: 5ms}\nsteps:\n  - {at: 0s, delay: 5ms}\n"
+                       "  - {at: 1s, delay: 6ms, ramp: 100000h}\n"}) for cmd in ("apply", "sweep")],
+    _case("schedule-many-ramps", ("sweep", "--dry-run", "--schedule", "s.yaml"), ["s.yaml", "over 10000 changes"],
+          {"s.yaml": "name: s\nprofile: {delay: 5ms}\nsteps:\n" + "".join(
+              f"  - {{at: {1000 * i}s, delay: {5 + i % 2}ms, ramp: 999s}}\n" for i in range(12))}),
+    _case("schedule-many-steps", ("sweep", "--dry-run", "--schedule", "s.yaml"), ["s.yaml", "over 10000 changes"],
+          {"s.yaml": "name: s\nprofile: {delay: 5ms}\nsteps:\n" + "".join(
+              f"  - {{at: {i}s, delay: {1 + i % 2}ms}}\n" for i in range(10_001))}),
+    _case("schedule-period-1us", ("sweep", "--dry-run", "--schedule", "s.yaml"), ["s.yaml", "period", "0.01 s"],
+          {"s.yaml": "name: s\nprofile: {delay: 5ms}\nrepeat: true\nperiod: 1us\nsteps:\n  - {at: 0s, delay: 5ms}\n"}),
+    _case("schedule-loop-1us", ("sweep", "--dry-run", "--schedule", "s.yaml"), ["s.yaml", "period"],
+          {"s.yaml": "name: s\nprofile: {delay: 5ms}\nrepeat: true\nsteps:\n  - {at: 1us, delay: 5ms}\n"}),
+    _case("trace-too-long", ("sweep", "--dry-run", "--schedule", "s.yaml"), ["t.csv", "10000 rows"],
+          {"s.yaml": "name: s\nprofile: {delay: 5ms}\ntrace: t.csv\n",
+           "t.csv": "time_s,delay_ms\n" + "".join(f"{i},{i % 9}\n" for i in range(10_001))}),
+    _case("trace-loop-too-short", ("sweep", "--dry-run", "--schedule", "s.yaml"), ["s.yaml", "period", "0.01 s"],
+          {"s.yaml": "name: s\nprofile: {delay: 5ms}\ntrace: t.csv\nrepeat: true\nperiod: 0.001ms\n",
+           "t.csv": "time_s,delay_ms\n0,0.0004\n"}),
+    _pb("factors: {latency: [" + ",".join(f"{i}ms" for i in range(1, 102)) + "], bandwidth: ["
+        + ",".join(f"{i}mbit" for i in range(1, 101)) + "]}\n" + FIXED, "10,000", case_id="playbook-grid-too-large"),
+    _pb("factors: {latency: [" + ",".join(f"{i}ms" for i in range(1, 101)) + "]}\nrepeat: 101\n" + FIXED, "10,000",
+        case_id="playbook-repeats-too-many"),
 ]
 
 

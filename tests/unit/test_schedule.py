@@ -102,6 +102,14 @@ def test_a_trace_csv_gives_one_step_per_row(tmp_path):
         (5000, 100_000_000, 0.0), (12_500, 100_000_000, 0.005), (20_000, 50_000_000, 0.005)]
 
 
+def test_a_traces_measured_delay_keeps_whole_microseconds(tmp_path):
+    """A delay cell's part of a microsecond is a measurement's precision, rounded (a step's
+    "0.4us", written by hand, is refused instead: units.parse_duration_us)."""
+    write(tmp_path, "time_s,delay_ms\n0,12.3456789\n1,0.0004\n", "link.csv")
+    entries = timeline(load_schedule(write(tmp_path, "profile: {delay: 1ms}\ntrace: link.csv\n")))
+    assert [e.profile.delay_us for e in entries] == [12_346, 0]
+
+
 def test_at_step_schedules_with_a_ramp_over_training_steps(tmp_path):
     schedule = load_schedule(write(tmp_path, "profile: {delay: 10ms}\nsteps:\n  - {at_step: 500, delay: 50ms}\n"
                                    "  - {at_step: 1000, delay: 10ms, ramp: 4}\n"))

@@ -81,6 +81,8 @@ def test_the_pace_is_the_ranks_own_step_time_and_the_lag_is_measured_against_the
 
 def spawner_with_steps(tmp_path: Path, lines: list[str]) -> user.UserSpawner:
     class Task:
+        exited = None  # a rank that never ends by itself: stop() takes no exit status from it
+
         def __init__(self) -> None:
             self.stdout = io.BytesIO("".join(line + "\n" for line in lines).encode())
 
@@ -109,6 +111,37 @@ def test_a_stop_asked_of_a_millisecond_step_job_is_past_where_its_ranks_get_mean
     late_s = time.monotonic() - (now - 0.011)
     assert at > steps_reached(0.001, 49, late_s, 0.0) and at - 50 > 200  # the slack alone is 250 steps
     assert int((tmp_path / "control").read_text()) == at
+
+
+def test_a_launcher_per_node_writes_several_ranks_steps_and_each_ranks_pace_is_its_own(tmp_path):
+    """torchrun started once per node: one stdout carries ranks 0 and 1, each 0.5 s a step,
+    their ends 1.4 ms apart. Read as one rank they were a 1.4 ms step, a margin of ~180 steps
+    (90 s away) and a wait of 15 s: the ranks were killed long before the step they were
+    asked to stop at, and ranks.json said "stopped"."""
+    now = time.monotonic()
+    lines = []
+    for step in range(20):
+        end = now - 0.2 - (19 - step) * 0.5
+        for rank, offset in ((0, 0.0), (1, 0.0014)):
+            lines.append(json.dumps({"event": "step", "step": step, "phase": "measured", "start": end + offset - 0.5,
+                                     "end": end + offset, "duration": 0.5, "images": 32, "rank": rank}))
+    spawner = spawner_with_steps(tmp_path, lines)
+    assert abs(spawner.pace.step_s() - 0.5) < 1e-9
+    at = spawner.request_stop(wait_s=15.0)
+    assert at == 19 + 1 + MIN_MARGIN_STEPS + 1  # the slack (0.25 s) is within one 0.5 s step
+    assert spawner.asked - time.monotonic() > 15.0 + (at - 20) * 0.5 - 0.5  # time to get there and end
+
+
+def test_ranks_json_says_a_rank_was_killed_when_it_did_not_stop_where_it_was_asked(tmp_path):
+    spawner = spawner_with_steps(tmp_path, [step_line(step, 100.0 + step) for step in range(5)])
+    spawner.processes[0].stop(0.0)  # never asked: a job that does not check stop_requested()
+    ranks = json.loads((tmp_path / "ranks.json").read_text())
+    assert ranks[0]["ended"] == "stopped"
+    spawner = spawner_with_steps(tmp_path, [step_line(step, 100.0 + step) for step in range(5)])
+    at = spawner.request_stop(wait_s=0.0)
+    spawner.processes[0].stop(0.0)
+    ended = json.loads((tmp_path / "ranks.json").read_text())[0]["ended"]
+    assert ended.startswith("killed: still running") and f"stop at {at} steps" in ended, ended
 
 
 # ---------------------------------------------------------------- ranks on hosts

@@ -188,3 +188,44 @@ def test_a_users_job_through_track_is_attributed_per_rank_as_a_synchronous_one()
     run = Run(index=0, profile=Profile(name="d1ms", delay_us=1000), repeat=0, job=job, workers=2)
     result = make_result(run, "userspace", JobOutcome("ok", tuple(events)), 0.0, 1.0, nodes=("n1", "n2"))
     assert stragglers.sentence(result.stragglers).startswith("n2 was the last to finish in 100 % of steps")
+
+
+def test_fused_steps_that_say_when_their_computation_ended_are_attributed_themselves():
+    """netbench's TensorFlow worker times the end of a fused step's computation inside the
+    compiled step (`computed`): a default all-reduce sweep names who finished last from its
+    measured steps, no split and no calibration needed; the split columns stay empty."""
+    fused = [ev.Step(step=k, duration=0.32, computed=0.3 if r == 1 else 0.1, worker=r, role="worker")
+             for k in range(6) for r in (0, 1)]
+    found = stragglers.attribute(fused, JobSpec(strategy="allreduce"), NODES)
+    assert (found.straggler_node, found.source, found.aligned_steps) == ("n2", "measured", 6)
+    assert found.wait_share == pytest.approx(0.2 / 0.32)
+    assert found.rank_of(0).compute_mean_s is None  # a fused step is no compute/comm split
+
+
+def test_a_fused_steps_end_of_computation_travels_on_the_wire_and_in_the_record():
+    import json
+
+    event = ev.step_event(3, ev.PHASE_MEASURED, 10.0, 10.5, 64, 0.7, computed=0.31)
+    back = ev.parse_line(json.dumps(ev.to_wire(event)))
+    assert back.computed == 0.31 and back.compute is None and back.computation == 0.31
+    assert ev.from_record(ev.to_record(back)).computed == 0.31
+    assert "computed" not in ev.to_wire(ev.step_event(3, ev.PHASE_MEASURED, 10.0, 10.5, 64, 0.7))
+
+
+def test_the_harness_reports_a_fused_steps_end_of_computation_when_the_framework_gives_it():
+    import io
+    import json
+
+    from netbench.jobs.harness.loop import timed_update
+
+    out = io.StringIO()
+
+    def split():
+        raise AssertionError("a fused step")
+
+    timed_update(0, ev.PHASE_MEASURED, ev.STEP_FUSED, split, lambda: (5.0, 5.4, 0.9, 5.25), 64, out)
+    timed_update(1, ev.PHASE_MEASURED, ev.STEP_FUSED, split, lambda: (6.0, 6.4, 0.9), 64, out)  # torch's: no time
+    timed_update(2, ev.PHASE_MEASURED, ev.STEP_FUSED, split, lambda: (7.0, 7.4, 0.9, 9.0), 64, out)  # outside: none
+    said = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert said[0]["computed"] == pytest.approx(0.25) and said[0]["compute"] is None
+    assert "computed" not in said[1] and "computed" not in said[2]

@@ -31,6 +31,17 @@ def test_parse_duration_rejects(text, fragment):
         units.parse_duration_us(text)
 
 
+@pytest.mark.parametrize("text, fragment", [
+    ("0.4us", "write 0 or 1us"), ("2.5us", "write 2us or 3us"), ("0.0004ms", "is 0.4us"),
+    ("1.0000005s", "1000000.5us"), ("1e-7s", "is 0.1us"),
+])
+def test_a_part_of_a_microsecond_is_refused_never_rounded_away(text, fragment):
+    """0.4us was 0 and 2.5us 2 (round half to even): a duration is whole microseconds."""
+    with pytest.raises(ValueError, match=fragment):
+        units.parse_duration_us(text)
+    assert units.parse_duration_us("1.5ms") == 1500 and units.parse_duration_us("1.000001s") == 1_000_001
+
+
 def test_parse_duration_error_quotes_the_input():
     with pytest.raises(ValueError) as info:
         units.parse_duration_us("7parsecs")
@@ -213,6 +224,7 @@ def test_parse_size(text, expected):
     ("1MB", "write 1MiB or 1000000"), ("1m", "write 1MiB or 1000000"), ("64KB", "write 64KiB or 64000"),
     ("2GiB", "over 1GiB"), ("0", "at least 1 byte"), ("-8", "not a size"), ("8.5KiB", "not a size"),
     ("1e9", "not a size"), ("99999999999999999999", "not a size"), ("8 furlongs", "not a size"),
+    ("8b", "write 8B or 8"), ("64kib", "write 64KiB"), ("1Mib", "write 1MiB"),  # b: a bit, as in rates
 ])
 def test_parse_size_refuses(text, fragment):
     with pytest.raises(ValueError, match=fragment):

@@ -180,8 +180,8 @@ def test_the_spawner_gives_each_rank_its_hostname_control_file_and_records_it(tm
     unknown = stop_margin(None, 0.0)  # one step heard: no step time yet
     assert spawner.request_stop(wait_s=0) == 7 + 1 + unknown
     assert spawner.control.read_text().strip() == str(7 + 1 + unknown)
-    procs[0].stop(0.5)
-    assert json.loads((tmp_path / "launch000" / "ranks.json").read_text())[0]["ended"] == "stopped"
+    procs[0].stop(0.5)  # asked to stop, and still running: it never got there
+    assert json.loads((tmp_path / "launch000" / "ranks.json").read_text())[0]["ended"].startswith("killed: ")
 
 
 def test_on_hosts_ranks_keep_their_own_hostname(tmp_path):

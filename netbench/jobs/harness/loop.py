@@ -203,19 +203,22 @@ def run(args: argparse.Namespace, events: IO[str]) -> int:
         sync().numpy()  # blocks until the all-reduce and the update finished
         return t0, t1, time.monotonic(), loss / accum_steps
 
-    def fused_update() -> tuple[float, float, float]:
-        """One fused update: (start, end, loss)."""
+    def fused_update() -> tuple[float, float, float, float]:
+        """One fused update: (start, end, loss, when its gradients were ready), all monotonic."""
         nonlocal micro
         t0 = time.monotonic()
         delay.pause()  # the node's step delay: compute time
+        called, called_wall = time.monotonic(), time.time()
         if stacked is None:
             x, y = batches[micro % len(batches)]
-            loss = float(fused(x, y).numpy())  # blocks until the update finished
+            loss, ready = fused(x, y)
         else:
-            loss = float(fused(stacked[0], stacked[1], tf.constant(micro % len(batches), tf.int64)).numpy())
+            loss, ready = fused(stacked[0], stacked[1], tf.constant(micro % len(batches), tf.int64))
+        loss = float(loss.numpy())  # blocks until the update finished
         t1 = time.monotonic()
         micro += accum_steps
-        return t0, t1, loss
+        # the step's own clock (tf.timestamp: wall seconds) read when its gradients were ready
+        return t0, t1, loss, called + (float(ready.numpy()) - called_wall)
 
     def timed_step(step: int, phase: str) -> float:
         """Run one update, emit its event (and an evaluation when due), return its duration."""
@@ -285,6 +288,7 @@ def timed_update(step: int, phase: str, kind: str, split_update: Any, fused_upda
         t0, t1, t2, loss = split_update()
         emit(ev.step_event(step, phase, t0, t2, images, loss, compute=t1 - t0, comm=t2 - t1), events)
         return t2 - t0
-    t0, t2, loss = fused_update()
-    emit(ev.step_event(step, phase, t0, t2, images, loss), events)
+    t0, t2, loss, *ready = fused_update()  # a framework that can tell when its gradients were ready says so
+    computed = ready[0] - t0 if ready and t0 <= ready[0] <= t2 else None
+    emit(ev.step_event(step, phase, t0, t2, images, loss, computed=computed), events)
     return t2 - t0

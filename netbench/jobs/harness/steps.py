@@ -41,20 +41,23 @@ def make_fused_step(tf: Any, strategy: Any, model: Any, optimizer: Any,
     """One compiled function per update: ``step(xs, ys, first)`` trains on the local
     batches ``first, first + 1, ..., first + k - 1`` (modulo their count) of the stacked
     batches ``xs`` [batches, batch, ...] and ``ys`` [batches, batch], all-reduces and
-    applies; returns this worker's mean loss. k = 1: ``step(x, y)`` on one batch."""
+    applies; returns this worker's mean loss and the wall clock when its gradients were ready
+    (`_ready`: which rank finished its computation last). k = 1: ``step(x, y)`` on one batch."""
     scale = global_batch_size * accum_steps
     variables = model.trainable_variables
 
     if accum_steps == 1:
         def one(x: Any, y: Any) -> Any:
             loss, grads = _loss_and_grads(tf, model, x, y, scale)
+            ready = _ready(tf, grads)
             optimizer.apply_gradients(zip(grads, variables))
-            return loss
+            return loss, ready
 
         @tf.function
         def step(x: Any, y: Any) -> Any:
             # One replica per worker on CPU: the first local result is ours.
-            return strategy.experimental_local_results(strategy.run(one, args=(x, y)))[0]
+            loss, ready = strategy.run(one, args=(x, y))
+            return strategy.experimental_local_results(loss)[0], strategy.experimental_local_results(ready)[0]
 
         return step
 
@@ -69,14 +72,24 @@ def make_fused_step(tf: Any, strategy: Any, model: Any, optimizer: Any,
         start = [tf.zeros(v.shape, dtype=v.dtype) for v in variables]
         _, loss, grads = tf.while_loop(lambda j, *_: j < accum_steps, micro,
                                        (tf.constant(0, tf.int64), tf.constant(0.0), start))
+        ready = _ready(tf, grads)
         optimizer.apply_gradients(zip(grads, variables))
-        return loss / accum_steps
+        return loss / accum_steps, ready
 
     @tf.function
     def step(xs: Any, ys: Any, first: Any) -> Any:
-        return strategy.experimental_local_results(strategy.run(accumulate, args=(xs, ys, first)))[0]
+        loss, ready = strategy.run(accumulate, args=(xs, ys, first))
+        return strategy.experimental_local_results(loss)[0], strategy.experimental_local_results(ready)[0]
 
     return step
+
+
+def _ready(tf: Any, grads: list[Any]) -> Any:
+    """The wall clock (tf.timestamp, seconds) once every gradient is computed: the end of the
+    update's computation, read inside the compiled step (the all-reduce needs the gradients
+    too, so nothing waits for this read)."""
+    with tf.control_dependencies([g for g in grads if g is not None]):
+        return tf.timestamp()
 
 
 def make_split_steps(tf: Any, strategy: Any, model: Any, optimizer: Any,
