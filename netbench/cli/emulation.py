@@ -474,7 +474,7 @@ def reset_cmd(all_namespaces: bool, inventory, insecure_host_keys) -> None:
 
 def _reset_sandboxes(include_default: bool) -> list[str]:
     from netbench.state import places
-    from netbench.testbed import sandbox
+    from netbench.testbed import sandboxes
 
-    return sandbox.reset_sandboxes(places.base_dir(os.environ, os.geteuid()), console.warning, include_default)
+    return sandboxes.reset_sandboxes(places.base_dir(os.environ, os.geteuid()), console.warning, include_default)
 

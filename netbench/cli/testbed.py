@@ -76,13 +76,13 @@ def testbed_show(as_json: bool) -> None:
     from netbench import proc
     from netbench.state import places
     from netbench.state.journal import state_dir
-    from netbench.testbed import netns as local, sandbox
+    from netbench.testbed import netns as local, sandboxes
 
     common.require_testbed("shows")  # a user's own testbed is in their keeper's sandbox
     inside = bool(os.environ.get(places.SANDBOX_ENV))
     topo = local.discover() if inside or os.geteuid() == 0 else None
     euid = proc.owner_uid() if inside else os.geteuid()
-    others = sandbox.listing(sandbox.bases_to_list(0 if euid == 0 else euid, os.environ), skip=state_dir())
+    others = sandboxes.listing(sandboxes.bases_to_list(0 if euid == 0 else euid, os.environ), skip=state_dir())
     if as_json:
         console.plain(json.dumps({**(topo.to_json() if topo else {"nodes": []}), "testbeds": others}, indent=2))
         return

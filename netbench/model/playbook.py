@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping
 from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
 from netbench.model import algorithm_keys, command_job, compute, congestion, playbook_keys, ranks
+from netbench.model.pairs import scaled
 from netbench.model.profile import Profile, load_profile, validate
 from netbench.model.frameworks import check_framework
 from netbench.model.run import Settings, check_size, profile_name, scaled_name
@@ -374,8 +375,6 @@ def _check_topology_keys(book: Playbook) -> None:
 
 def _check_scaled(book: Playbook, scale: float) -> None:
     """The topology at `scale` must stay within the profile limits."""
-    from netbench.model.pairs import scaled
-
     try:
         scaled(book.topology, scale)
     except UsageError as exc:

@@ -18,7 +18,7 @@ from netbench.errors import PrivilegeError, TestbedError, UsageError
 from netbench.model import congestion as cc
 from netbench.state import places
 from netbench.state.journal import Journal
-from netbench.testbed import rootless, run_as, sandbox
+from netbench.testbed import rootless, run_as, sandbox, sandboxes
 
 
 # ---------------------------------------------------------------- places (pure)
@@ -272,13 +272,13 @@ def test_reset_removes_a_dead_sandbox_and_leaves_one_in_use(tmp_path, monkeypatc
     monkeypatch.setattr("netbench.testbed.netns.remove_netns", lambda name: removed_names.append(name) or True)
     busy = _sandbox(base, "2-2", os.getpid(), proc.start_time(os.getpid()))
     warnings = []
-    lines = sandbox.reset_sandboxes(base, warnings.append, include_default=False)
+    lines = sandboxes.reset_sandboxes(base, warnings.append, include_default=False)
     assert not dead.exists() and busy.exists() and removed_names == []
     assert lines == [f"state folder {dead}"]
     assert warnings == [f"testbed 2-2 left alone: in use by pid {os.getpid()} (netbench sweep); stop it first"]
-    rows = sandbox.listing([base])
+    rows = sandboxes.listing([base])
     assert [(row["id"], row["kind"], row["alive"]) for row in rows] == [("2-2", "sweep", True)]
-    assert sandbox.listing([base], skip=busy) == []
+    assert sandboxes.listing([base], skip=busy) == []
 
 
 def test_a_keepers_default_testbed_keeps_its_folder_but_not_its_files(tmp_path):
@@ -288,7 +288,7 @@ def test_a_keepers_default_testbed_keeps_its_folder_but_not_its_files(tmp_path):
     sandbox.write_holder(base, sandbox.Holder(id="default", kind=sandbox.KEEPER, privilege=places.ROOTLESS,
                                               pid=pid, start=start, uid=os.getuid(), created=0.0))
     (base / sandbox.KEEPER_LOG).touch()
-    assert sandbox.reset_sandboxes(base, lambda line: None, include_default=False) == []  # root's: not a sandbox
-    assert sandbox.reset_sandboxes(base, lambda line: None, include_default=True) == ["testbed default"]
+    assert sandboxes.reset_sandboxes(base, lambda line: None, include_default=False) == []  # root's: not a sandbox
+    assert sandboxes.reset_sandboxes(base, lambda line: None, include_default=True) == ["testbed default"]
     assert base.is_dir() and not (base / sandbox.HOLDER_FILE).exists() and not (base / "netns").exists()
     assert not (base / sandbox.KEEPER_LOG).exists()

@@ -19,6 +19,7 @@ from netbench.cli import common
 from netbench.errors import NetbenchError
 from tests import readme_examples as rx
 from tests.conftest import ROOT
+from tests.unit.rootless_fakes import no_userns
 
 PAGE = (ROOT / "docs" / "guide" / "troubleshooting.md").read_text()
 
@@ -64,7 +65,8 @@ def invoke(*args):
     return CliRunner().invoke(cli.main, list(args))
 
 
-def test_no_root(user):
+def test_no_root(user, monkeypatch):
+    no_userns(monkeypatch)  # a host that allows a user no namespace of their own
     result = invoke("apply", "--latency", "10ms")
     assert result.exit_code == 3
     same_shape("No root", result.stderr)
@@ -84,7 +86,10 @@ def test_a_busy_testbed(user, monkeypatch, tmp_path):
     from netbench.state import reset as reset_module
     from netbench.state.journal import Lock
 
-    monkeypatch.setattr(common, "require_root", lambda: None)
+    from netbench.cli import emulation
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)  # root's default testbed, its lock held
+    monkeypatch.setattr(emulation, "_reset_sandboxes", lambda include_default: [])
     monkeypatch.setattr(reset_module, "reset", lambda journal, **kwargs: [])
     with Lock(tmp_path / "state"):
         result = invoke("reset")
@@ -191,7 +196,7 @@ def _open(host, errors: list) -> None:
 def test_a_left_over_after_a_crash(user, monkeypatch):
     from netbench.testbed import netns as local
 
-    monkeypatch.setattr(common, "require_root", lambda: None)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)  # root's default testbed, left over in /run/netns
     monkeypatch.setattr(local, "list_netbench_netns", lambda: ["netbench-sw", "netbench-n1", "netbench-n2"])
     result = invoke("testbed", "up", "--nodes", "2")
     assert result.exit_code == 1
