@@ -53,6 +53,24 @@ def report_cmd(results_dir: Path, output: Path | None, level: float, partial: bo
                                                 "machine's at the points they share"))
     for path in written.files:
         console.info(f"wrote {escape(str(path))}")
+    _hand_over(out, results_dir)
+
+
+def _hand_over(out: Path, results_dir: Path) -> None:
+    """Run by root for a user (sudo), the report belongs to whoever owns the results folder."""
+    import os
+
+    from netbench.cli.common import hand_over
+    from netbench.testbed.run_as import RunAs
+
+    if os.geteuid() != 0:
+        return
+    owner = results_dir.stat()
+    if owner.st_uid != 0:
+        hand_over(out, RunAs(owner.st_uid, owner.st_gid, "", "", "results folder"))
+        merged = results_dir / "merged"
+        if merged.is_dir():
+            hand_over(merged, RunAs(owner.st_uid, owner.st_gid, "", "", "results folder"))
 
 
 def _campaign_report(folder: Path, out: Path, confidence: float, partial: bool):
