@@ -361,7 +361,11 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         if congestion is not None:
             manifest["tcp_congestion_control"] = congestion()  # read back, after the testbed set it
             default = getattr(testbed, "congestion_default", None)  # the embedded nodes' default, set by start
-            observer.note(describe_congestion(manifest["tcp_congestion_control"], config.congestion_control, default))
+            line = describe_congestion(manifest["tcp_congestion_control"], config.congestion_control, default)
+            withheld = getattr(testbed, "congestion_withheld", None)  # the default a sandbox without root may not set
+            observer.note(line + (f" ({withheld})" if withheld else ""))
+            if withheld:
+                manifest["congestion_control_withheld"] = withheld
             if default:
                 manifest["congestion_control_default"] = default
             nodes_cc = ";".join(sorted(set(manifest["tcp_congestion_control"].values()) - {""})) or None

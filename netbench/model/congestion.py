@@ -49,6 +49,13 @@ def rootless_refusal(name: str, allowed: list[str]) -> str | None:
             "netbench cannot add it")
 
 
+def withheld_note(allowed: list[str]) -> str:
+    """Why the nodes of a testbed without root keep the host's default, not the embedded one."""
+    return (f"without root: {EMBEDDED_DEFAULT} is not in the host's allowed list ({' '.join(allowed) or 'empty'}), "
+            f"so the nodes keep the host's default; as root, or with {EMBEDDED_DEFAULT} added to {ALLOWED_KEY}, "
+            f"they get {EMBEDDED_DEFAULT}")
+
+
 def rootless_choice(requested: str | None, allowed: list[str]) -> tuple[str | None, bool]:
     """embedded_choice for a testbed without root: the default only where the host allows it
     (else the nodes keep the host's default); a name asked for was checked (rootless_refusal)."""

@@ -48,6 +48,7 @@ class EmbeddedTestbed:
         self._spawn = None  # jobs.launch.LocalSpawner, made on first use (a sweep's; `apply` needs none)
         self.congestion: str | None = None  # the sweep's --congestion-control (None: the nodes' own)
         self.congestion_default: str | None = None  # set: self.congestion is the embedded default, not asked for
+        self.congestion_withheld: str | None = None  # why a sandbox without root keeps the host's default
         self._congestion_set: list = []  # its journal entries, put back by finish()
         self.capacity = None  # testbed/compute.py NodeCapacity: the sweep's CPU limits and step delays
 
@@ -190,6 +191,8 @@ class EmbeddedTestbed:
                 pass
         if congestion.rootless():  # only the host's allowed list: the default where it is in it
             self.congestion, default = cc.rootless_choice(requested, congestion.allowed())
+            if requested is None and not default:
+                self.congestion_withheld = cc.withheld_note(congestion.allowed())
         else:
             self.congestion, default = cc.embedded_choice(requested, congestion.available())
         self.congestion_default = self.congestion if default else None
