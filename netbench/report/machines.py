@@ -57,7 +57,7 @@ def machine_effects(by_shard: Mapping[int, Sequence[Observation]], facts: Mappin
 def shard_facts(rows: Sequence[Mapping[str, str]]) -> dict[str, str]:
     """A shard's machine from its results.csv rows: each provenance column's value ("a;b" if its runs differ)."""
     out = {}
-    for column in provenance.COLUMNS:
+    for column in (*provenance.COLUMNS, "congestion_control"):  # the nodes' TCP too: it moves throughput as much
         if column == "shard":
             continue
         seen = [v for v in dict.fromkeys(str(row.get(column) or "") for row in rows) if v]
@@ -109,8 +109,16 @@ def machine_blocks(folder: Path, record: Mapping[str, Any], confidence: float = 
                f"{level} over the points; an interval that excludes 1x says that machine differs.")
     rows = tuple((str(m.shard), m.facts.get("host", "") or "-", m.facts.get("cpu_model", "") or "-",
                   m.facts.get("cores", "") or "-", m.facts.get("kernel", "") or "-",
-                  m.facts.get("privilege", "") or "-", str(m.runs), str(len(m.ratios)), *effect_text(m))
+                  m.facts.get("privilege", "") or "-", m.facts.get("congestion_control", "") or "-", str(m.runs),
+                  str(len(m.ratios)), *effect_text(m))
                  for m in machines)
-    return [Heading("Machines"), Paragraph(how),
-            Table(("shard", "host", "CPU", "cores", "kernel", "privilege", "runs", "points shared", "machine effect",
-                   level), rows)]
+    blocks = [Heading("Machines"), Paragraph(how),
+              Table(("shard", "host", "CPU", "cores", "kernel", "privilege", "TCP", "runs", "points shared",
+                     "machine effect", level), rows)]
+    tcp = sorted({m.facts.get("congestion_control", "") for m in machines} - {""})
+    if len(tcp) > 1:
+        blocks.append(Paragraph(f"The shards' nodes used different TCP congestion controls ({', '.join(tcp)}): a "
+                                "machine's effect here is its congestion control's too. A shard without root keeps "
+                                "the host's default where the host does not allow netbench's (cubic); see the guide "
+                                "Run without root."))
+    return blocks

@@ -40,7 +40,8 @@ def host_of(shard: int) -> str:
 
 
 def record_run(folder: Path, record: dict, runs, run_id: str, status: str = "ok", ips: float | None = None,
-               took_s: float = 10.0, host: Callable[[int], str] = host_of, error: str = "") -> RunResult:
+               took_s: float = 10.0, host: Callable[[int], str] = host_of, error: str = "",
+               congestion: Callable[[int], str] = lambda shard: "cubic") -> RunResult:
     """A run's record in its shard's folder, as the runner writes it (`ips`: images/s, default
     from its point: lower with latency, higher with bandwidth)."""
     entry = next(e for e in record["runs"] if e["run_id"] == run_id)
@@ -58,7 +59,8 @@ def record_run(folder: Path, record: dict, runs, run_id: str, status: str = "ok"
                        model=run.job.model, batch_size=run.job.batch_size, workers=run.workers, repeat=run.repeat,
                        warmup_steps=1, status=status, error=error or ("" if status == "ok" else "no measured steps"),
                        stats={"images_per_sec": ips, "steps": 3, "mean_s": 64 / ips} if status == "ok" else None,
-                       started=1000.0, ended=1000.0 + took_s, provenance=where)
+                       started=1000.0, ended=1000.0 + took_s, provenance=where,
+                       congestion_control=congestion(shard))
     store = ResultStore(campaign.shard_dir(folder, shard))
     store.create()
     store.add(result)

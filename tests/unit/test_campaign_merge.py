@@ -53,9 +53,20 @@ def test_the_report_of_a_campaign_names_its_machines(tmp_path):
     assert text.startswith(f"# Report: {tmp_path.name}\n")
     assert "A campaign of 2 shards: all 12 runs of the design" in text
     machines = text[text.index("## Machines"):]
-    assert "| 0 | node1 | Test CPU | 8 | 6.1.0 | rootless | 8 | 4 |" in machines  # reps 0 and 2 on shard 0
-    assert "| 1 | node2 | Test CPU | 8 | 6.1.0 | rootless | 4 | 4 |" in machines
+    assert "| 0 | node1 | Test CPU | 8 | 6.1.0 | rootless | cubic | 8 | 4 |" in machines  # reps 0 and 2 on shard 0
+    assert "| 1 | node2 | Test CPU | 8 | 6.1.0 | rootless | cubic | 4 | 4 |" in machines
     assert "1.000x" in machines  # the same throughput on both: no machine effect
+    assert "different TCP congestion controls" not in machines
+
+
+def test_shards_whose_nodes_used_other_congestion_controls_are_said_to(tmp_path):
+    # a shard without root on a host that does not allow cubic keeps the host's default (bbr)
+    record, runs = cf.make(tmp_path, cf.four_points(repeat=2), 2)
+    cf.record_all(tmp_path, record, runs, congestion=lambda shard: "bbr" if shard else "cubic")
+    assert report(str(tmp_path)).exit_code == 0
+    machines = (tmp_path / "report" / "report.md").read_text().split("## Machines", 1)[1]
+    assert "| 1 | node2 | Test CPU | 8 | 6.1.0 | rootless | bbr |" in machines
+    assert "different TCP congestion controls (bbr, cubic)" in " ".join(machines.split())
 
 
 def test_an_incomplete_campaign_is_refused_naming_what_is_missing(tmp_path):
