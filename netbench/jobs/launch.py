@@ -167,11 +167,15 @@ class LocalSpawner:
         self.node_env: dict[str, dict[str, str]] = {}
         self.run_as = run_as  # testbed/run_as.RunAs: the user job processes run as (None: this one)
 
-    def __call__(self, task: Task, log: Path, env: dict) -> LocalProcess:
+    def __call__(self, task: Task, log: Path, env: dict, drops_itself: bool = False) -> LocalProcess:
+        """Start `task`; `drops_itself`: its argv changes to the run-as user by itself, after a
+        wrapper of its own that needs root (a user's command's node setup, jobs/user.py)."""
         child_env = {**dict(task.env), "TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1",
                      "PYTHONPATH": proc.child_pythonpath(), **self.node_env.get(task.node, {}), **env}
+        if drops_itself and self.run_as is not None:
+            child_env.update(self.run_as.env())
         popen = proc.spawn(task.argv, netns=task.netns, env=child_env, stdout=-1, stderr=-1,
-                           cgroup=self.cgroups.get(task.node), run_as=self.run_as)
+                           cgroup=self.cgroups.get(task.node), run_as=None if drops_itself else self.run_as)
         entry = self.journal.record("process", pid=popen.pid, start=proc.start_time(popen.pid),
                                     netns=task.netns, role=f"{task.role}{task.index}")
         return LocalProcess(popen, self.journal, entry, log)

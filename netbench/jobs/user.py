@@ -236,9 +236,14 @@ class UserSpawner:
     def __call__(self, task: Task, log: Path, env: dict) -> UserProcess:
         log.parent.mkdir(parents=True, exist_ok=True)
         argv = task.argv
+        drops_itself = False
         if self.own_hostnames and task.hosts and task.netns:
             hosts_file = log.parent / f"{task.node}.hosts"
             hosts_file.write_text(task.hosts)
+            run_as = getattr(self.spawn, "run_as", None)  # the node's setup needs root; the command runs as the user
+            if run_as is not None:
+                argv = (*run_as.argv()[:-1], "--pdeathsig", "KILL", "--", *argv)  # the change of user clears it
+                drops_itself = True
             argv = node_argv(argv, task.netns, hosts_file.resolve())
         rank_env = {**dict(task.env), "NETBENCH_CONTROL": str(self.control.resolve())}
         if self.own_hostnames:  # this machine: `python` is the one netbench runs under (its venv's)
@@ -248,7 +253,8 @@ class UserSpawner:
         self._write_ranks()
         from dataclasses import replace
 
-        inner = self.spawn(replace(task, argv=argv), log, {**env, **rank_env})
+        inner = self.spawn(replace(task, argv=argv), log, {**env, **rank_env}, **({"drops_itself": True}
+                                                                                  if drops_itself else {}))
         stdout = inner.stdout
         if self.step_regex and task.index == 0:
             stdout = RegexSteps(stdout, self.step_regex, self.images, self.warmup)

@@ -77,7 +77,11 @@ def test_kill_9_of_a_users_sweep_leaves_nothing_and_a_root_sweep_beside_it_finis
         holder = _wait_for(lambda: next((json.loads((s / "testbed.json").read_text())
                                          for s in states.glob("*") if (s / "testbed.json").exists()), None),
                            120, "the user's sandbox")
-        _wait_for(lambda: any("netbench.jobs.worker" in p for p in runner.processes()), 180, "the user's workers")
+        try:
+            _wait_for(lambda: any("netbench.jobs.worker" in p for p in runner.processes()), 180, "the user's workers")
+        except AssertionError:
+            user_sweep.kill()
+            raise AssertionError(f"the user's workers did not start: {user_sweep.communicate()[0][-3000:]}") from None
         os.kill(holder["pid"], signal.SIGKILL)
         # its engines and workers die with it (their parent-death signal): the kernel then drops
         # the user's namespaces, qdiscs and rules with them
@@ -89,6 +93,7 @@ def test_kill_9_of_a_users_sweep_leaves_nothing_and_a_root_sweep_beside_it_finis
     finally:
         user_sweep.kill()
         user_sweep.wait()
+        runner.run("reset", check=False)  # whatever this test left of the user's
     root_out_text = root_sweep.communicate(timeout=600)[0]
     assert root_sweep.returncode == 0, root_out_text[-3000:]
     assert [r["status"] for r in _rows(root_out)] == ["ok", "ok"]
@@ -113,7 +118,9 @@ def test_with_sudo_a_users_command_runs_as_that_user_and_the_results_are_theirs(
     sudo = {"SUDO_UID": str(runner.user.pw_uid), "SUDO_GID": str(runner.user.pw_gid),
             "SUDO_USER": runner.user.pw_name, "NETBENCH_STATE_DIR": str(clean_machine.dir)}
     result = runner.run("sweep", "--latency", "1ms", "--warmup", "1", "--seconds", "2", "--output", str(out), "--",
-                        "sh", "-c", "echo uid=$(id -u) home=$HOME; sleep 60", as_user=False, env=sudo)
+                        "sh", "-c", "echo uid=$(id -u) home=$HOME; sleep 60", as_user=False, env=sudo, check=False)
+    records = " ".join(p.read_text()[:2000] for p in (out / "runs").glob("*.json")) if (out / "runs").exists() else ""
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:], records)
     assert f"job processes run as {runner.user.pw_name}" in result.stdout, result.stdout
     logs = " ".join(p.read_text() for p in (out / "logs").rglob("*.log"))
     assert f"uid={runner.user.pw_uid} home={runner.user.pw_dir}" in logs, logs
