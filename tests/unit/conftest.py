@@ -15,3 +15,13 @@ def _private_holds(_holds_folder, monkeypatch):
     """Machine-wide holds (state/holds.py) in a folder of the tier's own: a fake's host setting
     never shares /run/netbench-holds with a real sweep on this machine."""
     monkeypatch.setenv("NETBENCH_HOLDS_DIR", str(_holds_folder))
+
+
+@pytest.fixture(autouse=True)
+def _no_testbed_of_others(monkeypatch):
+    """Whether /run/netns holds a testbed this state folder did not make (testbed/sandbox.py
+    sends a root sweep to a sandbox of its own then) is this machine's state, never a unit
+    test's: none is, here. test_rootless.py tests the real check."""
+    from netbench.testbed import sandbox
+
+    monkeypatch.setattr(sandbox, "_others_up", lambda state: False)

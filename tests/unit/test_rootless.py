@@ -19,6 +19,7 @@ from netbench.model import congestion as cc
 from netbench.state import places
 from netbench.state.journal import Journal
 from netbench.testbed import rootless, run_as, sandbox, sandboxes
+from netbench.testbed.sandbox import _others_up as others_up  # the real one (tests/unit/conftest.py fakes it)
 
 
 # ---------------------------------------------------------------- places (pure)
@@ -192,13 +193,13 @@ def test_root_s_default_testbed_is_its_own_only_when_its_journal_made_it(tmp_pat
     from netbench.testbed import netns as local
 
     monkeypatch.setattr(local, "list_netbench_netns", lambda: ["netbench-n1", "netbench-sw"])
-    assert sandbox._others_up(tmp_path)  # nothing journaled here: another state folder's
+    assert others_up(tmp_path)  # nothing journaled here: another state folder's
     journal = Journal(tmp_path)
     for name in ("netbench-sw", "netbench-n1"):
         journal.record("netns", name=name)
-    assert not sandbox._others_up(tmp_path)
+    assert not others_up(tmp_path)
     monkeypatch.setattr(local, "list_netbench_netns", lambda: [])
-    assert not Journal(tmp_path / "empty").pending() and not sandbox._others_up(tmp_path / "empty")
+    assert not Journal(tmp_path / "empty").pending() and not others_up(tmp_path / "empty")
 
 
 def test_a_user_gets_a_keeper_for_testbed_up_and_a_sandbox_for_a_sweep(world, monkeypatch):

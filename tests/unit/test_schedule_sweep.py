@@ -369,6 +369,7 @@ def test_a_sweep_or_playbook_exits_1_when_a_run_failed(tmp_path, monkeypatch, ch
     monkeypatch.setattr(runner, "run_sweep", lambda config, observer, testbed=None: real(
         config, observer, testbed=SyntheticTestbed(Journal(tmp_path / "state"), chief_stops_after=chief_stops_after)))
     monkeypatch.setattr(common, "require_root", lambda: None)
+    monkeypatch.setattr(common, "require_testbed", lambda use: None)  # the synthetic testbed, whatever is up here
     monkeypatch.setattr(cli_experiment, "_sigterm_as_interrupt", lambda: None)
     out = tmp_path / "out"
     if command == "sweep":
