@@ -293,3 +293,25 @@ def test_a_keepers_default_testbed_keeps_its_folder_but_not_its_files(tmp_path):
     assert sandboxes.reset_sandboxes(base, lambda line: None, include_default=True) == ["testbed default"]
     assert base.is_dir() and not (base / sandbox.HOLDER_FILE).exists() and not (base / "netns").exists()
     assert not (base / sandbox.KEEPER_LOG).exists()
+
+
+def test_without_root_a_name_a_root_sweep_added_to_the_allowed_list_is_not_counted_on(tmp_path, monkeypatch):
+    # a root sweep beside widens the host's list by cubic for its own run and holds it: a sandbox
+    # without root must neither rely on it (it goes when that sweep ends) nor try to hold it
+    from netbench.state.holds import Holds
+    from netbench.testbed import congestion
+    from netbench.testbed import netns as local
+
+    holds = Holds(tmp_path / "holds")
+    monkeypatch.setattr(local, "read_sysctl", lambda key, name=None: "reno bbr cubic")
+    assert congestion.allowed(holds) == ["reno", "bbr", "cubic"]
+    holds.add(cc.allowed_setting("cubic"), holds.new_id())
+    assert congestion.allowed(holds) == ["reno", "bbr"]
+    monkeypatch.setenv(places.PRIVILEGE_ENV, places.ROOTLESS)
+    values = {None: "reno bbr", "netbench-n1": "bbr"}  # the host's list; the node's default
+    monkeypatch.setattr(local, "read_sysctl", lambda key, name=None: values[name])
+    monkeypatch.setattr(local, "write_sysctl", lambda key, value, name=None: values.__setitem__(name, value))
+    node = type("Node", (), {"name": "n1", "netns": "netbench-n1"})()
+    congestion.set_on_nodes(Journal(tmp_path / "state"), [node], "reno", holds)
+    assert values == {None: "reno bbr", "netbench-n1": "reno"}  # the node's only: the host's list as it was
+    assert not holds.held(cc.allowed_setting("reno"))
