@@ -117,8 +117,11 @@ def test_with_sudo_a_users_command_runs_as_that_user_and_the_results_are_theirs(
     out = runner.work / "sudo"
     sudo = {"SUDO_UID": str(runner.user.pw_uid), "SUDO_GID": str(runner.user.pw_gid),
             "SUDO_USER": runner.user.pw_name, "NETBENCH_STATE_DIR": str(clean_machine.dir)}
-    result = runner.run("sweep", "--latency", "1ms", "--warmup", "1", "--seconds", "2", "--output", str(out), "--",
-                        "sh", "-c", "echo uid=$(id -u) home=$HOME; sleep 60", as_user=False, env=sudo, check=False)
+    # a command of the user's that says who runs it (on stderr: its log), then steps (examples/plain_steps.py)
+    steps = f"exec python3 {runner.repo / 'examples' / 'plain_steps.py'} --kib 64"
+    result = runner.run("sweep", "--latency", "1ms", "--warmup", "2", "--steps", "6", "--images-per-step", "64",
+                        "--step-regex", r"step (?P<step>\d+) took (?P<ms>[\d.]+) ms", "--output", str(out), "--",
+                        "sh", "-c", f"echo uid=$(id -u) home=$HOME >&2; {steps}", as_user=False, env=sudo, check=False)
     records = " ".join(p.read_text()[:2000] for p in (out / "runs").glob("*.json")) if (out / "runs").exists() else ""
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:], records)
     assert f"job processes run as {runner.user.pw_name}" in result.stdout, result.stdout
