@@ -120,6 +120,17 @@ def netbench_processes(state: Path | None = None) -> list[tuple[int, str]]:
     return found
 
 
+def wait_for(predicate, seconds: float, what: str):
+    """`predicate()`'s first true value, asked every 0.2 s; the test fails naming `what` after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    pytest.fail(f"{what} did not happen within {seconds:g}s")
+
+
 def cli_ok(*args: str):
     """The CLI run as a separate process; the test fails with its output unless it exits 0."""
     import subprocess

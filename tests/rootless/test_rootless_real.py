@@ -10,9 +10,11 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from netbench.testbed import rootless
 from netbench.testbed import netns as local
-from tests.conftest import netbench_processes
+from tests.conftest import netbench_processes, wait_for
 
 SHORT = ("--warmup", "3", "--steps", "8", "--batch-size", "32", "--precision", "off", "--settle", "0.3s",
          "--settle-steps", "2")
@@ -22,15 +24,6 @@ def _rows(folder: Path) -> list[dict]:
     with open(folder / "results.csv", newline="") as fh:
         return list(csv.DictReader(fh))
 
-
-def _wait_for(predicate, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} did not happen within {seconds:g}s")
 
 
 def test_a_users_testbed_shapes_and_goes_with_reset(runner):
@@ -48,7 +41,7 @@ def test_a_users_testbed_shapes_and_goes_with_reset(runner):
     assert "clean" in out, out
     assert runner.processes() == []
     # a zombie holds its user namespace until its parent reaps it (the keeper's is init)
-    _wait_for(lambda: runner.user_namespaces() == [], 30, "the user's namespaces going")
+    wait_for(lambda: runner.user_namespaces() == [], 30, "the user's namespaces going")
     assert not (runner.base() / "testbed.json").exists() and not list((runner.base() / "testbeds").glob("*"))
 
 
@@ -62,7 +55,7 @@ def test_a_users_latency_sweep_runs_every_point_and_slows_with_latency(runner):
     assert {r["privilege"] for r in rows.values()} == {"rootless"}
     assert os.stat(out / "results.csv").st_uid == runner.user.pw_uid  # the user's own files
     assert runner.processes() == []
-    _wait_for(lambda: runner.user_namespaces() == [], 30, "the user's namespaces going")
+    wait_for(lambda: runner.user_namespaces() == [], 30, "the user's namespaces going")
     assert list((runner.base() / "testbeds").iterdir()) == []  # its sandbox's state went with it
 
 
@@ -74,19 +67,20 @@ def test_kill_9_of_a_users_sweep_leaves_nothing_and_a_root_sweep_beside_it_finis
                               "--output", str(runner.work / "killed"))
     try:
         states = runner.base() / "testbeds"
-        holder = _wait_for(lambda: next((json.loads((s / "testbed.json").read_text())
+        holder = wait_for(lambda: next((json.loads((s / "testbed.json").read_text())
                                          for s in states.glob("*") if (s / "testbed.json").exists()), None),
                            120, "the user's sandbox")
-        try:
-            _wait_for(lambda: any("netbench.jobs.worker" in p for p in runner.processes()), 180, "the user's workers")
-        except AssertionError:
-            user_sweep.kill()
-            raise AssertionError(f"the user's workers did not start: {user_sweep.communicate()[0][-3000:]}") from None
+        deadline = time.monotonic() + 180
+        while not any("netbench.jobs.worker" in p for p in runner.processes()):
+            if time.monotonic() > deadline or user_sweep.poll() is not None:
+                user_sweep.kill()
+                pytest.fail(f"the user's workers did not start: {user_sweep.communicate()[0][-3000:]}")
+            time.sleep(0.2)
         os.kill(holder["pid"], signal.SIGKILL)
         # its engines and workers die with it (their parent-death signal): the kernel then drops
         # the user's namespaces, qdiscs and rules with them
-        _wait_for(lambda: runner.processes() == [], 30, "every process of the user ending")
-        _wait_for(lambda: runner.user_namespaces() == [], 30, "the user's namespaces going")
+        wait_for(lambda: runner.processes() == [], 30, "every process of the user ending")
+        wait_for(lambda: runner.user_namespaces() == [], 30, "the user's namespaces going")
         out = runner.run("reset").stdout
         assert f"state folder {states / holder['id']}" in out, out
         assert list(states.iterdir()) == []
@@ -103,7 +97,7 @@ def test_kill_9_of_a_users_sweep_leaves_nothing_and_a_root_sweep_beside_it_finis
 def test_two_root_sweeps_at_once_get_a_testbed_each_and_both_finish(runner, clean_machine, tmp_path):
     env = {"NETBENCH_STATE_DIR": str(clean_machine.dir)}
     first = runner.start("sweep", "--latency", "1ms", *SHORT, "--output", str(tmp_path / "a"), as_user=False, env=env)
-    _wait_for(lambda: local.list_netbench_netns(), 120, "the first sweep's testbed")
+    wait_for(lambda: local.list_netbench_netns(), 120, "the first sweep's testbed")
     second = runner.start("sweep", "--latency", "1ms", *SHORT, "--output", str(tmp_path / "b"), as_user=False, env=env)
     outputs = [proc.communicate(timeout=600)[0] for proc in (first, second)]
     assert [p.returncode for p in (first, second)] == [0, 0], [o[-2000:] for o in outputs]

@@ -6,14 +6,13 @@ import csv
 import json
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from netbench.state.reset import reset
 from netbench.testbed import netns as local
-from tests.conftest import NETBENCH, netbench_processes
+from tests.conftest import NETBENCH, netbench_processes, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.tf]
 
@@ -80,15 +79,6 @@ def test_sweep_step_timeout_is_recorded(clean_machine, tmp_path):
     assert netbench_processes() == []
 
 
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}")
-
 
 @pytest.mark.parametrize("moment", ["testbed", "engines", "workers"])
 def test_sweep_sigkill_then_reset_leaves_nothing(clean_machine, tmp_path, moment):
@@ -97,11 +87,11 @@ def test_sweep_sigkill_then_reset_leaves_nothing(clean_machine, tmp_path, moment
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         if moment == "testbed":
-            _wait_for(lambda: "netbench-n2" in local.list_netbench_netns(), 60, "the testbed")
+            wait_for(lambda: "netbench-n2" in local.list_netbench_netns(), 60, "the testbed")
         elif moment == "engines":
-            _wait_for(lambda: sum("engine" in c for _, c in netbench_processes()) >= 1, 60, "an engine")
+            wait_for(lambda: sum("engine" in c for _, c in netbench_processes()) >= 1, 60, "an engine")
         else:
-            _wait_for(lambda: sum("worker" in c for _, c in netbench_processes()) >= 2, 120, "workers")
+            wait_for(lambda: sum("worker" in c for _, c in netbench_processes()) >= 2, 120, "workers")
         controller.send_signal(signal.SIGKILL)
         controller.wait(timeout=10)
     finally:
@@ -110,7 +100,7 @@ def test_sweep_sigkill_then_reset_leaves_nothing(clean_machine, tmp_path, moment
             controller.wait()
     reset(clean_machine)
     assert local.list_netbench_netns() == []
-    _wait_for(lambda: netbench_processes() == [], 10, "no engine or worker left")
+    wait_for(lambda: netbench_processes() == [], 10, "no engine or worker left")
     assert reset(clean_machine) == []
 
 
@@ -120,7 +110,7 @@ def test_sweep_sigterm_resets_before_exit(clean_machine, tmp_path, signum):
         sweep_argv(tmp_path / "results", "--latency", "5ms", "--warmup", "2", "--steps", "500"),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: sum("worker" in c for _, c in netbench_processes()) >= 2, 120, "workers")
+        wait_for(lambda: sum("worker" in c for _, c in netbench_processes()) >= 2, 120, "workers")
         controller.send_signal(signum)
         _, err = controller.communicate(timeout=60)
     finally:

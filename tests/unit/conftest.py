@@ -25,3 +25,16 @@ def _no_testbed_of_others(monkeypatch):
     from netbench.testbed import sandbox
 
     monkeypatch.setattr(sandbox, "_others_up", lambda state: False)
+
+
+@pytest.fixture
+def sleeper():
+    """A process of the test's own that sleeps (killed after the test if still running)."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield child
+    if child.poll() is None:
+        child.kill()
+    child.wait()

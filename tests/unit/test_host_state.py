@@ -11,8 +11,6 @@ is in it)."""
 from __future__ import annotations
 
 import errno
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -124,15 +122,6 @@ def test_a_controller_another_group_uses_now_is_left_on_with_a_word(kernel, tmp_
     reset(journal, warn=warnings.append)
     assert "cpu" in _enabled(root) and any("left on" in w for w in warnings), warnings
     assert journal.pending() == []
-
-
-@pytest.fixture
-def sleeper():
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    yield child
-    if child.poll() is None:
-        child.kill()
-    child.wait()
 
 
 def test_a_group_that_still_holds_a_process_ends_it_and_never_moves_it_to_the_root(tmp_path, monkeypatch, sleeper):

@@ -25,15 +25,6 @@ def journal(tmp_path, monkeypatch):
     return Journal(tmp_path / "state")
 
 
-@pytest.fixture
-def sleeper():
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    yield child
-    if child.poll() is None:
-        child.kill()
-    child.wait()
-
-
 def test_a_pid_without_a_start_time_is_never_killed(journal, sleeper):
     """The pid may have been reused by any process since: without its start time, it is left."""
     journal.record("process", pid=sleeper.pid, start=None, netns=None, role="worker0")
