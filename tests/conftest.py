@@ -72,9 +72,15 @@ def state_dir(tmp_path, monkeypatch) -> Path:
     return path
 
 
+_LEFT_BEFORE: list[str] = []  # namespaces that outstayed one test's wait: another's, not this suite's
+
+
 @pytest.fixture
 def clean_machine(state_dir):
     """For root tests: wait until no netbench namespace exists, then reset after the test.
+
+    Namespaces another run left (a killed sweep's, before `netbench reset`) are waited for once
+    (180 s); while the same ones stay, each later test fails at once rather than waiting again.
 
     The teardown runs netbench's own reset on this test's journal and then checks that no
     netbench namespace is left, so a leak fails the test that caused it.
@@ -84,11 +90,18 @@ def clean_machine(state_dir):
     from netbench.state.journal import Journal
     from netbench.state.reset import reset
 
+    global _LEFT_BEFORE
+    if _LEFT_BEFORE and _netbench_netns() == _LEFT_BEFORE:
+        pytest.fail(f"netbench namespaces from before this test are still there: {_LEFT_BEFORE} "
+                    "(not this suite's: 'netbench reset --all-namespaces' removes them)")
     deadline = time.monotonic() + 180
     while _netbench_netns():
         if time.monotonic() > deadline:
-            pytest.fail(f"netbench namespaces already exist and stayed: {_netbench_netns()}")
+            _LEFT_BEFORE = _netbench_netns()  # the next tests fail at once, not after 180 s each
+            pytest.fail(f"netbench namespaces already exist and stayed 180 s: {_LEFT_BEFORE} "
+                        "(another run's, or a killed one's: 'netbench reset --all-namespaces' removes them)")
         time.sleep(2)
+    _LEFT_BEFORE = []
     journal = Journal(state_dir)
     yield journal
     reset(journal)
