@@ -192,6 +192,8 @@ class Bed:
 
 def repetition(bed: Bed, case: dict, args) -> list[dict]:
     """One fresh flow through A -> B -> A; each change's record."""
+    from netbench import units
+
     hold = args.after + args.before
     bed.apply(case["a"])
     seconds = int(args.warm + 2 * hold + 2)
@@ -232,7 +234,9 @@ def repetition(bed: Bed, case: dict, args) -> list[dict]:
         after = tr.bins(samples, t0, 0.0, args.after, BIN_S)
         steady = tr.bins(samples, t0, args.after, hold, BIN_S)
         change["complete"] = tr.covers(samples, t0, -args.before, hold, gap_s=0.25)
-        change["figures"] = tr.transient(before, after, steady, BIN_S).as_dict()
+        new = case["b"] if change["direction"] == "there" else case["a"]
+        rtt = 2 * sum(units.parse_duration_us(new[k]) / 1e6 for k in ("delay", "jitter") if new.get(k))
+        change["figures"] = tr.transient(before, after, steady, BIN_S, window_s=tr.window_for(rtt)).as_dict()
         change["mbit"] = [round(b * 8 / BIN_S / 1e6, 2) for b in before + after + steady]
         change["tcp"] = [dict(row, t=round(row["t"] - t0, 3)) for row in series
                          if -args.before <= row["t"] - t0 <= hold]

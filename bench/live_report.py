@@ -6,6 +6,8 @@ import statistics
 
 import transients as tr
 
+STEP_BYTES = 2_678_824  # the mlp's gradients: what a 2-worker all-reduce moves through each link per step
+
 DIRECTIONS = ("there", "back")
 
 
@@ -33,13 +35,36 @@ def rtt_ms(changes: list[dict], start: float, end: float) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def new_point(results: dict, name: str, direction: str) -> dict:
+    """The profile keys a change went to."""
+    case = results["cases"][name]["case"]
+    return case["b"] if direction == "there" else case["a"]
+
+
+def new_rtt_s(results: dict, name: str, direction: str) -> float:
+    """The configured round trip of the path a change went to (both nodes delay their egress)."""
+    new = new_point(results, name, direction)
+    return 2 * (_seconds(new.get("delay")) + _seconds(new.get("jitter")))
+
+
+def figures_of(results: dict, name: str, direction: str, change: dict) -> tr.Transient:
+    """A change's figures, from its 100 ms bins (recomputed: the record's own bins are the data)."""
+    meta = results["meta"]
+    width = meta["bin_s"]
+    scale = 1e6 / 8 * width  # Mbit/s -> bytes per bin
+    b, a = int(round(meta["before_s"] / width)), int(round(meta["after_s"] / width))
+    bins = [m * scale for m in change["mbit"]]
+    return tr.transient(bins[:b], bins[b:b + a], bins[b + a:], width,
+                        window_s=tr.window_for(new_rtt_s(results, name, direction)))
+
+
 def summary(results: dict) -> dict[tuple[str, str], dict]:
     """(case, direction) -> {"label", "spread": figure -> Spread, "rtt_before", "rtt_after",
     "retransmits" (median per change), "incomplete" (repetitions whose samples had holes)}."""
     meta = results["meta"]
     out = {}
     for (name, direction), changes in changes_of(results).items():
-        figures = [tr.Transient(**c["figures"]) for c in changes]
+        figures = [figures_of(results, name, direction, c) for c in changes]
         after, before = meta["after_s"], meta["before_s"]
         out[(name, direction)] = {
             "label": _label(results["cases"][name]["case"], direction),
@@ -103,3 +128,31 @@ def compare_table(netem: dict, engine: dict) -> str:
             cells += [_spread(a, scale, fmt), f"{mark}{_spread(b, scale, fmt)}{mark}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _seconds(text) -> float:
+    from netbench import units
+
+    return units.parse_duration_us(text) / 1e6 if text else 0.0
+
+
+def settle_ends(results: dict, step_bytes: float = STEP_BYTES) -> dict[tuple[str, str], list[float | None]]:
+    """(case, direction) -> when a launch's settle (experiment/settling.py, the default Settle)
+    would let the first measured step start, s after the change, in each repetition: on the
+    steps of a job that moves `step_bytes` a step back to back through the traced flow (no
+    compute: the network's transient as a launch's steps would see it)."""
+    from netbench.experiment import settling
+
+    settle = settling.Settle()
+    meta = results["meta"]
+    skip = int(round(meta["before_s"] / meta["bin_s"]))
+    out: dict[tuple[str, str], list[float | None]] = {}
+    for (name, direction), changes in changes_of(results).items():
+        floor = settle.floor_s(new_rtt_s(results, name, direction))
+        decide = lambda after, elapsed, durations, floor_s: settling.decide(  # noqa: E731
+            settle, after, elapsed, durations, False, floor_s)
+        for change in changes:
+            rates = [m * 1e6 for m in change["mbit"][skip:]]
+            steps = tr.steps_from(rates, step_bytes, meta["bin_s"])
+            out.setdefault((name, direction), []).append(tr.settle_end(steps, decide, floor))
+    return out

@@ -9,7 +9,9 @@ bins of `width` seconds around a change made at `t0`. Per change:
 * ``t90_s``: the time after the change from which every window of `window_s` seconds up to
   `after_s` carries at least 90 % of the new steady rate (0 when none falls short). A window,
   not a bin: a single 100 ms bin of a flow on a 2-core machine dips now and then, and a rule
-  on bins would put the end of the transient at the last random dip;
+  on bins would put the end of the transient at the last random dip; and at least five round
+  trips of the new path (`window_for`): a window-limited flow sends a window per round trip, so
+  at 200 ms its 100 ms bins alternate between a burst and a pause;
 * ``lowest``: the lowest bin in the `after_s` seconds after the change (bit/s);
 * ``bytes_after``: the bytes the flow moved in those `after_s` seconds.
 
@@ -25,7 +27,13 @@ import statistics
 from dataclasses import asdict, dataclass
 
 TARGET = 0.9  # "time to 90 % of the new steady rate"
-WINDOW_S = 0.5  # the window t90 is judged on (see the module's docstring)
+WINDOW_S = 0.5  # the least window t90 is judged on (see the module's docstring)
+WINDOW_RTTS = 5  # ... and at least this many round trips of the new path
+
+
+def window_for(rtt_s: float) -> float:
+    """The window t90 is judged on after a change to a path of round trip `rtt_s`."""
+    return max(WINDOW_S, WINDOW_RTTS * rtt_s)
 
 
 def counter_at(samples: list[tuple[float, int]], t: float) -> float:
@@ -144,3 +152,36 @@ def beyond(reference: Spread, other: Spread, figure: str) -> bool:
     else:
         low, high = reference.low * (1 - slack), reference.high * (1 + slack)
     return not low <= other.median <= high
+
+
+def steps_from(rates_bps: list[float], step_bytes: float, width: float = 0.1) -> list[tuple[float, float]]:
+    """(start, duration) of back-to-back steps that each move `step_bytes` through a flow whose
+    rate per bin of `width` s was `rates_bps` (from the first bin's start): a job that only
+    communicates, as a launch's steps would see the trace."""
+    steps, moved, start, t = [], 0.0, 0.0, 0.0
+    for rate in rates_bps:
+        left = rate / 8 * width
+        while left > 0:
+            need = (len(steps) + 1) * step_bytes - moved
+            if need > left:
+                moved += left
+                break
+            moved += need
+            left -= need
+            end = t + width * (1 - left / (rate / 8 * width))
+            steps.append((start, end - start))
+            start = end
+        t += width
+    return steps
+
+
+def settle_end(steps: list[tuple[float, float]], decide, floor_s: float) -> float | None:
+    """When a launch's settle (`decide(after, elapsed_s, durations)`: experiment/settling.py's
+    rule) lets the first measured step start on these steps: that step's start, s after the
+    change; None if it never does within them."""
+    durations: list[float] = []
+    for k, (start, duration) in enumerate(steps, start=1):
+        if decide(k, start, durations + [duration], floor_s) is not None:
+            return start
+        durations.append(duration)
+    return None

@@ -75,6 +75,19 @@ def test_a_rise_in_rate_is_timed_to_the_new_level_and_a_fall_to_it_is_immediate(
     assert down.t90_s == 0.0 and down.lowest == pytest.approx(100e6)
 
 
+def test_a_window_limited_flows_bursts_a_round_trip_apart_are_no_transient():
+    # 200 ms round trips: a window per round trip, so 100 ms bins alternate burst and pause
+    after = [105.0, 210.0] * 50
+    steady = [147.0 * MBIT] * 20
+    short = tr.transient([955.0 * MBIT] * 20, [r * MBIT for r in after], steady, window_s=tr.WINDOW_S)
+    judged = tr.transient([955.0 * MBIT] * 20, [r * MBIT for r in after], steady, window_s=tr.window_for(0.2))
+    assert tr.window_for(0.2) == pytest.approx(1.0) and tr.window_for(0.002) == tr.WINDOW_S
+    assert judged.t90_s == 0.0 and short.t90_s == 0.0  # 0.5 s: 2 or 3 bursts, 126-168 Mbit/s
+    uneven = [105.0, 210.0] * 20 + [105.0, 125.0, 137.0, 162.0, 105.0] + [210.0, 105.0] * 27 + [210.0]
+    assert tr.transient([0.0] * 20, [r * MBIT for r in uneven], steady, window_s=0.5).t90_s > 4.0
+    assert tr.transient([0.0] * 20, [r * MBIT for r in uneven], steady, window_s=1.0).t90_s == 0.0
+
+
 def test_a_flow_that_never_recovers_is_timed_to_the_end_of_the_window():
     t = tr.transient([100.0 * MBIT] * 20, [50.0 * MBIT] * 100, [100.0 * MBIT] * 20)
     assert t.t90_s == pytest.approx(10.0)
@@ -97,11 +110,10 @@ def test_the_comparison_table_marks_the_changes_where_the_engine_differs():
     report = _load("live_report")
 
     def run(backend: str, after_mbit: list[float]) -> dict:
-        figures = tr.transient([100.0 * MBIT] * 20, [r * MBIT for r in after_mbit], [100.0 * MBIT] * 20).as_dict()
-        change = {"direction": "there", "figures": figures, "tcp": [{"t": -1.0, "rtt_ms": 2.0, "retransmits": 0},
-                                                                     {"t": 11.0, "rtt_ms": 20.0, "retransmits": 0}]}
+        change = {"direction": "there", "mbit": [100.0] * 20 + after_mbit + [100.0] * 20,
+                  "tcp": [{"t": -1.0, "rtt_ms": 2.0, "retransmits": 0}, {"t": 11.0, "rtt_ms": 20.0, "retransmits": 0}]}
         return {"meta": {"backend": backend, "kernel": "6.1", "cpus": 2, "repeats": 3, "commit": "x",
-                         "after_s": 10.0, "before_s": 2.0},
+                         "after_s": 10.0, "before_s": 2.0, "bin_s": 0.1},
                 "cases": {"delay-1-10": {"case": {"a": {"delay": "1ms"}, "b": {"delay": "10ms"}, "cc": "cubic"},
                                          "repetitions": [[change]] * 3}}}
 
