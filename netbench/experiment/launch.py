@@ -96,9 +96,14 @@ class PointWindow:
 
     def __init__(self, changed_at: float, settle: Settle, steps: int, seconds: float | None = None,
                  precision: float | None = None, max_seconds: float = 60.0, rtt_s: float | None = None,
-                 by_time: bool = False, others: tuple = ()) -> None:
+                 by_time: bool = False, others: tuple = (), widened: bool = False,
+                 change_floor_s: float = 0.0) -> None:
         self.changed_at, self.settle, self.steps, self.seconds = changed_at, settle, steps, seconds
-        self.rtt_s, self.floor_s, self.why = rtt_s, settle.floor_s(rtt_s), None  # the path's round trip (None: unknown)
+        # the path's round trip (None: unknown); a change that widened the path (settling.widens)
+        # settles only once its steps stop falling, and waits at least what its kind's transient
+        # lasts (settling.change_floor_s: bbr after a longer round trip)
+        self.rtt_s, self.widened, self.change_floor_s = rtt_s, widened, change_floor_s
+        self.floor_s, self.why = max(settle.floor_s(rtt_s), change_floor_s), None
         # with a precision, `steps`/`seconds` is the least window: it goes on until the mean step
         # time is known to it (stats.steps_to_precision) or has lasted max_seconds
         self.precision, self.max_seconds = precision, max_seconds
@@ -182,7 +187,7 @@ class PointWindow:
             return False
         self.durations.append(step.end - step.start)
         self.why = settling.decide(self.settle, self.after, start - self.changed_at, self.durations, self.warmed,
-                                   self.floor_s)
+                                   self.floor_s, self.widened)
         return self.why is not None
 
     def phase_for(self, index: int) -> str | None:
@@ -253,6 +258,7 @@ class Context:
     finish: Callable  # (run, result): store it, tell the observers, keep its summary
     backend_name: str = ""
     settle: Settle = Settle()
+    congestion: str | None = None  # the nodes' TCP congestion control as read back ("a;b": they differ; None: unknown)
     ports: random.Random = field(default_factory=random.Random)
     started: list = field(default_factory=list)  # the manifest's record of every launch started
 
@@ -310,8 +316,11 @@ def _one_launch(number: int, runs: list[Run], ctx: Context) -> list[Run]:
             # made ran partly under the point before, so the settle counts from here
             changed_at = time.monotonic()
             ctx.observer.profile_applied(run)
+            before = runs[i - 1] if i else None  # the point this change came from (none: the launch's start)
             window = PointWindow(changed_at, ctx.settle, job.steps, job.seconds, job.precision, job.max_seconds,
-                                 rtt_s=settling.round_trip_s(run), by_time=own_pace, others=others)
+                                 rtt_s=settling.round_trip_s(run), by_time=own_pace, others=others,
+                                 widened=settling.widens(before, run),
+                                 change_floor_s=settling.change_floor_s(before, run, ctx.congestion))
             if live is None:
                 try:
                     live = LiveJob(tasks, ctx.store.log_dir(f"launch{number:03d}"), spawn,
@@ -358,7 +367,8 @@ def _record(ctx: Context, run: Run, number: int, window: PointWindow, outcome: J
                        run.job.ranks_per_node)  # each rank's node, in rank order
     result = ctx.make_result(run, ctx.backend_name, outcome, started, time.time(), link=link, nodes=nodes)
     ctx.finish(run, replace(result, launch=number, settle_s=window.settle_s(), settle_steps=window.dropped,
-                            settle_reason=settling.reason(window.why, window.floor_s, window.rtt_s, window.settle)))
+                            settle_reason=settling.reason(window.why, window.floor_s, window.rtt_s, window.settle,
+                                                          window.change_floor_s, window.widened)))
 
 
 def _measure(live: LiveJob, run: Run, window: PointWindow, starts: list, carry: list, clock: _Clock,

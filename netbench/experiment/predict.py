@@ -149,6 +149,16 @@ class Predictor:
         return {"exchange_alpha_s": x.alpha_s, "exchange_beta_s_per_byte": x.beta_s_per_byte,
                 "window_bytes": x.window_bytes}
 
+    def omitted(self, run) -> tuple[str, ...]:
+        """What the model leaves out at `run`'s point (step_model.omitted); () without inputs."""
+        from netbench.experiment.estimate import path_of
+
+        x = self.inputs(run)
+        if x is None:
+            return ()
+        profile = path_of(run)
+        return step_model.omitted(x, profile.loss, profile.jitter_us / 1e6)
+
     def predict(self, run, buckets: int | None = None) -> step_model.Prediction | None:
         """`buckets`: the all-reduces per step the run's framework reported (torch's DDP), in
         place of the model's estimate from the model's size."""
@@ -408,7 +418,8 @@ def annotate(result, run, predictor: Predictor | None):
     prediction = predictor.predict(run, reported_buckets(result.events))
     if prediction is None:
         return result
-    return replace(result, predicted_step_s=prediction.step_s, calibration_id=predictor.calibration_id(run))
+    return replace(result, predicted_step_s=prediction.step_s, calibration_id=predictor.calibration_id(run),
+                   predicted_omits="; ".join(predictor.omitted(run)) or None)
 
 
 def reported_buckets(events) -> int | None:

@@ -406,7 +406,8 @@ def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Jo
         plans = launches.plan_launches(shared, order_seed, config.order)
         ctx = launches.Context(config=config, testbed=testbed, store=store, observer=observer,
                                make_result=make_result, finish=finish, backend_name=backend.name,
-                               settle=config.settle, ports=rng, started=manifest.setdefault("launches", []))
+                               settle=config.settle, ports=rng, started=manifest.setdefault("launches", []),
+                               congestion=nodes_cc)
         manifest.update(isolate=config.isolate, order=config.order, order_seed=order_seed, settle=asdict(config.settle),
                         isolated_runs=[r.run_id for r in own],
                         launch_plan=[{"group": p.group, "seed": p.seed, "runs": [r.run_id for r in p.runs]}

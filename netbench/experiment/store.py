@@ -54,7 +54,8 @@ from netbench.model.job import ALGORITHM_KEYS
 #     each node's compute capacity (its record's `compute`: cpus and step_delay_s per node) and a
 #     csv column per limited node: cpus_<node>, step_delay_s_<node> ("all": every node), after the rest
 # 13: ranks per node: the record's `ranks`, its csv columns (jobs/link_check.py COLUMNS)
-SCHEMA_VERSION = 14  # 14: where the run ran: the record's `provenance` and its csv columns (netbench/provenance.py)
+# 14: where the run ran: the record's `provenance` and its csv columns (netbench/provenance.py)
+SCHEMA_VERSION = 15  # 15: what the step model leaves out at the point: the record's and the csv's predicted_omits
 
 RESULTS_CSV = "results.csv"
 RUNS_DIR = "runs"
@@ -74,7 +75,7 @@ CSV_COLUMNS = (
     "verify_rate_measured_mbit", "verify_ok", "cpu_util_mean", "rss_peak_bytes", "net_tx_bytes", "net_rx_bytes",
     "status", "error", "schedule", "step", "split_from",
     "launch", "settle_s", "settle_steps", "settle_reason", "topology", "scale",
-    "step_time_ci_pct", "precision_reached", "predicted_step_s",
+    "step_time_ci_pct", "precision_reached", "predicted_step_s", "predicted_omits",
     # the training algorithm and its accuracy (issue 21)
     "wait_time_mean_s", "staleness_mean", "test_accuracy", "steps_to_target", "time_to_target_s",
     "framework", "source",
@@ -150,6 +151,9 @@ class RunResult:
     # the step model's prediction from the sweep's calibrations (model/step_model.py), never from
     # this run's own steps; None where the model does not apply
     predicted_step_s: float | None = None
+    # what the model leaves out at this point ("; "-joined, model/step_model.py omitted: loss,
+    # jitter, a CPU quota's busy core), so a point far from its prediction says why; None: nothing
+    predicted_omits: str | None = None
     # the algorithm's waiting (barrier, staleness gate) per measured step and the staleness of
     # its updates (exchange strategies); held-out accuracy: the curve (step, wall_s, train_s,
     # accuracy, spread: netbench.jobs.accuracy), the last value, and when the target was reached
@@ -229,7 +233,7 @@ class RunResult:
             "scale": "" if self.topology is None else f"{self.topology.get('scale', 1):g}",
             "step_time_ci_pct": opt(self.step_time_ci_pct, 3),
             "precision_reached": "" if self.precision_reached is None else str(self.precision_reached).lower(),
-            "predicted_step_s": opt(self.predicted_step_s),
+            "predicted_step_s": opt(self.predicted_step_s), "predicted_omits": self.predicted_omits or "",
             "wait_time_mean_s": opt(self.wait_time_mean_s), "staleness_mean": opt(self.staleness_mean, 4),
             "test_accuracy": opt(self.test_accuracy, 4),
             "steps_to_target": "" if self.steps_to_target is None else self.steps_to_target,

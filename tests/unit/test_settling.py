@@ -111,3 +111,99 @@ def test_each_record_says_how_long_its_point_settled_and_why(tmp_path):
         assert all(row["settle_reason"] for row in csv.DictReader(fh))
     record = json.loads((tmp_path / "out" / "runs" / f"{later[0].run_id}.json").read_text())
     assert record["settle_reason"] == later[0].settle_reason
+
+
+def prof(delay_ms: float, rate_mbit: float | None = None, loss: float = 0.0, jitter_ms: float = 0.0) -> Run:
+    profile = Profile(name="p", delay_us=int(delay_ms * 1000), jitter_us=int(jitter_ms * 1000), loss=loss,
+                      rate_bps=None if rate_mbit is None else int(rate_mbit * 1e6))
+    return Run(index=0, profile=profile, repeat=0, job=JobSpec(), workers=2)
+
+
+def test_a_change_widens_the_path_where_a_launch_in_descending_order_never_goes():
+    from netbench.experiment.launch_plan import run_follows
+
+    pairs = [(prof(1), prof(10)), (prof(10), prof(1)), (prof(1, 100), prof(1, 1000)), (prof(1, 1000), prof(1, 100)),
+             (prof(1, loss=0.01), prof(1)), (prof(1), prof(1, loss=0.01)), (prof(10), prof(10, jitter_ms=2)),
+             (prof(10, jitter_ms=2), prof(10)), (prof(1, 100), prof(1))]  # unlimited: the widest rate
+    for before, after in pairs:
+        assert settling.widens(before, after) == (not run_follows(before, after)), (before.profile, after.profile)
+    assert not settling.widens(None, prof(10))  # a launch's first point: its warm-up settled it
+
+
+def test_under_bbr_a_longer_round_trip_waits_out_its_min_rtt_window():
+    # measured (bench/live_changes.py, netem and the engine alike): 1 -> 10 ms at 1 Gbit/s under
+    # bbr ran at 2-11 Mbit/s, evenly, for 5.8-7.5 s: bbr's window is sized by the shortest round
+    # trip of the last 10 s
+    assert settling.change_floor_s(prof(1), prof(10), "bbr") == pytest.approx(10.0 + 0.2 + 2 * 0.020)
+    assert settling.change_floor_s(prof(1), prof(10), "bbr;cubic") > 10  # a node on bbr is enough
+    assert settling.change_floor_s(prof(1), prof(10), "cubic") == 0.0
+    assert settling.change_floor_s(prof(10), prof(1), "bbr") == 0.0  # a shorter one: nothing to wait out
+    assert settling.change_floor_s(prof(1, 100), prof(1, 1000), "bbr") == 0.0
+    assert settling.change_floor_s(None, prof(10), "bbr") == 0.0 and settling.change_floor_s(prof(1), prof(10), None) == 0.0
+
+
+def settle_of(durations: list[float], floor_s: float = 0.0, widened: bool = False, settle: Settle = Settle()):
+    """(when the first measured step starts, why) over back-to-back steps of `durations`."""
+    t, seen = 0.0, []
+    for k, d in enumerate(durations, start=1):
+        seen.append(d)
+        why = settling.decide(settle, k, t, seen, False, floor_s, widened)
+        if why is not None:
+            return round(t, 3), why
+        t += d
+    return None, None
+
+
+def test_bbrs_even_slow_steps_pass_the_steadiness_test_so_its_floor_holds_them():
+    # a 2.7 MB step at 11 Mbit/s takes ~2 s, evenly, until bbr's min_rtt expires; then 22 ms
+    plateau = [1.95] * 5 + [0.022] * 200
+    assert settle_of(plateau, floor_s=0.16) == (pytest.approx(5.85), "steady")  # inside the transient
+    floor = settling.change_floor_s(prof(1), prof(10), "bbr")
+    start, why = settle_of(plateau, floor_s=floor, widened=True)
+    assert start >= floor and why == "steady"
+
+
+def test_after_a_widening_change_steps_still_falling_have_not_settled():
+    ramp = [0.1 * 0.92 ** k for k in range(20)] + [0.1 * 0.92 ** 20] * 20  # each step 8 % shorter, then flat
+    early, _ = settle_of(ramp, floor_s=0.016)
+    late, why = settle_of(ramp, floor_s=0.016, widened=True)
+    assert early < 0.5 and late > 1.0 and why == "steady"
+    assert settling.falling([1.0, 1.0, 1.0, 0.8, 0.8, 0.8], 3) and not settling.falling([1.0] * 6, 3)
+    assert settling.falling([1.0] * 5, 3)  # fewer than twice the steps: not known yet
+    noisy = [0.1, 0.11, 0.095, 0.1, 0.105, 0.097, 0.1, 0.102]  # a flat series: not falling
+    assert settle_of(noisy, floor_s=0.016, widened=True)[1] == "steady"
+    assert settling.reason("steady", 10.24, 0.02, Settle(), 10.24, True).startswith(
+        "steady; floor 10.240 s (bbr: a longer round trip waits out its 10 s min_rtt window); widened")
+
+
+def test_a_launch_window_after_a_widening_change_holds_its_floor_and_waits_for_the_ramp():
+    window = PointWindow(changed_at=0.0, settle=Settle(), steps=5, rtt_s=0.02, widened=True, change_floor_s=10.24)
+    assert window.floor_s == 10.24
+    t = 0.0
+    for k in range(200):
+        window.chief(step(k, t, 0.5 if t < 6.0 else 0.05))
+        t += 0.5 if t < 6.0 else 0.05
+        if window.window_start is not None:
+            break
+    assert window.window_start >= 10.24 and window.why == "steady"
+    assert PointWindow(changed_at=0.0, settle=Settle(), steps=5, rtt_s=0.02).floor_s == pytest.approx(0.16)
+
+
+def test_a_random_order_launch_marks_the_points_its_changes_widened(tmp_path):
+    from tests.fakes.sweep import SyntheticTestbed
+
+    from netbench.experiment.runner import SweepConfig, run_sweep
+
+    job = JobSpec(warmup=2, steps=5)
+    runs = tuple(Run(index=i, profile=Profile(name=f"d{i}", delay_us=1000 * (i + 1)), repeat=0, job=job, workers=2)
+                 for i in range(3))
+    config = SweepConfig(sweep_id="s", runs=runs, job=job, workers=2, output=tmp_path / "out", order_seed=3,
+                         order="random", settle=Settle(steps=2, seconds=1.5))
+    results = sorted(run_sweep(config, testbed=SyntheticTestbed(Journal(tmp_path / "state"), pace=0.005)),
+                     key=lambda r: r.started)
+    assert [r.status for r in results] == ["ok"] * 3
+    delays = [r.profile["delay_us"] for r in results]
+    assert any(b < a for b, a in zip(delays, delays[1:])) and any(b > a for b, a in zip(delays, delays[1:])), delays
+    for before, after in zip(results, results[1:]):
+        rose = after.profile["delay_us"] > before.profile["delay_us"]
+        assert ("widened" in after.settle_reason) == rose, (before.profile, after.profile, after.settle_reason)
