@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -77,10 +78,19 @@ def test_kill_9_of_a_users_sweep_leaves_nothing_and_a_root_sweep_beside_it_finis
                 pytest.fail(f"the user's workers did not start: {user_sweep.communicate()[0][-3000:]}")
             time.sleep(0.2)
         os.kill(holder["pid"], signal.SIGKILL)
+        if holder["pid"] == user_sweep.pid:  # the sweep became the sandbox's holder (exec): reap it,
+            user_sweep.wait(30)              # as its zombie's credentials would keep the user namespace
         # its engines and workers die with it (their parent-death signal): the kernel then drops
         # the user's namespaces, qdiscs and rules with them
         wait_for(lambda: runner.processes() == [], 30, "every process of the user ending")
-        wait_for(lambda: runner.user_namespaces() == [], 30, "the user's namespaces going")
+        gone = time.monotonic()
+        try:
+            wait_for(lambda: runner.user_namespaces() == [], 90, "the user's namespaces going")
+        except BaseException:
+            print(subprocess.run(["lsns", "-o", "NS,TYPE,USER,PID,PPID,NPROCS,COMMAND"], capture_output=True,
+                                 text=True).stdout)
+            raise
+        print(f"the user's namespaces went {time.monotonic() - gone:.1f} s after their last process")
         out = runner.run("reset").stdout
         assert f"state folder {states / holder['id']}" in out, out
         assert list(states.iterdir()) == []
