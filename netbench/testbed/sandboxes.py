@@ -8,6 +8,7 @@ undone from its journal; its state folder goes last.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Callable, Sequence
@@ -27,15 +28,36 @@ def testbed_states(base: Path) -> list[Path]:
     return found
 
 
-def processes_in(holder: Holder) -> list[int]:
+def _environ(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
+
+
+def processes_in(holder: Holder, pids: Sequence[str] | None = None, mntns=None, environ=_environ) -> list[int]:
     """Every process inside the sandbox (its mount namespace), the holder included; only those
-    this user may see."""
+    this user may see, never this process.
+
+    A namespace's inode number is reused as soon as the namespace is gone (the kernel hands out
+    the lowest free one): once the holder has died, a process in a mount namespace with that
+    inode counts only if its environment names the sandbox (NETBENCH_SANDBOX, which everything
+    started inside inherits). Else the next `unshare --mount` of anyone's, or this reset's own,
+    would be taken for the sandbox and stopped. `pids`, `mntns(pid)`, `environ(pid)`: /proc's
+    (for tests)."""
     if holder.mntns is None:
         return [holder.pid] if holder.alive() else []
+    mntns = mntns or (lambda pid: _ns_inode("mnt", pid))
+    if pids is None:
+        pids = [entry.name for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    pinned = holder.alive()  # its namespace, and so its inode, lives while the holder does
+    marker = f"{places.SANDBOX_ENV}={holder.id}".encode()
     found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and _ns_inode("mnt", entry.name) == holder.mntns:
-            found.append(int(entry.name))
+    for pid in pids:
+        if int(pid) == os.getpid() or mntns(pid) != holder.mntns:
+            continue
+        if pinned or marker in environ(pid).split(b"\0"):
+            found.append(int(pid))
     return found
 
 

@@ -94,6 +94,10 @@ def test_kill_9_of_a_users_sweep_leaves_nothing_and_a_root_sweep_beside_it_finis
         out = runner.run("reset").stdout
         assert f"state folder {states / holder['id']}" in out, out
         assert list(states.iterdir()) == []
+    except BaseException:
+        root_sweep.kill()  # the test's reset must not race a sweep still running
+        root_sweep.wait()
+        raise
     finally:
         user_sweep.kill()
         user_sweep.wait()

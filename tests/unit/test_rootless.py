@@ -315,3 +315,20 @@ def test_without_root_a_name_a_root_sweep_added_to_the_allowed_list_is_not_count
     congestion.set_on_nodes(Journal(tmp_path / "state"), [node], "reno", holds)
     assert values == {None: "reno bbr", "netbench-n1": "reno"}  # the node's only: the host's list as it was
     assert not holds.held(cc.allowed_setting("reno"))
+
+
+def test_a_dead_sandboxs_recycled_mount_namespace_inode_is_not_the_sandbox():
+    # the kernel reuses a namespace's inode number as soon as the namespace is gone: after a
+    # kill -9, the next `unshare --mount` (the user's reset itself ran in one) got the sandbox's
+    # number, and reset took it for the sandbox and stopped it (SIGTERM to the reset)
+    pid, start = _dead_pid()
+    holder = sandbox.Holder(id="7-7", kind=sandbox.SWEEP, privilege=places.ROOTLESS, pid=pid, start=start,
+                            uid=os.getuid(), created=0.0, mntns=4026532242)
+    inodes = {"100": 4026532242, "101": 4026532242, "102": 4026531832, str(os.getpid()): 4026532242}
+    environs = {"100": b"HOME=/x\0NETBENCH_SANDBOX=7-7\0", "101": b"HOME=/x\0NETBENCH_SANDBOX=8-8\0",
+                "102": b"NETBENCH_SANDBOX=7-7\0", str(os.getpid()): b"NETBENCH_SANDBOX=7-7\0"}
+    found = sandboxes.processes_in(holder, list(inodes), inodes.get, lambda p: environs.get(p, b""))
+    assert found == [100]  # in that namespace and started inside the sandbox; never this process
+    alive = sandbox.Holder(**{**holder.to_json(), "pid": os.getpid(), "start": proc.start_time(os.getpid())})
+    # while the holder lives its namespace (and inode) is pinned: whatever is in it is inside
+    assert sandboxes.processes_in(alive, list(inodes), inodes.get, lambda p: b"") == [100, 101]
