@@ -56,11 +56,13 @@ def limits(r: Readings) -> list[Limit]:
         found.append(Limit("sch_netem", "the netem module is not loaded and only root can load it: the userspace "
                            "backend shapes instead", "as root: modprobe sch_netem", False))
     if r.cgroup_v1:
-        found.append(Limit("cgroup v1", "CPU limits (--cpus) need a cgroup v2 subtree delegated to you; this host's "
-                           "cpu controller is on cgroup v1", "run as root for --cpus", False))
-    elif not r.cgroup_v2_delegated:
-        found.append(Limit("cgroup v2 delegation", "CPU limits (--cpus) need a cgroup v2 subtree delegated to you "
-                           "with the cpu controller", "systemd-run --user --scope -p Delegate=yes netbench ...", False))
+        found.append(Limit("cgroup v1", "CPU limits (--cpus) are refused: this host's cpu controller is on cgroup "
+                           "v1, which only root may divide", "run as root for --cpus (--step-delay needs no root)", False))
+    else:  # a delegated v2 subtree (cgroup_v2_delegated) would do, but this netbench does not use one yet
+        found.append(Limit("--cpus", "CPU limits (--cpus) are refused: this netbench does not yet make its groups "
+                           "in a cgroup v2 subtree delegated to a user" + ("" if r.cgroup_v2_delegated else
+                                                                            " (and none is delegated to you)"),
+                           "run as root for --cpus (--step-delay needs no root)", False))
     if cc.EMBEDDED_DEFAULT not in r.allowed_cc:
         found.append(Limit("net.ipv4.tcp_allowed_congestion_control",
                            f"only {', '.join(r.allowed_cc) or 'none'} may be chosen without root: the nodes keep the "

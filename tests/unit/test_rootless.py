@@ -59,20 +59,22 @@ def _names(readings: rootless.Readings) -> dict[str, bool]:
 def test_each_setting_that_withholds_something_is_named_with_its_fix():
     open_host = rootless.Readings(userns_clone="1", max_user_namespaces="15000", netem_loaded=True,
                                   cgroup_v2_delegated=True, allowed_cc=("reno", "cubic"))
-    assert rootless.limits(open_host) == []
+    # --cpus is withheld everywhere without root (a delegated v2 subtree is not used yet), never blocking
+    assert _names(open_host) == {"--cpus": False}
     assert _names(rootless.Readings(userns_clone="0", max_user_namespaces="15000", netem_loaded=True,
                                     cgroup_v2_delegated=True, allowed_cc=("cubic",))) == \
-        {"kernel.unprivileged_userns_clone": True}
+        {"kernel.unprivileged_userns_clone": True, "--cpus": False}
     assert _names(rootless.Readings(max_user_namespaces="0", netem_loaded=True, cgroup_v2_delegated=True,
-                                    allowed_cc=("cubic",))) == {"user.max_user_namespaces": True}
+                                    allowed_cc=("cubic",))) == {"user.max_user_namespaces": True, "--cpus": False}
     assert _names(rootless.Readings(apparmor_restrict="1", netem_loaded=True, cgroup_v2_delegated=True,
-                                    allowed_cc=("cubic",))) == {"kernel.apparmor_restrict_unprivileged_userns": True}
+                                    allowed_cc=("cubic",))) == {"kernel.apparmor_restrict_unprivileged_userns": True,
+                                                                "--cpus": False}
     this_host = _names(rootless.Readings(netem_loaded=False, cgroup_v1=True, allowed_cc=("reno", "bbr")))
     assert this_host == {"sch_netem": False, "cgroup v1": False, "net.ipv4.tcp_allowed_congestion_control": False}
-    assert _names(rootless.Readings(netem_loaded=True, allowed_cc=("cubic",))) == {"cgroup v2 delegation": False}
+    assert _names(rootless.Readings(netem_loaded=True, allowed_cc=("cubic",))) == {"--cpus": False}
     fixes = {limit.what: limit.fix for limit in rootless.limits(rootless.Readings(userns_clone="0"))}
     assert fixes["kernel.unprivileged_userns_clone"] == "as root: sysctl -w kernel.unprivileged_userns_clone=1"
-    assert "systemd-run --user --scope -p Delegate=yes" in fixes["cgroup v2 delegation"]
+    assert fixes["--cpus"] == "run as root for --cpus (--step-delay needs no root)"
 
 
 def test_a_congestion_control_outside_the_allowed_list_is_refused_without_root():
