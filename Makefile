@@ -112,9 +112,11 @@ test-kernel: $(TEST_STAMP)
 	fi
 	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[kernel]'
 	rm -rf $(KERNEL_RESULT) && mkdir -p $(KERNEL_RESULT)
+	@# through a pipe: qemu opens its stdout and stderr by path, as files, and would truncate a log
+	@# they are written to (CI's), losing make test's output before it; the result is the rc file's
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/vng --run $(KERNEL_IMAGE) --disable-kvm --force-9p --memory 2G --cpus 2 \
 		--rwdir $(CURDIR)/$(KERNEL_RESULT) --exec "cd $(CURDIR) && NETBENCH_REQUIRE_NETEM=1 \
 		$(BIN)/pytest -q -p no:cacheprovider -o addopts=-ra tests/kernel/ \
-		> $(KERNEL_RESULT)/log 2>&1; echo \$$? > $(KERNEL_RESULT)/rc"
+		> $(KERNEL_RESULT)/log 2>&1; echo \$$? > $(KERNEL_RESULT)/rc" 2>&1 | cat
 	@cat $(KERNEL_RESULT)/log
 	@test "$$(cat $(KERNEL_RESULT)/rc 2>/dev/null)" = 0 || { echo "test-kernel: failed (see above)"; exit 1; }
