@@ -57,6 +57,7 @@ from netbench import stats
 from netbench.experiment import lossy
 from netbench.experiment.launch import Settle, plan_launches
 from netbench.model.job import EXCHANGE_STRATEGIES, effective_accum_steps, nodes_needed
+from netbench.model.run import path_of
 
 # Model weights (float32) at the job's default input shape and 10 classes, from
 # build_model(keras, name, DEFAULT_INPUT_SHAPES[name], 10): model.count_params() and the
@@ -197,19 +198,6 @@ class Estimate:
     @property
     def measured_share(self) -> float:
         return self.measured_s / self.wall_s if self.wall_s > 0 else 0.0
-
-
-def path_of(run) -> Any:
-    """The profile a run's steps see: its own, or for a per-pair topology its slowest path, as
-    a ring all-reduce waits on its slowest hop (the largest delay, jitter and loss and the
-    lowest rate of any shaped pair; a conservative bound: every pair counts, not only the
-    job's)."""
-    if run.pairs is None or not run.pairs.links:
-        return run.profile
-    links = [link.profile for link in run.pairs.links]
-    rates = [p.rate_bps for p in links if p.rate_bps]
-    return replace(run.profile, delay_us=max(p.delay_us for p in links), jitter_us=max(p.jitter_us for p in links),
-                   loss=max(p.loss for p in links), rate_bps=min(rates) if rates else None)
 
 
 def rtt_s(profile) -> float:

@@ -40,6 +40,7 @@ from netbench.jobs.launch import Timeouts, run_job
 from netbench.model import exchange_model, step_model
 from netbench.model.frameworks import allreduce_buckets
 from netbench.model.job import JobSpec, pipeline_window, plan_job
+from netbench.model.run import path_of
 
 CALIBRATION_SIZES = (64 * 2**10, 256 * 2**10, 2**20, 4 * 2**20)
 COMPUTE_WARMUP, COMPUTE_STEPS = 3, 10
@@ -121,8 +122,6 @@ class Predictor:
         return "+".join(p for p in parts if p) or None
 
     def inputs(self, run) -> step_model.StepInputs | None:
-        from netbench.experiment.estimate import path_of
-
         job, workers = run.job, run.workers
         fit = self.collective.get(collective_key(workers, job.ranks_per_node, job.framework))
         measured = self.compute.get(job_key(job, workers))
@@ -151,8 +150,6 @@ class Predictor:
 
     def omitted(self, run) -> tuple[str, ...]:
         """What the model leaves out at `run`'s point (step_model.omitted); () without inputs."""
-        from netbench.experiment.estimate import path_of
-
         x = self.inputs(run)
         if x is None:
             return ()

@@ -34,6 +34,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from netbench.experiment.launch_plan import follows
+from netbench.model.run import path_of
+
 ROUND_TRIPS = 8.0  # the time floor in round trips of the point's path (a few for TCP to react)
 DRIFT = 0.1  # after a widening change: the last steps' median at least this much under the ones before is a ramp
 BBR_MIN_RTT_S = 10.0  # bbr's min_rtt filter: the shortest round trip of the last 10 s sizes its window
@@ -72,26 +75,11 @@ def round_trip_s(run) -> float:
     return 2 * (run.profile.delay_us + run.profile.jitter_us) / 1e6
 
 
-def _path(run) -> tuple[float, float, float, float]:
-    """(round trip s, rate bps (inf: unshaped), loss, jitter s) of a run's path."""
-    profile = run.profile
-    pairs = getattr(run, "pairs", None)
-    if pairs is not None and pairs.links:
-        rates = [link.profile.rate_bps for link in pairs.links if link.profile.rate_bps]
-        return (round_trip_s(run), min(rates) if rates else float("inf"),
-                max(link.profile.loss for link in pairs.links), max(link.profile.jitter_us for link in pairs.links) / 1e6)
-    return (round_trip_s(run), float(profile.rate_bps) if profile.rate_bps else float("inf"), profile.loss,
-            profile.jitter_us / 1e6)
-
-
 def widens(before, after) -> bool:
-    """Whether the change from run `before` to run `after` widens the path: a longer round trip,
-    a higher rate, more jitter or less loss (launch_plan.follows' opposite on any one key);
-    False without a `before` (a launch's first point: its warm-up settles it)."""
-    if before is None:
-        return False
-    (rtt0, rate0, loss0, jit0), (rtt1, rate1, loss1, jit1) = _path(before), _path(after)
-    return rtt1 > rtt0 or rate1 > rate0 or loss1 < loss0 or jit1 > jit0
+    """Whether the change from run `before` to run `after` widens the path (a rate, delay or
+    jitter rises, or loss falls, on the path its steps see: model.run.path_of): the opposite of
+    launch_plan.follows; False without a `before` (a launch's first point: its warm-up settles it)."""
+    return before is not None and not follows(path_of(before), path_of(after))
 
 
 def change_floor_s(before, after, congestion: str | None) -> float:

@@ -101,6 +101,19 @@ class Run:
         return f"r{self.index:03d}"
 
 
+def path_of(run: Run) -> Profile:
+    """The profile a run's steps see: its own, or for a per-pair topology its slowest path, as
+    a ring all-reduce waits on its slowest hop (the largest delay, jitter and loss and the
+    lowest rate of any shaped pair; a conservative bound: every pair counts, not only the
+    job's)."""
+    if run.pairs is None or not run.pairs.links:
+        return run.profile
+    links = [link.profile for link in run.pairs.links]
+    rates = [p.rate_bps for p in links if p.rate_bps]
+    return replace(run.profile, delay_us=max(p.delay_us for p in links), jitter_us=max(p.jitter_us for p in links),
+                   loss=max(p.loss for p in links), rate_bps=min(rates) if rates else None)
+
+
 def computes(run: Run) -> tuple[Compute, ...]:
     """Every node capacity the run holds: its own, then each of its schedule's entries'."""
     from netbench.model.schedule import compute_at
