@@ -34,17 +34,12 @@ def refuse_without_root() -> None:
 
     from netbench.errors import UsageError
     from netbench.state import places
+    from netbench.testbed import rootless
 
     if places.privilege(os.environ, os.geteuid()) != places.ROOTLESS:
         return
-    if cg.cpu_on_v1():
-        why = "this host's cpu controller is on cgroup v1, which only root may divide"
-    elif cg.delegated_v2() is None:
-        why = "no cgroup v2 subtree with the cpu controller is delegated to you"
-    else:
-        why = "a delegated cgroup v2 subtree is not used by this netbench yet"
-    raise UsageError(f"flag --cpus: CPU limits without root: {why}",
-                     hint="run netbench as root for --cpus (a step delay, --step-delay, needs no root)")
+    raise UsageError(f"flag --cpus: {rootless.cpus_withheld(cg.cpu_on_v1(), cg.delegated_v2() is not None)}",
+                     hint=rootless.CPUS_FIX)
 
 
 class NodeCapacity:

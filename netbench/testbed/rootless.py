@@ -38,6 +38,18 @@ class Readings:
     allowed_cc: tuple[str, ...] = ()  # net.ipv4.tcp_allowed_congestion_control
 
 
+CPUS_FIX = "run as root for --cpus (--step-delay needs no root)"
+
+
+def cpus_withheld(cgroup_v1: bool, delegated: bool) -> str:
+    """Why CPU limits (--cpus) are refused without root on this host: the doctor's line and the
+    sweep's refusal. A delegated v2 subtree (`delegated`) would do, but none is used yet."""
+    if cgroup_v1:
+        return "CPU limits (--cpus) are refused: this host's cpu controller is on cgroup v1, which only root may divide"
+    return ("CPU limits (--cpus) are refused: this netbench does not yet make its groups in a cgroup v2 subtree "
+            "delegated to a user" + ("" if delegated else " (and none is delegated to you)"))
+
+
 def limits(r: Readings) -> list[Limit]:
     """Every limit that applies to a user without root on a host with readings `r`."""
     found = []
@@ -55,14 +67,8 @@ def limits(r: Readings) -> list[Limit]:
     if not r.netem_loaded:
         found.append(Limit("sch_netem", "the netem module is not loaded and only root can load it: the userspace "
                            "backend shapes instead", "as root: modprobe sch_netem", False))
-    if r.cgroup_v1:
-        found.append(Limit("cgroup v1", "CPU limits (--cpus) are refused: this host's cpu controller is on cgroup "
-                           "v1, which only root may divide", "run as root for --cpus (--step-delay needs no root)", False))
-    else:  # a delegated v2 subtree (cgroup_v2_delegated) would do, but this netbench does not use one yet
-        found.append(Limit("--cpus", "CPU limits (--cpus) are refused: this netbench does not yet make its groups "
-                           "in a cgroup v2 subtree delegated to a user" + ("" if r.cgroup_v2_delegated else
-                                                                            " (and none is delegated to you)"),
-                           "run as root for --cpus (--step-delay needs no root)", False))
+    found.append(Limit("cgroup v1" if r.cgroup_v1 else "--cpus", cpus_withheld(r.cgroup_v1, r.cgroup_v2_delegated),
+                       CPUS_FIX, False))
     if cc.EMBEDDED_DEFAULT not in r.allowed_cc:
         found.append(Limit("net.ipv4.tcp_allowed_congestion_control",
                            f"only {', '.join(r.allowed_cc) or 'none'} may be chosen without root: the nodes keep the "

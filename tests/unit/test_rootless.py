@@ -334,3 +334,23 @@ def test_a_dead_sandboxs_recycled_mount_namespace_inode_is_not_the_sandbox():
     alive = sandbox.Holder(**{**holder.to_json(), "pid": os.getpid(), "start": proc.start_time(os.getpid())})
     # while the holder lives its namespace (and inode) is pinned: whatever is in it is inside
     assert sandboxes.processes_in(alive, list(inodes), inodes.get, lambda p: b"") == [100, 101]
+
+
+def test_without_root_a_cpu_limit_is_refused_in_one_line_naming_the_flag(monkeypatch):
+    from netbench.emulation import cgroups
+    from netbench.errors import UsageError
+    from netbench.testbed import compute
+
+    monkeypatch.setenv(places.PRIVILEGE_ENV, places.ROOTLESS)
+    monkeypatch.setattr(cgroups, "cpu_on_v1", lambda: False)
+    monkeypatch.setattr(cgroups, "delegated_v2", lambda: None)
+    with pytest.raises(UsageError) as err:
+        compute.refuse_without_root()
+    assert err.value.message == ("flag --cpus: CPU limits (--cpus) are refused: this netbench does not yet make its "
+                                 "groups in a cgroup v2 subtree delegated to a user (and none is delegated to you)")
+    assert err.value.hint == "run as root for --cpus (--step-delay needs no root)"
+    monkeypatch.setattr(cgroups, "cpu_on_v1", lambda: True)
+    with pytest.raises(UsageError, match="cgroup v1, which only root may divide"):
+        compute.refuse_without_root()
+    monkeypatch.setenv(places.PRIVILEGE_ENV, places.ROOT)
+    compute.refuse_without_root()  # root: nothing to refuse
