@@ -156,12 +156,14 @@ def decode(read: Callable[[int], bytes], cap: FrameCap | None = None,
         raise ProtocolError(f"a header nested deeper than {MAX_HEADER_DEPTH} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"unreadable header ({exc})") from None
-    if _depth(header) > MAX_HEADER_DEPTH:
-        raise ProtocolError(f"a header nested deeper than {MAX_HEADER_DEPTH} levels")
     try:
         op, meta, specs = str(header["op"]), dict(header.get("meta") or {}), list(header.get("arrays") or [])
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ProtocolError(f"unreadable header ({exc})") from None
+    # only the meta is free-form (_spec takes an array spec's dims as ints, other keys are never
+    # read): its depth is checked, not the arrays' specs, one per variable, on every frame
+    if 1 + _depth(meta) > MAX_HEADER_DEPTH:
+        raise ProtocolError(f"a header nested deeper than {MAX_HEADER_DEPTH} levels")
     shapes = [_spec(spec) for spec in specs]
     _check_cap(op, shapes, cap)
     if admit is not None:
