@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from netbench import __version__
+from netbench.emulation import cgroups
 
 # results.csv's columns, in this order (experiment/store.py puts them before the per-node ones)
 COLUMNS = ("host", "cpu_model", "cores", "kernel", "privilege", "netbench_version", "shard")
-KEYS = COLUMNS  # the record's `provenance` holds the same names
 
 
 def privilege() -> str:
@@ -44,18 +44,9 @@ def cpu_model(cpuinfo: str | None = None) -> str:
     return platform.processor() or ""
 
 
-def cores() -> int:
-    """The cores this process may run on (its CPU affinity: a Slurm task's share, not the
-    node's count), else os.cpu_count()."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 0
-
-
 def machine(shard: str = "") -> dict[str, Any]:
     """This machine's facts as a record's `provenance` (`shard`: "I/N", "" outside a campaign)."""
-    return {"host": socket.gethostname(), "cpu_model": cpu_model(), "cores": cores(),
+    return {"host": socket.gethostname(), "cpu_model": cpu_model(), "cores": cgroups.cores(),
             "kernel": platform.release(), "privilege": privilege(), "netbench_version": __version__,
             "shard": shard}
 
@@ -65,7 +56,7 @@ def combine(facts: Iterable[Mapping[str, Any]], shard: str = "") -> dict[str, An
     ";"-joined in the order given (an absent one: "")."""
     facts = list(facts)
     out: dict[str, Any] = {}
-    for key in KEYS:
+    for key in COLUMNS:  # the record's `provenance` holds the same names
         if key == "shard":
             continue
         values = [f.get(key, "") for f in facts]
