@@ -190,9 +190,10 @@ class EmbeddedTestbed:
             except UsageError:
                 pass
         if congestion.rootless():  # only the host's allowed list: the default where it is in it
-            self.congestion, default = cc.rootless_choice(requested, congestion.allowed())
+            allowed = congestion.allowed()  # a sysctl read and the holds folder's: once
+            self.congestion, default = cc.rootless_choice(requested, allowed)
             if requested is None and not default:
-                self.congestion_withheld = cc.withheld_note(congestion.allowed())
+                self.congestion_withheld = cc.withheld_note(allowed)
         else:
             self.congestion, default = cc.embedded_choice(requested, congestion.available())
         self.congestion_default = self.congestion if default else None
