@@ -48,6 +48,16 @@ _PARENT_CHECK = '[ "$PPID" = "$1" ] || exit 1; shift; exec "$@"'
 _JOIN_CGROUP = 'echo $$ > "$1" || exit 1; shift; exec "$@"'
 
 
+def user_argv(run_as, argv: Sequence[str], parent: int | None) -> list[str]:
+    """`argv` run as `run_as`'s user (testbed/run_as.RunAs) by setpriv; with a `parent`, tied to
+    it after the change of user (which clears a death signal set before): the death signal, then
+    sh's check that the parent was still there once it was set."""
+    if parent is None:
+        return [*run_as.argv()[:-1], "--", *argv]
+    return [*run_as.argv()[:-1], "--pdeathsig", "KILL", "--", "sh", "-c", _PARENT_CHECK, "netbench-child", str(parent),
+            *argv]
+
+
 def child_argv(argv: Sequence[str], netns: str | None, die_with_parent: bool,
                parent_pid: int | None = None, cgroup: str | None = None, run_as=None) -> list[str]:
     """`argv` behind exec wrappers that set the child up: `setpriv --pdeathsig KILL` ties it
@@ -66,12 +76,7 @@ def child_argv(argv: Sequence[str], netns: str | None, die_with_parent: bool,
     if run_as is not None:
         if netns:
             prefix += ["nsenter", f"--net={NETNS_RUN_DIR / netns}", "--"]
-        prefix += run_as.argv()[:-1]
-        if die_with_parent:
-            prefix += ["--pdeathsig", "KILL", "--", "sh", "-c", _PARENT_CHECK, "netbench-child", str(parent)]
-        else:
-            prefix += ["--"]
-        return prefix + list(argv)
+        return prefix + user_argv(run_as, argv, parent if die_with_parent else None)
     if die_with_parent:
         prefix += ["setpriv", "--pdeathsig", "KILL", "--", "sh", "-c", _PARENT_CHECK, "netbench-child", str(parent)]
     if netns:

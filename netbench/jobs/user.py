@@ -242,7 +242,7 @@ class UserSpawner:
             hosts_file.write_text(task.hosts)
             run_as = getattr(self.spawn, "run_as", None)  # the node's setup needs root; the command runs as the user
             if run_as is not None:
-                argv = (*run_as.argv()[:-1], "--pdeathsig", "KILL", "--", *argv)  # the change of user clears it
+                argv = tuple(proc.user_argv(run_as, argv, os.getpid()))  # tied to the controller as the user
                 drops_itself = True
             argv = node_argv(argv, task.netns, hosts_file.resolve())
         rank_env = {**dict(task.env), "NETBENCH_CONTROL": str(self.control.resolve())}

@@ -354,3 +354,14 @@ def test_without_root_a_cpu_limit_is_refused_in_one_line_naming_the_flag(monkeyp
         compute.refuse_without_root()
     monkeypatch.setenv(places.PRIVILEGE_ENV, places.ROOT)
     compute.refuse_without_root()  # root: nothing to refuse
+
+
+def test_a_command_that_drops_to_the_user_itself_is_tied_to_the_controller_after_the_drop():
+    # a user command's node setup runs as root, then the command drops to the user: the death
+    # signal the drop clears is set again, and sh checks the controller was still there then
+    user = run_as.RunAs(1000, 1000, "ann", "/home/ann", "sudo")
+    assert proc.user_argv(user, ["python", "train.py"], 42) == [
+        "setpriv", "--reuid=1000", "--regid=1000", "--init-groups", "--pdeathsig", "KILL", "--",
+        "sh", "-c", proc._PARENT_CHECK, "netbench-child", "42", "python", "train.py"]
+    assert proc.user_argv(user, ["python"], None) == ["setpriv", "--reuid=1000", "--regid=1000", "--init-groups",
+                                                      "--", "python"]
