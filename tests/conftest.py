@@ -144,6 +144,22 @@ def wait_for(predicate, seconds: float, what: str):
     pytest.fail(f"{what} did not happen within {seconds:g}s")
 
 
+def free_ports(count: int) -> list[int]:
+    """Distinct free TCP ports on 127.0.0.1 (all held open until all are chosen)."""
+    import socket
+
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def cli_ok(*args: str):
     """The CLI run as a separate process; the test fails with its output unless it exits 0."""
     import subprocess

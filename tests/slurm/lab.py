@@ -29,7 +29,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
+
+from tests.conftest import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("slurm-wlm", "munge")
@@ -74,17 +75,6 @@ def ensure_installed() -> float:
         sh(["apt-get", "update", "-qq"], timeout=300, env=env)
         sh(install, timeout=600, env=env)
     return time.monotonic() - started
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 @dataclass

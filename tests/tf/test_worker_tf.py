@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 import subprocess
 import sys
 import time
@@ -14,21 +13,8 @@ from pathlib import Path
 import pytest
 
 from netbench.jobs import worker
+from tests.conftest import free_ports as _free_ports  # noqa: F401 (other tf tests import it from here)
 from tests.unit.test_worker import DONE_KEYS, START_KEYS, STEP_KEYS, _env  # noqa: F401 (_env for test_strategies_tf)
-
-def _free_ports(count: int) -> list[int]:
-    """Distinct free TCP ports on 127.0.0.1 (all held open until all are chosen)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
 
 def _parse_events(stdout: str) -> list[dict]:
     """Every stdout line must be one JSON event."""
