@@ -33,7 +33,6 @@ class RunState:
 
     run_id: str
     shard: int
-    reference: bool
     estimate_s: float
     status: str | None = None  # None: no record yet
     error: str = ""
@@ -123,7 +122,7 @@ def progress(folder: Path) -> Progress:
     for entry in record["runs"]:
         found = records.get((int(entry["shard"]), entry["run_id"]), {})
         took = found.get("ended", 0) - found.get("started", 0) if found.get("ended") and found.get("started") else None
-        states.append(RunState(run_id=entry["run_id"], shard=int(entry["shard"]), reference=bool(entry.get("reference")),
+        states.append(RunState(run_id=entry["run_id"], shard=int(entry["shard"]),
                                estimate_s=float(entry.get("estimate_s") or 0.0), status=found.get("status"),
                                error=str(found.get("error") or ""), took_s=took))
     factor = pace(states)

@@ -13,9 +13,9 @@ from tests.unit import campaign_folders as cf
 
 
 def test_the_pace_is_measured_over_estimated_time_of_the_runs_done():
-    states = [cs.RunState("r000", 0, False, 10.0, "ok", took_s=15.0), cs.RunState("r001", 0, False, 30.0, "timeout",
+    states = [cs.RunState("r000", 0, 10.0, "ok", took_s=15.0), cs.RunState("r001", 0, 30.0, "timeout",
                                                                                   took_s=45.0),
-              cs.RunState("r002", 1, False, 20.0, "failed", took_s=1.0), cs.RunState("r003", 1, False, 20.0)]
+              cs.RunState("r002", 1, 20.0, "failed", took_s=1.0), cs.RunState("r003", 1, 20.0)]
     assert cs.pace(states) == pytest.approx(60 / 40)
     assert cs.pace(states[2:]) is None
     shard = cs.shard_progress(1, states, cs.STOPPED, "h", 1.5, "slurm/x.out: error: boom")
