@@ -117,7 +117,8 @@ def progress(folder: Path) -> Progress:
     record = campaign.require_campaign(folder)
     records = {}
     for index in range(int(record["shards"])):
-        records.update(_records(campaign.shard_dir(folder, index)))
+        records.update({(index, run_id): found for run_id, found in
+                        ResultStore(campaign.shard_dir(folder, index)).records().items()})
     states = []
     for entry in record["runs"]:
         found = records.get((int(entry["shard"]), entry["run_id"]), {})
@@ -147,21 +148,6 @@ def submitted(folder: Path) -> dict[int, str]:
     for entry in read_submissions(folder):
         for shard in entry.get("shards") or ():
             out[int(shard)] = str(entry.get("job_id"))
-    return out
-
-
-def _records(folder: Path) -> dict[tuple[int, str], dict[str, Any]]:
-    """(shard, run id) -> the parts of each run record status needs (status, error, started, ended)."""
-    out = {}
-    shard = int(folder.name.rpartition("-")[2])
-    for path in ResultStore(folder).record_paths():
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # torn: not done, as resume counts it
-        if isinstance(record, dict) and isinstance(record.get("status"), str):
-            out[(shard, str(record.get("run_id", path.stem)))] = {
-                k: record.get(k) for k in ("status", "error", "started", "ended")}
     return out
 
 

@@ -84,9 +84,10 @@ def merge(folder: Path) -> Merged:
         manifest = _read(campaign.shard_dir(folder, index) / MANIFEST)
         if manifest is not None:
             manifests.append({"shard": index, **manifest})
+    found_in = {index: ResultStore(campaign.shard_dir(folder, index)).records() for index in range(int(record["shards"]))}
     for entry in design:
         shard = int(entry["shard"])
-        found = _read(campaign.shard_dir(folder, shard) / "runs" / f"{entry['run_id']}.json")
+        found = found_in[shard].get(entry["run_id"])
         if found is None:
             missing.append(Missing(entry["run_id"], shard, None))
             continue

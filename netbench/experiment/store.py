@@ -403,17 +403,22 @@ class ResultStore:
         """Every run record (runs/<id>.json), in run id order; none for a folder without runs/."""
         return sorted(self.runs_dir.glob("*.json")) if self.runs_dir.is_dir() else []
 
-    def statuses(self) -> dict[str, str]:
-        """run id -> status of every run record; a torn or unreadable record counts as not done."""
-        out: dict[str, str] = {}
+    def records(self) -> dict[str, dict[str, Any]]:
+        """run id -> every run record with a status; a torn or unreadable one counts as not done
+        (the run is repeated, and a campaign's merge and status say it is missing)."""
+        out: dict[str, dict[str, Any]] = {}
         for path in self.record_paths():
             try:
                 record = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, json.JSONDecodeError):
-                continue  # a torn record counts as not done; the run is repeated
+                continue
             if isinstance(record, dict) and isinstance(record.get("status"), str):
-                out[str(record.get("run_id", path.stem))] = record["status"]
+                out[str(record.get("run_id", path.stem))] = record
         return out
+
+    def statuses(self) -> dict[str, str]:
+        """run id -> status of every run record (`records`)."""
+        return {run_id: record["status"] for run_id, record in self.records().items()}
 
     def read_playbook(self) -> dict[str, Any] | None:
         """The playbook record (playbook.json) of a playbook's folder; None when there is none."""
