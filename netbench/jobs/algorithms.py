@@ -57,6 +57,9 @@ PUSH_STRATEGIES = ("ps-sync", "ps-async", "ps-ssp")
 # milliseconds of compute per step); not a staleness bound (the server gates nothing)
 DEFAULT_PIPELINE = 0
 PEER_STRATEGIES = ("gosgd", "adpsgd")
+# the strategies whose workers wait at a start line after their warm-up (harness.exchange_loop):
+# nothing else lines them up (ps-async and ps-ssp line up at the server: ServerState.may_read)
+LINE_STRATEGIES = ("easgd", *PEER_STRATEGIES)
 
 
 def default_elastic_alpha(workers: int) -> float:
@@ -163,7 +166,9 @@ class ServerState:
     backup: int = 0  # SYNC: gradients a round may go without (backup workers); 0: every worker's
     dropped: dict[int, int] = field(default_factory=dict)  # backup: each worker's gradients dropped as late
     _awaits: dict[int, int] = field(default_factory=dict)  # backup: the version each worker's reply waits for
-    warmup: int = 0  # backup: pushes of each worker's warm-up, during which every round waits for every worker
+    warmup: int = 0  # pushes of each worker's warm-up: rounds (backup) and replies (ASYNC, SSP) wait for every worker
+    greeted: set[int] = field(default_factory=set)  # workers whose hello came (the start waits for all)
+    at_line: set[int] = field(default_factory=set)  # easgd: workers at the start line (their warm-up over)
 
     def initialise(self, weights: Sequence[np.ndarray]) -> None:
         if self.weights is None:
@@ -172,6 +177,24 @@ class ServerState:
     @property
     def ready(self) -> bool:
         return self.weights is not None
+
+    def greet(self, worker: int) -> None:
+        """The worker's hello came (worker 0's brings the weights: initialise first)."""
+        self.greeted.add(worker)
+
+    def reach_line(self, worker: int) -> None:
+        """easgd: the worker's warm-up is over (its START came)."""
+        self.at_line.add(worker)
+
+    def short_of_line(self) -> list[int]:
+        """easgd: the workers still training that have not reached the start line."""
+        return [w for w in range(self.workers) if w not in self.at_line and w not in self.lost and w not in self.done]
+
+    def absent(self) -> list[int]:
+        """The workers whose hello has not come (a worker's hello is answered once none is:
+        every worker starts its first step together, so no worker trains alone at the start
+        and has its rate taken as the cluster's share); lost ones are not waited for."""
+        return [w for w in range(self.workers) if w not in self.greeted and w not in self.lost and w not in self.done]
 
     def cap(self) -> "FrameCap | None":
         """What a frame about this shard may carry (None until worker 0's hello brings it)."""
@@ -246,18 +269,27 @@ class ServerState:
             return self.version >= self._awaits.get(worker, 0)
         if self.mode == SYNC:
             return self.version >= clock
+        if self.mode in (SSP, ASYNC) and clock <= self.warmup and self._behind(clock):
+            return False  # the warm-up steps in lockstep: the measured ones start together
         if self.mode == SSP:
             return ssp_may_proceed(clock, self.active_clocks(), self.staleness)
         return True
 
+    def _behind(self, clock: int) -> list[int]:
+        """The workers still training that have pushed fewer than `clock` times."""
+        return [w for w in range(self.workers) if w not in self.done and self.clocks.get(w, 0) < clock]
+
     def holding(self, worker: int) -> list[int]:
         """The workers still training that the worker's read waits for: those missing from
-        the round (SYNC), those more than `staleness` behind it (SSP); none otherwise."""
+        the round (SYNC), during the warm-up those that have pushed less (ASYNC, SSP), after it
+        those more than `staleness` behind it (SSP); none otherwise."""
         active = [w for w in range(self.workers) if w not in self.done and w != worker]
+        clock = self.clocks.get(worker, 0)
+        if self.mode in (SSP, ASYNC) and clock <= self.warmup and self._behind(clock):
+            return [w for w in active if self.clocks.get(w, 0) < clock]
         if self.mode == SYNC:
             return [w for w in active if w not in self._round]
         if self.mode == SSP:
-            clock = self.clocks.get(worker, 0)
             return [w for w in active if clock - self.clocks.get(w, 0) > self.staleness]
         return []
 

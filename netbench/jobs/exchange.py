@@ -50,6 +50,8 @@ ELASTIC = "elastic"  # worker -> ps: its replica; the reply is the elastic diffe
 GOSSIP = "gossip"  # worker -> peer: a weighted model, no reply (gosgd)
 AVERAGE = "average"  # worker -> peer: its model; the reply is the peer's (adpsgd)
 CENTRE = "centre"  # worker -> ps: its shard of the centre variable (easgd's evaluation, untimed)
+START = "start"  # worker -> server (easgd) or worker 0 (gosgd, adpsgd): its warm-up is over; the
+# reply comes once every worker's is (the start line: own-pace workers measure their steps together)
 BYE = "bye"  # worker -> server or peer: this worker is done
 REPLY = "reply"  # the answer to any request that has one
 ERROR = "error"  # server -> worker, instead of a reply: why none can come ({"message": ...})

@@ -4,6 +4,7 @@ summary of a run's evaluations."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -89,6 +90,166 @@ def test_bsp_applies_a_rounds_gradients_once_together_and_holds_reads_until_then
     assert s.push(1, 0, [np.array([0.0, 4.0], np.float32)]) == 0
     assert s.may_read(0) and s.may_read(1) and s.version == 1
     np.testing.assert_allclose(s.weights[0], [-0.5, -1.0])  # lr x the mean gradient
+
+
+@pytest.mark.parametrize("mode", [algorithms.ASYNC, algorithms.SSP])
+def test_asp_and_ssp_warm_up_in_lockstep_so_the_measured_steps_start_together(mode):
+    """A worker that starts late (its TensorFlow import on a busy machine) must not find the
+    other's measured steps over: in the warm-up (2 pushes) a reply waits for every worker's push
+    of that step; after it ps-async answers at once and ps-ssp keeps its gate of S."""
+    s = algorithms.ServerState(mode=mode, workers=2, learning_rate=0.5, staleness=3, warmup=2)
+    s.initialise([np.zeros(2, np.float32)])
+    s.push(0, 0, [np.ones(2, np.float32)])
+    assert not s.may_read(0) and s.holding(0) == [1]  # worker 1 has not pushed its first step
+    s.push(1, 0, [np.ones(2, np.float32)])
+    assert s.may_read(0) and s.may_read(1)
+    s.push(0, 2, [np.ones(2, np.float32)])
+    assert not s.may_read(0) and s.holding(0) == [1]  # the last warm-up step waits too
+    s.push(1, 2, [np.ones(2, np.float32)])
+    for _ in range(3):  # measured: worker 0 goes on alone (ps-ssp: up to S = 3 ahead)
+        s.push(0, s.version, [np.ones(2, np.float32)])
+        assert s.may_read(0) and s.holding(0) == []
+    s.push(0, s.version, [np.ones(2, np.float32)])
+    assert s.may_read(0) == (mode == algorithms.ASYNC)
+    s.leave(1)  # a worker that is done holds nobody back, in the warm-up either
+    late = algorithms.ServerState(mode=mode, workers=2, warmup=2)
+    late.initialise([np.zeros(2, np.float32)])
+    late.push(0, 0, [np.ones(2, np.float32)])
+    late.leave(1)
+    assert late.may_read(0)
+
+
+def test_a_servers_hello_is_answered_once_every_worker_said_hello_or_names_the_missing_one():
+    """Every worker starts its first step together: the hello of worker 0 (with the weights) is
+    answered only once worker 1's came; a worker that never comes is named after first_s."""
+    import threading
+
+    from netbench.jobs.harness import param_server
+    from netbench.jobs.harness.peers import Channel, Listener, RemoteError
+
+    for first_s, third in ((None, False), (0.5, True)):
+        s = algorithms.ServerState(mode=algorithms.ASYNC, workers=3 if third else 2)
+        listener = Listener("127.0.0.1", 0, param_server.make_handler(s, threading.Condition(), first_s=first_s),
+                            TOKEN)
+        address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
+        try:
+            first, second = Channel.connect(address, 5), Channel.connect(address, 5)
+            first.send(exchange.Message(exchange.HELLO, {"worker": 0, "token": TOKEN}, (np.zeros(3, np.float32),)))
+            if not third:
+                first.sock.settimeout(0.3)
+                with pytest.raises(OSError):  # worker 1 has not said hello
+                    first.receive()
+                first.sock.settimeout(None)
+            second.send(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))
+            if third:  # worker 2 never comes: both hellos are answered with an error naming it
+                for channel in (first, second):
+                    with pytest.raises(RemoteError, match=r"no hello from worker 2 within 0.5s"):
+                        channel.receive()
+            else:
+                assert first.receive().meta["version"] == 0
+                np.testing.assert_array_equal(second.receive().arrays[0], np.zeros(3))
+        finally:
+            listener.close()
+
+
+def test_a_gossip_worker_starts_only_once_every_peer_listens():
+    """gosgd, adpsgd: a worker connects to every peer before its first step; a peer listens once
+    its model is built, so a late peer holds the start instead of finding it over."""
+    import socket
+    import threading
+
+    from netbench.jobs.harness.exchange_loop import _Worker
+    from netbench.jobs.harness.peers import Listener
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = argparse.Namespace(strategy="gosgd", staleness=0, seed=0, startup_timeout=10)
+    worker = _Worker(args, io.StringIO(), 0, {"worker": ["127.0.0.1:1", f"127.0.0.1:{port}"]}, token=TOKEN)
+    worker.weights = [np.zeros(3, np.float32)]
+    met = threading.Thread(target=worker._meet_peers)
+    met.start()
+    met.join(0.5)
+    assert met.is_alive()  # worker 1 does not listen yet
+    late = Listener("127.0.0.1", port, lambda message: None, TOKEN)
+    try:
+        met.join(5)
+        assert not met.is_alive() and set(worker.peers) == {1}
+    finally:
+        for channel in worker.peers.values():
+            channel.close()
+        late.close()
+
+
+def test_gossip_workers_end_their_warm_ups_together_at_worker_0s_start_line():
+    """gosgd, adpsgd: after its warm-up a worker waits at worker 0's start line until every
+    worker's warm-up is over; worker 0 waits too; a worker that never comes is named."""
+    import socket
+    import threading
+
+    from netbench.jobs.harness.exchange_loop import _Worker
+    from netbench.jobs.harness.peers import Listener, RemoteError
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(probe.getsockname()[1])
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    for timeout, both in ((10, True), (0.5, False)):
+        workers = [_Worker(argparse.Namespace(strategy="adpsgd", staleness=0, seed=0, startup_timeout=timeout),
+                           io.StringIO(), i, cluster, token=TOKEN) for i in range(2)]
+        listeners = [Listener("127.0.0.1", p, w._peer_handler, TOKEN) for p, w in zip(ports, workers)]
+        try:
+            for w in workers:
+                w.weights = [np.zeros(3, np.float32)]
+            outcome: dict = {}
+
+            def line(w):
+                try:
+                    w._start_line()
+                    outcome[w.index] = "started"
+                except (RemoteError, TimeoutError) as exc:
+                    outcome[w.index] = str(exc)
+
+            second = threading.Thread(target=line, args=(workers[1],))
+            second.start()
+            second.join(0.3 if both else 5)
+            if both:
+                assert second.is_alive()  # worker 0 is still warming up
+                line(workers[0])
+                second.join(5)
+                assert outcome == {0: "started", 1: "started"}
+            else:  # worker 0 never ends its warm-up (its listener answers): worker 1 hears why
+                assert "did not end its warm-up within 0.5s" in outcome[1] and "worker 0" in outcome[1]
+        finally:
+            for w in workers:
+                for channel in w.peers.values():
+                    channel.close()
+            for listener in listeners:
+                listener.close()
+
+
+def test_easgds_server_answers_a_start_once_every_worker_is_at_the_line():
+    import threading
+
+    from netbench.jobs.harness import param_server
+
+    s = algorithms.ServerState(mode=algorithms.ELASTIC_MODE, workers=2, warmup=2)
+    handle = param_server.make_handler(s, threading.Condition(), first_s=5.0)
+    s.initialise([np.zeros(2, np.float32)])
+    replies: dict = {}
+    first = threading.Thread(target=lambda: replies.update(w0=handle(exchange.Message(exchange.START, {"worker": 0}))))
+    first.start()
+    first.join(0.3)
+    assert first.is_alive() and s.short_of_line() == [1]
+    replies["w1"] = handle(exchange.Message(exchange.START, {"worker": 1}))
+    first.join(5)
+    assert {k: r.op for k, r in replies.items()} == {"w0": exchange.REPLY, "w1": exchange.REPLY}
+    alone = param_server.make_handler(algorithms.ServerState(mode=algorithms.ELASTIC_MODE, workers=2), threading.Condition(),
+                                      first_s=0.3)
+    refused = alone(exchange.Message(exchange.START, {"worker": 0}))
+    assert refused.op == exchange.ERROR and "worker 1 did not end its warm-up within 0.3s" in refused.meta["message"]
 
 
 def test_a_finished_worker_no_longer_holds_back_the_round():
@@ -241,6 +402,14 @@ def test_step_and_eval_events_round_trip_and_old_steps_stay_as_they_were():
     assert scored.loss is None and ev.parse_line(json.dumps(ev.to_wire(scored))) == scored
 
 
+def hellos(first, second) -> None:
+    """Workers 0 (with the weights) and 1 say hello; a server answers both once both came.
+    Each channel keeps its reply as `.last`."""
+    first.send(exchange.Message(exchange.HELLO, {"worker": 0, "token": TOKEN}, (np.zeros(3, np.float32),)))
+    second.send(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))
+    first.last, second.last = first.receive(), second.receive()
+
+
 def test_a_parameter_server_holds_a_bsp_reply_until_the_round_is_complete():
     """The server's handler over real loopback sockets: worker 0's push waits for worker 1's."""
     import threading
@@ -253,8 +422,8 @@ def test_a_parameter_server_holds_a_bsp_reply_until_the_round_is_complete():
     address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
     try:
         first, second = Channel.connect(address, 5), Channel.connect(address, 5)
-        first.request(exchange.Message(exchange.HELLO, {"worker": 0, "token": TOKEN}, (np.zeros(3, np.float32),)))
-        hello = second.request(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))
+        hellos(first, second)
+        hello = second.last
         np.testing.assert_array_equal(hello.arrays[0], np.zeros(3))
         first.send(exchange.Message(exchange.PUSH, {"worker": 0, "version": 0}, (np.ones(3, np.float32),)))
         first.sock.settimeout(0.3)
@@ -364,7 +533,6 @@ def pushing_worker(strategy: str, staleness: int, pipeline: int = 0):
     """A parameter server of `strategy` on loopback, worker 0 of two connected to it with its
     reply reader started, and worker 1's channel (said hello): (server state, worker 0, worker
     1's channel). The server's listener must have seen no error by the end."""
-    import argparse
     import threading
 
     from netbench.jobs.harness import param_server
@@ -380,10 +548,11 @@ def pushing_worker(strategy: str, staleness: int, pipeline: int = 0):
                                   startup_timeout=5)
         worker = _Worker(args, io.StringIO(), 0, {"worker": ["a:1", "b:1"], "ps": [address]}, token=TOKEN)
         worker.weights = [np.zeros(3, np.float32)]
+        other = Channel.connect(address, 5)
+        other.send(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))  # the start waits for both
         worker._hello()
         worker._read_replies()
-        other = Channel.connect(address, 5)
-        other.request(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))
+        other.receive()
         yield s, worker, other
         assert listener.errors == []
     finally:
@@ -557,8 +726,7 @@ def test_a_parameter_server_with_a_backup_worker_answers_a_late_push_as_dropped(
     address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
     try:
         first, second = Channel.connect(address, 5), Channel.connect(address, 5)
-        first.request(exchange.Message(exchange.HELLO, {"worker": 0, "token": TOKEN}, (np.zeros(3, np.float32),)))
-        second.request(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))
+        hellos(first, second)
         applied = first.request(exchange.Message(exchange.PUSH, {"worker": 0, "version": 0},
                                                  (np.ones(3, np.float32),)))
         late = second.request(exchange.Message(exchange.PUSH, {"worker": 1, "version": 0},

@@ -16,7 +16,11 @@ TOKEN = "the-runs-token"
 
 
 def _handler(mode: str, workers: int = 2):
+    """A server's handler called in one thread: every worker but 0 counts as greeted already
+    (a hello is answered once all came), so worker 0's hello is answered at once."""
     state = algorithms.ServerState(mode=mode, workers=workers, learning_rate=1.0)
+    for worker in range(1, workers):
+        state.greet(worker)
     return state, param_server.make_handler(state, threading.Condition())
 
 
@@ -304,8 +308,9 @@ def _sync_server(step_s: float = 60.0):
                         cap=state.cap, limits=limits, on_lost=lost)
     address = f"127.0.0.1:{listener.sock.getsockname()[1]}"
     first, second = Channel.connect(address, 5), Channel.connect(address, 5)
-    first.request(exchange.Message(exchange.HELLO, {"worker": 0, "token": TOKEN}, (np.zeros(3, np.float32),)))
-    second.request(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))
+    first.send(exchange.Message(exchange.HELLO, {"worker": 0, "token": TOKEN}, (np.zeros(3, np.float32),)))
+    second.send(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))  # the start waits for both
+    first.receive(), second.receive()
     return listener, first, second
 
 
@@ -467,10 +472,11 @@ def test_a_ps_sync_worker_fails_naming_the_worker_that_vanished_from_its_round()
         args = argparse.Namespace(strategy="ps-sync", staleness=0, seed=0, startup_timeout=5)
         worker = _Worker(args, io.StringIO(), 0, {"worker": ["a:1", "b:1"], "ps": [address]}, token=TOKEN)
         worker.weights = [np.zeros(3, np.float32)]
+        other = Channel.connect(address, 5)
+        other.send(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))  # the start waits for both
         worker._hello()
         worker._read_replies()
-        other = Channel.connect(address, 5)
-        other.request(exchange.Message(exchange.HELLO, {"worker": 1, "token": TOKEN}))
+        other.receive()
         other.close()  # worker 1 vanishes without a goodbye
         with pytest.raises(ConnectionError, match=rf"^{address}: worker 1 \(127.0.0.1:\d+\): its connection ended"):
             worker._push(0.0, [np.ones(3, np.float32)])

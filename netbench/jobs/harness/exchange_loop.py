@@ -84,6 +84,9 @@ class _Worker:
         # ps-sync with backup workers: whether a server dropped this step's gradient as late
         self.backup = getattr(args, "backup_workers", 0) if self.strategy == "ps-sync" else 0
         self.dropped = False
+        # gosgd, adpsgd: worker 0 keeps the start line (the workers whose warm-up is over)
+        self.line = threading.Condition()
+        self.at_line: set[int] = set()
 
     # -- the network -------------------------------------------------------------------
 
@@ -100,6 +103,10 @@ class _Worker:
                 theirs = [w.copy() for w in self.weights]
                 self.weights = algorithms.average(self.weights, message.arrays)
             return exchange.Message(exchange.REPLY, {}, tuple(theirs))
+        if message.op == exchange.START:  # worker 0 keeps the start line
+            if not self._wait_at_line(int(message.meta.get("worker", -1))):
+                return exchange.Message(exchange.ERROR, {"message": self._short_of_line()})
+            return exchange.Message(exchange.REPLY, {})
         if message.op == exchange.BYE:
             self.gone.add(int(message.meta.get("worker", -1)))
             self.farewells.release()
@@ -114,6 +121,45 @@ class _Worker:
             channel.send(exchange.Message(exchange.HELLO, {"worker": self.index, "token": self.token}))
             self.peers[other] = channel
         return self.peers[other]
+
+    # -- the start line: own-pace workers end their warm-ups together ------------------
+
+    def _start_line(self) -> None:
+        """easgd, gosgd, adpsgd: wait at the end of the warm-up until every worker's is over, so
+        the measured steps start together (a slow node's first, compiling, step can take seconds:
+        the others would measure alone, and the cluster's images/sec, the sum of the workers' own
+        rates, would add up rates taken apart). ps-async and ps-ssp line up at their server
+        (ServerState.may_read); ps-sync steps together anyway."""
+        if self.strategy == "easgd":
+            self._to_servers(exchange.START, [], {})
+        elif self.index != 0:
+            self._peer(0).request(exchange.Message(exchange.START, {"worker": self.index}))
+        elif not self._wait_at_line(0):
+            raise TimeoutError(self._short_of_line())
+
+    def _wait_at_line(self, worker: int) -> bool:
+        """Worker 0's start line: `worker` is there; wait until every worker still training is."""
+        with self.line:
+            self.at_line.add(worker)
+            self.line.notify_all()
+            return self.line.wait_for(lambda: not self._line_missing(), timeout=self.args.startup_timeout or None)
+
+    def _line_missing(self) -> list[int]:
+        return [w for w in range(self.workers) if w not in self.at_line and w not in self.gone]
+
+    def _short_of_line(self) -> str:
+        missing = ", ".join(map(str, self._line_missing()))
+        return (f"worker {missing} did not end its warm-up within {self.args.startup_timeout or 0:g}s "
+                "(the measured steps start together)")
+
+    def _meet_peers(self) -> None:
+        """gosgd, adpsgd: connect to every peer before the first step; a peer listens once its
+        model is built, so every worker starts its first step together (one that starts seconds
+        late, importing TensorFlow on a busy machine, would leave the others to train alone and
+        their rates, taken alone, to be summed as the cluster's)."""
+        for other in range(self.workers):
+            if other != self.index:
+                self._peer(other)
 
     def _hello(self) -> None:
         """Worker 0 seeds the servers with the initial weights; the others read them back."""
@@ -297,6 +343,7 @@ class _Worker:
             host, port = self.cluster["worker"][self.index].rsplit(":", 1)
             self.listener = Listener(host, int(port), self._peer_handler, self.token,
                                      cap=exchange.FrameCap.of(self.weights), limits=self.limits)
+            self._meet_peers()
         if self.cluster.get("ps"):
             self._hello()
             if self.strategy in algorithms.PUSH_STRATEGIES:
@@ -342,6 +389,8 @@ class _Worker:
                 emit(evaluator(current, state, k + 1, clock.seconds), self.events)
                 if self.strategy == "easgd" and self.index == 0:
                     emit(self._evaluate_centre(evaluator, state, k + 1, clock.seconds), self.events)
+            if k + 1 == args.warmup and self.strategy in algorithms.LINE_STRATEGIES:
+                self._start_line()
         self._goodbye()
         emit(ev.Done(time=time.monotonic(), steps=total), self.events)
         return total

@@ -5,14 +5,18 @@ in a `ServerState` (netbench.jobs.algorithms) behind one lock and condition, lis
 node's address, and answers each worker's requests:
 
 * hello: worker 0's carries the initial weights (every worker starts from the same seed);
-  the reply (once the weights exist) carries them to the others;
+  the replies wait for every worker's hello (so all start their first step together: a worker
+  that starts seconds late, importing TensorFlow on a busy machine, would leave the others to
+  train alone) and carry the weights to the others;
 * push: the gradient is applied (ps-async, ps-ssp) or joins its round (ps-sync; with
   ``--backup-workers`` B a round closes on its first W - B gradients and a late one is dropped,
   its reply saying ``dropped``); the reply
-  waits for the barrier (ps-sync) or the staleness gate (ps-ssp), under ps-async for nothing,
+  waits for the barrier (ps-sync) or the staleness gate (ps-ssp), under ps-async for nothing
+  (in the warm-up ps-async and ps-ssp step in lockstep: the measured steps start together),
   then carries the weights, the version, the update's staleness and ``wait_s`` (how long the
   reply was held: the worker's waiting time);
 * elastic: the centre moves towards the replica; the reply is the difference (easgd);
+* start: easgd's start line: a worker's warm-up is over; answered once every worker's is;
 * bye: the worker is done (it no longer holds back a round or the gate).
 
 Every reply carries a copy of the weights taken under the lock (`ServerState.snapshot`): a
@@ -54,8 +58,9 @@ def make_handler(state: algorithms.ServerState, condition: threading.Condition,
             first = any(state.clocks.get(w, 0) == 0 for w in holding)
             limit = max(limits.barrier_s, first_s or 0.0) if first else limits.barrier_s
             if holding and time.monotonic() - waited > limit:
-                return (f"no push from worker {', '.join(map(str, holding))} within {limit:g}s "
-                        f"({'the barrier' if state.mode == algorithms.SYNC else 'the staleness gate'} waits for it)")
+                gate = ("the barrier" if state.mode == algorithms.SYNC else "the staleness gate"
+                        if state.clocks.get(worker, 0) > state.warmup else "the warm-up's lockstep")
+                return f"no push from worker {', '.join(map(str, holding))} within {limit:g}s ({gate} waits for it)"
 
     def handle(message: exchange.Message) -> exchange.Message | None:
         worker = int(message.meta.get("worker", -1))
@@ -63,8 +68,13 @@ def make_handler(state: algorithms.ServerState, condition: threading.Condition,
             if message.op == exchange.HELLO:
                 if message.arrays:
                     state.initialise(message.arrays)
-                    condition.notify_all()
-                condition.wait_for(lambda: state.ready)
+                state.greet(worker)
+                condition.notify_all()
+                if not condition.wait_for(lambda: state.ready and not state.absent(), timeout=first_s or None):
+                    missing = state.absent() or [0]  # worker 0's hello brings the weights
+                    return exchange.Message(exchange.ERROR, {"message": (
+                        f"no hello from worker {', '.join(map(str, missing))} within {first_s:g}s "
+                        "(every worker starts together)")})
                 arrays = () if message.arrays else state.snapshot()
                 return exchange.Message(exchange.REPLY, {"version": state.version}, arrays)
             if message.op == exchange.PUSH:
@@ -80,6 +90,14 @@ def make_handler(state: algorithms.ServerState, condition: threading.Condition,
                 if state.backup:  # ps-sync with backup workers: whether this gradient came too late
                     meta["dropped"] = state.dropped.get(worker, 0) > dropped
                 return exchange.Message(exchange.REPLY, meta, state.snapshot())
+            if message.op == exchange.START:  # easgd's start line: answered once every worker is there
+                state.reach_line(worker)
+                condition.notify_all()
+                if not condition.wait_for(lambda: not state.short_of_line(), timeout=first_s or None):
+                    return exchange.Message(exchange.ERROR, {"message": (
+                        f"worker {', '.join(map(str, state.short_of_line()))} did not end its warm-up "
+                        f"within {first_s:g}s (the measured steps start together)")})
+                return exchange.Message(exchange.REPLY, {"version": state.version})
             if message.op == exchange.ELASTIC:
                 diff = state.elastic(message.arrays)
                 return exchange.Message(exchange.REPLY, {"version": state.version}, tuple(diff))
