@@ -219,7 +219,7 @@ def _print_playbook_plan(book, seed: int, runs, statuses: dict, output: Path, pa
         table.add_column(col)
     for run in runs:
         cells = design.describe_settings(run.settings)
-        table.add_row(run.run_id, str(run.point), str(run.repeat), *(escape(cells[k]) for k in shown),
+        table.add_row(run.run_id, str(run.point), str(run.repeat), *(escape(design.setting_cell(cells, k)) for k in shown),
                       str(run.settings.nodes), escape(run.profile.name), escape(statuses.get(run.run_id, "to run")))
     console.out.print(table)
     from netbench.model.algorithm_keys import OWNERS

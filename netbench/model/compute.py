@@ -241,6 +241,22 @@ def playbook_factors(kind: str, data: Any, where: str) -> list[tuple[str, tuple]
     return out
 
 
+def playbook_values(kind: str, data: Any, where: str) -> list[tuple[str, Any]]:
+    """A playbook's `fixed:` or `extra_runs` `cpus: {n2: 0.5}` (or step_delay) -> [("cpus.n2", 0.5)],
+    one value per node (crossed() sets them)."""
+    example = "{n2: 0.5}" if kind == "cpus" else "{n2: 40ms}"
+    if not isinstance(data, Mapping) or not data:
+        raise UsageError(f"{where}: must map nodes to one level each", hint=f"e.g. '{kind}: {example}'")
+    out = []
+    for node, level in data.items():
+        check_node(node, f"{where}.{node}")
+        if isinstance(level, (list, tuple)):
+            raise UsageError(f"{where}.{node}: takes one level", hint=f"move {kind} to factors to vary it")
+        parse = parse_cpus if kind == "cpus" else parse_step_delay
+        out.append((f"{kind}.{node}", parse(level, f"{where}.{node}")))
+    return out
+
+
 def crossed(base: Compute, pairs) -> Compute:
     """`base` with a combination's per-node factors ("cpus.n2", level) set; other keys ignored."""
     out = base

@@ -29,7 +29,7 @@ from netbench.model.compute import NONE, Compute
 from netbench.model.schedule import Schedule, timeline
 
 __all__ = ["COMPLETE_STATUSES", "Design", "Point", "Run", "Settings", "SweepLevels", "check_resume", "check_supported",
-           "describe_settings", "design_digest", "expand", "fields_of", "job_fields", "order_seed",
+           "describe_settings", "setting_cell", "design_digest", "expand", "fields_of", "job_fields", "order_seed",
            "pending", "plan_record", "plan_sweep", "playbook_design", "profile_name", "scheduled_point", "sweep_design",
            "sweep_points", "sweep_runs", "topology_design", "topology_point"]
 
@@ -223,8 +223,11 @@ def expand(book: Playbook, seed: int, sample_resources_s: float = 0.0) -> tuple[
 
 
 def book_steps(book: Playbook) -> int:
-    """Its runs' measured steps: its steps: as written; without the key, with a precision, the
-    least window (model.job.window_steps), else 30."""
+    """Its runs' measured steps: with train_steps, the rest after warm-up; its steps: as written;
+    without the key, with a precision, the least window (model.job.window_steps), else 30."""
+    train = dict(book.job_extra).get("train_steps")
+    if train:
+        return train - book.warmup
     return window_steps(book.steps if book.steps_written else None, book.precision, book.seconds)
 
 
@@ -408,7 +411,18 @@ def describe_settings(settings: Settings) -> dict[str, str]:
     for key, strategy in algorithm_keys.OWNERS.items():  # unset: the job's default, "-" where unused
         value = getattr(s, key)
         out[key] = "-" if s.strategy != strategy else "default" if value is None else f"{value:g}"
+    for node in s.compute.nodes():  # a playbook's per-node keys: cpus.n2, step_delay.n2 (max, 0ms: no limit)
+        cpus, delay = s.compute.cpus_of(node), s.compute.delay_of(node)
+        out[f"cpus.{node}"] = "max" if cpus is None else f"{cpus:g}"
+        out[f"step_delay.{node}"] = units.format_duration_us(round(delay * 1e6))
     return out
+
+
+def setting_cell(cells: dict[str, str], key: str) -> str:
+    """A describe_settings cell, where a per-node key the run does not limit reads max or 0ms."""
+    if key in cells:
+        return cells[key]
+    return "max" if key.startswith("cpus.") else "0ms" if key.startswith("step_delay.") else "-"
 
 
 def fields_of(cls) -> tuple[str, ...]:

@@ -181,8 +181,11 @@ def _fixed(data: Any, source: str, base: Settings, factor_keys: set[str]) -> Set
         return base
     if not isinstance(data, Mapping):
         raise fail(source, "fixed", "must be a mapping of setting to one value", "e.g. 'fixed: {model: mlp}'")
-    changes = {}
+    changes, nodes = {}, []
     for key, raw in data.items():
+        if key in compute.KINDS:  # per node, one value each: {n2: 0.5} -> ("cpus.n2", 0.5)
+            nodes += compute.playbook_values(key, raw, f"{source}: fixed.{key}")
+            continue
         if key not in SETTING_KEYS:
             raise _unknown(source, "fixed.", key, SETTING_KEYS)
         if key in factor_keys:
@@ -190,7 +193,10 @@ def _fixed(data: Any, source: str, base: Settings, factor_keys: set[str]) -> Set
         if isinstance(raw, (list, tuple)):
             raise fail(source, f"fixed.{key}", "a fixed setting takes one value", f"move {key} to factors to vary it")
         changes[SETTING_KEYS[key][0]] = _setting(source, f"fixed.{key}", key, raw)
-    return replace(base, **changes)
+    for key, _ in nodes:
+        if key in factor_keys:
+            raise fail(source, f"fixed.{key}", "is also a factor", "keep it under factors or fixed, not both")
+    return replace(base, compute=compute.crossed(base.compute, nodes), **changes)
 
 
 def _extra_runs(data: Any, source: str) -> tuple[tuple[tuple[str, Any], ...], ...]:
@@ -206,6 +212,9 @@ def _extra_runs(data: Any, source: str) -> tuple[tuple[tuple[str, Any], ...], ..
                        "e.g. '{strategy: single, workers: 1}'")
         pairs = []
         for key, raw in entry.items():
+            if key in compute.KINDS:  # per node: {n2: 0.5} -> ("cpus.n2", 0.5), crossed as a factor's level
+                pairs += compute.playbook_values(key, raw, f"{source}: extra_runs[{i}].{key}")
+                continue
             if key not in SETTING_KEYS:
                 raise _unknown(source, f"extra_runs[{i}].", key, SETTING_KEYS)
             pairs.append((key, _setting(source, f"extra_runs[{i}].{key}", key, raw)))

@@ -442,6 +442,26 @@ def test_a_parameter_server_holds_a_bsp_reply_until_the_round_is_complete():
         listener.close()
 
 
+def test_a_train_steps_playbooks_plan_says_the_steps_its_runs_measure(tmp_path):
+    """train_steps: 60 with warmup: 2 measures 58 steps a run; the dry run said 32 (the default window)."""
+    import subprocess
+    import sys
+
+    from netbench.model.design import book_steps
+    from netbench.model.playbook import playbook_from_mapping
+
+    data = {"name": "acc", "factors": {"strategy": ["ps-async"]}, "fixed": {"workers": 2}, "warmup": 2,
+            "train_steps": 60}
+    assert book_steps(playbook_from_mapping(data, "acc.yaml")) == 58
+    no_train = {k: v for k, v in data.items() if k != "train_steps"}
+    assert book_steps(playbook_from_mapping({**no_train, "steps": 40}, "acc.yaml")) == 40
+    book = tmp_path / "acc.yaml"
+    book.write_text(json.dumps(data))
+    shown = subprocess.run([sys.executable, "-m", "netbench.cli", "run", str(book), "--dry-run"],
+                           capture_output=True, text=True, timeout=120)
+    assert "2 warm-up + 58 measured steps per run" in shown.stdout + shown.stderr, shown.stdout + shown.stderr
+
+
 def test_playbook_keys_of_the_algorithms_become_job_fields():
     from netbench.model import algorithm_keys
 

@@ -299,6 +299,44 @@ def test_a_playbooks_cpus_factor_crosses_per_node_levels(tmp_path):
         playbook_from_mapping({"factors": {"cpus": [0.5]}}, "unequal.yaml")
 
 
+def test_a_playbooks_fixed_and_extra_runs_take_one_limit_per_node_and_the_dry_run_shows_them(tmp_path):
+    """The reference's promise: per-node cpus and step_delay under fixed: and in an extra run too
+    (one level each), and a dry run's table has a column per node key (it raised KeyError)."""
+    import subprocess
+    import sys
+
+    from netbench.model.design import expand
+    from netbench.model.playbook import playbook_from_mapping
+
+    data = {"name": "unequal", "factors": {"latency": ["1ms", "10ms"]},
+            "fixed": {"strategy": "ps-async", "workers": 2, "cpus": {"n2": 0.5}},
+            "extra_runs": [{"latency": "1ms", "cpus": {"n2": "max"}, "step_delay": {"n1": "20ms"}}],
+            "steps": 5, "order": "as-written"}
+    runs = expand(playbook_from_mapping(data, "unequal.yaml"), seed=0)
+    assert [(r.settings.delay_us, r.compute.cpus_of("n2"), r.compute.delay_of("n1")) for r in runs] == [
+        (1000, 0.5, 0.0), (10000, 0.5, 0.0), (1000, None, 0.02)]
+    for fixed, message in (({"cpus": {"n2": [0.5]}}, "fixed.cpus.n2: takes one level"),
+                           ({"cpus": 0.5}, "fixed.cpus: must map nodes to one level each"),
+                           ({"step_delay": {"n2": "x"}}, "fixed.step_delay.n2")):
+        with pytest.raises(UsageError, match=f"unequal.yaml: {message}"):
+            playbook_from_mapping({**data, "fixed": fixed}, "unequal.yaml")
+    with pytest.raises(UsageError, match="unequal.yaml: fixed.cpus.n2: is also a factor"):
+        playbook_from_mapping({**data, "factors": {"cpus": {"n2": [1, 0.5]}}}, "unequal.yaml")
+    import yaml
+
+    book = tmp_path / "unequal.yaml"
+    book.write_text(yaml.safe_dump({**data, "factors": {"latency": ["1ms"], "cpus": {"n3": [1, 0.25]}},
+                                    "fixed": {"strategy": "ps-async", "workers": 2}}))
+    shown = subprocess.run([sys.executable, "-m", "netbench.cli", "run", str(book), "--dry-run"],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    header = next(line for line in shown.stdout.splitlines() if line.split()[:2] == ["run", "point"])
+    assert header.split()[3:7] == ["cpus.n3", "latency", "cpus.n2", "step_delay.n1"], shown.stdout
+    rows = [line.split() for line in shown.stdout.splitlines() if line.split()[:1] in (["r000"], ["r001"], ["r002"], ["r003"])]
+    assert sorted((row[3], row[5], row[6]) for row in rows) == [  # the extra run crosses the factor cpus.n3
+        ("0.25", "max", "0ms"), ("0.25", "max", "20ms"), ("1", "max", "0ms"), ("1", "max", "20ms")], shown.stdout
+
+
 def test_a_topology_files_compute_limits_its_runs_nodes():
     from netbench.model.design import topology_design
     from netbench.model.pairs_file import pair_topology_from_mapping
