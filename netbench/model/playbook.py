@@ -22,11 +22,12 @@ from typing import Any, Iterable, Mapping
 
 from netbench import units
 from netbench.errors import ProfileError, UsageError, shown, shown_key
-from netbench.model import algorithm_keys, command_job, compute, congestion, playbook_keys, ranks
+from netbench.model import algorithm_keys, command_job, compute, congestion, playbook_files, playbook_keys, ranks
 from netbench.model.pairs import scaled
 from netbench.model.profile import Profile, load_profile, validate
 from netbench.model.frameworks import check_framework
 from netbench.model.run import Settings, check_size, profile_name, scaled_name
+from netbench.model.playbook_files import PlaybookError, fail  # noqa: F401 - PlaybookError: this module's error
 from netbench.model.playbook_values import SETTING_KEYS
 from netbench.yamlfile import read_yaml
 
@@ -38,10 +39,6 @@ TOP_KEYS = ("name", "description", "factors", "fixed", "extra_runs", "repeat", "
             *command_job.PLAYBOOK_KEYS)
 BACKENDS = ("auto", "netem", "userspace")
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: a name that is one folder
-
-
-class PlaybookError(UsageError):
-    """A playbook that cannot be loaded, fails validation, or does not match its results."""
 
 
 NETWORK_KEYS = ("latency", "bandwidth", "loss", "jitter")  # what a topology gives instead
@@ -91,12 +88,6 @@ class Playbook:
         if any(k == key for k, _ in self.factors):
             return f"factors.{key}"
         return f"fixed.{key}" if key in self.fixed_keys else key
-
-
-def fail(source: str, key: str, message: str, hint: str | None = None) -> PlaybookError:
-    error = PlaybookError(f"{source}: {key}: {message}", hint=hint)
-    error.key, error.detail = key, message
-    return error
 
 
 def _job_extra(data: Mapping[str, Any], source: str, warmup: int) -> tuple[tuple[str, Any], ...]:
@@ -260,8 +251,8 @@ def _from_mapping(data: Any, source: str, default_name: str, base_dir: Path | No
             base_profile = load_profile(path)
         except ProfileError as exc:
             raise fail(source, "profile", exc.message, exc.hint) from None
-    schedules = _schedules(data.get("schedule"), source, base_dir) if "schedule" in data else ()
-    topology = _topology(data, source, base_dir) if "topology" in data else None
+    schedules = playbook_files.schedules_of(data.get("schedule"), source, base_dir) if "schedule" in data else ()
+    topology = playbook_files.topology_of(data, source, base_dir) if "topology" in data else None
     base = Settings(delay_us=base_profile.delay_us, rate_bps=base_profile.rate_bps, loss=base_profile.loss,
                     jitter_us=base_profile.jitter_us)
     factors = _factors(data.get("factors"), source)
@@ -356,21 +347,6 @@ def _command(data: Mapping, source: str, factors) -> Any:
     return command
 
 
-def _topology(data: Mapping, source: str, base_dir: Path | None) -> Any:
-    """`topology: path` (relative to the playbook): the per-pair topology every run applies."""
-    from netbench.model.pairs_file import load_pair_topology
-
-    ref = data["topology"]
-    if not isinstance(ref, str) or not ref.strip():
-        raise fail(source, "topology", f"must be a path to a topology file, got {shown(ref)}",
-                   "e.g. 'topology: ../profiles/topologies/two-regions.yaml'")
-    path = Path(ref) if Path(ref).is_absolute() else (base_dir or Path(".")) / ref.strip()
-    try:
-        return load_pair_topology(path)
-    except ProfileError as exc:
-        raise fail(source, "topology", exc.message, exc.hint) from None
-
-
 def _check_topology_keys(book: Playbook) -> None:
     """With topology:, no setting varies the profile; without it, no scale."""
     for where, key in _written(book):
@@ -388,34 +364,6 @@ def _check_scaled(book: Playbook, scale: float) -> None:
         scaled(book.topology, scale)
     except UsageError as exc:
         raise fail(book.source, book.where("scale"), exc.message, exc.hint) from None
-
-
-def _schedules(raw: Any, source: str, base_dir: Path | None) -> tuple[tuple[str, Any], ...]:
-    """`schedule: path` or a list of paths (relative to the playbook), each loaded and checked."""
-    from netbench.model.schedule import load_schedule
-
-    paths = raw if isinstance(raw, (list, tuple)) else [raw]
-    if not paths:
-        raise fail(source, "schedule", "must be a path to a schedule file or a non-empty list of them",
-                   "e.g. 'schedule: ../profiles/schedules/spike.yaml'")
-    out: list[tuple[str, Any]] = []
-    names: set[str] = set()
-    for i, ref in enumerate(paths):
-        key = "schedule" if not isinstance(raw, (list, tuple)) else f"schedule[{i}]"
-        if not isinstance(ref, str) or not ref.strip():
-            raise fail(source, key, f"must be a path to a schedule file, got {shown(ref)}",
-                       "e.g. 'schedule: ../profiles/schedules/spike.yaml'")
-        path = Path(ref) if Path(ref).is_absolute() else (base_dir or Path(".")) / ref
-        try:
-            schedule = load_schedule(path)
-        except UsageError as exc:
-            raise fail(source, key, exc.message, exc.hint) from None
-        if schedule.name in names:
-            raise fail(source, key, f"two schedules are named {shown(schedule.name)}; a schedule names its runs",
-                       "give one of them another 'name:'")
-        names.add(schedule.name)
-        out.append((ref.strip(), schedule))  # as written: a results folder resumes from any directory
-    return tuple(out)
 
 
 def _check_schedule(book: Playbook, schedule: Any, base: Profile) -> None:
