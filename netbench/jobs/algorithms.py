@@ -188,13 +188,17 @@ class ServerState:
 
     def short_of_line(self) -> list[int]:
         """easgd: the workers still training that have not reached the start line."""
-        return [w for w in range(self.workers) if w not in self.at_line and w not in self.lost and w not in self.done]
+        return self._awaited(self.at_line)
 
     def absent(self) -> list[int]:
         """The workers whose hello has not come (a worker's hello is answered once none is:
         every worker starts its first step together, so no worker trains alone at the start
         and has its rate taken as the cluster's share); lost ones are not waited for."""
-        return [w for w in range(self.workers) if w not in self.greeted and w not in self.lost and w not in self.done]
+        return self._awaited(self.greeted)
+
+    def _awaited(self, came: set[int]) -> list[int]:
+        """The workers not in `came` that are still training and not lost."""
+        return [w for w in range(self.workers) if w not in came and w not in self.lost and w not in self.done]
 
     def cap(self) -> "FrameCap | None":
         """What a frame about this shard may carry (None until worker 0's hello brings it)."""
@@ -269,14 +273,17 @@ class ServerState:
             return self.version >= self._awaits.get(worker, 0)
         if self.mode == SYNC:
             return self.version >= clock
-        if self.mode in (SSP, ASYNC) and clock <= self.warmup and self._behind(clock):
+        if self._lockstep(clock):
             return False  # the warm-up steps in lockstep: the measured ones start together
         if self.mode == SSP:
             return ssp_may_proceed(clock, self.active_clocks(), self.staleness)
         return True
 
-    def _behind(self, clock: int) -> list[int]:
-        """The workers still training that have pushed fewer than `clock` times."""
+    def _lockstep(self, clock: int) -> list[int]:
+        """ASYNC and SSP in the warm-up (a worker's first `warmup` pushes): the workers still
+        training that have pushed fewer than `clock` times, whom a reply waits for; [] after it."""
+        if self.mode not in (SSP, ASYNC) or clock > self.warmup:
+            return []
         return [w for w in range(self.workers) if w not in self.done and self.clocks.get(w, 0) < clock]
 
     def holding(self, worker: int) -> list[int]:
@@ -285,8 +292,8 @@ class ServerState:
         those more than `staleness` behind it (SSP); none otherwise."""
         active = [w for w in range(self.workers) if w not in self.done and w != worker]
         clock = self.clocks.get(worker, 0)
-        if self.mode in (SSP, ASYNC) and clock <= self.warmup and self._behind(clock):
-            return [w for w in active if self.clocks.get(w, 0) < clock]
+        if behind := self._lockstep(clock):
+            return behind
         if self.mode == SYNC:
             return [w for w in active if w not in self._round]
         if self.mode == SSP:

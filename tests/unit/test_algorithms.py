@@ -152,54 +152,24 @@ def test_a_servers_hello_is_answered_once_every_worker_said_hello_or_names_the_m
             listener.close()
 
 
-def test_a_gossip_worker_starts_only_once_every_peer_listens():
-    """gosgd, adpsgd: a worker connects to every peer before its first step; a peer listens once
-    its model is built, so a late peer holds the start instead of finding it over."""
-    import socket
-    import threading
-
-    from netbench.jobs.harness.exchange_loop import _Worker
-    from netbench.jobs.harness.peers import Listener
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    args = argparse.Namespace(strategy="gosgd", staleness=0, seed=0, startup_timeout=10)
-    worker = _Worker(args, io.StringIO(), 0, {"worker": ["127.0.0.1:1", f"127.0.0.1:{port}"]}, token=TOKEN)
-    worker.weights = [np.zeros(3, np.float32)]
-    met = threading.Thread(target=worker._meet_peers)
-    met.start()
-    met.join(0.5)
-    assert met.is_alive()  # worker 1 does not listen yet
-    late = Listener("127.0.0.1", port, lambda message: None, TOKEN)
-    try:
-        met.join(5)
-        assert not met.is_alive() and set(worker.peers) == {1}
-    finally:
-        for channel in worker.peers.values():
-            channel.close()
-        late.close()
-
-
 def test_gossip_workers_end_their_warm_ups_together_at_worker_0s_start_line():
     """gosgd, adpsgd: after its warm-up a worker waits at worker 0's start line until every
-    worker's warm-up is over; worker 0 waits too; a worker that never comes is named."""
-    import socket
+    worker's warm-up is over, even before worker 0 listens at all (a late start: TensorFlow
+    still importing); worker 0 waits too; a worker that never comes is named."""
     import threading
 
     from netbench.jobs.harness.exchange_loop import _Worker
     from netbench.jobs.harness.peers import Listener, RemoteError
+    from tests.conftest import free_ports
 
-    ports = []
-    for _ in range(2):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            ports.append(probe.getsockname()[1])
+    ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     for timeout, both in ((10, True), (0.5, False)):
         workers = [_Worker(argparse.Namespace(strategy="adpsgd", staleness=0, seed=0, startup_timeout=timeout),
                            io.StringIO(), i, cluster, token=TOKEN) for i in range(2)]
-        listeners = [Listener("127.0.0.1", p, w._peer_handler, TOKEN) for p, w in zip(ports, workers)]
+        listeners = [Listener("127.0.0.1", ports[1], workers[1]._peer_handler, TOKEN)]
+        if not both:
+            listeners.append(Listener("127.0.0.1", ports[0], workers[0]._peer_handler, TOKEN))
         try:
             for w in workers:
                 w.weights = [np.zeros(3, np.float32)]
@@ -216,7 +186,10 @@ def test_gossip_workers_end_their_warm_ups_together_at_worker_0s_start_line():
             second.start()
             second.join(0.3 if both else 5)
             if both:
-                assert second.is_alive()  # worker 0 is still warming up
+                assert second.is_alive()  # worker 0 does not even listen yet
+                listeners.append(Listener("127.0.0.1", ports[0], workers[0]._peer_handler, TOKEN))
+                second.join(0.3)
+                assert second.is_alive()  # worker 0 listens, but is still warming up
                 line(workers[0])
                 second.join(5)
                 assert outcome == {0: "started", 1: "started"}

@@ -126,9 +126,11 @@ class _Worker:
 
     def _start_line(self) -> None:
         """easgd, gosgd, adpsgd: wait at the end of the warm-up until every worker's is over, so
-        the measured steps start together (a slow node's first, compiling, step can take seconds:
-        the others would measure alone, and the cluster's images/sec, the sum of the workers' own
-        rates, would add up rates taken apart). ps-async and ps-ssp line up at their server
+        the measured steps start together (a slow node's first, compiling, step can take seconds,
+        and a worker that starts late, importing TensorFlow on a busy machine, more: the others
+        would measure alone, and the cluster's images/sec, the sum of the workers' own rates,
+        would add up rates taken apart). A peer's START connects to worker 0 (retrying until it
+        listens: its model is built). ps-async and ps-ssp line up at their server
         (ServerState.may_read); ps-sync steps together anyway."""
         if self.strategy == "easgd":
             self._to_servers(exchange.START, [], {})
@@ -151,15 +153,6 @@ class _Worker:
         missing = ", ".join(map(str, self._line_missing()))
         return (f"worker {missing} did not end its warm-up within {self.args.startup_timeout or 0:g}s "
                 "(the measured steps start together)")
-
-    def _meet_peers(self) -> None:
-        """gosgd, adpsgd: connect to every peer before the first step; a peer listens once its
-        model is built, so every worker starts its first step together (one that starts seconds
-        late, importing TensorFlow on a busy machine, would leave the others to train alone and
-        their rates, taken alone, to be summed as the cluster's)."""
-        for other in range(self.workers):
-            if other != self.index:
-                self._peer(other)
 
     def _hello(self) -> None:
         """Worker 0 seeds the servers with the initial weights; the others read them back."""
@@ -343,7 +336,6 @@ class _Worker:
             host, port = self.cluster["worker"][self.index].rsplit(":", 1)
             self.listener = Listener(host, int(port), self._peer_handler, self.token,
                                      cap=exchange.FrameCap.of(self.weights), limits=self.limits)
-            self._meet_peers()
         if self.cluster.get("ps"):
             self._hello()
             if self.strategy in algorithms.PUSH_STRATEGIES:
@@ -361,6 +353,8 @@ class _Worker:
         k = -1
         while until_stopped or k + 1 < total:
             k += 1
+            if k == args.warmup and self.strategy in algorithms.LINE_STRATEGIES:
+                self._start_line()  # before the first measured step (with no warm-up, the first)
             x, y = batches[k % len(batches)]
             t0 = time.monotonic()
             with self.lock:
@@ -389,8 +383,6 @@ class _Worker:
                 emit(evaluator(current, state, k + 1, clock.seconds), self.events)
                 if self.strategy == "easgd" and self.index == 0:
                     emit(self._evaluate_centre(evaluator, state, k + 1, clock.seconds), self.events)
-            if k + 1 == args.warmup and self.strategy in algorithms.LINE_STRATEGIES:
-                self._start_line()
         self._goodbye()
         emit(ev.Done(time=time.monotonic(), steps=total), self.events)
         return total
