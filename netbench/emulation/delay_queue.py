@@ -152,23 +152,31 @@ class EngineParams:
 
 @dataclass
 class LatenessStats:
-    """How late releases were vs. schedule (verdict time - release time), s."""
+    """How late releases were vs. schedule (verdict time - release time), s; and how many were
+    over 1 ms and over 10 ms late (counters a reader can difference over any interval, where
+    the max cannot be: a starved engine shows as a share of late releases, not one spike)."""
 
     count: int = 0
     total_s: float = 0.0
     max_s: float = 0.0
+    over_1ms: int = 0
+    over_10ms: int = 0
 
     def record(self, lag_s: float) -> None:
         """One release, `lag_s` after its scheduled time."""
         self.count += 1
         self.total_s += lag_s
+        if lag_s > 1e-3:
+            self.over_1ms += 1
+            if lag_s > 1e-2:
+                self.over_10ms += 1
         if lag_s > self.max_s:
             self.max_s = lag_s
 
     def as_dict_us(self) -> dict:
         mean = self.total_s / self.count if self.count else 0.0
         return {"count": self.count, "mean": round(mean * 1e6, 1),
-                "max": round(self.max_s * 1e6, 1)}
+                "max": round(self.max_s * 1e6, 1), "over_1ms": self.over_1ms, "over_10ms": self.over_10ms}
 
 
 class DelayScheduler:

@@ -19,6 +19,9 @@ DIRECTIONS = ("transmit", "receive")
 # why a packet on a delay engine's path was dropped: the engine's loss verdict, the kernel's
 # NFQUEUE at its maxlen, the engine's netlink socket buffer full (the kernel could not hand it over)
 ENGINE_DROP_REASONS = ("loss", "queue_full", "socket_full")
+# how late an engine's release must be to count in netbench_engine_late_releases_total (the
+# engine's own counters: delay_queue.LatenessStats)
+ENGINE_LATE_OVER = ("1ms", "10ms")
 # what shapes an ordered pair of a per-destination topology: a netem leaf under the node's htb
 # root (netem backend), or the node's delay engine's queue for that destination (userspace)
 PAIR_MECHANISMS = ("netem", "engine")
@@ -162,6 +165,14 @@ CATALOGUE: tuple[MetricDef, ...] = (
        "Packets dropped on the node's delay engine path, by reason: loss (the engine's loss verdict), "
        "queue_full (the kernel's NFQUEUE was full), socket_full (the engine's socket buffer was full).",
        "node", "reason"),
+    _m("network", "netbench_engine_late_releases_total", "counter",
+       "Packets the node's delay engine released more than `over` (1ms, 10ms) after their release time: "
+       "the host could not run the engine in time, so those packets saw a longer delay than configured "
+       "(userspace backend).", "node", "over"),
+    _m("network", "netbench_engine_lateness_seconds_total", "counter",
+       "Sum of how late the node's delay engine released each packet after its release time; divided by "
+       "the released packets' rate, the mean lateness added to the configured delay (userspace backend).",
+       "node"),
     # per-pair links: only nodes shaped per destination (a per-pair topology) have these; one
     # series per ordered pair (64 nodes: 4032 pairs)
     _m("pairs", "netbench_pair_configured_delay_seconds", "gauge",

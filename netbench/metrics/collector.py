@@ -195,17 +195,21 @@ def engine_families(n: NetworkSample) -> Iterator[Metric]:
     received = family("netbench_engine_received_packets_total")
     released = family("netbench_engine_released_packets_total")
     drops = family("netbench_engine_drops_total")
+    late, lateness = family("netbench_engine_late_releases_total"), family("netbench_engine_lateness_seconds_total")
     for e in n.engines:
         up.add_metric([e.node], 1.0 if e.up else 0.0)
         received.add_metric([e.node], e.received)
         released.add_metric([e.node], e.released)
+        lateness.add_metric([e.node], e.lateness_s)
         for reason, value in e.drops:
             drops.add_metric([e.node, reason], value)
+        for over, value in e.late:
+            late.add_metric([e.node, over], value)
         if e.up:
             depth.add_metric([e.node], e.queue_depth)
             if e.kernel_queue is not None:
                 kernel_queue.add_metric([e.node], e.kernel_queue)
-    yield from (up, depth, kernel_queue, received, released, drops)
+    yield from (up, depth, kernel_queue, received, released, drops, late, lateness)
 
 
 def pair_families(n: NetworkSample) -> Iterator[Metric]:

@@ -274,8 +274,19 @@ def _shaper_panels(lay: Layout, node: str) -> None:
              target(f"rate(netbench_engine_received_packets_total{{{node}}}[$__rate_interval])",
                     "{{node}} delay engine received", ref="B"),
              target(f"rate(netbench_engine_released_packets_total{{{node}}}[$__rate_interval])",
-                    "{{node}} delay engine released", ref="C")], "pps", w=24,
+                    "{{node}} delay engine released", ref="C")], "pps", w=12,
             description=f"Qdisc: {QDISC}. Delay engine: {ENGINE}.")
+    released = f"sum by (node) (rate(netbench_engine_released_packets_total{{{node}}}[$__rate_interval]))"
+    lay.add("Delay engine lateness (added to the configured delay)", "timeseries",
+            [target(f"sum by (node) (rate(netbench_engine_lateness_seconds_total{{{node}}}[$__rate_interval])) "
+                    f"/ {released}", "{{node}} mean lateness"),
+             target(f"sum by (node, over) (rate(netbench_engine_late_releases_total{{{node}}}[$__rate_interval])) "
+                    f"/ ignoring(over) group_left {released}", "{{node}} share over {{over}} late", ref="B")],
+            "s", w=12,
+            description=f"Delay engine: {ENGINE}. How late it released packets after their release time: what a "
+                        "host short of CPU adds to the configured delay (mean, and the share of packets over 1 "
+                        "and 10 ms late, right axis). Near zero on a host that keeps up.")
+    lay.panels[-1]["fieldConfig"]["overrides"].append(_right_axis("B", "percentunit"))
 
 
 PAIRS = ("each ordered pair of a per-pair topology (netbench apply --topology), from $src to $dst: its netem "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from netbench.emulation import changes as ch
+from netbench.metrics.catalogue import ENGINE_LATE_OVER
 from netbench.model.topology import Topology
 
 ROOT_PARENT = 0xFFFFFFFF
@@ -61,6 +62,8 @@ class EngineStats:
     released: int
     drops: tuple[tuple[str, int], ...] = ()
     kernel_queue: int | None = None
+    late: tuple[tuple[str, int], ...] = ()  # (over, releases more than that late): ENGINE_LATE_OVER
+    lateness_s: float = 0.0  # the sum of every release's lateness
 
 
 @dataclass(frozen=True)
@@ -174,9 +177,12 @@ def decode_engine(node: str, engine: dict[str, Any]) -> EngineStats:
     if kernel is not None:
         drops += [("queue_full", int(kernel.get("queue_dropped", 0))),
                   ("socket_full", int(kernel.get("user_dropped", 0)))]
+    lateness = engine.get("lateness_us") if isinstance(engine.get("lateness_us"), dict) else {}
+    late = tuple((over, int(lateness[f"over_{over}"])) for over in ENGINE_LATE_OVER if f"over_{over}" in lateness)
     return EngineStats(node, alive, int(engine.get("queue_depth", 0)) if alive else 0,
                        int(engine.get("received", 0)), int(engine.get("accepted", 0)), tuple(drops),
-                       int(kernel.get("queue_total", 0)) if kernel is not None and alive else None)
+                       int(kernel.get("queue_total", 0)) if kernel is not None and alive else None,
+                       late, float(lateness.get("count", 0)) * float(lateness.get("mean", 0.0)) / 1e6)
 
 
 def decode_pairs(node: str, links: list[dict[str, Any]], engine: dict[str, Any] | None,

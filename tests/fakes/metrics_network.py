@@ -23,7 +23,8 @@ def engine_stats(alive: bool = True, received: int = 0, accepted: int = 0, dropp
     stats = {"pid": 4321, "queue_num": 1, "params": {"delay_us": 20_000, "jitter_us": 0, "loss": 0.0, "seed": 1},
              "maxlen": 10_000, "spin_us": 100, "received": received, "accepted": accepted, "dropped": dropped,
              "enobufs": 0, "stale_verdicts": 0, "gso_packets": 0, "queue_depth": queue_depth,
-             "max_queue_depth": queue_depth, "lateness_us": {"count": accepted, "mean": 80.0, "max": 900.0},
+             "max_queue_depth": queue_depth, "lateness_us": {"count": accepted, "mean": 80.0, "max": 900.0,
+                                                      "over_1ms": accepted // 10, "over_10ms": accepted // 50},
              "kernel": kernel if kernel is not None else kernel_row(), "started_at": 1000.0, "updated_at": 1010.0,
              "uptime_s": 10.0, "final": False, "reconfigurations": 0, "control": None, "alive": alive}
     stats.update(extra)

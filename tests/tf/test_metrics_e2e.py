@@ -173,6 +173,12 @@ def test_prometheus_scrapes_a_sweep_and_every_dashboard_query_returns_data(clean
     # a delay engine per node for the delay
     assert scalar(f"sum(max_over_time(netbench_qdisc_packets_total{window}))") > 0
     assert scalar(f"sum(max_over_time(netbench_engine_released_packets_total{window}))") > 0
+    # and each engine's lateness reached Prometheus: the sum and the counts over 1 and 10 ms (a
+    # real engine's counters; their values are this host's and not asserted)
+    assert scalar(f"count(max_over_time(netbench_engine_lateness_seconds_total{window}) >= 0)") >= 2
+    overs = prometheus.api("query", query=f"count by (over) (max_over_time(netbench_engine_late_releases_total{window}))",
+                           time=end)["result"]
+    assert sorted(r["metric"]["over"] for r in overs) == ["10ms", "1ms"]
     results = prometheus.api("query", query=f"max_over_time(netbench_result_images_per_second[{range_s}s])",
                              time=end)["result"]
     by_profile = {r["metric"]["profile"]: float(r["value"][1]) for r in results}

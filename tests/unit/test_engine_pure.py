@@ -88,6 +88,11 @@ def test_lateness_recorded_per_packet():
     assert d["count"] == 2
     assert d["max"] == pytest.approx(1500, abs=0.2)
     assert d["mean"] == pytest.approx(1000, abs=0.2)
+    assert (d["over_1ms"], d["over_10ms"]) == (1, 0)
+    s.arrive(3, 0.003)
+    s.due(0.0145)  # 10.5 ms late
+    d = s.lateness.as_dict_us()
+    assert (d["count"], d["over_1ms"], d["over_10ms"]) == (3, 2, 1)
 
 
 def test_flush_returns_last_id_and_empties():

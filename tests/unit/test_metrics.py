@@ -33,8 +33,8 @@ from tests.fakes.metrics_network import engine_stats
 ROOT = Path(__file__).resolve().parents[2]
 BOUNDED_LABELS = {"version", "python", "sweep", "backend", "model", "strategy", "state", "status", "run",
                   "repeat", "profile", "phase", "worker", "node", "interface", "direction", "reason",
-                  "launch", "point", "src", "dst", "mechanism", "rank"}
-# launch: the sweep's launches; point: position/points in one; src, dst: the testbed's nodes (an ordered
+                  "launch", "point", "src", "dst", "mechanism", "rank", "over"}
+# over: catalogue.ENGINE_LATE_OVER; launch: the sweep's launches; point: position/points in one; src, dst: the testbed's nodes (an ordered
 # pair of a per-pair topology); mechanism: catalogue.PAIR_MECHANISMS; rank: the run's workers (ranks)
 
 

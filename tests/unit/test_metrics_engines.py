@@ -14,7 +14,8 @@ from tests.unit.test_metrics import samples, scrape
 
 ENGINE_SERIES = ("netbench_engine_up", "netbench_engine_queue_depth_packets", "netbench_engine_kernel_queue_packets",
                  "netbench_engine_received_packets_total", "netbench_engine_released_packets_total",
-                 "netbench_engine_drops_total")
+                 "netbench_engine_drops_total", "netbench_engine_late_releases_total",
+                 "netbench_engine_lateness_seconds_total")
 QDISC_SERIES = ("netbench_qdisc_packets_total", "netbench_qdisc_drops_total", "netbench_qdisc_overlimits_total",
                 "netbench_qdisc_backlog_bytes", "netbench_qdisc_backlog_packets")
 
@@ -51,6 +52,12 @@ def test_a_latency_only_userspace_node_has_engine_series_and_no_qdisc_series():
     assert drops == {(node, reason): value for node in ("n1", "n2")
                      for reason, value in (("loss", 1), ("queue_full", 2), ("socket_full", 1))}
     assert {reason for _, reason in drops} == set(catalogue.ENGINE_DROP_REASONS)
+    late = {(dict(labels)["node"], dict(labels)["over"]): value
+            for labels, value in samples(families, "netbench_engine_late_releases_total").items()}
+    assert late == {("n1", "1ms"): 9, ("n1", "10ms"): 1, ("n2", "1ms"): 19, ("n2", "10ms"): 3}
+    # 96 and 196 releases, 80 us late on average: the sum, from which rate() / released gives the mean
+    assert by_node(samples(families, "netbench_engine_lateness_seconds_total")) == pytest.approx(
+        {"n1": 96 * 80e-6, "n2": 196 * 80e-6})
 
 
 def test_a_rate_only_userspace_node_has_qdisc_series_and_no_engine_series():
@@ -92,8 +99,10 @@ def test_every_network_panel_has_a_series_under_the_userspace_backend(delay, rat
     state.profile_applied("p", 20_000 if delay else 0, 0, 62_500_000 if rate else 0, 0.0)
     families, _ = scrape(state, userspace_reader(delay=delay, rate=rate))
     exposed = {s.name for family in families.values() for s in family.samples}
-    # one profile on every link: only the per-pair row (a per-pair topology's) is empty
-    assert panels_without_series(dashboards.network(), exposed) == PAIR_PANELS
+    # one profile on every link: only the per-pair row (a per-pair topology's) is empty, and the
+    # engines' lateness where no engine runs (a rate alone is the qdisc's)
+    lateness = [] if delay else ["Delay engine lateness (added to the configured delay)"]
+    assert panels_without_series(dashboards.network(), exposed) == lateness + PAIR_PANELS
 
 
 def test_the_shaper_panels_name_the_mechanism_of_each_series():
