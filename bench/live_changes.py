@@ -179,7 +179,9 @@ class Bed:
                               "queue_dropped": kernel.get("queue_dropped", 0),
                               "user_dropped": kernel.get("user_dropped", 0),
                               "released": late.get("count", 0),
-                              "lateness_total_us": late.get("count", 0) * late.get("mean", 0.0)}
+                              "lateness_total_us": late.get("count", 0) * late.get("mean", 0.0),
+                              "late_1ms": late.get("over_1ms", 0), "late_10ms": late.get("over_10ms", 0),
+                              "lateness_max_us": late.get("max", 0.0)}
         return out
 
     def close(self) -> None:
@@ -250,13 +252,18 @@ def repetition(bed: Bed, case: dict, args) -> list[dict]:
 
 def engine_delta(first: dict, last: dict) -> dict:
     """Each engine's counters over a repetition: received, dropped (loss), queue_dropped and
-    user_dropped (the kernel's: queue full, socket full), and its mean release lateness (us)."""
+    user_dropped (the kernel's: queue full, socket full), its mean release lateness (us), the
+    share of its releases over 1 ms and over 10 ms late, and its largest lateness since it
+    started (a maximum cannot be taken over an interval)."""
     out = {}
     for node, row in last.items():
-        d = {key: row[key] - first.get(node, {}).get(key, 0) for key in row}
+        d = {key: row[key] - first.get(node, {}).get(key, 0) for key in row if key != "lateness_max_us"}
         released = d.pop("released")
         total = d.pop("lateness_total_us")
         d["lateness_mean_us"] = round(total / released, 1) if released > 0 else None
+        for key in ("late_1ms", "late_10ms"):
+            d[key] = round(d[key] / released, 4) if released > 0 else None
+        d["lateness_max_us"] = row.get("lateness_max_us")
         out[node] = d
     return out
 

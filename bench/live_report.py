@@ -74,8 +74,38 @@ def summary(results: dict) -> dict[tuple[str, str], dict]:
             "retransmits": statistics.median(sum(r["retransmits"] for r in c.get("tcp", []) if 0 <= r["t"] < after)
                                              for c in changes),
             "incomplete": sum(not c.get("complete", True) for c in changes),
+            "late": engine_late(changes),
         }
     return out
+
+
+def engine_late(changes: list[dict]) -> dict | None:
+    """The engines' release lateness over these changes' flows (the first change of each
+    repetition carries its flow's): the median over flows of the mean lateness (ms) and of the
+    share of releases over 1 ms and over 10 ms late, the sending node's engine (the busiest);
+    None for netem."""
+    rows = [max(c["engines"].values(), key=lambda e: e.get("received", 0)) for c in changes if c.get("engines")]
+    if not rows:
+        return None
+    med = lambda key: statistics.median(r[key] for r in rows if r.get(key) is not None)  # noqa: E731
+    return {"mean_ms": med("lateness_mean_us") / 1e3,
+            "over_1ms": med("late_1ms") if any(r.get("late_1ms") is not None for r in rows) else None,
+            "over_10ms": med("late_10ms") if any(r.get("late_10ms") is not None for r in rows) else None}
+
+
+def own_dips(engine: dict, figure: str) -> bool:
+    """Whether an engine figure that lies outside netem's range is its steady flow's own doing,
+    not the change's: for `lowest`, its lowest 100 ms after the change is no lower than its
+    lowest in the seconds before it (its median within the range before, at the resolution);
+    for `t90_s`, its flow already fell under 90 % in a window before the change in most
+    repetitions (short_before), so t90 times the last such dip."""
+    spread = engine["spread"]
+    if figure == "lowest":
+        after, before = spread["lowest"], spread["lowest_before"]
+        return after.n > 0 and before.n > 0 and after.median >= before.low * (1 - tr.SLACK["lowest"])
+    if figure == "t90_s":
+        return spread["short_before"].n > 0 and spread["short_before"].median > 0
+    return False
 
 
 def _spread(s: tr.Spread, scale: float, fmt: str) -> str:
@@ -105,27 +135,37 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+BEFORE = ("lowest_before", 1e-6, ".0f", "lowest 100 ms before (Mbit/s)")
+
+
 def compare_table(netem: dict, engine: dict) -> str:
     """netem's and the engine's figures side by side, per change; "**" marks an engine median
-    outside netem's range (transients.beyond)."""
+    outside netem's range (transients.beyond), "++" such a lowest 100 ms or time to 90 % that the
+    engine's flow showed before the change too (own_dips: not the change's doing); the last
+    columns are the engines' release lateness over the flows."""
     ref, other = summary(netem), summary(engine)
     m, e = netem["meta"], engine["meta"]
     head = (f"netem: {m['backend']} on {m['kernel']}, {m['repeats']} repetitions; engine: {e['backend']} on "
             f"{e['kernel']}, {e['repeats']} repetitions; median (range); ** the engine's median lies outside "
-            "netem's range")
+            "netem's range; ++ outside it, but the engine's flow dipped so before the change too (its own dips)")
     cols = ["change"]
-    for _, _, _, name in COLUMNS[:3]:
+    for _, _, _, name in (*COLUMNS[:3], BEFORE):
         cols += [f"{name} netem", "engine"]
-    cols += ["steady after (Mbit/s) netem", "engine"]
+    cols += ["steady after (Mbit/s) netem", "engine", "engine late: mean (ms)", "over 1 ms", "over 10 ms"]
     lines = [head, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for key, row in ref.items():
         if key not in other:
             continue
         cells = [row["label"]]
-        for figure, scale, fmt, _ in (*COLUMNS[:3], COLUMNS[4]):
+        for figure, scale, fmt, _ in (*COLUMNS[:3], BEFORE, COLUMNS[4]):
             a, b = row["spread"][figure], other[key]["spread"][figure]
             mark = "**" if tr.beyond(a, b, figure) else ""
+            if mark and own_dips(other[key], figure):
+                mark = "++"
             cells += [_spread(a, scale, fmt), f"{mark}{_spread(b, scale, fmt)}{mark}"]
+        late = other[key]["late"]
+        cells += ["-"] * 3 if late is None else [
+            f"{late['mean_ms']:.2f}", *("-" if late[k] is None else f"{late[k]:.1%}" for k in ("over_1ms", "over_10ms"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -13,6 +13,11 @@ bins of `width` seconds around a change made at `t0`. Per change:
   trips of the new path (`window_for`): a window-limited flow sends a window per round trip, so
   at 200 ms its 100 ms bins alternate between a burst and a pause;
 * ``lowest``: the lowest bin in the `after_s` seconds after the change (bit/s);
+* ``lowest_before``: the lowest bin in the `before_s` seconds before it, on the old steady
+  path: how low a bin falls with no change at all (a backend's own dips, beside the change's);
+* ``short_before``: 1 when a window of those seconds before the change (t90's rule, its
+  steady rate) already fell under 90 %, else 0: a flow that dips so with no change times
+  its t90 to its last dip, whatever the change did;
 * ``bytes_after``: the bytes the flow moved in those `after_s` seconds.
 
 Across repetitions each figure is summarised by its median and range (``Spread``), and an
@@ -77,6 +82,8 @@ class Transient:
     t90_s: float
     lowest: float
     bytes_after: float
+    lowest_before: float = float("nan")
+    short_before: float = float("nan")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -103,13 +110,15 @@ def transient(before: list[float], after: list[float], steady: list[float], widt
     after `after`)."""
     rate = lambda b: b * 8 / width  # noqa: E731 - bytes per bin -> bit/s
     steady_after = statistics.fmean(rate(b) for b in steady) if steady else float("nan")
-    rates = [rate(b) for b in after]
+    rates, old = [rate(b) for b in after], [rate(b) for b in before]
     return Transient(
         steady_before=statistics.fmean(rate(b) for b in before) if before else float("nan"),
         steady_after=steady_after,
         t90_s=time_to(rates, target * steady_after, width, window_s),
         lowest=min(rates) if rates else float("nan"),
         bytes_after=float(sum(after)),
+        lowest_before=min(rate(b) for b in before) if before else float("nan"),
+        short_before=float(time_to(old, target * statistics.fmean(old), width, window_s) > 0) if old else float("nan"),
     )
 
 
@@ -130,10 +139,11 @@ class Spread:
         return cls(statistics.median(values), min(values), max(values), len(values))
 
 
-FIGURES = ("t90_s", "lowest", "bytes_after", "steady_before", "steady_after")
+FIGURES = ("t90_s", "lowest", "bytes_after", "steady_before", "steady_after", "lowest_before", "short_before")
 # the resolution below which two figures are the same: a 100 ms bin's time, and 2 % of a rate
 # or byte count (the counter is sampled every 10-20 ms, and bins are interpolated)
-SLACK = {"t90_s": 0.1, "lowest": 0.02, "bytes_after": 0.02, "steady_before": 0.02, "steady_after": 0.02}
+SLACK = {"t90_s": 0.1, "lowest": 0.02, "bytes_after": 0.02, "steady_before": 0.02, "steady_after": 0.02,
+         "lowest_before": 0.02, "short_before": 0.0}
 
 
 def summarise(transients: list[Transient]) -> dict[str, Spread]:

@@ -125,3 +125,39 @@ def test_the_comparison_table_marks_the_changes_where_the_engine_differs():
     same = report.compare_table(run("netem", healthy), run("userspace", healthy))
     assert "**" not in same.split("\n", 1)[1]
     assert "2.0 -> 20.0" in report.table(run("netem", healthy))
+
+
+def test_a_dip_as_low_as_the_engines_own_before_the_change_is_marked_as_its_own():
+    # the VM's case: the engine's steady flow dips to 12 Mbit/s now and then with no change at
+    # all; after the change it dips as low. netem's never falls under 18.
+    report = _load("live_report")
+
+    def run(backend: str, before: list[float], after: list[float], engines: dict | None = None) -> dict:
+        change = {"direction": "there", "mbit": before + after + [20.0] * 20, "tcp": []}
+        if engines:
+            change["engines"] = engines
+        return {"meta": {"backend": backend, "kernel": "6.1", "cpus": 2, "repeats": 3, "commit": "x",
+                         "after_s": 10.0, "before_s": 2.0, "bin_s": 0.1},
+                "cases": {"delay-1-10": {"case": {"a": {"delay": "1ms"}, "b": {"delay": "10ms"}, "cc": "cubic"},
+                                         "repetitions": [[change]] * 3}}}
+
+    steady = [20.0] * 20
+    netem = run("netem", [19.0] + steady[1:], [18.0] + [20.0] * 99)
+    late = {"n1": {"received": 900, "lateness_mean_us": 1500.0, "late_1ms": 0.2, "late_10ms": 0.02},
+            "n2": {"received": 100, "lateness_mean_us": 90.0, "late_1ms": 0.0, "late_10ms": 0.0}}
+    dips = run("userspace", [12.0] + steady[1:], [12.5] + [20.0] * 99, late)
+    row = next(line for line in report.compare_table(netem, dips).splitlines() if line.startswith("| delay"))
+    assert "++12++" in row and "**12**" in row  # the dip after, and the engine's own before it
+    assert "| 1.50 | 20.0% | 2.0% |" in row  # the sender's engine (n1), not the receiver's
+    worse = run("userspace", [19.0] + steady[1:], [5.0] + [20.0] * 99, late)
+    row = next(line for line in report.compare_table(netem, worse).splitlines() if line.startswith("| delay"))
+    assert "**5**" in row and "++" not in row  # lower than anything before it: the change's doing
+    # a flow that dips under 90 % for half a second before the change: its t90 after is its own
+    dipping = [20.0] * 5 + [10.0] * 5 + [20.0] * 10
+    slow = run("userspace", dipping, [20.0] * 60 + [10.0] * 5 + [20.0] * 35, late)
+    row = next(line for line in report.compare_table(netem, slow).splitlines() if line.startswith("| delay"))
+    assert "++6.4++" in row
+    steady_then_slow = run("userspace", steady, [20.0] * 60 + [10.0] * 5 + [20.0] * 35, late)
+    row = next(line for line in report.compare_table(netem, steady_then_slow).splitlines() if line.startswith("| delay"))
+    assert "**6.4**" in row
+    assert report.table(netem)  # the single table still renders with the new figure
