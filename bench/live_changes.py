@@ -340,18 +340,20 @@ def vm(args) -> int:
                                                      ("engine-ready-s", 120))
               if value != ""]
     me = f"{REPO}/.venv/bin/python {REPO}/bench/live_changes.py {' '.join(passed)}"
+    backends = args.vm_backends.split(",")
     script = (f"cd {REPO} && modprobe br_netfilter; "
-              f"{me} --backend netem --json {out}/netem.json > {out}/netem.log 2>&1; "
-              f"{me} --backend userspace --json {out}/userspace.json > {out}/userspace.log 2>&1; echo done > {out}/rc")
+              + "".join(f"{me} --backend {b} --json {out}/{b}.json > {out}/{b}.log 2>&1; " for b in backends)
+              + f"echo done > {out}/rc")
     env = dict(os.environ, PATH=f"{REPO}/.venv/bin:{os.environ.get('PATH', '')}")
     subprocess.run([str(REPO / ".venv" / "bin" / "vng"), "--run", str(kernels[-1]), "--disable-kvm", "--force-9p",
                     "--memory", "2G", "--cpus", "2", "--rwdir", str(out), "--exec", script], env=env, check=False)
-    files = [out / "netem.json", out / "userspace.json"]
+    files = [out / f"{b}.json" for b in backends]
     missing = [str(f) for f in files if not f.exists()]
     if missing:
         print(f"the VM wrote no {', '.join(missing)}: see {out}/*.log", file=sys.stderr)
         return 2
-    print(rep.compare_table(*(json.loads(f.read_text()) for f in files)))
+    loaded = [json.loads(f.read_text()) for f in files]
+    print(rep.compare_table(*loaded) if backends == ["netem", "userspace"] else "\n\n".join(map(rep.table, loaded)))
     return 0
 
 
@@ -374,6 +376,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="write every record here")
     parser.add_argument("--vm", action="store_true", help="netem and the engine in make test-kernel's VM")
     parser.add_argument("--vm-out", default="bench/results/live_changes_vm", help="the VM's results folder")
+    parser.add_argument("--vm-backends", default="netem,userspace", help="with --vm: which backends, in order "
+                        "(netem,userspace: the comparison)")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("NETEM_JSON", "ENGINE_JSON"),
                         help="print two runs side by side; measures nothing")
     return parser.parse_args(argv)

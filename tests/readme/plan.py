@@ -50,6 +50,11 @@ NOT_RUNNABLE = {
         "a benchmark that runs the 6-point grid twice (make bench runs it, minutes)",
     ".venv/bin/python bench/least_window.py":
         "a simulation of 7 x 3 x 500 windows (seconds); tests/unit/test_least_window.py runs it short",
+    "flock /tmp/netbench-bed.lock .venv/bin/python bench/loss_placement.py":
+        "a benchmark of 24 sweeps (10 minutes here); tests/unit/test_loss_placement.py checks its topologies, "
+        "plan and table, and per-pair loss trains for real in the Per-pair topologies block",
+    "flock /tmp/netbench-bed.lock .venv/bin/python bench/loss_placement.py --congestion-control cubic "
+    "--batch-sizes 1024 --placements every,worker": "the same benchmark at batch 1024 (9 sweeps, 4 minutes here)",
     ".venv/bin/python bench/step_noise.py results/repeated --coverage":
         "a study of a folder of repeated points (the 6-point grid 5 times: minutes); "
         "tests/unit/test_run_coverage.py runs it on a folder of its own",
@@ -106,6 +111,17 @@ DRY = {
     # kinds trained for real by a test of their own in tests/tf (kept dry here for the suite's time)
     "netbench sweep --strategy ps --ps 1 --workers 3 --bandwidth 100,1000mbit":
         "ps sweeps train for real in tests/tf/test_root_strategies.py",
+    # docs/validation.md's studies' designs: each kind trains for real in a test of its own
+    "netbench sweep --strategy ps --ps 1 --workers 1 --model mlp --batch-size 32 --bandwidth 1gbit "
+    "--latency 1,10,100ms": "ps sweeps train for real in tests/tf/test_root_strategies.py",
+    "netbench sweep --strategy ps --ps 1 --workers 1 --model mlp --batch-size 32 --latency 1ms "
+    "--bandwidth 500mbit,1gbit": "ps sweeps train for real in tests/tf/test_root_strategies.py",
+    "netbench sweep --strategy ps-sync --workers 2 --model mlp --batch-size 32 --latency 10,200ms "
+    "--step-delay 0,200ms": EXCHANGE,
+    "netbench sweep --strategy allreduce --workers 2 --model mlp --batch-size 32 --bandwidth 1gbit":
+        "an all-reduce sweep trains for real in README.md's quick start",
+    "netbench sweep --strategy allreduce-accum --accum-steps 4 --workers 2 --model mlp --batch-size 32 "
+    "--bandwidth 1gbit": "allreduce-accum trains for real in tests/tf/test_root_strategies.py",
     "netbench sweep --strategy ps-ssp --staleness 3 --data fashion-mnist --train-steps 200 --latency 1,50ms":
         "every algorithm trains on Fashion-MNIST for real in tests/tf/test_algorithms_tf.py",
     "netbench run playbooks/algorithms-check.yaml":
