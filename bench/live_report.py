@@ -140,8 +140,9 @@ BEFORE = ("lowest_before", 1e-6, ".0f", "lowest 100 ms before (Mbit/s)")
 
 def compare_table(netem: dict, engine: dict) -> str:
     """netem's and the engine's figures side by side, per change; "**" marks an engine median
-    outside netem's range (transients.beyond), "++" such a lowest 100 ms or time to 90 % that the
-    engine's flow showed before the change too (own_dips: not the change's doing); the last
+    outside netem's range (transients.beyond), "++" such a lowest 100 ms or time to 90 %, worse
+    than netem's, that the engine's flow showed before the change too (own_dips: not the
+    change's doing); the last
     columns are the engines' release lateness over the flows."""
     ref, other = summary(netem), summary(engine)
     m, e = netem["meta"], engine["meta"]
@@ -160,7 +161,8 @@ def compare_table(netem: dict, engine: dict) -> str:
         for figure, scale, fmt, _ in (*COLUMNS[:3], BEFORE, COLUMNS[4]):
             a, b = row["spread"][figure], other[key]["spread"][figure]
             mark = "**" if tr.beyond(a, b, figure) else ""
-            if mark and own_dips(other[key], figure):
+            lower = b.median < a.low if figure == "lowest" else b.median > a.high  # worse than netem
+            if mark and lower and own_dips(other[key], figure):
                 mark = "++"
             cells += [_spread(a, scale, fmt), f"{mark}{_spread(b, scale, fmt)}{mark}"]
         late = other[key]["late"]

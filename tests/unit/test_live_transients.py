@@ -161,3 +161,7 @@ def test_a_dip_as_low_as_the_engines_own_before_the_change_is_marked_as_its_own(
     row = next(line for line in report.compare_table(netem, steady_then_slow).splitlines() if line.startswith("| delay"))
     assert "**6.4**" in row
     assert report.table(netem)  # the single table still renders with the new figure
+    # an engine steadier than netem is marked as a difference, never as its own dips
+    better = run("userspace", steady, [20.0] * 100, late)
+    row = next(line for line in report.compare_table(netem, better).splitlines() if line.startswith("| delay"))
+    assert "**20**" in row and "++" not in row
