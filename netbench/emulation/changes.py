@@ -315,16 +315,27 @@ def tbf_limit_bytes(rate_bps: int) -> int:
     return int(rate_bps / 8 * TBF_QUEUE_S) + tbf_burst_bytes(rate_bps)
 
 
-def netem_limit_packets(delay_us: int, jitter_us: int, rate_bps: int | None) -> int:
-    """At least 1.5x the bandwidth-delay product in full-size packets, and never below 1000
-    (nor above the largest limit a profile may set).
+NETEM_RATE_QUEUE_MIN_PACKETS = 100  # a rate's queue holds at least this many (small packets: ACKs)
 
-    netem's default of 1000 packets caps a 100 ms link near 120 Mbit/s; with no rate we
-    size for 10 Gbit/s, the fastest a veth sustains here.
+
+def netem_limit_packets(delay_us: int, jitter_us: int, rate_bps: int | None) -> int:
+    """netem's queue limit in full-size packets (never above the largest a profile may set).
+
+    netem's limit counts every packet it holds: those in the delay line and those waiting for
+    the rate. With no rate: at least 1.5x the bandwidth-delay product at 10 Gbit/s (the fastest
+    a veth sustains here) and never below netem's default 1000 (which caps a 100 ms link near
+    120 Mbit/s). With a rate: 1.5x the delay line at that rate plus the queue the userspace
+    backend's tbf gets (TBF_QUEUE_S of the rate, its burst; at least
+    NETEM_RATE_QUEUE_MIN_PACKETS), so both backends queue a loaded link alike. A floor of 1000
+    there made a slow link's queue deep: 600 ms at 20 Mbit/s, 120 ms at 100 Mbit/s, where
+    the engine's tbf holds 50 ms.
     """
-    rate = rate_bps or 10_000_000_000
-    bdp_packets = rate / 8 * (delay_us + jitter_us) / 1e6 / MTU_FRAME_BYTES
-    return min(MAX_LIMIT_PACKETS, max(1000, math.ceil(1.5 * bdp_packets)))
+    if not rate_bps:
+        bdp_packets = 10_000_000_000 / 8 * (delay_us + jitter_us) / 1e6 / MTU_FRAME_BYTES
+        return min(MAX_LIMIT_PACKETS, max(1000, math.ceil(1.5 * bdp_packets)))
+    line = rate_bps / 8 * (delay_us + jitter_us) / 1e6 / MTU_FRAME_BYTES
+    queue = max(NETEM_RATE_QUEUE_MIN_PACKETS, math.ceil(tbf_limit_bytes(rate_bps) / MTU_FRAME_BYTES))
+    return min(MAX_LIMIT_PACKETS, math.ceil(1.5 * line) + queue)
 
 
 def htb_burst_bytes(rate_bps: int) -> int:

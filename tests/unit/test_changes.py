@@ -138,13 +138,21 @@ def test_unknown_backend():
 
 
 def test_netem_limit_packets():
-    assert ch.netem_limit_packets(0, 0, 10**6) == 1000  # never below netem's default
-    # 1 gbit/s, 100 ms: BDP = 12.5 MB = 8256.3 frames; x1.5 = 12384.4 -> 12385
-    assert ch.netem_limit_packets(100_000, 0, 10**9) == 12385
-    assert ch.netem_limit_packets(100_000, 0, None) == ch.netem_limit_packets(100_000, 0, 10**10)
-    assert ch.netem_limit_packets(90_000, 10_000, 10**9) == ch.netem_limit_packets(100_000, 0, 10**9)
+    # no rate: sized for 10 Gbit/s, never below netem's default
+    assert ch.netem_limit_packets(0, 0, None) == 1000
+    assert ch.netem_limit_packets(1_000, 0, None) == 1239  # 1.25 MB = 825.6 frames; x1.5 -> 1239
     # 9 s at the default 10 Gbit/s would be 1.1e7 frames: capped to what a profile may set
     assert ch.netem_limit_packets(9_000_000, 0, None) == MAX_LIMIT_PACKETS
+    # a rate: 1.5x the delay line plus the engine's tbf queue (50 ms of the rate and its burst)
+    # 1 gbit/s, 100 ms: the line 8256.3 frames, x1.5 = 12384.4 -> 12385; the queue 6.375 MB -> 4211
+    assert ch.netem_limit_packets(100_000, 0, 10**9) == 12385 + 4211
+    assert ch.netem_limit_packets(90_000, 10_000, 10**9) == ch.netem_limit_packets(100_000, 0, 10**9)
+    # 20 mbit/s, 1 ms: 2.5 KB in the line (2.5 frames -> 3) and the least queue, 100 packets, where
+    # netem's old floor of 1000 frames held 600 ms at this rate
+    assert ch.netem_limit_packets(1_000, 0, 20_000_000) == 3 + 100
+    queue_s = (ch.netem_limit_packets(0, 0, 20_000_000) * ch.MTU_FRAME_BYTES) / (20_000_000 / 8)
+    assert 0.05 <= queue_s < 0.07  # the engine's 50 ms at the rate, give or take a frame's rounding
+    assert ch.netem_limit_packets(0, 0, 10**6) == ch.NETEM_RATE_QUEUE_MIN_PACKETS
 
 
 def test_tbf_sizes():
