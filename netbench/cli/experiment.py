@@ -170,9 +170,9 @@ def sweep(profile_file: Path | None, levels: Levels, schedule_files: tuple[str, 
                          command_line=shlex.join(["netbench", *sys.argv[1:]]), seed=seed, verify=probes.verify_points,
                          order_seed=order_seed, topology=pairs, predict=probes.predict,
                          congestion_control=congestion_control, recalibrate=probes.recalibrate, **launch.settings())
-    from netbench.experiment.runner import check_jobs
+    from netbench.model.run import check_step_delays
 
-    check_jobs(config)  # a dry run refuses what the run would
+    check_step_delays(config.runs)  # a dry run refuses what the run would
     if save_playbook is not None:  # written before anything runs, checked to give the same runs
         save_playbook_file(save_playbook, config, swept_levels, click.get_current_context().params)
     if inventory is not None:

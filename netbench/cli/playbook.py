@@ -90,7 +90,7 @@ def run_playbook(playbook_file: Path, backend: str | None, congestion_control: s
         todo = design.pending(runs, statuses)
         if inventory is None:  # the kernel's list: no root needed
             common.check_congestion(book.congestion_control, where, dry_run=True)
-        from netbench.experiment.runner import check_step_delays
+        from netbench.model.run import check_step_delays
 
         check_step_delays(runs)  # a dry run refuses what the run would
         if dry_run:

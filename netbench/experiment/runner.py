@@ -20,7 +20,7 @@ from netbench.jobs.launch import JobOutcome, Timeouts, run_job
 from netbench.experiment import launch as launches
 from netbench.experiment.launch import PORT_RANGE, Settle
 from netbench.state.journal import Journal
-from netbench.model.run import Run, computes
+from netbench.model.run import Run, check_step_delays
 from netbench.experiment.store import ResultStore, RunResult, environment_facts
 from netbench.model.topology import Topology
 from netbench.testbed.base import Target
@@ -324,21 +324,6 @@ def check_jobs(config: SweepConfig) -> None:
             raise UsageError(f"setting {exc}", hint="the flag of the same name (netbench sweep --help), "
                              "or the playbook key, says what it takes") from None
     check_step_delays(config.runs)
-
-
-def check_step_delays(runs) -> None:
-    """Refuse a step delay (its point's, or a schedule step's) under TensorFlow's `ps`: its
-    steps run inside TensorFlow's servers, with no loop of netbench's to add the delay in, so
-    it would be recorded and never applied."""
-    from netbench.errors import UsageError
-
-    for run in runs:
-        delayed = [node for point in computes(run) for node, _ in point.step_delay_s]
-        if run.job.strategy == "ps" and run.job.command is None and delayed:
-            raise UsageError(f"setting step_delay: strategy ps steps inside TensorFlow's own servers, where netbench "
-                             f"cannot add compute time ({delayed[0]})",
-                             hint="slow the node with --cpus (cpus:), or use netbench's parameter servers: "
-                                  "--strategy ps-sync or ps-async")
 
 
 def run_sweep(config: SweepConfig, observer: Observer | None = None, journal: Journal | None = None,

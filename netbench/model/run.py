@@ -121,6 +121,19 @@ def computes(run: Run) -> tuple[Compute, ...]:
     return (run.compute,) + tuple(compute_at(run.compute, entry) for entry in run.timeline)
 
 
+def check_step_delays(runs) -> None:
+    """Refuse a step delay (a point's, or a schedule step's) under TensorFlow's `ps`: its steps
+    run inside TensorFlow's servers, with no loop of netbench's to add the delay in, so it
+    would be recorded and never applied."""
+    for run in runs:
+        delayed = [node for point in computes(run) for node, _ in point.step_delay_s]
+        if run.job.strategy == "ps" and run.job.command is None and delayed:
+            raise UsageError(f"setting step_delay: strategy ps steps inside TensorFlow's own servers, where netbench "
+                             f"cannot add compute time ({delayed[0]})",
+                             hint="slow the node with --cpus (cpus:), or use netbench's parameter servers: "
+                                  "--strategy ps-sync or ps-async")
+
+
 def scaled_name(name: str, scale: float) -> str:
     """The name of a topology's point at `scale`: "world", "world-x2", "world-x0.5"."""
     return name if scale == 1 else f"{name}-x{scale:g}"
