@@ -87,10 +87,12 @@ def engine_late(changes: list[dict]) -> dict | None:
     rows = [max(c["engines"].values(), key=lambda e: e.get("received", 0)) for c in changes if c.get("engines")]
     if not rows:
         return None
-    med = lambda key: statistics.median(r[key] for r in rows if r.get(key) is not None)  # noqa: E731
-    return {"mean_ms": med("lateness_mean_us") / 1e3,
-            "over_1ms": med("late_1ms") if any(r.get("late_1ms") is not None for r in rows) else None,
-            "over_10ms": med("late_10ms") if any(r.get("late_10ms") is not None for r in rows) else None}
+
+    def med(key: str, scale: float = 1.0) -> float | None:
+        values = [r[key] * scale for r in rows if r.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    return {"mean_ms": med("lateness_mean_us", 1e-3), "over_1ms": med("late_1ms"), "over_10ms": med("late_10ms")}
 
 
 def own_dips(engine: dict, figure: str) -> bool:
@@ -167,7 +169,8 @@ def compare_table(netem: dict, engine: dict) -> str:
             cells += [_spread(a, scale, fmt), f"{mark}{_spread(b, scale, fmt)}{mark}"]
         late = other[key]["late"]
         cells += ["-"] * 3 if late is None else [
-            f"{late['mean_ms']:.2f}", *("-" if late[k] is None else f"{late[k]:.1%}" for k in ("over_1ms", "over_10ms"))]
+            "-" if late[k] is None else format(late[k], fmt) for k, fmt in
+            (("mean_ms", ".2f"), ("over_1ms", ".1%"), ("over_10ms", ".1%"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -80,7 +80,7 @@ def sweeps(args: argparse.Namespace, out: Path) -> list[tuple[str, list[str]]]:
 
 
 def chosen_placements(args: argparse.Namespace) -> tuple[str, ...]:
-    names = set(getattr(args, "placements", ",".join(PLACEMENTS)).split(",")) | {"none"}
+    names = set(args.placements.split(",")) | {"none"}
     unknown = names - set(PLACEMENTS)
     if unknown:
         raise SystemExit(f"--placements: unknown {', '.join(sorted(unknown))} (choose from {', '.join(PLACEMENTS)})")

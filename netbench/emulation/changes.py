@@ -330,12 +330,11 @@ def netem_limit_packets(delay_us: int, jitter_us: int, rate_bps: int | None) -> 
     there made a slow link's queue deep: 600 ms at 20 Mbit/s, 120 ms at 100 Mbit/s, where
     the engine's tbf holds 50 ms.
     """
+    line = math.ceil(1.5 * (rate_bps or 10_000_000_000) / 8 * (delay_us + jitter_us) / 1e6 / MTU_FRAME_BYTES)
     if not rate_bps:
-        bdp_packets = 10_000_000_000 / 8 * (delay_us + jitter_us) / 1e6 / MTU_FRAME_BYTES
-        return min(MAX_LIMIT_PACKETS, max(1000, math.ceil(1.5 * bdp_packets)))
-    line = rate_bps / 8 * (delay_us + jitter_us) / 1e6 / MTU_FRAME_BYTES
+        return min(MAX_LIMIT_PACKETS, max(1000, line))
     queue = max(NETEM_RATE_QUEUE_MIN_PACKETS, math.ceil(tbf_limit_bytes(rate_bps) / MTU_FRAME_BYTES))
-    return min(MAX_LIMIT_PACKETS, math.ceil(1.5 * line) + queue)
+    return min(MAX_LIMIT_PACKETS, line + queue)
 
 
 def htb_burst_bytes(rate_bps: int) -> int:
